@@ -1,0 +1,46 @@
+// Command cri-shim is a CRI proxy between the kubelet and containerd.
+//
+//	cri-shim serve [--config F] [--listen S] [--runtime-endpoint S] [--log-level L]
+//	cri-shim version
+//	cri-shim config default|check [--config F]
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		usage()
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:])
+	case "version", "--version":
+		return printVersion()
+	case "config":
+		return configCmd(args[1:])
+	case "help", "-h", "--help":
+		usage()
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "cri-shim: unknown command %q\n", args[0])
+	usage()
+	return 2
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: cri-shim <command> [flags]
+
+commands:
+  serve     run the CRI proxy daemon
+  version   print the version
+  config    default: print the default config; check: validate a config file
+`)
+}

@@ -1,0 +1,221 @@
+// Package config is the shim's TOML configuration: documented structs,
+// DefaultConfig, strict decoding and a Validate that names the offending field.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// DefaultPath is where the daemon looks for its config when --config is not given.
+const DefaultPath = "/etc/cri-shim/config.toml"
+
+// Config is the whole configuration file.
+type Config struct {
+	// StateDir holds the shim's on-disk state (pod restart state, tokens).
+	StateDir string `toml:"state_dir" comment:"Directory for the shim's own state; created if missing."`
+	// Server is the CRI endpoint the shim serves to the kubelet and crictl.
+	Server ServerConfig `toml:"server"`
+	// Runtime is the CRI endpoint of the runtime the shim forwards to.
+	Runtime RuntimeConfig `toml:"runtime"`
+	// Metrics is the HTTP endpoint for /metrics, /healthz and /readyz.
+	Metrics MetricsConfig `toml:"metrics"`
+	// Log configures structured logging.
+	Log LogConfig `toml:"log"`
+}
+
+// ServerConfig is the shim's own CRI socket.
+type ServerConfig struct {
+	// Listen is the unix socket path (or unix:///path) the shim serves CRI on.
+	Listen string `toml:"listen" comment:"Unix socket the kubelet and crictl connect to."`
+	// SocketMode is the octal permission of the socket file.
+	SocketMode string `toml:"socket_mode" comment:"Octal permissions of the socket file."`
+	// SocketGroup, if set, is the group (name or numeric id) that owns the socket.
+	SocketGroup string `toml:"socket_group" comment:"Group owning the socket (name or gid); empty keeps root's."`
+	// MaxRecvMsgSize and MaxSendMsgSize bound a CRI message, in bytes. The kubelet uses 16 MiB.
+	MaxRecvMsgSize int `toml:"max_recv_message_size" comment:"Largest CRI message accepted, bytes (kubelet: 16 MiB)."`
+	MaxSendMsgSize int `toml:"max_send_message_size" comment:"Largest CRI message sent, bytes."`
+	// ShutdownTimeout bounds how long SIGTERM waits for calls in flight before closing streams.
+	ShutdownTimeout Duration `toml:"shutdown_timeout" comment:"How long SIGTERM waits for calls in flight."`
+}
+
+// RuntimeConfig is the runtime the shim forwards to.
+type RuntimeConfig struct {
+	// Endpoint is containerd's CRI socket.
+	Endpoint string `toml:"endpoint" comment:"The runtime's CRI socket (containerd)."`
+	// ReconnectMaxDelay caps the reconnect backoff while the runtime is down.
+	ReconnectMaxDelay Duration `toml:"reconnect_max_delay" comment:"Longest wait between reconnect attempts while the runtime is down."`
+}
+
+// MetricsConfig is the HTTP side of the shim.
+type MetricsConfig struct {
+	// Address is host:port for /metrics, /healthz and /readyz; empty disables it.
+	Address string `toml:"address" comment:"host:port for /metrics, /healthz, /readyz; empty disables."`
+}
+
+// LogConfig configures logging.
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `toml:"level" comment:"debug, info, warn or error."`
+	// Format is json or text.
+	Format string `toml:"format" comment:"json or text."`
+}
+
+// Duration is a time.Duration written as a Go duration string ("5s", "1m30s").
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("want a duration like \"5s\": %w", err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// DefaultConfig is the configuration used when no file exists; every field of a
+// file that omits it keeps this value.
+func DefaultConfig() Config {
+	return Config{
+		StateDir: "/var/lib/cri-shim",
+		Server: ServerConfig{
+			Listen:          "/run/cri-shim/cri-shim.sock",
+			SocketMode:      "0660",
+			MaxRecvMsgSize:  16 << 20,
+			MaxSendMsgSize:  16 << 20,
+			ShutdownTimeout: Duration{10 * time.Second},
+		},
+		Runtime: RuntimeConfig{
+			Endpoint:          "/run/containerd/containerd.sock",
+			ReconnectMaxDelay: Duration{time.Second},
+		},
+		Metrics: MetricsConfig{Address: "127.0.0.1:9464"},
+		Log:     LogConfig{Level: "info", Format: "json"},
+	}
+}
+
+// Load reads path over the defaults. A missing file at the default path is not an
+// error (the defaults work); a missing file the operator named is.
+func Load(path string, explicit bool) (Config, error) {
+	cfg := DefaultConfig()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !explicit {
+			return cfg, nil
+		}
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := Decode(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Decode parses TOML into cfg, refusing keys the shim does not know (a typo
+// would otherwise silently leave a default in place).
+func Decode(b []byte, cfg *Config) error {
+	d := toml.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(cfg); err != nil {
+		var sm *toml.StrictMissingError
+		if errors.As(err, &sm) && len(sm.Errors) > 0 {
+			keys := make([]string, 0, len(sm.Errors))
+			for _, e := range sm.Errors {
+				keys = append(keys, strings.Join(e.Key(), "."))
+			}
+			return fmt.Errorf("unknown field %s", strings.Join(keys, ", "))
+		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, col := de.Position()
+			key := strings.Join(de.Key(), ".")
+			if key != "" {
+				return fmt.Errorf("field %s (line %d, column %d): %s", key, row, col, de.Error())
+			}
+			return fmt.Errorf("line %d, column %d: %s", row, col, de.Error())
+		}
+		return err
+	}
+	return nil
+}
+
+// Validate refuses values the shim cannot run with, naming the field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		bad("state_dir", "must be an absolute path, got %q", c.StateDir)
+	}
+	if p := strings.TrimPrefix(c.Server.Listen, "unix://"); !filepath.IsAbs(p) {
+		bad("server.listen", "must be an absolute unix socket path, got %q", c.Server.Listen)
+	}
+	if m, err := strconv.ParseUint(c.Server.SocketMode, 8, 32); err != nil || m > 0o777 {
+		bad("server.socket_mode", "must be octal permissions like \"0660\", got %q", c.Server.SocketMode)
+	}
+	if c.Server.MaxRecvMsgSize < 4<<20 || c.Server.MaxRecvMsgSize > 1<<30 {
+		bad("server.max_recv_message_size", "must be between 4 MiB and 1 GiB, got %d", c.Server.MaxRecvMsgSize)
+	}
+	if c.Server.MaxSendMsgSize < 4<<20 || c.Server.MaxSendMsgSize > 1<<30 {
+		bad("server.max_send_message_size", "must be between 4 MiB and 1 GiB, got %d", c.Server.MaxSendMsgSize)
+	}
+	if c.Server.ShutdownTimeout.Duration < 0 || c.Server.ShutdownTimeout.Duration > 10*time.Minute {
+		bad("server.shutdown_timeout", "must be between 0s and 10m, got %s", c.Server.ShutdownTimeout)
+	}
+	if p := strings.TrimPrefix(c.Runtime.Endpoint, "unix://"); !filepath.IsAbs(p) {
+		bad("runtime.endpoint", "must be an absolute unix socket path, got %q", c.Runtime.Endpoint)
+	}
+	if strings.TrimPrefix(c.Runtime.Endpoint, "unix://") == strings.TrimPrefix(c.Server.Listen, "unix://") {
+		bad("runtime.endpoint", "is the shim's own socket %q: the shim would forward to itself", c.Runtime.Endpoint)
+	}
+	if d := c.Runtime.ReconnectMaxDelay.Duration; d < 10*time.Millisecond || d > 2*time.Minute {
+		bad("runtime.reconnect_max_delay", "must be between 10ms and 2m, got %s", c.Runtime.ReconnectMaxDelay)
+	}
+	if _, err := ParseLevel(c.Log.Level); err != nil {
+		bad("log.level", "%v", err)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "text" {
+		bad("log.format", "must be json or text, got %q", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+// ParseLevel maps a level name to slog's level.
+func ParseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("must be debug, info, warn or error, got %q", s)
+}
+
+// SocketModeBits returns Server.SocketMode as file permissions. Call after Validate.
+func (c *Config) SocketModeBits() os.FileMode {
+	m, _ := strconv.ParseUint(c.Server.SocketMode, 8, 32)
+	return os.FileMode(m)
+}
+
+// Marshal renders cfg as commented TOML (used by `cri-shim config default`).
+func Marshal(cfg Config) ([]byte, error) {
+	return toml.Marshal(cfg)
+}

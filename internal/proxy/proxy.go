@@ -1,0 +1,155 @@
+// Package proxy routes CRI calls between the kubelet and the runtime.
+//
+// Every call lands in one handler registered as gRPC's unknown-service handler.
+// A call whose method has a typed Route (a feature of the shim that changes the
+// call) is decoded and handed to that route; every other call, including
+// methods this build's cri-api does not know, is forwarded as raw bytes. The
+// proxy therefore forwards exactly what the kubelet sent and returns exactly
+// what the runtime answered, status codes and details included.
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/metrics"
+)
+
+// kind says how a method's messages flow, as declared by the CRI service descriptors.
+type kind uint8
+
+const (
+	kindUnknown      kind = iota // not in this build's cri-api: any arity, full-duplex pump
+	kindUnary                    // one request, one response
+	kindServerStream             // one request, a stream of responses
+)
+
+// Handler serves one call whose method a feature of the shim takes over.
+// backend is the connection to the runtime, for calls the handler still forwards.
+type Handler func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error
+
+// Route binds a Handler to a full method name ("/runtime.v1.RuntimeService/X").
+type Route struct {
+	Method  string
+	Handler Handler
+}
+
+type route struct {
+	kind    kind
+	handler Handler // nil: raw pass-through
+	metrics *metrics.Method
+}
+
+// Proxy is the CRI router. Its tables are built in New and only read afterwards,
+// so concurrent calls share no lock.
+type Proxy struct {
+	backend *grpc.ClientConn
+	routes  map[string]*route
+	unknown route
+	metrics *metrics.Collector
+}
+
+// CRIMethods lists the full names of every method of the CRI runtime and image
+// services known to this build, unary and streaming.
+func CRIMethods() []string {
+	var out []string
+	for _, sd := range []*grpc.ServiceDesc{&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc} {
+		for _, m := range sd.Methods {
+			out = append(out, "/"+sd.ServiceName+"/"+m.MethodName)
+		}
+		for _, s := range sd.Streams {
+			out = append(out, "/"+sd.ServiceName+"/"+s.StreamName)
+		}
+	}
+	return out
+}
+
+// New builds a proxy forwarding to backend. Routes take over the methods they name;
+// two routes for one method, or a route for a method outside the CRI, are refused
+// because they would silently shadow each other or never be called as intended.
+func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Proxy, error) {
+	p := &Proxy{
+		backend: backend,
+		routes:  make(map[string]*route),
+		metrics: mc,
+		unknown: route{kind: kindUnknown, metrics: mc.For(metrics.OtherMethod)},
+	}
+	for _, sd := range []*grpc.ServiceDesc{&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc} {
+		for _, m := range sd.Methods {
+			fm := "/" + sd.ServiceName + "/" + m.MethodName
+			p.routes[fm] = &route{kind: kindUnary, metrics: mc.For(fm)}
+		}
+		for _, s := range sd.Streams {
+			fm := "/" + sd.ServiceName + "/" + s.StreamName
+			k := kindServerStream
+			if s.ClientStreams {
+				k = kindUnknown
+			}
+			p.routes[fm] = &route{kind: k, metrics: mc.For(fm)}
+		}
+	}
+	for _, r := range routes {
+		rt, ok := p.routes[r.Method]
+		if !ok {
+			return nil, fmt.Errorf("proxy: route for %q: not a CRI method of this build", r.Method)
+		}
+		if rt.handler != nil {
+			return nil, fmt.Errorf("proxy: two routes for %q", r.Method)
+		}
+		if r.Handler == nil {
+			return nil, fmt.Errorf("proxy: route for %q has no handler", r.Method)
+		}
+		rt.handler = r.Handler
+	}
+	return p, nil
+}
+
+// ServerOptions are the options a grpc.Server needs to serve this proxy: the raw
+// catch-all handler and the codec that lets frames through undecoded.
+func (p *Proxy) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.UnknownServiceHandler(p.handle),
+		grpc.ForceServerCodecV2(newCodec()),
+	}
+}
+
+// DialOptions are the options the runtime connection needs so that frames pass
+// through the client side undecoded too.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newCodec()))}
+}
+
+func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(ss)
+	if !ok {
+		return status.Error(codes.Internal, "cri-shim: no method on stream")
+	}
+	rt := p.routes[method]
+	if rt == nil {
+		rt = &p.unknown
+	}
+	start := time.Now()
+	var err error
+	switch {
+	case rt.handler != nil:
+		err = rt.handler(ss.Context(), ss, p.backend)
+	case rt.kind == kindUnary:
+		err = forwardUnary(ss, method, p.backend)
+	default:
+		rt.metrics.StreamOpened()
+		if rt.kind == kindServerStream {
+			err = forwardServerStream(ss, method, p.backend)
+		} else {
+			err = forwardBidi(ss, method, p.backend)
+		}
+		rt.metrics.StreamClosed()
+	}
+	rt.metrics.Done(start, err)
+	return err
+}

@@ -1,0 +1,42 @@
+package proxy
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// UnaryNext forwards a (possibly changed) request to the runtime.
+type UnaryNext[Req, Resp any] func(ctx context.Context, req *Req) (*Resp, error)
+
+// Unary builds a typed Route for a unary CRI method: the request is decoded, fn
+// decides what to do with it and may call next to forward it to the runtime.
+// Only methods a feature really changes should be routed this way; the rest stay
+// raw and pay no decode.
+func Unary[Req, Resp any, PReq interface {
+	*Req
+	proto.Message
+}, PResp interface {
+	*Resp
+	proto.Message
+}](method string, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) Route {
+	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+		req := PReq(new(Req))
+		if err := ss.RecvMsg(req); err != nil {
+			return err
+		}
+		next := func(ctx context.Context, r *Req) (*Resp, error) {
+			resp := PResp(new(Resp))
+			if err := backend.Invoke(outgoingContext(ctx), method, PReq(r), resp); err != nil {
+				return nil, err
+			}
+			return (*Resp)(resp), nil
+		}
+		resp, err := fn(ctx, (*Req)(req), next)
+		if err != nil {
+			return err
+		}
+		return ss.SendMsg(PResp(resp))
+	}}
+}

@@ -1,0 +1,177 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/config"
+	"github.com/cri-shim/cri-shim/internal/metrics"
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+// Options are what Run needs beyond the config.
+type Options struct {
+	// Routes are the typed routes of the shim's features.
+	Routes []proxy.Route
+	// Ready is called once the CRI socket accepts calls (sd_notify READY=1).
+	Ready func()
+}
+
+// Run serves until ctx is cancelled, then shuts down: calls in flight get
+// cfg.Server.ShutdownTimeout to finish, after which open streams are closed.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) error {
+	gid, err := LookupGroup(cfg.Server.SocketGroup)
+	if err != nil {
+		return err
+	}
+	backend, err := proxy.DialBackend(cfg.Runtime.Endpoint, proxy.BackendOptions{
+		MaxRecvMsgSize:    cfg.Server.MaxSendMsgSize, // what the runtime sends is what we send on
+		MaxSendMsgSize:    cfg.Server.MaxRecvMsgSize,
+		ReconnectMaxDelay: cfg.Runtime.ReconnectMaxDelay.Duration,
+	})
+	if err != nil {
+		return fmt.Errorf("runtime.endpoint: %w", err)
+	}
+	defer backend.Close()
+
+	mc := metrics.New(proxy.CRIMethods())
+	p, err := proxy.New(backend, mc, o.Routes...)
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer(append(p.ServerOptions(),
+		grpc.MaxRecvMsgSize(cfg.Server.MaxRecvMsgSize),
+		grpc.MaxSendMsgSize(cfg.Server.MaxSendMsgSize),
+		grpc.SharedWriteBuffer(true),
+	)...)
+
+	listenPath := strings.TrimPrefix(cfg.Server.Listen, "unix://")
+	lis, err := ListenUnix(listenPath, cfg.SocketModeBits(), gid)
+	if err != nil {
+		return err
+	}
+
+	probe := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := runtimeapi.NewRuntimeServiceClient(backend).Version(ctx, &runtimeapi.VersionRequest{})
+		mc.SetRuntimeUp(err == nil)
+		return err
+	}
+	if err := probe(ctx); err != nil {
+		log.Warn("runtime not answering at start; serving anyway, calls answer Unavailable until it is up",
+			"endpoint", cfg.Runtime.Endpoint, "err", err)
+	}
+
+	var wg sync.WaitGroup
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	wg.Add(1)
+	go func() { defer wg.Done(); watchBackend(watchCtx, backend, log) }()
+
+	var hs *http.Server
+	if cfg.Metrics.Address != "" {
+		hl, err := net.Listen("tcp", cfg.Metrics.Address)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("metrics.address: %w", err)
+		}
+		hs = &http.Server{Handler: httpMux(mc, probe), ReadHeaderTimeout: 5 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hs.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics endpoint stopped", "err", err)
+			}
+		}()
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(lis) }()
+	log.Info("serving CRI", "listen", listenPath, "runtime", cfg.Runtime.Endpoint, "metrics", cfg.Metrics.Address)
+	if o.Ready != nil {
+		o.Ready()
+	}
+
+	select {
+	case err = <-serveErr:
+		err = fmt.Errorf("serve %s: %w", listenPath, err)
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout.Duration)
+		stopGracefully(gs, cfg.Server.ShutdownTimeout.Duration)
+		<-serveErr
+		err = nil
+	}
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = hs.Shutdown(sctx)
+		cancel()
+	}
+	stopWatch()
+	wg.Wait()
+	return err
+}
+
+// stopGracefully lets unary calls finish; long-lived streams (GetContainerEvents)
+// would hold GracefulStop forever, so they are cut after timeout.
+func stopGracefully(gs *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		gs.Stop()
+		<-done
+	}
+}
+
+func httpMux(mc *metrics.Collector, probe func(context.Context) error) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(mc.Registry, promhttp.HandlerOpts{}))
+	// healthz: the shim process serves. readyz: and the runtime behind it answers.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := probe(r.Context()); err != nil {
+			http.Error(w, "runtime not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// watchBackend logs the runtime connection going down and coming back, so an
+// operator can see a containerd restart from the shim's side.
+func watchBackend(ctx context.Context, cc *grpc.ClientConn, log *slog.Logger) {
+	cc.Connect()
+	last := cc.GetState()
+	for cc.WaitForStateChange(ctx, last) {
+		s := cc.GetState()
+		switch {
+		case s == connectivity.Ready:
+			log.Info("runtime connection ready")
+		case last == connectivity.Ready:
+			log.Warn("runtime connection lost; calls answer Unavailable while reconnecting", "state", s.String())
+		}
+		if s == connectivity.Idle {
+			cc.Connect()
+		}
+		last = s
+	}
+}
