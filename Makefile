@@ -1,0 +1,55 @@
+# cri-shim. Two commands set up everything on a fresh machine:
+#   make run    containerd + cri-shim + a standalone kubelet with a demo pod
+#   make test   unit tests (with -race) and the end-to-end suite on the real stack
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/cri-shim/cri-shim/internal/version.Version=$(VERSION)
+export GONOSUMDB := k8s.io,sigs.k8s.io
+STACK_ENV := test/stack/env.sh
+IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
+
+.PHONY: all build test unit e2e stack run stop bench-proxy fuzz vet clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o _output/cri-shim ./cmd/cri-shim
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./cmd/... ./internal/...
+
+# Short fuzzing of every parser; the seed corpora also run as part of `unit`.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/config
+
+stack:
+ifeq ($(IS_ROOT),1)
+	test/stack/install.sh
+else
+	@echo "!!! make stack: not root; the real node stack cannot be installed. End-to-end tests will SKIP." >&2
+endif
+
+e2e: build stack
+	$(GO) test -count=1 -v -timeout 40m ./test/e2e/... 2>&1 | tee _output/e2e.log; exit $${PIPESTATUS[0]}
+
+test: vet unit e2e
+
+run: build stack
+	test/stack/up.sh --kubelet --manifest deploy/examples/demo-pod.yaml
+	@test/stack/demo-info.sh
+
+stop:
+	test/stack/down.sh
+
+bench-proxy: build stack
+	$(GO) build -o _output/proxybench ./bench/proxybench
+	test/stack/up.sh
+	source test/stack/env.sh; _output/proxybench --direct $$CONTAINERD_SOCK --shim $$SHIM_SOCK \
+		--shim-pid $$(cat $$NODE_RUN/cri-shim.pid) --out bench/results; rc=$$?; test/stack/down.sh; exit $$rc
+
+clean:
+	rm -rf _output

@@ -1,0 +1,266 @@
+// Package e2e runs cri-shim on a real node: containerd v2, runc, CRIU, CNI and a
+// standalone kubelet v1.36, installed by test/stack/install.sh and started by
+// test/stack/up.sh. It needs root; as any other user every test SKIPS loudly.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const notRootBanner = `
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+!!! cri-shim end-to-end tests SKIPPED: they need root to run containerd,     !!!
+!!! runc and a kubelet. Nothing was verified on the real stack. Run as root: !!!
+!!!     sudo make test                                                       !!!
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+`
+
+// node is the running test node, filled by TestMain from $NODE_RUN/env.
+var node struct {
+	up   bool
+	repo string
+	env  map[string]string
+
+	kubeletOnce  sync.Once
+	registryOnce sync.Once
+	registryErr  error
+	kubeletErr   error
+}
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprint(os.Stderr, notRootBanner)
+		os.Exit(m.Run())
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	node.repo = repo
+	if err := bringUp(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: bringing up the test node:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if os.Getenv("CRI_SHIM_E2E_KEEP") == "" {
+		_ = script("down.sh")
+	} else {
+		fmt.Fprintf(os.Stderr, "e2e: CRI_SHIM_E2E_KEEP set: node left running; env in %s\n", node.env["NODE_RUN"]+"/env")
+	}
+	os.Exit(code)
+}
+
+func bringUp() error {
+	shim := filepath.Join(node.repo, "_output", "cri-shim")
+	build := exec.Command("go", "build", "-o", shim, "./cmd/cri-shim")
+	build.Dir = node.repo
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build cri-shim: %w", err)
+	}
+	if err := script("up.sh"); err != nil {
+		return err
+	}
+	env, err := readEnv(filepath.Join(envOr("CRI_SHIM_NODE_RUN", "/run/cri-shim-node"), "env"))
+	if err != nil {
+		return err
+	}
+	node.env = env
+	node.up = true
+	return nil
+}
+
+func script(name string, args ...string) error {
+	cmd := exec.Command(filepath.Join(node.repo, "test", "stack", name), args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+func readEnv(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			env[k] = v
+		}
+	}
+	return env, sc.Err()
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// needNode skips (loudly) when the test node cannot run here.
+func needNode(t *testing.T) {
+	t.Helper()
+	if !node.up {
+		t.Skip("SKIPPED: end-to-end test needs root and the real node stack (see banner above); nothing verified")
+	}
+}
+
+// needKubelet starts the standalone kubelet once, after the tests that must run without it.
+func needKubelet(t *testing.T) {
+	t.Helper()
+	needNode(t)
+	node.kubeletOnce.Do(func() { node.kubeletErr = script("up.sh", "--start", "kubelet") })
+	if node.kubeletErr != nil {
+		t.Fatalf("kubelet: %v", node.kubeletErr)
+	}
+}
+
+func bin(name string) string { return filepath.Join(node.env["STACK"], "bin", name) }
+
+// crictl runs crictl against sock and returns stdout; stderr goes to the error.
+func crictl(t *testing.T, sock string, args ...string) (string, error) {
+	t.Helper()
+	full := append([]string{"--config", "/dev/null", "--runtime-endpoint", "unix://" + sock, "--image-endpoint", "unix://" + sock, "--timeout", "60s"}, args...)
+	cmd := exec.Command(bin("crictl"), full...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String(), fmt.Errorf("crictl %s: %w: %s", strings.Join(args, " "), err, lastLines(stderr.String(), 5))
+	}
+	return stdout.String(), nil
+}
+
+func mustCrictl(t *testing.T, sock string, args ...string) string {
+	t.Helper()
+	out, err := crictl(t, sock, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func dial(t *testing.T, sock string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func runtimeClient(t *testing.T, sock string) runtimeapi.RuntimeServiceClient {
+	return runtimeapi.NewRuntimeServiceClient(dial(t, sock))
+}
+
+// kubelet is a client of the standalone kubelet's HTTPS API (anonymous, AlwaysAllow).
+var kubeletHTTP = &http.Client{
+	Timeout:   30 * time.Second,
+	Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, // self-signed serving cert of a local test kubelet
+}
+
+func kubeletURL(path string) string {
+	return fmt.Sprintf("https://127.0.0.1:%s%s", node.env["KUBELET_PORT"], path)
+}
+
+func kubeletDo(t *testing.T, method, path string) (string, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, kubeletURL(path), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := kubeletHTTP.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, lastLines(string(b), 3))
+	}
+	return string(b), nil
+}
+
+func kubeletPod(t *testing.T, name string) (*corev1.Pod, error) {
+	t.Helper()
+	body, err := kubeletDo(t, http.MethodGet, "/pods")
+	if err != nil {
+		return nil, err
+	}
+	var pl corev1.PodList
+	if err := json.Unmarshal([]byte(body), &pl); err != nil {
+		return nil, err
+	}
+	for i := range pl.Items {
+		if pl.Items[i].Name == name {
+			return &pl.Items[i], nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s not in kubelet's /pods", name)
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startRegistry starts the loopback registry with critest's images, once, and
+// returns its address for critest's --registry-prefix.
+func startRegistry(t *testing.T) string {
+	t.Helper()
+	node.registryOnce.Do(func() { node.registryErr = script("up.sh", "--start", "registry") })
+	if node.registryErr != nil {
+		t.Fatalf("registry: %v", node.registryErr)
+	}
+	return node.env["REGISTRY_ADDR"]
+}

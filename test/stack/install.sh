@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Installs the real node stack the end-to-end tests and `make run` use:
+# containerd (+ runc shim, ctr), runc, CRIU 4, CNI plugins, crictl, critest,
+# kubelet and the locally built test images. Idempotent: each component is
+# rebuilt only when its pinned inputs change (stamp files under $STACK/stamps).
+# Sources: the Go module proxy and Debian packages only.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+STACK=${CRI_SHIM_STACK:-$REPO/.stack}
+BIN=$STACK/bin
+TOOLS=$REPO/test/stack/tools
+export GONOSUMDB=${GONOSUMDB:-k8s.io,sigs.k8s.io}
+export GOFLAGS="${GOFLAGS:-} -mod=readonly"
+mkdir -p "$BIN" "$STACK/stamps" "$STACK/images"
+
+log() { printf '[stack] %s\n' "$*" >&2; }
+
+# stamp NAME INPUT...: true when NAME was built from exactly these inputs.
+stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -d' ' -f1; }
+fresh() {
+	local name=$1; shift
+	local want; want="$(stamp_of "$@")-$(go env GOVERSION)"
+	[[ -f $STACK/stamps/$name && "$(cat "$STACK/stamps/$name")" == "$want" ]]
+}
+mark() {
+	local name=$1; shift
+	echo "$(stamp_of "$@")-$(go env GOVERSION)" > "$STACK/stamps/$name"
+}
+
+APT_UPDATED=
+apt_install() {
+	local missing=()
+	for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+	((${#missing[@]})) || return 0
+	if [[ -z $APT_UPDATED ]]; then apt-get update -qq; APT_UPDATED=1; fi
+	log "apt-get install ${missing[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_debs() {
+	apt_install runc containernetworking-plugins busybox-static iptables iproute2 ca-certificates curl
+}
+
+# build_tools NAME MODULE_DIR PKG... : go build the commands of a tools module into $BIN.
+build_tools() {
+	local name=$1 dir=$2; shift 2
+	local have=1
+	for p in "$@"; do [[ -x $BIN/$(basename "$p") ]] || have=; done
+	if [[ -n $have ]] && fresh "$name" "$dir/go.mod" "$dir/go.sum"; then return 0; fi
+	log "building $name ($*)"
+	local t0=$SECONDS
+	(cd "$dir" && go build -tags no_btrfs -trimpath -o "$BIN/" "$@")
+	mark "$name" "$dir/go.mod" "$dir/go.sum"
+	log "built $name in $((SECONDS - t0))s"
+}
+
+build_critest() {
+	local dir=$TOOLS/critools
+	if fresh critest "$dir/go.mod" "$dir/go.sum" && [[ -x $BIN/critest ]]; then return 0; fi
+	log "building critest"
+	(cd "$dir" && go test -c -trimpath -o "$BIN/critest" sigs.k8s.io/cri-tools/cmd/critest)
+	mark critest "$dir/go.mod" "$dir/go.sum"
+}
+
+# CRIU: bookworm's 3.17 fails `criu check` on this kernel (vDSO layout); trixie's
+# 4.x works but needs a newer glibc. Its packages are unpacked into a private
+# prefix and run through that prefix's dynamic loader, leaving the system alone.
+# The mirror is the one this machine's apt already uses, with the suite swapped.
+CRIU_DEBS=(criu libc6 libgnutls30t64 libnftables1 libcompel1 libnettle8t64 libhogweed6t64 libunistring5
+	libidn2-0 libp11-kit0 libtasn1-6 libgmp10 libnftnl11 libxtables12 libjansson4 libmnl0 libffi8 libbsd0
+	libmd0 libprotobuf-c1 libnl-3-200 libnet1 libuuid1)
+install_criu() {
+	local prefix=$STACK/criu
+	if [[ -x $BIN/criu ]] && "$BIN/criu" --version >/dev/null 2>&1 && [[ -f $STACK/stamps/criu ]]; then return 0; fi
+	log "installing CRIU 4 from Debian trixie into $prefix"
+	local mirror
+	mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+	if [[ -z $mirror ]]; then
+		mirror=$(awk '$1 == "deb" && $0 !~ /security/ {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' /etc/apt/sources.list 2>/dev/null || true)
+	fi
+	[[ -n $mirror ]] || { log "no Debian mirror found in this machine's apt sources"; return 1; }
+	local apt=$STACK/criu-apt
+	rm -rf "$apt" "$prefix"
+	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs" "$prefix"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main" > "$apt/sources.list"
+	local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
+		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o "APT::Get::List-Cleanup=0")
+	apt-get "${opts[@]}" update -qq
+	(cd "$apt/debs" && apt-get "${opts[@]}" download "${CRIU_DEBS[@]}" >/dev/null)
+	for d in "$apt"/debs/*.deb; do dpkg-deb -x "$d" "$prefix"; done
+	local ld
+	ld=$(find "$prefix" -name 'ld-linux-x86-64.so.2' | head -n1)
+	[[ -n $ld ]] || { log "CRIU prefix has no dynamic loader"; return 1; }
+	cat > "$BIN/criu" <<EOF
+#!/bin/sh
+# CRIU from Debian trixie, run with its own glibc (installed by test/stack/install.sh).
+exec "$ld" --library-path "$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu" "$prefix/usr/sbin/criu" "\$@"
+EOF
+	chmod +x "$BIN/criu"
+	"$BIN/criu" --version
+	touch "$STACK/stamps/criu"
+}
+
+build_images() {
+	local inputs=("$REPO/test/stack/mkimage/main.go" "$REPO/test/stack/pause/main.go" /bin/busybox)
+	if fresh images "${inputs[@]}" && [[ -f $STACK/images/busybox.tar && -f $STACK/images/pause.tar ]]; then return 0; fi
+	log "building test images"
+	(cd "$REPO" && CGO_ENABLED=0 go build -trimpath -o "$STACK/images/pause" ./test/stack/pause &&
+		go build -o "$STACK/images/mkimage" ./test/stack/mkimage)
+	"$STACK/images/mkimage" --name localhost/cri-shim/pause:1 --file "$STACK/images/pause:/pause" \
+		--entrypoint /pause --out "$STACK/images/pause.tar"
+	"$STACK/images/mkimage" --name docker.io/library/busybox:cri-shim --busybox /bin/busybox \
+		--cmd sh --out "$STACK/images/busybox.tar"
+	mark images "${inputs[@]}"
+}
+
+main() {
+	command -v go >/dev/null || { log "go is required"; exit 1; }
+	[[ $(id -u) == 0 ]] || { log "must run as root (apt, containerd)"; exit 1; }
+	local t0=$SECONDS
+	install_debs
+	build_tools containerd "$TOOLS/containerd" github.com/containerd/containerd/v2/cmd/containerd \
+		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+	build_tools crictl "$TOOLS/critools" sigs.k8s.io/cri-tools/cmd/crictl
+	build_critest
+	build_tools kubelet "$TOOLS/kubelet" k8s.io/kubernetes/cmd/kubelet
+	build_tools registry "$TOOLS/registry" github.com/distribution/distribution/v3/cmd/registry
+	install_criu
+	build_images
+	log "stack ready in $STACK ($((SECONDS - t0))s)"
+}
+
+main "$@"

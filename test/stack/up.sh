@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Starts a test node: containerd, cri-shim and (with --kubelet) a standalone
+# kubelet pointed at the shim, in a scratch directory on private sockets.
+# Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
+#   up.sh [--kubelet] [--manifest FILE]...
+#   up.sh --start containerd|cri-shim|kubelet|registry  (re)start one component of a running node
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+KUBELET=
+ONLY=
+MANIFEST_FILES=()
+while (($#)); do
+	case $1 in
+	--kubelet) KUBELET=1 ;;
+	--manifest) MANIFEST_FILES+=("$2"); shift ;;
+	--start) ONLY=$2; shift ;;
+	*) echo "up.sh: unknown flag $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+log() { printf '[node] %s\n' "$*" >&2; }
+[[ $(id -u) == 0 ]] || { log "must run as root"; exit 1; }
+export PATH=$STACK/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+wait_for() { # wait_for SECONDS DESC CMD...
+	local t=$1 what=$2; shift 2
+	local deadline=$((SECONDS + t))
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS < deadline)) || { log "timed out waiting for $what"; return 1; }
+		sleep 0.1
+	done
+}
+
+# spawn NAME CMD...: start a daemon in its own session, log and pid under $NODE_RUN.
+spawn() {
+	local name=$1; shift
+	local f=$NODE_RUN/$name.pid
+	if [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; then
+		log "$name already running ($(cat "$f"))"
+		return 0
+	fi
+	log "starting $name"
+	setsid "$@" >>"$NODE_RUN/$name.log" 2>&1 </dev/null &
+	echo $! >"$f"
+}
+
+write_configs() {
+	mkdir -p "$NODE_RUN"/{containerd,cri-shim,cni/net.d,certs.d} "$NODE_DATA"/{containerd,kubelet,pod-logs,cri-shim} "$MANIFESTS"
+	# The bridge subnet is private to this machine; nothing is routed off it.
+	cat >"$NODE_RUN/cni/net.d/10-cri-shim.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "cri-shim-node",
+  "plugins": [
+    {"type": "bridge", "bridge": "crishim0", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}],
+              "dataDir": "$NODE_DATA/cni-ipam"}},
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "loopback"}
+  ]
+}
+JSON
+	# Plain-HTTP pulls from the loopback test registry (critest), if one runs.
+	mkdir -p "$NODE_RUN/certs.d/$REGISTRY_ADDR"
+	cat >"$NODE_RUN/certs.d/$REGISTRY_ADDR/hosts.toml" <<TOML
+server = "http://$REGISTRY_ADDR"
+[host."http://$REGISTRY_ADDR"]
+  capabilities = ["pull", "resolve"]
+TOML
+	# restrict_oom_score_adj: this environment lacks CAP_SYS_RESOURCE, and runc fails
+	# every sandbox when it may not lower oom_score_adj (shared/NODE-STACK.md).
+	cat >"$NODE_RUN/containerd/config.toml" <<TOML
+version = 3
+root = "$NODE_DATA/containerd"
+state = "$NODE_RUN/containerd/state"
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[ttrpc]
+  address = "$NODE_RUN/containerd/containerd.sock.ttrpc"
+[debug]
+  address = "$NODE_RUN/containerd/debug.sock"
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  enable_cdi = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$NODE_RUN/cni/net.d"
+[plugins.'io.containerd.cri.v1.images']
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "localhost/cri-shim/pause:1"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$NODE_RUN/certs.d"
+TOML
+	cat >"$NODE_RUN/cri-shim/config.toml" <<TOML
+state_dir = "$NODE_DATA/cri-shim"
+[server]
+  listen = "$SHIM_SOCK"
+[runtime]
+  endpoint = "$CONTAINERD_SOCK"
+[metrics]
+  address = "$SHIM_METRICS"
+[log]
+  level = "info"
+  format = "json"
+TOML
+	cat >"$NODE_RUN/crictl.yaml" <<YAML
+runtime-endpoint: unix://$SHIM_SOCK
+image-endpoint: unix://$SHIM_SOCK
+timeout: 30
+YAML
+	# Standalone kubelet (no API server). cgroup v1 host: failCgroupV1 false, cgroupfs.
+	cat >"$NODE_RUN/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$SHIM_SOCK
+imageServiceEndpoint: unix://$SHIM_SOCK
+staticPodPath: $MANIFESTS
+fileCheckFrequency: 1s
+syncFrequency: 10s
+podLogsDir: $NODE_DATA/pod-logs
+address: 127.0.0.1
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+failSwapOn: false
+failCgroupV1: false
+cgroupDriver: cgroupfs
+enforceNodeAllocatable: []
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: ""
+YAML
+	cat >"$NODE_RUN/env" <<ENV
+NODE_RUN=$NODE_RUN
+NODE_DATA=$NODE_DATA
+STACK=$STACK
+CONTAINERD_SOCK=$CONTAINERD_SOCK
+SHIM_SOCK=$SHIM_SOCK
+SHIM_METRICS=$SHIM_METRICS
+SHIM_BIN=$SHIM_BIN
+KUBELET_PORT=$KUBELET_PORT
+KUBELET_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT
+MANIFESTS=$MANIFESTS
+REGISTRY_ADDR=$REGISTRY_ADDR
+CRICTL_CONFIG=$NODE_RUN/crictl.yaml
+ENV
+}
+
+start_containerd() {
+	spawn containerd containerd --config "$NODE_RUN/containerd/config.toml"
+	wait_for 30 containerd crictl --config /dev/null --runtime-endpoint "unix://$CONTAINERD_SOCK" version ||
+		{ tail -n 30 "$NODE_RUN/containerd.log" >&2; return 1; }
+}
+
+import_images() {
+	for img in "$STACK"/images/*.tar; do
+		ctr --address "$CONTAINERD_SOCK" -n k8s.io images import --local "$img" >/dev/null
+	done
+}
+
+start_shim() {
+	[[ -x $SHIM_BIN ]] || { log "missing $SHIM_BIN: run make build"; return 1; }
+	spawn cri-shim "$SHIM_BIN" serve --config "$NODE_RUN/cri-shim/config.toml"
+	wait_for 30 cri-shim crictl --config /dev/null --runtime-endpoint "unix://$SHIM_SOCK" version ||
+		{ tail -n 30 "$NODE_RUN/cri-shim.log" >&2; return 1; }
+}
+
+# The loopback registry serves critest's test images under the names critest
+# asks for once --registry-prefix points at it; they are busybox-based stand-ins.
+# critest v1.34 drops the tag when it re-prefixes a name (PrepareImageName uses
+# reference.Path), so every image is also pushed as :latest.
+start_registry() {
+	[[ -x $STACK/bin/registry ]] || { log "missing registry: run test/stack/install.sh"; return 1; }
+	mkdir -p "$NODE_DATA/registry"
+	cat >"$NODE_RUN/registry.yaml" <<YAML
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: $NODE_DATA/registry}
+  delete: {enabled: true}
+http:
+  addr: $REGISTRY_ADDR
+YAML
+	spawn registry registry serve "$NODE_RUN/registry.yaml"
+	wait_for 30 registry curl -sf "http://$REGISTRY_ADDR/v2/"
+	local mk=$STACK/images/mkimage r=$REGISTRY_ADDR bb=(--busybox /bin/busybox)
+	local web=(--cmd sh --cmd -c --cmd 'mkdir -p /www /var/run && echo ok >/www/index.html && echo $$ >/var/run/nginx.pid && exec httpd -f -p 80 -h /www')
+	"$mk" --push --tag latest --name "$r/e2e-test-images/busybox:1.29-2" "${bb[@]}" --cmd sh
+	"$mk" --push --tag latest --name "$r/e2e-test-images/nginx:1.14-2" "${bb[@]}" "${web[@]}"
+	"$mk" --push --tag latest --name "$r/e2e-test-images/httpd:2.4.39-4" "${bb[@]}" "${web[@]}"
+	"$mk" --push --name "$r/k8s-staging-cri-tools/test-image-user-uid:latest" "${bb[@]}" --cmd sh --user 1002
+	"$mk" --push --name "$r/k8s-staging-cri-tools/test-image-user-username:latest" "${bb[@]}" --cmd sh --user www-data
+	"$mk" --push --name "$r/k8s-staging-cri-tools/test-image-latest:latest" "${bb[@]}" --cmd sh
+	"$mk" --push --name "$r/k8s-staging-cri-tools/test-image-tag:test" --tag all --tag latest "${bb[@]}" --cmd sh --env IMAGE=tag
+	"$mk" --push --name "$r/k8s-staging-cri-tools/test-image-tags:1" --tag 2 --tag 3 --tag latest "${bb[@]}" --cmd sh --env IMAGE=tags
+	for i in 1 2 3; do
+		"$mk" --push --name "$r/k8s-staging-cri-tools/test-image-$i:latest" "${bb[@]}" --cmd sh --env "IMAGE=$i"
+	done
+	# Many specs pull the prefixed name and then create containers under the
+	# original one, so the stand-ins are also imported under the original names.
+	local tmp
+	tmp=$(mktemp -d)
+	"$mk" --name registry.k8s.io/e2e-test-images/busybox:1.29-2 "${bb[@]}" --cmd sh --out "$tmp/busybox.tar"
+	"$mk" --name registry.k8s.io/e2e-test-images/nginx:1.14-2 "${bb[@]}" "${web[@]}" --out "$tmp/nginx.tar"
+	"$mk" --name registry.k8s.io/e2e-test-images/httpd:2.4.39-4 "${bb[@]}" "${web[@]}" --out "$tmp/httpd.tar"
+	for img in "$tmp"/*.tar; do
+		ctr --address "$CONTAINERD_SOCK" -n k8s.io images import --local "$img" >/dev/null
+	done
+	rm -rf "$tmp"
+}
+
+start_kubelet() {
+	[[ -x $STACK/bin/kubelet ]] || { log "missing kubelet: run test/stack/install.sh"; return 1; }
+	spawn kubelet kubelet --config "$NODE_RUN/kubelet.yaml" --root-dir "$NODE_DATA/kubelet" \
+		--hostname-override "$NODE_NAME" --v 2
+	wait_for 90 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" ||
+		{ tail -n 40 "$NODE_RUN/kubelet.log" >&2; return 1; }
+}
+
+if [[ -n $ONLY ]]; then
+	[[ -f $NODE_RUN/env ]] || { log "no node running (no $NODE_RUN/env): run up.sh first"; exit 1; }
+	case $ONLY in
+	containerd) start_containerd ;;
+	cri-shim) start_shim ;;
+	kubelet) start_kubelet ;;
+	registry) start_registry ;;
+	*) log "--start: unknown component $ONLY"; exit 2 ;;
+	esac
+	exit 0
+fi
+
+for b in containerd containerd-shim-runc-v2 ctr crictl runc criu; do
+	[[ -x $STACK/bin/$b ]] || command -v "$b" >/dev/null || { log "missing $b: run test/stack/install.sh (make stack)"; exit 1; }
+done
+"$(dirname "${BASH_SOURCE[0]}")/down.sh" --quiet || true
+write_configs
+start_containerd
+import_images
+start_shim
+if [[ -n $KUBELET ]]; then
+	for m in "${MANIFEST_FILES[@]}"; do cp "$m" "$MANIFESTS/"; done
+	start_kubelet
+fi
+log "node up; env in $NODE_RUN/env"
