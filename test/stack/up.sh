@@ -243,6 +243,9 @@ for b in containerd containerd-shim-runc-v2 ctr crictl runc criu; do
 	[[ -x $STACK/bin/$b ]] || command -v "$b" >/dev/null || { log "missing $b: run test/stack/install.sh (make stack)"; exit 1; }
 done
 "$(dirname "${BASH_SOURCE[0]}")/down.sh" --quiet || true
+# A fresh node: no static pods or kubelet state from an earlier run (the
+# containerd root is kept so images need not be imported again).
+rm -rf "$MANIFESTS" "$NODE_DATA/kubelet" "$NODE_DATA/pod-logs"
 write_configs
 start_containerd
 import_images

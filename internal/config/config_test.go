@@ -1,0 +1,134 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deploy/config.toml is the documented example: it must parse and equal the defaults.
+func TestShippedExampleMatchesDefaults(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Config
+	if err := Decode(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c != DefaultConfig() {
+		t.Fatalf("deploy/config.toml differs from DefaultConfig():\n%+v\n%+v", c, DefaultConfig())
+	}
+}
+
+func TestDecodeAndValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name, toml, wantErr string
+	}{
+		{"empty file keeps defaults", "", ""},
+		{"override listen", "[server]\nlisten = \"unix:///run/x/shim.sock\"\n", ""},
+		{"unknown top-level key", "stat_dir = \"/x\"\n", "unknown field stat_dir"},
+		{"unknown nested key", "[runtime]\nendpont = \"/x\"\n", "unknown field runtime.endpont"},
+		{"wrong type", "[server]\nmax_recv_message_size = \"big\"\n", "server.max_recv_message_size"},
+		{"bad duration", "[server]\nshutdown_timeout = \"soon\"\n", "shutdown_timeout"},
+		{"syntax error", "[server\n", "line 1"},
+		{"relative listen", "[server]\nlisten = \"shim.sock\"\n", "server.listen: must be an absolute"},
+		{"relative endpoint", "[runtime]\nendpoint = \"containerd.sock\"\n", "runtime.endpoint: must be an absolute"},
+		{"endpoint is own socket", "[runtime]\nendpoint = \"/run/cri-shim/cri-shim.sock\"\n", "forward to itself"},
+		{"bad mode", "[server]\nsocket_mode = \"rw\"\n", "server.socket_mode"},
+		{"mode too wide", "[server]\nsocket_mode = \"7777\"\n", "server.socket_mode"},
+		{"message size too small", "[server]\nmax_recv_message_size = 1024\n", "server.max_recv_message_size"},
+		{"reconnect too fast", "[runtime]\nreconnect_max_delay = \"1ms\"\n", "runtime.reconnect_max_delay"},
+		{"bad level", "[log]\nlevel = \"loud\"\n", "log.level"},
+		{"bad format", "[log]\nformat = \"xml\"\n", "log.format"},
+		{"relative state dir", "state_dir = \"state\"\n", "state_dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			err := Decode([]byte(tc.toml), &c)
+			if err == nil {
+				err = c.Validate()
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && err == nil:
+				t.Fatalf("accepted; want error containing %q", tc.wantErr)
+			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
+				t.Fatalf("error %q does not name %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryBadField(t *testing.T) {
+	c := DefaultConfig()
+	c.Log.Level = "x"
+	c.Log.Format = "y"
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "log.level") || !strings.Contains(err.Error(), "log.format") {
+		t.Fatalf("want both fields named, got %v", err)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "absent.toml")
+	if c, err := Load(missing, false); err != nil || c != DefaultConfig() {
+		t.Fatalf("absent default file: %v", err)
+	}
+	if _, err := Load(missing, true); err == nil {
+		t.Fatal("absent file named with --config was accepted")
+	}
+	p := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(p, []byte("[server]\nshutdown_timeout = \"3s\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p, true)
+	if err != nil || c.Server.ShutdownTimeout.Duration != 3*time.Second || c.Server.Listen != DefaultConfig().Server.Listen {
+		t.Fatalf("partial file: %+v %v", c, err)
+	}
+}
+
+func TestMarshalRoundTrips(t *testing.T) {
+	b, err := Marshal(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Config
+	if err := Decode(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c != DefaultConfig() {
+		t.Fatalf("round trip changed the config: %+v", c)
+	}
+}
+
+// FuzzDecode: no input may crash the parser or the validator.
+func FuzzDecode(f *testing.F) {
+	b, _ := Marshal(DefaultConfig())
+	f.Add(b)
+	f.Add([]byte("[server]\nlisten = 3\n"))
+	f.Add([]byte("[[server]]\n"))
+	f.Add([]byte("state_dir = \"\\u0000\"\n"))
+	f.Add([]byte("[runtime]\nreconnect_max_delay = \"-9223372036854775808ns\"\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c := DefaultConfig()
+		if err := Decode(in, &c); err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			return
+		}
+		_ = c.Validate()
+	})
+}
