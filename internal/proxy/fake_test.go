@@ -133,7 +133,7 @@ func (f *fakeRuntime) unknownHandler(_ any, ss grpc.ServerStream) error {
 }
 
 // startFake serves a fakeRuntime on sock.
-func startFake(t *testing.T, f *fakeRuntime, sock string) *grpc.Server {
+func startFake(t testing.TB, f *fakeRuntime, sock string) *grpc.Server {
 	t.Helper()
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -148,7 +148,7 @@ func startFake(t *testing.T, f *fakeRuntime, sock string) *grpc.Server {
 }
 
 // startProxy serves a Proxy in front of backendSock and returns a client of it.
-func startProxy(t *testing.T, backendSock string, routes ...Route) (*grpc.ClientConn, *metrics.Collector) {
+func startProxy(t testing.TB, backendSock string, routes ...Route) (*grpc.ClientConn, *metrics.Collector) {
 	t.Helper()
 	backend, err := DialBackend("unix://"+backendSock, BackendOptions{MaxRecvMsgSize: 16 << 20, MaxSendMsgSize: 16 << 20, ReconnectMaxDelay: 200 * time.Millisecond})
 	if err != nil {
@@ -171,7 +171,7 @@ func startProxy(t *testing.T, backendSock string, routes ...Route) (*grpc.Client
 	return cc, mc
 }
 
-func dialSock(t *testing.T, sock string) *grpc.ClientConn {
+func dialSock(t testing.TB, sock string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
@@ -191,7 +191,7 @@ type fixture struct {
 	sock    string
 }
 
-func newFixture(t *testing.T, f *fakeRuntime, routes ...Route) *fixture {
+func newFixture(t testing.TB, f *fakeRuntime, routes ...Route) *fixture {
 	t.Helper()
 	if f == nil {
 		f = &fakeRuntime{}

@@ -11,6 +11,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"google.golang.org/grpc"
@@ -116,6 +117,11 @@ func (p *Proxy) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.UnknownServiceHandler(p.handle),
 		grpc.ForceServerCodecV2(newCodec()),
+		// Reused stream goroutines keep their grown stacks: without workers every
+		// call starts a fresh goroutine and pays for growing its stack again.
+		// When all workers are busy (long-lived event streams) gRPC still starts
+		// a new goroutine, so a stream can never starve the pool.
+		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 	}
 }
 

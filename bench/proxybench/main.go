@@ -1,0 +1,375 @@
+// Command proxybench measures cri-shim against containerd directly, on the real
+// node, interleaved in one run: the same calls, the same containers, direct and
+// through the shim in alternating rounds (order swapped every round), so drift
+// of the machine hits both sides alike. It reports p50/p99 latency, throughput
+// and the ratios, the shim's RSS and CPU per call, and writes them under --out.
+//
+//	proxybench --direct /run/.../containerd.sock --shim /run/.../cri-shim.sock --shim-pid N --out bench/results
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const image = "docker.io/library/busybox:cri-shim"
+
+type result struct {
+	Workload    string  `json:"workload"`
+	Concurrency int     `json:"concurrency"`
+	Side        string  `json:"side"`
+	Calls       int     `json:"calls"`
+	Seconds     float64 `json:"seconds"`
+	Throughput  float64 `json:"throughput_per_s"`
+	P50us       float64 `json:"p50_us"`
+	P99us       float64 `json:"p99_us"`
+}
+
+func main() {
+	direct := flag.String("direct", "", "containerd CRI socket")
+	shim := flag.String("shim", "", "cri-shim socket")
+	shimPID := flag.Int("shim-pid", 0, "cri-shim pid, for RSS and CPU")
+	out := flag.String("out", "bench/results", "results directory")
+	running := flag.Int("running", 100, "running containers (one pod each)")
+	created := flag.Int("created", 900, "extra created (not started) containers, for the 1000-container list")
+	rounds := flag.Int("rounds", 6, "interleaved rounds per workload and concurrency")
+	roundDur := flag.Duration("round", 700*time.Millisecond, "duration of one side of one round")
+	flag.Parse()
+	if *direct == "" || *shim == "" {
+		fmt.Fprintln(os.Stderr, "proxybench: --direct and --shim are required")
+		os.Exit(2)
+	}
+	if err := run(*direct, *shim, *shimPID, *out, *running, *created, *rounds, *roundDur); err != nil {
+		fmt.Fprintln(os.Stderr, "proxybench:", err)
+		os.Exit(1)
+	}
+}
+
+func dial(sock string) (runtimeapi.RuntimeServiceClient, *grpc.ClientConn, error) {
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return nil, nil, err
+	}
+	return runtimeapi.NewRuntimeServiceClient(cc), cc, nil
+}
+
+func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCreated, rounds int, roundDur time.Duration) error {
+	ctx := context.Background()
+	dc, dconn, err := dial(directSock)
+	if err != nil {
+		return err
+	}
+	defer dconn.Close()
+	sc, sconn, err := dial(shimSock)
+	if err != nil {
+		return err
+	}
+	defer sconn.Close()
+
+	sides := []struct {
+		name string
+		c    runtimeapi.RuntimeServiceClient
+	}{{"direct", dc}, {"shim", sc}}
+
+	var results []result
+	var shimCalls int64
+	cpu0 := cpuSeconds(shimPID)
+	measure := func(workload string, call func(c runtimeapi.RuntimeServiceClient, i int) error) error {
+		for _, conc := range []int{1, 16} {
+			lat := map[string][]time.Duration{}
+			busy := map[string]time.Duration{}
+			for r := range rounds {
+				order := []int{0, 1}
+				if r%2 == 1 {
+					order = []int{1, 0}
+				}
+				for _, si := range order {
+					s := sides[si]
+					l, d, err := drive(s.c, conc, roundDur, call)
+					if err != nil {
+						return fmt.Errorf("%s %s c=%d: %w", workload, s.name, conc, err)
+					}
+					lat[s.name] = append(lat[s.name], l...)
+					busy[s.name] += d
+					if s.name == "shim" {
+						shimCalls += int64(len(l))
+					}
+				}
+			}
+			for _, s := range sides {
+				l := lat[s.name]
+				sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+				results = append(results, result{
+					Workload: workload, Concurrency: conc, Side: s.name, Calls: len(l),
+					Seconds: busy[s.name].Seconds(), Throughput: float64(len(l)) / busy[s.name].Seconds(),
+					P50us: us(pct(l, 0.50)), P99us: us(pct(l, 0.99)),
+				})
+			}
+			d, s := results[len(results)-2], results[len(results)-1]
+			fmt.Printf("  %-34s c=%-2d  direct p50 %7.0fµs p99 %7.0fµs %8.0f/s | shim p50 %7.0fµs p99 %7.0fµs %8.0f/s | thr %.3f\n",
+				workload, conc, d.P50us, d.P99us, d.Throughput, s.P50us, s.P99us, s.Throughput, s.Throughput/d.Throughput)
+		}
+		return nil
+	}
+
+	if err := measure("Version", func(c runtimeapi.RuntimeServiceClient, _ int) error {
+		_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	}); err != nil {
+		return err
+	}
+	if nRunning == 0 {
+		// --running 0: small calls only, for quick A/B runs of shim settings; nothing written.
+		fmt.Printf("shim RSS %d kB\n", rssKB(shimPID))
+		return nil
+	}
+	fmt.Printf("setting up %d pods with a running container each...\n", nRunning)
+	t0 := time.Now()
+	pods, runningIDs, err := setup(ctx, dc, nRunning)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  done in %v\n", time.Since(t0).Round(time.Second))
+	listAll := func(want int) func(runtimeapi.RuntimeServiceClient, int) error {
+		return func(c runtimeapi.RuntimeServiceClient, _ int) error {
+			r, err := c.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+			if err == nil && len(r.Containers) != want {
+				err = fmt.Errorf("listed %d containers, want %d", len(r.Containers), want)
+			}
+			return err
+		}
+	}
+	if err := measure(fmt.Sprintf("ListContainers (%d running)", nRunning), listAll(nRunning)); err != nil {
+		return err
+	}
+	if err := measure(fmt.Sprintf("ContainerStatus (%d running)", nRunning), func(c runtimeapi.RuntimeServiceClient, i int) error {
+		_, err := c.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: runningIDs[i%len(runningIDs)]})
+		return err
+	}); err != nil {
+		return err
+	}
+	rssRunning := rssKB(shimPID)
+
+	fmt.Printf("creating %d more containers (not started)...\n", nCreated)
+	t0 = time.Now()
+	if err := createMore(ctx, dc, pods, nCreated); err != nil {
+		return err
+	}
+	fmt.Printf("  done in %v\n", time.Since(t0).Round(time.Second))
+	total := nRunning + nCreated
+	if err := measure(fmt.Sprintf("ListContainers (%d containers)", total), listAll(total)); err != nil {
+		return err
+	}
+	cpu := cpuSeconds(shimPID) - cpu0
+	rssEnd, hwm := rssKB(shimPID), hwmKB(shimPID)
+	return write(outDir, results, nRunning, total, rssRunning, rssEnd, hwm, cpu, shimCalls)
+}
+
+// drive runs call from conc goroutines for d and returns every call's latency.
+func drive(c runtimeapi.RuntimeServiceClient, conc int, d time.Duration, call func(runtimeapi.RuntimeServiceClient, int) error) ([]time.Duration, time.Duration, error) {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		all      []time.Duration
+		firstErr atomic.Pointer[error]
+		seq      atomic.Int64
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 4096)
+			for time.Now().Before(deadline) {
+				t := time.Now()
+				if err := call(c, int(seq.Add(1))); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					break
+				}
+				local = append(local, time.Since(t))
+			}
+			mu.Lock()
+			all = append(all, local...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if e := firstErr.Load(); e != nil {
+		return nil, 0, *e
+	}
+	return all, time.Since(start), nil
+}
+
+// parallel runs f(0..n-1) four at a time and returns the first error.
+func parallel(n int, f func(i int) error) error {
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func setup(ctx context.Context, c runtimeapi.RuntimeServiceClient, n int) ([]podRef, []string, error) {
+	pods := make([]podRef, n)
+	ids := make([]string, n)
+	err := parallel(n, func(i int) error {
+		cfg := &runtimeapi.PodSandboxConfig{
+			Metadata:     &runtimeapi.PodSandboxMetadata{Name: fmt.Sprintf("bench-%03d", i), Namespace: "proxybench", Uid: fmt.Sprintf("proxybench-%03d", i)},
+			LogDirectory: filepath.Join(os.TempDir(), "proxybench", strconv.Itoa(i)),
+			Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+		}
+		r, err := c.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+		if err != nil {
+			return fmt.Errorf("RunPodSandbox: %w", err)
+		}
+		pods[i] = podRef{id: r.PodSandboxId, cfg: cfg}
+		id, err := createContainer(ctx, c, pods[i], "sleeper", []string{"sleep", "100000"})
+		if err != nil {
+			return err
+		}
+		ids[i] = id
+		_, err = c.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+		return err
+	})
+	return pods, ids, err
+}
+
+type podRef struct {
+	id  string
+	cfg *runtimeapi.PodSandboxConfig
+}
+
+func createContainer(ctx context.Context, c runtimeapi.RuntimeServiceClient, p podRef, name string, cmd []string) (string, error) {
+	r, err := c.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: p.id,
+		Config: &runtimeapi.ContainerConfig{
+			Metadata:    &runtimeapi.ContainerMetadata{Name: name},
+			Image:       &runtimeapi.ImageSpec{Image: image},
+			Command:     cmd,
+			LogPath:     name + ".log",
+			Annotations: map[string]string{"proxybench": "1"},
+			Labels:      map[string]string{"io.kubernetes.container.name": name, "bench": "proxy"},
+			Linux:       &runtimeapi.LinuxContainerConfig{},
+		},
+		SandboxConfig: p.cfg,
+	})
+	if err != nil {
+		return "", fmt.Errorf("CreateContainer: %w", err)
+	}
+	return r.ContainerId, nil
+}
+
+func createMore(ctx context.Context, c runtimeapi.RuntimeServiceClient, pods []podRef, n int) error {
+	return parallel(n, func(i int) error {
+		_, err := createContainer(ctx, c, pods[i%len(pods)], fmt.Sprintf("idle-%04d", i), []string{"true"})
+		return err
+	})
+}
+
+func pct(l []time.Duration, p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	return l[int(float64(len(l)-1)*p)]
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func procStatus(pid int, key string) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, key+":") {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				v, _ := strconv.Atoi(f[1])
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+func rssKB(pid int) int { return procStatus(pid, "VmRSS") }
+func hwmKB(pid int) int { return procStatus(pid, "VmHWM") }
+
+// cpuSeconds is the shim's user+system CPU time (clock ticks of 100 Hz).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+func write(dir string, rs []result, nRunning, total, rssRunning, rssEnd, hwm int, cpu float64, shimCalls int64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# cri-shim proxy benchmark\n\n%s, %s, %d cores. containerd direct vs through cri-shim, interleaved rounds in one run.\n\n",
+		time.Now().UTC().Format(time.RFC3339), host, numCPU())
+	fmt.Fprintf(&b, "| workload | conc | direct p50 µs | shim p50 µs | added p50 µs | direct p99 µs | shim p99 µs | direct calls/s | shim calls/s | shim/direct throughput |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i := 0; i+1 < len(rs); i += 2 {
+		d, s := rs[i], rs[i+1]
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %+.0f | %.0f | %.0f | %.0f | %.0f | %.3f |\n",
+			d.Workload, d.Concurrency, d.P50us, s.P50us, s.P50us-d.P50us, d.P99us, s.P99us, d.Throughput, s.Throughput, s.Throughput/d.Throughput)
+	}
+	fmt.Fprintf(&b, "\nShim RSS: %.1f MB with %d pods running; %.1f MB at the end (%d containers), peak %.1f MB.\n",
+		float64(rssRunning)/1024, nRunning, float64(rssEnd)/1024, total, float64(hwm)/1024)
+	if shimCalls > 0 {
+		fmt.Fprintf(&b, "Shim CPU: %.2f s for %d calls through it (%.1f µs per call, all workloads).\n", cpu, shimCalls, cpu*1e6/float64(shimCalls))
+	}
+	md := b.String()
+	fmt.Print("\n" + md)
+	stamp := time.Now().UTC().Format("20060102-150405")
+	if err := os.WriteFile(filepath.Join(dir, "proxy-"+stamp+".md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "proxy-latest.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	j, _ := json.MarshalIndent(map[string]any{"results": rs, "shim_rss_kb_running": rssRunning, "shim_rss_kb_end": rssEnd, "shim_hwm_kb": hwm, "shim_cpu_s": cpu, "shim_calls": shimCalls}, "", "  ")
+	return os.WriteFile(filepath.Join(dir, "proxy-latest.json"), j, 0o644)
+}
+
+func numCPU() int {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(b), "processor\t:")
+}
