@@ -1,0 +1,63 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serve under systemd: READY=1 reaches $NOTIFY_SOCKET once the CRI socket
+// accepts calls, and SIGTERM shuts down cleanly (exit 0, socket removed).
+func TestServeNotifiesReadyAndStopsOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	notify := filepath.Join(dir, "notify.sock")
+	nl, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	t.Setenv("NOTIFY_SOCKET", notify)
+	cfg := filepath.Join(dir, "config.toml")
+	listen := filepath.Join(dir, "shim.sock")
+	body := "state_dir = \"" + dir + "\"\n[server]\nlisten = \"" + listen + "\"\nshutdown_timeout = \"2s\"\n" +
+		"[runtime]\nendpoint = \"" + filepath.Join(dir, "absent.sock") + "\"\n[metrics]\naddress = \"\"\n[log]\nformat = \"text\"\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"serve", "--config", cfg}) }()
+
+	buf := make([]byte, 256)
+	_ = nl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := nl.Read(buf)
+	if err != nil {
+		t.Fatalf("no sd_notify message: %v", err)
+	}
+	if !strings.Contains(string(buf[:n]), "READY=1") {
+		t.Fatalf("sd_notify sent %q", buf[:n])
+	}
+	c, err := net.Dial("unix", listen)
+	if err != nil {
+		t.Fatalf("READY sent but the socket does not accept: %v", err)
+	}
+	c.Close()
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d after SIGTERM", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+	if _, err := os.Stat(listen); !os.IsNotExist(err) {
+		t.Fatalf("socket left after shutdown: %v", err)
+	}
+}
