@@ -3,6 +3,7 @@
 //	cri-shim serve [--config F] [--listen S] [--runtime-endpoint S] [--log-level L]
 //	cri-shim version
 //	cri-shim config default|check [--config F]
+//	cri-shim backoff [--config F]
 package main
 
 import (
@@ -26,6 +27,8 @@ func run(args []string) int {
 		return printVersion()
 	case "config":
 		return configCmd(args[1:])
+	case "backoff":
+		return backoffCmd(args[1:])
 	case "help", "-h", "--help":
 		usage()
 		return 0
@@ -42,5 +45,6 @@ commands:
   serve     run the CRI proxy daemon
   version   print the version
   config    default: print the default config; check: validate a config file
+  backoff   print the effective restart backoff curve of a config
 `)
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
 )
 
 // DefaultPath is where the daemon looks for its config when --config is not given.
@@ -31,6 +33,21 @@ type Config struct {
 	Metrics MetricsConfig `toml:"metrics"`
 	// Log configures structured logging.
 	Log LogConfig `toml:"log"`
+	// Backoff is the restart curve (KEP-4603) for every restart the shim governs.
+	Backoff BackoffConfig `toml:"backoff"`
+}
+
+// BackoffConfig is the KEP-4603 restart curve: initial_delay doubling up to
+// max_delay, or up to the per-node max_container_restart_period when it is set.
+type BackoffConfig struct {
+	// InitialDelay is the wait before the first restart (no free first restart).
+	InitialDelay Duration `toml:"initial_delay" comment:"Wait before the first restart; doubles on each restart."`
+	// MaxDelay caps the curve when no per-node maximum is set.
+	MaxDelay Duration `toml:"max_delay" comment:"Cap of the curve when max_container_restart_period is not set."`
+	// MaxContainerRestartPeriod is the per-node maximum in whole seconds (1..300),
+	// like the kubelet's crashLoopBackOff.maxContainerRestartPeriod. Unset by default;
+	// when set it replaces max_delay and lowers initial_delay to itself if needed.
+	MaxContainerRestartPeriod *int `toml:"max_container_restart_period,omitempty" comment:"Per-node maximum, whole seconds 1..300 (unset by default)."`
 }
 
 // ServerConfig is the shim's own CRI socket.
@@ -104,6 +121,7 @@ func DefaultConfig() Config {
 		},
 		Metrics: MetricsConfig{Address: "127.0.0.1:9464"},
 		Log:     LogConfig{Level: "info", Format: "json"},
+		Backoff: BackoffConfig{InitialDelay: Duration{time.Second}, MaxDelay: Duration{time.Minute}},
 	}
 }
 
@@ -191,7 +209,21 @@ func (c *Config) Validate() error {
 	if c.Log.Format != "json" && c.Log.Format != "text" {
 		bad("log.format", "must be json or text, got %q", c.Log.Format)
 	}
+	if n := c.Backoff.MaxContainerRestartPeriod; n != nil && (*n < 1 || *n > 300) {
+		bad("backoff.max_container_restart_period", "must be whole seconds from 1 to 300, got %d", *n)
+	} else if _, err := c.BackoffCurve(); err != nil {
+		bad("backoff", "%v", err)
+	}
 	return errors.Join(errs...)
+}
+
+// BackoffCurve resolves the effective restart curve (KEP-4603 conflict resolution).
+func (c *Config) BackoffCurve() (backoff.Curve, error) {
+	var nodeMax time.Duration
+	if n := c.Backoff.MaxContainerRestartPeriod; n != nil {
+		nodeMax = time.Duration(*n) * time.Second
+	}
+	return backoff.Resolve(c.Backoff.InitialDelay.Duration, c.Backoff.MaxDelay.Duration, nodeMax)
 }
 
 // ParseLevel maps a level name to slog's level.

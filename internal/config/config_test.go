@@ -51,6 +51,13 @@ func TestDecodeAndValidate(t *testing.T) {
 		{"bad level", "[log]\nlevel = \"loud\"\n", "log.level"},
 		{"bad format", "[log]\nformat = \"xml\"\n", "log.format"},
 		{"relative state dir", "state_dir = \"state\"\n", "state_dir"},
+		{"node max 4", "[backoff]\nmax_container_restart_period = 4\n", ""},
+		{"node max 0", "[backoff]\nmax_container_restart_period = 0\n", "backoff.max_container_restart_period: must be whole seconds from 1 to 300, got 0"},
+		{"node max 301", "[backoff]\nmax_container_restart_period = 301\n", "got 301"},
+		{"node max abc", "[backoff]\nmax_container_restart_period = \"abc\"\n", "backoff.max_container_restart_period"},
+		{"node max fractional", "[backoff]\nmax_container_restart_period = 2.5\n", "backoff.max_container_restart_period"},
+		{"initial zero", "[backoff]\ninitial_delay = \"0s\"\n", "initial delay must be positive"},
+		{"max below initial", "[backoff]\ninitial_delay = \"10s\"\nmax_delay = \"5s\"\n", "below the initial delay"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()

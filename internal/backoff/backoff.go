@@ -1,0 +1,179 @@
+// Package backoff is the restart backoff curve of KEP-4603 ("Tune
+// CrashLoopBackoff") for every restart cri-shim governs: an exponential curve
+// from an initial delay (default 1 s) doubling to a maximum (default 60 s), a
+// per-node maximum an operator may set between 1 and 300 s, and a flat
+// 10-minute reset: a container (or pod) that ran 10 minutes without exiting
+// starts the curve again. Unlike the kubelet before k/k#123602 was fixed, the
+// first restart waits the initial delay too.
+package backoff
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ResetAfter is the uninterrupted run time after which the curve starts over.
+const ResetAfter = 10 * time.Minute
+
+// Node maximum limits, as for the kubelet's crashLoopBackOff.maxContainerRestartPeriod.
+const (
+	MinNodeMax = 1 * time.Second
+	MaxNodeMax = 300 * time.Second
+)
+
+// Curve is an effective initial delay and maximum.
+type Curve struct {
+	Initial time.Duration
+	Max     time.Duration
+}
+
+// Resolve applies KEP-4603's conflict resolution to a configuration: with no
+// node maximum (nodeMax == 0) the curve is initial..defaultMax; with one, it
+// must lie in [1 s, 300 s], it replaces the maximum (even above the default),
+// and an initial delay above it is lowered to it.
+func Resolve(initial, defaultMax, nodeMax time.Duration) (Curve, error) {
+	if initial <= 0 {
+		return Curve{}, fmt.Errorf("initial delay must be positive, got %s", initial)
+	}
+	if defaultMax < initial {
+		return Curve{}, fmt.Errorf("maximum delay %s is below the initial delay %s", defaultMax, initial)
+	}
+	if nodeMax == 0 {
+		return Curve{Initial: initial, Max: defaultMax}, nil
+	}
+	if nodeMax < MinNodeMax || nodeMax > MaxNodeMax {
+		return Curve{}, fmt.Errorf("node maximum must be between %s and %s, got %s", MinNodeMax, MaxNodeMax, nodeMax)
+	}
+	c := Curve{Initial: initial, Max: nodeMax}
+	if c.Initial > nodeMax {
+		c.Initial = nodeMax
+	}
+	return c, nil
+}
+
+// Delay is the wait before the n-th restart (n >= 1) since the curve last reset.
+func (c Curve) Delay(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := c.Initial
+	for i := 1; i < n; i++ {
+		d *= 2
+		if d >= c.Max {
+			return c.Max
+		}
+	}
+	if d > c.Max {
+		return c.Max
+	}
+	return d
+}
+
+// Clock is the time source; tests inject a fake one.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// RealClock is the wall clock.
+var RealClock Clock = realClock{}
+
+// Key names what restarts: a container of a pod, or (Container == "") the whole pod.
+type Key struct {
+	PodUID    string
+	Container string
+}
+
+// State is what the tracker knows of one key.
+type State struct {
+	Restarts  int           // restarts since the curve last reset
+	LastDelay time.Duration // delay applied to the latest restart
+	NotBefore time.Time     // the latest restart may not happen before this
+}
+
+// Tracker keeps the curve position per key. It is safe for concurrent use; it
+// is touched once per restart, never on the CRI hot path.
+type Tracker struct {
+	curve Curve
+	clock Clock
+
+	mu      sync.Mutex
+	entries map[Key]*State
+}
+
+// NewTracker returns a tracker for curve c using clock (nil: the wall clock).
+func NewTracker(c Curve, clock Clock) *Tracker {
+	if clock == nil {
+		clock = RealClock
+	}
+	return &Tracker{curve: c, clock: clock, entries: map[Key]*State{}}
+}
+
+// Curve returns the tracker's effective curve.
+func (t *Tracker) Curve() Curve { return t.curve }
+
+// Exited records that key's process (or pod) ran from started to finished and
+// must now be restarted. It returns the delay and the earliest time of the
+// restart: finished plus the delay. A run of ResetAfter or more resets the curve first.
+func (t *Tracker) Exited(k Key, started, finished time.Time) State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.entries[k]
+	if s == nil {
+		s = &State{}
+		t.entries[k] = s
+	}
+	if !started.IsZero() && finished.Sub(started) >= ResetAfter {
+		s.Restarts = 0
+	}
+	s.Restarts++
+	s.LastDelay = t.curve.Delay(s.Restarts)
+	s.NotBefore = finished.Add(s.LastDelay)
+	return *s
+}
+
+// Remaining is how long key must still wait (0 if it may restart now).
+func (t *Tracker) Remaining(k Key) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.entries[k]
+	if s == nil {
+		return 0
+	}
+	if d := s.NotBefore.Sub(t.clock.Now()); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// Get returns key's state, if any.
+func (t *Tracker) Get(k Key) (State, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.entries[k]
+	if !ok {
+		return State{}, false
+	}
+	return *s, true
+}
+
+// Restore sets key's state, e.g. from the shim's state directory after a restart.
+func (t *Tracker) Restore(k Key, s State) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cp := s
+	t.entries[k] = &cp
+}
+
+// Forget drops every key of a pod (the pod is gone).
+func (t *Tracker) Forget(podUID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.entries {
+		if k.PodUID == podUID {
+			delete(t.entries, k)
+		}
+	}
+}
