@@ -40,3 +40,22 @@ func Unary[Req, Resp any, PReq interface {
 		return ss.SendMsg(PResp(resp))
 	}}
 }
+
+// UnaryIf is Unary whose typed path runs only while active() reports true;
+// otherwise the call is forwarded raw, so a feature with nothing to do costs
+// the hot path one function call.
+func UnaryIf[Req, Resp any, PReq interface {
+	*Req
+	proto.Message
+}, PResp interface {
+	*Resp
+	proto.Message
+}](method string, active func() bool, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) Route {
+	typed := Unary[Req, Resp, PReq, PResp](method, fn).Handler
+	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+		if !active() {
+			return forwardUnary(ss, method, backend)
+		}
+		return typed(ctx, ss, backend)
+	}}
+}

@@ -16,8 +16,10 @@ import (
 	"google.golang.org/grpc/connectivity"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/metrics"
+	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -47,7 +49,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	defer backend.Close()
 
 	mc := metrics.New(proxy.CRIMethods())
-	p, err := proxy.New(backend, mc, o.Routes...)
+	curve, err := cfg.BackoffCurve()
+	if err != nil {
+		return fmt.Errorf("backoff: %w", err)
+	}
+	pods, err := podstate.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, backoff.NewTracker(curve, nil), log)
+	if err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	mc.Registry.MustRegister(pods.Collectors()...)
+	p, err := proxy.New(backend, mc, append(o.Routes, pods.Routes()...)...)
 	if err != nil {
 		return err
 	}
@@ -80,6 +91,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	defer stopWatch()
 	wg.Add(1)
 	go func() { defer wg.Done(); watchBackend(watchCtx, backend, log) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); pods.Run(watchCtx) }()
 
 	var hs *http.Server
 	if cfg.Metrics.Address != "" {

@@ -1,0 +1,362 @@
+// Package podstate is cri-shim's in-place pod restart (KEP-5532's
+// RestartAllContainers) for an unmodified kubelet: when a container of a pod
+// with a matching restart rule exits, the pod's containers are stopped
+// gracefully and started again in the same sandbox, init containers first,
+// with the kubelet doing the starting. docs/in-place-restart.md explains the
+// mechanism and the kubelet code it relies on.
+package podstate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
+)
+
+// runtimeService is the part of the CRI the manager calls on the runtime itself.
+type runtimeService interface {
+	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+	ContainerStatus(ctx context.Context, in *runtimeapi.ContainerStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error)
+	StopContainer(ctx context.Context, in *runtimeapi.StopContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error)
+	CreateContainer(ctx context.Context, in *runtimeapi.CreateContainerRequest, opts ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error)
+	StartContainer(ctx context.Context, in *runtimeapi.StartContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error)
+	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
+}
+
+// Manager tracks the pods that carry restart rules and drives their restarts.
+// Pods without rules cost nothing: the proxy's routes check Tracked() and
+// forward raw when it is zero.
+type Manager struct {
+	rt    runtimeService
+	st    *store
+	bo    *backoff.Tracker
+	log   *slog.Logger
+	clock backoff.Clock
+
+	tracked atomic.Int32
+
+	mu   sync.Mutex
+	pods map[string]*Pod   // by sandbox ID
+	byID map[string]string // container ID -> sandbox ID
+
+	work    chan string
+	active  map[string]bool // sandboxes with an executor running
+	metrics *metrics
+}
+
+// New loads the persisted pods from stateDir and returns a manager. Restarts
+// that were in progress when the shim stopped resume when Run starts.
+func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logger) (*Manager, error) {
+	st, err := newStore(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
+		pods: map[string]*Pod{}, byID: map[string]string{},
+		work: make(chan string, 64), active: map[string]bool{},
+		metrics: newMetrics(),
+	}
+	pods, errs := st.load()
+	for _, err := range errs {
+		log.Error("podstate: unreadable state file skipped", "err", err)
+	}
+	for _, p := range pods {
+		m.adopt(p)
+		if p.Trigger != nil {
+			bo.Restore(backoff.Key{PodUID: p.UID}, backoff.State{Restarts: p.Restarts, NotBefore: p.NotBefore})
+		}
+	}
+	return m, nil
+}
+
+func (m *Manager) adopt(p *Pod) {
+	if p.IDs == nil {
+		p.IDs = map[string]string{}
+	}
+	if p.Latest == nil {
+		p.Latest = map[string]string{}
+	}
+	if p.Creates == nil {
+		p.Creates = map[string][]byte{}
+	}
+	if p.Phase == "" {
+		p.Phase = PhaseRunning
+	}
+	m.pods[p.SandboxID] = p
+	for id := range p.IDs {
+		m.byID[id] = p.SandboxID
+	}
+	m.tracked.Store(int32(len(m.pods)))
+}
+
+// Tracked is the number of pods with rules; zero means every call may be forwarded raw.
+func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
+
+// Pods returns a copy of every tracked pod's state (for `cri-shim pods`).
+func (m *Manager) Pods() []Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Pod, 0, len(m.pods))
+	for _, p := range m.pods {
+		out = append(out, *p)
+	}
+	return out
+}
+
+func (m *Manager) save(p *Pod) {
+	if err := m.st.save(p); err != nil {
+		m.log.Error("podstate: persisting pod state failed", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+}
+
+// kick asks Run to work on a sandbox; a full queue is fine, the periodic scan catches it.
+func (m *Manager) kick(sandboxID string) {
+	select {
+	case m.work <- sandboxID:
+	default:
+	}
+}
+
+// Run drives restarts until ctx ends: it resumes what was in progress, watches
+// the runtime's container events so exits are seen at once, and rescans every
+// second so nothing depends on a single event.
+func (m *Manager) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); m.watchEvents(ctx) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	m.scan(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-m.work:
+			m.startExecutor(ctx, &wg, id)
+		case <-tick.C:
+			m.scan(ctx)
+			m.mu.Lock()
+			var ids []string
+			for id, p := range m.pods {
+				if p.Phase != PhaseRunning {
+					ids = append(ids, id)
+				}
+			}
+			m.mu.Unlock()
+			for _, id := range ids {
+				m.startExecutor(ctx, &wg, id)
+			}
+		}
+	}
+}
+
+func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandboxID string) {
+	m.mu.Lock()
+	if m.active[sandboxID] || m.pods[sandboxID] == nil {
+		m.mu.Unlock()
+		return
+	}
+	m.active[sandboxID] = true
+	m.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() {
+			m.mu.Lock()
+			delete(m.active, sandboxID)
+			m.mu.Unlock()
+		}()
+		if err := m.execute(ctx, sandboxID); err != nil && ctx.Err() == nil {
+			m.log.Error("podstate: restart step failed; retrying", "sandbox", sandboxID, "err", err)
+			m.mu.Lock()
+			if p := m.pods[sandboxID]; p != nil {
+				p.LastError = err.Error()
+			}
+			m.mu.Unlock()
+		}
+	}()
+}
+
+// scan classifies exits of tracked pods that nobody has asked about yet, so a
+// restart starts within a second even if the kubelet is slow to look.
+func (m *Manager) scan(ctx context.Context) {
+	if m.Tracked() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}},
+	})
+	if err != nil {
+		return
+	}
+	m.classifyExited(ctx, resp.Containers)
+}
+
+// classifyExited decides, for exited containers of tracked pods not yet
+// classified, whether the exit triggers a pod restart. It fetches exit codes
+// outside the lock.
+func (m *Manager) classifyExited(ctx context.Context, cs []*runtimeapi.Container) {
+	var need []string
+	m.mu.Lock()
+	for _, c := range cs {
+		if c.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+			continue
+		}
+		p := m.pods[c.PodSandboxId]
+		if p == nil {
+			continue
+		}
+		markDead(p, c.Id)
+		if m.needsClassification(p, c.Id, c.GetMetadata().GetName()) {
+			need = append(need, c.Id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range need {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			continue
+		}
+		m.classify(st.GetStatus())
+	}
+}
+
+func (m *Manager) needsClassification(p *Pod, id, name string) bool {
+	if p.Phase != PhaseRunning || len(p.Rules[name]) == 0 || p.Settled[id] {
+		return false
+	}
+	if _, ours := p.IDs[id]; !ours {
+		return false
+	}
+	return true
+}
+
+func markDead(p *Pod, id string) {
+	if _, ours := p.IDs[id]; !ours || p.Dead[id] {
+		return
+	}
+	if p.Dead == nil {
+		p.Dead = map[string]bool{}
+	}
+	p.Dead[id] = true
+}
+
+func settle(p *Pod, id string) {
+	if p.Settled == nil {
+		p.Settled = map[string]bool{}
+	}
+	p.Settled[id] = true
+}
+
+// classify records an exited container's verdict and, on a matching rule,
+// starts the pod's restart. It reports whether the exit triggered a restart.
+func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
+	if s == nil || s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sid := m.byID[s.Id]
+	p := m.pods[sid]
+	name := s.GetMetadata().GetName()
+	if p == nil {
+		return false
+	}
+	markDead(p, s.Id)
+	if !m.needsClassification(p, s.Id, name) {
+		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id
+	}
+	if p.Rules.Match(name, s.ExitCode) != ActionRestartAllContainers {
+		settle(p, s.Id)
+		m.save(p)
+		return false
+	}
+	now := m.clock.Now()
+	finished := time.Unix(0, s.FinishedAt)
+	started := time.Unix(0, s.StartedAt)
+	bst := m.bo.Exited(backoff.Key{PodUID: p.UID}, started, finished)
+	p.Phase, p.PhaseSince = PhaseTerminating, now
+	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished}
+	p.Old = maps.Clone(p.IDs)
+	p.Fake = map[string]bool{s.Id: true}
+	for id := range p.Old {
+		if !p.Dead[id] {
+			p.Fake[id] = true
+		}
+		settle(p, id)
+	}
+	p.New = nil
+	p.NotBefore = bst.NotBefore
+	p.LastError = ""
+	m.save(p)
+	m.metrics.restarts.Inc()
+	m.metrics.delay.Observe(bst.LastDelay.Seconds())
+	m.log.Info("podstate: restart rule matched; restarting all containers in place",
+		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
+	m.kick(p.SandboxID)
+	return true
+}
+
+// execute performs the next steps of a pod's restart; every step is safe to
+// repeat, so a shim killed at any point finishes the restart when it comes back.
+func (m *Manager) execute(ctx context.Context, sandboxID string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil {
+		m.mu.Unlock()
+		return nil
+	}
+	phase, old, notBefore := p.Phase, maps.Clone(p.Old), p.NotBefore
+	m.mu.Unlock()
+
+	switch phase {
+	case PhaseTerminating:
+		if err := m.stopAll(ctx, old); err != nil {
+			return err
+		}
+		if wait := notBefore.Sub(m.clock.Now()); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		m.mu.Lock()
+		if p.Phase == PhaseTerminating {
+			p.Phase, p.PhaseSince = PhaseStartup, m.clock.Now()
+			m.save(p)
+		}
+		m.mu.Unlock()
+		return m.replay(ctx, sandboxID)
+	case PhaseStartup:
+		return m.replay(ctx, sandboxID)
+	}
+	return nil
+}
+
+func (m *Manager) ensureStarted(ctx context.Context, id string) error {
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		return fmt.Errorf("status of restarted container %s: %w", id, err)
+	}
+	if st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_CREATED {
+		if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+			return fmt.Errorf("start restarted container %s: %w", id, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,344 @@
+package podstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Annotations the kubelet puts on every container it creates
+// (pkg/kubelet/kuberuntime/labels.go, kubelet v1.36.3).
+const (
+	annotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
+	annotationPreStop      = "io.kubernetes.container.preStopHandler"
+	annotationRestartCount = "io.kubernetes.container.restartCount"
+	defaultGracePeriod     = 30 * time.Second
+)
+
+// stopAll stops every old instance that still runs, in parallel, as the
+// kubelet would: the preStop exec hook, then SIGTERM and SIGKILL after the
+// pod's grace period (StopContainer's timeout).
+func (m *Manager) stopAll(ctx context.Context, old map[string]string) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(old))
+	for id := range old {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.stopOne(ctx, id); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
+
+func (m *Manager) stopOne(ctx context.Context, id string) error {
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", id, err)
+	}
+	s := st.GetStatus()
+	if s.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil
+	}
+	grace := defaultGracePeriod
+	if v, err := strconv.ParseInt(s.Annotations[annotationGracePeriod], 10, 64); err == nil && v >= 0 {
+		grace = time.Duration(v) * time.Second
+	}
+	start := m.clock.Now()
+	if h := s.Annotations[annotationPreStop]; h != "" {
+		m.runPreStop(ctx, id, h, grace)
+	}
+	left := grace - m.clock.Now().Sub(start)
+	if left < 0 {
+		left = 0
+	}
+	_, err = m.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(left / time.Second)})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	return nil
+}
+
+// runPreStop runs an exec preStop hook; HTTP and sleep hooks are not run by the
+// shim (logged), the container is then stopped with its full grace period.
+func (m *Manager) runPreStop(ctx context.Context, id, handlerJSON string, grace time.Duration) {
+	var h corev1.LifecycleHandler
+	if err := json.Unmarshal([]byte(handlerJSON), &h); err != nil {
+		m.log.Warn("podstate: unreadable preStop handler; skipped", "container", id, "err", err)
+		return
+	}
+	switch {
+	case h.Exec != nil:
+		_, err := m.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: h.Exec.Command, Timeout: int64(grace / time.Second)})
+		if err != nil {
+			m.log.Warn("podstate: preStop exec failed", "container", id, "err", err)
+		}
+	case h.Sleep != nil:
+		d := time.Duration(h.Sleep.Seconds) * time.Second
+		if d > grace {
+			d = grace
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	default:
+		m.log.Warn("podstate: preStop handler type not run by the shim during an in-place restart", "container", id)
+	}
+}
+
+// replay starts the pod's containers again as the kubelet first started them:
+// its own recorded CreateContainer requests, in its order, each with the next
+// restart count and log file; a container that ran to completion the first
+// time (a regular init container) must exit 0 before the next one starts. The
+// new instances stay hidden until all are up, then swap() shows them at once.
+// Why the shim and not the kubelet does the starting: docs/in-place-restart.md.
+func (m *Manager) replay(ctx context.Context, sandboxID string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Phase != PhaseStartup {
+		m.mu.Unlock()
+		return nil
+	}
+	seq := append([]SeqEntry(nil), p.Seq...)
+	m.mu.Unlock()
+	if len(seq) == 0 {
+		return fmt.Errorf("no recorded start order for the pod")
+	}
+	for _, e := range seq {
+		id, err := m.replayOne(ctx, sandboxID, e.Name)
+		if err != nil {
+			return err
+		}
+		s, err := m.waitFor(ctx, id, e.WaitExit)
+		if err != nil {
+			return err
+		}
+		if e.WaitExit && s.ExitCode != 0 {
+			// A genuine failure after the restart: show it; the pod's
+			// restartPolicy decides (Never: the pod fails).
+			m.log.Info("podstate: init container failed after the restart; handing the pod back to the kubelet",
+				"container", e.Name, "exitCode", s.ExitCode)
+			break
+		}
+	}
+	m.swap(sandboxID)
+	return nil
+}
+
+// replayOne creates and starts one container again, once: a container created
+// before a crash of the shim is found in p.New and only started if needed.
+func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, error) {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	for id, n := range p.New {
+		if n == name {
+			m.mu.Unlock()
+			return id, m.ensureStarted(ctx, id)
+		}
+	}
+	raw, logDir := p.Creates[name], p.LogDirectory
+	m.mu.Unlock()
+	if raw == nil {
+		return "", fmt.Errorf("no recorded CreateContainer for %q", name)
+	}
+	var req runtimeapi.CreateContainerRequest
+	if err := proto.Unmarshal(raw, &req); err != nil {
+		return "", fmt.Errorf("recorded CreateContainer for %q: %w", name, err)
+	}
+	n := nextRestartCount(&req, logDir)
+	cfg := req.GetConfig()
+	cfg.Metadata.Attempt = uint32(n)
+	if cfg.Annotations == nil {
+		cfg.Annotations = map[string]string{}
+	}
+	cfg.Annotations[annotationRestartCount] = strconv.Itoa(n)
+	cfg.LogPath = filepath.Join(name, fmt.Sprintf("%d.log", n))
+	resp, err := m.rt.CreateContainer(ctx, &req)
+	if err != nil {
+		return "", fmt.Errorf("create %q again: %w", name, err)
+	}
+	id := resp.ContainerId
+	m.mu.Lock()
+	if p.New == nil {
+		p.New = map[string]string{}
+	}
+	p.New[id] = name
+	p.IDs[id] = name
+	m.byID[id] = sandboxID
+	if b, err := proto.Marshal(&req); err == nil {
+		p.Creates[name] = b
+	}
+	m.save(p)
+	m.mu.Unlock()
+	return id, m.ensureStarted(ctx, id)
+}
+
+// waitFor waits until a started container runs (or, with exit, has exited).
+func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
+	deadline := m.clock.Now().Add(30 * time.Second)
+	for {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			return nil, fmt.Errorf("status of %s: %w", id, err)
+		}
+		s := st.GetStatus()
+		switch {
+		case s.State == runtimeapi.ContainerState_CONTAINER_EXITED:
+			return s, nil
+		case !exit && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
+			return s, nil
+		case !exit && m.clock.Now().After(deadline):
+			return s, nil // up or not, the kubelet will judge it once it is shown
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// swap ends a restart: the new instances become visible and the old ones show
+// their real (exited) state, as the previous instance of each container.
+func (m *Manager) swap(sandboxID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Phase != PhaseStartup {
+		return
+	}
+	for id, name := range p.New {
+		p.Latest[name] = id
+	}
+	p.Restarts++
+	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
+	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
+	p.Old, p.Fake, p.New, p.LastError = nil, nil, nil, ""
+	m.save(p)
+	m.metrics.latency.Observe(took.Seconds())
+	m.log.Info("podstate: pod restarted in place", "pod", p.Namespace+"/"+p.Name, "restarts", p.Restarts, "sinceExit", took.Round(time.Millisecond))
+}
+
+var logFileRe = regexp.MustCompile(`^(\d+)\.log`)
+
+// nextRestartCount is one more than both the recorded request's count and the
+// highest N.log in the container's log directory, as the kubelet computes it
+// when a container has no status left (calcRestartCountByLogDir).
+func nextRestartCount(req *runtimeapi.CreateContainerRequest, logDir string) int {
+	n := int(req.GetConfig().GetMetadata().GetAttempt()) + 1
+	if v, err := strconv.Atoi(req.GetConfig().GetAnnotations()[annotationRestartCount]); err == nil && v+1 > n {
+		n = v + 1
+	}
+	if logDir != "" {
+		entries, _ := os.ReadDir(filepath.Join(logDir, req.GetConfig().GetMetadata().GetName()))
+		for _, e := range entries {
+			if mm := logFileRe.FindStringSubmatch(e.Name()); mm != nil {
+				if v, err := strconv.Atoi(mm[1]); err == nil && v+1 > n {
+					n = v + 1
+				}
+			}
+		}
+	}
+	return n
+}
+
+// watchEvents follows the runtime's container events so an exit is classified
+// the moment it happens; Run's periodic scan covers gaps (reconnects, restarts).
+func (m *Manager) watchEvents(ctx context.Context) {
+	type eventer interface {
+		GetContainerEvents(ctx context.Context, in *runtimeapi.GetEventsRequest, opts ...grpc.CallOption) (runtimeapi.RuntimeService_GetContainerEventsClient, error)
+	}
+	ev, ok := m.rt.(eventer)
+	if !ok {
+		return
+	}
+	for ctx.Err() == nil {
+		s, err := ev.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+		if err == nil {
+			for {
+				e, err := s.Recv()
+				if err != nil {
+					break
+				}
+				if e.ContainerEventType != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || m.Tracked() == 0 {
+					continue
+				}
+				for _, cs := range e.ContainersStatuses {
+					if cs.Id == e.ContainerId {
+						m.classify(cs)
+					}
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) || ctx.Err() != nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+type metrics struct {
+	latency  prometheus.Histogram
+	restarts prometheus.Counter
+	delay    prometheus.Histogram
+	problems prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cri_shim_pod_restart_duration_seconds", Help: "From the triggering exit to all containers running again (backoff included).",
+			Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
+		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pod_restarts_total", Help: "In-place pod restarts started by a RestartAllContainers rule.",
+		}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cri_shim_pod_restart_backoff_seconds", Help: "Backoff delay applied before an in-place pod restart.",
+			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 60, 120, 300},
+		}),
+		problems: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_restart_rule_problems_total", Help: "Malformed restart-rules annotations (the pod runs with plain kubelet behaviour).",
+		}),
+	}
+}
+
+// Collectors are the manager's metrics, for the shim's registry.
+func (m *Manager) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency}
+}

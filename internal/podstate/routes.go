@@ -1,0 +1,270 @@
+package podstate
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+const svc = "/runtime.v1.RuntimeService/"
+
+// Routes are the CRI calls the in-place restart takes part in. Every status
+// path the kubelet reads (ListContainers, ContainerStatus, GetContainerEvents)
+// goes through the same view, so the kubelet never sees a triggering exit as
+// final, whichever call it happens to make first.
+func (m *Manager) Routes() []proxy.Route {
+	active := func() bool { return m.Tracked() > 0 }
+	return []proxy.Route{
+		proxy.Unary(svc+"RunPodSandbox", m.runPodSandbox),
+		proxy.UnaryIf(svc+"CreateContainer", active, m.createContainer),
+		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
+		proxy.UnaryIf(svc+"ListContainers", active, m.listContainers),
+		proxy.UnaryIf(svc+"ContainerStatus", active, m.containerStatus),
+		{Method: svc + "GetContainerEvents", Handler: m.containerEvents},
+	}
+}
+
+func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	cfg := req.GetConfig()
+	rules, problems := ParseRules(cfg.GetAnnotations())
+	md := cfg.GetMetadata()
+	for _, pr := range problems {
+		m.metrics.problems.Inc()
+		m.log.Warn("podstate: "+pr, "pod", md.GetNamespace()+"/"+md.GetName())
+	}
+	if len(rules) == 0 {
+		return resp, nil
+	}
+	p := &Pod{
+		SandboxID: resp.PodSandboxId, UID: md.GetUid(), Name: md.GetName(), Namespace: md.GetNamespace(),
+		LogDirectory: cfg.GetLogDirectory(), Rules: rules, Problems: problems, Phase: PhaseRunning,
+		PhaseSince: m.clock.Now(),
+	}
+	m.mu.Lock()
+	m.adopt(p)
+	m.save(p)
+	m.mu.Unlock()
+	m.log.Info("podstate: pod has restart rules", "pod", p.Namespace+"/"+p.Name, "sandbox", p.SandboxID, "containers", len(rules))
+	return resp, nil
+}
+
+func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
+	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[req.PodSandboxId]
+	if p == nil {
+		return resp, nil
+	}
+	name := req.GetConfig().GetMetadata().GetName()
+	if b, err := proto.Marshal(req); err == nil {
+		p.Creates[name] = b
+	}
+	if p.First == "" {
+		p.First = name
+	}
+	p.IDs[resp.ContainerId] = name
+	m.byID[resp.ContainerId] = p.SandboxID
+	// The first time the kubelet starts each container records the pod's start
+	// order; a container that had exited 0 when the next one was created is a
+	// regular init container, which a restart must wait for.
+	var prevID string
+	newName := true
+	for _, e := range p.Seq {
+		if e.Name == name {
+			newName = false
+		}
+	}
+	if newName {
+		if n := len(p.Seq); n > 0 {
+			prevID = p.Latest[p.Seq[n-1].Name]
+		}
+		p.Seq = append(p.Seq, SeqEntry{Name: name})
+	}
+	p.Latest[name] = resp.ContainerId
+	m.save(p)
+	m.mu.Unlock()
+	if prevID != "" {
+		if st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: prevID}); err == nil &&
+			st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && st.GetStatus().GetExitCode() == 0 {
+			m.mu.Lock()
+			for i := range p.Seq {
+				if p.IDs[prevID] == p.Seq[i].Name {
+					p.Seq[i].WaitExit = true
+				}
+			}
+			m.save(p)
+			m.mu.Unlock()
+		}
+	}
+	m.mu.Lock()
+	return resp, nil
+}
+
+func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return nil, err
+	}
+	m.mu.Lock()
+	if p := m.pods[req.PodSandboxId]; p != nil {
+		for id := range p.IDs {
+			delete(m.byID, id)
+		}
+		delete(m.pods, req.PodSandboxId)
+		m.tracked.Store(int32(len(m.pods)))
+		m.bo.Forget(p.UID)
+		if rerr := m.st.remove(req.PodSandboxId); rerr != nil {
+			m.log.Error("podstate: removing state file", "err", rerr)
+		}
+	}
+	m.mu.Unlock()
+	return resp, err
+}
+
+func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContainersRequest,
+	next proxy.UnaryNext[runtimeapi.ListContainersRequest, runtimeapi.ListContainersResponse]) (*runtimeapi.ListContainersResponse, error) {
+	// A state filter is applied after the view: an exited old instance that is
+	// shown as running must match a "running" filter.
+	want := req.GetFilter().GetState()
+	if want != nil {
+		req.Filter.State = nil
+	}
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	m.classifyExited(ctx, resp.Containers)
+	m.mu.Lock()
+	out := resp.Containers[:0]
+	for _, c := range resp.Containers {
+		if p := m.pods[c.PodSandboxId]; p != nil {
+			hide, fake := m.view(p, c.Id, c.GetMetadata().GetName())
+			if hide {
+				continue
+			}
+			if fake {
+				c.State = runtimeapi.ContainerState_CONTAINER_RUNNING
+			}
+		}
+		if want != nil && c.State != want.State {
+			continue
+		}
+		out = append(out, c)
+	}
+	m.mu.Unlock()
+	resp.Containers = out
+	return resp, nil
+}
+
+func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,
+	next proxy.UnaryNext[runtimeapi.ContainerStatusRequest, runtimeapi.ContainerStatusResponse]) (*runtimeapi.ContainerStatusResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	m.fixStatus(resp.GetStatus())
+	return resp, nil
+}
+
+// fixStatus classifies an exit it is the first to see and shows an old
+// instance of a restarting pod as still running.
+func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) {
+	if s == nil {
+		return
+	}
+	m.classify(s)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[m.byID[s.Id]]
+	if p == nil {
+		return
+	}
+	if _, fake := m.view(p, s.Id, s.GetMetadata().GetName()); fake {
+		s.State = runtimeapi.ContainerState_CONTAINER_RUNNING
+		s.FinishedAt, s.ExitCode, s.Reason, s.Message = 0, 0, "", ""
+	}
+}
+
+// view says how the kubelet sees one container of a tracked pod right now:
+// during a restart, the instances that were running (and the trigger) still
+// run, and the new instances do not exist yet. Called with m.mu held.
+func (m *Manager) view(p *Pod, id, _ string) (hide, fakeRunning bool) {
+	if p.Phase == PhaseRunning {
+		return false, false
+	}
+	if _, isNew := p.New[id]; isNew {
+		return true, false
+	}
+	return false, p.Fake[id]
+}
+
+// containerEvents relays the runtime's event stream, dropping the events of
+// old instances of a restarting pod (and of exits that trigger a restart), and
+// rewriting the statuses carried in the rest.
+func (m *Manager) containerEvents(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+	var req runtimeapi.GetEventsRequest
+	if err := ss.RecvMsg(&req); err != nil {
+		return err
+	}
+	cs, err := runtimeapi.NewRuntimeServiceClient(backend).GetContainerEvents(ctx, &req)
+	if err != nil {
+		return err
+	}
+	for {
+		e, err := cs.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if m.Tracked() > 0 && m.dropEvent(e) {
+			continue
+		}
+		if err := ss.SendMsg(e); err != nil {
+			return err
+		}
+	}
+}
+
+func (m *Manager) dropEvent(e *runtimeapi.ContainerEventResponse) bool {
+	for _, s := range e.ContainersStatuses {
+		if s.Id == e.ContainerId && m.classify(s) {
+			return true
+		}
+	}
+	m.mu.Lock()
+	p := m.pods[m.byID[e.ContainerId]]
+	if p == nil {
+		m.mu.Unlock()
+		return false
+	}
+	hide, fake := m.view(p, e.ContainerId, "")
+	m.mu.Unlock()
+	if hide || fake {
+		return true
+	}
+	for _, s := range e.ContainersStatuses {
+		m.fixStatus(s)
+	}
+	return false
+}

@@ -1,0 +1,168 @@
+package podstate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Phase is where a pod is in its in-place restart (KEP-5532's state machine,
+// as seen from under the kubelet).
+type Phase string
+
+const (
+	// PhaseRunning: nothing in progress; exits of containers with rules are classified.
+	PhaseRunning Phase = "Running"
+	// PhaseTerminating: a rule matched; the pod's containers are being stopped
+	// while the kubelet is shown them still running.
+	PhaseTerminating Phase = "TerminatingForRestart"
+	// PhaseStartup: the shim starts the pod's containers again in the
+	// kubelet's original order, hidden from the kubelet until all are up; then
+	// it swaps them in at once and the pod is Running again.
+	PhaseStartup Phase = "Startup"
+)
+
+// Trigger is the exit that started a pod restart.
+type Trigger struct {
+	Container   string    `json:"container"`
+	ContainerID string    `json:"containerId"`
+	ExitCode    int32     `json:"exitCode"`
+	StartedAt   time.Time `json:"startedAt"`
+	FinishedAt  time.Time `json:"finishedAt"`
+}
+
+// Pod is the persisted state of one pod sandbox that carries restart rules.
+type Pod struct {
+	SandboxID    string   `json:"sandboxId"`
+	UID          string   `json:"uid"`
+	Name         string   `json:"name"`
+	Namespace    string   `json:"namespace"`
+	LogDirectory string   `json:"logDirectory"`
+	Rules        Rules    `json:"rules"`
+	Problems     []string `json:"problems,omitempty"`
+
+	// Creates holds the kubelet's latest CreateContainer request per container
+	// name (protobuf), so the first container can be started again exactly as
+	// the kubelet would.
+	Creates map[string][]byte `json:"creates"`
+	// First is the container the kubelet created first in this sandbox (the
+	// first init container, else the first sidecar or container).
+	First string `json:"first"`
+	// IDs maps every container instance created in this sandbox to its name.
+	IDs map[string]string `json:"ids"`
+	// Seq is the order in which the kubelet first created the pod's containers;
+	// WaitExit marks the ones that ran to completion before the next was
+	// created (regular init containers).
+	Seq []SeqEntry `json:"seq"`
+
+	Phase      Phase     `json:"phase"`
+	PhaseSince time.Time `json:"phaseSince"`
+	Restarts   int       `json:"restarts"`
+	Trigger    *Trigger  `json:"trigger,omitempty"`
+	// Old are the instances from before the restart in progress (ID -> name).
+	Old map[string]string `json:"old,omitempty"`
+	// Fake are the old instances shown to the kubelet as running until the
+	// swap: those that were running when the rule matched, and the trigger.
+	Fake map[string]bool `json:"fake,omitempty"`
+	// New are the instances the shim created for the restart in progress (ID -> name),
+	// hidden from the kubelet until every one is up.
+	New map[string]string `json:"new,omitempty"`
+	// Settled are exits already handled (no rule matched, or an earlier
+	// restart dealt with them): the kubelet sees them as they are.
+	Settled map[string]bool `json:"settled,omitempty"`
+	// Dead are instances seen exited; they are not shown running during a restart.
+	Dead map[string]bool `json:"dead,omitempty"`
+	// Latest is the newest instance of each container name.
+	Latest map[string]string `json:"latest,omitempty"`
+	NotBefore time.Time       `json:"notBefore,omitzero"`
+	LastError string          `json:"lastError,omitempty"`
+}
+
+// SeqEntry is one container of the pod's start order.
+type SeqEntry struct {
+	Name     string `json:"name"`
+	WaitExit bool   `json:"waitExit"`
+}
+
+// store persists pods as one JSON file each, written atomically (temp file,
+// fsync, rename), so a kill -9 at any point leaves either the old or the new state.
+type store struct{ dir string }
+
+func newStore(stateDir string) (*store, error) {
+	dir := filepath.Join(stateDir, "pods")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("podstate: %w", err)
+	}
+	return &store{dir: dir}, nil
+}
+
+func (s *store) path(sandboxID string) string {
+	return filepath.Join(s.dir, sandboxID+".json")
+}
+
+func (s *store) save(p *Pod) error {
+	if strings.ContainsAny(p.SandboxID, "/\\.") || p.SandboxID == "" {
+		return fmt.Errorf("podstate: refusing sandbox id %q as a file name", p.SandboxID)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(s.dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.path(p.SandboxID))
+}
+
+func (s *store) remove(sandboxID string) error {
+	err := os.Remove(s.path(sandboxID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// load reads every saved pod; unreadable files are reported and skipped.
+func (s *store) load() ([]*Pod, []error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, []error{err}
+	}
+	var pods []*Pod
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var p Pod
+		if err := json.Unmarshal(b, &p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
+			continue
+		}
+		pods = append(pods, &p)
+	}
+	return pods, errs
+}

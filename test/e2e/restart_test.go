@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// restartPod is a static pod with restartPolicy Never whose main container
+// exits `code` on its first `fails` runs (counted in an emptyDir, which an
+// in-place restart keeps) and then stays up. The init container and the sidecar
+// append a line per run, so the test can count how often each ran.
+func restartPod(name string, code, fails int, rule string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %[1]s
+  namespace: default
+  annotations:
+    restart-rules.cri-shim.io/main: '%[4]s'
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: init
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo run >> /work/init.log"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  - name: sidecar
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: ["sh", "-c", "echo run >> /work/sidecar.log; trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  containers:
+  - name: main
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "n=$(cat /work/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > /work/count; if [ $n -le %[3]d ]; then sleep 1; exit %[2]d; fi; trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  volumes:
+  - name: work
+    emptyDir: {}
+`, name, code, fails, rule)
+}
+
+const rule88 = `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]`
+
+func placeManifest(t *testing.T, name, body string) {
+	t.Helper()
+	p := filepath.Join(node.env["MANIFESTS"], name+".yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(p) })
+}
+
+func statusOf(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if cs.Name == name {
+			return &cs
+		}
+	}
+	return nil
+}
+
+// execIn runs a command in a container through the kubelet.
+func execIn(t *testing.T, pod *corev1.Pod, container, cmd string) string {
+	t.Helper()
+	out, err := kubeletDo(t, http.MethodPost, fmt.Sprintf("/run/%s/%s/%s?cmd=%s", pod.Namespace, pod.Name, container, strings.ReplaceAll(cmd, " ", "+")))
+	if err != nil {
+		t.Fatalf("exec %q in %s: %v", cmd, container, err)
+	}
+	return out
+}
+
+// Acceptance 1 of the in-place restart issue: main exits 88 twice, then runs.
+func TestInPlaceRestartAllContainers(t *testing.T) {
+	needKubelet(t)
+	name := "restart-all"
+	placeManifest(t, name, restartPod(name, 88, 2, rule88))
+	full := name + "-" + envOr("CRI_SHIM_NODE_NAME", "cri-shim-node")
+
+	var first *corev1.Pod
+	sandboxes := map[string]bool{}
+	ips := map[string]bool{}
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		p, err := kubeletPod(t, full)
+		if err == nil {
+			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+				t.Fatalf("pod reached %s: the kubelet saw a triggering exit as final\n%+v", p.Status.Phase, p.Status.ContainerStatuses)
+			}
+			if p.Status.PodIP != "" {
+				ips[p.Status.PodIP] = true
+			}
+			if first == nil && p.Status.Phase == corev1.PodRunning {
+				first = p
+			}
+			if out, err := crictl(t, node.env["CONTAINERD_SOCK"], "pods", "--name", name, "-q"); err == nil {
+				for _, id := range strings.Fields(out) {
+					sandboxes[id] = true
+				}
+			}
+			if m := statusOf(p, "main"); m != nil && m.RestartCount >= 2 && m.State.Running != nil && p.Status.Phase == corev1.PodRunning {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			p, _ := kubeletPod(t, full)
+			t.Fatalf("main never reached 2 restarts running; last status %+v\nshim log:\n%s", p, tailFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"), 30))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p, _ := kubeletPod(t, full)
+	if len(sandboxes) != 1 {
+		t.Errorf("sandbox changed: %v", sandboxes)
+	}
+	if len(ips) != 1 {
+		t.Errorf("pod IP changed: %v", ips)
+	}
+	if n := strings.Count(execIn(t, p, "main", "cat /work/init.log"), "run"); n != 3 {
+		t.Errorf("init container ran %d times, want 3", n)
+	}
+	// The sidecar writes its line when it starts; give the third start a moment.
+	eventually(t, 10*time.Second, "the sidecar's third start", func() error {
+		if n := strings.Count(execIn(t, p, "main", "cat /work/sidecar.log"), "run"); n != 3 {
+			return fmt.Errorf("sidecar started %d times, want 3", n)
+		}
+		return nil
+	})
+	if m := statusOf(p, "main"); m.RestartCount != 2 {
+		t.Errorf("main restart count %d, want 2", m.RestartCount)
+	}
+	if m := statusOf(p, "main"); m.LastTerminationState.Terminated == nil {
+		t.Logf("main has no last termination state (kubectl logs --previous would not find it): %+v", m.LastTerminationState)
+	}
+	t.Logf("pod %s: phase %s, main restarts %d, sandbox kept, IP %v", full, p.Status.Phase, statusOf(p, "main").RestartCount, keys(ips))
+}
+
+// Acceptance 5: a main container that exits 1 (no matching rule) under
+// restartPolicy Never fails the pod exactly as without the shim.
+func TestNonMatchingExitFailsPod(t *testing.T) {
+	needKubelet(t)
+	name := "no-match"
+	placeManifest(t, name, restartPod(name, 1, 1, rule88))
+	full := name + "-" + envOr("CRI_SHIM_NODE_NAME", "cri-shim-node")
+	eventually(t, 90*time.Second, "the pod to fail", func() error {
+		p, err := kubeletPod(t, full)
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodFailed {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		if m := statusOf(p, "main"); m == nil || m.State.Terminated == nil || m.State.Terminated.ExitCode != 1 || m.RestartCount != 0 {
+			return fmt.Errorf("main status %+v", m)
+		}
+		return nil
+	})
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return lastLines(string(b), n)
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
