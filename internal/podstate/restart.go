@@ -137,6 +137,9 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 		return fmt.Errorf("no recorded start order for the pod")
 	}
 	for _, e := range seq {
+		if !m.inPhase(sandboxID, PhaseStartup) {
+			return nil // abandoned (the kubelet stopped the pod)
+		}
 		id, err := m.replayOne(ctx, sandboxID, e.Name)
 		if err != nil {
 			return err
@@ -215,6 +218,8 @@ func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeap
 		}
 		s := st.GetStatus()
 		switch {
+		case !m.inPhase(m.sandboxOf(id), PhaseStartup):
+			return s, nil
 		case s.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			return s, nil
 		case !exit && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
@@ -228,6 +233,19 @@ func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeap
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func (m *Manager) inPhase(sandboxID string, ph Phase) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[sandboxID]
+	return p != nil && p.Phase == ph
+}
+
+func (m *Manager) sandboxOf(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.byID[id]
 }
 
 // swap ends a restart: the new instances become visible and the old ones show

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,7 @@ func (m *Manager) Routes() []proxy.Route {
 	return []proxy.Route{
 		proxy.Unary(svc+"RunPodSandbox", m.runPodSandbox),
 		proxy.UnaryIf(svc+"CreateContainer", active, m.createContainer),
+		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
 		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
 		proxy.UnaryIf(svc+"ListContainers", active, m.listContainers),
 		proxy.UnaryIf(svc+"ContainerStatus", active, m.containerStatus),
@@ -63,6 +65,14 @@ func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 
 func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
 	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
+	// While a pod restarts, the kubelet still sees its old containers running
+	// and may create the next one (a main container after a sidecar it sees
+	// started); that creation waits for the restart to finish, so the pod's
+	// start order holds. The kubelet's own deadline (--runtime-request-timeout,
+	// 2 minutes by default) bounds the wait.
+	if err := m.waitIdle(ctx, req.PodSandboxId); err != nil {
+		return nil, err
+	}
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
@@ -116,6 +126,21 @@ func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 	}
 	m.mu.Lock()
 	return resp, nil
+}
+
+// stopPodSandbox: the kubelet is stopping the pod (deleted, or terminal); a
+// restart in progress is abandoned and the pod is shown as it really is.
+func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
+	m.mu.Lock()
+	if p := m.pods[req.PodSandboxId]; p != nil && p.Phase != PhaseRunning {
+		m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase)
+		p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
+		p.Old, p.Fake, p.New = nil, nil, nil
+		m.save(p)
+	}
+	m.mu.Unlock()
+	return next(ctx, req)
 }
 
 func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
@@ -267,4 +292,22 @@ func (m *Manager) dropEvent(e *runtimeapi.ContainerEventResponse) bool {
 		m.fixStatus(s)
 	}
 	return false
+}
+
+// waitIdle returns once the sandbox has no restart in progress.
+func (m *Manager) waitIdle(ctx context.Context, sandboxID string) error {
+	for {
+		m.mu.Lock()
+		p := m.pods[sandboxID]
+		busy := p != nil && p.Phase != PhaseRunning
+		m.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -77,9 +77,9 @@ type Pod struct {
 	// Dead are instances seen exited; they are not shown running during a restart.
 	Dead map[string]bool `json:"dead,omitempty"`
 	// Latest is the newest instance of each container name.
-	Latest map[string]string `json:"latest,omitempty"`
-	NotBefore time.Time       `json:"notBefore,omitzero"`
-	LastError string          `json:"lastError,omitempty"`
+	Latest    map[string]string `json:"latest,omitempty"`
+	NotBefore time.Time         `json:"notBefore,omitzero"`
+	LastError string            `json:"lastError,omitempty"`
 }
 
 // SeqEntry is one container of the pod's start order.
