@@ -81,68 +81,90 @@ func execIn(t *testing.T, pod *corev1.Pod, container, cmd string) string {
 	return out
 }
 
-// Acceptance 1 of the in-place restart issue: main exits 88 twice, then runs.
-func TestInPlaceRestartAllContainers(t *testing.T) {
-	needKubelet(t)
-	name := "restart-all"
-	placeManifest(t, name, restartPod(name, 88, 2, rule88))
-	full := name + "-" + envOr("CRI_SHIM_NODE_NAME", "cri-shim-node")
+// restartOutcome is what a user can observe of the acceptance-1 workload.
+type restartOutcome struct {
+	sandboxes, ips        map[string]bool
+	initRuns, sidecarRuns int
+	mainRestarts          int32
+	lastTermination       bool
+	triggerToRunning      []time.Duration
+	phase                 corev1.PodPhase
+}
 
-	var first *corev1.Pod
-	sandboxes := map[string]bool{}
-	ips := map[string]bool{}
+// observeRestarts places the acceptance-1 workload in dir and follows it
+// until main runs after two restarts, failing if the pod ever turns terminal.
+func observeRestarts(t *testing.T, name, dir, manifest string) restartOutcome {
+	t.Helper()
+	p := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(p, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(p) })
+	full := fullName(name)
+	o := restartOutcome{sandboxes: map[string]bool{}, ips: map[string]bool{}}
 	deadline := time.Now().Add(120 * time.Second)
 	for {
-		p, err := kubeletPod(t, full)
+		pod, err := kubeletPod(t, full)
 		if err == nil {
-			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-				t.Fatalf("pod reached %s: the kubelet saw a triggering exit as final\n%+v", p.Status.Phase, p.Status.ContainerStatuses)
+			if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+				t.Fatalf("pod reached %s: a triggering exit was taken as final\n%+v", pod.Status.Phase, pod.Status.ContainerStatuses)
 			}
-			if p.Status.PodIP != "" {
-				ips[p.Status.PodIP] = true
-			}
-			if first == nil && p.Status.Phase == corev1.PodRunning {
-				first = p
+			if pod.Status.PodIP != "" {
+				o.ips[pod.Status.PodIP] = true
 			}
 			if out, err := crictl(t, node.env["CONTAINERD_SOCK"], "pods", "--name", name, "-q"); err == nil {
 				for _, id := range strings.Fields(out) {
-					sandboxes[id] = true
+					o.sandboxes[id] = true
 				}
 			}
-			if m := statusOf(p, "main"); m != nil && m.RestartCount >= 2 && m.State.Running != nil && p.Status.Phase == corev1.PodRunning {
-				break
+			if m := statusOf(pod, "main"); m != nil {
+				if m.RestartCount >= 2 && m.State.Running != nil && pod.Status.Phase == corev1.PodRunning {
+					o.mainRestarts = m.RestartCount
+					o.lastTermination = m.LastTerminationState.Terminated != nil
+					o.phase = pod.Status.Phase
+					eventually(t, 10*time.Second, "the sidecar's third start", func() error {
+						o.initRuns = runs(t, pod, "main", "init")
+						o.sidecarRuns = runs(t, pod, "main", "sidecar")
+						if o.sidecarRuns < 3 {
+							return fmt.Errorf("sidecar started %d times", o.sidecarRuns)
+						}
+						return nil
+					})
+					return o
+				}
 			}
 		}
 		if time.Now().After(deadline) {
-			p, _ := kubeletPod(t, full)
-			t.Fatalf("main never reached 2 restarts running; last status %+v\nshim log:\n%s", p, tailFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"), 30))
+			pod, _ := kubeletPod(t, full)
+			t.Fatalf("main never reached 2 restarts running; last status %+v", pod)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	p, _ := kubeletPod(t, full)
-	if len(sandboxes) != 1 {
-		t.Errorf("sandbox changed: %v", sandboxes)
+}
+
+func checkOutcome(t *testing.T, o restartOutcome) {
+	t.Helper()
+	if len(o.sandboxes) != 1 {
+		t.Errorf("sandbox changed: %v", o.sandboxes)
 	}
-	if len(ips) != 1 {
-		t.Errorf("pod IP changed: %v", ips)
+	if len(o.ips) != 1 {
+		t.Errorf("pod IP changed: %v", o.ips)
 	}
-	if n := strings.Count(execIn(t, p, "main", "cat /work/init.log"), "run"); n != 3 {
-		t.Errorf("init container ran %d times, want 3", n)
+	if o.initRuns != 3 || o.sidecarRuns != 3 || o.mainRestarts != 2 || o.phase != corev1.PodRunning {
+		t.Errorf("init ran %d, sidecar started %d, main restarts %d, phase %s; want 3, 3, 2, Running", o.initRuns, o.sidecarRuns, o.mainRestarts, o.phase)
 	}
-	// The sidecar writes its line when it starts; give the third start a moment.
-	eventually(t, 10*time.Second, "the sidecar's third start", func() error {
-		if n := strings.Count(execIn(t, p, "main", "cat /work/sidecar.log"), "run"); n != 3 {
-			return fmt.Errorf("sidecar started %d times, want 3", n)
-		}
-		return nil
-	})
-	if m := statusOf(p, "main"); m.RestartCount != 2 {
-		t.Errorf("main restart count %d, want 2", m.RestartCount)
+	if !o.lastTermination {
+		t.Errorf("main has no last termination state: kubectl logs --previous would not find the run before")
 	}
-	if m := statusOf(p, "main"); m.LastTerminationState.Terminated == nil {
-		t.Logf("main has no last termination state (kubectl logs --previous would not find it): %+v", m.LastTerminationState)
-	}
-	t.Logf("pod %s: phase %s, main restarts %d, sandbox kept, IP %v", full, p.Status.Phase, statusOf(p, "main").RestartCount, keys(ips))
+}
+
+// Acceptance 1 of the in-place restart issue: main exits 88 twice, then runs,
+// through the shim with the kubelet's native gates off.
+func TestInPlaceRestartAllContainers(t *testing.T) {
+	needKubelet(t)
+	o := observeRestarts(t, "restart-all", node.env["MANIFESTS"], restartPod("restart-all", 88, 2, rule88))
+	checkOutcome(t, o)
+	t.Logf("through cri-shim: init %d, sidecar %d, main restarts %d, sandbox kept, IP %v)", o.initRuns, o.sidecarRuns, o.mainRestarts, keys(o.ips))
 }
 
 // Acceptance 5: a main container that exits 1 (no matching rule) under

@@ -44,6 +44,41 @@ spawn() {
 	echo $! >"$f"
 }
 
+# kubelet_config FILE RUNTIME_SOCK MANIFEST_DIR NATIVE_GATES
+kubelet_config() {
+	mkdir -p "$3"
+	cat >"$1" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$2
+imageServiceEndpoint: unix://$2
+staticPodPath: $3
+featureGates:
+  RestartAllContainersOnContainerExits: $4
+  ContainerRestartRules: $4
+fileCheckFrequency: 1s
+syncFrequency: 10s
+podLogsDir: $NODE_DATA/pod-logs
+address: 127.0.0.1
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+failSwapOn: false
+failCgroupV1: false
+cgroupDriver: cgroupfs
+enforceNodeAllocatable: []
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: ""
+YAML
+}
+
 write_configs() {
 	mkdir -p "$NODE_RUN"/{containerd,cri-shim,cni/net.d,certs.d} "$NODE_DATA"/{containerd,kubelet,pod-logs,cri-shim} "$MANIFESTS"
 	# The bridge subnet is private to this machine; nothing is routed off it.
@@ -112,34 +147,12 @@ runtime-endpoint: unix://$SHIM_SOCK
 image-endpoint: unix://$SHIM_SOCK
 timeout: 30
 YAML
-	# Standalone kubelet (no API server). cgroup v1 host: failCgroupV1 false, cgroupfs.
-	cat >"$NODE_RUN/kubelet.yaml" <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://$SHIM_SOCK
-imageServiceEndpoint: unix://$SHIM_SOCK
-staticPodPath: $MANIFESTS
-fileCheckFrequency: 1s
-syncFrequency: 10s
-podLogsDir: $NODE_DATA/pod-logs
-address: 127.0.0.1
-port: $KUBELET_PORT
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: $KUBELET_HEALTHZ_PORT
-authentication:
-  anonymous: {enabled: true}
-  webhook: {enabled: false}
-authorization: {mode: AlwaysAllow}
-failSwapOn: false
-failCgroupV1: false
-cgroupDriver: cgroupfs
-enforceNodeAllocatable: []
-evictionHard: {}
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-resolvConf: ""
-YAML
+	# Standalone kubelets (no API server). cgroup v1 host: failCgroupV1 false, cgroupfs.
+	# "kubelet" runs through cri-shim with the native in-place restart gates
+	# OFF (they are Beta and on by default in v1.36), as the shim's users run;
+	# "kubelet-native" talks to containerd directly with them ON, for comparison.
+	kubelet_config "$NODE_RUN/kubelet.yaml" "$SHIM_SOCK" "$MANIFESTS" false
+	kubelet_config "$NODE_RUN/kubelet-native.yaml" "$CONTAINERD_SOCK" "$MANIFESTS_NATIVE" true
 	cat >"$NODE_RUN/env" <<ENV
 NODE_RUN=$NODE_RUN
 NODE_DATA=$NODE_DATA
@@ -151,6 +164,7 @@ SHIM_BIN=$SHIM_BIN
 KUBELET_PORT=$KUBELET_PORT
 KUBELET_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT
 MANIFESTS=$MANIFESTS
+MANIFESTS_NATIVE=$MANIFESTS_NATIVE
 REGISTRY_ADDR=$REGISTRY_ADDR
 CRICTL_CONFIG=$NODE_RUN/crictl.yaml
 ENV
@@ -219,9 +233,12 @@ YAML
 	rm -rf "$tmp"
 }
 
+# start_kubelet [native]: one kubelet at a time (same ports, same pid file).
 start_kubelet() {
 	[[ -x $STACK/bin/kubelet ]] || { log "missing kubelet: run test/stack/install.sh"; return 1; }
-	spawn kubelet kubelet --config "$NODE_RUN/kubelet.yaml" --root-dir "$NODE_DATA/kubelet" \
+	local cfg=$NODE_RUN/kubelet.yaml root=$NODE_DATA/kubelet
+	if [[ ${1:-} == native ]]; then cfg=$NODE_RUN/kubelet-native.yaml root=$NODE_DATA/kubelet-native; fi
+	spawn kubelet kubelet --config "$cfg" --root-dir "$root" \
 		--hostname-override "$NODE_NAME" --v 2
 	wait_for 90 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" ||
 		{ tail -n 40 "$NODE_RUN/kubelet.log" >&2; return 1; }
@@ -233,6 +250,7 @@ if [[ -n $ONLY ]]; then
 	containerd) start_containerd ;;
 	cri-shim) start_shim ;;
 	kubelet) start_kubelet ;;
+	kubelet-native) start_kubelet native ;;
 	registry) start_registry ;;
 	*) log "--start: unknown component $ONLY"; exit 2 ;;
 	esac
@@ -245,7 +263,7 @@ done
 "$(dirname "${BASH_SOURCE[0]}")/down.sh" --quiet || true
 # A fresh node: no static pods or kubelet state from an earlier run (the
 # containerd root is kept so images need not be imported again).
-rm -rf "$MANIFESTS" "$NODE_DATA/kubelet" "$NODE_DATA/pod-logs"
+rm -rf "$MANIFESTS" "$MANIFESTS_NATIVE" "$NODE_DATA/kubelet" "$NODE_DATA/kubelet-native" "$NODE_DATA/pod-logs"
 write_configs
 start_containerd
 import_images

@@ -1,0 +1,48 @@
+package e2e
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// restartPodNative is the acceptance-1 workload written for the kubelet's
+// native feature: the rule in restartPolicyRules instead of the annotation.
+func restartPodNative(name string) string {
+	m := restartPod(name, 88, 2, rule88)
+	m = strings.Replace(m, "  annotations:\n    restart-rules.cri-shim.io/main: '"+rule88+"'\n", "", 1)
+	return strings.Replace(m, "  - name: main\n", `  - name: main
+    restartPolicy: Never
+    restartPolicyRules:
+    - action: RestartAllContainers
+      exitCodes: {operator: In, values: [88]}
+`, 1)
+}
+
+// Acceptance 7: the same workload on a kubelet with the native gates on,
+// talking to containerd without the shim, gives the same observable outcome.
+// It runs last (file order): it swaps the shim's kubelet for a native one.
+func TestNativeKubeletSameOutcome(t *testing.T) {
+	needKubelet(t)
+	stopKubelet(t)
+	t.Cleanup(func() {
+		stopKubelet(t)
+		node.kubeletOnce = sync.Once{}
+		_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+	})
+	if err := script("up.sh", "--start", "kubelet-native"); err != nil {
+		t.Fatal(err)
+	}
+	o := observeRestarts(t, "native-restart", node.env["MANIFESTS_NATIVE"], restartPodNative("native-restart"))
+	checkOutcome(t, o)
+	t.Logf("native kubelet (gates on, no shim): init %d, sidecar %d, main restarts %d, sandbox kept, IP %v)",
+		o.initRuns, o.sidecarRuns, o.mainRestarts, keys(o.ips))
+}
+
+func stopKubelet(t *testing.T) {
+	t.Helper()
+	_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "version")
+	killPidFile(t, "kubelet", 15)
+	time.Sleep(200 * time.Millisecond)
+}
