@@ -9,7 +9,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit e2e stack run stop bench-proxy fuzz vet clean
+.PHONY: all build test unit e2e stack run stop bench-proxy bench-restart fuzz vet clean
 
 all: build
 
@@ -53,3 +53,8 @@ bench-proxy: build stack
 
 clean:
 	rm -rf _output
+
+# Trigger-to-all-running latency of an in-place pod restart: cri-shim vs the
+# native kubelet feature vs deleting and recreating the pod (test/e2e).
+bench-restart: build stack
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkRestart -benchtime 1x -timeout 30m ./test/e2e/

@@ -70,7 +70,7 @@ type junitSuites struct {
 	} `xml:"testsuite"`
 }
 
-func readJUnit(t *testing.T, path string) map[string]string {
+func readJUnit(t testing.TB, path string) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -228,7 +228,7 @@ func TestUnknownMethodsAnsweredByContainerd(t *testing.T) {
 	}
 }
 
-func writeJSON(t *testing.T, path string, v any) {
+func writeJSON(t testing.TB, path string, v any) {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -239,7 +239,7 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 }
 
-func mustUnmarshal(t *testing.T, s string, v any) {
+func mustUnmarshal(t testing.TB, s string, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(s), v); err != nil {
 		t.Fatalf("%v: %q", err, s)

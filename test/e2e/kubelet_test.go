@@ -24,7 +24,7 @@ func demoPodName() string { return demoPod + "-" + envOr("CRI_SHIM_NODE_NAME", "
 
 // ensureDemoPod places deploy/examples/demo-pod.yaml as a static pod and waits
 // until the kubelet reports it Running with every container up.
-func ensureDemoPod(t *testing.T) *corev1.Pod {
+func ensureDemoPod(t testing.TB) *corev1.Pod {
 	t.Helper()
 	needKubelet(t)
 	src := filepath.Join(node.repo, "deploy", "examples", "demo-pod.yaml")
@@ -201,7 +201,7 @@ func TestContainerdRestartSurvived(t *testing.T) {
 	})
 }
 
-func scrapeMetrics(t *testing.T) string {
+func scrapeMetrics(t testing.TB) string {
 	t.Helper()
 	resp, err := http.Get("http://" + node.env["SHIM_METRICS"] + "/metrics")
 	if err != nil {

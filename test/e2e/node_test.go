@@ -123,7 +123,7 @@ func envOr(k, def string) string {
 }
 
 // needNode skips (loudly) when the test node cannot run here.
-func needNode(t *testing.T) {
+func needNode(t testing.TB) {
 	t.Helper()
 	if !node.up {
 		t.Skip("SKIPPED: end-to-end test needs root and the real node stack (see banner above); nothing verified")
@@ -131,7 +131,7 @@ func needNode(t *testing.T) {
 }
 
 // needKubelet starts the standalone kubelet once, after the tests that must run without it.
-func needKubelet(t *testing.T) {
+func needKubelet(t testing.TB) {
 	t.Helper()
 	needNode(t)
 	node.kubeletOnce.Do(func() { node.kubeletErr = script("up.sh", "--start", "kubelet") })
@@ -143,7 +143,7 @@ func needKubelet(t *testing.T) {
 func bin(name string) string { return filepath.Join(node.env["STACK"], "bin", name) }
 
 // crictl runs crictl against sock and returns stdout; stderr goes to the error.
-func crictl(t *testing.T, sock string, args ...string) (string, error) {
+func crictl(t testing.TB, sock string, args ...string) (string, error) {
 	t.Helper()
 	full := append([]string{"--config", "/dev/null", "--runtime-endpoint", "unix://" + sock, "--image-endpoint", "unix://" + sock, "--timeout", "60s"}, args...)
 	cmd := exec.Command(bin("crictl"), full...)
@@ -156,7 +156,7 @@ func crictl(t *testing.T, sock string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-func mustCrictl(t *testing.T, sock string, args ...string) string {
+func mustCrictl(t testing.TB, sock string, args ...string) string {
 	t.Helper()
 	out, err := crictl(t, sock, args...)
 	if err != nil {
@@ -173,7 +173,7 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func dial(t *testing.T, sock string) *grpc.ClientConn {
+func dial(t testing.TB, sock string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -183,7 +183,7 @@ func dial(t *testing.T, sock string) *grpc.ClientConn {
 	return cc
 }
 
-func runtimeClient(t *testing.T, sock string) runtimeapi.RuntimeServiceClient {
+func runtimeClient(t testing.TB, sock string) runtimeapi.RuntimeServiceClient {
 	return runtimeapi.NewRuntimeServiceClient(dial(t, sock))
 }
 
@@ -197,7 +197,7 @@ func kubeletURL(path string) string {
 	return fmt.Sprintf("https://127.0.0.1:%s%s", node.env["KUBELET_PORT"], path)
 }
 
-func kubeletDo(t *testing.T, method, path string) (string, error) {
+func kubeletDo(t testing.TB, method, path string) (string, error) {
 	t.Helper()
 	req, err := http.NewRequest(method, kubeletURL(path), nil)
 	if err != nil {
@@ -215,7 +215,7 @@ func kubeletDo(t *testing.T, method, path string) (string, error) {
 	return string(b), nil
 }
 
-func kubeletPod(t *testing.T, name string) (*corev1.Pod, error) {
+func kubeletPod(t testing.TB, name string) (*corev1.Pod, error) {
 	t.Helper()
 	body, err := kubeletDo(t, http.MethodGet, "/pods")
 	if err != nil {
@@ -233,7 +233,7 @@ func kubeletPod(t *testing.T, name string) (*corev1.Pod, error) {
 	return nil, fmt.Errorf("pod %s not in kubelet's /pods", name)
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var err error
@@ -248,7 +248,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 	}
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
+func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -256,7 +256,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 // startRegistry starts the loopback registry with critest's images, once, and
 // returns its address for critest's --registry-prefix.
-func startRegistry(t *testing.T) string {
+func startRegistry(t testing.TB) string {
 	t.Helper()
 	node.registryOnce.Do(func() { node.registryErr = script("up.sh", "--start", "registry") })
 	if node.registryErr != nil {

@@ -53,7 +53,7 @@ func genPod(name, policy string, grace int, rules map[string]string, inits, main
 func fullName(name string) string { return name + "-" + envOr("CRI_SHIM_NODE_NAME", "cri-shim-node") }
 
 // runs reads how often a container ran, through the kubelet's exec.
-func runs(t *testing.T, p *corev1.Pod, via, container string) int {
+func runs(t testing.TB, p *corev1.Pod, via, container string) int {
 	t.Helper()
 	out := execIn(t, p, via, "cat /work/"+container+".log")
 	return strings.Count(out, "run")
@@ -61,7 +61,7 @@ func runs(t *testing.T, p *corev1.Pod, via, container string) int {
 
 // waitRunning waits until the kubelet reports the pod Running with every
 // listed container running, failing at once if it ever reports Failed.
-func waitRunning(t *testing.T, name string, timeout time.Duration, mainRestarts int32, containers ...string) *corev1.Pod {
+func waitRunning(t testing.TB, name string, timeout time.Duration, mainRestarts int32, containers ...string) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
 	eventually(t, timeout, name+" running", func() error {
@@ -222,10 +222,10 @@ func TestKill9DuringRestart(t *testing.T) {
 	}
 }
 
-func killShim(t *testing.T) { killPidFile(t, "cri-shim", 9) }
+func killShim(t testing.TB) { killPidFile(t, "cri-shim", 9) }
 
 // killPidFile signals the daemon in $NODE_RUN/NAME.pid and waits for it to exit.
-func killPidFile(t *testing.T, name string, sig syscall.Signal) {
+func killPidFile(t testing.TB, name string, sig syscall.Signal) {
 	t.Helper()
 	f := filepath.Join(node.env["NODE_RUN"], name+".pid")
 	b, err := os.ReadFile(f)

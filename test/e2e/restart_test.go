@@ -53,7 +53,7 @@ spec:
 
 const rule88 = `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]`
 
-func placeManifest(t *testing.T, name, body string) {
+func placeManifest(t testing.TB, name, body string) {
 	t.Helper()
 	p := filepath.Join(node.env["MANIFESTS"], name+".yaml")
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
@@ -72,7 +72,7 @@ func statusOf(p *corev1.Pod, name string) *corev1.ContainerStatus {
 }
 
 // execIn runs a command in a container through the kubelet.
-func execIn(t *testing.T, pod *corev1.Pod, container, cmd string) string {
+func execIn(t testing.TB, pod *corev1.Pod, container, cmd string) string {
 	t.Helper()
 	out, err := kubeletDo(t, http.MethodPost, fmt.Sprintf("/run/%s/%s/%s?cmd=%s", pod.Namespace, pod.Name, container, strings.ReplaceAll(cmd, " ", "+")))
 	if err != nil {
@@ -93,7 +93,7 @@ type restartOutcome struct {
 
 // observeRestarts places the acceptance-1 workload in dir and follows it
 // until main runs after two restarts, failing if the pod ever turns terminal.
-func observeRestarts(t *testing.T, name, dir, manifest string) restartOutcome {
+func observeRestarts(t testing.TB, name, dir, manifest string) restartOutcome {
 	t.Helper()
 	p := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(p, []byte(manifest), 0o644); err != nil {
@@ -142,7 +142,7 @@ func observeRestarts(t *testing.T, name, dir, manifest string) restartOutcome {
 	}
 }
 
-func checkOutcome(t *testing.T, o restartOutcome) {
+func checkOutcome(t testing.TB, o restartOutcome) {
 	t.Helper()
 	if len(o.sandboxes) != 1 {
 		t.Errorf("sandbox changed: %v", o.sandboxes)

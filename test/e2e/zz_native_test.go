@@ -40,7 +40,7 @@ func TestNativeKubeletSameOutcome(t *testing.T) {
 		o.initRuns, o.sidecarRuns, o.mainRestarts, keys(o.ips))
 }
 
-func stopKubelet(t *testing.T) {
+func stopKubelet(t testing.TB) {
 	t.Helper()
 	_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "version")
 	killPidFile(t, "kubelet", 15)
