@@ -290,14 +290,26 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
 	p.Phase, p.PhaseSince = PhaseTerminating, now
 	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished}
 	p.Old = maps.Clone(p.IDs)
+	// Shown running until the swap: the trigger, and every instance that may
+	// still run. Instances of containers that ran to completion (regular init
+	// containers, by the recorded start order) or were seen exited are shown
+	// as they are: a terminated init container shown running again is a
+	// transition the kubelet refuses. execute() checks the rest against the
+	// runtime before it stops anything.
+	completed := map[string]bool{}
+	for _, e := range p.Seq {
+		if e.WaitExit {
+			completed[e.Name] = true
+		}
+	}
 	p.Fake = map[string]bool{s.Id: true}
-	for id := range p.Old {
-		if !p.Dead[id] {
+	for id, n := range p.Old {
+		if !p.Dead[id] && !completed[n] {
 			p.Fake[id] = true
 		}
 		settle(p, id)
 	}
-	p.New = nil
+	p.New, p.Refined = nil, false
 	p.NotBefore = bst.NotBefore
 	p.LastError = ""
 	m.save(p)
@@ -323,6 +335,7 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 
 	switch phase {
 	case PhaseTerminating:
+		m.refineFake(ctx, sandboxID)
 		if err := m.stopAll(ctx, old); err != nil {
 			return err
 		}
@@ -346,6 +359,38 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 		return m.replay(ctx, sandboxID)
 	}
 	return nil
+}
+
+// refineFake drops from the "shown running" set the instances that had in fact
+// already exited when the rule matched (other than the trigger). It runs before
+// stopAll, so every instance it sees exited exited on its own.
+func (m *Manager) refineFake(ctx context.Context, sandboxID string) {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Trigger == nil || p.Refined {
+		m.mu.Unlock()
+		return
+	}
+	var check []string
+	for id := range p.Fake {
+		if id != p.Trigger.ContainerID && !p.Dead[id] {
+			check = append(check, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range check {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil || st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		m.mu.Lock()
+		delete(p.Fake, id)
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	p.Refined = true
+	m.save(p)
+	m.mu.Unlock()
 }
 
 func (m *Manager) ensureStarted(ctx context.Context, id string) error {

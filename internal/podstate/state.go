@@ -68,6 +68,10 @@ type Pod struct {
 	// Fake are the old instances shown to the kubelet as running until the
 	// swap: those that were running when the rule matched, and the trigger.
 	Fake map[string]bool `json:"fake,omitempty"`
+	// Refined is set once Fake was checked against the runtime, before the
+	// first stop; a resumed restart must not check again (it would see the
+	// instances it stopped itself).
+	Refined bool `json:"refined,omitempty"`
 	// New are the instances the shim created for the restart in progress (ID -> name),
 	// hidden from the kubelet until every one is up.
 	New map[string]string `json:"new,omitempty"`

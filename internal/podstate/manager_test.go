@@ -1,0 +1,371 @@
+package podstate
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
+)
+
+// fakeRT is an in-memory runtime: containers with states and exit codes.
+// exitOnStart makes a named container exit with that code as soon as it starts
+// (an init container), as a real one would shortly after.
+type fakeRT struct {
+	mu          sync.Mutex
+	n           int
+	cs          map[string]*runtimeapi.ContainerStatus
+	sandboxOf   map[string]string
+	created     []string // names, in creation order
+	stopped     []string // ids
+	exitOnStart map[string]int32
+}
+
+func newFakeRT() *fakeRT {
+	return &fakeRT{cs: map[string]*runtimeapi.ContainerStatus{}, sandboxOf: map[string]string{}, exitOnStart: map[string]int32{}}
+}
+
+func (f *fakeRT) ListContainers(_ context.Context, in *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*runtimeapi.Container
+	for id, s := range f.cs {
+		if st := in.GetFilter().GetState(); st != nil && st.State != s.State {
+			continue
+		}
+		out = append(out, &runtimeapi.Container{Id: id, PodSandboxId: f.sandboxOf[id], Metadata: s.Metadata, State: s.State})
+	}
+	return &runtimeapi.ListContainersResponse{Containers: out}, nil
+}
+
+func (f *fakeRT) ContainerStatus(_ context.Context, in *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.cs[in.ContainerId]
+	if !ok {
+		return nil, status.Error(codes.NotFound, "no such container")
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: proto.Clone(s).(*runtimeapi.ContainerStatus)}, nil
+}
+
+func (f *fakeRT) exit(id string, code int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.cs[id]
+	s.State, s.ExitCode, s.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, code, time.Now().UnixNano()
+}
+
+func (f *fakeRT) StopContainer(_ context.Context, in *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
+	f.mu.Lock()
+	f.stopped = append(f.stopped, in.ContainerId)
+	f.mu.Unlock()
+	f.exit(in.ContainerId, 137)
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (f *fakeRT) CreateContainer(_ context.Context, in *runtimeapi.CreateContainerRequest, _ ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	id := fmt.Sprintf("c%02d", f.n)
+	f.cs[id] = &runtimeapi.ContainerStatus{Id: id, Metadata: in.Config.Metadata, State: runtimeapi.ContainerState_CONTAINER_CREATED,
+		Annotations: in.Config.Annotations, LogPath: in.Config.LogPath}
+	f.sandboxOf[id] = in.PodSandboxId
+	f.created = append(f.created, in.Config.Metadata.Name)
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+func (f *fakeRT) StartContainer(_ context.Context, in *runtimeapi.StartContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
+	f.mu.Lock()
+	s := f.cs[in.ContainerId]
+	s.State, s.StartedAt = runtimeapi.ContainerState_CONTAINER_RUNNING, time.Now().UnixNano()
+	code, exits := f.exitOnStart[s.Metadata.Name]
+	f.mu.Unlock()
+	if exits {
+		f.exit(in.ContainerId, code)
+	}
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+func (f *fakeRT) ExecSync(context.Context, *runtimeapi.ExecSyncRequest, ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
+	return &runtimeapi.ExecSyncResponse{}, nil
+}
+
+// kubelet plays the kubelet's part through the manager's route functions.
+type kubelet struct {
+	t  *testing.T
+	m  *Manager
+	rt *fakeRT
+}
+
+func (k kubelet) runPod(annotations map[string]string) string {
+	resp, err := k.m.runPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata:    &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
+		Annotations: annotations,
+	}}, func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: "sb1"}, nil
+	})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return resp.PodSandboxId
+}
+
+// start creates and starts a container as the kubelet does (restart count 0).
+func (k kubelet) start(sb, name string) string {
+	req := &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+		Metadata:    &runtimeapi.ContainerMetadata{Name: name},
+		Annotations: map[string]string{annotationRestartCount: "0", annotationGracePeriod: "0"},
+		LogPath:     name + "/0.log",
+	}}
+	resp, err := k.m.createContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+		return k.rt.CreateContainer(ctx, r)
+	})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
+		k.t.Fatal(err)
+	}
+	return resp.ContainerId
+}
+
+// status reads a container's status through the manager's view.
+func (k kubelet) status(id string) *runtimeapi.ContainerStatus {
+	resp, err := k.m.containerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id},
+		func(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+			return k.rt.ContainerStatus(ctx, r)
+		})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return resp.Status
+}
+
+// list lists containers through the manager's view.
+func (k kubelet) list() map[string]runtimeapi.ContainerState {
+	resp, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{},
+		func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+			return k.rt.ListContainers(ctx, r)
+		})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	out := map[string]runtimeapi.ContainerState{}
+	for _, c := range resp.Containers {
+		out[c.Id] = c.State
+	}
+	return out
+}
+
+type frozenClock struct{ t time.Time }
+
+func (c frozenClock) Now() time.Time { return c.t }
+
+func newTestManager(t *testing.T, rt *fakeRT, dir string) *Manager {
+	t.Helper()
+	// The clock runs a day ahead, so backoff delays are already over when the executor checks.
+	clock := frozenClock{time.Now().Add(24 * time.Hour)}
+	m, err := New(rt, dir, backoff.NewTracker(backoff.Curve{Initial: time.Second, Max: time.Minute}, nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.clock = clock
+	return m
+}
+
+const rules88 = `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]`
+
+// setup: init (ran to completion), sidecar and main running, main carries the rule.
+func setup(t *testing.T, dir string) (kubelet, string, map[string]string) {
+	rt := newFakeRT()
+	rt.exitOnStart["init"] = 0
+	k := kubelet{t: t, m: newTestManager(t, rt, dir), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": rules88})
+	ids := map[string]string{}
+	for _, n := range []string{"init", "sidecar", "main"} {
+		ids[n] = k.start(sb, n)
+	}
+	return k, sb, ids
+}
+
+func TestTriggerViewsAndReplay(t *testing.T) {
+	k, sb, ids := setup(t, t.TempDir())
+	p := k.m.pods[sb]
+	if len(p.Seq) != 3 || !p.Seq[0].WaitExit || p.Seq[1].WaitExit || p.Seq[2].WaitExit {
+		t.Fatalf("start order %+v: want init (wait for exit), sidecar, main", p.Seq)
+	}
+	// main exits 88: the kubelet's first look already shows it running, and the restart begins.
+	k.rt.exit(ids["main"], 88)
+	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || s.ExitCode != 0 || s.FinishedAt != 0 {
+		t.Fatalf("triggering exit shown to the kubelet: %+v", s)
+	}
+	if p.Phase != PhaseTerminating {
+		t.Fatalf("phase %s", p.Phase)
+	}
+	// The completed init container is shown as it is (a terminated init
+	// container shown running is an illegal transition for the kubelet).
+	if st := k.list(); st[ids["init"]] != runtimeapi.ContainerState_CONTAINER_EXITED || st[ids["sidecar"]] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("view during termination: %v", st)
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if p.Phase != PhaseRunning || p.Restarts != 1 {
+		t.Fatalf("after the restart: phase %s restarts %d (%s)", p.Phase, p.Restarts, p.LastError)
+	}
+	if got := fmt.Sprint(k.rt.created[3:]); got != "[init sidecar main]" {
+		t.Fatalf("replayed %s, want init, sidecar, main in order", got)
+	}
+	if len(k.rt.stopped) != 1 || k.rt.stopped[0] != ids["sidecar"] {
+		t.Fatalf("stopped %v, want only the running sidecar", k.rt.stopped)
+	}
+	// New instances carry the next restart count and log file; the old main shows its real exit.
+	st := k.list()
+	if st[ids["main"]] != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("old main after the swap: %v", st[ids["main"]])
+	}
+	for id, s := range k.rt.cs {
+		if _, old := map[string]bool{ids["init"]: true, ids["sidecar"]: true, ids["main"]: true}[id]; old {
+			continue
+		}
+		if s.Annotations[annotationRestartCount] != "1" || s.LogPath != s.Metadata.Name+"/1.log" || s.Metadata.Attempt != 1 {
+			t.Errorf("new %s: restartCount %q log %q attempt %d", s.Metadata.Name, s.Annotations[annotationRestartCount], s.LogPath, s.Metadata.Attempt)
+		}
+		want := runtimeapi.ContainerState_CONTAINER_RUNNING
+		if s.Metadata.Name == "init" {
+			want = runtimeapi.ContainerState_CONTAINER_EXITED
+		}
+		if st[id] != want {
+			t.Errorf("new %s shown %v, want %v", s.Metadata.Name, st[id], want)
+		}
+	}
+	// The old trigger must not trigger again; a new exit 88 does.
+	if k.m.classify(k.status(ids["main"])) {
+		t.Fatal("the old triggering exit triggered a second restart")
+	}
+	newMain := p.Latest["main"]
+	k.rt.exit(newMain, 88)
+	k.status(newMain)
+	if p.Phase != PhaseTerminating {
+		t.Fatalf("second trigger: phase %s", p.Phase)
+	}
+}
+
+func TestNonMatchingExitIsShownAsIs(t *testing.T) {
+	k, sb, ids := setup(t, t.TempDir())
+	k.rt.exit(ids["main"], 1)
+	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
+		t.Fatalf("non-matching exit changed: %+v", s)
+	}
+	if p := k.m.pods[sb]; p.Phase != PhaseRunning || p.Trigger != nil {
+		t.Fatalf("non-matching exit started a restart: %+v", p)
+	}
+}
+
+func TestInitFailingDuringReplayIsHandedBack(t *testing.T) {
+	k, sb, ids := setup(t, t.TempDir())
+	k.rt.exitOnStart["init"] = 1
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(k.rt.created[3:]); got != "[init]" {
+		t.Fatalf("replayed %s after init failed; want only init", got)
+	}
+	if p := k.m.pods[sb]; p.Phase != PhaseRunning {
+		t.Fatalf("phase %s", p.Phase)
+	}
+	// The failed init instance is visible: the kubelet applies the pod's restartPolicy.
+	for id, s := range k.list() {
+		if k.rt.cs[id].Metadata.Name == "init" && id != ids["init"] && s != runtimeapi.ContainerState_CONTAINER_EXITED {
+			t.Fatalf("failed init shown as %v", s)
+		}
+	}
+}
+
+// A shim killed mid-restart resumes from its state directory.
+func TestResumeAfterCrash(t *testing.T) {
+	dir := t.TempDir()
+	k, sb, ids := setup(t, dir)
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	// "kill -9": a new manager over the same state directory and runtime.
+	m2 := newTestManager(t, k.rt, dir)
+	p := m2.pods[sb]
+	if p == nil || p.Phase != PhaseTerminating || p.Trigger.ContainerID != ids["main"] {
+		t.Fatalf("state after restart of the shim: %+v", p)
+	}
+	if s, _ := m2.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["main"]}); s.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatal("test setup")
+	}
+	k2 := kubelet{t: t, m: m2, rt: k.rt}
+	if s := k2.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("resumed shim shows the trigger as %v", s.State)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m2.Run(ctx); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m2.mu.Lock()
+		ph := p.Phase
+		m2.mu.Unlock()
+		if ph == PhaseRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restart did not complete after resume: %s %s", ph, p.LastError)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := len(k.rt.created); n != 6 {
+		t.Fatalf("%d creates, want 3 + 3 (no duplicate restart)", n)
+	}
+}
+
+func TestStopPodSandboxAbandonsRestart(t *testing.T) {
+	k, sb, ids := setup(t, t.TempDir())
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	_, err := k.m.stopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
+		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+			return &runtimeapi.StopPodSandboxResponse{}, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 88 {
+		t.Fatalf("after StopPodSandbox the real exit must show: %+v", s)
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil || len(k.rt.created) != 3 {
+		t.Fatalf("abandoned restart still replayed: %v %v", k.rt.created, err)
+	}
+}
+
+func TestUntrackedPodsAreNotTouched(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k.runPod(map[string]string{RulesAnnotationPrefix + "main": "not json"})
+	if k.m.Tracked() != 0 {
+		t.Fatal("a pod whose only rules are malformed is tracked")
+	}
+	id := k.start("sb1", "main")
+	rt.exit(id, 88)
+	if s := k.status(id); s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("untracked pod's exit changed: %v", s.State)
+	}
+}
