@@ -4,6 +4,7 @@
 //	cri-shim version
 //	cri-shim config default|check [--config F]
 //	cri-shim backoff [--config F]
+//	cri-shim pods [--config F]
 package main
 
 import (
@@ -29,6 +30,8 @@ func run(args []string) int {
 		return configCmd(args[1:])
 	case "backoff":
 		return backoffCmd(args[1:])
+	case "pods":
+		return podsCmd(args[1:])
 	case "help", "-h", "--help":
 		usage()
 		return 0
@@ -46,5 +49,6 @@ commands:
   version   print the version
   config    default: print the default config; check: validate a config file
   backoff   print the effective restart backoff curve of a config
+  pods      list the pods cri-shim governs (restart phase, restarts, problems)
 `)
 }

@@ -29,6 +29,7 @@ type runtimeService interface {
 	CreateContainer(ctx context.Context, in *runtimeapi.CreateContainerRequest, opts ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error)
 	StartContainer(ctx context.Context, in *runtimeapi.StartContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error)
 	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
+	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
 }
 
 // Manager tracks the pods that carry restart rules and drives their restarts.
@@ -136,7 +137,9 @@ func (m *Manager) Run(ctx context.Context) {
 	go func() { defer wg.Done(); m.watchEvents(ctx) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	m.reconcile(ctx)
 	m.scan(ctx)
+	ticks := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -144,6 +147,9 @@ func (m *Manager) Run(ctx context.Context) {
 		case id := <-m.work:
 			m.startExecutor(ctx, &wg, id)
 		case <-tick.C:
+			if ticks++; ticks%60 == 0 {
+				m.reconcile(ctx)
+			}
 			m.scan(ctx)
 			m.mu.Lock()
 			var ids []string
@@ -185,6 +191,37 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 			m.mu.Unlock()
 		}
 	}()
+}
+
+// reconcile forgets pods whose sandbox the runtime no longer has (removed
+// while the shim was down, or by a client that bypassed it).
+func (m *Manager) reconcile(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return // runtime down: keep everything, try again later
+	}
+	live := map[string]bool{}
+	for _, sb := range resp.Items {
+		live[sb.Id] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, p := range m.pods {
+		if live[id] {
+			continue
+		}
+		for cid := range p.IDs {
+			delete(m.byID, cid)
+		}
+		delete(m.pods, id)
+		m.bo.Forget(p.UID)
+		_ = m.st.remove(id)
+		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
+	}
+	m.tracked.Store(int32(len(m.pods)))
+	m.st.pruneProblems(live)
 }
 
 // scan classifies exits of tracked pods that nobody has asked about yet, so a

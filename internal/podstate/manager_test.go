@@ -29,6 +29,7 @@ type fakeRT struct {
 	created     []string // names, in creation order
 	stopped     []string // ids
 	exitOnStart map[string]int32
+	sandboxGone bool
 }
 
 func newFakeRT() *fakeRT {
@@ -95,6 +96,19 @@ func (f *fakeRT) StartContainer(_ context.Context, in *runtimeapi.StartContainer
 		f.exit(in.ContainerId, code)
 	}
 	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+func (f *fakeRT) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxRequest, ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := map[string]bool{"sb1": !f.sandboxGone}
+	var out []*runtimeapi.PodSandbox
+	for id := range seen {
+		if seen[id] {
+			out = append(out, &runtimeapi.PodSandbox{Id: id})
+		}
+	}
+	return &runtimeapi.ListPodSandboxResponse{Items: out}, nil
 }
 
 func (f *fakeRT) ExecSync(context.Context, *runtimeapi.ExecSyncRequest, ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
@@ -367,5 +381,22 @@ func TestUntrackedPodsAreNotTouched(t *testing.T) {
 	rt.exit(id, 88)
 	if s := k.status(id); s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Fatalf("untracked pod's exit changed: %v", s.State)
+	}
+}
+
+func TestReconcileDropsGoneSandboxes(t *testing.T) {
+	dir := t.TempDir()
+	k, sb, _ := setup(t, dir)
+	k.m.reconcile(context.Background())
+	if k.m.Tracked() != 1 {
+		t.Fatal("a live sandbox was dropped")
+	}
+	k.rt.sandboxGone = true
+	k.m.reconcile(context.Background())
+	if k.m.Tracked() != 0 || k.m.pods[sb] != nil {
+		t.Fatal("state of a removed sandbox kept")
+	}
+	if pods, _ := ReadPods(dir); len(pods) != 0 {
+		t.Fatalf("state files left: %v", pods)
 	}
 }

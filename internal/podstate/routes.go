@@ -48,6 +48,12 @@ func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 		m.log.Warn("podstate: "+pr, "pod", md.GetNamespace()+"/"+md.GetName())
 	}
 	if len(rules) == 0 {
+		if len(problems) > 0 {
+			if err := m.st.saveProblems(&Pod{SandboxID: resp.PodSandboxId, UID: md.GetUid(), Name: md.GetName(),
+				Namespace: md.GetNamespace(), Problems: problems, Phase: PhaseRunning}); err != nil {
+				m.log.Error("podstate: recording annotation problems", "err", err)
+			}
+		}
 		return resp, nil
 	}
 	p := &Pod{
@@ -149,6 +155,7 @@ func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, err
 	}
+	_ = m.st.remove(req.PodSandboxId) // also drops a problems-only record
 	m.mu.Lock()
 	if p := m.pods[req.PodSandboxId]; p != nil {
 		for id := range p.IDs {

@@ -137,11 +137,57 @@ func (s *store) save(p *Pod) error {
 }
 
 func (s *store) remove(sandboxID string) error {
+	_ = os.Remove(filepath.Join(filepath.Dir(s.dir), "problems", sandboxID+".json"))
 	err := os.Remove(s.path(sandboxID))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	return err
+}
+
+// saveProblems records a pod whose rules could not be used at all, so
+// `cri-shim pods` can show why it runs with plain kubelet behaviour. Such pods
+// are not tracked: their calls stay on the raw path.
+func (s *store) saveProblems(p *Pod) error {
+	dir := filepath.Join(filepath.Dir(s.dir), "problems")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, p.SandboxID+".json"), b, 0o600)
+}
+
+// ReadPods reads every pod the shim has state for (tracked or only with
+// problems) from stateDir, for `cri-shim pods`; it never modifies anything.
+func ReadPods(stateDir string) ([]Pod, error) {
+	var out []Pod
+	for _, sub := range []string{"pods", "problems"} {
+		entries, err := os.ReadDir(filepath.Join(stateDir, sub))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".json") {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(stateDir, sub, e.Name()))
+			if err != nil {
+				return nil, err
+			}
+			var p Pod
+			if err := json.Unmarshal(b, &p); err != nil {
+				return nil, fmt.Errorf("%s: %w", e.Name(), err)
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // load reads every saved pod; unreadable files are reported and skipped.
@@ -169,4 +215,15 @@ func (s *store) load() ([]*Pod, []error) {
 		pods = append(pods, &p)
 	}
 	return pods, errs
+}
+
+// pruneProblems drops problems-only records of sandboxes that are gone.
+func (s *store) pruneProblems(live map[string]bool) {
+	dir := filepath.Join(filepath.Dir(s.dir), "problems")
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if id := strings.TrimSuffix(e.Name(), ".json"); !live[id] {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -242,4 +243,42 @@ func killPidFile(t testing.TB, name string, sig syscall.Signal) {
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	_ = os.Remove(f)
+}
+
+func shimPods(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command(node.env["SHIM_BIN"], "pods", "--config", filepath.Join(node.env["NODE_RUN"], "cri-shim", "config.toml")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cri-shim pods: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// Malformed or unknown rules: the pod runs with the kubelet's own behaviour,
+// and the problem shows in the log, the metrics and `cri-shim pods`.
+func TestMalformedRulesRunPlain(t *testing.T) {
+	needKubelet(t)
+	name := "bad-rules"
+	placeManifest(t, name, genPod(name, "Never", 2,
+		map[string]string{"main": `[{"action":"Explode","exitCodes":{"operator":"In","values":[88]}}]`, "sidecar": `[{`},
+		[]ctr{{name: "sidecar", sidecar: true, script: loop}},
+		[]ctr{{name: "main", script: loop}}))
+	waitRunning(t, name, 90*time.Second, 0, "sidecar", "main")
+	out := shimPods(t)
+	if !strings.Contains(out, fullName(name)) || !strings.Contains(out, `unknown action "Explode"`) || !strings.Contains(out, "not a JSON list") {
+		t.Errorf("cri-shim pods does not report the annotation problems:\n%s", out)
+	}
+	if m := scrapeMetrics(t); !strings.Contains(m, "cri_shim_restart_rule_problems_total 2") {
+		t.Errorf("problem metric missing:\n%s", grepMetric(m, "cri_shim_restart_rule_problems_total"))
+	}
+}
+
+func grepMetric(all, name string) string {
+	var out []string
+	for _, l := range strings.Split(all, "\n") {
+		if strings.HasPrefix(l, name) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -164,6 +164,12 @@ func TestInPlaceRestartAllContainers(t *testing.T) {
 	needKubelet(t)
 	o := observeRestarts(t, "restart-all", node.env["MANIFESTS"], restartPod("restart-all", 88, 2, rule88))
 	checkOutcome(t, o)
+	if out := shimPods(t); !strings.Contains(out, fullName("restart-all")) || !strings.Contains(out, "main exit 88") {
+		t.Errorf("cri-shim pods does not show the restarted pod:\n%s", out)
+	}
+	if m := scrapeMetrics(t); !strings.Contains(m, "cri_shim_pod_restarts_total 2") {
+		t.Errorf("restart metric:\n%s", grepMetric(m, "cri_shim_pod_restart"))
+	}
 	t.Logf("through cri-shim: init %d, sidecar %d, main restarts %d, sandbox kept, IP %v)", o.initRuns, o.sidecarRuns, o.mainRestarts, keys(o.ips))
 }
 

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cri-shim/cri-shim/internal/config"
+	"github.com/cri-shim/cri-shim/internal/podstate"
+)
+
+// podsCmd lists the pods cri-shim governs, from its state directory: restart
+// phase, restarts done, backoff, and problems with their annotations.
+func podsCmd(args []string) int {
+	fs := flag.NewFlagSet("pods", flag.ContinueOnError)
+	path := fs.String("config", config.DefaultPath, "config file (for state_dir)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
+	cfg, err := config.Load(*path, explicit)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cri-shim:", err)
+		return 1
+	}
+	pods, err := podstate.ReadPods(cfg.StateDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cri-shim:", err)
+		return 1
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+pods[i].Name < pods[j].Namespace+pods[j].Name })
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "POD\tSANDBOX\tRULES\tPHASE\tRESTARTS\tLAST TRIGGER\tNEXT NOT BEFORE\tPROBLEMS")
+	now := time.Now()
+	for _, p := range pods {
+		var rules []string
+		for c := range p.Rules {
+			rules = append(rules, c)
+		}
+		sort.Strings(rules)
+		trigger, next := "-", "-"
+		if p.Trigger != nil {
+			trigger = fmt.Sprintf("%s exit %d", p.Trigger.Container, p.Trigger.ExitCode)
+		}
+		if p.Phase != podstate.PhaseRunning && p.NotBefore.After(now) {
+			next = p.NotBefore.Sub(now).Round(100 * time.Millisecond).String()
+		}
+		problems := strings.Join(p.Problems, "; ")
+		if p.LastError != "" {
+			problems = strings.TrimPrefix(problems+"; last error: "+p.LastError, "; ")
+		}
+		if problems == "" {
+			problems = "-"
+		}
+		sb := p.SandboxID
+		if len(sb) > 13 {
+			sb = sb[:13]
+		}
+		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Namespace, p.Name, sb, orDash(strings.Join(rules, ",")), p.Phase, p.Restarts, trigger, next, problems)
+	}
+	w.Flush()
+	return 0
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
