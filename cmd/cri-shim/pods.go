@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -9,24 +8,15 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 )
 
 // podsCmd lists the pods cri-shim governs, from its state directory: restart
 // phase, restarts done, backoff, and problems with their annotations.
 func podsCmd(args []string) int {
-	fs := flag.NewFlagSet("pods", flag.ContinueOnError)
-	path := fs.String("config", config.DefaultPath, "config file (for state_dir)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
-	cfg, err := config.Load(*path, explicit)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim:", err)
-		return 1
+	cfg, code, ok := loadConfig("pods", args, false)
+	if !ok {
+		return code
 	}
 	pods, err := podstate.ReadPods(cfg.StateDir)
 	if err != nil {
