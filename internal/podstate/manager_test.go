@@ -400,3 +400,25 @@ func TestReconcileDropsGoneSandboxes(t *testing.T) {
 		t.Fatalf("state files left: %v", pods)
 	}
 }
+
+// The event stream must not tell the kubelet about a triggering exit or about
+// old instances while a restart is in progress.
+func TestEventsOfRestartingPodAreDropped(t *testing.T) {
+	k, _, ids := setup(t, t.TempDir())
+	k.rt.exit(ids["main"], 88)
+	st, _ := k.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["main"]})
+	ev := &runtimeapi.ContainerEventResponse{ContainerId: ids["main"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
+		ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}}
+	if !k.m.dropEvent(ev) {
+		t.Fatal("the triggering exit's event was relayed")
+	}
+	k.rt.exit(ids["sidecar"], 137)
+	st, _ = k.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["sidecar"]})
+	if !k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: ids["sidecar"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
+		ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}}) {
+		t.Fatal("an old instance's stop event was relayed during the restart")
+	}
+	if k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: "unrelated", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT}) {
+		t.Fatal("an unrelated event was dropped")
+	}
+}

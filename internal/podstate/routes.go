@@ -31,6 +31,7 @@ func (m *Manager) Routes() []proxy.Route {
 		proxy.UnaryIf(svc+"ListContainers", active, m.listContainers),
 		proxy.UnaryIf(svc+"ContainerStatus", active, m.containerStatus),
 		{Method: svc + "GetContainerEvents", Handler: m.containerEvents},
+		{Method: svc + "StreamContainers", Handler: m.streamContainers},
 	}
 }
 
@@ -184,10 +185,51 @@ func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContai
 	if err != nil {
 		return nil, err
 	}
-	m.classifyExited(ctx, resp.Containers)
+	resp.Containers = m.viewContainers(ctx, resp.Containers, want)
+	return resp, nil
+}
+
+// streamContainers is ListContainers in batches (kubelets with CRI list
+// streaming): every batch goes through the same view.
+func (m *Manager) streamContainers(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+	if m.Tracked() == 0 {
+		return proxy.ForwardServerStream(ss, svc+"StreamContainers", backend)
+	}
+	var req runtimeapi.StreamContainersRequest
+	if err := ss.RecvMsg(&req); err != nil {
+		return err
+	}
+	want := req.GetFilter().GetState()
+	if want != nil {
+		req.Filter.State = nil
+	}
+	cs, err := runtimeapi.NewRuntimeServiceClient(backend).StreamContainers(ctx, &req)
+	if err != nil {
+		return err
+	}
+	for {
+		r, err := cs.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		r.Containers = m.viewContainers(ctx, r.Containers, want)
+		if err := ss.SendMsg(r); err != nil {
+			return err
+		}
+	}
+}
+
+// viewContainers classifies unseen exits, then applies the restart view and
+// the caller's state filter to a list of containers.
+func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue) []*runtimeapi.Container {
+	m.classifyExited(ctx, cs)
 	m.mu.Lock()
-	out := resp.Containers[:0]
-	for _, c := range resp.Containers {
+	defer m.mu.Unlock()
+	out := cs[:0]
+	for _, c := range cs {
 		if p := m.pods[c.PodSandboxId]; p != nil {
 			hide, fake := m.view(p, c.Id, c.GetMetadata().GetName())
 			if hide {
@@ -202,9 +244,7 @@ func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContai
 		}
 		out = append(out, c)
 	}
-	m.mu.Unlock()
-	resp.Containers = out
-	return resp, nil
+	return out
 }
 
 func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,

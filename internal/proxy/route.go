@@ -59,3 +59,9 @@ func UnaryIf[Req, Resp any, PReq interface {
 		return typed(ctx, ss, backend)
 	}}
 }
+
+// ForwardServerStream relays a server-streaming call raw, for a route that
+// has nothing to change in this call.
+func ForwardServerStream(ss grpc.ServerStream, method string, backend grpc.ClientConnInterface) error {
+	return forwardServerStream(ss, method, backend)
+}

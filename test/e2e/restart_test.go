@@ -43,7 +43,7 @@ spec:
   - name: main
     image: docker.io/library/busybox:cri-shim
     imagePullPolicy: Never
-    command: ["sh", "-c", "n=$(cat /work/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > /work/count; if [ $n -le %[3]d ]; then sleep 1; exit %[2]d; fi; trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+    command: ["sh", "-c", "n=$(cat /work/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > /work/count; echo main run $n; if [ $n -le %[3]d ]; then sleep 1; exit %[2]d; fi; trap 'exit 0' TERM; while true; do sleep 0.2; done"]
     volumeMounts: [{name: work, mountPath: /work}]
   volumes:
   - name: work
@@ -164,6 +164,11 @@ func TestInPlaceRestartAllContainers(t *testing.T) {
 	needKubelet(t)
 	o := observeRestarts(t, "restart-all", node.env["MANIFESTS"], restartPod("restart-all", 88, 2, rule88))
 	checkOutcome(t, o)
+	// kubectl logs --previous: the kubelet serves the previous instance's log.
+	prev, err := kubeletDo(t, http.MethodGet, "/containerLogs/default/"+fullName("restart-all")+"/main?previous=true")
+	if err != nil || !strings.Contains(prev, "main run 2") {
+		t.Errorf("previous logs of main: %q %v", prev, err)
+	}
 	if out := shimPods(t); !strings.Contains(out, fullName("restart-all")) || !strings.Contains(out, "main exit 88") {
 		t.Errorf("cri-shim pods does not show the restarted pod:\n%s", out)
 	}
