@@ -168,20 +168,24 @@ func TestInitFailsAfterRestart(t *testing.T) {
 func TestKill9DuringRestart(t *testing.T) {
 	needKubelet(t)
 	for _, tc := range []struct {
-		phase string
-		inits []ctr
-		mains []ctr
-		grace int
+		phase  string
+		inits  []ctr
+		mains  []ctr
+		grace  int
+		victim string
 	}{
 		// The sidecar ignores SIGTERM (PID 1 without a handler), so stopping it takes the 6 s grace period.
 		{"TerminatingForRestart", []ctr{{name: "init", script: "true"}, {name: "sidecar", sidecar: true, script: "while true; do sleep 0.2; done"}},
-			[]ctr{{name: "main", script: "if [ $n -le 1 ]; then sleep 1; exit 88; fi; " + loop}}, 6},
+			[]ctr{{name: "main", script: "if [ $n -le 1 ]; then sleep 1; exit 88; fi; " + loop}}, 6, "cri-shim"},
 		// The init container takes 5 s on its second run, so Startup lasts that long.
 		{"Startup", []ctr{{name: "init", script: "if [ $n -eq 2 ]; then sleep 5; fi"}, {name: "sidecar", sidecar: true, script: loop}},
-			[]ctr{{name: "main", script: "if [ $n -le 1 ]; then sleep 1; exit 88; fi; " + loop}}, 2},
+			[]ctr{{name: "main", script: "if [ $n -le 1 ]; then sleep 1; exit 88; fi; " + loop}}, 2, "cri-shim"},
+		// The kubelet killed -9 and restarted in the middle of a restart.
+		{"TerminatingForRestart", []ctr{{name: "init", script: "true"}, {name: "sidecar", sidecar: true, script: "while true; do sleep 0.2; done"}},
+			[]ctr{{name: "main", script: "if [ $n -le 1 ]; then sleep 1; exit 88; fi; " + loop}}, 6, "kubelet"},
 	} {
-		t.Run(tc.phase, func(t *testing.T) {
-			name := "kill9-" + strings.ToLower(tc.phase[:5])
+		t.Run(tc.victim+"/"+tc.phase, func(t *testing.T) {
+			name := "kill9-" + tc.victim[:4] + "-" + strings.ToLower(tc.phase[:5])
 			placeManifest(t, name, genPod(name, "Never", tc.grace, map[string]string{"main": rule88}, tc.inits, tc.mains))
 			var sandbox string
 			eventually(t, 90*time.Second, "the restart to reach "+tc.phase, func() error {
@@ -203,9 +207,9 @@ func TestKill9DuringRestart(t *testing.T) {
 				}
 				return nil
 			})
-			killShim(t)
+			killPidFile(t, tc.victim, 9)
 			time.Sleep(500 * time.Millisecond)
-			if err := script("up.sh", "--start", "cri-shim"); err != nil {
+			if err := script("up.sh", "--start", tc.victim); err != nil {
 				t.Fatal(err)
 			}
 			p := waitRunning(t, name, 90*time.Second, 1, "sidecar", "main")
@@ -222,8 +226,6 @@ func TestKill9DuringRestart(t *testing.T) {
 		})
 	}
 }
-
-func killShim(t testing.TB) { killPidFile(t, "cri-shim", 9) }
 
 // killPidFile signals the daemon in $NODE_RUN/NAME.pid and waits for it to exit.
 func killPidFile(t testing.TB, name string, sig syscall.Signal) {
