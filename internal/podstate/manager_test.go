@@ -44,6 +44,9 @@ func (f *fakeRT) ListContainers(_ context.Context, in *runtimeapi.ListContainers
 		if st := in.GetFilter().GetState(); st != nil && st.State != s.State {
 			continue
 		}
+		if sb := in.GetFilter().GetPodSandboxId(); sb != "" && f.sandboxOf[id] != sb {
+			continue
+		}
 		out = append(out, &runtimeapi.Container{Id: id, PodSandboxId: f.sandboxOf[id], Metadata: s.Metadata, State: s.State})
 	}
 	return &runtimeapi.ListContainersResponse{Containers: out}, nil
@@ -420,5 +423,36 @@ func TestEventsOfRestartingPodAreDropped(t *testing.T) {
 	}
 	if k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: "unrelated", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT}) {
 		t.Fatal("an unrelated event was dropped")
+	}
+}
+
+// A shim killed after the runtime created a replayed container but before the
+// state recorded it adopts that container instead of creating a second one.
+func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
+	dir := t.TempDir()
+	k, sb, ids := setup(t, dir)
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	p := k.m.pods[sb]
+	// Simulate: the executor recorded its intent for init/1, the runtime created it, then the shim died.
+	p.Phase, p.Creating = PhaseStartup, "init/1"
+	k.m.save(p)
+	orphan, _ := k.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "init", Attempt: 1}}})
+	m2 := newTestManager(t, k.rt, dir)
+	if err := m2.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	inits := 0
+	for _, n := range k.rt.created {
+		if n == "init" {
+			inits++
+		}
+	}
+	if inits != 2 {
+		t.Fatalf("init created %d times, want 2 (original + adopted orphan %s)", inits, orphan.ContainerId)
+	}
+	if m2.pods[sb].Phase != PhaseRunning {
+		t.Fatalf("phase %s", m2.pods[sb].Phase)
 	}
 }

@@ -188,17 +188,30 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	}
 	cfg.Annotations[annotationRestartCount] = strconv.Itoa(n)
 	cfg.LogPath = filepath.Join(name, fmt.Sprintf("%d.log", n))
-	resp, err := m.rt.CreateContainer(ctx, &req)
+	intent := fmt.Sprintf("%s/%d", name, n)
+	id, err := m.adoptCreated(ctx, sandboxID, intent, name, uint32(n))
 	if err != nil {
-		return "", fmt.Errorf("create %q again: %w", name, err)
+		return "", err
 	}
-	id := resp.ContainerId
+	if id == "" {
+		m.mu.Lock()
+		p.Creating = intent
+		m.save(p)
+		m.mu.Unlock()
+		resp, err := m.rt.CreateContainer(ctx, &req)
+		if err != nil {
+			return "", fmt.Errorf("create %q again: %w", name, err)
+		}
+		id = resp.ContainerId
+	}
+	m.metrics.containers.WithLabelValues(string(ActionRestartAllContainers)).Inc()
 	m.mu.Lock()
 	if p.New == nil {
 		p.New = map[string]string{}
 	}
 	p.New[id] = name
 	p.IDs[id] = name
+	p.Creating = ""
 	m.byID[id] = sandboxID
 	if b, err := proto.Marshal(&req); err == nil {
 		p.Creates[name] = b
@@ -206,6 +219,27 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	m.save(p)
 	m.mu.Unlock()
 	return id, m.ensureStarted(ctx, id)
+}
+
+// adoptCreated finds the container of an interrupted replay create, if the
+// runtime made it before the shim died.
+func (m *Manager) adoptCreated(ctx context.Context, sandboxID, intent, name string, attempt uint32) (string, error) {
+	m.mu.Lock()
+	pending := m.pods[sandboxID].Creating == intent
+	m.mu.Unlock()
+	if !pending {
+		return "", nil
+	}
+	resp, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID}})
+	if err != nil {
+		return "", fmt.Errorf("looking for an interrupted create of %q: %w", name, err)
+	}
+	for _, c := range resp.Containers {
+		if c.GetMetadata().GetName() == name && c.GetMetadata().GetAttempt() == attempt {
+			return c.Id, nil
+		}
+	}
+	return "", nil
 }
 
 // waitFor waits until a started container runs (or, with exit, has exited).
@@ -331,10 +365,11 @@ func (m *Manager) watchEvents(ctx context.Context) {
 }
 
 type metrics struct {
-	latency  prometheus.Histogram
-	restarts prometheus.Counter
-	delay    prometheus.Histogram
-	problems prometheus.Counter
+	latency    prometheus.Histogram
+	containers *prometheus.CounterVec
+	restarts   prometheus.Counter
+	delay      prometheus.Histogram
+	problems   prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -346,8 +381,11 @@ func newMetrics() *metrics {
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_pod_restarts_total", Help: "In-place pod restarts started by a RestartAllContainers rule.",
 		}),
+		containers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_container_restarts_total", Help: "Containers started again by cri-shim, by reason (the rule action).",
+		}, []string{"reason"}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "cri_shim_pod_restart_backoff_seconds", Help: "Backoff delay applied before an in-place pod restart.",
+			Name: "cri_shim_restart_backoff_seconds", Help: "Backoff delay (KEP-4603 curve) applied before each restart cri-shim governs.",
 			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 60, 120, 300},
 		}),
 		problems: prometheus.NewCounter(prometheus.CounterOpts{
@@ -358,5 +396,5 @@ func newMetrics() *metrics {
 
 // Collectors are the manager's metrics, for the shim's registry.
 func (m *Manager) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency}
+	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers}
 }

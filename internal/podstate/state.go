@@ -75,6 +75,10 @@ type Pod struct {
 	// New are the instances the shim created for the restart in progress (ID -> name),
 	// hidden from the kubelet until every one is up.
 	New map[string]string `json:"new,omitempty"`
+	// Creating is the replay create in flight ("name/attempt"): a shim killed
+	// between the runtime creating the container and this state recording it
+	// finds the container by name and attempt instead of creating another.
+	Creating string `json:"creating,omitempty"`
 	// Settled are exits already handled (no rule matched, or an earlier
 	// restart dealt with them): the kubelet sees them as they are.
 	Settled map[string]bool `json:"settled,omitempty"`
