@@ -30,6 +30,7 @@ type runtimeService interface {
 	StartContainer(ctx context.Context, in *runtimeapi.StartContainerRequest, opts ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error)
 	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
 	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+	RemoveContainer(ctx context.Context, in *runtimeapi.RemoveContainerRequest, opts ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error)
 }
 
 // Manager tracks the pods that carry restart rules and drives their restarts.
@@ -346,7 +347,7 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
 		}
 		settle(p, id)
 	}
-	p.New, p.Refined = nil, false
+	p.New, p.Refined, p.Retried = nil, false, nil
 	p.NotBefore = bst.NotBefore
 	p.LastError = ""
 	m.save(p)

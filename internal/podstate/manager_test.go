@@ -114,6 +114,13 @@ func (f *fakeRT) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxReque
 	return &runtimeapi.ListPodSandboxResponse{Items: out}, nil
 }
 
+func (f *fakeRT) RemoveContainer(_ context.Context, in *runtimeapi.RemoveContainerRequest, _ ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.cs, in.ContainerId)
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
 func (f *fakeRT) ExecSync(context.Context, *runtimeapi.ExecSyncRequest, ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
 	return &runtimeapi.ExecSyncResponse{}, nil
 }
@@ -454,5 +461,33 @@ func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
 	}
 	if m2.pods[sb].Phase != PhaseRunning {
 		t.Fatalf("phase %s", m2.pods[sb].Phase)
+	}
+}
+
+// The shim died during StartContainer of a replayed container; the runtime
+// cancelled the start (exited, never started). The resumed shim creates it
+// once more instead of reporting a failed init container.
+func TestInterruptedReplayStartIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	k, sb, ids := setup(t, dir)
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	p := k.m.pods[sb]
+	p.Phase = PhaseStartup
+	resp, _ := k.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "init", Attempt: 1}}})
+	k.rt.exit(resp.ContainerId, 128) // StartError: StartedAt stays 0
+	p.New = map[string]string{resp.ContainerId: "init"}
+	p.IDs[resp.ContainerId] = "init"
+	k.m.save(p)
+	m2 := newTestManager(t, k.rt, dir)
+	if err := m2.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(k.rt.created[4:]); got != "[init sidecar main]" {
+		t.Fatalf("after an interrupted start the replay created %s, want init again then sidecar and main", got)
+	}
+	if _, still := k.rt.cs[resp.ContainerId]; still {
+		t.Fatal("the interrupted instance was left for the kubelet to see")
 	}
 }

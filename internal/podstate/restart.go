@@ -165,12 +165,44 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, error) {
 	m.mu.Lock()
 	p := m.pods[sandboxID]
+	existing := ""
 	for id, n := range p.New {
 		if n == name {
-			m.mu.Unlock()
-			return id, m.ensureStarted(ctx, id)
+			existing = id
 		}
 	}
+	retried := p.Retried[name]
+	m.mu.Unlock()
+	if existing != "" {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: existing})
+		if err != nil && status.Code(err) != codes.NotFound {
+			return "", fmt.Errorf("status of %s: %w", existing, err)
+		}
+		s := st.GetStatus()
+		// Exited without ever running: our StartContainer was cut short (the
+		// shim died mid-call and the runtime cancelled the start). That is not
+		// the container failing; create it once more. A second start error is
+		// real and is shown.
+		interrupted := err != nil || (s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && s.GetStartedAt() == 0)
+		if !interrupted || retried {
+			return existing, m.ensureStarted(ctx, existing)
+		}
+		m.log.Info("podstate: replayed start was interrupted; creating the container once more", "container", name)
+		if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: existing}); err != nil && status.Code(err) != codes.NotFound {
+			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
+		}
+		m.mu.Lock()
+		delete(p.New, existing)
+		delete(p.IDs, existing)
+		delete(m.byID, existing)
+		if p.Retried == nil {
+			p.Retried = map[string]bool{}
+		}
+		p.Retried[name] = true
+		m.save(p)
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
 	raw, logDir := p.Creates[name], p.LogDirectory
 	m.mu.Unlock()
 	if raw == nil {

@@ -79,6 +79,9 @@ type Pod struct {
 	// between the runtime creating the container and this state recording it
 	// finds the container by name and attempt instead of creating another.
 	Creating string `json:"creating,omitempty"`
+	// Retried are containers whose replayed start was interrupted (the shim
+	// died during StartContainer) and were created once more in this restart.
+	Retried map[string]bool `json:"retried,omitempty"`
 	// Settled are exits already handled (no rule matched, or an earlier
 	// restart dealt with them): the kubelet sees them as they are.
 	Settled map[string]bool `json:"settled,omitempty"`
