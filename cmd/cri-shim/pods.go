@@ -25,7 +25,7 @@ func podsCmd(args []string) int {
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+pods[i].Name < pods[j].Namespace+pods[j].Name })
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "POD\tSANDBOX\tRULES\tPHASE\tRESTARTS\tLAST TRIGGER\tNEXT NOT BEFORE\tPROBLEMS")
+	fmt.Fprintln(w, "POD\tSANDBOX\tRULES\tPHASE\tPOD RESTARTS\tCONTAINER RESTARTS\tLAST TRIGGER\tDELAY\tNEXT RESTART IN\tPROBLEMS")
 	now := time.Now()
 	for _, p := range pods {
 		var rules []string
@@ -33,10 +33,16 @@ func podsCmd(args []string) int {
 			rules = append(rules, c)
 		}
 		sort.Strings(rules)
-		trigger, next := "-", "-"
+		trigger, next, delay := "-", "-", "-"
 		if p.Trigger != nil {
-			trigger = fmt.Sprintf("%s exit %d", p.Trigger.Container, p.Trigger.ExitCode)
+			trigger = fmt.Sprintf("%s exit %d (%s)", p.Trigger.Container, p.Trigger.ExitCode, p.Trigger.Action)
+			delay = p.Trigger.Delay.String()
 		}
+		var crs []string
+		for c, n := range p.ContainerRestarts {
+			crs = append(crs, fmt.Sprintf("%s=%d", c, n))
+		}
+		sort.Strings(crs)
 		if p.Phase != podstate.PhaseRunning && p.NotBefore.After(now) {
 			next = p.NotBefore.Sub(now).Round(100 * time.Millisecond).String()
 		}
@@ -51,7 +57,8 @@ func podsCmd(args []string) int {
 		if len(sb) > 13 {
 			sb = sb[:13]
 		}
-		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Namespace, p.Name, sb, orDash(strings.Join(rules, ",")), p.Phase, p.Restarts, trigger, next, problems)
+		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, sb, orDash(strings.Join(rules, ",")), p.Phase,
+			p.Restarts, orDash(strings.Join(crs, ",")), trigger, delay, next, problems)
 	}
 	w.Flush()
 	return 0

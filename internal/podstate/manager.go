@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // runtimeService is the part of the CRI the manager calls on the runtime itself.
@@ -73,8 +74,11 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	}
 	for _, p := range pods {
 		m.adopt(p)
-		if p.Trigger != nil {
+		if p.Trigger != nil && p.Scope == "" {
 			bo.Restore(backoff.Key{PodUID: p.UID}, backoff.State{Restarts: p.Restarts, NotBefore: p.NotBefore})
+		}
+		for c, n := range p.ContainerRestarts {
+			bo.Restore(backoff.Key{PodUID: p.UID, Container: c}, backoff.State{Restarts: n})
 		}
 	}
 	return m, nil
@@ -316,7 +320,8 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
 	if !m.needsClassification(p, s.Id, name) {
 		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id
 	}
-	if p.Rules.Match(name, s.ExitCode) != ActionRestartAllContainers {
+	action := p.Rules.Match(name, s.ExitCode)
+	if action != ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
 		settle(p, s.Id)
 		m.save(p)
 		return false
@@ -324,10 +329,22 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
 	now := m.clock.Now()
 	finished := time.Unix(0, s.FinishedAt)
 	started := time.Unix(0, s.StartedAt)
-	bst := m.bo.Exited(backoff.Key{PodUID: p.UID}, started, finished)
-	p.Phase, p.PhaseSince = PhaseTerminating, now
-	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished}
+	key, scope := backoff.Key{PodUID: p.UID}, ""
+	if action == corev1.ContainerRestartRuleActionRestart {
+		// One container: its own curve, and only its instances take part.
+		key.Container, scope = name, name
+	}
+	bst := m.bo.Exited(key, started, finished)
+	p.Phase, p.PhaseSince, p.Scope = PhaseTerminating, now, scope
+	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
 	p.Old = maps.Clone(p.IDs)
+	if scope != "" {
+		for id, n := range p.Old {
+			if n != scope {
+				delete(p.Old, id)
+			}
+		}
+	}
 	// Shown running until the swap: the trigger, and every instance that may
 	// still run. Instances of containers that ran to completion (regular init
 	// containers, by the recorded start order) or were seen exited are shown
@@ -351,9 +368,11 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
 	p.NotBefore = bst.NotBefore
 	p.LastError = ""
 	m.save(p)
-	m.metrics.restarts.Inc()
+	if scope == "" {
+		m.metrics.restarts.Inc()
+	}
 	m.metrics.delay.Observe(bst.LastDelay.Seconds())
-	m.log.Info("podstate: restart rule matched; restarting all containers in place",
+	m.log.Info("podstate: restart rule matched", "action", action,
 		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
 	m.kick(p.SandboxID)
 	return true

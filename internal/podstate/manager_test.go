@@ -491,3 +491,45 @@ func TestInterruptedReplayStartIsRetried(t *testing.T) {
 		t.Fatal("the interrupted instance was left for the kubelet to see")
 	}
 }
+
+// A Restart rule restarts only its container, on its own backoff curve; the
+// other containers keep running and the kubelet never sees the exit.
+func TestRestartRuleRestartsOneContainer(t *testing.T) {
+	rt := newFakeRT()
+	rt.exitOnStart["init"] = 0
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	ids := map[string]string{}
+	for _, n := range []string{"init", "sidecar", "main"} {
+		ids[n] = k.start(sb, n)
+	}
+	p := k.m.pods[sb]
+	for i, wantDelay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		cur := p.Latest["main"]
+		k.rt.exit(cur, 1)
+		if s := k.status(cur); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Fatalf("restart %d: the kubelet saw the exit: %v", i+1, s.State)
+		}
+		if p.Scope != "main" || p.Trigger.Delay != wantDelay {
+			t.Fatalf("restart %d: scope %q delay %s, want main and %s", i+1, p.Scope, p.Trigger.Delay, wantDelay)
+		}
+		if err := k.m.execute(context.Background(), sb); err != nil {
+			t.Fatal(err)
+		}
+		if p.Phase != PhaseRunning || p.ContainerRestarts["main"] != i+1 || p.Restarts != 0 {
+			t.Fatalf("restart %d: phase %s, container restarts %v, pod restarts %d", i+1, p.Phase, p.ContainerRestarts, p.Restarts)
+		}
+	}
+	if got := fmt.Sprint(rt.created[3:]); got != "[main main main]" {
+		t.Fatalf("replayed %s, want only main, three times", got)
+	}
+	if len(rt.stopped) != 0 {
+		t.Fatalf("stopped %v: a Restart rule must not touch other containers", rt.stopped)
+	}
+	if s, _ := rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["sidecar"]}); s.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatal("sidecar disturbed")
+	}
+	if a := rt.cs[p.Latest["main"]].Metadata.Attempt; a != 3 {
+		t.Fatalf("third restart has attempt %d, want 3", a)
+	}
+}

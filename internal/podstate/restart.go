@@ -132,6 +132,9 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 		return nil
 	}
 	seq := append([]SeqEntry(nil), p.Seq...)
+	if p.Scope != "" {
+		seq = []SeqEntry{{Name: p.Scope}}
+	}
 	m.mu.Unlock()
 	if len(seq) == 0 {
 		return fmt.Errorf("no recorded start order for the pod")
@@ -236,7 +239,13 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		}
 		id = resp.ContainerId
 	}
-	m.metrics.containers.WithLabelValues(string(ActionRestartAllContainers)).Inc()
+	reason := string(ActionRestartAllContainers)
+	m.mu.Lock()
+	if p.Scope != "" {
+		reason = string(corev1.ContainerRestartRuleActionRestart)
+	}
+	m.mu.Unlock()
+	m.metrics.containers.WithLabelValues(reason).Inc()
 	m.mu.Lock()
 	if p.New == nil {
 		p.New = map[string]string{}
@@ -326,7 +335,15 @@ func (m *Manager) swap(sandboxID string) {
 	for id, name := range p.New {
 		p.Latest[name] = id
 	}
-	p.Restarts++
+	if p.Scope != "" {
+		if p.ContainerRestarts == nil {
+			p.ContainerRestarts = map[string]int{}
+		}
+		p.ContainerRestarts[p.Scope]++
+	} else {
+		p.Restarts++
+	}
+	p.Scope = ""
 	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
 	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
 	p.Old, p.Fake, p.New, p.LastError = nil, nil, nil, ""

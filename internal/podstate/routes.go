@@ -142,7 +142,7 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	m.mu.Lock()
 	if p := m.pods[req.PodSandboxId]; p != nil && p.Phase != PhaseRunning {
 		m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase)
-		p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
+		p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
 		p.Old, p.Fake, p.New = nil, nil, nil
 		m.save(p)
 	}

@@ -67,11 +67,9 @@ func parseContainerRules(v string) ([]corev1.ContainerRestartRule, error) {
 	}
 	for i, r := range rs {
 		switch r.Action {
-		case ActionRestartAllContainers:
-		case corev1.ContainerRestartRuleActionRestart:
-			return nil, fmt.Errorf("rule %d: action %q is not supported by this build yet", i, r.Action)
+		case ActionRestartAllContainers, corev1.ContainerRestartRuleActionRestart:
 		default:
-			return nil, fmt.Errorf("rule %d: unknown action %q (want %q)", i, r.Action, ActionRestartAllContainers)
+			return nil, fmt.Errorf("rule %d: unknown action %q (want %q or %q)", i, r.Action, ActionRestartAllContainers, corev1.ContainerRestartRuleActionRestart)
 		}
 		if r.ExitCodes == nil {
 			return nil, fmt.Errorf("rule %d: exitCodes is required", i)

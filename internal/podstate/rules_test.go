@@ -17,7 +17,7 @@ func TestParseRules(t *testing.T) {
 		{"one", map[string]string{RulesAnnotationPrefix + "main": good}, map[string]bool{"main": true}, ""},
 		{"malformed json", map[string]string{RulesAnnotationPrefix + "main": `[{`}, nil, "not a JSON list"},
 		{"unknown action", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Explode","exitCodes":{"operator":"In","values":[1]}}]`}, nil, `unknown action "Explode"`},
-		{"restart not yet", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"In","values":[1]}}]`}, nil, "not supported by this build yet"},
+		{"restart", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}, map[string]bool{"main": true}, ""},
 		{"bad operator", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"RestartAllContainers","exitCodes":{"operator":"Gt","values":[1]}}]`}, nil, "operator"},
 		{"no exit codes", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"RestartAllContainers"}]`}, nil, "exitCodes is required"},
 		{"code out of range", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[256]}}]`}, nil, "out of range"},

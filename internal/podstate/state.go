@@ -17,7 +17,8 @@ type Phase string
 const (
 	// PhaseRunning: nothing in progress; exits of containers with rules are classified.
 	PhaseRunning Phase = "Running"
-	// PhaseTerminating: a rule matched; the pod's containers are being stopped
+	// PhaseTerminating: a rule matched; the pod's containers (or, for a
+	// Restart rule, the one container) are being stopped
 	// while the kubelet is shown them still running.
 	PhaseTerminating Phase = "TerminatingForRestart"
 	// PhaseStartup: the shim starts the pod's containers again in the
@@ -33,6 +34,10 @@ type Trigger struct {
 	ExitCode    int32     `json:"exitCode"`
 	StartedAt   time.Time `json:"startedAt"`
 	FinishedAt  time.Time `json:"finishedAt"`
+	// Action is the rule's action: RestartAllContainers, or Restart (this container only).
+	Action string `json:"action"`
+	// Delay is the backoff applied before the restart.
+	Delay time.Duration `json:"delay"`
 }
 
 // Pod is the persisted state of one pod sandbox that carries restart rules.
@@ -62,7 +67,11 @@ type Pod struct {
 	Phase      Phase     `json:"phase"`
 	PhaseSince time.Time `json:"phaseSince"`
 	Restarts   int       `json:"restarts"`
-	Trigger    *Trigger  `json:"trigger,omitempty"`
+	// Scope is the one container a Restart rule restarts; empty for RestartAllContainers.
+	Scope string `json:"scope,omitempty"`
+	// ContainerRestarts counts Restart-rule restarts per container (its backoff position).
+	ContainerRestarts map[string]int `json:"containerRestarts,omitempty"`
+	Trigger           *Trigger       `json:"trigger,omitempty"`
 	// Old are the instances from before the restart in progress (ID -> name).
 	Old map[string]string `json:"old,omitempty"`
 	// Fake are the old instances shown to the kubelet as running until the

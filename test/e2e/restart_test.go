@@ -169,11 +169,12 @@ func TestInPlaceRestartAllContainers(t *testing.T) {
 	if err != nil || !strings.Contains(prev, "main run 2") {
 		t.Errorf("previous logs of main: %q %v", prev, err)
 	}
-	if out := shimPods(t); !strings.Contains(out, fullName("restart-all")) || !strings.Contains(out, "main exit 88") {
+	if out := shimPods(t); !strings.Contains(out, fullName("restart-all")) || !strings.Contains(out, "main exit 88 (RestartAllContainers)") {
 		t.Errorf("cri-shim pods does not show the restarted pod:\n%s", out)
 	}
-	if m := scrapeMetrics(t); !strings.Contains(m, "cri_shim_pod_restarts_total 2") {
-		t.Errorf("restart metric:\n%s", grepMetric(m, "cri_shim_pod_restart"))
+	// The counter is per shim process and shared with the suite's other pods.
+	if v := metricValue(scrapeMetrics(t), "cri_shim_pod_restarts_total"); v < 2 {
+		t.Errorf("cri_shim_pod_restarts_total = %v, want at least this pod's 2", v)
 	}
 	t.Logf("through cri-shim: init %d, sidecar %d, main restarts %d, sandbox kept, IP %v)", o.initRuns, o.sidecarRuns, o.mainRestarts, keys(o.ips))
 }

@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// crashPod: main exits 1 right after starting, every time, and stamps the
+// host's /proc/uptime at each start and exit into a hostPath file. Its rule
+// opts every failure into the shim's curve (Restart, NotIn [0]); the pod's
+// restartPolicy is Never, so without the shim the first exit would fail it.
+func crashPod(name string) string {
+	dir := filepath.Join(node.env["NODE_DATA"], "bench", name)
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %[1]s
+  namespace: default
+  annotations:
+    restart-rules.cri-shim.io/main: '[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]'
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "n=$(cat /t/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > /t/count; echo start $n $(cut -d' ' -f1 /proc/uptime) >> /t/t.log; echo exit $n $(cut -d' ' -f1 /proc/uptime) >> /t/t.log; exit 1"]
+    volumeMounts: [{name: t, mountPath: /t}]
+  volumes:
+  - name: t
+    hostPath: {path: %[2]s, type: DirectoryOrCreate}
+`, name, dir)
+}
+
+// withShimConfig restarts the shim with extra TOML appended to its config,
+// and restores the original config (and shim) when the test ends.
+func withShimConfig(t *testing.T, extra string) {
+	t.Helper()
+	cfg := filepath.Join(node.env["NODE_RUN"], "cri-shim", "config.toml")
+	orig, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restart := func(b []byte) {
+		if err := os.WriteFile(cfg, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		killPidFile(t, "cri-shim", 15)
+		if err := script("up.sh", "--start", "cri-shim"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart(append(append([]byte{}, orig...), []byte("\n"+extra)...))
+	t.Cleanup(func() { restart(orig) })
+}
+
+// gaps runs crashPod until it has restarted len(want) times and returns the
+// measured exit-to-next-start gaps.
+func gaps(t *testing.T, name string, n int) []float64 {
+	t.Helper()
+	_ = os.RemoveAll(filepath.Join(node.env["NODE_DATA"], "bench", name))
+	placeManifest(t, name, crashPod(name))
+	eventually(t, 400*time.Second, fmt.Sprintf("%s to start %d times", name, n+1), func() error {
+		if p, err := kubeletPod(t, fullName(name)); err == nil && p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("%s failed: the kubelet saw an exit the shim governs", name)
+		}
+		starts, _ := stamps(name)
+		if _, ok := starts[n+1]; !ok {
+			return fmt.Errorf("%d starts", len(starts))
+		}
+		return nil
+	})
+	starts, exits := stamps(name)
+	var out []float64
+	for i := 1; i <= n; i++ {
+		out = append(out, math.Round((starts[i+1]-exits[i])*100)/100)
+	}
+	return out
+}
+
+func checkGaps(t *testing.T, got, want []float64) {
+	t.Helper()
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 0.5 {
+			t.Errorf("gaps %v, want %v within ±0.5 s", got, want)
+			return
+		}
+	}
+	t.Logf("gaps %v (want %v ±0.5 s)", got, want)
+}
+
+// Backoff acceptance 1: default config, gaps 1, 2, 4, 8, 16, 32 s.
+func TestBackoffDefaultCurve(t *testing.T) {
+	needKubelet(t)
+	checkGaps(t, gaps(t, "backoff-default", 6), []float64{1, 2, 4, 8, 16, 32})
+	if out := shimPods(t); !strings.Contains(out, "main=6") || !strings.Contains(out, "(Restart)") {
+		t.Errorf("cri-shim pods:\n%s", out)
+	}
+}
+
+// Backoff acceptance 2: node max 4 s gives 1, 2, 4, 4, 4; initial 10 s with
+// node max 2 s gives 2, 2, 2.
+func TestBackoffNodeMax(t *testing.T) {
+	needKubelet(t)
+	t.Run("max4", func(t *testing.T) {
+		withShimConfig(t, "[backoff]\nmax_container_restart_period = 4\n")
+		checkGaps(t, gaps(t, "backoff-max4", 5), []float64{1, 2, 4, 4, 4})
+	})
+	t.Run("initial10max2", func(t *testing.T) {
+		withShimConfig(t, "[backoff]\ninitial_delay = \"10s\"\nmax_delay = \"300s\"\nmax_container_restart_period = 2\n")
+		checkGaps(t, gaps(t, "backoff-i10m2", 3), []float64{2, 2, 2})
+	})
+}
