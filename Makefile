@@ -9,7 +9,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit e2e stack run stop bench-proxy bench-restart fuzz vet clean
+.PHONY: all build test unit e2e stack run stop bench-proxy bench-restart bench-backoff fuzz vet clean
 
 all: build
 
@@ -58,3 +58,8 @@ clean:
 # native kubelet feature vs deleting and recreating the pod (test/e2e).
 bench-restart: build stack
 	$(GO) test -count=1 -run '^$$' -bench BenchmarkRestart -benchtime 1x -timeout 30m ./test/e2e/
+
+# Restarts of a crashing container under the kubelet's and cri-shim's curves,
+# and the shim's CPU with 20 crashing pods (about 12 minutes; test/e2e).
+bench-backoff: build stack
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkBackoff -benchtime 1x -timeout 40m ./test/e2e/

@@ -46,6 +46,10 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		{[]string{"serve", "--no-such-flag"}, "flag provided but not defined"},
 		{[]string{"config", "check", "--config", write("bad.toml", "[log]\nformat = \"xml\"\n")}, "log.format"},
 		{[]string{"frobnicate"}, "unknown command"},
+		// Backoff acceptance 4: invalid node maxima refuse to start, naming the field.
+		{[]string{"serve", "--config", write("bo0.toml", "[backoff]\nmax_container_restart_period = 0\n")}, "backoff.max_container_restart_period: must be whole seconds from 1 to 300, got 0"},
+		{[]string{"serve", "--config", write("bo301.toml", "[backoff]\nmax_container_restart_period = 301\n")}, "backoff.max_container_restart_period: must be whole seconds from 1 to 300, got 301"},
+		{[]string{"serve", "--config", write("boabc.toml", "[backoff]\nmax_container_restart_period = \"abc\"\n")}, "backoff.max_container_restart_period"},
 	} {
 		code, stderr := runCaptured(t, tc.args...)
 		if code == 0 {

@@ -152,7 +152,7 @@ func (m *Manager) Run(ctx context.Context) {
 		case id := <-m.work:
 			m.startExecutor(ctx, &wg, id)
 		case <-tick.C:
-			if ticks++; ticks%60 == 0 {
+			if ticks++; ticks%10 == 0 {
 				m.reconcile(ctx)
 			}
 			m.scan(ctx)
@@ -188,12 +188,17 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 			m.mu.Unlock()
 		}()
 		if err := m.execute(ctx, sandboxID); err != nil && ctx.Err() == nil {
-			m.log.Error("podstate: restart step failed; retrying", "sandbox", sandboxID, "err", err)
+			// Retried every second; logged when the error changes, not each time.
 			m.mu.Lock()
-			if p := m.pods[sandboxID]; p != nil {
+			p := m.pods[sandboxID]
+			repeat := p != nil && p.LastError == err.Error()
+			if p != nil {
 				p.LastError = err.Error()
 			}
 			m.mu.Unlock()
+			if !repeat {
+				m.log.Error("podstate: restart step failed; retrying every second", "sandbox", sandboxID, "err", err)
+			}
 		}
 	}()
 }
@@ -211,8 +216,37 @@ func (m *Manager) reconcile(ctx context.Context) {
 	for _, sb := range resp.Items {
 		live[sb.Id] = true
 	}
+	cs, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return
+	}
+	exists := make(map[string]bool, len(cs.Containers))
+	for _, c := range cs.Containers {
+		exists[c.Id] = true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// Forget instances the runtime no longer has (the kubelet's container GC
+	// removed them), so a pod's state stays the size of its live containers
+	// however often it restarts.
+	for _, p := range m.pods {
+		if p.Phase != PhaseRunning {
+			continue
+		}
+		pruned := false
+		for id := range p.IDs {
+			if !exists[id] && p.Latest[p.IDs[id]] != id {
+				delete(p.IDs, id)
+				delete(p.Settled, id)
+				delete(p.Dead, id)
+				delete(m.byID, id)
+				pruned = true
+			}
+		}
+		if pruned {
+			m.save(p)
+		}
+	}
 	for id, p := range m.pods {
 		if live[id] {
 			continue

@@ -119,3 +119,16 @@ func TestBackoffNodeMax(t *testing.T) {
 		checkGaps(t, gaps(t, "backoff-i10m2", 3), []float64{2, 2, 2})
 	})
 }
+
+// Backoff acceptance 3: a pod that keeps triggering RestartAllContainers has
+// its restarts spaced by the same curve (1, 2, 4 s, plus the restart itself).
+func TestBackoffSpacesPodRestarts(t *testing.T) {
+	needKubelet(t)
+	got := inPlaceBlock(t, "backoff-pod", node.env["MANIFESTS"], "annotation", 3)
+	for i, want := range []float64{1, 2, 4} {
+		if d := got[i] - want; d < 0 || d > 0.75 {
+			t.Fatalf("pod restart gaps %v: want 1, 2, 4 s plus under 0.75 s of restart work", got)
+		}
+	}
+	t.Logf("pod restart gaps %v", got)
+}

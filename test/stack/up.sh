@@ -44,7 +44,7 @@ spawn() {
 	echo $! >"$f"
 }
 
-# kubelet_config FILE RUNTIME_SOCK MANIFEST_DIR NATIVE_GATES
+# kubelet_config FILE RUNTIME_SOCK MANIFEST_DIR NATIVE_GATES [REDUCED_DECAY]
 kubelet_config() {
 	mkdir -p "$3"
 	cat >"$1" <<YAML
@@ -56,6 +56,7 @@ staticPodPath: $3
 featureGates:
   RestartAllContainersOnContainerExits: $4
   ContainerRestartRules: $4
+  ReduceDefaultCrashLoopBackOffDecay: ${5:-false}
 fileCheckFrequency: 1s
 syncFrequency: 10s
 podLogsDir: $NODE_DATA/pod-logs
@@ -153,6 +154,8 @@ YAML
 	# "kubelet-native" talks to containerd directly with them ON, for comparison.
 	kubelet_config "$NODE_RUN/kubelet.yaml" "$SHIM_SOCK" "$MANIFESTS" false
 	kubelet_config "$NODE_RUN/kubelet-native.yaml" "$CONTAINERD_SOCK" "$MANIFESTS_NATIVE" true
+	# For the backoff benchmark: through the shim, with the kubelet's own KEP-4603 curve on.
+	kubelet_config "$NODE_RUN/kubelet-reduced.yaml" "$SHIM_SOCK" "$MANIFESTS" false true
 	cat >"$NODE_RUN/env" <<ENV
 NODE_RUN=$NODE_RUN
 NODE_DATA=$NODE_DATA
@@ -238,6 +241,7 @@ start_kubelet() {
 	[[ -x $STACK/bin/kubelet ]] || { log "missing kubelet: run test/stack/install.sh"; return 1; }
 	local cfg=$NODE_RUN/kubelet.yaml root=$NODE_DATA/kubelet
 	if [[ ${1:-} == native ]]; then cfg=$NODE_RUN/kubelet-native.yaml root=$NODE_DATA/kubelet-native; fi
+	if [[ ${1:-} == reduced ]]; then cfg=$NODE_RUN/kubelet-reduced.yaml; fi
 	spawn kubelet kubelet --config "$cfg" --root-dir "$root" \
 		--hostname-override "$NODE_NAME" --v 2
 	wait_for 90 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" ||
@@ -251,6 +255,7 @@ if [[ -n $ONLY ]]; then
 	cri-shim) start_shim ;;
 	kubelet) start_kubelet ;;
 	kubelet-native) start_kubelet native ;;
+	kubelet-reduced) start_kubelet reduced ;;
 	registry) start_registry ;;
 	*) log "--start: unknown component $ONLY"; exit 2 ;;
 	esac
