@@ -344,6 +344,11 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.classifyLocked(s)
+}
+
+// classifyLocked is classify with m.mu held.
+func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 	sid := m.byID[s.Id]
 	p := m.pods[sid]
 	name := s.GetMetadata().GetName()

@@ -533,3 +533,29 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 		t.Fatalf("third restart has attempt %d, want 3", a)
 	}
 }
+
+// A container that crashes again at once is classified in the swap itself:
+// the kubelet never sees the new instance's exit, even for an instant.
+func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	id := k.start(sb, "main")
+	rt.exitOnStart["main"] = 1 // every replayed instance exits as soon as it starts
+	rt.exit(id, 1)
+	k.status(id)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	p := k.m.pods[sb]
+	newID := p.Latest["main"]
+	if newID == id || p.Phase != PhaseTerminating || p.Trigger.ContainerID != newID {
+		t.Fatalf("after the swap: phase %s, trigger %+v, latest %s", p.Phase, p.Trigger, newID)
+	}
+	if st := k.list()[newID]; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("the new instance's instant exit is visible to the kubelet: %v", st)
+	}
+	if p.Trigger.Delay != 2*time.Second {
+		t.Fatalf("second restart delay %s, want 2s", p.Trigger.Delay)
+	}
+}

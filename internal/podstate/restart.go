@@ -139,6 +139,7 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 	if len(seq) == 0 {
 		return fmt.Errorf("no recorded start order for the pod")
 	}
+	var exited []*runtimeapi.ContainerStatus
 	for _, e := range seq {
 		if !m.inPhase(sandboxID, PhaseStartup) {
 			return nil // abandoned (the kubelet stopped the pod)
@@ -151,6 +152,9 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 		if err != nil {
 			return err
 		}
+		if s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
+			exited = append(exited, s)
+		}
 		if e.WaitExit && s.ExitCode != 0 {
 			// A genuine failure after the restart: show it; the pod's
 			// restartPolicy decides (Never: the pod fails).
@@ -159,7 +163,7 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 			break
 		}
 	}
-	m.swap(sandboxID)
+	m.swap(sandboxID, exited)
 	return nil
 }
 
@@ -325,9 +329,17 @@ func (m *Manager) sandboxOf(id string) string {
 
 // swap ends a restart: the new instances become visible and the old ones show
 // their real (exited) state, as the previous instance of each container.
-func (m *Manager) swap(sandboxID string) {
+// A new instance that already exited again (a container that crashes at
+// once) is classified in the same locked step, so the kubelet never sees its
+// exit unclassified between the swap and the next scan.
+func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer func() {
+		for _, s := range exited {
+			m.classifyLocked(s)
+		}
+	}()
 	p := m.pods[sandboxID]
 	if p == nil || p.Phase != PhaseStartup {
 		return
