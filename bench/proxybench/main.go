@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/procstat"
 )
 
 const image = "docker.io/library/busybox:cri-shim"
@@ -303,38 +305,9 @@ func pct(l []time.Duration, p float64) time.Duration {
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-func procStatus(pid int, key string) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, key+":") {
-			f := strings.Fields(l)
-			if len(f) >= 2 {
-				v, _ := strconv.Atoi(f[1])
-				return v
-			}
-		}
-	}
-	return -1
-}
-
-func rssKB(pid int) int { return procStatus(pid, "VmRSS") }
-func hwmKB(pid int) int { return procStatus(pid, "VmHWM") }
-
-// cpuSeconds is the shim's user+system CPU time (clock ticks of 100 Hz).
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
-}
+func rssKB(pid int) int          { return procstat.StatusKB(pid, "VmRSS") }
+func hwmKB(pid int) int          { return procstat.StatusKB(pid, "VmHWM") }
+func cpuSeconds(pid int) float64 { return procstat.CPUSeconds(pid) }
 
 func write(dir string, rs []result, nRunning, total, rssRunning, rssEnd, hwm int, cpu float64, shimCalls int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

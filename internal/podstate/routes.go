@@ -94,9 +94,6 @@ func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 	if b, err := proto.Marshal(req); err == nil {
 		p.Creates[name] = b
 	}
-	if p.First == "" {
-		p.First = name
-	}
 	p.IDs[resp.ContainerId] = name
 	m.byID[resp.ContainerId] = p.SandboxID
 	// The first time the kubelet starts each container records the pod's start
@@ -231,7 +228,7 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 	out := cs[:0]
 	for _, c := range cs {
 		if p := m.pods[c.PodSandboxId]; p != nil {
-			hide, fake := m.view(p, c.Id, c.GetMetadata().GetName())
+			hide, fake := m.view(p, c.Id)
 			if hide {
 				continue
 			}
@@ -270,7 +267,7 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) {
 	if p == nil {
 		return
 	}
-	if _, fake := m.view(p, s.Id, s.GetMetadata().GetName()); fake {
+	if _, fake := m.view(p, s.Id); fake {
 		s.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 		s.FinishedAt, s.ExitCode, s.Reason, s.Message = 0, 0, "", ""
 	}
@@ -279,7 +276,7 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) {
 // view says how the kubelet sees one container of a tracked pod right now:
 // during a restart, the instances that were running (and the trigger) still
 // run, and the new instances do not exist yet. Called with m.mu held.
-func (m *Manager) view(p *Pod, id, _ string) (hide, fakeRunning bool) {
+func (m *Manager) view(p *Pod, id string) (hide, fakeRunning bool) {
 	if p.Phase == PhaseRunning {
 		return false, false
 	}
@@ -330,7 +327,7 @@ func (m *Manager) dropEvent(e *runtimeapi.ContainerEventResponse) bool {
 		m.mu.Unlock()
 		return false
 	}
-	hide, fake := m.view(p, e.ContainerId, "")
+	hide, fake := m.view(p, e.ContainerId)
 	m.mu.Unlock()
 	if hide || fake {
 		return true

@@ -54,9 +54,6 @@ type Pod struct {
 	// name (protobuf), so the first container can be started again exactly as
 	// the kubelet would.
 	Creates map[string][]byte `json:"creates"`
-	// First is the container the kubelet created first in this sandbox (the
-	// first init container, else the first sidecar or container).
-	First string `json:"first"`
 	// IDs maps every container instance created in this sandbox to its name.
 	IDs map[string]string `json:"ids"`
 	// Seq is the order in which the kubelet first created the pod's containers;

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-shim/cri-shim/internal/procstat"
 )
 
 // crashPodAlways is crashPod without a rule and with restartPolicy Always: the
@@ -16,19 +18,6 @@ func crashPodAlways(name string) string {
 	m := crashPod(name)
 	m = strings.Replace(m, "  annotations:\n    restart-rules.cri-shim.io/main: '[{\"action\":\"Restart\",\"exitCodes\":{\"operator\":\"NotIn\",\"values\":[0]}}]'\n", "", 1)
 	return strings.Replace(m, "restartPolicy: Never", "restartPolicy: Always", 1)
-}
-
-// procCPU is a process's user+system CPU seconds.
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
 }
 
 func pidOf(name string) int {
@@ -123,7 +112,7 @@ func BenchmarkBackoff(b *testing.B) {
 	}
 	time.Sleep(20 * time.Second) // all started and crashing
 	shimPID, kubeletPID := pidOf("cri-shim"), pidOf("kubelet")
-	s0, k0 := procCPU(shimPID), procCPU(kubeletPID)
+	s0, k0 := procstat.CPUSeconds(shimPID), procstat.CPUSeconds(kubeletPID)
 	t0 := time.Now()
 	restarts0 := 0
 	for n := range pods {
@@ -132,7 +121,7 @@ func BenchmarkBackoff(b *testing.B) {
 	}
 	time.Sleep(60 * time.Second)
 	el := time.Since(t0).Seconds()
-	shimCPU, kubeletCPU := (procCPU(shimPID)-s0)/el, (procCPU(kubeletPID)-k0)/el
+	shimCPU, kubeletCPU := (procstat.CPUSeconds(shimPID)-s0)/el, (procstat.CPUSeconds(kubeletPID)-k0)/el
 	restarts := -restarts0
 	for n := range pods {
 		s, _ := stamps(n)
