@@ -22,6 +22,9 @@ import (
 // containerd directly must pass through the shim, in the same run.
 func TestCritestThroughShimMatchesDirect(t *testing.T) {
 	needNode(t)
+	// critest's pods are orphans to a kubelet, which would kill them mid-spec:
+	// critest runs with no kubelet on the node, whatever ran before it.
+	pauseKubelet(t)
 	prefix := startRegistry(t)
 	dir := t.TempDir()
 	run := func(name, sock string) map[string]string {

@@ -264,3 +264,15 @@ func startRegistry(t testing.TB) string {
 	}
 	return node.env["REGISTRY_ADDR"]
 }
+
+// pauseKubelet stops the kubelet if a test started it and clears its pods; the
+// next needKubelet starts it again.
+func pauseKubelet(t testing.TB) {
+	t.Helper()
+	killPidFile(t, "kubelet", 15)
+	node.kubeletOnce = sync.Once{}
+	if err := os.RemoveAll(node.env["MANIFESTS"]); err == nil {
+		_ = os.MkdirAll(node.env["MANIFESTS"], 0o755)
+	}
+	_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+}

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"strings"
-	"sync"
 	"testing"
-	"time"
 )
 
 // restartPodNative is the acceptance-1 workload written for the kubelet's
@@ -27,9 +25,7 @@ func TestNativeKubeletSameOutcome(t *testing.T) {
 	needKubelet(t)
 	stopKubelet(t)
 	t.Cleanup(func() {
-		stopKubelet(t)
-		node.kubeletOnce = sync.Once{}
-		_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+		pauseKubelet(t)
 	})
 	if err := script("up.sh", "--start", "kubelet-native"); err != nil {
 		t.Fatal(err)
@@ -40,9 +36,4 @@ func TestNativeKubeletSameOutcome(t *testing.T) {
 		o.initRuns, o.sidecarRuns, o.mainRestarts, keys(o.ips))
 }
 
-func stopKubelet(t testing.TB) {
-	t.Helper()
-	_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "version")
-	killPidFile(t, "kubelet", 15)
-	time.Sleep(200 * time.Millisecond)
-}
+func stopKubelet(t testing.TB) { pauseKubelet(t) }
