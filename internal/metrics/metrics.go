@@ -151,11 +151,6 @@ func (c *Collector) StreamsInFlight(fullMethod string) float64 {
 	return value(c.streams.WithLabelValues(strings.TrimPrefix(fullMethod, "/")))
 }
 
-// Requests reads the request counter of a method.
-func (c *Collector) Requests(fullMethod string) float64 {
-	return value(c.requests.WithLabelValues(strings.TrimPrefix(fullMethod, "/")))
-}
-
 func value(m prometheus.Metric) float64 {
 	var d dto.Metric
 	if err := m.Write(&d); err != nil {

@@ -107,17 +107,6 @@ func (m *Manager) adopt(p *Pod) {
 // Tracked is the number of pods with rules; zero means every call may be forwarded raw.
 func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
 
-// Pods returns a copy of every tracked pod's state (for `cri-shim pods`).
-func (m *Manager) Pods() []Pod {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]Pod, 0, len(m.pods))
-	for _, p := range m.pods {
-		out = append(out, *p)
-	}
-	return out
-}
-
 func (m *Manager) save(p *Pod) {
 	if err := m.st.save(p); err != nil {
 		m.log.Error("podstate: persisting pod state failed", "pod", p.Namespace+"/"+p.Name, "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -84,52 +85,54 @@ func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[req.PodSandboxId]
-	if p == nil {
+	prevID := m.recordCreate(req, resp.ContainerId)
+	if prevID == "" {
 		return resp, nil
 	}
-	name := req.GetConfig().GetMetadata().GetName()
-	if b, err := proto.Marshal(req); err == nil {
-		p.Creates[name] = b
-	}
-	p.IDs[resp.ContainerId] = name
-	m.byID[resp.ContainerId] = p.SandboxID
-	// The first time the kubelet starts each container records the pod's start
-	// order; a container that had exited 0 when the next one was created is a
+	// A container that had exited 0 when the kubelet created the next one is a
 	// regular init container, which a restart must wait for.
-	var prevID string
-	newName := true
-	for _, e := range p.Seq {
-		if e.Name == name {
-			newName = false
-		}
-	}
-	if newName {
-		if n := len(p.Seq); n > 0 {
-			prevID = p.Latest[p.Seq[n-1].Name]
-		}
-		p.Seq = append(p.Seq, SeqEntry{Name: name})
-	}
-	p.Latest[name] = resp.ContainerId
-	m.save(p)
-	m.mu.Unlock()
-	if prevID != "" {
-		if st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: prevID}); err == nil &&
-			st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && st.GetStatus().GetExitCode() == 0 {
-			m.mu.Lock()
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: prevID})
+	if err == nil && st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && st.GetStatus().GetExitCode() == 0 {
+		m.mu.Lock()
+		if p := m.pods[req.PodSandboxId]; p != nil {
 			for i := range p.Seq {
 				if p.IDs[prevID] == p.Seq[i].Name {
 					p.Seq[i].WaitExit = true
 				}
 			}
 			m.save(p)
-			m.mu.Unlock()
 		}
+		m.mu.Unlock()
 	}
-	m.mu.Lock()
 	return resp, nil
+}
+
+// recordCreate remembers a kubelet-created container of a tracked pod. The
+// first creation of each name records the pod's start order; it returns the
+// newest instance of the container created just before, whose state decides
+// whether that one was a regular init container ("" when there is nothing to check).
+func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id string) (prevID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[req.PodSandboxId]
+	if p == nil {
+		return ""
+	}
+	name := req.GetConfig().GetMetadata().GetName()
+	if b, err := proto.Marshal(req); err == nil {
+		p.Creates[name] = b
+	}
+	p.IDs[id] = name
+	m.byID[id] = p.SandboxID
+	if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
+		if n := len(p.Seq); n > 0 {
+			prevID = p.Latest[p.Seq[n-1].Name]
+		}
+		p.Seq = append(p.Seq, SeqEntry{Name: name})
+	}
+	p.Latest[name] = id
+	m.save(p)
+	return prevID
 }
 
 // stopPodSandbox: the kubelet is stopping the pod (deleted, or terminal); a
@@ -153,7 +156,10 @@ func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, err
 	}
-	_ = m.st.remove(req.PodSandboxId) // also drops a problems-only record
+	// The state file, or a problems-only record, of this sandbox.
+	if rerr := m.st.remove(req.PodSandboxId); rerr != nil {
+		m.log.Error("podstate: removing state file", "err", rerr)
+	}
 	m.mu.Lock()
 	if p := m.pods[req.PodSandboxId]; p != nil {
 		for id := range p.IDs {
@@ -162,9 +168,6 @@ func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 		delete(m.pods, req.PodSandboxId)
 		m.tracked.Store(int32(len(m.pods)))
 		m.bo.Forget(p.UID)
-		if rerr := m.st.remove(req.PodSandboxId); rerr != nil {
-			m.log.Error("podstate: removing state file", "err", rerr)
-		}
 	}
 	m.mu.Unlock()
 	return resp, err
@@ -260,9 +263,11 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) {
 	if s == nil {
 		return
 	}
-	m.classify(s)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if s.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		m.classifyLocked(s)
+	}
 	p := m.pods[m.byID[s.Id]]
 	if p == nil {
 		return

@@ -17,38 +17,9 @@ import (
 // in-place restart keeps) and then stays up. The init container and the sidecar
 // append a line per run, so the test can count how often each ran.
 func restartPod(name string, code, fails int, rule string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %[1]s
-  namespace: default
-  annotations:
-    restart-rules.cri-shim.io/main: '%[4]s'
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 2
-  initContainers:
-  - name: init
-    image: docker.io/library/busybox:cri-shim
-    imagePullPolicy: Never
-    command: ["sh", "-c", "echo run >> /work/init.log"]
-    volumeMounts: [{name: work, mountPath: /work}]
-  - name: sidecar
-    image: docker.io/library/busybox:cri-shim
-    imagePullPolicy: Never
-    restartPolicy: Always
-    command: ["sh", "-c", "echo run >> /work/sidecar.log; trap 'exit 0' TERM; while true; do sleep 0.2; done"]
-    volumeMounts: [{name: work, mountPath: /work}]
-  containers:
-  - name: main
-    image: docker.io/library/busybox:cri-shim
-    imagePullPolicy: Never
-    command: ["sh", "-c", "n=$(cat /work/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > /work/count; echo main run $n; if [ $n -le %[3]d ]; then sleep 1; exit %[2]d; fi; trap 'exit 0' TERM; while true; do sleep 0.2; done"]
-    volumeMounts: [{name: work, mountPath: /work}]
-  volumes:
-  - name: work
-    emptyDir: {}
-`, name, code, fails, rule)
+	return genPod(name, "Never", 2, map[string]string{"main": rule},
+		[]ctr{{name: "init", script: "true"}, {name: "sidecar", sidecar: true, script: loop}},
+		[]ctr{{name: "main", script: fmt.Sprintf("echo main run $n; if [ $n -le %d ]; then sleep 1; exit %d; fi; %s", fails, code, loop)}})
 }
 
 const rule88 = `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]`

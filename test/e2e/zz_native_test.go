@@ -23,7 +23,7 @@ func restartPodNative(name string) string {
 // It runs last (file order): it swaps the shim's kubelet for a native one.
 func TestNativeKubeletSameOutcome(t *testing.T) {
 	needKubelet(t)
-	stopKubelet(t)
+	pauseKubelet(t)
 	t.Cleanup(func() {
 		pauseKubelet(t)
 	})
@@ -35,5 +35,3 @@ func TestNativeKubeletSameOutcome(t *testing.T) {
 	t.Logf("native kubelet (gates on, no shim): init %d, sidecar %d, main restarts %d, sandbox kept, IP %v)",
 		o.initRuns, o.sidecarRuns, o.mainRestarts, keys(o.ips))
 }
-
-func stopKubelet(t testing.TB) { pauseKubelet(t) }
