@@ -77,6 +77,8 @@ type RuntimeConfig struct {
 type MetricsConfig struct {
 	// Address is host:port for /metrics, /healthz and /readyz; empty disables it.
 	Address string `toml:"address" comment:"host:port for /metrics, /healthz, /readyz; empty disables."`
+	// Profiling adds Go's /debug/pprof handlers to the same endpoint (keep it on loopback).
+	Profiling bool `toml:"profiling" comment:"Serve /debug/pprof on the metrics address too (keep that address on loopback)."`
 }
 
 // LogConfig configures logging.

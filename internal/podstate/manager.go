@@ -46,9 +46,17 @@ type Manager struct {
 
 	tracked atomic.Int32
 
-	mu   sync.Mutex
-	pods map[string]*Pod   // by sandbox ID
-	byID map[string]string // container ID -> sandbox ID
+	mu sync.Mutex
+	// saves counts state writes (under mu), so a step can tell whether a
+	// nested step already saved.
+	saves uint64
+	// lastList and listGaps time the unfiltered ListContainers calls
+	// (relisted), for the status hold after a swap.
+	lastList time.Time
+	listGaps [16]time.Duration
+	listGapN int
+	pods     map[string]*Pod   // by sandbox ID
+	byID     map[string]string // container ID -> sandbox ID
 
 	work    chan string
 	active  map[string]bool // sandboxes with an executor running
@@ -108,6 +116,7 @@ func (m *Manager) adopt(p *Pod) {
 func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
 
 func (m *Manager) save(p *Pod) {
+	m.saves++
 	if err := m.st.save(p); err != nil {
 		m.log.Error("podstate: persisting pod state failed", "pod", p.Namespace+"/"+p.Name, "err", err)
 	}
@@ -226,6 +235,8 @@ func (m *Manager) reconcile(ctx context.Context) {
 		for id := range p.IDs {
 			if !exists[id] && p.Latest[p.IDs[id]] != id {
 				delete(p.IDs, id)
+				delete(p.shownRunning, id)
+				delete(p.holdUntil, id)
 				delete(p.Settled, id)
 				delete(p.Dead, id)
 				delete(m.byID, id)
@@ -299,7 +310,7 @@ func (m *Manager) classifyExited(ctx context.Context, cs []*runtimeapi.Container
 }
 
 func (m *Manager) needsClassification(p *Pod, id, name string) bool {
-	if p.Phase != PhaseRunning || len(p.Rules[name]) == 0 || p.Settled[id] {
+	if p.Phase != PhaseRunning || p.Stopped || len(p.Rules[name]) == 0 || p.Settled[id] {
 		return false
 	}
 	if _, ours := p.IDs[id]; !ours {
@@ -393,6 +404,10 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 		settle(p, id)
 	}
 	p.New, p.Refined, p.Retried = nil, false, nil
+	// Only instances other than the trigger need checking against the
+	// runtime (refineFake); with none, the set is final now and this one
+	// save covers it.
+	p.Refined = len(p.Fake) == 1
 	p.NotBefore = bst.NotBefore
 	p.LastError = ""
 	m.save(p)
@@ -415,7 +430,15 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 		m.mu.Unlock()
 		return nil
 	}
-	phase, old, notBefore := p.Phase, maps.Clone(p.Old), p.NotBefore
+	phase, notBefore := p.Phase, p.NotBefore
+	// Only instances not yet seen exited need stopping: a CRI container
+	// never runs again once it has exited.
+	old := make(map[string]string, len(p.Old))
+	for id, n := range p.Old {
+		if !p.Dead[id] {
+			old[id] = n
+		}
+	}
 	m.mu.Unlock()
 
 	switch phase {
@@ -435,8 +458,10 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 		}
 		m.mu.Lock()
 		if p.Phase == PhaseTerminating {
+			// Not saved here: the first create's intent is saved with it
+			// before anything is created. A shim killed in between resumes
+			// in Terminating, whose steps are all done and repeat as no-ops.
 			p.Phase, p.PhaseSince = PhaseStartup, m.clock.Now()
-			m.save(p)
 		}
 		m.mu.Unlock()
 		return m.replay(ctx, sandboxID)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -436,31 +438,50 @@ func TestEventsOfRestartingPodAreDropped(t *testing.T) {
 // A shim killed after the runtime created a replayed container but before the
 // state recorded it adopts that container instead of creating a second one.
 func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
-	dir := t.TempDir()
-	k, sb, ids := setup(t, dir)
-	k.rt.exit(ids["main"], 88)
-	k.status(ids["main"])
-	p := k.m.pods[sb]
-	// Simulate: the executor recorded its intent for init/1, the runtime created it, then the shim died.
-	p.Phase, p.Creating = PhaseStartup, "init/1"
-	k.m.save(p)
-	orphan, _ := k.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "init", Attempt: 1}}})
-	m2 := newTestManager(t, k.rt, dir)
-	if err := m2.execute(context.Background(), sb); err != nil {
-		t.Fatal(err)
-	}
-	inits := 0
-	for _, n := range k.rt.created {
-		if n == "init" {
-			inits++
-		}
-	}
-	if inits != 2 {
-		t.Fatalf("init created %d times, want 2 (original + adopted orphan %s)", inits, orphan.ContainerId)
-	}
-	if m2.pods[sb].Phase != PhaseRunning {
-		t.Fatalf("phase %s", m2.pods[sb].Phase)
+	// started: the shim died after it had also started the instance (its
+	// log file exists, so a recomputed restart count would be one higher);
+	// it must still be adopted by the saved intent, not created again.
+	for _, started := range []bool{false, true} {
+		t.Run(fmt.Sprintf("started=%v", started), func(t *testing.T) {
+			dir := t.TempDir()
+			k, sb, ids := setup(t, dir)
+			k.rt.exit(ids["main"], 88)
+			k.status(ids["main"])
+			p := k.m.pods[sb]
+			// Simulate: the executor recorded its intent for init/1, the runtime created it, then the shim died.
+			p.LogDirectory = t.TempDir()
+			p.Phase, p.Creating = PhaseStartup, "init/1"
+			k.m.save(p)
+			orphan, _ := k.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+				Metadata: &runtimeapi.ContainerMetadata{Name: "init", Attempt: 1}}})
+			if started {
+				if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: orphan.ContainerId}); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(filepath.Join(p.LogDirectory, "init"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(p.LogDirectory, "init", "1.log"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m2 := newTestManager(t, k.rt, dir)
+			if err := m2.execute(context.Background(), sb); err != nil {
+				t.Fatal(err)
+			}
+			inits := 0
+			for _, n := range k.rt.created {
+				if n == "init" {
+					inits++
+				}
+			}
+			if inits != 2 {
+				t.Fatalf("init created %d times, want 2 (original + adopted orphan %s)", inits, orphan.ContainerId)
+			}
+			if got := m2.pods[sb].Latest["init"]; got != orphan.ContainerId || m2.pods[sb].Phase != PhaseRunning {
+				t.Fatalf("latest init %s, phase %s; want the adopted %s, Running", got, m2.pods[sb].Phase, orphan.ContainerId)
+			}
+		})
 	}
 }
 
@@ -557,5 +578,123 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	}
 	if p.Trigger.Delay != 2*time.Second {
 		t.Fatalf("second restart delay %s, want 2s", p.Trigger.Delay)
+	}
+}
+
+// The kubelet reads pods as one ListContainers and then, seconds later under
+// load, the status of each listed container, with other lists in between. A
+// swap between the two must not show it the old instance exited without the
+// new one: an instance listed running still reads running for statusHold.
+func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	old := k.start(sb, "main")
+	// The kubelet's PLEG relist: one unfiltered list, then the statuses.
+	listPod := k.list
+	k.rt.exit(old, 1)
+	if got := listPod(); len(got) != 1 || got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("pod list during the restart: %v, want only the old instance, running", got)
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	// Another caller's list of running containers only (the kubelet's
+	// GetPods(false)) does not show the old instance either way.
+	if _, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}},
+		func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+			return k.rt.ListContainers(ctx, r)
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("status after the swap, before a new list: %v, want running as listed", s.State)
+	}
+	got := listPod()
+	nw := k.m.pods[sb].Latest["main"]
+	if got[old] != runtimeapi.ContainerState_CONTAINER_EXITED || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("pod list after the swap: %v, want old exited and new %s running", got, nw)
+	}
+	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("status within the hold: %v, want still running", s.State)
+	}
+	k.m.clock = frozenClock{k.m.clock.Now().Add(statusHold + time.Second)}
+	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
+		t.Fatalf("status after the hold: %v/%d, want exited 1", s.State, s.ExitCode)
+	}
+
+	// Again, with the new instance crashing at once: the swap starts the
+	// next restart right away, and the instance the kubelet listed last
+	// must still read running.
+	k.rt.exitOnStart["main"] = 1
+	listPod()
+	k.rt.exit(nw, 1)
+	k.status(nw)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if p := k.m.pods[sb]; p.Phase != PhaseTerminating || p.Trigger.ContainerID == nw {
+		t.Fatalf("phase %s: the instantly crashed instance should be the next trigger", p.Phase)
+	}
+	if s := k.status(nw); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("listed instance after an instant re-crash: %v, want running as listed", s.State)
+	}
+}
+
+// A container the kubelet stops itself, or any exit after the kubelet stopped
+// the sandbox, is the kubelet's decision: no rule restarts it (a restart there
+// would leave a running container behind a finished KillPod).
+func TestKubeletStopsAreNotRestarted(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`,
+		RulesAnnotationPrefix + "side": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	main, side := k.start(sb, "main"), k.start(sb, "side")
+	if _, err := k.m.stopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: main},
+		func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+			k.rt.exit(r.ContainerId, 137)
+			return &runtimeapi.StopContainerResponse{}, nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 137 || k.m.pods[sb].Phase != PhaseRunning {
+		t.Fatalf("kubelet-stopped container: %v/%d, phase %s; want its real exit and no restart", s.State, s.ExitCode, k.m.pods[sb].Phase)
+	}
+	if _, err := k.m.stopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
+		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+			return &runtimeapi.StopPodSandboxResponse{}, nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	k.rt.exit(side, 1)
+	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || k.m.pods[sb].Phase != PhaseRunning {
+		t.Fatalf("exit after StopPodSandbox: %v, phase %s; want its real exit and no restart", s.State, k.m.pods[sb].Phase)
+	}
+	if len(rt.created) != 2 {
+		t.Fatalf("created %v: nothing may be restarted", rt.created)
+	}
+}
+
+// The hold follows the kubelet's relist period: twice the longest recent gap
+// between unfiltered lists, at least statusHold, at most maxStatusHold.
+func TestStatusHoldFollowsRelistGaps(t *testing.T) {
+	m := newTestManager(t, newFakeRT(), t.TempDir())
+	at := m.clock.Now()
+	if h := m.holdFor(); h != statusHold {
+		t.Fatalf("no lists seen: hold %s, want %s", h, statusHold)
+	}
+	for _, gap := range []time.Duration{0, time.Second, 7 * time.Second, time.Second} {
+		at = at.Add(gap)
+		m.clock = frozenClock{at}
+		m.relisted()
+	}
+	if h := m.holdFor(); h != 14*time.Second {
+		t.Fatalf("hold %s, want 14s after a 7 s relist gap", h)
+	}
+	m.clock = frozenClock{at.Add(time.Hour)}
+	m.relisted()
+	if h := m.holdFor(); h != maxStatusHold {
+		t.Fatalf("hold %s, want the %s cap", h, maxStatusHold)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,13 @@ const (
 	annotationPreStop      = "io.kubernetes.container.preStopHandler"
 	annotationRestartCount = "io.kubernetes.container.restartCount"
 	defaultGracePeriod     = 30 * time.Second
+	// statusHold is how long after a swap an instance the kubelet last saw
+	// running still reads running in ContainerStatus (see Pod.holdUntil).
+	// It must cover the kubelet's list-to-status delay, which is at most
+	// one relist period: 1 s idle, seen at 7 s with 20 pods restarting
+	// every second on 2 vCPUs. holdFor adapts it to the relists seen.
+	statusHold    = 5 * time.Second
+	maxStatusHold = time.Minute
 )
 
 // stopAll stops every old instance that still runs, in parallel, as the
@@ -170,6 +178,9 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 // replayOne creates and starts one container again, once: a container created
 // before a crash of the shim is found in p.New and only started if needed.
 func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, error) {
+	if err := m.adoptCreated(ctx, sandboxID, name); err != nil {
+		return "", err
+	}
 	m.mu.Lock()
 	p := m.pods[sandboxID]
 	existing := ""
@@ -228,21 +239,15 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	cfg.Annotations[annotationRestartCount] = strconv.Itoa(n)
 	cfg.LogPath = filepath.Join(name, fmt.Sprintf("%d.log", n))
 	intent := fmt.Sprintf("%s/%d", name, n)
-	id, err := m.adoptCreated(ctx, sandboxID, intent, name, uint32(n))
+	m.mu.Lock()
+	p.Creating = intent
+	m.save(p)
+	m.mu.Unlock()
+	resp, err := m.rt.CreateContainer(ctx, &req)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("create %q again: %w", name, err)
 	}
-	if id == "" {
-		m.mu.Lock()
-		p.Creating = intent
-		m.save(p)
-		m.mu.Unlock()
-		resp, err := m.rt.CreateContainer(ctx, &req)
-		if err != nil {
-			return "", fmt.Errorf("create %q again: %w", name, err)
-		}
-		id = resp.ContainerId
-	}
+	id := resp.ContainerId
 	reason := string(ActionRestartAllContainers)
 	m.mu.Lock()
 	if p.Scope != "" {
@@ -256,35 +261,51 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	}
 	p.New[id] = name
 	p.IDs[id] = name
-	p.Creating = ""
 	m.byID[id] = sandboxID
 	if b, err := proto.Marshal(&req); err == nil {
 		p.Creates[name] = b
 	}
-	m.save(p)
+	// Not saved here: the saved intent (p.Creating) lets a restarted shim
+	// adopt this instance by name and attempt (adoptCreated); the next
+	// intent or the swap saves it.
 	m.mu.Unlock()
 	return id, m.ensureStarted(ctx, id)
 }
 
-// adoptCreated finds the container of an interrupted replay create, if the
-// runtime made it before the shim died.
-func (m *Manager) adoptCreated(ctx context.Context, sandboxID, intent, name string, attempt uint32) (string, error) {
+// adoptCreated takes over the container of a replay create whose intent was
+// saved (p.Creating = "name/attempt") but whose ID was not: the shim was
+// killed during or after the create. It may even have been started since, so
+// it is found by name and attempt, not by a recomputed restart count.
+func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) error {
 	m.mu.Lock()
-	pending := m.pods[sandboxID].Creating == intent
+	p := m.pods[sandboxID]
+	a, pending := strings.CutPrefix(p.Creating, name+"/")
 	m.mu.Unlock()
-	if !pending {
-		return "", nil
+	attempt, err := strconv.ParseUint(a, 10, 32)
+	if !pending || err != nil {
+		return nil
 	}
 	resp, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID}})
 	if err != nil {
-		return "", fmt.Errorf("looking for an interrupted create of %q: %w", name, err)
+		return fmt.Errorf("looking for an interrupted create of %q: %w", name, err)
 	}
 	for _, c := range resp.Containers {
-		if c.GetMetadata().GetName() == name && c.GetMetadata().GetAttempt() == attempt {
-			return c.Id, nil
+		if c.GetMetadata().GetName() != name || c.GetMetadata().GetAttempt() != uint32(attempt) {
+			continue
 		}
+		m.mu.Lock()
+		if p.New == nil {
+			p.New = map[string]string{}
+		}
+		p.New[c.Id] = name
+		p.IDs[c.Id] = name
+		m.byID[c.Id] = sandboxID
+		p.Creating = ""
+		m.save(p)
+		m.mu.Unlock()
+		break
 	}
-	return "", nil
+	return nil
 }
 
 // waitFor waits until a started container runs (or, with exit, has exited).
@@ -335,9 +356,13 @@ func (m *Manager) sandboxOf(id string) string {
 func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	saves, swapped := m.saves, false
 	defer func() {
 		for _, s := range exited {
 			m.classifyLocked(s)
+		}
+		if p := m.pods[sandboxID]; p != nil && swapped && m.saves == saves {
+			m.save(p) // one save for the swap and what it classified
 		}
 	}()
 	p := m.pods[sandboxID]
@@ -358,8 +383,15 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) {
 	p.Scope = ""
 	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
 	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
-	p.Old, p.Fake, p.New, p.LastError = nil, nil, nil, ""
-	m.save(p)
+	hold := m.clock.Now().Add(m.holdFor())
+	for id := range p.shownRunning {
+		if p.holdUntil == nil {
+			p.holdUntil = map[string]time.Time{}
+		}
+		p.holdUntil[id] = hold
+	}
+	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""
+	swapped = true
 	m.metrics.latency.Observe(took.Seconds())
 	m.log.Info("podstate: pod restarted in place", "pod", p.Namespace+"/"+p.Name, "restarts", p.Restarts, "sinceExit", took.Round(time.Millisecond))
 }

@@ -27,6 +27,7 @@ func (m *Manager) Routes() []proxy.Route {
 	return []proxy.Route{
 		proxy.Unary(svc+"RunPodSandbox", m.runPodSandbox),
 		proxy.UnaryIf(svc+"CreateContainer", active, m.createContainer),
+		proxy.UnaryIf(svc+"StopContainer", active, m.stopContainer),
 		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
 		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
 		proxy.UnaryIf(svc+"ListContainers", active, m.listContainers),
@@ -135,15 +136,33 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id string
 	return prevID
 }
 
+// stopContainer: the kubelet stops a container itself (the pod is being
+// deleted, a liveness probe failed): its exit is the kubelet's decision, so
+// no rule restarts it.
+func (m *Manager) stopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
+	next proxy.UnaryNext[runtimeapi.StopContainerRequest, runtimeapi.StopContainerResponse]) (*runtimeapi.StopContainerResponse, error) {
+	m.mu.Lock()
+	if p := m.pods[m.byID[req.ContainerId]]; p != nil && !p.Settled[req.ContainerId] {
+		settle(p, req.ContainerId)
+		m.save(p)
+	}
+	m.mu.Unlock()
+	return next(ctx, req)
+}
+
 // stopPodSandbox: the kubelet is stopping the pod (deleted, or terminal); a
-// restart in progress is abandoned and the pod is shown as it really is.
+// restart in progress is abandoned, the pod is shown as it really is, and no
+// rule restarts anything in it any more.
 func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
 	m.mu.Lock()
-	if p := m.pods[req.PodSandboxId]; p != nil && p.Phase != PhaseRunning {
-		m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase)
+	if p := m.pods[req.PodSandboxId]; p != nil && !p.Stopped {
+		if p.Phase != PhaseRunning {
+			m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase)
+		}
 		p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
-		p.Old, p.Fake, p.New = nil, nil, nil
+		p.Old, p.Fake, p.New, p.shownRunning, p.holdUntil = nil, nil, nil, nil, nil
+		p.Stopped = true
 		m.save(p)
 	}
 	m.mu.Unlock()
@@ -181,12 +200,40 @@ func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContai
 	if want != nil {
 		req.Filter.State = nil
 	}
+	if req.GetFilter() == nil || (req.Filter.Id == "" && req.Filter.PodSandboxId == "" && len(req.Filter.LabelSelector) == 0) {
+		m.relisted()
+	}
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	resp.Containers = m.viewContainers(ctx, resp.Containers, want)
 	return resp, nil
+}
+
+// relisted notes an unfiltered list (the kubelet's PLEG relist is one): the
+// gaps between them bound how long the kubelet may act on one list, so the
+// status hold after a swap follows them (see Pod.holdUntil).
+func (m *Manager) relisted() {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.lastList.IsZero() {
+		m.listGaps[m.listGapN%len(m.listGaps)] = now.Sub(m.lastList)
+		m.listGapN++
+	}
+	m.lastList = now
+}
+
+// holdFor is how long a swap holds the instances last listed running: twice
+// the longest recent gap between relists, and at least statusHold. Called
+// with m.mu held.
+func (m *Manager) holdFor() time.Duration {
+	h := statusHold
+	for _, g := range m.listGaps {
+		h = max(h, 2*g)
+	}
+	return min(h, maxStatusHold)
 }
 
 // streamContainers is ListContainers in batches (kubelets with CRI list
@@ -228,9 +275,14 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 	m.classifyExited(ctx, cs)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// What this list shows running or not is what the caller now believes;
+	// the statuses it asks for next must match (see Pod.holdUntil). The kubelet's
+	// PLEG relist is such a list (kuberuntime GetPods); GetPodStatus then
+	// asks ContainerStatus for each container it listed.
 	out := cs[:0]
 	for _, c := range cs {
-		if p := m.pods[c.PodSandboxId]; p != nil {
+		p := m.pods[c.PodSandboxId]
+		if p != nil {
 			hide, fake := m.view(p, c.Id)
 			if hide {
 				continue
@@ -241,6 +293,16 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 		}
 		if want != nil && c.State != want.State {
 			continue
+		}
+		if p != nil {
+			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				if p.shownRunning == nil {
+					p.shownRunning = map[string]bool{}
+				}
+				p.shownRunning[c.Id] = true
+			} else {
+				delete(p.shownRunning, c.Id)
+			}
 		}
 		out = append(out, c)
 	}
@@ -272,7 +334,15 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) {
 	if p == nil {
 		return
 	}
-	if _, fake := m.view(p, s.Id); fake {
+	_, fake := m.view(p, s.Id)
+	if until, ok := p.holdUntil[s.Id]; ok {
+		if m.clock.Now().Before(until) && !p.Stopped {
+			fake = true // listed running before a swap: keep to that picture a while
+		} else {
+			delete(p.holdUntil, s.Id)
+		}
+	}
+	if fake {
 		s.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 		s.FinishedAt, s.ExitCode, s.Reason, s.Message = 0, 0, "", ""
 	}

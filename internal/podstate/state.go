@@ -97,6 +97,20 @@ type Pod struct {
 	Latest    map[string]string `json:"latest,omitempty"`
 	NotBefore time.Time         `json:"notBefore,omitzero"`
 	LastError string            `json:"lastError,omitempty"`
+	// Stopped: the kubelet stopped the sandbox; nothing in it is restarted any more.
+	Stopped bool `json:"stopped,omitempty"`
+
+	// In memory only. The kubelet reads pods as a ListContainers (its PLEG
+	// relist, kuberuntime GetPods) and then, up to seconds later under
+	// load, ContainerStatus of each listed container (GetPodStatus,
+	// kuberuntime_container.go getPodContainerStatuses); other kubelet
+	// loops list in between. A swap in between would show it the old
+	// instance exited and not the new one: a terminated container that then
+	// "becomes" running, which its status manager refuses. shownRunning are
+	// the instances the latest list showed running; at a swap each gets a
+	// hold: until holdUntil, ContainerStatus still shows it running.
+	shownRunning map[string]bool
+	holdUntil    map[string]time.Time
 }
 
 // SeqEntry is one container of the pod's start order.
@@ -117,6 +131,12 @@ func newStore(stateDir string) (*store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("podstate: %w", err)
 	}
+	// Temp files of saves a kill -9 cut short.
+	if tmps, err := filepath.Glob(filepath.Join(dir, ".*.tmp")); err == nil {
+		for _, t := range tmps {
+			_ = os.Remove(t)
+		}
+	}
 	return &store{dir: dir}, nil
 }
 
@@ -132,17 +152,12 @@ func (s *store) save(p *Pod) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	// One temp file per sandbox (saves of one pod are serialised by the
+	// manager's lock), renamed over the state file: a kill -9 at any point
+	// leaves the old or the new state, never a torn one.
+	tmp := filepath.Join(s.dir, "."+p.SandboxID+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
 	return os.Rename(tmp, s.path(p.SandboxID))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -101,7 +102,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			lis.Close()
 			return fmt.Errorf("metrics.address: %w", err)
 		}
-		hs = &http.Server{Handler: httpMux(mc, probe), ReadHeaderTimeout: 5 * time.Second}
+		hs = &http.Server{Handler: httpMux(mc, probe, cfg.Metrics.Profiling), ReadHeaderTimeout: 5 * time.Second}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -152,8 +153,15 @@ func stopGracefully(gs *grpc.Server, timeout time.Duration) {
 	}
 }
 
-func httpMux(mc *metrics.Collector, probe func(context.Context) error) *http.ServeMux {
+func httpMux(mc *metrics.Collector, probe func(context.Context) error, profiling bool) *http.ServeMux {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(mc.Registry, promhttp.HandlerOpts{}))
 	// healthz: the shim process serves. readyz: and the runtime behind it answers.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
