@@ -50,13 +50,8 @@ type Manager struct {
 	// saves counts state writes (under mu), so a step can tell whether a
 	// nested step already saved.
 	saves uint64
-	// lastList and listGaps time the unfiltered ListContainers calls
-	// (relisted), for the status hold after a swap.
-	lastList time.Time
-	listGaps [16]time.Duration
-	listGapN int
-	pods     map[string]*Pod   // by sandbox ID
-	byID     map[string]string // container ID -> sandbox ID
+	pods  map[string]*Pod   // by sandbox ID
+	byID  map[string]string // container ID -> sandbox ID
 
 	work    chan string
 	active  map[string]bool // sandboxes with an executor running
@@ -236,7 +231,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 			if !exists[id] && p.Latest[p.IDs[id]] != id {
 				delete(p.IDs, id)
 				delete(p.shownRunning, id)
-				delete(p.holdUntil, id)
+				delete(p.held, id)
 				delete(p.Settled, id)
 				delete(p.Dead, id)
 				delete(m.byID, id)

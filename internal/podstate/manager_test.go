@@ -581,10 +581,11 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	}
 }
 
-// The kubelet reads pods as one ListContainers and then, seconds later under
-// load, the status of each listed container, with other lists in between. A
-// swap between the two must not show it the old instance exited without the
-// new one: an instance listed running still reads running for statusHold.
+// The kubelet reads pods as one full ListContainers and then, seconds later
+// under load, the status of each listed container, with other lists in
+// between. A swap between the two must not show it the old instance exited
+// without the new one: an instance the last full list showed running, and
+// replaced by the swap, reads running until the next full list.
 func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	rt := newFakeRT()
 	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
@@ -616,12 +617,8 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	if got[old] != runtimeapi.ContainerState_CONTAINER_EXITED || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod list after the swap: %v, want old exited and new %s running", got, nw)
 	}
-	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		t.Fatalf("status within the hold: %v, want still running", s.State)
-	}
-	k.m.clock = frozenClock{k.m.clock.Now().Add(statusHold + time.Second)}
 	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
-		t.Fatalf("status after the hold: %v/%d, want exited 1", s.State, s.ExitCode)
+		t.Fatalf("status after the next full list: %v/%d, want exited 1", s.State, s.ExitCode)
 	}
 
 	// Again, with the new instance crashing at once: the swap starts the
@@ -673,28 +670,5 @@ func TestKubeletStopsAreNotRestarted(t *testing.T) {
 	}
 	if len(rt.created) != 2 {
 		t.Fatalf("created %v: nothing may be restarted", rt.created)
-	}
-}
-
-// The hold follows the kubelet's relist period: twice the longest recent gap
-// between unfiltered lists, at least statusHold, at most maxStatusHold.
-func TestStatusHoldFollowsRelistGaps(t *testing.T) {
-	m := newTestManager(t, newFakeRT(), t.TempDir())
-	at := m.clock.Now()
-	if h := m.holdFor(); h != statusHold {
-		t.Fatalf("no lists seen: hold %s, want %s", h, statusHold)
-	}
-	for _, gap := range []time.Duration{0, time.Second, 7 * time.Second, time.Second} {
-		at = at.Add(gap)
-		m.clock = frozenClock{at}
-		m.relisted()
-	}
-	if h := m.holdFor(); h != 14*time.Second {
-		t.Fatalf("hold %s, want 14s after a 7 s relist gap", h)
-	}
-	m.clock = frozenClock{at.Add(time.Hour)}
-	m.relisted()
-	if h := m.holdFor(); h != maxStatusHold {
-		t.Fatalf("hold %s, want the %s cap", h, maxStatusHold)
 	}
 }

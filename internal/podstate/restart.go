@@ -30,13 +30,9 @@ const (
 	annotationPreStop      = "io.kubernetes.container.preStopHandler"
 	annotationRestartCount = "io.kubernetes.container.restartCount"
 	defaultGracePeriod     = 30 * time.Second
-	// statusHold is how long after a swap an instance the kubelet last saw
-	// running still reads running in ContainerStatus (see Pod.holdUntil).
-	// It must cover the kubelet's list-to-status delay, which is at most
-	// one relist period: 1 s idle, seen at 7 s with 20 pods restarting
-	// every second on 2 vCPUs. holdFor adapts it to the relists seen.
-	statusHold    = 5 * time.Second
-	maxStatusHold = time.Minute
+	// maxHold caps how long an instance stays held after a swap when no
+	// full list releases it (see Pod.held).
+	maxHold = time.Minute
 )
 
 // stopAll stops every old instance that still runs, in parallel, as the
@@ -383,12 +379,19 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) {
 	p.Scope = ""
 	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
 	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
-	hold := m.clock.Now().Add(m.holdFor())
+	// Hold the instances the last full list showed running whose container
+	// gets a new instance now (see Pod.held).
+	replaced := map[string]bool{}
+	for _, name := range p.New {
+		replaced[name] = true
+	}
 	for id := range p.shownRunning {
-		if p.holdUntil == nil {
-			p.holdUntil = map[string]time.Time{}
+		if replaced[p.IDs[id]] {
+			if p.held == nil {
+				p.held = map[string]time.Time{}
+			}
+			p.held[id] = m.clock.Now().Add(maxHold)
 		}
-		p.holdUntil[id] = hold
 	}
 	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""
 	swapped = true

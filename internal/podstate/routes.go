@@ -161,7 +161,7 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 			m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase)
 		}
 		p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
-		p.Old, p.Fake, p.New, p.shownRunning, p.holdUntil = nil, nil, nil, nil, nil
+		p.Old, p.Fake, p.New, p.shownRunning, p.held = nil, nil, nil, nil, nil
 		p.Stopped = true
 		m.save(p)
 	}
@@ -200,40 +200,12 @@ func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContai
 	if want != nil {
 		req.Filter.State = nil
 	}
-	if req.GetFilter() == nil || (req.Filter.Id == "" && req.Filter.PodSandboxId == "" && len(req.Filter.LabelSelector) == 0) {
-		m.relisted()
-	}
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	resp.Containers = m.viewContainers(ctx, resp.Containers, want)
+	resp.Containers = m.viewContainers(ctx, resp.Containers, want, want == nil && isFull(req.GetFilter()))
 	return resp, nil
-}
-
-// relisted notes an unfiltered list (the kubelet's PLEG relist is one): the
-// gaps between them bound how long the kubelet may act on one list, so the
-// status hold after a swap follows them (see Pod.holdUntil).
-func (m *Manager) relisted() {
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.lastList.IsZero() {
-		m.listGaps[m.listGapN%len(m.listGaps)] = now.Sub(m.lastList)
-		m.listGapN++
-	}
-	m.lastList = now
-}
-
-// holdFor is how long a swap holds the instances last listed running: twice
-// the longest recent gap between relists, and at least statusHold. Called
-// with m.mu held.
-func (m *Manager) holdFor() time.Duration {
-	h := statusHold
-	for _, g := range m.listGaps {
-		h = max(h, 2*g)
-	}
-	return min(h, maxStatusHold)
 }
 
 // streamContainers is ListContainers in batches (kubelets with CRI list
@@ -262,23 +234,33 @@ func (m *Manager) streamContainers(ctx context.Context, ss grpc.ServerStream, ba
 			}
 			return err
 		}
-		r.Containers = m.viewContainers(ctx, r.Containers, want)
+		r.Containers = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter()))
 		if err := ss.SendMsg(r); err != nil {
 			return err
 		}
 	}
 }
 
+// isFull says whether a list (its state filter already taken out) shows every
+// container, as the kubelet's PLEG relist does.
+func isFull(f *runtimeapi.ContainerFilter) bool {
+	return f.GetState() == nil && f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0
+}
+
 // viewContainers classifies unseen exits, then applies the restart view and
 // the caller's state filter to a list of containers.
-func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue) []*runtimeapi.Container {
+func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue, full bool) []*runtimeapi.Container {
 	m.classifyExited(ctx, cs)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// What this list shows running or not is what the caller now believes;
-	// the statuses it asks for next must match (see Pod.holdUntil). The kubelet's
-	// PLEG relist is such a list (kuberuntime GetPods); GetPodStatus then
-	// asks ContainerStatus for each container it listed.
+	// A full list (the kubelet's PLEG relist) releases every hold and is
+	// the picture the kubelet's next statuses follow (see Pod.held).
+	if full {
+		for _, p := range m.pods {
+			p.held = nil
+			clear(p.shownRunning)
+		}
+	}
 	out := cs[:0]
 	for _, c := range cs {
 		p := m.pods[c.PodSandboxId]
@@ -294,15 +276,11 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 		if want != nil && c.State != want.State {
 			continue
 		}
-		if p != nil {
-			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-				if p.shownRunning == nil {
-					p.shownRunning = map[string]bool{}
-				}
-				p.shownRunning[c.Id] = true
-			} else {
-				delete(p.shownRunning, c.Id)
+		if full && p != nil && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			if p.shownRunning == nil {
+				p.shownRunning = map[string]bool{}
 			}
+			p.shownRunning[c.Id] = true
 		}
 		out = append(out, c)
 	}
@@ -335,11 +313,11 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) {
 		return
 	}
 	_, fake := m.view(p, s.Id)
-	if until, ok := p.holdUntil[s.Id]; ok {
+	if until, ok := p.held[s.Id]; ok {
 		if m.clock.Now().Before(until) && !p.Stopped {
-			fake = true // listed running before a swap: keep to that picture a while
+			fake = true // listed running before a swap: keep to that list's picture
 		} else {
-			delete(p.holdUntil, s.Id)
+			delete(p.held, s.Id)
 		}
 	}
 	if fake {

@@ -100,17 +100,19 @@ type Pod struct {
 	// Stopped: the kubelet stopped the sandbox; nothing in it is restarted any more.
 	Stopped bool `json:"stopped,omitempty"`
 
-	// In memory only. The kubelet reads pods as a ListContainers (its PLEG
-	// relist, kuberuntime GetPods) and then, up to seconds later under
-	// load, ContainerStatus of each listed container (GetPodStatus,
-	// kuberuntime_container.go getPodContainerStatuses); other kubelet
-	// loops list in between. A swap in between would show it the old
-	// instance exited and not the new one: a terminated container that then
-	// "becomes" running, which its status manager refuses. shownRunning are
-	// the instances the latest list showed running; at a swap each gets a
-	// hold: until holdUntil, ContainerStatus still shows it running.
+	// In memory only. The kubelet reads pods as a full ListContainers (its
+	// PLEG relist, kuberuntime GetPods(true)) and then, up to seconds later
+	// under load, ContainerStatus of each container that list showed
+	// (GetPodStatus, kuberuntime_container.go getPodContainerStatuses). A
+	// swap in between would show it the old instance exited and not the new
+	// one: a terminated container that then "becomes" running, which its
+	// status manager refuses. shownRunning are the instances the last full
+	// list showed running; a swap that replaces one holds it: ContainerStatus
+	// shows it running until the next full list is served (the PLEG is
+	// serial, so the statuses of the earlier list have been read by then) or
+	// maxHold passes.
 	shownRunning map[string]bool
-	holdUntil    map[string]time.Time
+	held         map[string]time.Time
 }
 
 // SeqEntry is one container of the pod's start order.
