@@ -14,7 +14,7 @@ IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o _output/cri-shim ./cmd/cri-shim
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o _output/cri-shim ./cmd/cri-shim
 
 vet:
 	$(GO) vet ./...

@@ -32,6 +32,12 @@ func run(args []string) int {
 		return backoffCmd(args[1:])
 	case "pods":
 		return podsCmd(args[1:])
+	case "checkpoint":
+		return checkpointCmd(args[1:])
+	case "checkpoints":
+		return checkpointsCmd(args[1:])
+	case "completed":
+		return completedCmd(args[1:])
 	case "help", "-h", "--help":
 		usage()
 		return 0
@@ -50,5 +56,7 @@ commands:
   config    default: print the default config; check: validate a config file
   backoff   print the effective restart backoff curve of a config
   pods      list the pods cri-shim governs (restart phase, restarts, problems)
+  checkpoint  --namespace NS --pod NAME [--name CP] [--timeout 60s]: checkpoint a pod (CheckpointPod)
+  checkpoints [rm NAME...]: list the checkpoints under checkpoint.root, or remove some
 `)
 }

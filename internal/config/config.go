@@ -35,6 +35,21 @@ type Config struct {
 	Log LogConfig `toml:"log"`
 	// Backoff is the restart curve (KEP-4603) for every restart the shim governs.
 	Backoff BackoffConfig `toml:"backoff"`
+	// Checkpoint is pod checkpoint/restore (KEP-5823): where checkpoints may live
+	// and how many are kept.
+	Checkpoint CheckpointConfig `toml:"checkpoint"`
+}
+
+// CheckpointConfig confines and retains pod checkpoints.
+type CheckpointConfig struct {
+	// Root is the only directory under which CheckpointPod writes and RestorePod
+	// and the restore-from annotation read (KEP-5823 path traversal protection).
+	Root string `toml:"root" comment:"Every checkpoint path must resolve inside this directory; created if missing."`
+	// MaxPerPod keeps at most this many checkpoints per pod among those cri-shim
+	// manages (made by 'cri-shim checkpoint'); 0 keeps all.
+	MaxPerPod int `toml:"max_per_pod" comment:"Checkpoints kept per pod (those made by 'cri-shim checkpoint'), oldest removed first; 0 keeps all."`
+	// MaxTotalBytes bounds the size of the managed checkpoints; 0 means no bound.
+	MaxTotalBytes int64 `toml:"max_total_bytes" comment:"Total bytes of managed checkpoints, oldest removed first; 0 means no bound."`
 }
 
 // BackoffConfig is the KEP-4603 restart curve: initial_delay doubling up to
@@ -124,6 +139,11 @@ func DefaultConfig() Config {
 		Metrics: MetricsConfig{Address: "127.0.0.1:9464"},
 		Log:     LogConfig{Level: "info", Format: "json"},
 		Backoff: BackoffConfig{InitialDelay: Duration{time.Second}, MaxDelay: Duration{time.Minute}},
+		Checkpoint: CheckpointConfig{
+			Root:          "/var/lib/cri-shim/checkpoints",
+			MaxPerPod:     3,
+			MaxTotalBytes: 20 << 30,
+		},
 	}
 }
 
@@ -210,6 +230,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Log.Format != "json" && c.Log.Format != "text" {
 		bad("log.format", "must be json or text, got %q", c.Log.Format)
+	}
+	if !filepath.IsAbs(c.Checkpoint.Root) || filepath.Clean(c.Checkpoint.Root) == "/" {
+		bad("checkpoint.root", "must be an absolute directory other than /, got %q", c.Checkpoint.Root)
+	}
+	if c.Checkpoint.MaxPerPod < 0 {
+		bad("checkpoint.max_per_pod", "must be 0 (keep all) or more, got %d", c.Checkpoint.MaxPerPod)
+	}
+	if c.Checkpoint.MaxTotalBytes < 0 {
+		bad("checkpoint.max_total_bytes", "must be 0 (no bound) or more, got %d", c.Checkpoint.MaxTotalBytes)
 	}
 	if n := c.Backoff.MaxContainerRestartPeriod; n != nil && (*n < 1 || *n > 300) {
 		bad("backoff.max_container_restart_period", "must be whole seconds from 1 to 300, got %d", *n)

@@ -39,11 +39,22 @@ type Handler func(ctx context.Context, ss grpc.ServerStream, backend grpc.Client
 type Route struct {
 	Method  string
 	Handler Handler
+	// Invoke, set by Unary and UnaryIf, runs the same route on decoded
+	// messages. It lets two features take part in one unary method: the route
+	// registered first serves the call, and its forward to the runtime runs
+	// the next route's Invoke instead (see New).
+	Invoke func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
+	// decoded, when set, is Handler without its raw fast path: the first route
+	// of a chain must always hand decoded messages to the next.
+	decoded Handler
 }
 
 type route struct {
 	kind    kind
 	handler Handler // nil: raw pass-through
+	invoke  func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
+	chain   []func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error // routes after the first
+	decoded Handler
 	metrics *metrics.Method
 }
 
@@ -71,8 +82,11 @@ func CRIMethods() []string {
 	return out
 }
 
-// New builds a proxy forwarding to backend. Routes take over the methods they name;
-// two routes for one method, or a route for a method outside the CRI, are refused
+// New builds a proxy forwarding to backend. Routes take over the methods they name.
+// Several routes for one unary method are chained in the order given: the first
+// serves the call and each one's forward goes through the next, the last one's
+// to the runtime. Two routes for one method that cannot be chained (one of them
+// not built by Unary), or a route for a method outside the CRI, are refused
 // because they would silently shadow each other or never be called as intended.
 func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Proxy, error) {
 	p := &Proxy{
@@ -100,13 +114,20 @@ func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Pro
 		if !ok {
 			return nil, fmt.Errorf("proxy: route for %q: not a CRI method of this build", r.Method)
 		}
-		if rt.handler != nil {
-			return nil, fmt.Errorf("proxy: two routes for %q", r.Method)
-		}
 		if r.Handler == nil {
 			return nil, fmt.Errorf("proxy: route for %q has no handler", r.Method)
 		}
-		rt.handler = r.Handler
+		if rt.handler == nil {
+			rt.handler, rt.invoke, rt.decoded = r.Handler, r.Invoke, r.decoded
+			continue
+		}
+		if rt.invoke == nil || r.Invoke == nil {
+			return nil, fmt.Errorf("proxy: two routes for %q and one of them is not a unary route", r.Method)
+		}
+		if rt.chain == nil && rt.decoded != nil {
+			rt.handler = rt.decoded
+		}
+		rt.chain = append(rt.chain, r.Invoke)
 	}
 	return p, nil
 }
@@ -143,6 +164,8 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	start := time.Now()
 	var err error
 	switch {
+	case rt.chain != nil:
+		err = rt.handler(ss.Context(), ss, &chainConn{method: method, invokes: rt.chain, backend: p.backend})
 	case rt.handler != nil:
 		err = rt.handler(ss.Context(), ss, p.backend)
 	case rt.kind == kindUnary:
@@ -158,4 +181,27 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	}
 	rt.metrics.Done(start, err)
 	return err
+}
+
+// chainConn is the backend a chained route sees: its forward of the chained
+// method runs the next route, any other call goes to the runtime.
+type chainConn struct {
+	method  string
+	invokes []func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
+	backend grpc.ClientConnInterface
+}
+
+func (c *chainConn) Invoke(ctx context.Context, method string, req, resp any, opts ...grpc.CallOption) error {
+	if method != c.method || len(c.invokes) == 0 {
+		return c.backend.Invoke(ctx, method, req, resp, opts...)
+	}
+	var next grpc.ClientConnInterface = c.backend
+	if len(c.invokes) > 1 {
+		next = &chainConn{method: c.method, invokes: c.invokes[1:], backend: c.backend}
+	}
+	return c.invokes[0](ctx, next, req, resp)
+}
+
+func (c *chainConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return c.backend.NewStream(ctx, desc, method, opts...)
 }

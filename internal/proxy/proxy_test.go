@@ -304,6 +304,39 @@ func TestTypedRouteChangesOnlyItsMethod(t *testing.T) {
 	}
 }
 
+// Two features on one method: the first route serves the call and its forward
+// runs the second, whose forward reaches the runtime; an inactive UnaryIf in
+// front still hands decoded messages on.
+func TestRoutesForOneMethodAreChained(t *testing.T) {
+	const m = "/runtime.v1.RuntimeService/Version"
+	tag := func(s string) func(context.Context, *runtimeapi.VersionRequest, UnaryNext[runtimeapi.VersionRequest, runtimeapi.VersionResponse]) (*runtimeapi.VersionResponse, error) {
+		return func(ctx context.Context, req *runtimeapi.VersionRequest, next UnaryNext[runtimeapi.VersionRequest, runtimeapi.VersionResponse]) (*runtimeapi.VersionResponse, error) {
+			resp, err := next(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			resp.RuntimeName += s
+			return resp, nil
+		}
+	}
+	for _, active := range []bool{true, false} {
+		outer := UnaryIf(m, func() bool { return active }, tag("+outer"))
+		fx := newFixture(t, nil, outer, Unary(m, tag("+inner")), Unary(m, tag("+last")))
+		c := runtimeapi.NewRuntimeServiceClient(fx.shim)
+		v, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{})
+		want := "fake+last+inner"
+		if active {
+			want += "+outer"
+		}
+		if err != nil || v.RuntimeName != want {
+			t.Fatalf("active=%v: got %q, %v; want %q", active, v.GetRuntimeName(), err, want)
+		}
+		if _, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{Version: "fail"}); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("active=%v: chain changed the runtime's error: %v", active, err)
+		}
+	}
+}
+
 func TestNewRefusesBadRoutes(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "r.sock")
 	backend, err := DialBackend(sock, BackendOptions{MaxRecvMsgSize: 1 << 20, MaxSendMsgSize: 1 << 20})

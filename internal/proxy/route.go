@@ -21,23 +21,34 @@ func Unary[Req, Resp any, PReq interface {
 	*Resp
 	proto.Message
 }](method string, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) Route {
-	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
-		req := PReq(new(Req))
-		if err := ss.RecvMsg(req); err != nil {
-			return err
-		}
-		next := func(ctx context.Context, r *Req) (*Resp, error) {
+	nextOf := func(backend grpc.ClientConnInterface) UnaryNext[Req, Resp] {
+		return func(ctx context.Context, r *Req) (*Resp, error) {
 			resp := PResp(new(Resp))
 			if err := backend.Invoke(outgoingContext(ctx), method, PReq(r), resp); err != nil {
 				return nil, err
 			}
 			return (*Resp)(resp), nil
 		}
-		resp, err := fn(ctx, (*Req)(req), next)
+	}
+	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+		req := PReq(new(Req))
+		if err := ss.RecvMsg(req); err != nil {
+			return err
+		}
+		resp, err := fn(ctx, (*Req)(req), nextOf(backend))
 		if err != nil {
 			return err
 		}
 		return ss.SendMsg(PResp(resp))
+	}, Invoke: func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error {
+		r, err := fn(ctx, req.(*Req), nextOf(backend))
+		if err != nil {
+			return err
+		}
+		out := resp.(PResp)
+		proto.Reset(out)
+		proto.Merge(out, PResp(r))
+		return nil
 	}}
 }
 
@@ -51,12 +62,29 @@ func UnaryIf[Req, Resp any, PReq interface {
 	*Resp
 	proto.Message
 }](method string, active func() bool, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) Route {
-	typed := Unary[Req, Resp, PReq, PResp](method, fn).Handler
+	typed := Unary[Req, Resp, PReq, PResp](method, fn)
 	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 		if !active() {
 			return forwardUnary(ss, method, backend)
 		}
-		return typed(ctx, ss, backend)
+		return typed.Handler(ctx, ss, backend)
+	}, decoded: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+		if active() {
+			return typed.Handler(ctx, ss, backend)
+		}
+		req, resp := PReq(new(Req)), PResp(new(Resp))
+		if err := ss.RecvMsg(req); err != nil {
+			return err
+		}
+		if err := backend.Invoke(outgoingContext(ctx), method, req, resp); err != nil {
+			return err
+		}
+		return ss.SendMsg(resp)
+	}, Invoke: func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error {
+		if !active() {
+			return backend.Invoke(ctx, method, req, resp)
+		}
+		return typed.Invoke(ctx, backend, req, resp)
 	}}
 }
 

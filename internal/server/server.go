@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	gocriu "github.com/checkpoint-restore/go-criu/v7"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/config"
+	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/metrics"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -59,7 +62,29 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		return fmt.Errorf("state_dir: %w", err)
 	}
 	mc.Registry.MustRegister(pods.Collectors()...)
-	p, err := proxy.New(backend, mc, append(o.Routes, pods.Routes()...)...)
+	tasks, err := criu.DialTasks(cfg.Runtime.Endpoint)
+	if err != nil {
+		return fmt.Errorf("runtime.endpoint: %w", err)
+	}
+	defer tasks.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		log.Warn("cannot find the shim's own binary; warm-started pods will run completed init containers again", "err", err)
+		exe = ""
+	}
+	checkpoints, err := criu.New(criu.Config{
+		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir,
+		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
+		ShimBinary: exe, CRIUVersion: criuVersion,
+	}, runtimeapi.NewRuntimeServiceClient(backend), tasks, log)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	mc.Registry.MustRegister(checkpoints.Collectors()...)
+	// Order matters where two features share a method: the pod restart state
+	// sees the kubelet's calls first, warm start rewrites them last.
+	routes := append(append(o.Routes, pods.Routes()...), checkpoints.Routes()...)
+	p, err := proxy.New(backend, mc, routes...)
 	if err != nil {
 		return err
 	}
@@ -94,6 +119,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	go func() { defer wg.Done(); watchBackend(watchCtx, backend, log) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); pods.Run(watchCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); checkpoints.Run(watchCtx) }()
 
 	var hs *http.Server
 	if cfg.Metrics.Address != "" {
@@ -196,3 +223,13 @@ func watchBackend(ctx context.Context, cc *grpc.ClientConn, log *slog.Logger) {
 		last = s
 	}
 }
+
+// criuVersion asks CRIU for its version once (go-criu runs "criu swrk"); the
+// answer goes into every checkpoint's manifest.
+var criuVersion = sync.OnceValues(func() (string, error) {
+	v, err := gocriu.MakeCriu().GetCriuVersion()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100), nil
+})

@@ -1,0 +1,470 @@
+package criu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const restartCountAnnotation = "io.kubernetes.container.restartCount"
+
+// CheckpointPod serves the CRI call (KEP-5823): one consistent cut of the
+// selected containers of a pod, written under req.OutputPath.
+func (s *Service) CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error) {
+	start := s.now()
+	m, err := s.checkpointPod(ctx, req)
+	if err != nil {
+		s.metrics.checkpoints.WithLabelValues(status.Code(err).String()).Inc()
+		s.log.Warn("checkpoint: CheckpointPod failed", "sandbox", req.GetPodSandboxId(), "path", req.GetOutputPath(), "err", err)
+		return nil, err
+	}
+	d := s.now().Sub(start)
+	s.metrics.checkpoints.WithLabelValues("success").Inc()
+	s.metrics.checkpointTime.Observe(d.Seconds())
+	s.metrics.checkpointSize.Observe(float64(m.SizeBytes))
+	s.log.Info("checkpoint: pod checkpointed", "pod", m.Pod.Namespace+"/"+m.Pod.Name, "path", req.GetOutputPath(),
+		"containers", len(m.Containers), "bytes", m.SizeBytes, "seconds", d.Seconds(), "frozenSeconds", m.FrozenSeconds)
+	return &runtimeapi.CheckpointPodResponse{}, nil
+}
+
+// target is one container to capture.
+type target struct {
+	id      string
+	name    string
+	created int64
+	status  *runtimeapi.ContainerStatus
+}
+
+func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*Manifest, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		return nil, status.Error(codes.InvalidArgument, "CheckpointPod: the call has no deadline; the CRI contract requires one")
+	}
+	opts, err := parseCheckpointOptions(req.GetOptions())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, "CheckpointPod: "+err.Error())
+	}
+	sandboxID := req.GetPodSandboxId()
+	if sandboxID == "" {
+		return nil, status.Error(codes.InvalidArgument, "CheckpointPod: pod_sandbox_id is empty")
+	}
+	ids := req.GetContainerIds()
+	if len(ids) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "CheckpointPod: container_ids is empty; name the running containers to capture")
+	}
+	for i, id := range ids {
+		if id == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container_ids[%d] is empty", i)
+		}
+		if slices.Index(ids, id) != i {
+			return nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %q is listed twice", id)
+		}
+	}
+	out, err := s.outputDir(req.GetOutputPath())
+	if err != nil {
+		return nil, err
+	}
+
+	s.mu.Lock()
+	if s.busy[sandboxID] {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: a checkpoint of sandbox %s is already in progress", short(sandboxID))
+	}
+	s.busy[sandboxID] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.busy, sandboxID)
+		s.mu.Unlock()
+	}()
+
+	sb, err := s.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandboxID, Verbose: true})
+	if err != nil {
+		return nil, err // NotFound and the runtime's other codes pass through
+	}
+	if st := sb.GetStatus().GetState(); st != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: sandbox %s is %s, not ready", short(sandboxID), st)
+	}
+	sandboxID = sb.GetStatus().GetId() // the runtime accepts a unique prefix; use the full ID from here on
+	targets, exited, err := s.selectTargets(ctx, sandboxID, ids)
+	if err != nil {
+		return nil, err
+	}
+
+	ver, _ := s.rt.Version(ctx, &runtimeapi.VersionRequest{})
+	md := sb.GetStatus().GetMetadata()
+	m := &Manifest{
+		FormatVersion: FormatVersion,
+		Pod: PodInfo{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), SandboxID: sandboxID,
+			RuntimeHandler: sb.GetStatus().GetRuntimeHandler()},
+		Exited:      exited,
+		Managed:     opts.managed,
+		Runtime:     ver.GetRuntimeName() + " " + ver.GetRuntimeVersion(),
+		CRIUVersion: s.criuVersion(),
+		Kernel:      kernelRelease(),
+	}
+	start := s.now()
+	if err := s.capture(ctx, out, sandboxID, targets, opts, m); err != nil {
+		return nil, err
+	}
+	m.TotalSeconds = s.now().Sub(start).Seconds()
+	if err := s.finish(out, sb, m); err != nil {
+		_ = s.removeOutput(out)
+		return nil, status.Errorf(codes.Internal, "CheckpointPod: writing the checkpoint's manifest: %v (partial checkpoint removed)", err)
+	}
+	if opts.managed {
+		s.retain(out)
+	}
+	return m, nil
+}
+
+// outputDir checks output_path: absolute, inside the root after symlinks, an
+// existing empty directory.
+func (s *Service) outputDir(p string) (string, error) {
+	out, err := confine(s.cfg.Root, p)
+	if err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path: %v", err)
+	}
+	fi, err := os.Stat(out)
+	if err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path: %v", err)
+	}
+	if !fi.IsDir() {
+		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path %q is not a directory", p)
+	}
+	ents, err := os.ReadDir(out)
+	if err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path: %v", err)
+	}
+	if len(ents) > 0 {
+		return "", status.Errorf(codes.FailedPrecondition, "CheckpointPod: output_path %q is not empty (%d entries, first %q)", p, len(ents), ents[0].Name())
+	}
+	return out, nil
+}
+
+// selectTargets checks that every requested container is a running container
+// of the sandbox, and collects the pod's exited containers (completed init
+// containers) for the manifest.
+func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []string) ([]target, []ExitedEntry, error) {
+	lr, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID}})
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[string]*runtimeapi.Container, len(lr.GetContainers()))
+	for _, c := range lr.GetContainers() {
+		byID[c.GetId()] = c
+	}
+	var targets []target
+	names := map[string]bool{}
+	for _, id := range ids {
+		c := byID[id]
+		if c == nil {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %q is not a container of sandbox %s", id, short(sandboxID))
+		}
+		name := c.GetMetadata().GetName()
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			return nil, nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: container %s (%s) is %s; only running containers can be checkpointed", short(id), name, c.GetState())
+		}
+		if err := CheckName(name); err != nil {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %s: %v", short(id), err)
+		}
+		if names[name] {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: two selected containers are named %q", name)
+		}
+		names[name] = true
+		st, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(st.GetStatus().GetAnnotations()) == 0 {
+			// containerd 2.2 dereferences the captured container's annotations
+			// on restore and panics on a nil map (NODE-STACK.md): refuse now
+			// rather than write a checkpoint that crashes the runtime later.
+			return nil, nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: container %s (%s) has no annotations; containerd cannot restore such a checkpoint (create it with at least one annotation; the kubelet always sets some)", short(id), name)
+		}
+		targets = append(targets, target{id: id, name: name, created: c.GetCreatedAt(), status: st.GetStatus()})
+	}
+	slices.SortStableFunc(targets, func(a, b target) int {
+		switch {
+		case a.created < b.created:
+			return -1
+		case a.created > b.created:
+			return 1
+		}
+		return 0
+	})
+	// The latest instance of every other container name that has exited.
+	latest := map[string]*runtimeapi.Container{}
+	for _, c := range lr.GetContainers() {
+		n := c.GetMetadata().GetName()
+		if names[n] {
+			continue
+		}
+		if l := latest[n]; l == nil || c.GetCreatedAt() > l.GetCreatedAt() {
+			latest[n] = c
+		}
+	}
+	var exited []ExitedEntry
+	for n, c := range latest {
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || CheckName(n) != nil {
+			continue
+		}
+		st, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId()})
+		if err != nil {
+			continue // removed meanwhile: not part of the cut
+		}
+		exited = append(exited, ExitedEntry{Name: n, ExitCode: st.GetStatus().GetExitCode(),
+			RestartCount: restartCount(st.GetStatus().GetAnnotations()), Image: st.GetStatus().GetImage().GetImage()})
+	}
+	slices.SortFunc(exited, func(a, b ExitedEntry) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+	return targets, exited, nil
+}
+
+func restartCount(ann map[string]string) int {
+	n, err := strconv.Atoi(ann[restartCountAnnotation])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// capture pauses every target, captures each, and resumes all, whatever
+// happens. On any failure the output directory is emptied.
+func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []target, opts checkpointOptions, m *Manifest) error {
+	if err := os.Mkdir(filepath.Join(out, containersDir), 0o700); err != nil {
+		return status.Errorf(codes.Internal, "CheckpointPod: %v", err)
+	}
+	if err := writeFileSync(filepath.Join(out, incompleteFile), nil); err != nil {
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Internal, "CheckpointPod: %v", err)
+	}
+	ids := make([]string, len(targets))
+	for i, t := range targets {
+		ids[i] = t.id
+	}
+	rec := frozenRecord{SandboxID: sandboxID, Containers: ids, OutputPath: out}
+	if err := s.writeFrozen(rec); err != nil {
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Internal, "CheckpointPod: recording the pause: %v", err)
+	}
+	fail := func(err error) error {
+		_ = s.removeOutput(out)
+		os.Remove(s.frozenPath(sandboxID))
+		return err
+	}
+
+	// Pause every container before capturing any: one pod-wide cut.
+	pausedAt := s.now()
+	for i, t := range targets {
+		if err := s.tasks.Pause(ctx, t.id); err != nil {
+			if rerr := s.thawAll(ctx, ids[:i], true); rerr != nil {
+				s.resumeFailed(rerr)
+				return status.Errorf(codes.Internal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
+			}
+			return fail(status.Errorf(codes.Internal, "CheckpointPod: pausing container %s (%s): %v", short(t.id), t.name, err))
+		}
+	}
+
+	// Captures run under a context of their own: containerd goes on with a
+	// capture after its caller gives up, and the service must know when it
+	// ends to resume and clean up after it.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dumpTimeout)
+	errs := make([]error, len(targets))
+	took := make([]time.Duration, len(targets))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	dump := func(i int) {
+		t0 := s.now()
+		_, err := s.rt.CheckpointContainer(dctx, &runtimeapi.CheckpointContainerRequest{
+			ContainerId: targets[i].id, Location: filepath.Join(out, archiveName(targets[i].name)),
+		})
+		took[i], errs[i] = s.now().Sub(t0), err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if opts.sequential {
+			for i := range targets {
+				if ctx.Err() != nil { // the caller's deadline stops further captures
+					errs[i] = ctx.Err()
+					continue
+				}
+				dump(i)
+			}
+			return
+		}
+		var each sync.WaitGroup
+		for i := range targets {
+			each.Add(1)
+			go func() { defer each.Done(); dump(i) }()
+		}
+		each.Wait()
+	}()
+	go func() { wg.Wait(); close(done) }()
+
+	select {
+	case <-done:
+		cancel()
+	case <-ctx.Done():
+		// Deadline: resume now, return, and finish cleaning up once
+		// containerd's captures end (a capture still running could write
+		// its archive or, by restoring the freezer state it found, freeze a
+		// container again).
+		rerr := s.thawAll(ctx, ids, true)
+		_ = s.removeOutput(out)
+		s.inflight.Add(1)
+		go func() {
+			defer s.inflight.Done()
+			<-done
+			cancel()
+			s.afterAbandoned(rec)
+		}()
+		msg := fmt.Sprintf("CheckpointPod: deadline expired after %s while capturing %d containers; the capture was abandoned and its files removed", s.now().Sub(pausedAt).Round(time.Millisecond), len(targets))
+		if rerr != nil {
+			s.resumeFailed(rerr)
+			msg += fmt.Sprintf("; resuming failed, cri-shim retries: %v", rerr)
+		} else {
+			msg += "; every container was resumed"
+		}
+		return status.Error(codes.DeadlineExceeded, msg)
+	}
+
+	rerr := s.thawAll(ctx, ids, true)
+	frozen := s.now().Sub(pausedAt)
+	s.metrics.frozen.Observe(frozen.Seconds())
+	m.FrozenSeconds = frozen.Seconds()
+	for i, err := range errs {
+		if err != nil {
+			msg := fmt.Sprintf("CheckpointPod: capturing container %s (%s): %v", short(targets[i].id), targets[i].name, status.Convert(err).Message())
+			code := status.Code(err)
+			if code == codes.OK || code == codes.Unknown {
+				code = codes.Internal
+			}
+			if rerr != nil {
+				s.resumeFailed(rerr)
+				_ = s.removeOutput(out)
+				return status.Errorf(code, "%s; resuming failed, cri-shim retries: %v", msg, rerr)
+			}
+			return fail(status.Error(code, msg+"; every container was resumed and the partial checkpoint removed"))
+		}
+	}
+	if rerr != nil {
+		s.resumeFailed(rerr)
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Internal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
+	}
+	for i, t := range targets {
+		fi, err := os.Stat(filepath.Join(out, archiveName(t.name)))
+		if err != nil {
+			return fail(status.Errorf(codes.Internal, "CheckpointPod: container %s (%s): the runtime wrote no archive: %v", short(t.id), t.name, err))
+		}
+		st := t.status
+		m.Containers = append(m.Containers, ContainerEntry{
+			Name: t.name, ID: t.id, Archive: archiveName(t.name),
+			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: st.GetImageId(),
+			RestartCount: restartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
+			SizeBytes: fi.Size(), DumpSeconds: took[i].Seconds(),
+		})
+		m.SizeBytes += fi.Size()
+	}
+	return nil
+}
+
+// resumeFailed leaves the frozen record in place and has Run retry it.
+func (s *Service) resumeFailed(err error) {
+	s.log.Error("checkpoint: resuming paused containers failed; retrying in the background", "err", err)
+	s.mu.Lock()
+	s.pendingResume = true
+	s.mu.Unlock()
+}
+
+// afterAbandoned runs once containerd's captures of an abandoned checkpoint
+// have ended: each container is paused and resumed again (a capture that
+// ended after the first resume may have restored the freezer state it had
+// found, frozen), the files the captures wrote are removed, and the frozen
+// record with them.
+func (s *Service) afterAbandoned(rec frozenRecord) {
+	ctx := context.Background()
+	var errs []error
+	for _, id := range rec.Containers {
+		pctx, cancel := context.WithTimeout(ctx, s.resumeTimeout)
+		if err := s.tasks.Pause(pctx, id); err != nil && !isNotFound(err) {
+			s.log.Debug("checkpoint: re-pause after an abandoned capture", "container", short(id), "err", err)
+		}
+		cancel()
+		if err := s.thaw(ctx, id, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	_ = s.removeOutput(rec.OutputPath)
+	if err := errors.Join(errs...); err != nil {
+		s.resumeFailed(err)
+		return
+	}
+	os.Remove(s.frozenPath(rec.SandboxID))
+	s.log.Info("checkpoint: abandoned capture ended; containers resumed and its files removed", "sandbox", short(rec.SandboxID))
+}
+
+// finish writes the sandbox description and the manifest, then clears the
+// incomplete mark and the frozen record.
+func (s *Service) finish(out string, sb *runtimeapi.PodSandboxStatusResponse, m *Manifest) error {
+	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(sb)
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(out, sandboxFile), b); err != nil {
+		return err
+	}
+	m.CheckpointedAt = s.now().UTC()
+	if err := writeManifest(out, m); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(out, incompleteFile)); err != nil {
+		return err
+	}
+	if d, err := os.Open(out); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	os.Remove(s.frozenPath(m.Pod.SandboxID))
+	return nil
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func (s *Service) criuVersion() string {
+	if s.cfg.CRIUVersion == nil {
+		return "unknown"
+	}
+	v, err := s.cfg.CRIUVersion()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return v
+}
+
+func isNotFound(err error) bool {
+	return status.Code(err) == codes.NotFound || errors.Is(err, os.ErrNotExist)
+}

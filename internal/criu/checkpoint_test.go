@@ -1,0 +1,355 @@
+package criu
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func cpReq(dir string, ids ...string) *runtimeapi.CheckpointPodRequest {
+	return &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: dir, ContainerIds: ids}
+}
+
+// assertClean: nothing paused, nothing in the output, no record left.
+func assertClean(t *testing.T, fx *fixture, when string) {
+	t.Helper()
+	if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
+		t.Fatalf("%s: %v left paused", when, p)
+	}
+	if got := entries(t, fx.dir); len(got) != 0 {
+		t.Fatalf("%s: %v left in the output", when, got)
+	}
+	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
+		t.Fatalf("%s: state left behind: %v", when, got)
+	}
+}
+
+func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
+	for _, sequential := range []bool{false, true} {
+		fx := newFixture(t)
+		req := cpReq(fx.dir, "c1", "c2")
+		if sequential {
+			req.Options = map[string]string{OptionSequential: "true"}
+		}
+		if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), req); err != nil {
+			t.Fatalf("sequential=%v: %v", sequential, err)
+		}
+		for _, id := range []string{"c1", "c2"} {
+			seen := fx.rt.dumpSeen[id]
+			if seen == nil {
+				t.Fatalf("%s was not captured", id)
+			}
+			if !seen["c1"] || !seen["c2"] {
+				t.Errorf("sequential=%v: when %s was captured, paused were %v: not one cut", sequential, id, seen)
+			}
+			if seen["c3"] {
+				t.Errorf("a container of another pod was paused")
+			}
+		}
+		if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
+			t.Fatalf("left paused: %v", p)
+		}
+		m, err := ReadManifest(fx.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := names(m); !slices.Equal(got, []string{"sidecar", "app"}) {
+			t.Errorf("containers %v, want creation order [sidecar app]", got)
+		}
+		if m.Containers[0].RestartCount != 2 || m.Containers[0].ImageRef != "sha256:abc" || m.Containers[0].SizeBytes == 0 {
+			t.Errorf("container entry %+v", m.Containers[0])
+		}
+		if len(m.Exited) != 1 || m.Exited[0].Name != "init" {
+			t.Errorf("exited %+v, want the completed init container", m.Exited)
+		}
+		if m.Pod.Name != "pod1" || m.Pod.SandboxID != "sb1" || m.Kernel == "" || m.SizeBytes == 0 {
+			t.Errorf("manifest %+v", m)
+		}
+		if got := entries(t, fx.dir); !slices.Equal(got, []string{"containers", "manifest.json", "sandbox.json"}) {
+			t.Errorf("checkpoint holds %v", got)
+		}
+		if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
+			t.Errorf("state left behind: %v", got)
+		}
+	}
+}
+
+// Every refusal happens before anything is paused or written, with a precise code.
+func TestCheckpointPodRefusals(t *testing.T) {
+	fx := newFixture(t)
+	outside := t.TempDir()
+	link := filepath.Join(fx.root, "link")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	full := filepath.Join(fx.root, "full")
+	os.Mkdir(full, 0o700)
+	os.WriteFile(filepath.Join(full, "x"), nil, 0o600)
+	fx.rt.mu.Lock()
+	fx.rt.containers["c2"].status.Annotations = nil
+	fx.rt.mu.Unlock()
+	noDeadline := context.Background()
+	cases := []struct {
+		name string
+		ctx  context.Context
+		req  *runtimeapi.CheckpointPodRequest
+		code codes.Code
+	}{
+		{"no deadline", noDeadline, cpReq(fx.dir, "c1"), codes.InvalidArgument},
+		{"no containers", nil, cpReq(fx.dir), codes.InvalidArgument},
+		{"duplicate", nil, cpReq(fx.dir, "c1", "c1"), codes.InvalidArgument},
+		{"empty id", nil, cpReq(fx.dir, ""), codes.InvalidArgument},
+		{"unknown option", nil, &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: fx.dir, ContainerIds: []string{"c1"}, Options: map[string]string{"tcp-established": "true"}}, codes.InvalidArgument},
+		{"bad option value", nil, &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: fx.dir, ContainerIds: []string{"c1"}, Options: map[string]string{OptionSequential: "yes please"}}, codes.InvalidArgument},
+		{"not running", nil, cpReq(fx.dir, "c1", "i1"), codes.FailedPrecondition},
+		{"created only", nil, cpReq(fx.dir, "x1"), codes.FailedPrecondition},
+		{"other sandbox", nil, cpReq(fx.dir, "c1", "c3"), codes.InvalidArgument},
+		{"unknown sandbox", nil, &runtimeapi.CheckpointPodRequest{PodSandboxId: "nope", OutputPath: fx.dir, ContainerIds: []string{"c1"}}, codes.NotFound},
+		{"no sandbox id", nil, &runtimeapi.CheckpointPodRequest{OutputPath: fx.dir, ContainerIds: []string{"c1"}}, codes.InvalidArgument},
+		{"not empty", nil, cpReq(full, "c1"), codes.FailedPrecondition},
+		{"dot-dot", nil, cpReq(fx.root+"/cp1/../cp1", "c1"), codes.InvalidArgument},
+		{"outside", nil, cpReq(outside, "c1"), codes.InvalidArgument},
+		{"symlink escape", nil, cpReq(link, "c1"), codes.InvalidArgument},
+		{"relative", nil, cpReq("cp1", "c1"), codes.InvalidArgument},
+		{"root itself", nil, cpReq(fx.root, "c1"), codes.InvalidArgument},
+		{"missing", nil, cpReq(filepath.Join(fx.root, "nope"), "c1"), codes.InvalidArgument},
+		{"no annotations", nil, cpReq(fx.dir, "c1", "c2"), codes.FailedPrecondition},
+	}
+	for _, c := range cases {
+		ctx := c.ctx
+		if ctx == nil {
+			ctx = ctxT(t, 5*time.Second)
+		}
+		_, err := fx.svc.CheckpointPod(ctx, c.req)
+		if status.Code(err) != c.code {
+			t.Errorf("%s: got %v, want %s", c.name, err, c.code)
+		}
+		if fx.rt.tasks.pauses != 0 || len(fx.rt.dumpSeen) != 0 {
+			t.Fatalf("%s: paused or captured before refusing", c.name)
+		}
+		if got := entries(t, fx.dir); len(got) != 0 {
+			t.Fatalf("%s: wrote %v", c.name, got)
+		}
+		if got := entries(t, outside); len(got) != 0 {
+			t.Fatalf("%s: wrote outside the root: %v", c.name, got)
+		}
+	}
+}
+
+// A capture that fails: every container resumed, nothing left in the output.
+func TestCheckpointPodSecondCaptureFails(t *testing.T) {
+	for _, sequential := range []bool{false, true} {
+		fx := newFixture(t)
+		fx.rt.failDump["c1"] = status.Error(codes.Unknown, "criu failed: (00.012) Error (criu/mem.c:123)")
+		req := cpReq(fx.dir, "c2", "c1")
+		if sequential {
+			req.Options = map[string]string{OptionSequential: "true"}
+		}
+		_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), req)
+		if status.Code(err) != codes.Internal {
+			t.Fatalf("got %v, want Internal", err)
+		}
+		assertClean(t, fx, "after a failed capture")
+	}
+}
+
+func TestCheckpointPodPauseFails(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.failPause["c1"] = true
+	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c2", "c1"))
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("got %v", err)
+	}
+	assertClean(t, fx, "after a failed pause")
+}
+
+// The deadline expires while containerd is still capturing: the call returns
+// DeadlineExceeded with every container resumed and the output empty; when the
+// capture ends later (re-freezing the container and writing its archive, as a
+// real late capture would), the service resumes and cleans up again.
+func TestCheckpointPodDeadlineMidCapture(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.holdDump = make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	_, err := fx.svc.CheckpointPod(ctx, cpReq(fx.dir, "c1", "c2"))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+	if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
+		t.Fatalf("returned with %v paused", p)
+	}
+	if got := entries(t, fx.dir); len(got) != 0 {
+		t.Fatalf("returned with %v in the output", got)
+	}
+	close(fx.rt.holdDump)
+	fx.svc.inflight.Wait()
+	assertClean(t, fx, "after the late capture ended")
+}
+
+// containerd refuses the resume (restarting): the call fails, the record
+// stays, and Run resumes the containers once containerd answers again.
+func TestResumeFailureIsRetried(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.failResumes = 2
+	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2"))
+	if err == nil {
+		t.Fatal("succeeded although the resume failed")
+	}
+	if len(fx.rt.tasks.anyPaused()) == 0 {
+		t.Fatal("test setup: expected a container still paused")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go fx.svc.Run(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(fx.rt.tasks.anyPaused()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still paused: %v", fx.rt.tasks.anyPaused())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for time.Now().Before(deadline) && len(entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint"))) > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := entries(t, fx.dir); len(got) != 0 {
+		t.Fatalf("left %v", got)
+	}
+}
+
+// A shim killed between pause and resume: the next one resumes the pod and
+// removes the unfinished checkpoint at start.
+func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.setPaused("c1", true)
+	fx.rt.tasks.setPaused("c2", true)
+	os.Mkdir(filepath.Join(fx.dir, containersDir), 0o700)
+	os.WriteFile(filepath.Join(fx.dir, containersDir, "app.tar"), []byte("half"), 0o600)
+	os.WriteFile(filepath.Join(fx.dir, incompleteFile), nil, 0o600)
+	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1", "c2"}, OutputPath: fx.dir}); err != nil {
+		t.Fatal(err)
+	}
+	// A complete checkpoint next to it must survive.
+	other := filepath.Join(fx.root, "complete")
+	os.Mkdir(other, 0o700)
+	if err := writeManifest(other, &Manifest{FormatVersion: FormatVersion, Containers: []ContainerEntry{{Name: "a", Archive: archiveName("a")}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt.tasks, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { svc2.Run(ctx); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(fx.rt.tasks.anyPaused()) > 0 || len(entries(t, fx.dir)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("paused %v, output %v", fx.rt.tasks.anyPaused(), entries(t, fx.dir))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if _, err := ReadManifest(other); err != nil {
+		t.Fatalf("a complete checkpoint was touched: %v", err)
+	}
+	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
+		t.Errorf("state left behind: %v", got)
+	}
+}
+
+func TestConcurrentCheckpointOfOnePodRefused(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.holdDump = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1"))
+		errc <- err
+	}()
+	for fx.rt.tasks.isPaused("c1") == false {
+		time.Sleep(time.Millisecond)
+	}
+	dir2 := filepath.Join(fx.root, "cp2")
+	os.Mkdir(dir2, 0o700)
+	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(dir2, "c2"))
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("second checkpoint of the pod: %v", err)
+	}
+	close(fx.rt.holdDump)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRetentionKeepsNewestManagedPerPod(t *testing.T) {
+	fx := newFixture(t)
+	fx.svc.cfg.MaxPerPod = 2
+	var dirs []string
+	for i := 0; i < 4; i++ {
+		d := filepath.Join(fx.root, "m"+string(rune('a'+i)))
+		os.Mkdir(d, 0o700)
+		_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: d,
+			ContainerIds: []string{"c1"}, Options: map[string]string{OptionManaged: "true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+		time.Sleep(2 * time.Millisecond)
+	}
+	// One unmanaged checkpoint of the same pod (the caller's) is never removed.
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range dirs {
+		_, err := os.Stat(d)
+		if kept := err == nil; kept != (i >= 2) {
+			t.Errorf("%s kept=%v", filepath.Base(d), kept)
+		}
+	}
+	if _, err := ReadManifest(fx.dir); err != nil {
+		t.Errorf("unmanaged checkpoint removed: %v", err)
+	}
+	fx.svc.cfg.MaxPerPod, fx.svc.cfg.MaxTotalBytes = 0, 1
+	d := filepath.Join(fx.root, "last")
+	os.Mkdir(d, 0o700)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: d,
+		ContainerIds: []string{"c1"}, Options: map[string]string{OptionManaged: "true"}}); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := List(fx.root)
+	var left []string
+	for _, c := range list {
+		left = append(left, c.Name)
+	}
+	if !slices.Equal(left, []string{"cp1", "last"}) {
+		t.Errorf("after max_total_bytes: %v, want the unmanaged and the newest", left)
+	}
+}
+
+func TestConfine(t *testing.T) {
+	root := t.TempDir()
+	in := filepath.Join(root, "a")
+	os.Mkdir(in, 0o700)
+	os.Symlink(in, filepath.Join(root, "inlink"))
+	os.Symlink("/", filepath.Join(root, "up"))
+	if got, err := confine(root, filepath.Join(root, "inlink")); err != nil || got != in {
+		t.Errorf("in-root symlink: %q %v", got, err)
+	}
+	for _, p := range []string{"", "a", root, root + "/../x", root + "/up", root + "/up/etc", "/etc", root + "/a/../../x", root + "/missing", root + "\x00"} {
+		if _, err := confine(root, p); err == nil {
+			t.Errorf("%q accepted", p)
+		}
+	}
+	if _, err := confine(root, "/nonexistent/x"); !errors.Is(err, errOutsideRoot) {
+		t.Errorf("a missing path outside the root must be refused as outside, got %v", err)
+	}
+}

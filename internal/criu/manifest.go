@@ -1,0 +1,188 @@
+package criu
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// FormatVersion is the version of the pod checkpoint layout this build writes
+// and the only one it restores. Bump it on any incompatible change.
+const FormatVersion = 1
+
+// File names inside a pod checkpoint directory (docs/checkpoint.md).
+const (
+	manifestFile   = "manifest.json"
+	sandboxFile    = "sandbox.json"
+	containersDir  = "containers"
+	incompleteFile = ".cri-shim-incomplete"
+)
+
+// Manifest describes one pod checkpoint. It is written last, so a directory
+// without one is not a checkpoint.
+type Manifest struct {
+	FormatVersion  int       `json:"formatVersion"`
+	CheckpointedAt time.Time `json:"checkpointedAt"`
+	Pod            PodInfo   `json:"pod"`
+	// Containers are the captured containers in creation order, which is the
+	// order RestorePod creates them in.
+	Containers []ContainerEntry `json:"containers"`
+	// Exited are the pod's containers that had already exited when it was
+	// captured (completed init containers): not captured, but a warm start
+	// shows them completed instead of running them again.
+	Exited []ExitedEntry `json:"exited,omitempty"`
+	// Managed marks a checkpoint made by 'cri-shim checkpoint'; only those are
+	// subject to retention.
+	Managed bool `json:"managed,omitempty"`
+
+	Runtime       string  `json:"runtime"`
+	CRIUVersion   string  `json:"criuVersion"`
+	Kernel        string  `json:"kernel"`
+	FrozenSeconds float64 `json:"frozenSeconds"`
+	TotalSeconds  float64 `json:"totalSeconds"`
+	SizeBytes     int64   `json:"sizeBytes"`
+}
+
+// PodInfo identifies the pod the checkpoint was taken from.
+type PodInfo struct {
+	Name           string `json:"name"`
+	Namespace      string `json:"namespace"`
+	UID            string `json:"uid"`
+	SandboxID      string `json:"sandboxId"`
+	RuntimeHandler string `json:"runtimeHandler,omitempty"`
+}
+
+// ContainerEntry is one captured container.
+type ContainerEntry struct {
+	Name string `json:"name"`
+	ID   string `json:"id"`
+	// Archive is the containerd checkpoint archive, relative to the checkpoint
+	// directory: CRIU images, the writable-layer diff, config and spec.
+	Archive      string  `json:"archive"`
+	Image        string  `json:"image"`
+	ImageRef     string  `json:"imageRef"`
+	ImageID      string  `json:"imageId,omitempty"`
+	RestartCount int     `json:"restartCount"`
+	Attempt      uint32  `json:"attempt"`
+	SizeBytes    int64   `json:"sizeBytes"`
+	DumpSeconds  float64 `json:"dumpSeconds"`
+}
+
+// ExitedEntry is a container of the pod that had exited when it was captured.
+type ExitedEntry struct {
+	Name         string `json:"name"`
+	ExitCode     int32  `json:"exitCode"`
+	RestartCount int    `json:"restartCount"`
+	Image        string `json:"image"`
+}
+
+// Validate checks a manifest read from disk before anything acts on it: the
+// file is not trusted more than the path it came from.
+func (m *Manifest) Validate() error {
+	if m.FormatVersion != FormatVersion {
+		return fmt.Errorf("checkpoint format version %d, this build restores version %d", m.FormatVersion, FormatVersion)
+	}
+	if len(m.Containers) == 0 {
+		return errors.New("checkpoint lists no containers")
+	}
+	seen := make(map[string]bool, len(m.Containers))
+	for i, c := range m.Containers {
+		if c.Name == "" {
+			return fmt.Errorf("container %d has no name", i)
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("container %q listed twice", c.Name)
+		}
+		seen[c.Name] = true
+		if want := archiveName(c.Name); c.Archive != want {
+			return fmt.Errorf("container %q: archive %q, want %q", c.Name, c.Archive, want)
+		}
+		if c.RestartCount < 0 {
+			return fmt.Errorf("container %q: negative restart count", c.Name)
+		}
+	}
+	for _, e := range m.Exited {
+		if e.Name == "" || seen[e.Name] {
+			return fmt.Errorf("exited container %q is unnamed or also captured", e.Name)
+		}
+		seen[e.Name] = true
+	}
+	return nil
+}
+
+// Container returns the captured container called name.
+func (m *Manifest) Container(name string) (ContainerEntry, bool) {
+	for _, c := range m.Containers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return ContainerEntry{}, false
+}
+
+// archiveName is where a container's archive lives inside the checkpoint.
+// Container names are DNS labels in Kubernetes; anything else a direct CRI
+// caller chose is refused at checkpoint time, so the name is a safe element.
+func archiveName(container string) string {
+	return containersDir + "/" + container + ".tar"
+}
+
+// ParseManifest decodes and validates a manifest.
+func ParseManifest(b []byte) (*Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	return &m, nil
+}
+
+// ReadManifest reads dir/manifest.json.
+func ReadManifest(dir string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s has no %s: not a complete pod checkpoint", dir, manifestFile)
+		}
+		return nil, err
+	}
+	m, err := ParseManifest(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// writeFileSync writes a file and makes it durable before returning.
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func writeManifest(dir string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+manifestFile+".tmp")
+	if err := writeFileSync(tmp, b); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, manifestFile))
+}

@@ -1,0 +1,226 @@
+package criu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+func checkpointed(t *testing.T) *fixture {
+	t.Helper()
+	fx := newFixture(t)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	return fx
+}
+
+func ctrCfg(name string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:       &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:latest"},
+		Annotations: map[string]string{restartCountAnnotation: "0", "io.kubernetes.container.hash": "h"}}
+}
+
+func restoreReq(dir string, names ...string) *runtimeapi.RestorePodRequest {
+	r := &runtimeapi.RestorePodRequest{CheckpointPath: dir,
+		Config: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "copy", Namespace: "ns", Uid: "new-uid"}}}
+	for _, n := range names {
+		r.ContainerConfigs = append(r.ContainerConfigs, ctrCfg(n))
+	}
+	return r
+}
+
+func TestRestorePodCreatesContainersFromTheArchives(t *testing.T) {
+	fx := checkpointed(t)
+	resp, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.RestoredContainers) != 2 || resp.RestoredContainers[0].Name != "app" || resp.RestoredContainers[1].Name != "sidecar" {
+		t.Fatalf("restored %v, want one per config in request order", resp.RestoredContainers)
+	}
+	cs := fx.rt.containersIn(resp.PodSandboxId)
+	if len(cs) != 2 {
+		t.Fatalf("%d containers in the new sandbox", len(cs))
+	}
+	for _, c := range cs {
+		if c.status.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+			t.Errorf("%s is %s, want CREATED", c.config.Metadata.Name, c.status.State)
+		}
+		want := filepath.Join(fx.dir, archiveName(c.config.Metadata.Name))
+		if c.config.Image.Image != want {
+			t.Errorf("%s image %q, want the archive %q", c.config.Metadata.Name, c.config.Image.Image, want)
+		}
+		if c.config.Annotations[restartCountAnnotation] != "2" {
+			t.Errorf("%s restart count %q, want the checkpoint's 2", c.config.Metadata.Name, c.config.Annotations[restartCountAnnotation])
+		}
+	}
+	// The checkpoint is not modified.
+	if _, err := ReadManifest(fx.dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRestorePodRefusals(t *testing.T) {
+	fx := checkpointed(t)
+	other := filepath.Join(fx.root, "nomanifest")
+	os.Mkdir(other, 0o700)
+	wrongImage := restoreReq(fx.dir, "app", "sidecar")
+	wrongImage.ContainerConfigs[0].Image.Image = "docker.io/library/nginx:latest"
+	dup := restoreReq(fx.dir, "app", "sidecar", "app")
+	opt := restoreReq(fx.dir, "app", "sidecar")
+	opt.Options = map[string]string{"x": "y"}
+	handler := restoreReq(fx.dir, "app", "sidecar")
+	handler.RuntimeHandler = "kata"
+	noCfg := restoreReq(fx.dir, "app", "sidecar")
+	noCfg.Config = nil
+	cases := []struct {
+		name string
+		req  *runtimeapi.RestorePodRequest
+		code codes.Code
+	}{
+		{"missing name", restoreReq(fx.dir, "app"), codes.InvalidArgument},
+		{"extra name", restoreReq(fx.dir, "app", "sidecar", "init"), codes.InvalidArgument},
+		{"duplicate", dup, codes.InvalidArgument},
+		{"no configs", restoreReq(fx.dir), codes.InvalidArgument},
+		{"wrong image", wrongImage, codes.InvalidArgument},
+		{"unknown option", opt, codes.InvalidArgument},
+		{"other handler", handler, codes.FailedPrecondition},
+		{"no sandbox config", noCfg, codes.InvalidArgument},
+		{"escape", restoreReq(fx.root+"/../x", "app", "sidecar"), codes.InvalidArgument},
+		{"outside", restoreReq("/etc", "app", "sidecar"), codes.InvalidArgument},
+		{"missing", restoreReq(filepath.Join(fx.root, "gone"), "app", "sidecar"), codes.NotFound},
+		{"not a checkpoint", restoreReq(other, "app", "sidecar"), codes.FailedPrecondition},
+	}
+	for _, c := range cases {
+		_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), c.req)
+		if status.Code(err) != c.code {
+			t.Errorf("%s: got %v, want %s", c.name, err, c.code)
+		}
+	}
+	if len(fx.rt.sandboxes) != 2 {
+		t.Fatalf("a refused restore created a sandbox")
+	}
+}
+
+// The second container fails to restore: the first and the sandbox are removed.
+func TestRestorePodFailureRemovesWhatItCreated(t *testing.T) {
+	fx := checkpointed(t)
+	fx.rt.failCreate = 2
+	_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "removed") {
+		t.Fatalf("got %v", err)
+	}
+	fx.rt.mu.Lock()
+	defer fx.rt.mu.Unlock()
+	for id := range fx.rt.sandboxes {
+		if strings.HasPrefix(id, "restored") {
+			t.Errorf("sandbox %s left", id)
+		}
+	}
+	for id := range fx.rt.containers {
+		if strings.HasPrefix(id, "restored") {
+			t.Errorf("container %s left", id)
+		}
+	}
+}
+
+func runSandbox(t *testing.T, svc *Service, rt *fakeRT, ann map[string]string) (*runtimeapi.RunPodSandboxResponse, error) {
+	t.Helper()
+	req := &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: "ns", Uid: "u2"}, Annotations: ann}}
+	return svc.runPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+		return rt.RunPodSandbox(ctx, r)
+	})
+}
+
+func createIn(t *testing.T, svc *Service, rt *fakeRT, sandbox, name string) *fakeCtr {
+	t.Helper()
+	resp, err := svc.createContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: ctrCfg(name)},
+		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+			return rt.CreateContainer(ctx, r)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.containers[resp.ContainerId]
+}
+
+func TestWarmStart(t *testing.T) {
+	fx := newFixture(t)
+	ann := map[string]string{RestoreFromAnnotation: "later"}
+	// No checkpoint yet: the sandbox fails with a clear message, nothing is created.
+	_, err := runSandbox(t, fx.svc, fx.rt, ann)
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "kubelet retries") {
+		t.Fatalf("missing checkpoint: %v", err)
+	}
+	for _, bad := range []string{"../cp1", "a/b", ".", ""} {
+		if _, err := runSandbox(t, fx.svc, fx.rt, map[string]string{RestoreFromAnnotation: bad}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("annotation %q: %v", bad, err)
+		}
+	}
+	later := filepath.Join(fx.root, "later")
+	os.Mkdir(later, 0o700)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(later, "c1", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := runSandbox(t, fx.svc, fx.rt, ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A restarted shim still knows the sandbox is a warm start.
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt.tasks, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := createIn(t, svc2, fx.rt, sb.PodSandboxId, "init")
+	if init.config.Command[0] != CompletedMountPath || !slices.ContainsFunc(init.config.Mounts, func(m *runtimeapi.Mount) bool {
+		return m.ContainerPath == CompletedMountPath && m.HostPath == "/usr/bin/cri-shim" && m.Readonly
+	}) {
+		t.Errorf("completed init container not made a no-op: %v %v", init.config.Command, init.config.Mounts)
+	}
+	app := createIn(t, svc2, fx.rt, sb.PodSandboxId, "app")
+	if app.config.Image.Image != filepath.Join(later, archiveName("app")) {
+		t.Errorf("app not restored: image %q", app.config.Image.Image)
+	}
+	again := createIn(t, svc2, fx.rt, sb.PodSandboxId, "app")
+	if again.config.Image.Image != "docker.io/library/busybox:latest" {
+		t.Errorf("a restart of app was restored again: %q", again.config.Image.Image)
+	}
+	other := createIn(t, svc2, fx.rt, "sb2", "app")
+	if other.config.Image.Image != "docker.io/library/busybox:latest" {
+		t.Errorf("a container of another sandbox was rewritten")
+	}
+	_, err = svc2.removePodSandbox(ctxT(t, time.Second), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId},
+		func(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+			return fx.rt.RemovePodSandbox(ctx, r)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
+		t.Errorf("warm-start record left after RemovePodSandbox: %v", got)
+	}
+}
+
+func TestRoutesBuildWithThePodstateRoutes(t *testing.T) {
+	fx := newFixture(t)
+	for _, r := range fx.svc.Routes() {
+		if r.Invoke == nil {
+			t.Errorf("%s cannot be chained", r.Method)
+		}
+	}
+	var _ []proxy.Route = fx.svc.Routes()
+}

@@ -1,0 +1,106 @@
+package criu
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Stored is a complete checkpoint found under the root.
+type Stored struct {
+	Name     string
+	Dir      string
+	Manifest *Manifest
+}
+
+// List returns the complete checkpoints directly under root, oldest first.
+// Directories without a valid manifest are skipped (problems lists them).
+func List(root string) (out []Stored, problems []string) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		m, err := ReadManifest(dir)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		out = append(out, Stored{Name: e.Name(), Dir: dir, Manifest: m})
+	}
+	slices.SortFunc(out, func(a, b Stored) int { return a.Manifest.CheckpointedAt.Compare(b.Manifest.CheckpointedAt) })
+	return out, problems
+}
+
+// retain applies max_per_pod and max_total_bytes to the managed checkpoints,
+// oldest first, never removing keep (the one just written) nor a checkpoint a
+// warm start is still reading.
+func (s *Service) retain(keep string) {
+	if s.cfg.MaxPerPod == 0 && s.cfg.MaxTotalBytes == 0 {
+		return
+	}
+	all, _ := List(s.cfg.Root)
+	s.mu.Lock()
+	inUse := map[string]bool{}
+	for _, w := range s.warm {
+		inUse[w.Dir] = true
+	}
+	s.mu.Unlock()
+	var managed []Stored
+	for _, c := range all {
+		if c.Manifest.Managed {
+			managed = append(managed, c)
+		}
+	}
+	removed := map[string]bool{}
+	remove := func(c Stored, why string) {
+		if c.Dir == keep || inUse[c.Dir] || removed[c.Dir] {
+			return
+		}
+		if err := os.RemoveAll(c.Dir); err != nil {
+			s.log.Warn("checkpoint: retention could not remove a checkpoint", "path", c.Dir, "err", err)
+			return
+		}
+		removed[c.Dir] = true
+		s.metrics.retentionRemove.Inc()
+		s.log.Info("checkpoint: retention removed a checkpoint", "path", c.Dir, "pod", c.Manifest.Pod.Namespace+"/"+c.Manifest.Pod.Name,
+			"age", time.Since(c.Manifest.CheckpointedAt).Round(time.Second).String(), "why", why)
+	}
+	if n := s.cfg.MaxPerPod; n > 0 {
+		perPod := map[string][]Stored{}
+		for _, c := range managed {
+			k := c.Manifest.Pod.Namespace + "/" + c.Manifest.Pod.Name
+			perPod[k] = append(perPod[k], c)
+		}
+		for _, cs := range perPod {
+			for i := 0; i < len(cs)-n; i++ {
+				remove(cs[i], "max_per_pod")
+			}
+		}
+	}
+	if max := s.cfg.MaxTotalBytes; max > 0 {
+		var total int64
+		for _, c := range managed {
+			if !removed[c.Dir] {
+				total += c.Manifest.SizeBytes
+			}
+		}
+		for _, c := range managed {
+			if total <= max {
+				break
+			}
+			if removed[c.Dir] || c.Dir == keep || inUse[c.Dir] {
+				continue
+			}
+			remove(c, "max_total_bytes")
+			if removed[c.Dir] {
+				total -= c.Manifest.SizeBytes
+			}
+		}
+	}
+}

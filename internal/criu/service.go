@@ -1,0 +1,284 @@
+package criu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Config is what the service needs from the shim's configuration.
+type Config struct {
+	// Root confines every checkpoint path.
+	Root string
+	// StateDir holds the service's crash-recovery records (stateDir/checkpoint).
+	StateDir string
+	// MaxPerPod and MaxTotalBytes are the retention of managed checkpoints (0: unbounded).
+	MaxPerPod     int
+	MaxTotalBytes int64
+	// ShimBinary is the shim's own executable, mounted into a warm-started
+	// init container that had completed, so that it completes again at once
+	// without running its image's code (see warm.go). Empty disables that.
+	ShimBinary string
+	// CRIUVersion reports the CRIU version for manifests; nil leaves it "unknown".
+	CRIUVersion func() (string, error)
+}
+
+// Service serves CheckpointPod and RestorePod and the warm-start routes.
+type Service struct {
+	cfg   Config
+	rt    runtimeapi.RuntimeServiceClient
+	tasks Tasks
+	log   *slog.Logger
+	now   func() time.Time
+
+	metrics *metrics
+
+	// dumpTimeout bounds one container's capture, whatever the caller's
+	// deadline (the capture goes on in containerd after a caller gives up;
+	// the service waits for it so that nothing is left frozen or written).
+	dumpTimeout time.Duration
+	// resumeTimeout bounds one resume attempt.
+	resumeTimeout time.Duration
+	// retryEvery is how often pods whose resume failed are tried again.
+	retryEvery time.Duration
+
+	// inflight tracks captures still running in containerd after their
+	// CheckpointPod returned on deadline expiry (tests wait on it).
+	inflight sync.WaitGroup
+
+	mu   sync.Mutex
+	warm map[string]*warmPod // sandbox ID -> warm start in progress
+	// busy holds the sandboxes being checkpointed; a second CheckpointPod of
+	// the same pod meanwhile is refused.
+	busy map[string]bool
+	// pendingResume is set while a frozen record could not be cleared.
+	pendingResume bool
+}
+
+// New builds the service. rt is the runtime's CRI client (containerd), tasks
+// its task service. The checkpoint root and state directory are created.
+func New(cfg Config, rt runtimeapi.RuntimeServiceClient, tasks Tasks, log *slog.Logger) (*Service, error) {
+	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("checkpoint root: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "checkpoint"), 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	s := &Service{
+		cfg: cfg, rt: rt, tasks: tasks, log: log, now: time.Now,
+		metrics:       newMetrics(),
+		dumpTimeout:   10 * time.Minute,
+		resumeTimeout: 10 * time.Second,
+		retryEvery:    5 * time.Second,
+		warm:          make(map[string]*warmPod),
+		busy:          make(map[string]bool),
+	}
+	if err := s.loadWarm(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Collectors are the service's metrics.
+func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collectors() }
+
+// Run recovers from a crash of an earlier shim (pods it had frozen are resumed,
+// its unfinished checkpoints removed) and keeps retrying resumes that failed,
+// until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	s.cleanIncomplete()
+	s.resumeRecorded(ctx)
+	t := time.NewTicker(s.retryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.mu.Lock()
+			pending := s.pendingResume
+			s.mu.Unlock()
+			if pending {
+				s.resumeRecorded(ctx)
+			}
+		}
+	}
+}
+
+// frozenRecord is written before the first pause of a checkpoint and removed
+// once every container is resumed: a shim killed in between finds it at start
+// and resumes them, so no crash leaves a pod frozen.
+type frozenRecord struct {
+	SandboxID  string   `json:"sandboxId"`
+	Containers []string `json:"containers"`
+	OutputPath string   `json:"outputPath"`
+}
+
+func (s *Service) frozenPath(sandboxID string) string {
+	return filepath.Join(s.cfg.StateDir, "checkpoint", sandboxID+".frozen.json")
+}
+
+func (s *Service) writeFrozen(r frozenRecord) error {
+	return writeJSONAtomic(s.frozenPath(r.SandboxID), r)
+}
+
+// writeJSONAtomic replaces path with v as JSON, durably: a crash leaves the
+// old file or the new one, never a torn one.
+func writeJSONAtomic(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(path+".tmp", b); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// resumeRecorded resumes every container named by a frozen record left behind
+// (by a crash, or by a resume that failed) and removes the records it clears.
+func (s *Service) resumeRecorded(ctx context.Context) {
+	dir := filepath.Join(s.cfg.StateDir, "checkpoint")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		s.log.Error("checkpoint: reading frozen records", "err", err)
+		return
+	}
+	pending := false
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasSuffix(name, ".tmp") {
+			os.Remove(filepath.Join(dir, name))
+			continue
+		}
+		if !strings.HasSuffix(name, ".frozen.json") {
+			continue
+		}
+		s.mu.Lock()
+		busy := s.busy[strings.TrimSuffix(name, ".frozen.json")]
+		s.mu.Unlock()
+		if busy {
+			continue // a checkpoint of this pod is running now; it resumes its own
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		var r frozenRecord
+		if err == nil {
+			err = json.Unmarshal(b, &r)
+		}
+		if err != nil {
+			s.log.Error("checkpoint: unreadable frozen record removed", "file", name, "err", err)
+			os.Remove(filepath.Join(dir, name))
+			continue
+		}
+		if err := s.thawAll(ctx, r.Containers, true); err != nil {
+			s.log.Error("checkpoint: resuming containers of an interrupted checkpoint; will retry", "sandbox", r.SandboxID, "err", err)
+			pending = true
+			continue
+		}
+		if r.OutputPath != "" {
+			if err := s.removeOutput(r.OutputPath); err != nil {
+				s.log.Warn("checkpoint: removing an interrupted checkpoint's files", "path", r.OutputPath, "err", err)
+			}
+		}
+		os.Remove(filepath.Join(dir, name))
+		s.log.Info("checkpoint: resumed the containers of an interrupted checkpoint", "sandbox", r.SandboxID, "containers", len(r.Containers))
+	}
+	s.mu.Lock()
+	s.pendingResume = pending
+	s.mu.Unlock()
+}
+
+// thawAll resumes every listed container that is paused. With check, each is
+// asked first (a record may outlive the pause); a container that no longer
+// exists needs nothing.
+func (s *Service) thawAll(ctx context.Context, ids []string, check bool) error {
+	var errs []error
+	for _, id := range ids {
+		if err := s.thaw(ctx, id, check); err != nil {
+			errs = append(errs, fmt.Errorf("resume %s: %w", short(id), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) thaw(ctx context.Context, id string, check bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resumeTimeout)
+	defer cancel()
+	if check {
+		paused, err := s.tasks.Paused(ctx, id)
+		if err != nil {
+			if isNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		if !paused {
+			return nil
+		}
+	}
+	err := s.tasks.Resume(ctx, id)
+	if err != nil && isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// cleanIncomplete removes what an interrupted checkpoint wrote under the root:
+// any directory still marked incomplete is emptied (the directory itself
+// belongs to its caller and stays).
+func (s *Service) cleanIncomplete() {
+	ents, err := os.ReadDir(s.cfg.Root)
+	if err != nil {
+		s.log.Error("checkpoint: reading the checkpoint root", "root", s.cfg.Root, "err", err)
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(s.cfg.Root, e.Name())
+		if _, err := os.Lstat(filepath.Join(dir, incompleteFile)); err != nil {
+			continue
+		}
+		if err := s.removeOutput(dir); err != nil {
+			s.log.Warn("checkpoint: removing an interrupted checkpoint's files", "path", dir, "err", err)
+			continue
+		}
+		s.log.Info("checkpoint: removed the files of an interrupted checkpoint", "path", dir)
+	}
+}
+
+// removeOutput empties a checkpoint directory, keeping the directory.
+func (s *Service) removeOutput(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func short(id string) string {
+	if len(id) > 13 {
+		return id[:13]
+	}
+	return id
+}
