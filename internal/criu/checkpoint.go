@@ -375,9 +375,13 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 			return fail(status.Errorf(codes.Internal, "CheckpointPod: container %s (%s): the runtime wrote no archive: %v", short(t.id), t.name, err))
 		}
 		st := t.status
+		imageID := st.GetImageId()
+		if imageID == "" {
+			imageID = s.imageID(ctx, st.GetImageRef())
+		}
 		m.Containers = append(m.Containers, ContainerEntry{
 			Name: t.name, ID: t.id, Archive: archiveName(t.name),
-			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: st.GetImageId(),
+			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: imageID,
 			RestartCount: restartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
 			SizeBytes: fi.Size(), DumpSeconds: took[i].Seconds(),
 		})

@@ -244,7 +244,7 @@ func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt.tasks, fx.svc.log)
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt.tasks, fx.svc.log)
 	if err != nil {
 		t.Fatal(err)
 	}

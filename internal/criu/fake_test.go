@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 // embedded interface), which a test would notice.
 type fakeRT struct {
 	runtimeapi.RuntimeServiceClient
+	runtimeapi.ImageServiceClient
 	tasks *fakeTasks
 
 	mu         sync.Mutex
@@ -64,6 +66,14 @@ func (f *fakeRT) addContainer(sandbox, id, name string, state runtimeapi.Contain
 		Image: &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:latest"}, ImageRef: "sha256:abc",
 		Annotations: map[string]string{restartCountAnnotation: "2"},
 	}}
+}
+
+// ImageStatus: every busybox name is one image, as in a real image store.
+func (f *fakeRT) ImageStatus(_ context.Context, r *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
+	if strings.Contains(r.GetImage().GetImage(), "busybox") || r.GetImage().GetImage() == "sha256:abc" {
+		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:b0b0"}}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{}, nil
 }
 
 func (f *fakeRT) Version(context.Context, *runtimeapi.VersionRequest, ...grpc.CallOption) (*runtimeapi.VersionResponse, error) {
@@ -274,7 +284,7 @@ func newFixture(t *testing.T) *fixture {
 	rt.addContainer("sb1", "i1", "init", runtimeapi.ContainerState_CONTAINER_EXITED, 10, 0)
 	rt.addContainer("sb1", "x1", "done", runtimeapi.ContainerState_CONTAINER_CREATED, 40, 0)
 	rt.addContainer("sb2", "c3", "other", runtimeapi.ContainerState_CONTAINER_RUNNING, 50, 0)
-	svc, err := New(Config{Root: root, StateDir: filepath.Join(base, "state"), ShimBinary: "/usr/bin/cri-shim"}, rt, rt.tasks,
+	svc, err := New(Config{Root: root, StateDir: filepath.Join(base, "state"), ShimBinary: "/usr/bin/cri-shim"}, rt, rt, rt.tasks,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -67,8 +67,10 @@ func checkHandler(m *Manifest, handler string) error {
 	return nil
 }
 
-// imageMatches reports whether a restore-time image names the checkpointed one.
-func imageMatches(spec *runtimeapi.ImageSpec, e ContainerEntry) bool {
+// imageMatches reports whether a restore-time image is the checkpointed one:
+// the same name or reference, or a name the runtime resolves to the same
+// image ID (one image often has several names).
+func (s *Service) imageMatches(ctx context.Context, spec *runtimeapi.ImageSpec, e ContainerEntry) bool {
 	img := spec.GetImage()
 	if img == "" {
 		return true
@@ -78,7 +80,23 @@ func imageMatches(spec *runtimeapi.ImageSpec, e ContainerEntry) bool {
 			return true
 		}
 	}
-	return spec.GetUserSpecifiedImage() != "" && spec.GetUserSpecifiedImage() == e.Image
+	if spec.GetUserSpecifiedImage() != "" && spec.GetUserSpecifiedImage() == e.Image {
+		return true
+	}
+	id := s.imageID(ctx, img)
+	return id != "" && id == e.ImageID
+}
+
+// imageID asks the runtime for the ID of an image name; "" if it has none.
+func (s *Service) imageID(ctx context.Context, name string) string {
+	if s.img == nil || name == "" {
+		return ""
+	}
+	r, err := s.img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}})
+	if err != nil {
+		return ""
+	}
+	return r.GetImage().GetId()
 }
 
 // restoredConfig is cfg with the checkpoint archive as its image, so that
@@ -141,7 +159,7 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 			names(m), missing, extra)
 	}
 	for _, e := range m.Containers {
-		if img := byName[e.Name].GetImage(); !imageMatches(img, e) {
+		if img := byName[e.Name].GetImage(); !s.imageMatches(ctx, img, e) {
 			return nil, status.Errorf(codes.InvalidArgument, "RestorePod: container %q: image %q is not the checkpointed image %q (%s)", e.Name, img.GetImage(), e.Image, e.ImageRef)
 		}
 	}

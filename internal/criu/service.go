@@ -37,6 +37,7 @@ type Config struct {
 type Service struct {
 	cfg   Config
 	rt    runtimeapi.RuntimeServiceClient
+	img   runtimeapi.ImageServiceClient
 	tasks Tasks
 	log   *slog.Logger
 	now   func() time.Time
@@ -65,9 +66,10 @@ type Service struct {
 	pendingResume bool
 }
 
-// New builds the service. rt is the runtime's CRI client (containerd), tasks
-// its task service. The checkpoint root and state directory are created.
-func New(cfg Config, rt runtimeapi.RuntimeServiceClient, tasks Tasks, log *slog.Logger) (*Service, error) {
+// New builds the service. rt and img are the runtime's CRI clients
+// (containerd), tasks its task service. The checkpoint root and state
+// directory are created.
+func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageServiceClient, tasks Tasks, log *slog.Logger) (*Service, error) {
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("checkpoint root: %w", err)
 	}
@@ -75,7 +77,7 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, tasks Tasks, log *slog.
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	s := &Service{
-		cfg: cfg, rt: rt, tasks: tasks, log: log, now: time.Now,
+		cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: time.Now,
 		metrics:       newMetrics(),
 		dumpTimeout:   10 * time.Minute,
 		resumeTimeout: 10 * time.Second,

@@ -156,7 +156,7 @@ func (s *Service) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
 	how := ""
 	if e, ok := w.m.Container(name); ok {
-		if !imageMatches(req.GetConfig().GetImage(), e) {
+		if !s.imageMatches(ctx, req.GetConfig().GetImage(), e) {
 			return nil, status.Errorf(codes.FailedPrecondition, "cri-shim: container %q: image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
 				name, req.GetConfig().GetImage().GetImage(), e.Image, w.Checkpoint)
 		}

@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		ShimBinary: exe, CRIUVersion: criuVersion,
-	}, runtimeapi.NewRuntimeServiceClient(backend), tasks, log)
+	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}

@@ -74,6 +74,8 @@ func bringUp() error {
 	shim := filepath.Join(node.repo, "_output", "cri-shim")
 	build := exec.Command("go", "build", "-o", shim, "./cmd/cri-shim")
 	build.Dir = node.repo
+	// Static, as make build: warm start mounts the binary into containers.
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("build cri-shim: %w", err)

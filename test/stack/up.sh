@@ -142,6 +142,8 @@ state_dir = "$NODE_DATA/cri-shim"
 [log]
   level = "info"
   format = "json"
+[checkpoint]
+  root = "$NODE_DATA/checkpoints"
 TOML
 	cat >"$NODE_RUN/crictl.yaml" <<YAML
 runtime-endpoint: unix://$SHIM_SOCK
@@ -170,6 +172,8 @@ MANIFESTS=$MANIFESTS
 MANIFESTS_NATIVE=$MANIFESTS_NATIVE
 REGISTRY_ADDR=$REGISTRY_ADDR
 CRICTL_CONFIG=$NODE_RUN/crictl.yaml
+CHECKPOINTS=$NODE_DATA/checkpoints
+SHIM_CONFIG=$NODE_RUN/cri-shim/config.toml
 ENV
 }
 

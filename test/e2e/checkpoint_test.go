@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+)
+
+const busybox = "docker.io/library/busybox:cri-shim"
+
+// counterCmd prints an increasing counter, one line every 100 ms.
+var counterCmd = []string{"sh", "-c", "i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done"}
+
+func sandboxCfg(name, uid, logDir string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "e2e", Uid: uid},
+		LogDirectory: logDir,
+		Labels:       map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": "e2e", "io.kubernetes.pod.uid": uid},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+}
+
+func counterCfg(name string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata:    &runtimeapi.ContainerMetadata{Name: name},
+		Image:       &runtimeapi.ImageSpec{Image: busybox},
+		Command:     counterCmd,
+		LogPath:     name + ".log",
+		Labels:      map[string]string{"io.kubernetes.container.name": name},
+		Annotations: map[string]string{"io.kubernetes.container.restartCount": "0", "e2e": "checkpoint"},
+		Linux:       &runtimeapi.LinuxContainerConfig{},
+	}
+}
+
+// counterPod runs a sandbox with a counter container per name, through rt.
+func counterPod(t *testing.T, rt runtimeapi.RuntimeServiceClient, name string, ctrs ...string) (string, map[string]string, string) {
+	t.Helper()
+	logDir := filepath.Join(t.TempDir(), "logs")
+	os.MkdirAll(logDir, 0o755)
+	cfg := sandboxCfg(name, name+"-uid", logDir)
+	sb, err := rt.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removePod(rt, sb.PodSandboxId) })
+	ids := map[string]string{}
+	for _, c := range ctrs {
+		cr, err := rt.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: counterCfg(c), SandboxConfig: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId}); err != nil {
+			t.Fatal(err)
+		}
+		ids[c] = cr.ContainerId
+	}
+	return sb.PodSandboxId, ids, logDir
+}
+
+func removePod(rt runtimeapi.RuntimeServiceClient, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+	_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+}
+
+// counters reads the numbers a counter container logged (CRI log format).
+func counters(t *testing.T, path string) []int {
+	out, _ := countersSince(t, path, time.Time{})
+	return out
+}
+
+// countersSince returns every logged number, and the first one logged after since.
+func countersSince(t *testing.T, path string, since time.Time) (all []int, firstAfter int) {
+	t.Helper()
+	firstAfter = -1
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 4 {
+			continue
+		}
+		n, err := strconv.Atoi(fs[len(fs)-1])
+		if err != nil {
+			continue
+		}
+		all = append(all, n)
+		if ts, err := time.Parse(time.RFC3339Nano, fs[0]); err == nil && firstAfter < 0 && ts.After(since) {
+			firstAfter = n
+		}
+	}
+	return all, firstAfter
+}
+
+func lastCounter(t *testing.T, path string) int {
+	c := counters(t, path)
+	if len(c) == 0 {
+		return -1
+	}
+	return c[len(c)-1]
+}
+
+// newCheckpointDir makes an empty directory under the shim's checkpoint root.
+func newCheckpointDir(t *testing.T, name string) string {
+	t.Helper()
+	dir := filepath.Join(node.env["CHECKPOINTS"], name)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// taskStates returns containerd's task status per container ID (RUNNING, PAUSED...).
+func taskStates(t *testing.T) map[string]string {
+	t.Helper()
+	out, err := exec.Command(bin("ctr"), "--address", node.env["CONTAINERD_SOCK"], "-n", "k8s.io", "tasks", "ls").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ctr tasks ls: %v: %s", err, out)
+	}
+	st := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n")[1:] {
+		if fs := strings.Fields(l); len(fs) >= 3 {
+			st[fs[0]] = fs[2]
+		}
+	}
+	return st
+}
+
+func assertRunning(t *testing.T, ids map[string]string) {
+	t.Helper()
+	st := taskStates(t)
+	for n, id := range ids {
+		if st[id] != "RUNNING" {
+			t.Fatalf("container %s is %q in containerd, want RUNNING", n, st[id])
+		}
+	}
+}
+
+// Acceptance 1: two counters checkpointed through the CRI call on the shim
+// socket, restored into a new sandbox, resume from the checkpointed values
+// while the source pod keeps running.
+func TestCheckpointPodAndRestorePodThroughCRI(t *testing.T) {
+	needNode(t)
+	pauseKubelet(t)
+	rt := runtimeClient(t, node.env["SHIM_SOCK"])
+	src, ids, srcLogs := counterPod(t, rt, "cp-src", "a", "b")
+	// Let them count to 30 first: a restored process then logs values a
+	// fresh start could not reach in the time the test watches it.
+	eventually(t, 30*time.Second, "counters running", func() error {
+		for _, c := range []string{"a", "b"} {
+			if lastCounter(t, filepath.Join(srcLogs, c+".log")) < 30 {
+				return fmt.Errorf("%s not at 30 yet", c)
+			}
+		}
+		return nil
+	})
+	before := map[string]int{}
+	for _, c := range []string{"a", "b"} {
+		before[c] = lastCounter(t, filepath.Join(srcLogs, c+".log"))
+	}
+	dir := newCheckpointDir(t, "e2e-acc1")
+	start := time.Now()
+	_, err := rt.CheckpointPod(ctxT(t, time.Minute), &runtimeapi.CheckpointPodRequest{
+		PodSandboxId: src, OutputPath: dir, ContainerIds: []string{ids["a"], ids["b"]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	assertRunning(t, ids)
+	m, err := criu.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("CheckpointPod: %d containers, %d bytes, %.3fs (paused %.3fs), CRIU %s, kernel %s",
+		len(m.Containers), m.SizeBytes, took.Seconds(), m.FrozenSeconds, m.CRIUVersion, m.Kernel)
+
+	dstLogs := filepath.Join(t.TempDir(), "logs")
+	os.MkdirAll(dstLogs, 0o755)
+	rr, err := rt.RestorePod(ctxT(t, time.Minute), &runtimeapi.RestorePodRequest{
+		CheckpointPath:   dir,
+		Config:           sandboxCfg("cp-dst", "cp-dst-uid", dstLogs),
+		ContainerConfigs: []*runtimeapi.ContainerConfig{counterCfg("a"), counterCfg("b")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removePod(rt, rr.PodSandboxId) })
+	if rr.PodSandboxId == src || len(rr.RestoredContainers) != 2 {
+		t.Fatalf("restore answered %v", rr)
+	}
+	for _, rc := range rr.RestoredContainers {
+		st, err := rt.ContainerStatus(ctxT(t, 10*time.Second), &runtimeapi.ContainerStatusRequest{ContainerId: rc.ContainerId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+			t.Fatalf("restored %s is %s before StartContainer", rc.Name, st.Status.State)
+		}
+	}
+	t0 := time.Now()
+	for _, rc := range rr.RestoredContainers {
+		if _, err := rt.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: rc.ContainerId}); err != nil {
+			t.Fatalf("start restored %s: %v", rc.Name, err)
+		}
+	}
+	t.Logf("StartContainer of both restored containers: %.3fs", time.Since(t0).Seconds())
+	time.Sleep(time.Second)
+	for _, c := range []string{"a", "b"} {
+		got, first := countersSince(t, filepath.Join(dstLogs, c+".log"), t0)
+		if first < before[c] {
+			t.Fatalf("%s: the restored process logged %d first; the counter was at %d before the checkpoint (started from scratch?)", c, first, before[c])
+		}
+		// The restored log is the source's up to the cut, then the restored
+		// process's own lines: one unbroken sequence, no restart from 0.
+		for i := 1; i < len(got); i++ {
+			if got[i] != got[i-1]+1 {
+				t.Fatalf("%s: restored counter jumps from %d to %d at line %d (a restart from 0 would show here)", c, got[i-1], got[i], i)
+			}
+		}
+		t.Logf("%s: at %d before the checkpoint; the restored process went on from %d to %d", c, before[c], first, got[len(got)-1])
+	}
+	// The source kept running.
+	now := lastCounter(t, filepath.Join(srcLogs, "a.log"))
+	time.Sleep(500 * time.Millisecond)
+	if after := lastCounter(t, filepath.Join(srcLogs, "a.log")); after <= now {
+		t.Fatalf("source pod stopped counting (%d then %d)", now, after)
+	}
+	assertRunning(t, ids)
+}
