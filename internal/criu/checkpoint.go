@@ -269,11 +269,24 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 		return err
 	}
 
+	// The call must return with every container resumed before the caller's
+	// own deadline fires, so the service gives up a margin earlier: the time
+	// resuming them takes. A deadline too short to pause and resume is refused
+	// before anything is paused.
+	deadline, _ := ctx.Deadline()
+	margin := s.resumeMargin(len(targets))
+	if time.Until(deadline) < 2*margin {
+		return fail(status.Errorf(codes.DeadlineExceeded, "CheckpointPod: %s left of the deadline is too little to pause, capture and resume %d containers; nothing was paused",
+			time.Until(deadline).Round(time.Millisecond), len(targets)))
+	}
+	giveUp := time.NewTimer(time.Until(deadline) - margin)
+	defer giveUp.Stop()
+
 	// Pause every container before capturing any: one pod-wide cut.
 	pausedAt := s.now()
 	for i, t := range targets {
 		if err := s.tasks.Pause(ctx, t.id); err != nil {
-			if rerr := s.thawAll(ctx, ids[:i], true); rerr != nil {
+			if rerr := s.thawAll(context.WithoutCancel(ctx), ids[:i], true); rerr != nil {
 				s.resumeFailed(rerr)
 				return status.Errorf(codes.Internal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
 			}
@@ -301,7 +314,7 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 		defer wg.Done()
 		if opts.sequential {
 			for i := range targets {
-				if ctx.Err() != nil { // the caller's deadline stops further captures
+				if time.Until(deadline) < margin { // the deadline stops further captures
 					errs[i] = ctx.Err()
 					continue
 				}
@@ -321,12 +334,17 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 	select {
 	case <-done:
 		cancel()
-	case <-ctx.Done():
+	case <-giveUp.C:
 		// Deadline: resume now, return, and finish cleaning up once
 		// containerd's captures end (a capture still running could write
 		// its archive or, by restoring the freezer state it found, freeze a
 		// container again).
-		rerr := s.thawAll(ctx, ids, true)
+		// containerd serializes a resume behind a capture in progress (CRIU
+		// holds the processes until it detaches), so the resume may not
+		// finish before the deadline; then afterAbandoned resumes them.
+		tctx, tcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(-margin/4))
+		rerr := s.thawAll(tctx, ids, true)
+		tcancel()
 		_ = s.removeOutput(out)
 		s.inflight.Add(1)
 		go func() {
@@ -335,17 +353,16 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 			cancel()
 			s.afterAbandoned(rec)
 		}()
-		msg := fmt.Sprintf("CheckpointPod: deadline expired after %s while capturing %d containers; the capture was abandoned and its files removed", s.now().Sub(pausedAt).Round(time.Millisecond), len(targets))
+		msg := fmt.Sprintf("CheckpointPod: deadline reached %s after the pause while capturing %d containers; the capture was abandoned and its files removed", s.now().Sub(pausedAt).Round(time.Millisecond), len(targets))
 		if rerr != nil {
-			s.resumeFailed(rerr)
-			msg += fmt.Sprintf("; resuming failed, cri-shim retries: %v", rerr)
+			msg += "; containerd is still capturing (CRIU holds the processes), and cri-shim resumes every container as soon as that capture ends"
 		} else {
 			msg += "; every container was resumed"
 		}
 		return status.Error(codes.DeadlineExceeded, msg)
 	}
 
-	rerr := s.thawAll(ctx, ids, true)
+	rerr := s.thawAll(context.WithoutCancel(ctx), ids, true)
 	frozen := s.now().Sub(pausedAt)
 	s.metrics.frozen.Observe(frozen.Seconds())
 	m.FrozenSeconds = frozen.Seconds()
@@ -388,6 +405,13 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 		m.SizeBytes += fi.Size()
 	}
 	return nil
+}
+
+// resumeMargin is how long before the caller's deadline the service stops
+// waiting for captures: enough to resume n containers (containerd's resume
+// through runc takes tens of milliseconds each) and answer.
+func (s *Service) resumeMargin(n int) time.Duration {
+	return s.marginBase + time.Duration(n)*s.marginPer
 }
 
 // resumeFailed leaves the frozen record in place and has Run retry it.

@@ -184,6 +184,18 @@ func TestCheckpointPodDeadlineMidCapture(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
 	}
+	if dl, _ := ctx.Deadline(); time.Now().After(dl) {
+		t.Errorf("answered after the caller's deadline: the caller may see the pod still paused")
+	}
+	fx.rt.mu.Lock()
+	captures := len(fx.rt.dumpSeen)
+	fx.rt.mu.Unlock()
+	fx.rt.tasks.mu.Lock()
+	pauses := fx.rt.tasks.pauses
+	fx.rt.tasks.mu.Unlock()
+	if pauses != 2 || captures != 2 {
+		t.Fatalf("test setup: the deadline did not fall mid-capture (%d pauses, %d captures)", pauses, captures)
+	}
 	if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
 		t.Fatalf("returned with %v paused", p)
 	}
@@ -193,6 +205,20 @@ func TestCheckpointPodDeadlineMidCapture(t *testing.T) {
 	close(fx.rt.holdDump)
 	fx.svc.inflight.Wait()
 	assertClean(t, fx, "after the late capture ended")
+}
+
+// A deadline too close to pause and resume in time: refused, nothing paused.
+func TestCheckpointPodDeadlineTooShort(t *testing.T) {
+	fx := newFixture(t)
+	fx.svc.marginBase = time.Second
+	_, err := fx.svc.CheckpointPod(ctxT(t, 1500*time.Millisecond), cpReq(fx.dir, "c1", "c2"))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("got %v", err)
+	}
+	if fx.rt.tasks.pauses != 0 {
+		t.Fatal("paused although the deadline left no time")
+	}
+	assertClean(t, fx, "after a refused short deadline")
 }
 
 // containerd refuses the resume (restarting): the call fails, the record

@@ -290,6 +290,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	svc.retryEvery = 10 * time.Millisecond
+	svc.marginBase, svc.marginPer = 10*time.Millisecond, 5*time.Millisecond
 	dir := filepath.Join(root, "cp1")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -52,6 +52,9 @@ type Service struct {
 	resumeTimeout time.Duration
 	// retryEvery is how often pods whose resume failed are tried again.
 	retryEvery time.Duration
+	// marginBase and marginPer make the margin kept before the caller's
+	// deadline to resume the pod's containers (see resumeMargin).
+	marginBase, marginPer time.Duration
 
 	// inflight tracks captures still running in containerd after their
 	// CheckpointPod returned on deadline expiry (tests wait on it).
@@ -82,6 +85,8 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		dumpTimeout:   10 * time.Minute,
 		resumeTimeout: 10 * time.Second,
 		retryEvery:    5 * time.Second,
+		marginBase:    100 * time.Millisecond,
+		marginPer:     50 * time.Millisecond,
 		warm:          make(map[string]*warmPod),
 		busy:          make(map[string]bool),
 	}
@@ -214,7 +219,7 @@ func (s *Service) thawAll(ctx context.Context, ids []string, check bool) error {
 }
 
 func (s *Service) thaw(ctx context.Context, id string, check bool) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.resumeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.resumeTimeout)
 	defer cancel()
 	if check {
 		paused, err := s.tasks.Paused(ctx, id)

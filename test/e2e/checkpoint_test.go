@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
@@ -244,4 +246,162 @@ func TestCheckpointPodAndRestorePodThroughCRI(t *testing.T) {
 		t.Fatalf("source pod stopped counting (%d then %d)", now, after)
 	}
 	assertRunning(t, ids)
+}
+
+// Acceptance 3: each failure a precise gRPC error, nothing frozen, nothing
+// half-created left behind.
+func TestCheckpointFailurePathsOnTheRealStack(t *testing.T) {
+	needNode(t)
+	pauseKubelet(t)
+	rt := runtimeClient(t, node.env["SHIM_SOCK"])
+	src, ids, _ := counterPod(t, rt, "cp-fail", "a", "b")
+	other, oids, _ := counterPod(t, rt, "cp-other", "c")
+	_ = other
+	// A created, never started container in the source pod.
+	cr, err := rt.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: src, Config: counterCfg("idle"),
+		SandboxConfig: sandboxCfg("cp-fail", "cp-fail-uid", t.TempDir())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := newCheckpointDir(t, "e2e-fail")
+	full := newCheckpointDir(t, "e2e-full")
+	os.WriteFile(filepath.Join(full, "x"), []byte("x"), 0o600)
+	outside := t.TempDir()
+	link := filepath.Join(node.env["CHECKPOINTS"], "e2e-link")
+	os.Remove(link)
+	os.Symlink(outside, link)
+	t.Cleanup(func() { os.Remove(link) })
+	req := func(dir string, opts map[string]string, cids ...string) *runtimeapi.CheckpointPodRequest {
+		return &runtimeapi.CheckpointPodRequest{PodSandboxId: src, OutputPath: dir, ContainerIds: cids, Options: opts}
+	}
+	cases := []struct {
+		name string
+		req  *runtimeapi.CheckpointPodRequest
+		code codes.Code
+	}{
+		{"non-running container", req(dir, nil, ids["a"], cr.ContainerId), codes.FailedPrecondition},
+		{"container of another pod", req(dir, nil, ids["a"], oids["c"]), codes.InvalidArgument},
+		{"non-empty output", req(full, nil, ids["a"]), codes.FailedPrecondition},
+		{"unknown option", req(dir, map[string]string{"tcp-established": "true"}, ids["a"]), codes.InvalidArgument},
+		{"escape with ..", req(node.env["CHECKPOINTS"]+"/../cri-shim", nil, ids["a"]), codes.InvalidArgument},
+		{"symlink escape", req(link, nil, ids["a"]), codes.InvalidArgument},
+		{"absolute escape", req(outside, nil, ids["a"]), codes.InvalidArgument},
+	}
+	for _, c := range cases {
+		_, err := rt.CheckpointPod(ctxT(t, time.Minute), c.req)
+		if status.Code(err) != c.code {
+			t.Errorf("%s: got %v, want %s", c.name, err, c.code)
+		} else {
+			t.Logf("%s: %s", c.name, status.Convert(err).Message())
+		}
+		assertRunning(t, ids)
+		if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+			t.Fatalf("%s: left %d entries in the output", c.name, len(ents))
+		}
+		if ents, _ := os.ReadDir(outside); len(ents) > 0 {
+			t.Fatalf("%s: wrote outside the root", c.name)
+		}
+	}
+
+	// Mismatched container names on restore: nothing created.
+	if _, err := rt.CheckpointPod(ctxT(t, time.Minute), req(dir, nil, ids["a"], ids["b"])); err != nil {
+		t.Fatal(err)
+	}
+	pods := func() int {
+		r, err := rt.ListPodSandbox(ctxT(t, 10*time.Second), &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Items)
+	}
+	n := pods()
+	for name, cfgs := range map[string][]*runtimeapi.ContainerConfig{
+		"missing b": {counterCfg("a")},
+		"extra c":   {counterCfg("a"), counterCfg("b"), counterCfg("c")},
+		"renamed b": {counterCfg("a"), counterCfg("bb")},
+	} {
+		_, err := rt.RestorePod(ctxT(t, time.Minute), &runtimeapi.RestorePodRequest{CheckpointPath: dir,
+			Config: sandboxCfg("cp-bad", "cp-bad-uid", t.TempDir()), ContainerConfigs: cfgs})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("restore with %s: %v", name, err)
+		}
+	}
+	for name, p := range map[string]string{"..": node.env["CHECKPOINTS"] + "/../cri-shim", "symlink": link, "outside": outside} {
+		_, err := rt.RestorePod(ctxT(t, time.Minute), &runtimeapi.RestorePodRequest{CheckpointPath: p,
+			Config: sandboxCfg("cp-bad", "cp-bad-uid", t.TempDir()), ContainerConfigs: []*runtimeapi.ContainerConfig{counterCfg("a"), counterCfg("b")}})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("restore from %s: %v", name, err)
+		}
+	}
+	if pods() != n {
+		t.Fatalf("a refused restore left a sandbox")
+	}
+
+	// A deadline that expires mid-capture (pausing takes ~0.1 s, CRIU ~0.4 s here).
+	dl := newCheckpointDir(t, "e2e-deadline")
+	ctx, cancel := context.WithTimeout(context.Background(), 450*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = rt.CheckpointPod(ctx, req(dl, nil, ids["a"], ids["b"]))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("deadline mid-capture: %v", err)
+	}
+	t.Logf("deadline mid-capture answered after %s", time.Since(start).Round(time.Millisecond))
+	// Right away nothing is paused; once containerd's captures end the shim
+	// resumes and cleans again, so check for a while.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		assertRunning(t, ids)
+	}
+	if ents, _ := os.ReadDir(dl); len(ents) > 0 {
+		t.Fatalf("abandoned capture left %d entries", len(ents))
+	}
+	if ents, _ := os.ReadDir(filepath.Join(node.env["NODE_DATA"], "cri-shim", "checkpoint")); len(ents) > 0 {
+		t.Fatalf("records left in the state dir: %d", len(ents))
+	}
+}
+
+// kill -9 of the shim while it holds a pod paused for a checkpoint: the next
+// shim resumes the pod and removes the unfinished checkpoint at start.
+func TestShimKilledMidCheckpoint(t *testing.T) {
+	needNode(t)
+	pauseKubelet(t)
+	rt := runtimeClient(t, node.env["SHIM_SOCK"])
+	_, ids, logs := counterPod(t, rt, "cp-kill", "a", "b")
+	sbs, err := rt.ListPodSandbox(ctxT(t, 10*time.Second), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.name": "cp-kill"}}})
+	if err != nil || len(sbs.Items) != 1 {
+		t.Fatalf("sandbox: %v %v", sbs, err)
+	}
+	dir := newCheckpointDir(t, "e2e-kill")
+	go func() {
+		_, err := rt.CheckpointPod(ctxT(t, time.Minute), &runtimeapi.CheckpointPodRequest{PodSandboxId: sbs.Items[0].Id, OutputPath: dir,
+			ContainerIds: []string{ids["a"], ids["b"]}})
+		t.Logf("CheckpointPod when the shim was killed: %v", err)
+	}()
+	eventually(t, 10*time.Second, "pod paused", func() error {
+		st := taskStates(t)
+		if st[ids["a"]] != "PAUSED" || st[ids["b"]] != "PAUSED" {
+			return fmt.Errorf("states %s %s", st[ids["a"]], st[ids["b"]])
+		}
+		return nil
+	})
+	killPidFile(t, "cri-shim", 9)
+	if err := script("up.sh", "--start", "cri-shim"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "pod resumed by the restarted shim", func() error {
+		st := taskStates(t)
+		if st[ids["a"]] != "RUNNING" || st[ids["b"]] != "RUNNING" {
+			return fmt.Errorf("states %s %s", st[ids["a"]], st[ids["b"]])
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+			return fmt.Errorf("%d entries left in the unfinished checkpoint", len(ents))
+		}
+		return nil
+	})
+	before := lastCounter(t, filepath.Join(logs, "a.log"))
+	time.Sleep(500 * time.Millisecond)
+	if after := lastCounter(t, filepath.Join(logs, "a.log")); after <= before {
+		t.Fatalf("pod not counting after recovery (%d then %d)", before, after)
+	}
 }
