@@ -272,7 +272,7 @@ done
 "$(dirname "${BASH_SOURCE[0]}")/down.sh" --quiet || true
 # A fresh node: no static pods or kubelet state from an earlier run (the
 # containerd root is kept so images need not be imported again).
-rm -rf "$MANIFESTS" "$MANIFESTS_NATIVE" "$NODE_DATA/kubelet" "$NODE_DATA/kubelet-native" "$NODE_DATA/pod-logs" "$NODE_DATA/cri-shim" "$NODE_DATA/bench"
+rm -rf "$MANIFESTS" "$MANIFESTS_NATIVE" "$NODE_DATA/kubelet" "$NODE_DATA/kubelet-native" "$NODE_DATA/pod-logs" "$NODE_DATA/cri-shim" "$NODE_DATA/checkpoints" "$NODE_DATA/bench"
 write_configs
 start_containerd
 import_images
