@@ -9,7 +9,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit e2e stack run stop bench-proxy bench-restart bench-backoff fuzz vet clean
+.PHONY: all build test unit e2e stack run stop bench-proxy bench-restart bench-backoff bench-checkpoint fuzz vet clean
 
 all: build
 
@@ -63,3 +63,6 @@ bench-restart: build stack
 # and the shim's CPU with 20 crashing pods (about 12 minutes; test/e2e).
 bench-backoff: build stack
 	$(GO) test -count=1 -run '^$$' -bench BenchmarkBackoff -benchtime 1x -timeout 40m ./test/e2e/
+
+bench-checkpoint: build stack
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/

@@ -46,7 +46,18 @@ func counterCfg(name string) *runtimeapi.ContainerConfig {
 }
 
 // counterPod runs a sandbox with a counter container per name, through rt.
-func counterPod(t *testing.T, rt runtimeapi.RuntimeServiceClient, name string, ctrs ...string) (string, map[string]string, string) {
+func counterPod(t testing.TB, rt runtimeapi.RuntimeServiceClient, name string, ctrs ...string) (string, map[string]string, string) {
+	t.Helper()
+	var cfgs []*runtimeapi.ContainerConfig
+	for _, c := range ctrs {
+		cfgs = append(cfgs, counterCfg(c))
+	}
+	return startPod(t, rt, name, cfgs...)
+}
+
+// startPod runs a sandbox with the given containers through rt; it returns
+// the sandbox ID, the container IDs by name and the log directory.
+func startPod(t testing.TB, rt runtimeapi.RuntimeServiceClient, name string, cfgs ...*runtimeapi.ContainerConfig) (string, map[string]string, string) {
 	t.Helper()
 	logDir := filepath.Join(t.TempDir(), "logs")
 	os.MkdirAll(logDir, 0o755)
@@ -57,15 +68,15 @@ func counterPod(t *testing.T, rt runtimeapi.RuntimeServiceClient, name string, c
 	}
 	t.Cleanup(func() { removePod(rt, sb.PodSandboxId) })
 	ids := map[string]string{}
-	for _, c := range ctrs {
-		cr, err := rt.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: counterCfg(c), SandboxConfig: cfg})
+	for _, c := range cfgs {
+		cr, err := rt.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: c, SandboxConfig: cfg})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := rt.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId}); err != nil {
 			t.Fatal(err)
 		}
-		ids[c] = cr.ContainerId
+		ids[c.Metadata.Name] = cr.ContainerId
 	}
 	return sb.PodSandboxId, ids, logDir
 }
@@ -78,13 +89,13 @@ func removePod(rt runtimeapi.RuntimeServiceClient, id string) {
 }
 
 // counters reads the numbers a counter container logged (CRI log format).
-func counters(t *testing.T, path string) []int {
+func counters(t testing.TB, path string) []int {
 	out, _ := countersSince(t, path, time.Time{})
 	return out
 }
 
 // countersSince returns every logged number, and the first one logged after since.
-func countersSince(t *testing.T, path string, since time.Time) (all []int, firstAfter int) {
+func countersSince(t testing.TB, path string, since time.Time) (all []int, firstAfter int) {
 	t.Helper()
 	firstAfter = -1
 	f, err := os.Open(path)
@@ -110,7 +121,7 @@ func countersSince(t *testing.T, path string, since time.Time) (all []int, first
 	return all, firstAfter
 }
 
-func lastCounter(t *testing.T, path string) int {
+func lastCounter(t testing.TB, path string) int {
 	c := counters(t, path)
 	if len(c) == 0 {
 		return -1
@@ -119,7 +130,7 @@ func lastCounter(t *testing.T, path string) int {
 }
 
 // newCheckpointDir makes an empty directory under the shim's checkpoint root.
-func newCheckpointDir(t *testing.T, name string) string {
+func newCheckpointDir(t testing.TB, name string) string {
 	t.Helper()
 	dir := filepath.Join(node.env["CHECKPOINTS"], name)
 	os.RemoveAll(dir)
@@ -131,7 +142,7 @@ func newCheckpointDir(t *testing.T, name string) string {
 }
 
 // taskStates returns containerd's task status per container ID (RUNNING, PAUSED...).
-func taskStates(t *testing.T) map[string]string {
+func taskStates(t testing.TB) map[string]string {
 	t.Helper()
 	out, err := exec.Command(bin("ctr"), "--address", node.env["CONTAINERD_SOCK"], "-n", "k8s.io", "tasks", "ls").CombinedOutput()
 	if err != nil {
@@ -146,7 +157,7 @@ func taskStates(t *testing.T) map[string]string {
 	return st
 }
 
-func assertRunning(t *testing.T, ids map[string]string) {
+func assertRunning(t testing.TB, ids map[string]string) {
 	t.Helper()
 	st := taskStates(t)
 	for n, id := range ids {

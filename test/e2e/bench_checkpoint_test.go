@@ -1,0 +1,294 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+)
+
+// loadCfg is the benchmark's workload in a busybox container: the shell
+// holds mib MiB in a variable (allocated and written), spends warmup "getting
+// ready" (a model loading, a JIT warming up), prints "ready", then an
+// increasing counter every 100 ms. A restored process goes on counting; a
+// fresh one would start over after its warm-up. (A static Go program as the
+// workload failed to restore here: runc/CRIU "type NOTIFY errno 17"; not
+// investigated, see docs/checkpoint.md.)
+func loadCfg(name string, mib int, warmup time.Duration) *runtimeapi.ContainerConfig {
+	c := counterCfg(name)
+	c.Command = []string{"sh", "-c", fmt.Sprintf("x=$(head -c %d /dev/zero | tr '\\0' a); sleep %d; echo ready; i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done",
+		mib<<20, int(warmup.Seconds()))}
+	return c
+}
+
+// waitLine waits until a container's log has a line matching pred, written after since.
+func waitLine(t testing.TB, path string, since time.Time, timeout time.Duration, what string) time.Time {
+	t.Helper()
+	var at time.Time
+	eventually(t, timeout, what, func() error {
+		b, _ := os.ReadFile(path)
+		for _, l := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(l)
+			if len(fs) < 4 {
+				continue
+			}
+			ts, err := time.Parse(time.RFC3339Nano, fs[0])
+			if err == nil && ts.After(since) {
+				at = ts
+				return nil
+			}
+		}
+		return fmt.Errorf("no line in %s after %s", filepath.Base(path), since.Format(time.StampMilli))
+	})
+	return at
+}
+
+func waitReady(t testing.TB, path string, timeout time.Duration) time.Time {
+	t.Helper()
+	var at time.Time
+	eventually(t, timeout, "ready in "+filepath.Base(path), func() error {
+		b, _ := os.ReadFile(path)
+		for _, l := range strings.Split(string(b), "\n") {
+			if fs := strings.Fields(l); len(fs) >= 4 && fs[len(fs)-1] == "ready" {
+				at, _ = time.Parse(time.RFC3339Nano, fs[0])
+				return nil
+			}
+		}
+		return fmt.Errorf("not ready")
+	})
+	return at
+}
+
+// ddBandwidth measures sequential write bandwidth (bytes/s) in dir with dd,
+// 1 GiB flushed to disk.
+func ddBandwidth(t testing.TB, dir string) float64 {
+	t.Helper()
+	f := filepath.Join(dir, ".dd-bench")
+	defer os.Remove(f)
+	out, err := exec.Command("dd", "if=/dev/zero", "of="+f, "bs=1M", "count=1024", "conv=fdatasync").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dd: %v %s", err, out)
+	}
+	m := regexp.MustCompile(`(\d+) bytes .* copied, ([0-9.]+) s`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("dd output: %s", out)
+	}
+	n, _ := strconv.ParseFloat(m[1], 64)
+	s, _ := strconv.ParseFloat(m[2], 64)
+	return n / s
+}
+
+type ckptResult struct {
+	mib                      int
+	size                     int64
+	shimCP, baseCP           time.Duration
+	shimFrozen               time.Duration
+	shimRestore, baseRestore time.Duration
+	failures                 []string
+}
+
+// BenchmarkCheckpoint (make bench-checkpoint): a two-container pod (main
+// allocates and touches 64 MiB, then 512 MiB; a sidecar 16 MiB) checkpointed
+// and restored to running through cri-shim (CheckpointPod, RestorePod +
+// StartContainer), against containerd's own CheckpointContainer and restore,
+// container by container; then the cold start of a workload that needs 10 s
+// to become ready against its warm start from a checkpoint; and the disk's
+// sequential write bandwidth, measured in the same run.
+func BenchmarkCheckpoint(b *testing.B) {
+	needNode(b)
+	pauseKubelet(b)
+	shim := runtimeClient(b, node.env["SHIM_SOCK"])
+	direct := runtimeClient(b, node.env["CONTAINERD_SOCK"])
+	root := node.env["CHECKPOINTS"]
+	os.MkdirAll(root, 0o700)
+	disk := ddBandwidth(b, root)
+
+	var results []ckptResult
+	for _, mib := range []int{64, 512} {
+		r := ckptResult{mib: mib}
+		name := fmt.Sprintf("bench-cp-%d", mib)
+		sb, ids, logs := startPod(b, shim, name, loadCfg("main", mib, 0), loadCfg("sidecar", 16, 0))
+		waitReady(b, filepath.Join(logs, "main.log"), time.Minute)
+		waitReady(b, filepath.Join(logs, "sidecar.log"), time.Minute)
+		cfgs := []*runtimeapi.ContainerConfig{loadCfg("main", mib, 0), loadCfg("sidecar", 16, 0)}
+
+		// Through cri-shim: one pod-wide cut.
+		dir := newCheckpointDir(b, name)
+		t0 := time.Now()
+		if _, err := shim.CheckpointPod(ctxT(b, 5*time.Minute), &runtimeapi.CheckpointPodRequest{PodSandboxId: sb, OutputPath: dir,
+			ContainerIds: []string{ids["main"], ids["sidecar"]}}); err != nil {
+			b.Fatal(err)
+		}
+		r.shimCP = time.Since(t0)
+		m, err := criu.ReadManifest(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.size = m.SizeBytes
+		r.shimFrozen = time.Duration(m.FrozenSeconds * float64(time.Second))
+		var fails []string
+		r.shimRestore, fails = restoreAndStart(b, shim, name+"-r", func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
+			rr, err := shim.RestorePod(ctxT(b, 5*time.Minute), &runtimeapi.RestorePodRequest{CheckpointPath: dir, Config: cfg, ContainerConfigs: cfgs})
+			if err != nil {
+				b.Fatal(err)
+			}
+			out := map[string]string{}
+			for _, c := range rr.RestoredContainers {
+				out[c.Name] = c.ContainerId
+			}
+			return rr.PodSandboxId, out
+		})
+
+		// Baseline: containerd's CheckpointContainer, one container after the other.
+		base := newCheckpointDir(b, name+"-base")
+		t0 = time.Now()
+		for _, c := range []string{"main", "sidecar"} {
+			if _, err := direct.CheckpointContainer(ctxT(b, 5*time.Minute), &runtimeapi.CheckpointContainerRequest{ContainerId: ids[c],
+				Location: filepath.Join(base, c+".tar")}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		r.baseCP = time.Since(t0)
+		r.failures = append(r.failures, fails...)
+		r.baseRestore, fails = restoreAndStart(b, direct, name+"-b", func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
+			s, err := direct.RunPodSandbox(ctxT(b, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: cfg})
+			if err != nil {
+				b.Fatal(err)
+			}
+			out := map[string]string{}
+			for _, c := range cfgs {
+				cc := loadCfg(c.Metadata.Name, 16, 0)
+				cc.Image = &runtimeapi.ImageSpec{Image: filepath.Join(base, c.Metadata.Name+".tar")}
+				cr, err := direct.CreateContainer(ctxT(b, 5*time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: s.PodSandboxId, Config: cc, SandboxConfig: cfg})
+				if err != nil {
+					b.Fatal(err)
+				}
+				out[c.Metadata.Name] = cr.ContainerId
+			}
+			return s.PodSandboxId, out
+		})
+		r.failures = append(r.failures, fails...)
+		removePod(shim, sb)
+		os.RemoveAll(dir)
+		os.RemoveAll(base)
+		results = append(results, r)
+	}
+
+	// The warm-start story: a workload that needs 10 s to become ready.
+	t0 := time.Now()
+	sb, ids, logs := startPod(b, shim, "bench-cold", loadCfg("main", 64, 10*time.Second))
+	cold := waitReady(b, filepath.Join(logs, "main.log"), time.Minute).Sub(t0)
+	dir := newCheckpointDir(b, "bench-warm")
+	if _, err := shim.CheckpointPod(ctxT(b, 5*time.Minute), &runtimeapi.CheckpointPodRequest{PodSandboxId: sb, OutputPath: dir,
+		ContainerIds: []string{ids["main"]}}); err != nil {
+		b.Fatal(err)
+	}
+	removePod(shim, sb)
+	var warm time.Duration = -1
+	var warmFails []string
+	for attempt := 0; attempt < 3 && warm < 0; attempt++ {
+		warmLogs := filepath.Join(b.TempDir(), "logs")
+		os.MkdirAll(warmLogs, 0o755)
+		t0 = time.Now()
+		rr, err := shim.RestorePod(ctxT(b, 5*time.Minute), &runtimeapi.RestorePodRequest{CheckpointPath: dir,
+			Config:           sandboxCfg(fmt.Sprintf("bench-warm-%d", attempt), fmt.Sprintf("bench-warm-%d-uid", attempt), warmLogs),
+			ContainerConfigs: []*runtimeapi.ContainerConfig{loadCfg("main", 64, 10*time.Second)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := shim.StartContainer(ctxT(b, 5*time.Minute), &runtimeapi.StartContainerRequest{ContainerId: rr.RestoredContainers[0].ContainerId}); err != nil {
+			warmFails = append(warmFails, status.Convert(err).Message())
+			removePod(shim, rr.PodSandboxId)
+			continue
+		}
+		warm = waitLine(b, filepath.Join(warmLogs, "main.log"), t0, time.Minute, "warm-started workload answering").Sub(t0)
+		removePod(shim, rr.PodSandboxId)
+	}
+	os.RemoveAll(dir)
+
+	var md strings.Builder
+	fmt.Fprintf(&md, "# Pod checkpoint/restore\n\n%s. CRIU 4 via runc and containerd 2.2; disk: sequential write %.0f MB/s (dd, 1 GiB, fdatasync, in the checkpoint root).\n\n",
+		time.Now().UTC().Format(time.RFC3339), disk/1e6)
+	md.WriteString("Two-container pod: main allocates and touches the size shown, the sidecar 16 MiB. Checkpoint: cri-shim's CheckpointPod (both paused, captured in parallel, resumed) against containerd's CheckpointContainer of each container in sequence. Restore to running: RestorePod + StartContainer of each, against RunPodSandbox + CreateContainer(archive) + StartContainer of each on containerd.\n\n")
+	md.WriteString("| main | checkpoint size | cri-shim checkpoint | (pod paused) | containerd, per container in sequence | ratio | dump throughput | cri-shim restore to running | containerd restore to running | failed starts |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	okCP, okTP := true, true
+	var failures []string
+	for _, r := range results {
+		tp := float64(r.size) / r.shimCP.Seconds()
+		okCP = okCP && r.shimCP <= r.baseCP
+		okTP = okTP && tp >= disk/2
+		fmt.Fprintf(&md, "| %d MiB | %.0f MiB | %.2f s | %.2f s | %.2f s | %.2f | %.0f MB/s (%.0f%% of disk) | %s | %s | %d |\n", r.mib, float64(r.size)/(1<<20),
+			r.shimCP.Seconds(), r.shimFrozen.Seconds(), r.baseCP.Seconds(), r.shimCP.Seconds()/r.baseCP.Seconds(), tp/1e6, 100*tp/disk,
+			secs(r.shimRestore), secs(r.baseRestore), len(r.failures))
+		failures = append(failures, r.failures...)
+	}
+	fmt.Fprintf(&md, "\nWarm start: a workload that needs 10 s to become ready (64 MiB) took %.2f s from RunPodSandbox to ready cold; restored from its checkpoint it answered %s after RestorePod was called (%d failed starts before).\n", cold.Seconds(), secs(warm), len(warmFails))
+	failures = append(failures, warmFails...)
+	if len(failures) > 0 {
+		fmt.Fprintf(&md, "\nStartContainer of a restored container failed %d times (each restore was retried, up to 3 times); first error: `%s`. See docs/checkpoint.md, open problems.\n", len(failures), failures[0])
+	}
+	fmt.Fprintf(&md, "\nTargets: pod checkpoint no slower than the per-container baseline: %s; dump throughput at least half the disk bandwidth: %s; warm start under 1 s: %s.\n",
+		verdict(okCP), verdict(okTP), verdict(warm >= 0 && warm < time.Second))
+	out := md.String()
+	fmt.Print("\n" + out)
+	rdir := filepath.Join(node.repo, "bench", "results")
+	_ = os.WriteFile(filepath.Join(rdir, "checkpoint-latest.md"), []byte(out), 0o644)
+	_ = os.WriteFile(filepath.Join(rdir, "checkpoint-"+time.Now().UTC().Format("20060102-150405")+".md"), []byte(out), 0o644)
+	b.ReportMetric(results[0].shimCP.Seconds()/results[0].baseCP.Seconds(), "cp-ratio-64MiB")
+	b.ReportMetric(warm.Seconds(), "warm-start-s")
+}
+
+// restoreAndStart restores a pod with create (which returns the sandbox and
+// its containers by name), starts each container and returns the time from
+// the call to every container running with its counter going on. A start that
+// fails (runc/CRIU "type NOTIFY errno 17" on this stack, see
+// docs/checkpoint.md) is counted and the restore tried again, up to 3 times;
+// -1 when all failed.
+func restoreAndStart(t testing.TB, rt runtimeapi.RuntimeServiceClient, name string, create func(*runtimeapi.PodSandboxConfig) (string, map[string]string)) (time.Duration, []string) {
+	t.Helper()
+	var failures []string
+	for attempt := 0; attempt < 3; attempt++ {
+		logs := filepath.Join(t.TempDir(), "logs")
+		os.MkdirAll(logs, 0o755)
+		t0 := time.Now()
+		sb, ids := create(sandboxCfg(fmt.Sprintf("%s-%d", name, attempt), fmt.Sprintf("%s-%d-uid", name, attempt), logs))
+		var err error
+		for _, id := range ids {
+			if _, err = rt.StartContainer(ctxT(t, 5*time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			failures = append(failures, status.Convert(err).Message())
+			removePod(rt, sb)
+			continue
+		}
+		d := time.Since(t0)
+		for n := range ids {
+			waitLine(t, filepath.Join(logs, n+".log"), t0, 30*time.Second, n+" restored and counting")
+			if _, first := countersSince(t, filepath.Join(logs, n+".log"), t0); first < 1 {
+				t.Fatalf("%s: restored process logged %d first: not a restore", n, first)
+			}
+		}
+		removePod(rt, sb)
+		return d, failures
+	}
+	return -1, failures
+}
+
+func secs(d time.Duration) string {
+	if d < 0 {
+		return "failed"
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
