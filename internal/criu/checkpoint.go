@@ -45,6 +45,7 @@ type target struct {
 	name    string
 	created int64
 	status  *runtimeapi.ContainerStatus
+	info    ContainerInfo
 }
 
 func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*Manifest, error) {
@@ -100,6 +101,13 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 	targets, exited, err := s.selectTargets(ctx, sandboxID, ids)
 	if err != nil {
 		return nil, err
+	}
+	if sb.GetStatus().GetLinux().GetNamespaces().GetOptions().GetPid() == runtimeapi.NamespaceMode_POD && len(targets) > 1 {
+		// containerd restores container by container: the first restored
+		// container's new children take PIDs the next one must get back, and
+		// CRIU fails ("Can't fork for N: File exists"). Seen on this stack.
+		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: sandbox %s shares one PID namespace between its containers (shareProcessNamespace); "+
+			"cri-shim cannot restore several containers of such a pod reliably, so it does not checkpoint them together (checkpoint one container at a time)", short(sandboxID))
 	}
 
 	ver, _ := s.rt.Version(ctx, &runtimeapi.VersionRequest{})
@@ -193,7 +201,11 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 			// rather than write a checkpoint that crashes the runtime later.
 			return nil, nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: container %s (%s) has no annotations; containerd cannot restore such a checkpoint (create it with at least one annotation; the kubelet always sets some)", short(id), name)
 		}
-		targets = append(targets, target{id: id, name: name, created: c.GetCreatedAt(), status: st.GetStatus()})
+		info, err := s.tasks.Info(ctx, id)
+		if err != nil {
+			return nil, nil, status.Errorf(codes.Internal, "CheckpointPod: container %s (%s): reading containerd's record: %v", short(id), name, err)
+		}
+		targets = append(targets, target{id: id, name: name, created: c.GetCreatedAt(), status: st.GetStatus(), info: info})
 	}
 	slices.SortStableFunc(targets, func(a, b target) int {
 		switch {
@@ -304,9 +316,7 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 	var wg sync.WaitGroup
 	dump := func(i int) {
 		t0 := s.now()
-		_, err := s.rt.CheckpointContainer(dctx, &runtimeapi.CheckpointContainerRequest{
-			ContainerId: targets[i].id, Location: filepath.Join(out, archiveName(targets[i].name)),
-		})
+		err := s.captureOne(dctx, out, targets[i])
 		took[i], errs[i] = s.now().Sub(t0), err
 	}
 	wg.Add(1)
@@ -386,10 +396,23 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 		_ = s.removeOutput(out)
 		return status.Errorf(codes.Internal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
 	}
+	// The pod runs again: write the archives, in parallel.
+	sizes := make([]int64, len(targets))
+	perrs := make([]error, len(targets))
+	cut := s.now().UTC()
+	var pw sync.WaitGroup
+	for i := range targets {
+		pw.Add(1)
+		go func() { defer pw.Done(); sizes[i], perrs[i] = s.packageOne(ctx, out, targets[i], cut) }()
+	}
+	pw.Wait()
 	for i, t := range targets {
-		fi, err := os.Stat(filepath.Join(out, archiveName(t.name)))
-		if err != nil {
-			return fail(status.Errorf(codes.Internal, "CheckpointPod: container %s (%s): the runtime wrote no archive: %v", short(t.id), t.name, err))
+		if perrs[i] != nil {
+			code := codes.Internal
+			if ctx.Err() != nil {
+				code = codes.DeadlineExceeded
+			}
+			return fail(status.Errorf(code, "CheckpointPod: writing the archive of container %s (%s): %v; the pod runs, the partial checkpoint was removed", short(t.id), t.name, perrs[i]))
 		}
 		st := t.status
 		imageID := st.GetImageId()
@@ -400,9 +423,9 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 			Name: t.name, ID: t.id, Archive: archiveName(t.name),
 			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: imageID,
 			RestartCount: restartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
-			SizeBytes: fi.Size(), DumpSeconds: took[i].Seconds(),
+			SizeBytes: sizes[i], DumpSeconds: took[i].Seconds(),
 		})
-		m.SizeBytes += fi.Size()
+		m.SizeBytes += sizes[i]
 	}
 	return nil
 }

@@ -1,8 +1,12 @@
 package criu
 
 import (
+	"archive/tar"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,6 +80,10 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 		if got := entries(t, fx.dir); !slices.Equal(got, []string{"containers", "manifest.json", "sandbox.json"}) {
 			t.Errorf("checkpoint holds %v", got)
 		}
+		if got := entries(t, filepath.Join(fx.dir, containersDir)); !slices.Equal(got, []string{"app.tar", "sidecar.tar"}) {
+			t.Errorf("containers/ holds %v (staging left?)", got)
+		}
+		checkArchive(t, filepath.Join(fx.dir, archiveName("app")), "c1")
 		if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
 			t.Errorf("state left behind: %v", got)
 		}
@@ -96,6 +104,10 @@ func TestCheckpointPodRefusals(t *testing.T) {
 	fx.rt.mu.Lock()
 	fx.rt.containers["c2"].status.Annotations = nil
 	fx.rt.mu.Unlock()
+	fx.rt.addSandbox("shared", "shared")
+	fx.rt.sandboxes["shared"].Linux = nil // zero value: one PID namespace for the pod
+	fx.rt.addContainer("shared", "s1", "one", runtimeapi.ContainerState_CONTAINER_RUNNING, 1, 0)
+	fx.rt.addContainer("shared", "s2", "two", runtimeapi.ContainerState_CONTAINER_RUNNING, 2, 0)
 	noDeadline := context.Background()
 	cases := []struct {
 		name string
@@ -122,6 +134,7 @@ func TestCheckpointPodRefusals(t *testing.T) {
 		{"root itself", nil, cpReq(fx.root, "c1"), codes.InvalidArgument},
 		{"missing", nil, cpReq(filepath.Join(fx.root, "nope"), "c1"), codes.InvalidArgument},
 		{"no annotations", nil, cpReq(fx.dir, "c1", "c2"), codes.FailedPrecondition},
+		{"shared PID namespace", nil, &runtimeapi.CheckpointPodRequest{PodSandboxId: "shared", OutputPath: fx.dir, ContainerIds: []string{"s1", "s2"}}, codes.FailedPrecondition},
 	}
 	for _, c := range cases {
 		ctx := c.ctx
@@ -270,7 +283,7 @@ func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt.tasks, fx.svc.log)
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.svc.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,5 +390,41 @@ func TestConfine(t *testing.T) {
 	}
 	if _, err := confine(root, "/nonexistent/x"); !errors.Is(err, errOutsideRoot) {
 		t.Errorf("a missing path outside the root must be refused as outside, got %v", err)
+	}
+}
+
+// checkArchive reads an archive as containerd's restore does: the files it
+// needs, status.dump decoded with encoding/json into the CRI type.
+func checkArchive(t *testing.T, path, id string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		got[h.Name] = string(b)
+	}
+	for _, n := range []string{"config.dump", "spec.dump", "status.dump", "rootfs-diff.tar", "checkpoint/", "checkpoint/pages-1.img", "dump.log"} {
+		if _, ok := got[n]; !ok {
+			t.Errorf("archive lacks %s (has %v)", n, slices.Sorted(maps.Keys(got)))
+		}
+	}
+	var st runtimeapi.ContainerStatus
+	if err := json.Unmarshal([]byte(got["status.dump"]), &st); err != nil || st.Id != id || len(st.Annotations) == 0 {
+		t.Errorf("status.dump: %v %+v", err, &st)
+	}
+	if got["checkpoint/pages-1.img"] != "criu images of "+id || got["rootfs-diff.tar"] != "layer of "+id {
+		t.Errorf("images or diff not carried into the archive")
 	}
 }

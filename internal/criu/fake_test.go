@@ -55,6 +55,7 @@ func (f *fakeRT) addSandbox(id, name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sandboxes[id] = &runtimeapi.PodSandboxStatus{Id: id, State: runtimeapi.PodSandboxState_SANDBOX_READY,
+		Linux:    &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}}},
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "ns", Uid: "uid-" + id}}
 }
 
@@ -114,30 +115,45 @@ func (f *fakeRT) ContainerStatus(_ context.Context, r *runtimeapi.ContainerStatu
 	return &runtimeapi.ContainerStatusResponse{Status: c.status}, nil
 }
 
-// CheckpointContainer records which targets were paused when it ran, waits
-// if told to, and writes an archive like containerd does (at the end).
-func (f *fakeRT) CheckpointContainer(ctx context.Context, r *runtimeapi.CheckpointContainerRequest, _ ...grpc.CallOption) (*runtimeapi.CheckpointContainerResponse, error) {
+// The capture half of Tasks: Checkpoint records which containers were paused
+// when it ran, waits if told to, and writes images like CRIU does.
+func (f *fakeRT) Pause(ctx context.Context, id string) error  { return f.tasks.Pause(ctx, id) }
+func (f *fakeRT) Resume(ctx context.Context, id string) error { return f.tasks.Resume(ctx, id) }
+func (f *fakeRT) Paused(ctx context.Context, id string) (bool, error) {
+	return f.tasks.Paused(ctx, id)
+}
+
+func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) error {
 	f.mu.Lock()
 	seen := map[string]bool{}
-	for id := range f.containers {
-		seen[id] = f.tasks.isPaused(id)
+	for cid := range f.containers {
+		seen[cid] = f.tasks.isPaused(cid)
 	}
-	f.dumpSeen[r.ContainerId] = seen
-	err, hold := f.failDump[r.ContainerId], f.holdDump
+	f.dumpSeen[id] = seen
+	err, hold := f.failDump[id], f.holdDump
 	f.mu.Unlock()
 	if hold != nil {
 		<-hold
 		// A real capture that ends after the caller resumed restores the
 		// freezer state it found: frozen.
-		f.tasks.setPaused(r.ContainerId, true)
+		f.tasks.setPaused(id, true)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.WriteFile(r.Location, []byte("criu images of "+r.ContainerId), 0o600); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if err := os.WriteFile(filepath.Join(imageDir, "pages-1.img"), []byte("criu images of "+id), 0o600); err != nil {
+		return err
 	}
-	return &runtimeapi.CheckpointContainerResponse{}, nil
+	return os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("dump ok"), 0o600)
+}
+
+func (f *fakeRT) RWDiff(_ context.Context, id string, w io.Writer) error {
+	_, err := io.WriteString(w, "layer of "+id)
+	return err
+}
+
+func (f *fakeRT) Info(_ context.Context, id string) (ContainerInfo, error) {
+	return ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0"}`), Created: time.Unix(1, 0)}, nil
 }
 
 func (f *fakeRT) RunPodSandbox(_ context.Context, r *runtimeapi.RunPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
@@ -284,7 +300,7 @@ func newFixture(t *testing.T) *fixture {
 	rt.addContainer("sb1", "i1", "init", runtimeapi.ContainerState_CONTAINER_EXITED, 10, 0)
 	rt.addContainer("sb1", "x1", "done", runtimeapi.ContainerState_CONTAINER_CREATED, 40, 0)
 	rt.addContainer("sb2", "c3", "other", runtimeapi.ContainerState_CONTAINER_RUNNING, 50, 0)
-	svc, err := New(Config{Root: root, StateDir: filepath.Join(base, "state"), ShimBinary: "/usr/bin/cri-shim"}, rt, rt, rt.tasks,
+	svc, err := New(Config{Root: root, StateDir: filepath.Join(base, "state"), ShimBinary: "/usr/bin/cri-shim"}, rt, rt, rt,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

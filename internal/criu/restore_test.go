@@ -181,7 +181,7 @@ func TestWarmStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A restarted shim still knows the sandbox is a warm start.
-	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt.tasks, fx.svc.log)
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.svc.log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,14 @@ package criu
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"time"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/pkg/rootfs"
 
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
@@ -13,13 +20,29 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// Tasks pauses and resumes containers' processes. The CRI has no pause, so the
-// shim reaches containerd's task service for it (cgroup freezer via runc).
+// Tasks is what the service needs of containerd below the CRI: pause and
+// resume (the CRI has none; cgroup freezer via runc), and the two halves of a
+// container capture, taken while the container is paused.
 type Tasks interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	// Paused reports whether the task is paused now.
 	Paused(ctx context.Context, id string) (bool, error)
+	// Checkpoint has runc/CRIU write the container's process images into
+	// imageDir (CRIU's work files into workDir), leaving it running. On a
+	// paused task containerd neither pauses nor resumes it.
+	Checkpoint(ctx context.Context, id, imageDir, workDir string) error
+	// RWDiff writes the container's writable layer as a layer tar (gzip).
+	RWDiff(ctx context.Context, id string, w io.Writer) error
+	// Info is what containerd knows of the container for the archive.
+	Info(ctx context.Context, id string) (ContainerInfo, error)
+}
+
+// ContainerInfo is containerd's record of a container.
+type ContainerInfo struct {
+	Runtime string
+	Spec    []byte // the OCI spec, JSON
+	Created time.Time
 }
 
 // criNamespace is the containerd namespace of the CRI plugin's containers.
@@ -29,8 +52,9 @@ const criNamespace = "k8s.io"
 // containerd v2 client on a connection of its own (the CRI connection carries
 // undecoded frames).
 type ContainerdTasks struct {
-	conn *grpc.ClientConn
-	svc  tasksapi.TasksClient
+	conn   *grpc.ClientConn
+	client *client.Client
+	svc    tasksapi.TasksClient
 }
 
 // DialTasks connects lazily to containerd at endpoint (unix socket path or
@@ -46,7 +70,7 @@ func DialTasks(endpoint string) (*ContainerdTasks, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &ContainerdTasks{conn: conn, svc: c.TaskService()}, nil
+	return &ContainerdTasks{conn: conn, client: c, svc: c.TaskService()}, nil
 }
 
 // Close closes the connection.
@@ -74,4 +98,60 @@ func (t *ContainerdTasks) Paused(ctx context.Context, id string) (bool, error) {
 	}
 	s := r.GetProcess().GetStatus()
 	return s == tasktypes.Status_PAUSED || s == tasktypes.Status_PAUSING, nil
+}
+
+// Checkpoint runs the task checkpoint with runc's image path set: CRIU writes
+// straight into imageDir and nothing goes through the content store (what
+// containerd's CRI CheckpointContainer does instead, at three more copies).
+func (t *ContainerdTasks) Checkpoint(ctx context.Context, id, imageDir, workDir string) error {
+	ctx = nsCtx(ctx)
+	c, err := t.client.LoadContainer(ctx, id)
+	if err != nil {
+		return err
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return err
+	}
+	_, err = task.Checkpoint(ctx, func(r *client.CheckpointTaskInfo) error {
+		r.Options = &options.CheckpointOptions{Exit: false, ImagePath: imageDir, WorkPath: workDir}
+		return nil
+	})
+	return err
+}
+
+// RWDiff computes the writable layer's diff with containerd's diff service,
+// under a lease so that the blob survives until it is copied.
+func (t *ContainerdTasks) RWDiff(ctx context.Context, id string, w io.Writer) error {
+	ctx = nsCtx(ctx)
+	ctx, done, err := t.client.WithLease(ctx)
+	if err != nil {
+		return err
+	}
+	defer done(context.WithoutCancel(ctx))
+	info, err := t.client.ContainerService().Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	desc, err := rootfs.CreateDiff(ctx, info.SnapshotKey, t.client.SnapshotService(info.Snapshotter), t.client.DiffService(),
+		diff.WithReference("cri-shim-rw-"+id))
+	if err != nil {
+		return fmt.Errorf("writable layer diff: %w", err)
+	}
+	ra, err := t.client.ContentStore().ReaderAt(ctx, desc)
+	if err != nil {
+		return err
+	}
+	defer ra.Close()
+	_, err = io.Copy(w, content.NewReader(ra))
+	return err
+}
+
+// Info reads the container record.
+func (t *ContainerdTasks) Info(ctx context.Context, id string) (ContainerInfo, error) {
+	c, err := t.client.ContainerService().Get(nsCtx(ctx), id)
+	if err != nil {
+		return ContainerInfo{}, err
+	}
+	return ContainerInfo{Runtime: c.Runtime.Name, Spec: c.Spec.GetValue(), Created: c.CreatedAt}, nil
 }

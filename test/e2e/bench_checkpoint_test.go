@@ -21,9 +21,7 @@ import (
 // holds mib MiB in a variable (allocated and written), spends warmup "getting
 // ready" (a model loading, a JIT warming up), prints "ready", then an
 // increasing counter every 100 ms. A restored process goes on counting; a
-// fresh one would start over after its warm-up. (A static Go program as the
-// workload failed to restore here: runc/CRIU "type NOTIFY errno 17"; not
-// investigated, see docs/checkpoint.md.)
+// fresh one would start over after its warm-up.
 func loadCfg(name string, mib int, warmup time.Duration) *runtimeapi.ContainerConfig {
 	c := counterCfg(name)
 	c.Command = []string{"sh", "-c", fmt.Sprintf("x=$(head -c %d /dev/zero | tr '\\0' a); sleep %d; echo ready; i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done",
@@ -251,9 +249,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 // restoreAndStart restores a pod with create (which returns the sandbox and
 // its containers by name), starts each container and returns the time from
 // the call to every container running with its counter going on. A start that
-// fails (runc/CRIU "type NOTIFY errno 17" on this stack, see
-// docs/checkpoint.md) is counted and the restore tried again, up to 3 times;
-// -1 when all failed.
+// fails is counted (and reported) and the restore tried again, up to 3 times;
+// -1 when all failed. (Before the containers had a PID namespace each, CRIU
+// failed here with "type NOTIFY errno 17": PID collisions, docs/checkpoint.md.)
 func restoreAndStart(t testing.TB, rt runtimeapi.RuntimeServiceClient, name string, create func(*runtimeapi.PodSandboxConfig) (string, map[string]string)) (time.Duration, []string) {
 	t.Helper()
 	var failures []string

@@ -29,7 +29,10 @@ func sandboxCfg(name, uid, logDir string) *runtimeapi.PodSandboxConfig {
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "e2e", Uid: uid},
 		LogDirectory: logDir,
 		Labels:       map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": "e2e", "io.kubernetes.pod.uid": uid},
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+		// One PID namespace per container, as the kubelet asks (the CRI's
+		// zero value would be one per pod).
+		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}}},
 	}
 }
 
@@ -41,7 +44,8 @@ func counterCfg(name string) *runtimeapi.ContainerConfig {
 		LogPath:     name + ".log",
 		Labels:      map[string]string{"io.kubernetes.container.name": name},
 		Annotations: map[string]string{"io.kubernetes.container.restartCount": "0", "e2e": "checkpoint"},
-		Linux:       &runtimeapi.LinuxContainerConfig{},
+		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}}},
 	}
 }
 
@@ -377,7 +381,11 @@ func TestShimKilledMidCheckpoint(t *testing.T) {
 	needNode(t)
 	pauseKubelet(t)
 	rt := runtimeClient(t, node.env["SHIM_SOCK"])
-	_, ids, logs := counterPod(t, rt, "cp-kill", "a", "b")
+	// 256 MiB each, so that CRIU keeps the pod paused long enough to kill
+	// the shim in that window.
+	_, ids, logs := startPod(t, rt, "cp-kill", loadCfg("a", 256, 0), loadCfg("b", 256, 0))
+	waitReady(t, filepath.Join(logs, "a.log"), time.Minute)
+	waitReady(t, filepath.Join(logs, "b.log"), time.Minute)
 	sbs, err := rt.ListPodSandbox(ctxT(t, 10*time.Second), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
 		LabelSelector: map[string]string{"io.kubernetes.pod.name": "cp-kill"}}})
 	if err != nil || len(sbs.Items) != 1 {

@@ -1,0 +1,209 @@
+package criu
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+)
+
+// A container's capture happens in two steps. While the pod is paused,
+// captureOne has CRIU write the process images and takes the writable-layer
+// diff into a staging directory next to the archive. Once the pod runs again,
+// packageOne writes the archive containerd restores from (the layout of its
+// CRI CheckpointContainer: checkpoint/, rootfs-diff.tar, config.dump,
+// spec.dump, status.dump, container.log) and removes the staging directory.
+// The pod is thus paused only for CRIU and the diff, and the images are
+// written once and copied once.
+
+func stageDir(out, name string) string { return filepath.Join(out, containersDir, "."+name) }
+
+func (s *Service) captureOne(ctx context.Context, out string, t target) error {
+	stage := stageDir(out, t.name)
+	images := filepath.Join(stage, crmetadata.CheckpointDirectory)
+	work := filepath.Join(stage, "work")
+	for _, d := range []string{images, work} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := s.tasks.Checkpoint(ctx, t.id, images, work); err != nil {
+		return err
+	}
+	// The log up to the cut, copied while the container is paused: the
+	// restored container continues it from exactly there.
+	if lp := t.status.GetLogPath(); lp != "" {
+		if err := copyFile(lp, filepath.Join(stage, "container.log")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("container log: %w", err)
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(stage, crmetadata.RootFsDiffTar), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	err = s.tasks.RWDiff(ctx, t.id, bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// packageOne writes out/containers/<name>.tar from the staging directory and
+// returns its size.
+func (s *Service) packageOne(ctx context.Context, out string, t target, checkpointedAt time.Time) (int64, error) {
+	stage := stageDir(out, t.name)
+	st := t.status
+	config, err := json.Marshal(&crmetadata.ContainerConfig{
+		ID: t.id, Name: t.name,
+		RootfsImageName: st.GetImage().GetImage(), RootfsImageRef: st.GetImageRef(), RootfsImage: st.GetImage().GetImage(),
+		OCIRuntime: t.info.Runtime, CheckpointedAt: checkpointedAt, CreatedTime: t.info.Created,
+	})
+	if err != nil {
+		return 0, err
+	}
+	// containerd reads status.dump with encoding/json into the CRI type.
+	statusJSON, err := json.Marshal(st)
+	if err != nil {
+		return 0, err
+	}
+	path := filepath.Join(out, archiveName(t.name))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	tw := tar.NewWriter(bw)
+	err = func() error {
+		for _, m := range []struct {
+			name string
+			b    []byte
+		}{{crmetadata.ConfigDumpFile, config}, {crmetadata.SpecDumpFile, t.info.Spec}, {crmetadata.StatusDumpFile, statusJSON}} {
+			if err := tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o600, Size: int64(len(m.b)), ModTime: checkpointedAt, Typeflag: tar.TypeReg}); err != nil {
+				return err
+			}
+			if _, err := tw.Write(m.b); err != nil {
+				return err
+			}
+		}
+		if err := addFile(tw, filepath.Join(stage, "container.log"), "container.log"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := addFile(tw, filepath.Join(stage, "work", crmetadata.DumpLogFile), crmetadata.DumpLogFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := addFile(tw, filepath.Join(stage, crmetadata.RootFsDiffTar), crmetadata.RootFsDiffTar); err != nil {
+			return err
+		}
+		images := filepath.Join(stage, crmetadata.CheckpointDirectory)
+		return filepath.WalkDir(images, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			rel, err := filepath.Rel(stage, p)
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				fi, err := d.Info()
+				if err != nil {
+					return err
+				}
+				h, err := tar.FileInfoHeader(fi, "")
+				if err != nil {
+					return err
+				}
+				h.Name = rel + "/"
+				return tw.WriteHeader(h)
+			}
+			if !d.Type().IsRegular() {
+				return fmt.Errorf("unexpected %s in CRIU's images: %s", d.Type(), rel)
+			}
+			return addFile(tw, p, rel)
+		})
+	}()
+	if err == nil {
+		err = tw.Close()
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := os.RemoveAll(stage); err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+func addFile(tw *tar.Writer, src, name string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	h, err := tar.FileInfoHeader(fi, "")
+	if err != nil {
+		return err
+	}
+	h.Name = name
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	// Large chunks: the buffered writer below passes them straight to the
+	// file, so memory pages are copied once on their way into the archive.
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	_, err = io.CopyBuffer(tw, io.LimitReader(f, h.Size), *buf)
+	return err
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 4<<20); return &b }}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
