@@ -25,6 +25,9 @@ unit:
 # Short fuzzing of every parser; the seed corpora also run as part of `unit`.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/config
+	$(GO) test -run '^$$' -fuzz FuzzParseRules -fuzztime 20s ./internal/podstate
+	for f in FuzzParseManifest FuzzConfine FuzzCheckpointOptions FuzzCheckName; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/criu || exit 1; done
 
 stack:
 ifeq ($(IS_ROOT),1)

@@ -1,0 +1,89 @@
+package criu
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Manifests come from disk and are not trusted: any input either fails with
+// an error or yields a manifest whose archive names stay inside the checkpoint.
+func FuzzParseManifest(f *testing.F) {
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"a","archive":"containers/a.tar"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"../x","archive":"containers/../x.tar"}]}`))
+	f.Add([]byte(`{"formatVersion":2}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseManifest(b)
+		if err != nil {
+			return
+		}
+		for _, c := range m.Containers {
+			if c.Archive != archiveName(c.Name) {
+				t.Fatalf("accepted archive %q for %q", c.Archive, c.Name)
+			}
+			if CheckName(c.Name) == nil && !filepath.IsLocal(c.Archive) {
+				t.Fatalf("valid name %q gives a non-local archive %q", c.Name, c.Archive)
+			}
+		}
+	})
+}
+
+// confine never accepts a path that resolves outside the root, whatever the input.
+func FuzzConfine(f *testing.F) {
+	root := f.TempDir()
+	os.MkdirAll(filepath.Join(root, "in", "deep"), 0o700)
+	os.Symlink("/", filepath.Join(root, "up"))
+	os.Symlink("in", filepath.Join(root, "rel"))
+	for _, s := range []string{"in", "in/deep", "up", "up/etc", "../x", "rel/deep", "", "in/../..", "/etc", "in//deep/."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p := s
+		if !strings.HasPrefix(s, "/") {
+			p = filepath.Join(root, s)
+			if strings.Contains(s, "..") {
+				p = root + "/" + s // keep the dot-dots for confine to see
+			}
+		}
+		got, err := confine(root, p)
+		if err != nil {
+			return
+		}
+		real, _ := filepath.EvalSymlinks(root)
+		if !within(real, got) {
+			t.Fatalf("confine(%q) = %q, outside %q", p, got, real)
+		}
+	})
+}
+
+// Options: unknown keys and bad values are errors, never ignored.
+func FuzzCheckpointOptions(f *testing.F) {
+	f.Add(OptionSequential, "true")
+	f.Add(OptionManaged, "no")
+	f.Add("x", "y")
+	f.Fuzz(func(t *testing.T, k, v string) {
+		o, err := parseCheckpointOptions(map[string]string{k: v})
+		if k != OptionSequential && k != OptionManaged && err == nil {
+			t.Fatalf("unknown key %q accepted", k)
+		}
+		if err == nil && k == OptionSequential && o.sequential != (v == "1" || strings.EqualFold(v, "t") || strings.EqualFold(v, "true")) {
+			t.Fatalf("%q=%q gave %+v", k, v, o)
+		}
+	})
+}
+
+func FuzzCheckName(f *testing.F) {
+	for _, s := range []string{"ok", "..", ".", "a/b", "a\x00", strings.Repeat("a", 300), "-x", "x.y_z-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if CheckName(s) != nil {
+			return
+		}
+		if !filepath.IsLocal(s) || strings.ContainsAny(s, "/\x00") || s != filepath.Base(s) {
+			t.Fatalf("accepted %q", s)
+		}
+	})
+}
