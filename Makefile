@@ -9,7 +9,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: all build test unit e2e stack run stop bench-proxy bench-restart bench-backoff bench-checkpoint fuzz vet clean
+.PHONY: proto all build test unit e2e stack run stop bench-proxy bench-restart bench-backoff bench-checkpoint fuzz vet clean
 
 all: build
 
@@ -69,3 +69,8 @@ bench-backoff: build stack
 
 bench-checkpoint: build stack
 	$(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/
+
+# Regenerates api/podmanagement/v1 (needs protoc, protoc-gen-go, protoc-gen-go-grpc).
+proto:
+	protoc --proto_path=api --go_out=api --go_opt=paths=source_relative \
+		--go-grpc_out=api --go-grpc_opt=paths=source_relative podmanagement/v1/podmanagement.proto

@@ -56,7 +56,16 @@ type Manager struct {
 	work    chan string
 	active  map[string]bool // sandboxes with an executor running
 	metrics *metrics
+
+	// trackAlso, when set, makes pods without restart rules tracked too when
+	// it reports true for their annotations (pods that declare an
+	// orchestrator may be restarted on its command).
+	trackAlso func(annotations map[string]string) bool
 }
+
+// TrackAlso sets which pods without restart rules are tracked anyway. Call
+// before serving.
+func (m *Manager) TrackAlso(f func(annotations map[string]string) bool) { m.trackAlso = f }
 
 // New loads the persisted pods from stateDir and returns a manager. Restarts
 // that were in progress when the shim stopped resume when Run starts.
@@ -355,6 +364,10 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id
 	}
 	action := p.Rules.Match(name, s.ExitCode)
+	if forced, ok := p.Forced[name]; ok {
+		action = corev1.ContainerRestartRuleAction(forced)
+		delete(p.Forced, name)
+	}
 	if action != ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
 		settle(p, s.Id)
 		m.save(p)

@@ -50,7 +50,7 @@ func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 		m.metrics.problems.Inc()
 		m.log.Warn("podstate: "+pr, "pod", md.GetNamespace()+"/"+md.GetName())
 	}
-	if len(rules) == 0 {
+	if len(rules) == 0 && (m.trackAlso == nil || !m.trackAlso(cfg.GetAnnotations())) {
 		if len(problems) > 0 {
 			if err := m.st.saveProblems(&Pod{SandboxID: resp.PodSandboxId, UID: md.GetUid(), Name: md.GetName(),
 				Namespace: md.GetNamespace(), Problems: problems, Phase: PhaseRunning}); err != nil {

@@ -49,6 +49,10 @@ type Pod struct {
 	LogDirectory string   `json:"logDirectory"`
 	Rules        Rules    `json:"rules"`
 	Problems     []string `json:"problems,omitempty"`
+	// Forced holds, per container name, the action a command asked for (the
+	// pod management channel's RestartContainer / RestartAllContainers): the
+	// container's next exit is classified with it instead of the rules.
+	Forced map[string]string `json:"forced,omitempty"`
 
 	// Creates holds the kubelet's latest CreateContainer request per container
 	// name (protobuf), so the first container can be started again exactly as

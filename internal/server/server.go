@@ -23,6 +23,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/metrics"
+	"github.com/cri-shim/cri-shim/internal/podmgmt"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -81,9 +82,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	mc.Registry.MustRegister(checkpoints.Collectors()...)
+	channels, err := podmgmt.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, pods, log)
+	if err != nil {
+		return fmt.Errorf("pod management: %w", err)
+	}
+	mc.Registry.MustRegister(channels.Collectors()...)
+	// Pods that declare an orchestrator are tracked by the restart machinery
+	// even without restart rules: the orchestrator may restart them.
+	pods.TrackAlso(func(ann map[string]string) bool { d, _ := podmgmt.ParseAnnotations(ann); return d != nil })
 	// Order matters where two features share a method: the pod restart state
 	// sees the kubelet's calls first, warm start rewrites them last.
-	routes := append(append(o.Routes, pods.Routes()...), checkpoints.Routes()...)
+	routes := append(append(append(o.Routes, pods.Routes()...), checkpoints.Routes()...), channels.Routes()...)
 	p, err := proxy.New(backend, mc, routes...)
 	if err != nil {
 		return err
@@ -121,6 +130,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	go func() { defer wg.Done(); pods.Run(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); checkpoints.Run(watchCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); channels.Run(watchCtx) }()
 
 	var hs *http.Server
 	if cfg.Metrics.Address != "" {

@@ -1,0 +1,438 @@
+package podmgmt
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/pkg/podmanagement"
+)
+
+// Restarter restarts containers through the shim's governed restart machinery
+// (the restart-rules feature, with its backoff).
+type Restarter interface {
+	RestartContainer(ctx context.Context, sandboxID, container, reason string) error
+	RestartPod(ctx context.Context, sandboxID, reason string) error
+}
+
+// QueueSize bounds a pod's undelivered notifications.
+const QueueSize = 256
+
+// Manager runs the channels of every pod that declares one.
+type Manager struct {
+	rt        runtimeapi.RuntimeServiceClient
+	dir       string
+	log       *slog.Logger
+	restarter Restarter
+	metrics   *metrics
+	// dial connects to a sidecar (tests replace it).
+	dial func(addr string) (*grpc.ClientConn, error)
+	// backoff bounds between connection attempts.
+	minBackoff, maxBackoff time.Duration
+
+	ctx context.Context // Run's, for connectors started by routes
+
+	mu     sync.Mutex
+	pods   map[string]*pod // sandbox ID
+	active atomic.Int32
+}
+
+type pod struct {
+	SandboxID string            `json:"sandboxId"`
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	UID       string            `json:"uid"`
+	Decl      Declaration       `json:"declaration"`
+	Container string            `json:"container"`
+	Overrides map[string]int32  `json:"overrides,omitempty"` // container ID -> exit code asked by TerminateContainer
+	Names     map[string]string `json:"names,omitempty"`     // container ID -> name
+
+	token       string
+	queue       chan *pb.ContainerEvent
+	dropped     atomic.Int64
+	state       atomic.Value // string: waiting, connecting, connected, backoff
+	terminating atomic.Bool
+	cancel      context.CancelFunc
+}
+
+// New builds the manager; dir is the shim's state directory.
+func New(rt runtimeapi.RuntimeServiceClient, stateDir string, restarter Restarter, log *slog.Logger) (*Manager, error) {
+	dir := filepath.Join(stateDir, "podmgmt")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	m := &Manager{rt: rt, dir: dir, log: log, restarter: restarter, metrics: newMetrics(),
+		pods: map[string]*pod{}, minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second,
+		dial: func(addr string) (*grpc.ClientConn, error) {
+			return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		}}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		p, err := m.load(e.Name())
+		if err != nil {
+			log.Warn("podmgmt: dropping an unreadable pod record", "sandbox", e.Name(), "err", err)
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+			continue
+		}
+		m.pods[p.SandboxID] = p
+	}
+	m.active.Store(int32(len(m.pods)))
+	return m, nil
+}
+
+func (m *Manager) podDir(sandbox string) string { return filepath.Join(m.dir, sandbox) }
+func (m *Manager) tokenPath(sandbox string) string {
+	return filepath.Join(m.podDir(sandbox), "token")
+}
+
+func (m *Manager) load(sandbox string) (*pod, error) {
+	b, err := os.ReadFile(filepath.Join(m.podDir(sandbox), "pod.json"))
+	if err != nil {
+		return nil, err
+	}
+	p := &pod{}
+	if err := json.Unmarshal(b, p); err != nil {
+		return nil, err
+	}
+	tok, err := os.ReadFile(m.tokenPath(sandbox))
+	if err != nil {
+		return nil, err
+	}
+	p.token = string(tok)
+	p.init()
+	return p, nil
+}
+
+func (p *pod) init() {
+	p.queue = make(chan *pb.ContainerEvent, QueueSize)
+	p.state.Store("waiting")
+	if p.Overrides == nil {
+		p.Overrides = map[string]int32{}
+	}
+	if p.Names == nil {
+		p.Names = map[string]string{}
+	}
+}
+
+// save writes the pod record; m.mu held.
+func (m *Manager) save(p *pod) {
+	b, err := json.Marshal(p)
+	if err == nil {
+		tmp := filepath.Join(m.podDir(p.SandboxID), "pod.json.tmp")
+		if err = os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, filepath.Join(m.podDir(p.SandboxID), "pod.json"))
+		}
+	}
+	if err != nil {
+		m.log.Error("podmgmt: saving pod record", "sandbox", p.SandboxID, "err", err)
+	}
+}
+
+// Collectors are the channel metrics.
+func (m *Manager) Collectors() []prometheus.Collector { return m.metrics.collectors() }
+
+// Run follows container exits and keeps the channels of known pods until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	m.mu.Lock()
+	m.ctx = ctx
+	for _, p := range m.pods {
+		m.connectLocked(p)
+	}
+	m.mu.Unlock()
+	m.watchExits(ctx)
+}
+
+// newPod registers a sandbox that declares a channel and writes its token.
+func (m *Manager) newPod(sandbox string, md *runtimeapi.PodSandboxMetadata, d *Declaration) error {
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return err
+	}
+	p := &pod{SandboxID: sandbox, Namespace: md.GetNamespace(), Name: md.GetName(), UID: md.GetUid(), Decl: *d, Container: d.Container,
+		token: hex.EncodeToString(buf)}
+	p.init()
+	if err := os.MkdirAll(m.podDir(sandbox), 0o700); err != nil {
+		return err
+	}
+	// The file is bind-mounted read-only into the declared container, whose
+	// user may not be root.
+	if err := os.WriteFile(m.tokenPath(sandbox), []byte(p.token), 0o444); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.pods[sandbox] = p
+	m.active.Store(int32(len(m.pods)))
+	m.save(p)
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *Manager) get(sandbox string) *pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pods[sandbox]
+}
+
+// notify queues an event for the pod's sidecar; a full queue drops it (counted
+// and logged) rather than ever holding up a CRI call.
+func (m *Manager) notify(p *pod, ev *pb.ContainerEvent) {
+	select {
+	case p.queue <- ev:
+	default:
+		p.dropped.Add(1)
+		m.metrics.dropped.Inc()
+		m.log.Warn("podmgmt: notification queue full; event dropped (the sidecar gets the current state on its next reconnect)",
+			"pod", p.Namespace+"/"+p.Name, "container", ev.ContainerName, "event", ev.Type.String())
+	}
+}
+
+// connectLocked starts the pod's connector if it is not running; m.mu held.
+func (m *Manager) connectLocked(p *pod) {
+	if p.cancel != nil || m.ctx == nil || p.terminating.Load() {
+		return
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	p.cancel = cancel
+	go m.connector(ctx, p)
+}
+
+func (m *Manager) stop(p *pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p.cancel != nil {
+		p.cancel()
+		p.cancel = nil
+	}
+}
+
+// connector keeps the pod's channel up: connect with exponential backoff
+// until the sidecar answers, resend the current state, then deliver queued
+// events and serve commands until the connection fails; then again.
+func (m *Manager) connector(ctx context.Context, p *pod) {
+	delay := m.minBackoff
+	for ctx.Err() == nil {
+		err := m.session(ctx, p)
+		if ctx.Err() != nil {
+			return
+		}
+		p.state.Store("backoff")
+		m.metrics.connected.WithLabelValues(p.Namespace, p.Name).Set(0)
+		m.log.Debug("podmgmt: channel down; retrying", "pod", p.Namespace+"/"+p.Name, "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		if delay *= 2; delay > m.maxBackoff {
+			delay = m.maxBackoff
+		}
+		if err == nil { // it was connected: start over fast
+			delay = m.minBackoff
+		}
+	}
+}
+
+func (m *Manager) session(ctx context.Context, p *pod) error {
+	p.state.Store("connecting")
+	sb, err := m.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.SandboxID})
+	if err != nil {
+		return err
+	}
+	ip := sb.GetStatus().GetNetwork().GetIp()
+	if ip == "" {
+		ip = "127.0.0.1" // host network
+	}
+	conn, err := m.dial(net.JoinHostPort(ip, strconv.Itoa(p.Decl.Port)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := pb.NewPodManagementClient(conn)
+	cctx := metadata.AppendToOutgoingContext(ctx, podmanagement.TokenMetadata, p.token)
+	hctx, cancel := context.WithTimeout(cctx, 2*time.Second)
+	_, err = c.Hello(hctx, &pb.HelloRequest{Versions: SupportedVersions, Agent: "cri-shim", PodNamespace: p.Namespace, PodName: p.Name, PodUid: p.UID})
+	cancel()
+	if err != nil {
+		return err
+	}
+	p.state.Store("connected")
+	m.metrics.connected.WithLabelValues(p.Namespace, p.Name).Set(1)
+	m.log.Info("podmgmt: channel connected", "pod", p.Namespace+"/"+p.Name, "sidecar", p.Container)
+	sctx, scancel := context.WithCancel(cctx)
+	defer scancel()
+	errc := make(chan error, 2)
+	go func() { errc <- m.commands(sctx, p, c) }()
+	go func() { errc <- m.deliver(sctx, p, c) }()
+	err = <-errc
+	scancel()
+	<-errc
+	return err
+}
+
+// deliver resends the current state of every container, then the queued events.
+func (m *Manager) deliver(ctx context.Context, p *pod, c pb.PodManagementClient) error {
+	for len(p.queue) > 0 { // superseded by the state sent next
+		<-p.queue
+	}
+	var seq uint64
+	send := func(ev *pb.ContainerEvent) error {
+		seq++
+		ev.Sequence = seq
+		nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := c.NotifyContainerEvent(nctx, &pb.NotifyContainerEventRequest{Event: ev})
+		if err == nil {
+			m.metrics.sent.Inc()
+		}
+		return err
+	}
+	state, err := m.current(ctx, p)
+	if err != nil {
+		return err
+	}
+	for _, ev := range state {
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev := <-p.queue:
+			if err := send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// current is the latest instance of every container of the pod, as events.
+func (m *Manager) current(ctx context.Context, p *pod) ([]*pb.ContainerEvent, error) {
+	r, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: p.SandboxID}})
+	if err != nil {
+		return nil, err
+	}
+	latest := map[string]*runtimeapi.Container{}
+	for _, c := range r.GetContainers() {
+		n := c.GetMetadata().GetName()
+		if l := latest[n]; l == nil || c.GetCreatedAt() > l.GetCreatedAt() {
+			latest[n] = c
+		}
+	}
+	var out []*pb.ContainerEvent
+	for _, c := range latest {
+		switch c.GetState() {
+		case runtimeapi.ContainerState_CONTAINER_RUNNING:
+			st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId()})
+			if err != nil {
+				continue
+			}
+			out = append(out, m.event(p, st.GetStatus(), pb.EventType_STARTED, "resync"))
+		case runtimeapi.ContainerState_CONTAINER_EXITED:
+			st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId()})
+			if err != nil {
+				continue
+			}
+			out = append(out, m.event(p, st.GetStatus(), pb.EventType_EXITED, "resync"))
+		}
+	}
+	sortEvents(out)
+	return out, nil
+}
+
+// event builds a notification from a container status.
+func (m *Manager) event(p *pod, st *runtimeapi.ContainerStatus, t pb.EventType, msg string) *pb.ContainerEvent {
+	ev := &pb.ContainerEvent{ContainerName: st.GetMetadata().GetName(), Type: t, Message: msg}
+	ev.RestartCount, _ = func() (int32, error) {
+		n, err := strconv.Atoi(st.GetAnnotations()["io.kubernetes.container.restartCount"])
+		return int32(n), err
+	}()
+	switch t {
+	case pb.EventType_STARTED:
+		ev.Time = timestamppb.New(time.Unix(0, st.GetStartedAt()))
+	case pb.EventType_EXITED:
+		ev.Time = timestamppb.New(time.Unix(0, st.GetFinishedAt()))
+		ev.ExitCode = st.GetExitCode()
+		m.mu.Lock()
+		if code, ok := p.Overrides[st.GetId()]; ok {
+			ev.ExitCode = code
+			ev.Message = "terminated by the orchestrator"
+		}
+		m.mu.Unlock()
+		if ev.Message == "" {
+			ev.Message = st.GetReason()
+		}
+	}
+	return ev
+}
+
+// watchExits follows containerd's container events for exits.
+func (m *Manager) watchExits(ctx context.Context) {
+	for ctx.Err() == nil {
+		s, err := m.rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+		if err == nil {
+			for {
+				e, err := s.Recv()
+				if err != nil {
+					break
+				}
+				if e.ContainerEventType != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || m.active.Load() == 0 {
+					continue
+				}
+				p := m.get(e.GetPodSandboxStatus().GetId())
+				if p == nil {
+					continue
+				}
+				for _, cs := range e.ContainersStatuses {
+					if cs.Id == e.ContainerId {
+						m.notify(p, m.event(p, cs, pb.EventType_EXITED, ""))
+					}
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) || ctx.Err() != nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// PodInfo is what `cri-shim pods` shows of a channel.
+type PodInfo struct {
+	Namespace, Name, Container, State string
+	Dropped                           int64
+}
+
+// Channels reports every pod's channel.
+func (m *Manager) Channels() []PodInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []PodInfo
+	for _, p := range m.pods {
+		out = append(out, PodInfo{p.Namespace, p.Name, p.Container, p.state.Load().(string), p.dropped.Load()})
+	}
+	return out
+}

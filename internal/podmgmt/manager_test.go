@@ -1,0 +1,349 @@
+package podmgmt
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/pkg/podmanagement"
+)
+
+// fakeRT: one sandbox at 127.0.0.1 whose containers the test sets.
+type fakeRT struct {
+	runtimeapi.RuntimeServiceClient
+	mu      sync.Mutex
+	ctrs    map[string]*runtimeapi.ContainerStatus // by ID
+	stopped []string
+}
+
+func (f *fakeRT) PodSandboxStatus(context.Context, *runtimeapi.PodSandboxStatusRequest, ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
+	return &runtimeapi.PodSandboxStatusResponse{Status: &runtimeapi.PodSandboxStatus{Network: &runtimeapi.PodSandboxNetworkStatus{Ip: "127.0.0.1"}}}, nil
+}
+
+func (f *fakeRT) ListContainers(_ context.Context, r *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := &runtimeapi.ListContainersResponse{}
+	for id, s := range f.ctrs {
+		out.Containers = append(out.Containers, &runtimeapi.Container{Id: id, PodSandboxId: "sb", Metadata: s.Metadata, State: s.State, CreatedAt: s.CreatedAt})
+	}
+	return out, nil
+}
+
+func (f *fakeRT) ContainerStatus(_ context.Context, r *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.ctrs[r.ContainerId]
+	if s == nil {
+		return nil, status.Error(codes.NotFound, "no such container")
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: proto.Clone(s).(*runtimeapi.ContainerStatus)}, nil
+}
+
+func (f *fakeRT) StopContainer(_ context.Context, r *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, r.ContainerId)
+	s := f.ctrs[r.ContainerId]
+	s.State, s.ExitCode, s.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, 143, time.Now().UnixNano()
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (f *fakeRT) GetContainerEvents(ctx context.Context, _ *runtimeapi.GetEventsRequest, _ ...grpc.CallOption) (runtimeapi.RuntimeService_GetContainerEventsClient, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (f *fakeRT) set(id, name string, state runtimeapi.ContainerState, exit int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now().UnixNano()
+	f.ctrs[id] = &runtimeapi.ContainerStatus{Id: id, Metadata: &runtimeapi.ContainerMetadata{Name: name}, State: state, ExitCode: exit,
+		CreatedAt: now, StartedAt: now, FinishedAt: now}
+}
+
+type restarts struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *restarts) RestartContainer(_ context.Context, sb, c, _ string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "container:"+c)
+	return nil
+}
+
+func (r *restarts) RestartPod(_ context.Context, sb, reason string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "pod:"+reason)
+	return nil
+}
+
+type fx struct {
+	rt   *fakeRT
+	m    *Manager
+	port int
+	r    *restarts
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// newFx: a pod "sb" declaring container "orch" on a free port, the manager running.
+func newFx(t *testing.T) *fx {
+	t.Helper()
+	f := &fx{rt: &fakeRT{ctrs: map[string]*runtimeapi.ContainerStatus{}}, port: freePort(t), r: &restarts{}}
+	m, err := New(f.rt, t.TempDir(), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.minBackoff, m.maxBackoff = 20*time.Millisecond, 100*time.Millisecond
+	f.m = m
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go m.Run(ctx)
+	for m.runCtx() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	ann := map[string]string{AnnotationPrefix + "orch": `{"port": ` + strconv.Itoa(f.port) + `, "version": "1.0"}`}
+	_, err = m.runPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"}, Annotations: ann}},
+		func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+			return &runtimeapi.RunPodSandboxResponse{PodSandboxId: "sb"}, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// create and start a container through the routes, as the kubelet would.
+func (f *fx) run(t *testing.T, id, name string) *runtimeapi.CreateContainerRequest {
+	t.Helper()
+	req := &runtimeapi.CreateContainerRequest{PodSandboxId: "sb", Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}}}
+	ctx := context.Background()
+	if _, err := f.m.createContainer(ctx, req, func(context.Context, *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+		return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.set(id, name, runtimeapi.ContainerState_CONTAINER_RUNNING, 0)
+	start := time.Now()
+	if _, err := f.m.startContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}, func(context.Context, *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+		return &runtimeapi.StartContainerResponse{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Fatalf("StartContainer of %s took %s: the channel must never be on a CRI call's path", name, d)
+	}
+	return req
+}
+
+func (f *fx) sidecar(t *testing.T, token string) (*podmanagement.Sidecar, func()) {
+	t.Helper()
+	if token == "" {
+		b, err := os.ReadFile(f.m.tokenPath("sb"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = string(b)
+	}
+	sc, err := podmanagement.New(podmanagement.Options{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(f.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go sc.Serve(lis)
+	return sc, sc.Stop
+}
+
+func next(t *testing.T, sc *podmanagement.Sidecar) *pb.ContainerEvent {
+	t.Helper()
+	select {
+	case ev := <-sc.Events():
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event within 5s")
+		return nil
+	}
+}
+
+func (m *Manager) runCtx() context.Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ctx
+}
+
+func TestChannelEventsCommandsAndToken(t *testing.T) {
+	f := newFx(t)
+	// The declared container gets the token, read-only; others do not.
+	req := f.run(t, "o1", "orch")
+	if len(req.Config.Mounts) != 1 || req.Config.Mounts[0].ContainerPath != podmanagement.TokenPath || !req.Config.Mounts[0].Readonly ||
+		req.Config.Mounts[0].HostPath != filepath.Join(f.m.dir, "sb", "token") {
+		t.Fatalf("token mount: %v", req.Config.Mounts)
+	}
+	if r := f.run(t, "m1", "main"); len(r.Config.Mounts) != 0 {
+		t.Fatalf("main got mounts %v", r.Config.Mounts)
+	}
+	sc, stop := f.sidecar(t, "")
+	defer stop()
+	// Current state first (resync), in time order, then nothing lost.
+	got := map[string]pb.EventType{}
+	for i := 0; i < 2; i++ {
+		ev := next(t, sc)
+		got[ev.ContainerName] = ev.Type
+		if ev.Sequence != uint64(i+1) {
+			t.Errorf("sequence %d, want %d", ev.Sequence, i+1)
+		}
+	}
+	if got["orch"] != pb.EventType_STARTED || got["main"] != pb.EventType_STARTED {
+		t.Fatalf("resync %v", got)
+	}
+	// An exit is delivered with its code.
+	f.rt.set("m1", "main", runtimeapi.ContainerState_CONTAINER_EXITED, 3)
+	st, _ := f.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: "m1"})
+	f.m.notify(f.m.get("sb"), f.m.event(f.m.get("sb"), st.Status, pb.EventType_EXITED, ""))
+	if ev := next(t, sc); ev.ContainerName != "main" || ev.Type != pb.EventType_EXITED || ev.ExitCode != 3 {
+		t.Fatalf("exit event %v", ev)
+	}
+	// A restarted main: STARTED; then the orchestrator terminates it with 0.
+	f.run(t, "m2", "main")
+	if ev := next(t, sc); ev.ContainerName != "main" || ev.Type != pb.EventType_STARTED {
+		t.Fatalf("start event %v", ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := sc.Terminate(ctx, "main", 0)
+	if err != nil || r.Result != pb.CommandResult_ACCEPTED {
+		t.Fatalf("terminate: %v %v", r, err)
+	}
+	if f.rt.stopped[len(f.rt.stopped)-1] != "m2" {
+		t.Fatalf("stopped %v", f.rt.stopped)
+	}
+	cs, err := f.m.containerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: "m2"}, func(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+		return f.rt.ContainerStatus(ctx, r)
+	})
+	if err != nil || cs.Status.ExitCode != 0 || cs.Status.Reason != "Completed" {
+		t.Fatalf("the kubelet would see %v (%v), want exit 0 Completed", cs.GetStatus(), err)
+	}
+	// Refusals: unknown container, not running, itself.
+	for name, c := range map[string]*pb.Command{
+		"unknown": {Command: &pb.Command_TerminateContainer{TerminateContainer: &pb.TerminateContainerCommand{ContainerName: "nope"}}},
+		"exited":  {Command: &pb.Command_RestartContainer{RestartContainer: &pb.RestartContainerCommand{ContainerName: "main"}}},
+		"itself":  {Command: &pb.Command_TerminateContainer{TerminateContainer: &pb.TerminateContainerCommand{ContainerName: "orch"}}},
+	} {
+		r, err := sc.Send(ctx, c)
+		if err != nil || r.Result != pb.CommandResult_REFUSED || r.ErrorDescription == "" {
+			t.Errorf("%s: %v %v, want REFUSED with a reason", name, r, err)
+		}
+	}
+	// Restarts go to the restart machinery.
+	f.rt.set("m3", "main", runtimeapi.ContainerState_CONTAINER_RUNNING, 0)
+	if r, err := sc.Restart(ctx, "main"); err != nil || r.Result != pb.CommandResult_ACCEPTED {
+		t.Fatalf("restart: %v %v", r, err)
+	}
+	if r, err := sc.RestartAll(ctx, "job restart"); err != nil || r.Result != pb.CommandResult_ACCEPTED {
+		t.Fatalf("restart all: %v %v", r, err)
+	}
+	if len(f.r.calls) != 2 || f.r.calls[0] != "container:main" || f.r.calls[1] != "pod:job restart" {
+		t.Fatalf("restarter calls %v", f.r.calls)
+	}
+	// A terminating pod refuses commands.
+	if _, err := f.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+		return &runtimeapi.StopPodSandboxResponse{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, typ := f.m.do(ctx, f.m.get("sb"), &pb.Command{Command: &pb.Command_RestartAllContainers{RestartAllContainers: &pb.RestartAllContainersCommand{}}}); typ.Result != pb.CommandResult_REFUSED {
+		t.Fatalf("terminating pod: %v", typ)
+	}
+}
+
+// A sidecar restarted: the shim reconnects and resends the current state.
+func TestReconnectResendsState(t *testing.T) {
+	f := newFx(t)
+	f.run(t, "o1", "orch")
+	f.run(t, "m1", "main")
+	sc, stop := f.sidecar(t, "")
+	next(t, sc)
+	next(t, sc)
+	stop()
+	f.rt.set("m1", "main", runtimeapi.ContainerState_CONTAINER_EXITED, 7) // happens while it is down
+	sc2, stop2 := f.sidecar(t, "")
+	defer stop2()
+	got := map[string]*pb.ContainerEvent{}
+	for i := 0; i < 2; i++ {
+		ev := next(t, sc2)
+		got[ev.ContainerName] = ev
+	}
+	if e := got["main"]; e == nil || e.Type != pb.EventType_EXITED || e.ExitCode != 7 || e.Message != "resync" {
+		t.Fatalf("after reconnect: %v", got)
+	}
+}
+
+// A sidecar with another token rejects the shim's calls; nothing is delivered.
+func TestWrongTokenRejected(t *testing.T) {
+	f := newFx(t)
+	f.run(t, "o1", "orch")
+	sc, stop := f.sidecar(t, "not-the-token")
+	defer stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for sc.Rejected() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if sc.Rejected() == 0 {
+		t.Fatal("the shim's calls were not rejected")
+	}
+	select {
+	case ev := <-sc.Events():
+		t.Fatalf("delivered %v to a sidecar with a wrong token", ev)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// Nobody listens and the queue fills: CRI calls never wait, extra events are
+// dropped and counted.
+func TestNeverListeningSidecarDoesNotBlock(t *testing.T) {
+	f := newFx(t)
+	f.run(t, "o1", "orch")
+	p := f.m.get("sb")
+	start := time.Now()
+	for i := 0; i < QueueSize+44; i++ {
+		f.m.notify(p, &pb.ContainerEvent{ContainerName: "main"})
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("notify blocked for %s", d)
+	}
+	if got := p.dropped.Load(); got < 44 {
+		t.Fatalf("dropped %d, want at least 44", got)
+	}
+	if st := p.state.Load().(string); st == "connected" {
+		t.Fatalf("state %s with nobody listening", st)
+	}
+}

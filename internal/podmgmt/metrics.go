@@ -1,0 +1,44 @@
+package podmgmt
+
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+)
+
+type metrics struct {
+	sent      prometheus.Counter
+	dropped   prometheus.Counter
+	commands  *prometheus.CounterVec
+	connected *prometheus.GaugeVec
+	problems  prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "cri_shim_podmgmt_notifications_sent_total",
+			Help: "Container events delivered to orchestrator sidecars."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cri_shim_podmgmt_notifications_dropped_total",
+			Help: "Container events dropped because a pod's queue was full."}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cri_shim_podmgmt_commands_total",
+			Help: "Commands received from orchestrator sidecars, by type and result."}, []string{"type", "result"}),
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cri_shim_podmgmt_connected",
+			Help: "1 while the pod's channel to its orchestrator is up."}, []string{"namespace", "pod"}),
+		problems: prometheus.NewCounter(prometheus.CounterOpts{Name: "cri_shim_podmgmt_annotation_problems_total",
+			Help: "Malformed pod-management.cri-shim.io annotations (the pod runs without a channel)."}),
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.sent, m.dropped, m.commands, m.connected, m.problems}
+}
+
+// sortEvents orders a state snapshot: exits before starts, then by time, so
+// that a sidecar replaying it ends with the current picture.
+func sortEvents(evs []*pb.ContainerEvent) {
+	slices.SortStableFunc(evs, func(a, b *pb.ContainerEvent) int {
+		return a.GetTime().AsTime().Compare(b.GetTime().AsTime())
+	})
+}

@@ -1,0 +1,169 @@
+package podmgmt
+
+import (
+	"context"
+	"os"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/pkg/podmanagement"
+)
+
+// Routes are the CRI calls the channel takes part in. None of them waits for
+// a sidecar: events are queued, connections made in the background.
+func (m *Manager) Routes() []proxy.Route {
+	const svc = "/runtime.v1.RuntimeService/"
+	active := func() bool { return m.active.Load() > 0 }
+	return []proxy.Route{
+		proxy.Unary(svc+"RunPodSandbox", m.runPodSandbox),
+		proxy.UnaryIf(svc+"CreateContainer", active, m.createContainer),
+		proxy.UnaryIf(svc+"StartContainer", active, m.startContainer),
+		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
+		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
+		proxy.UnaryIf(svc+"ContainerStatus", active, m.containerStatus),
+	}
+}
+
+func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	d, problems := ParseAnnotations(req.GetConfig().GetAnnotations())
+	md := req.GetConfig().GetMetadata()
+	for _, pr := range problems {
+		m.metrics.problems.Inc()
+		m.log.Warn("podmgmt: "+pr+"; the pod runs without a pod management channel", "pod", md.GetNamespace()+"/"+md.GetName())
+	}
+	if d != nil {
+		if err := m.newPod(resp.PodSandboxId, md, d); err != nil {
+			m.log.Error("podmgmt: setting up the channel; the pod runs without it", "pod", md.GetNamespace()+"/"+md.GetName(), "err", err)
+		} else {
+			m.log.Info("podmgmt: pod declares an orchestrator", "pod", md.GetNamespace()+"/"+md.GetName(), "container", d.Container, "port", d.Port)
+		}
+	}
+	return resp, nil
+}
+
+// createContainer mounts the pod's token into the declared container and
+// remembers container names.
+func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
+	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
+	p := m.get(req.GetPodSandboxId())
+	if p == nil {
+		return next(ctx, req)
+	}
+	name := req.GetConfig().GetMetadata().GetName()
+	if name == p.Container && req.GetConfig() != nil {
+		req.Config.Mounts = append(req.Config.Mounts, &runtimeapi.Mount{
+			ContainerPath: podmanagement.TokenPath, HostPath: m.tokenPath(p.SandboxID), Readonly: true})
+	}
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	p.Names[resp.GetContainerId()] = name
+	m.save(p)
+	m.mu.Unlock()
+	return resp, nil
+}
+
+// startContainer queues STARTED and, for the declared container, starts the
+// connector (the KEP connects on Ready; the shim cannot see probes, so it
+// connects on start and retries until the sidecar answers).
+func (m *Manager) startContainer(ctx context.Context, req *runtimeapi.StartContainerRequest,
+	next proxy.UnaryNext[runtimeapi.StartContainerRequest, runtimeapi.StartContainerResponse]) (*runtimeapi.StartContainerResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	var p *pod
+	var name string
+	for _, q := range m.pods {
+		if n, ok := q.Names[req.GetContainerId()]; ok {
+			p, name = q, n
+			break
+		}
+	}
+	if p != nil && name == p.Container {
+		m.connectLocked(p)
+	}
+	m.mu.Unlock()
+	if p != nil {
+		// The runtime's own start time, when it answers at once; now otherwise.
+		ev := &pb.ContainerEvent{ContainerName: name, Type: pb.EventType_STARTED}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		if st, err := m.rt.ContainerStatus(sctx, &runtimeapi.ContainerStatusRequest{ContainerId: req.GetContainerId()}); err == nil {
+			ev = m.event(p, st.GetStatus(), pb.EventType_STARTED, "")
+		}
+		cancel()
+		m.notify(p, ev)
+	}
+	return resp, nil
+}
+
+func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
+	if p := m.get(req.GetPodSandboxId()); p != nil {
+		p.terminating.Store(true) // commands are refused from here on
+	}
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if p := m.get(req.GetPodSandboxId()); p != nil {
+		m.stop(p)
+	}
+	return resp, nil
+}
+
+func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if p := m.get(req.GetPodSandboxId()); p != nil {
+		m.stop(p)
+		m.mu.Lock()
+		delete(m.pods, p.SandboxID)
+		m.active.Store(int32(len(m.pods)))
+		m.mu.Unlock()
+		m.metrics.connected.DeleteLabelValues(p.Namespace, p.Name)
+		os.RemoveAll(m.podDir(p.SandboxID))
+	}
+	return resp, nil
+}
+
+// containerStatus reports the exit code a TerminateContainer command asked
+// for, so the kubelet sees the container end as the orchestrator meant.
+func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,
+	next proxy.UnaryNext[runtimeapi.ContainerStatusRequest, runtimeapi.ContainerStatusResponse]) (*runtimeapi.ContainerStatusResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	st := resp.GetStatus()
+	if st.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
+		return resp, nil
+	}
+	m.mu.Lock()
+	for _, p := range m.pods {
+		if code, ok := p.Overrides[st.GetId()]; ok {
+			st.ExitCode = code
+			st.Reason = "Error"
+			if code == 0 {
+				st.Reason = "Completed"
+			}
+			st.Message = "terminated by the pod's orchestrator (pod-management)"
+		}
+	}
+	m.mu.Unlock()
+	return resp, nil
+}

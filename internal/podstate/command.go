@@ -1,0 +1,83 @@
+package podstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// RestartContainer restarts one container of a tracked pod on command, through
+// the same machinery as a Restart rule (its backoff applies): the running
+// instance is stopped and its exit classified as Restart.
+func (m *Manager) RestartContainer(ctx context.Context, sandboxID, container, reason string) error {
+	return m.command(ctx, sandboxID, container, string(corev1.ContainerRestartRuleActionRestart), reason)
+}
+
+// RestartPod restarts every container of a tracked pod in place on command, as
+// a RestartAllContainers rule would: the newest running container is stopped
+// and its exit classified as RestartAllContainers.
+func (m *Manager) RestartPod(ctx context.Context, sandboxID, reason string) error {
+	return m.command(ctx, sandboxID, "", string(ActionRestartAllContainers), reason)
+}
+
+func (m *Manager) command(ctx context.Context, sandboxID, container, action, reason string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil {
+		m.mu.Unlock()
+		return errors.New("the pod is not tracked by cri-shim's restart machinery")
+	}
+	if p.Stopped {
+		m.mu.Unlock()
+		return errors.New("the pod is terminating")
+	}
+	if p.Phase != PhaseRunning {
+		m.mu.Unlock()
+		return fmt.Errorf("a restart of the pod is already in progress (%s)", p.Phase)
+	}
+	m.mu.Unlock()
+	r, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		PodSandboxId: sandboxID, State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+	if err != nil {
+		return err
+	}
+	var target *runtimeapi.Container
+	for _, c := range r.GetContainers() {
+		n := c.GetMetadata().GetName()
+		if container != "" && n != container {
+			continue
+		}
+		if target == nil || c.GetCreatedAt() > target.GetCreatedAt() {
+			target = c
+		}
+	}
+	if target == nil {
+		if container != "" {
+			return fmt.Errorf("container %q is not running", container)
+		}
+		return errors.New("no container of the pod is running")
+	}
+	name := target.GetMetadata().GetName()
+	m.mu.Lock()
+	if p.Forced == nil {
+		p.Forced = map[string]string{}
+	}
+	p.Forced[name] = action
+	m.save(p)
+	m.mu.Unlock()
+	m.log.Info("podstate: restart on command", "pod", p.Namespace+"/"+p.Name, "container", name, "action", action, "reason", reason)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	if _, err := m.rt.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: target.GetId(), Timeout: 10}); err != nil {
+		m.mu.Lock()
+		delete(p.Forced, name)
+		m.save(p)
+		m.mu.Unlock()
+		return err
+	}
+	return nil
+}
