@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cri-shim/cri-shim/internal/podmgmt"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 )
 
@@ -61,6 +62,15 @@ func podsCmd(args []string) int {
 			p.Restarts, orDash(strings.Join(crs, ",")), trigger, delay, next, problems)
 	}
 	w.Flush()
+	if chans := podmgmt.ReadChannels(cfg.StateDir); len(chans) > 0 {
+		fmt.Println()
+		w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "POD\tORCHESTRATOR\tPORT\tCHANNEL")
+		for _, c := range chans {
+			fmt.Fprintf(w, "%s/%s\t%s\t%d\t%s\n", c.Namespace, c.Name, c.Container, c.Port, c.State)
+		}
+		w.Flush()
+	}
 	return 0
 }
 

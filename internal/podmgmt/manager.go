@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,7 +160,7 @@ func (m *Manager) Run(ctx context.Context) {
 		m.connectLocked(p)
 	}
 	m.mu.Unlock()
-	m.watchExits(ctx)
+	m.watchEvents(ctx)
 }
 
 // newPod registers a sandbox that declares a channel and writes its token.
@@ -234,7 +236,7 @@ func (m *Manager) connector(ctx context.Context, p *pod) {
 		if ctx.Err() != nil {
 			return
 		}
-		p.state.Store("backoff")
+		m.setState(p, "backoff")
 		m.metrics.connected.WithLabelValues(p.Namespace, p.Name).Set(0)
 		m.log.Debug("podmgmt: channel down; retrying", "pod", p.Namespace+"/"+p.Name, "in", delay, "err", err)
 		select {
@@ -252,7 +254,7 @@ func (m *Manager) connector(ctx context.Context, p *pod) {
 }
 
 func (m *Manager) session(ctx context.Context, p *pod) error {
-	p.state.Store("connecting")
+	m.setState(p, "connecting")
 	sb, err := m.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.SandboxID})
 	if err != nil {
 		return err
@@ -274,7 +276,7 @@ func (m *Manager) session(ctx context.Context, p *pod) error {
 	if err != nil {
 		return err
 	}
-	p.state.Store("connected")
+	m.setState(p, "connected")
 	m.metrics.connected.WithLabelValues(p.Namespace, p.Name).Set(1)
 	m.log.Info("podmgmt: channel connected", "pod", p.Namespace+"/"+p.Name, "sidecar", p.Container)
 	sctx, scancel := context.WithCancel(cctx)
@@ -386,8 +388,10 @@ func (m *Manager) event(p *pod, st *runtimeapi.ContainerStatus, t pb.EventType, 
 	return ev
 }
 
-// watchExits follows containerd's container events for exits.
-func (m *Manager) watchExits(ctx context.Context) {
+// watchEvents follows containerd's container events: every start and exit of
+// a tracked pod's containers, including those the restart machinery makes
+// itself (which never cross the proxy), becomes a notification.
+func (m *Manager) watchEvents(ctx context.Context) {
 	for ctx.Err() == nil {
 		s, err := m.rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
 		if err == nil {
@@ -396,18 +400,7 @@ func (m *Manager) watchExits(ctx context.Context) {
 				if err != nil {
 					break
 				}
-				if e.ContainerEventType != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || m.active.Load() == 0 {
-					continue
-				}
-				p := m.get(e.GetPodSandboxStatus().GetId())
-				if p == nil {
-					continue
-				}
-				for _, cs := range e.ContainersStatuses {
-					if cs.Id == e.ContainerId {
-						m.notify(p, m.event(p, cs, pb.EventType_EXITED, ""))
-					}
-				}
+				m.onEvent(e)
 			}
 		}
 		if errors.Is(err, io.EOF) || ctx.Err() != nil {
@@ -420,19 +413,67 @@ func (m *Manager) watchExits(ctx context.Context) {
 	}
 }
 
-// PodInfo is what `cri-shim pods` shows of a channel.
-type PodInfo struct {
-	Namespace, Name, Container, State string
-	Dropped                           int64
+func (m *Manager) onEvent(e *runtimeapi.ContainerEventResponse) {
+	var t pb.EventType
+	switch e.ContainerEventType {
+	case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT:
+		t = pb.EventType_STARTED
+	case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
+		t = pb.EventType_EXITED
+	default:
+		return
+	}
+	if m.active.Load() == 0 {
+		return
+	}
+	p := m.get(e.GetPodSandboxStatus().GetId())
+	if p == nil {
+		return
+	}
+	for _, cs := range e.ContainersStatuses {
+		if cs.Id == e.ContainerId {
+			m.notify(p, m.event(p, cs, t, ""))
+		}
+	}
 }
 
-// Channels reports every pod's channel.
-func (m *Manager) Channels() []PodInfo {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []PodInfo
-	for _, p := range m.pods {
-		out = append(out, PodInfo{p.Namespace, p.Name, p.Container, p.state.Load().(string), p.dropped.Load()})
+// setState records the channel's state, in memory and, on a change, in the
+// pod's directory for `cri-shim pods`.
+func (m *Manager) setState(p *pod, st string) {
+	if old, _ := p.state.Swap(st).(string); old == st {
+		return
+	}
+	line := fmt.Sprintf("%s %s dropped=%d\n", st, time.Now().UTC().Format(time.RFC3339), p.dropped.Load())
+	_ = os.WriteFile(filepath.Join(m.podDir(p.SandboxID), "state"), []byte(line), 0o600)
+}
+
+// Channel is what `cri-shim pods` shows of a pod's channel.
+type Channel struct {
+	Namespace, Name, Container string
+	Port                       int
+	State                      string // state, since, drops, as last recorded
+}
+
+// ReadChannels reads the channel records under stateDir.
+func ReadChannels(stateDir string) []Channel {
+	dir := filepath.Join(stateDir, "podmgmt")
+	ents, _ := os.ReadDir(dir)
+	var out []Channel
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "pod.json"))
+		if err != nil {
+			continue
+		}
+		var p pod
+		if json.Unmarshal(b, &p) != nil {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join(dir, e.Name(), "state"))
+		state := "waiting for the orchestrator to start"
+		if err == nil {
+			state = strings.TrimSpace(string(st))
+		}
+		out = append(out, Channel{p.Namespace, p.Name, p.Container, p.Decl.Port, state})
 	}
 	return out
 }

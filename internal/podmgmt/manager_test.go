@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -159,7 +160,19 @@ func (f *fx) run(t *testing.T, id, name string) *runtimeapi.CreateContainerReque
 	if d := time.Since(start); d > 200*time.Millisecond {
 		t.Fatalf("StartContainer of %s took %s: the channel must never be on a CRI call's path", name, d)
 	}
+	f.event(t, id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return req
+}
+
+// event feeds the manager a runtime event for a container, as containerd would.
+func (f *fx) event(t *testing.T, id string, typ runtimeapi.ContainerEventType) {
+	t.Helper()
+	st, err := f.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.m.onEvent(&runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ,
+		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: "sb"}, ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}})
 }
 
 func (f *fx) sidecar(t *testing.T, token string) (*podmanagement.Sidecar, func()) {
@@ -225,10 +238,12 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 	if got["orch"] != pb.EventType_STARTED || got["main"] != pb.EventType_STARTED {
 		t.Fatalf("resync %v", got)
 	}
+	if ch := ReadChannels(filepath.Dir(f.m.dir)); len(ch) != 1 || ch[0].Container != "orch" || !strings.HasPrefix(ch[0].State, "connected") {
+		t.Fatalf("cri-shim pods would show %+v", ch)
+	}
 	// An exit is delivered with its code.
 	f.rt.set("m1", "main", runtimeapi.ContainerState_CONTAINER_EXITED, 3)
-	st, _ := f.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: "m1"})
-	f.m.notify(f.m.get("sb"), f.m.event(f.m.get("sb"), st.Status, pb.EventType_EXITED, ""))
+	f.event(t, "m1", runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	if ev := next(t, sc); ev.ContainerName != "main" || ev.Type != pb.EventType_EXITED || ev.ExitCode != 3 {
 		t.Fatalf("exit event %v", ev)
 	}

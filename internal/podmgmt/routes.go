@@ -3,11 +3,9 @@ package podmgmt
 import (
 	"context"
 	"os"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
@@ -73,9 +71,10 @@ func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 	return resp, nil
 }
 
-// startContainer queues STARTED and, for the declared container, starts the
-// connector (the KEP connects on Ready; the shim cannot see probes, so it
-// connects on start and retries until the sidecar answers).
+// startContainer starts the connector once the declared container runs (the
+// KEP connects on Ready; the shim cannot see probes, so it connects on start
+// and retries until the sidecar answers). STARTED notifications come from
+// the runtime's events (watchEvents), which also see restarts the shim makes.
 func (m *Manager) startContainer(ctx context.Context, req *runtimeapi.StartContainerRequest,
 	next proxy.UnaryNext[runtimeapi.StartContainerRequest, runtimeapi.StartContainerResponse]) (*runtimeapi.StartContainerResponse, error) {
 	resp, err := next(ctx, req)
@@ -83,28 +82,15 @@ func (m *Manager) startContainer(ctx context.Context, req *runtimeapi.StartConta
 		return nil, err
 	}
 	m.mu.Lock()
-	var p *pod
-	var name string
-	for _, q := range m.pods {
-		if n, ok := q.Names[req.GetContainerId()]; ok {
-			p, name = q, n
+	for _, p := range m.pods {
+		if n, ok := p.Names[req.GetContainerId()]; ok {
+			if n == p.Container {
+				m.connectLocked(p)
+			}
 			break
 		}
 	}
-	if p != nil && name == p.Container {
-		m.connectLocked(p)
-	}
 	m.mu.Unlock()
-	if p != nil {
-		// The runtime's own start time, when it answers at once; now otherwise.
-		ev := &pb.ContainerEvent{ContainerName: name, Type: pb.EventType_STARTED}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		if st, err := m.rt.ContainerStatus(sctx, &runtimeapi.ContainerStatusRequest{ContainerId: req.GetContainerId()}); err == nil {
-			ev = m.event(p, st.GetStatus(), pb.EventType_STARTED, "")
-		}
-		cancel()
-		m.notify(p, ev)
-	}
 	return resp, nil
 }
 

@@ -90,9 +90,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// Pods that declare an orchestrator are tracked by the restart machinery
 	// even without restart rules: the orchestrator may restart them.
 	pods.TrackAlso(func(ann map[string]string) bool { d, _ := podmgmt.ParseAnnotations(ann); return d != nil })
-	// Order matters where two features share a method: the pod restart state
-	// sees the kubelet's calls first, warm start rewrites them last.
-	routes := append(append(append(o.Routes, pods.Routes()...), checkpoints.Routes()...), channels.Routes()...)
+	// Where features share a method, the first registered sees the call
+	// first: the channel adds its token mount before the restart state
+	// records the kubelet's CreateContainer (so replays carry it too), the
+	// restart state sees the kubelet's calls before warm start rewrites them.
+	routes := append(append(append(o.Routes, channels.Routes()...), pods.Routes()...), checkpoints.Routes()...)
 	p, err := proxy.New(backend, mc, routes...)
 	if err != nil {
 		return err
