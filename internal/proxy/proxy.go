@@ -47,6 +47,8 @@ type Route struct {
 	// decoded, when set, is Handler without its raw fast path: the first route
 	// of a chain must always hand decoded messages to the next.
 	decoded Handler
+	// active, set by UnaryIf, says whether the route has anything to do now.
+	active func() bool
 }
 
 type route struct {
@@ -55,6 +57,10 @@ type route struct {
 	invoke  func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
 	chain   []func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error // routes after the first
 	decoded Handler
+	// actives are the chained routes' active funcs; when every route of a
+	// chain has one and none is active, the call is forwarded raw.
+	actives []func() bool
+	always  bool // a chained route without an active func
 	metrics *metrics.Method
 }
 
@@ -119,6 +125,7 @@ func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Pro
 		}
 		if rt.handler == nil {
 			rt.handler, rt.invoke, rt.decoded = r.Handler, r.Invoke, r.decoded
+			rt.addActive(r.active)
 			continue
 		}
 		if rt.invoke == nil || r.Invoke == nil {
@@ -128,6 +135,7 @@ func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Pro
 			rt.handler = rt.decoded
 		}
 		rt.chain = append(rt.chain, r.Invoke)
+		rt.addActive(r.active)
 	}
 	return p, nil
 }
@@ -164,6 +172,8 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	start := time.Now()
 	var err error
 	switch {
+	case rt.chain != nil && !rt.anyActive():
+		err = forwardUnary(ss, method, p.backend)
 	case rt.chain != nil:
 		err = rt.handler(ss.Context(), ss, &chainConn{method: method, invokes: rt.chain, backend: p.backend})
 	case rt.handler != nil:
@@ -204,4 +214,25 @@ func (c *chainConn) Invoke(ctx context.Context, method string, req, resp any, op
 
 func (c *chainConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return c.backend.NewStream(ctx, desc, method, opts...)
+}
+
+func (r *route) addActive(f func() bool) {
+	if f == nil {
+		r.always = true
+		return
+	}
+	r.actives = append(r.actives, f)
+}
+
+// anyActive reports whether some route of a chain has work to do.
+func (r *route) anyActive() bool {
+	if r.always {
+		return true
+	}
+	for _, f := range r.actives {
+		if f() {
+			return true
+		}
+	}
+	return false
 }

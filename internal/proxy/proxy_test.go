@@ -319,6 +319,12 @@ func TestRoutesForOneMethodAreChained(t *testing.T) {
 			return resp, nil
 		}
 	}
+	// Both UnaryIf and inactive: the call goes through raw, untouched.
+	off := func() bool { return false }
+	fx := newFixture(t, nil, UnaryIf(m, off, tag("+a")), UnaryIf(m, off, tag("+b")))
+	if v, err := runtimeapi.NewRuntimeServiceClient(fx.shim).Version(ctxT(t), &runtimeapi.VersionRequest{}); err != nil || v.RuntimeName != "fake" {
+		t.Fatalf("inactive chain: %q %v", v.GetRuntimeName(), err)
+	}
 	for _, active := range []bool{true, false} {
 		outer := UnaryIf(m, func() bool { return active }, tag("+outer"))
 		fx := newFixture(t, nil, outer, Unary(m, tag("+inner")), Unary(m, tag("+last")))

@@ -68,7 +68,7 @@ func UnaryIf[Req, Resp any, PReq interface {
 			return forwardUnary(ss, method, backend)
 		}
 		return typed.Handler(ctx, ss, backend)
-	}, decoded: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+	}, active: active, decoded: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 		if active() {
 			return typed.Handler(ctx, ss, backend)
 		}
