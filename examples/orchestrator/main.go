@@ -58,9 +58,14 @@ func main() {
 	}
 }
 
-// follow reads new command lines from path as they are appended.
+// follow reads new command lines from path as they are appended. How many
+// it has carried out is kept in path+".done", so a restarted orchestrator
+// does not repeat commands.
 func follow(sc *podmanagement.Sidecar, path string) {
 	done := 0
+	if b, err := os.ReadFile(path + ".done"); err == nil {
+		done, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
 	for {
 		time.Sleep(100 * time.Millisecond)
 		f, err := os.Open(path)
@@ -74,6 +79,7 @@ func follow(sc *podmanagement.Sidecar, path string) {
 		}
 		f.Close()
 		for ; done < len(lines); done++ {
+			_ = os.WriteFile(path+".done", []byte(strconv.Itoa(done+1)), 0o644)
 			run(sc, strings.Fields(lines[done]))
 		}
 	}

@@ -314,7 +314,7 @@ func (m *Manager) classifyExited(ctx context.Context, cs []*runtimeapi.Container
 }
 
 func (m *Manager) needsClassification(p *Pod, id, name string) bool {
-	if p.Phase != PhaseRunning || p.Stopped || len(p.Rules[name]) == 0 || p.Settled[id] {
+	if p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || p.Settled[id] {
 		return false
 	}
 	if _, ours := p.IDs[id]; !ours {

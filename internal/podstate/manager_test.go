@@ -672,3 +672,56 @@ func TestKubeletStopsAreNotRestarted(t *testing.T) {
 		t.Fatalf("created %v: nothing may be restarted", rt.created)
 	}
 }
+
+// Restarts on command (the pod management channel): a pod without rules,
+// tracked because TrackAlso says so, restarts one container and then the
+// whole pod through the same machinery as the rules.
+func TestRestartOnCommand(t *testing.T) {
+	rt := newFakeRT()
+	rt.exitOnStart["init"] = 0
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	ctx := context.Background()
+	// Untracked: refused.
+	sb := k.runPod(map[string]string{"orchestrated": "yes"})
+	if err := k.m.RestartPod(ctx, sb, "x"); err == nil {
+		t.Fatal("an untracked pod was restarted")
+	}
+	k.m.TrackAlso(func(a map[string]string) bool { return a["orchestrated"] == "yes" })
+	sb = k.runPod(map[string]string{"orchestrated": "yes"})
+	for _, n := range []string{"init", "sidecar", "main"} {
+		k.start(sb, n)
+	}
+	p := k.m.pods[sb]
+	if err := k.m.RestartContainer(ctx, sb, "nope", "x"); err == nil {
+		t.Fatal("restart of an unknown container accepted")
+	}
+	main := p.Latest["main"]
+	if err := k.m.RestartContainer(ctx, sb, "main", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.status(main); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || p.Scope != "main" {
+		t.Fatalf("after the command: kubelet sees %v, scope %q; want the restart under way", s.State, p.Scope)
+	}
+	if err := k.m.RestartPod(ctx, sb, "busy"); err == nil {
+		t.Fatal("a second restart accepted while one is in progress")
+	}
+	if err := k.m.execute(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if p.ContainerRestarts["main"] != 1 || p.Restarts != 0 || len(p.Forced) != 0 {
+		t.Fatalf("container restarts %v, pod restarts %d, forced %v", p.ContainerRestarts, p.Restarts, p.Forced)
+	}
+	if err := k.m.RestartPod(ctx, sb, "job restart"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := rt.stopped[len(rt.stopped)-1]
+	if s := k.status(stopped); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || p.Scope != "" {
+		t.Fatalf("after RestartPod: kubelet sees %v, scope %q; want a pod restart under way", s.State, p.Scope)
+	}
+	if err := k.m.execute(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if p.Restarts != 1 || p.Phase != PhaseRunning {
+		t.Fatalf("pod restarts %d, phase %s", p.Restarts, p.Phase)
+	}
+}

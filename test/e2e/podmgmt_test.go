@@ -166,8 +166,8 @@ func TestPodManagementChannel(t *testing.T) {
 	})
 
 	// 4. The orchestrator killed: restarted by the kubelet, the shim reconnects and resends.
-	before := strings.Count(orchLog(t, full), `message="resync"`)
 	q, _ := kubeletPod(t, full)
+	nextLog := filepath.Join(node.env["NODE_DATA"], "pod-logs", "default_"+full+"_"+string(q.UID), "orch", strconv.Itoa(int(statusOf(q, "orch").RestartCount)+1)+".log")
 	out := mustCrictl(t, node.env["SHIM_SOCK"], "inspect", "-o", "go-template", "--template", "{{.info.pid}}", strings.TrimPrefix(statusOf(q, "orch").ContainerID, "containerd://"))
 	pid, err := strconv.Atoi(strings.TrimSpace(out))
 	if err != nil {
@@ -176,8 +176,12 @@ func TestPodManagementChannel(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(t, full, "state resent after the orchestrator was killed", 60*time.Second, func(s string) bool {
-		return strings.Count(s, `message="resync"`) >= before+2
+	eventually(t, 60*time.Second, "state resent to the orchestrator started after the kill", func() error {
+		b, _ := os.ReadFile(nextLog)
+		if strings.Count(string(b), `message="resync"`) < 2 {
+			return fmt.Errorf("%s:\n%s", filepath.Base(nextLog), lastLines(string(b), 5))
+		}
+		return nil
 	})
 
 	// 2. Terminate main with 0: it exits, and the pod (restartPolicy Never) completes.
