@@ -6,7 +6,6 @@
 //	terminate <container> <exit code>
 //	restart <container>
 //	restart-all <reason>
-//
 package main
 
 import (
