@@ -218,6 +218,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	fmt.Fprintf(&md, "# Pod checkpoint/restore\n\n%s. CRIU 4 via runc and containerd 2.2; disk: sequential write %.0f MB/s (dd, 1 GiB, fdatasync, in the checkpoint root).\n\n",
 		time.Now().UTC().Format(time.RFC3339), disk/1e6)
 	md.WriteString("Two-container pod: main allocates and touches the size shown, the sidecar 16 MiB. Checkpoint: cri-shim's CheckpointPod (both paused, captured in parallel, resumed) against containerd's CheckpointContainer of each container in sequence. Restore to running: RestorePod + StartContainer of each, against RunPodSandbox + CreateContainer(archive) + StartContainer of each on containerd.\n\n")
+	md.WriteString("Dump throughput: checkpoint size over the whole CheckpointPod call (archives written and fsynced); in brackets, over the CRIU capture phase alone (the pod paused).\n\n")
 	md.WriteString("| main | checkpoint size | cri-shim checkpoint | (pod paused) | containerd, per container in sequence | ratio | dump throughput | cri-shim restore to running | containerd restore to running | failed starts |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	okCP, okTP := true, true
 	var failures []string
@@ -225,8 +226,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 		tp := float64(r.size) / r.shimCP.Seconds()
 		okCP = okCP && r.shimCP <= r.baseCP
 		okTP = okTP && tp >= disk/2
-		fmt.Fprintf(&md, "| %d MiB | %.0f MiB | %.2f s | %.2f s | %.2f s | %.2f | %.0f MB/s (%.0f%% of disk) | %s | %s | %d |\n", r.mib, float64(r.size)/(1<<20),
-			r.shimCP.Seconds(), r.shimFrozen.Seconds(), r.baseCP.Seconds(), r.shimCP.Seconds()/r.baseCP.Seconds(), tp/1e6, 100*tp/disk,
+		ctp := float64(r.size) / r.shimFrozen.Seconds()
+		fmt.Fprintf(&md, "| %d MiB | %.0f MiB | %.2f s | %.2f s | %.2f s | %.2f | %.0f MB/s, %.0f%% of disk (capture: %.0f MB/s, %.0f%%) | %s | %s | %d |\n", r.mib, float64(r.size)/(1<<20),
+			r.shimCP.Seconds(), r.shimFrozen.Seconds(), r.baseCP.Seconds(), r.shimCP.Seconds()/r.baseCP.Seconds(), tp/1e6, 100*tp/disk, ctp/1e6, 100*ctp/disk,
 			secs(r.shimRestore), secs(r.baseRestore), len(r.failures))
 		failures = append(failures, r.failures...)
 	}
@@ -235,7 +237,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	if len(failures) > 0 {
 		fmt.Fprintf(&md, "\nStartContainer of a restored container failed %d times (each restore was retried, up to 3 times); first error: `%s`. See docs/checkpoint.md, open problems.\n", len(failures), failures[0])
 	}
-	fmt.Fprintf(&md, "\nTargets: pod checkpoint no slower than the per-container baseline: %s; dump throughput at least half the disk bandwidth: %s; warm start under 1 s: %s.\n",
+	fmt.Fprintf(&md, "\nTargets: pod checkpoint no slower than the per-container baseline: %s; dump throughput (whole call) at least half the disk bandwidth: %s; warm start under 1 s: %s.\n",
 		verdict(okCP), verdict(okTP), verdict(warm >= 0 && warm < time.Second))
 	out := md.String()
 	fmt.Print("\n" + out)
