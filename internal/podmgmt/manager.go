@@ -20,8 +20,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -154,6 +156,26 @@ func (m *Manager) Collectors() []prometheus.Collector { return m.metrics.collect
 
 // Run follows container exits and keeps the channels of known pods until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
+	// Records of sandboxes removed while the shim was down are dropped.
+	m.mu.Lock()
+	known := make([]*pod, 0, len(m.pods))
+	for _, p := range m.pods {
+		known = append(known, p)
+	}
+	m.mu.Unlock()
+	for _, p := range known {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := m.rt.PodSandboxStatus(sctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.SandboxID})
+		cancel()
+		if status.Code(err) == codes.NotFound {
+			m.mu.Lock()
+			delete(m.pods, p.SandboxID)
+			m.active.Store(int32(len(m.pods)))
+			m.mu.Unlock()
+			os.RemoveAll(m.podDir(p.SandboxID))
+			m.log.Info("podmgmt: dropped the channel record of a sandbox that no longer exists", "sandbox", p.SandboxID)
+		}
+	}
 	m.mu.Lock()
 	m.ctx = ctx
 	for _, p := range m.pods {
@@ -197,6 +219,9 @@ func (m *Manager) get(sandbox string) *pod {
 // notify queues an event for the pod's sidecar; a full queue drops it (counted
 // and logged) rather than ever holding up a CRI call.
 func (m *Manager) notify(p *pod, ev *pb.ContainerEvent) {
+	if p.terminating.Load() {
+		return // the channel is closed with the sandbox
+	}
 	select {
 	case p.queue <- ev:
 	default:

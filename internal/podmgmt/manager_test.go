@@ -362,3 +362,46 @@ func TestNeverListeningSidecarDoesNotBlock(t *testing.T) {
 		t.Fatalf("state %s with nobody listening", st)
 	}
 }
+
+// A restarted shim keeps the channels of live sandboxes and drops the records
+// of sandboxes removed meanwhile.
+func TestRestartedShimReloadsChannels(t *testing.T) {
+	f := newFx(t)
+	f.run(t, "o1", "orch")
+	f.m.stop(f.m.get("sb")) // the first shim is gone
+	dir := filepath.Dir(f.m.dir)
+	os.MkdirAll(filepath.Join(f.m.dir, "gone"), 0o700)
+	os.WriteFile(filepath.Join(f.m.dir, "gone", "pod.json"), []byte(`{"sandboxId":"gone","container":"orch","declaration":{"port":1,"version":"1.0"}}`), 0o600)
+	os.WriteFile(filepath.Join(f.m.dir, "gone", "token"), []byte("t"), 0o444)
+	rt := &goneRT{fakeRT: f.rt}
+	m2, err := New(rt, dir, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m2.Run(ctx)
+	for m2.runCtx() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if m2.get("sb") == nil || m2.get("gone") != nil {
+		t.Fatalf("after restart: sb %v, gone %v", m2.get("sb") != nil, m2.get("gone") != nil)
+	}
+	if _, err := os.Stat(filepath.Join(f.m.dir, "gone")); !os.IsNotExist(err) {
+		t.Fatalf("record of a removed sandbox kept: %v", err)
+	}
+	sc, stop := f.sidecar(t, "")
+	defer stop()
+	if ev := next(t, sc); ev.Message != "resync" {
+		t.Fatalf("the restarted shim did not reconnect with the state: %v", ev)
+	}
+}
+
+type goneRT struct{ *fakeRT }
+
+func (g *goneRT) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest, o ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
+	if r.PodSandboxId == "gone" {
+		return nil, status.Error(codes.NotFound, "no sandbox")
+	}
+	return g.fakeRT.PodSandboxStatus(ctx, r, o...)
+}
