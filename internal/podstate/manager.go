@@ -57,6 +57,11 @@ type Manager struct {
 	active  map[string]bool // sandboxes with an executor running
 	metrics *metrics
 
+	// sandboxListAt is when the kubelet last listed every sandbox (0 once a
+	// container list consumed it); sandboxListSeen when it last did at all.
+	// They tell the PLEG's relist from the stats provider's list (isRelist).
+	sandboxListAt, sandboxListSeen atomic.Int64
+
 	// trackAlso, when set, makes pods without restart rules tracked too when
 	// it reports true for their annotations (pods that declare an
 	// orchestrator may be restarted on its command).

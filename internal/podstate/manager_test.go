@@ -725,3 +725,31 @@ func TestRestartOnCommand(t *testing.T) {
 		t.Fatalf("pod restarts %d, phase %s", p.Restarts, p.Phase)
 	}
 }
+
+// The PLEG's relist (a full container list right after a full sandbox list)
+// is told from the stats provider's (a full container list with no sandbox
+// list before it); a kubelet that never lists sandboxes has every full list
+// taken as a relist.
+func TestRelistToldFromStatsList(t *testing.T) {
+	k, _, _ := setup(t, t.TempDir())
+	m := k.m
+	if !m.isRelist() {
+		t.Fatal("no sandbox list ever seen: a full list must count as the relist")
+	}
+	m.sawSandboxList(2)
+	if !m.isRelist() {
+		t.Fatal("container list right after the sandbox list: not taken as the relist")
+	}
+	if m.isRelist() {
+		t.Fatal("a second full list (the stats provider's) taken as a relist")
+	}
+	m.sawSandboxList(40) // a filtered sandbox list
+	if m.isRelist() {
+		t.Fatal("a filtered sandbox list made the next container list a relist")
+	}
+	m.sawSandboxList(0)
+	m.sandboxListAt.Store(time.Now().Add(-time.Second).UnixNano())
+	if m.isRelist() {
+		t.Fatal("a container list a second after the sandbox list taken as the relist")
+	}
+}

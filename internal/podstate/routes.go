@@ -30,6 +30,7 @@ func (m *Manager) Routes() []proxy.Route {
 		proxy.UnaryIf(svc+"StopContainer", active, m.stopContainer),
 		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
 		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
+		proxy.ObserveUnary(svc+"ListPodSandbox", m.sawSandboxList),
 		proxy.UnaryIf(svc+"ListContainers", active, m.listContainers),
 		proxy.UnaryIf(svc+"ContainerStatus", active, m.containerStatus),
 		{Method: svc + "GetContainerEvents", Handler: m.containerEvents},
@@ -247,14 +248,46 @@ func isFull(f *runtimeapi.ContainerFilter) bool {
 	return f.GetState() == nil && f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0
 }
 
+// sawSandboxList notes a ListPodSandbox without a filter: an encoded request
+// of at most 2 bytes (no filter, or an empty one, as the kubelet sends).
+func (m *Manager) sawSandboxList(reqLen int) {
+	if reqLen > 2 || m.Tracked() == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	m.sandboxListAt.Store(now)
+	m.sandboxListSeen.Store(now)
+}
+
+// relistWindow is how soon after its sandbox list the PLEG lists containers.
+const relistWindow = 500 * time.Millisecond
+
+// isRelist says whether a full container list is the PLEG's relist, which
+// the kubelet's next status reads follow, rather than the stats provider's,
+// which nothing follows. The PLEG lists every sandbox and then every
+// container (kuberuntime_manager.go, GetPods); the CRI stats provider lists
+// every container and then every sandbox (stats/cri_stats_provider.go,
+// getPodAndContainerMaps), with the same empty filters. A container list
+// that closely follows a sandbox list is the relist. A caller that never
+// lists sandboxes (not a kubelet v1.36) has every full list taken as one.
+func (m *Manager) isRelist() bool {
+	seen := m.sandboxListSeen.Load()
+	if seen == 0 || time.Since(time.Unix(0, seen)) > 10*time.Second {
+		return true
+	}
+	at := m.sandboxListAt.Swap(0)
+	return at != 0 && time.Since(time.Unix(0, at)) < relistWindow
+}
+
 // viewContainers classifies unseen exits, then applies the restart view and
 // the caller's state filter to a list of containers.
 func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue, full bool) []*runtimeapi.Container {
 	m.classifyExited(ctx, cs)
+	// Only the PLEG's relist releases holds and records what was shown: the
+	// kubelet's next statuses follow it (see Pod.held).
+	full = full && m.isRelist()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// A full list (the kubelet's PLEG relist) releases every hold and is
-	// the picture the kubelet's next statuses follow (see Pod.held).
 	if full {
 		for _, p := range m.pods {
 			p.held = nil

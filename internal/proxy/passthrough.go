@@ -49,9 +49,18 @@ func transportHeader(k string) bool {
 
 // forwardUnary relays a unary call with no goroutine and no decode.
 func forwardUnary(ss grpc.ServerStream, method string, backend grpc.ClientConnInterface) error {
+	return forwardUnaryObserved(ss, method, backend, nil)
+}
+
+// forwardUnaryObserved is forwardUnary that first hands the request's encoded
+// size to observe, when set.
+func forwardUnaryObserved(ss grpc.ServerStream, method string, backend grpc.ClientConnInterface, observe func(reqLen int)) error {
 	var in, out frame
 	if err := ss.RecvMsg(&in); err != nil {
 		return err
+	}
+	if observe != nil {
+		observe(in.data.Len())
 	}
 	var header, trailer metadata.MD
 	err := backend.Invoke(outgoingContext(ss.Context()), method, &in, &out, grpc.Header(&header), grpc.Trailer(&trailer))

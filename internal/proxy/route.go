@@ -93,3 +93,13 @@ func UnaryIf[Req, Resp any, PReq interface {
 func ForwardServerStream(ss grpc.ServerStream, method string, backend grpc.ClientConnInterface) error {
 	return forwardServerStream(ss, method, backend)
 }
+
+// ObserveUnary is a Route that forwards a unary call raw, exactly as a method
+// without a route, after telling observe the size of the encoded request (no
+// decode, no copy): for a feature that only needs to know that a call was made
+// and, by its size, roughly with which filter.
+func ObserveUnary(method string, observe func(reqLen int)) Route {
+	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+		return forwardUnaryObserved(ss, method, backend, observe)
+	}}
+}
