@@ -87,6 +87,33 @@ func TestValidateReportsEveryBadField(t *testing.T) {
 	}
 }
 
+func TestValidateCheckpoint(t *testing.T) {
+	for _, c := range []struct {
+		root       string
+		perPod     int
+		total      int64
+		wantFields []string
+	}{
+		{"relative/dir", 3, 0, []string{"checkpoint.root"}},
+		{"/", 3, 0, []string{"checkpoint.root"}},
+		{"/var/lib/x", -1, -5, []string{"checkpoint.max_per_pod", "checkpoint.max_total_bytes"}},
+	} {
+		cfg := DefaultConfig()
+		cfg.Checkpoint = CheckpointConfig{Root: c.root, MaxPerPod: c.perPod, MaxTotalBytes: c.total}
+		err := cfg.Validate()
+		for _, f := range c.wantFields {
+			if err == nil || !strings.Contains(err.Error(), f) {
+				t.Errorf("%+v: %v does not name %s", c, err, f)
+			}
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Checkpoint.MaxPerPod, cfg.Checkpoint.MaxTotalBytes = 0, 0
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("0 (unbounded) refused: %v", err)
+	}
+}
+
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "absent.toml")
