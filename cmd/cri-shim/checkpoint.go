@@ -37,7 +37,7 @@ func checkpointCmd(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: cri-shim checkpoint --namespace NS --pod NAME [--name CP] [--timeout 60s] [--sequential]")
 		return 2
 	}
-	cfg, code, ok := loadFor(fs, *cfgPath)
+	cfg, code, ok := loadParsed(fs, *cfgPath, true)
 	if !ok {
 		return code
 	}
@@ -166,7 +166,7 @@ func checkpointsCmd(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg, code, ok := loadFor(fs, *cfgPath)
+	cfg, code, ok := loadParsed(fs, *cfgPath, true)
 	if !ok {
 		return code
 	}
@@ -229,20 +229,6 @@ func arg(a []string, i int) string {
 		return a[i]
 	}
 	return "?"
-}
-
-func loadFor(fs *flag.FlagSet, path string) (config.Config, int, bool) {
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
-	cfg, err := config.Load(path, explicit)
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim:", err)
-		return cfg, 1, false
-	}
-	return cfg, 0, true
 }
 
 func dialShim(cfg config.Config) (runtimeapi.RuntimeServiceClient, func(), error) {

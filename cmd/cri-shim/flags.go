@@ -17,9 +17,16 @@ func loadConfig(name string, args []string, validate bool) (cfg config.Config, c
 	if err := fs.Parse(args); err != nil {
 		return cfg, 2, false
 	}
+	return loadParsed(fs, *path, validate)
+}
+
+// loadParsed loads the file a parsed flag set's --config names (the default
+// path may be absent, a path the operator named may not), for commands with
+// flags of their own.
+func loadParsed(fs *flag.FlagSet, path string, validate bool) (config.Config, int, bool) {
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
-	cfg, err := config.Load(*path, explicit)
+	cfg, err := config.Load(path, explicit)
 	if err == nil && validate {
 		err = cfg.Validate()
 	}

@@ -77,6 +77,14 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		return nil, err
 	}
 
+	sb, err := s.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandboxID, Verbose: true})
+	if err != nil {
+		return nil, err // NotFound and the runtime's other codes pass through
+	}
+	if st := sb.GetStatus().GetState(); st != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: sandbox %s is %s, not ready", short(sandboxID), st)
+	}
+	sandboxID = sb.GetStatus().GetId() // the runtime accepts a unique prefix; use the full ID from here on
 	s.mu.Lock()
 	if s.busy[sandboxID] {
 		s.mu.Unlock()
@@ -90,14 +98,6 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		s.mu.Unlock()
 	}()
 
-	sb, err := s.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandboxID, Verbose: true})
-	if err != nil {
-		return nil, err // NotFound and the runtime's other codes pass through
-	}
-	if st := sb.GetStatus().GetState(); st != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: sandbox %s is %s, not ready", short(sandboxID), st)
-	}
-	sandboxID = sb.GetStatus().GetId() // the runtime accepts a unique prefix; use the full ID from here on
 	targets, exited, err := s.selectTargets(ctx, sandboxID, ids)
 	if err != nil {
 		return nil, err

@@ -113,6 +113,10 @@ func restoredConfig(cfg *runtimeapi.ContainerConfig, dir string, e ContainerEntr
 	return c
 }
 
+// restoreTimeout bounds the runtime calls of one RestorePod, whatever the
+// caller's deadline (see restorePod).
+const restoreTimeout = 4 * time.Minute
+
 func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequest) (*runtimeapi.RestorePodResponse, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		return nil, status.Error(codes.InvalidArgument, "RestorePod: the call has no deadline; the CRI contract requires one")
@@ -169,7 +173,7 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 
 	// The runtime's calls run to completion whatever the caller's deadline,
 	// so that the service knows what exists and can remove it on failure.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute+s.dumpTimeout/5)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
 	defer cancel()
 	sb, err := s.rt.RunPodSandbox(rctx, &runtimeapi.RunPodSandboxRequest{Config: req.GetConfig(), RuntimeHandler: req.GetRuntimeHandler()})
 	if err != nil {

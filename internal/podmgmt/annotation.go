@@ -16,7 +16,7 @@ const AnnotationPrefix = "pod-management.cri-shim.io/"
 
 // Declaration is the KEP's podManagement stanza.
 type Declaration struct {
-	Container string `json:"-"`
+	Container string `json:"container"`
 	Port      int    `json:"port"`
 	Version   string `json:"version"`
 }
@@ -61,7 +61,11 @@ func parseOne(container, v string) (*Declaration, error) {
 	}
 	dec := json.NewDecoder(strings.NewReader(v))
 	dec.DisallowUnknownFields()
-	var d Declaration
+	// The stanza's own fields only: the container is the annotation's key.
+	var d struct {
+		Port    int    `json:"port"`
+		Version string `json:"version"`
+	}
 	if err := dec.Decode(&d); err != nil {
 		return nil, fmt.Errorf(`want {"port": 50051, "version": "1.0"}: %v`, err)
 	}
@@ -78,6 +82,5 @@ func parseOne(container, v string) (*Declaration, error) {
 	if !ok {
 		return nil, fmt.Errorf("version %q is not one cri-shim speaks (%s)", d.Version, strings.Join(SupportedVersions, ", "))
 	}
-	d.Container = container
-	return &d, nil
+	return &Declaration{Container: container, Port: d.Port, Version: d.Version}, nil
 }

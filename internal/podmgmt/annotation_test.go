@@ -11,13 +11,14 @@ func TestParseAnnotations(t *testing.T) {
 		t.Fatalf("%+v %v", d, p)
 	}
 	for v, want := range map[string]string{
-		`{"port": 0, "version": "1.0"}`:         "port 0",
-		`{"port": 70000, "version": "1.0"}`:     "port 70000",
-		`{"port": 1, "version": "2.0"}`:         `version "2.0"`,
-		`{"port": 1, "version": "1.0", "x": 1}`: "unknown field",
-		`{"port": "1"}`:                         "want",
-		`nope`:                                  "want",
-		`{"port": 1, "version": "1.0"} {}`:      "trailing",
+		`{"port": 0, "version": "1.0"}`:                   "port 0",
+		`{"port": 70000, "version": "1.0"}`:               "port 70000",
+		`{"port": 1, "version": "2.0"}`:                   `version "2.0"`,
+		`{"port": 1, "version": "1.0", "x": 1}`:           "unknown field",
+		`{"port": 1, "version": "1.0", "container": "x"}`: "unknown field",
+		`{"port": "1"}`:                                   "want",
+		`nope`:                                            "want",
+		`{"port": 1, "version": "1.0"} {}`:                "trailing",
 	} {
 		d, p := ParseAnnotations(map[string]string{AnnotationPrefix + "orch": v})
 		if d != nil || len(p) != 1 || !strings.Contains(p[0], want) {

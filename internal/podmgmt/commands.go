@@ -108,24 +108,18 @@ func (m *Manager) running(ctx context.Context, p *pod, name string) (string, err
 // shim report the requested exit code for it: a process's exit code cannot be
 // set from outside, so the shim's ContainerStatus answers it.
 func (m *Manager) terminate(ctx context.Context, p *pod, name string, code int32) *pb.CommandResponse {
-	if name == p.Container {
+	if name == p.Decl.Container {
 		return refused("the orchestrator cannot terminate itself through the channel")
 	}
 	id, err := m.running(ctx, p, name)
 	if err != nil {
 		return refused("%v", err)
 	}
-	m.mu.Lock()
-	p.Overrides[id] = code
-	m.save(p)
-	m.mu.Unlock()
+	m.setExitCode(p, id, code, true)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	if _, err := m.rt.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 10}); err != nil {
-		m.mu.Lock()
-		delete(p.Overrides, id)
-		m.save(p)
-		m.mu.Unlock()
+		m.setExitCode(p, id, 0, false)
 		return failed(err)
 	}
 	return &pb.CommandResponse{Result: pb.CommandResult_ACCEPTED, ErrorDescription: fmt.Sprintf("stopped; reported exit code %d", code)}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,9 +56,14 @@ type Manager struct {
 
 	ctx context.Context // Run's, for connectors started by routes
 
-	mu     sync.Mutex
-	pods   map[string]*pod // sandbox ID
-	active atomic.Int32
+	mu   sync.Mutex
+	pods map[string]*pod // sandbox ID
+	// exitCodes indexes every pod's Overrides by container ID, for the
+	// ContainerStatus route; overridden counts them, so that the route stays
+	// on the raw path while no container has one.
+	exitCodes  map[string]int32
+	active     atomic.Int32
+	overridden atomic.Int32
 }
 
 type pod struct {
@@ -66,7 +72,6 @@ type pod struct {
 	Name      string            `json:"name"`
 	UID       string            `json:"uid"`
 	Decl      Declaration       `json:"declaration"`
-	Container string            `json:"container"`
 	Overrides map[string]int32  `json:"overrides,omitempty"` // container ID -> exit code asked by TerminateContainer
 	Names     map[string]string `json:"names,omitempty"`     // container ID -> name
 
@@ -85,7 +90,7 @@ func New(rt runtimeapi.RuntimeServiceClient, stateDir string, restarter Restarte
 		return nil, err
 	}
 	m := &Manager{rt: rt, dir: dir, log: log, restarter: restarter, metrics: newMetrics(),
-		pods: map[string]*pod{}, minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second,
+		pods: map[string]*pod{}, exitCodes: map[string]int32{}, minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second,
 		dial: func(addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}}
@@ -98,8 +103,12 @@ func New(rt runtimeapi.RuntimeServiceClient, stateDir string, restarter Restarte
 			continue
 		}
 		m.pods[p.SandboxID] = p
+		for id, code := range p.Overrides {
+			m.exitCodes[id] = code
+		}
 	}
 	m.active.Store(int32(len(m.pods)))
+	m.overridden.Store(int32(len(m.exitCodes)))
 	return m, nil
 }
 
@@ -191,7 +200,7 @@ func (m *Manager) newPod(sandbox string, md *runtimeapi.PodSandboxMetadata, d *D
 	if _, err := rand.Read(buf); err != nil {
 		return err
 	}
-	p := &pod{SandboxID: sandbox, Namespace: md.GetNamespace(), Name: md.GetName(), UID: md.GetUid(), Decl: *d, Container: d.Container,
+	p := &pod{SandboxID: sandbox, Namespace: md.GetNamespace(), Name: md.GetName(), UID: md.GetUid(), Decl: *d,
 		token: hex.EncodeToString(buf)}
 	p.init()
 	if err := os.MkdirAll(m.podDir(sandbox), 0o700); err != nil {
@@ -303,7 +312,7 @@ func (m *Manager) session(ctx context.Context, p *pod) error {
 	}
 	m.setState(p, "connected")
 	m.metrics.connected.WithLabelValues(p.Namespace, p.Name).Set(1)
-	m.log.Info("podmgmt: channel connected", "pod", p.Namespace+"/"+p.Name, "sidecar", p.Container)
+	m.log.Info("podmgmt: channel connected", "pod", p.Namespace+"/"+p.Name, "sidecar", p.Decl.Container)
 	sctx, scancel := context.WithCancel(cctx)
 	defer scancel()
 	errc := make(chan error, 2)
@@ -390,22 +399,19 @@ func (m *Manager) current(ctx context.Context, p *pod) ([]*pb.ContainerEvent, er
 // event builds a notification from a container status.
 func (m *Manager) event(p *pod, st *runtimeapi.ContainerStatus, t pb.EventType, msg string) *pb.ContainerEvent {
 	ev := &pb.ContainerEvent{ContainerName: st.GetMetadata().GetName(), Type: t, Message: msg}
-	ev.RestartCount, _ = func() (int32, error) {
-		n, err := strconv.Atoi(st.GetAnnotations()["io.kubernetes.container.restartCount"])
-		return int32(n), err
-	}()
+	if n, err := strconv.Atoi(st.GetAnnotations()["io.kubernetes.container.restartCount"]); err == nil {
+		ev.RestartCount = int32(n)
+	}
 	switch t {
 	case pb.EventType_STARTED:
 		ev.Time = timestamppb.New(time.Unix(0, st.GetStartedAt()))
 	case pb.EventType_EXITED:
 		ev.Time = timestamppb.New(time.Unix(0, st.GetFinishedAt()))
 		ev.ExitCode = st.GetExitCode()
-		m.mu.Lock()
-		if code, ok := p.Overrides[st.GetId()]; ok {
+		if code, ok := m.exitCode(st.GetId()); ok {
 			ev.ExitCode = code
 			ev.Message = "terminated by the orchestrator"
 		}
-		m.mu.Unlock()
 		if ev.Message == "" {
 			ev.Message = st.GetReason()
 		}
@@ -498,7 +504,40 @@ func ReadChannels(stateDir string) []Channel {
 		if err == nil {
 			state = strings.TrimSpace(string(st))
 		}
-		out = append(out, Channel{p.Namespace, p.Name, p.Container, p.Decl.Port, state})
+		out = append(out, Channel{p.Namespace, p.Name, p.Decl.Container, p.Decl.Port, state})
 	}
 	return out
+}
+
+// exitCode is the exit code a TerminateContainer command asked for, if any.
+func (m *Manager) exitCode(id string) (int32, bool) {
+	if m.overridden.Load() == 0 {
+		return 0, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	code, ok := m.exitCodes[id]
+	return code, ok
+}
+
+// setExitCode records (or, with ok false, forgets) a requested exit code.
+func (m *Manager) setExitCode(p *pod, id string, code int32, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ok {
+		p.Overrides[id], m.exitCodes[id] = code, code
+	} else {
+		delete(p.Overrides, id)
+		delete(m.exitCodes, id)
+	}
+	m.overridden.Store(int32(len(m.exitCodes)))
+	m.save(p)
+}
+
+// sortEvents orders a state snapshot by time, so that a sidecar replaying it
+// ends with the current picture.
+func sortEvents(evs []*pb.ContainerEvent) {
+	slices.SortStableFunc(evs, func(a, b *pb.ContainerEvent) int {
+		return a.GetTime().AsTime().Compare(b.GetTime().AsTime())
+	})
 }

@@ -371,7 +371,7 @@ func TestRestartedShimReloadsChannels(t *testing.T) {
 	f.m.stop(f.m.get("sb")) // the first shim is gone
 	dir := filepath.Dir(f.m.dir)
 	os.MkdirAll(filepath.Join(f.m.dir, "gone"), 0o700)
-	os.WriteFile(filepath.Join(f.m.dir, "gone", "pod.json"), []byte(`{"sandboxId":"gone","container":"orch","declaration":{"port":1,"version":"1.0"}}`), 0o600)
+	os.WriteFile(filepath.Join(f.m.dir, "gone", "pod.json"), []byte(`{"sandboxId":"gone","declaration":{"container":"orch","port":1,"version":"1.0"}}`), 0o600)
 	os.WriteFile(filepath.Join(f.m.dir, "gone", "token"), []byte("t"), 0o444)
 	rt := &goneRT{fakeRT: f.rt}
 	m2, err := New(rt, dir, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -1,12 +1,6 @@
 package podmgmt
 
-import (
-	"slices"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	sent      prometheus.Counter
@@ -33,12 +27,4 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.sent, m.dropped, m.commands, m.connected, m.problems}
-}
-
-// sortEvents orders a state snapshot: exits before starts, then by time, so
-// that a sidecar replaying it ends with the current picture.
-func sortEvents(evs []*pb.ContainerEvent) {
-	slices.SortStableFunc(evs, func(a, b *pb.ContainerEvent) int {
-		return a.GetTime().AsTime().Compare(b.GetTime().AsTime())
-	})
 }

@@ -21,7 +21,7 @@ func (m *Manager) Routes() []proxy.Route {
 		proxy.UnaryIf(svc+"StartContainer", active, m.startContainer),
 		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
 		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
-		proxy.UnaryIf(svc+"ContainerStatus", active, m.containerStatus),
+		proxy.UnaryIf(svc+"ContainerStatus", func() bool { return m.overridden.Load() > 0 }, m.containerStatus),
 	}
 }
 
@@ -56,7 +56,7 @@ func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 		return next(ctx, req)
 	}
 	name := req.GetConfig().GetMetadata().GetName()
-	if name == p.Container && req.GetConfig() != nil {
+	if name == p.Decl.Container && req.GetConfig() != nil {
 		req.Config.Mounts = append(req.Config.Mounts, &runtimeapi.Mount{
 			ContainerPath: podmanagement.TokenPath, HostPath: m.tokenPath(p.SandboxID), Readonly: true})
 	}
@@ -84,7 +84,7 @@ func (m *Manager) startContainer(ctx context.Context, req *runtimeapi.StartConta
 	m.mu.Lock()
 	for _, p := range m.pods {
 		if n, ok := p.Names[req.GetContainerId()]; ok {
-			if n == p.Container {
+			if n == p.Decl.Container {
 				m.connectLocked(p)
 			}
 			break
@@ -119,7 +119,11 @@ func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 		m.stop(p)
 		m.mu.Lock()
 		delete(m.pods, p.SandboxID)
+		for id := range p.Overrides {
+			delete(m.exitCodes, id)
+		}
 		m.active.Store(int32(len(m.pods)))
+		m.overridden.Store(int32(len(m.exitCodes)))
 		m.mu.Unlock()
 		m.metrics.connected.DeleteLabelValues(p.Namespace, p.Name)
 		os.RemoveAll(m.podDir(p.SandboxID))
@@ -139,17 +143,13 @@ func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.Container
 	if st.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return resp, nil
 	}
-	m.mu.Lock()
-	for _, p := range m.pods {
-		if code, ok := p.Overrides[st.GetId()]; ok {
-			st.ExitCode = code
-			st.Reason = "Error"
-			if code == 0 {
-				st.Reason = "Completed"
-			}
-			st.Message = "terminated by the pod's orchestrator (pod-management)"
+	if code, ok := m.exitCode(st.GetId()); ok {
+		st.ExitCode = code
+		st.Reason = "Error"
+		if code == 0 {
+			st.Reason = "Completed"
 		}
+		st.Message = "terminated by the pod's orchestrator (pod-management)"
 	}
-	m.mu.Unlock()
 	return resp, nil
 }

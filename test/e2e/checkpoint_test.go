@@ -270,8 +270,7 @@ func TestCheckpointFailurePathsOnTheRealStack(t *testing.T) {
 	pauseKubelet(t)
 	rt := runtimeClient(t, node.env["SHIM_SOCK"])
 	src, ids, _ := counterPod(t, rt, "cp-fail", "a", "b")
-	other, oids, _ := counterPod(t, rt, "cp-other", "c")
-	_ = other
+	_, oids, _ := counterPod(t, rt, "cp-other", "c")
 	// A created, never started container in the source pod.
 	cr, err := rt.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: src, Config: counterCfg("idle"),
 		SandboxConfig: sandboxCfg("cp-fail", "cp-fail-uid", t.TempDir())})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -214,5 +213,4 @@ func TestPodManagementSidecarNeverListening(t *testing.T) {
 		t.Fatalf("main started %s after the silent orchestrator", d)
 	}
 	t.Logf("pod running %.1fs after its manifest appeared; main started %s after the silent orchestrator", time.Since(start).Seconds(), main.Sub(orch))
-	_ = context.Background
 }
