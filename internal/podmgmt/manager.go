@@ -5,9 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+	"github.com/cri-shim/cri-shim/internal/events"
 	"log/slog"
 	"net"
 	"os"
@@ -191,7 +190,7 @@ func (m *Manager) Run(ctx context.Context) {
 		m.connectLocked(p)
 	}
 	m.mu.Unlock()
-	m.watchEvents(ctx)
+	<-ctx.Done()
 }
 
 // newPod registers a sandbox that declares a channel and writes its token.
@@ -419,34 +418,13 @@ func (m *Manager) event(p *pod, st *runtimeapi.ContainerStatus, t pb.EventType, 
 	return ev
 }
 
-// watchEvents follows containerd's container events: every start and exit of
-// a tracked pod's containers, including those the restart machinery makes
-// itself (which never cross the proxy), becomes a notification.
-func (m *Manager) watchEvents(ctx context.Context) {
-	for ctx.Err() == nil {
-		s, err := m.rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
-		if err == nil {
-			for {
-				e, err := s.Recv()
-				if err != nil {
-					break
-				}
-				m.onEvent(e)
-			}
-		}
-		if errors.Is(err, io.EOF) || ctx.Err() != nil {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (m *Manager) onEvent(e *runtimeapi.ContainerEventResponse) {
+// OnEvent takes the runtime's container events (the shim's event feed):
+// every start and exit of a tracked pod's containers, including those the
+// restart machinery makes itself, becomes a notification. It never blocks: the
+// pod's queue is bounded and drops on overflow.
+func (m *Manager) OnEvent(e *events.Event) {
 	var t pb.EventType
-	switch e.ContainerEventType {
+	switch e.Type {
 	case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT:
 		t = pb.EventType_STARTED
 	case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
@@ -457,14 +435,17 @@ func (m *Manager) onEvent(e *runtimeapi.ContainerEventResponse) {
 	if m.active.Load() == 0 {
 		return
 	}
-	p := m.get(e.GetPodSandboxStatus().GetId())
+	p := m.get(e.SandboxID)
 	if p == nil {
 		return
 	}
-	for _, cs := range e.ContainersStatuses {
-		if cs.Id == e.ContainerId {
-			m.notify(p, m.event(p, cs, t, ""))
-		}
+	cs, err := e.Status()
+	if err != nil {
+		m.log.Warn("podmgmt: container event without a readable status", "container", e.ContainerID, "err", err)
+		return
+	}
+	if cs != nil {
+		m.notify(p, m.event(p, cs, t, ""))
 	}
 }
 

@@ -2,6 +2,7 @@ package podmgmt
 
 import (
 	"context"
+	"github.com/cri-shim/cri-shim/internal/events"
 	"io"
 	"log/slog"
 	"net"
@@ -171,8 +172,16 @@ func (f *fx) event(t *testing.T, id string, typ runtimeapi.ContainerEventType) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.m.onEvent(&runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ,
+	b, err := proto.Marshal(&runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ,
 		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: "sb"}, ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.m.OnEvent(e)
 }
 
 func (f *fx) sidecar(t *testing.T, token string) (*podmanagement.Sidecar, func()) {

@@ -66,7 +66,15 @@ type Manager struct {
 	// it reports true for their annotations (pods that declare an
 	// orchestrator may be restarted on its command).
 	trackAlso func(annotations map[string]string) bool
+
+	// eventsLive reports the event feed's subscription (events.Feed.Live);
+	// without one, Run rescans every second.
+	eventsLive func() uint64
 }
+
+// EventsFrom tells the manager which event feed delivers exits to OnEvent, so
+// its rescans can be rarer while the feed is subscribed. Call before Run.
+func (m *Manager) EventsFrom(live func() uint64) { m.eventsLive = live }
 
 // TrackAlso sets which pods without restart rules are tracked anyway. Call
 // before serving.
@@ -83,7 +91,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
 		pods: map[string]*Pod{}, byID: map[string]string{},
 		work: make(chan string, 64), active: map[string]bool{},
-		metrics: newMetrics(),
+		metrics: newMetrics(), eventsLive: func() uint64 { return 0 },
 	}
 	pods, errs := st.load()
 	for _, err := range errs {
@@ -139,19 +147,17 @@ func (m *Manager) kick(sandboxID string) {
 	}
 }
 
-// Run drives restarts until ctx ends: it resumes what was in progress, watches
-// the runtime's container events so exits are seen at once, and rescans every
-// second so nothing depends on a single event.
+// Run drives restarts until ctx ends: it resumes what was in progress and
+// rescans, so nothing depends on a single event (OnEvent sees exits at once).
 func (m *Manager) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(1)
-	go func() { defer wg.Done(); m.watchEvents(ctx) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	m.reconcile(ctx)
 	m.scan(ctx)
 	ticks := 0
+	var lastLive uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -162,7 +168,14 @@ func (m *Manager) Run(ctx context.Context) {
 			if ticks++; ticks%10 == 0 {
 				m.reconcile(ctx)
 			}
-			m.scan(ctx)
+			// While the event feed is subscribed, exits arrive through
+			// OnEvent (and the kubelet's status calls): the scan is a
+			// safety net every 10 s. Without a subscription, or after a new
+			// one (events in between are lost), it runs at once.
+			if live := m.eventsLive(); live == 0 || live != lastLive || ticks%10 == 0 {
+				m.scan(ctx)
+				lastLive = live
+			}
 			m.mu.Lock()
 			var ids []string
 			for id, p := range m.pods {
@@ -233,22 +246,14 @@ func (m *Manager) reconcile(ctx context.Context) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// Forget instances the runtime no longer has (the kubelet's container GC
-	// removed them), so a pod's state stays the size of its live containers
-	// however often it restarts.
+	// Forget instances the runtime no longer has (removed without going
+	// through the shim; the kubelet's removals are seen by removeContainer),
+	// so a pod's state stays the size of its live containers however often it
+	// restarts. In any phase: a crash-looping pod is almost never Running.
 	for _, p := range m.pods {
-		if p.Phase != PhaseRunning {
-			continue
-		}
 		pruned := false
 		for id := range p.IDs {
-			if !exists[id] && p.Latest[p.IDs[id]] != id {
-				delete(p.IDs, id)
-				delete(p.shownRunning, id)
-				delete(p.held, id)
-				delete(p.Settled, id)
-				delete(p.Dead, id)
-				delete(m.byID, id)
+			if !exists[id] && m.forget(p, id) {
 				pruned = true
 			}
 		}
@@ -336,6 +341,34 @@ func markDead(p *Pod, id string) {
 		p.Dead = map[string]bool{}
 	}
 	p.Dead[id] = true
+}
+
+// forget drops a container instance that no longer exists from the pod's
+// record, unless a restart in progress still refers to it (its trigger, the
+// instances it stops or shows, the ones it created) or it is the newest
+// instance of its container. It reports whether it dropped it. m.mu held.
+func (m *Manager) forget(p *Pod, id string) bool {
+	if _, ok := p.IDs[id]; !ok {
+		return false
+	}
+	restarting := p.Phase != PhaseRunning
+	if p.Latest[p.IDs[id]] == id || p.Fake[id] || (restarting && p.Trigger != nil && p.Trigger.ContainerID == id) {
+		return false
+	}
+	if _, ok := p.New[id]; ok {
+		return false
+	}
+	if _, ok := p.Old[id]; ok && restarting && !p.Dead[id] {
+		return false // still to be stopped by the restart
+	}
+	delete(p.IDs, id)
+	delete(p.Old, id)
+	delete(p.shownRunning, id)
+	delete(p.held, id)
+	delete(p.Settled, id)
+	delete(p.Dead, id)
+	delete(m.byID, id)
+	return true
 }
 
 func settle(p *Pod, id string) {

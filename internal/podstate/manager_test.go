@@ -3,6 +3,7 @@ package podstate
 import (
 	"context"
 	"fmt"
+	"github.com/cri-shim/cri-shim/internal/events"
 	"io"
 	"log/slog"
 	"os"
@@ -751,5 +752,131 @@ func TestRelistToldFromStatsList(t *testing.T) {
 	m.sandboxListAt.Store(time.Now().Add(-time.Second).UnixNano())
 	if m.isRelist() {
 		t.Fatal("a container list a second after the sandbox list taken as the relist")
+	}
+}
+
+// An exit delivered by the shim's event feed starts the restart before any
+// kubelet call; events of other types or other containers change nothing.
+func TestExitSeenThroughEventFeed(t *testing.T) {
+	k, sb, ids := setup(t, t.TempDir())
+	feed := func(id string, typ runtimeapi.ContainerEventType) {
+		t.Helper()
+		st, err := k.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		var statuses []*runtimeapi.ContainerStatus
+		if err == nil {
+			statuses = append(statuses, st.Status)
+		}
+		b, err := proto.Marshal(&runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ,
+			PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: sb}, ContainersStatuses: statuses})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := events.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.m.OnEvent(e)
+	}
+	k.rt.exit(ids["main"], 88)
+	feed(ids["main"], runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	feed("unrelated", runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	k.m.mu.Lock()
+	ph := k.m.pods[sb].Phase
+	k.m.mu.Unlock()
+	if ph != PhaseRunning {
+		t.Fatalf("phase %s after events that are not this pod's exit", ph)
+	}
+	feed(ids["main"], runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	k.m.mu.Lock()
+	p := k.m.pods[sb]
+	ph, trig := p.Phase, p.Trigger
+	k.m.mu.Unlock()
+	if ph != PhaseTerminating || trig == nil || trig.ContainerID != ids["main"] || trig.ExitCode != 88 {
+		t.Fatalf("after the exit event: phase %s trigger %+v", ph, trig)
+	}
+}
+
+// remove deletes a container as the kubelet's container GC does, through the manager.
+func (k kubelet) remove(id string) {
+	_, err := k.m.removeContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id},
+		func(ctx context.Context, r *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+			return k.rt.RemoveContainer(ctx, r)
+		})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// A crash-looping container's record stays the size of its live instances:
+// instances the kubelet removes are forgotten (they were kept for ever, and
+// the record is written at every restart step).
+func TestCrashLoopRecordStaysBounded(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	k.start(sb, "main")
+	p := k.m.pods[sb]
+	for i := range 30 {
+		cur := p.Latest["main"]
+		k.rt.exit(cur, 1)
+		k.status(cur)
+		if i%2 == 1 {
+			// Removed while the next restart is pending: the trigger is kept.
+			k.remove(cur)
+			if _, ok := p.IDs[cur]; !ok {
+				t.Fatalf("restart %d: the trigger of the restart in progress was forgotten", i+1)
+			}
+		}
+		if err := k.m.execute(context.Background(), sb); err != nil {
+			t.Fatal(err)
+		}
+		k.remove(cur) // the kubelet's GC removes the previous instance
+	}
+	if n := len(p.IDs) + len(p.Dead) + len(p.Settled) + len(p.Old); n > 6 {
+		t.Fatalf("after 30 restarts the record holds %d ids, %d dead, %d settled, %d old", len(p.IDs), len(p.Dead), len(p.Settled), len(p.Old))
+	}
+	if p.ContainerRestarts["main"] != 30 || p.Phase != PhaseRunning {
+		t.Fatalf("restarts %d phase %s", p.ContainerRestarts["main"], p.Phase)
+	}
+	if len(k.m.byID) != len(p.IDs) {
+		t.Fatalf("byID %d entries, pod %d", len(k.m.byID), len(p.IDs))
+	}
+}
+
+// Instances removed behind the shim's back are pruned by reconcile even while
+// the pod is restarting (a crash-looping pod is hardly ever Running).
+func TestReconcilePrunesDuringRestart(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	k.start(sb, "main")
+	p := k.m.pods[sb]
+	var gone []string
+	for range 5 {
+		cur := p.Latest["main"]
+		k.rt.exit(cur, 1)
+		k.status(cur)
+		if err := k.m.execute(context.Background(), sb); err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, cur)
+	}
+	trigger := p.Latest["main"]
+	k.rt.exit(trigger, 1)
+	k.status(trigger)
+	if p.Phase == PhaseRunning {
+		t.Fatal("test setup: the pod should be restarting")
+	}
+	for _, id := range append(gone, trigger) {
+		_, _ = rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+	}
+	k.m.reconcile(context.Background())
+	for _, id := range gone {
+		if _, ok := p.IDs[id]; ok {
+			t.Fatalf("removed instance %s still recorded", id)
+		}
+	}
+	if _, ok := p.IDs[trigger]; !ok {
+		t.Fatal("the trigger of the restart in progress was pruned")
 	}
 }

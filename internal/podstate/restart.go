@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/cri-shim/cri-shim/internal/events"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -265,7 +264,11 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	// adopt this instance by name and attempt (adoptCreated); the next
 	// intent or the swap saves it.
 	m.mu.Unlock()
-	return id, m.ensureStarted(ctx, id)
+	// Just created: no need to ask its state before starting it.
+	if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		return id, fmt.Errorf("start restarted container %s: %w", id, err)
+	}
+	return id, nil
 }
 
 // adoptCreated takes over the container of a replay create whose intent was
@@ -422,42 +425,26 @@ func nextRestartCount(req *runtimeapi.CreateContainerRequest, logDir string) int
 	return n
 }
 
-// watchEvents follows the runtime's container events so an exit is classified
-// the moment it happens; Run's periodic scan covers gaps (reconnects, restarts).
-func (m *Manager) watchEvents(ctx context.Context) {
-	type eventer interface {
-		GetContainerEvents(ctx context.Context, in *runtimeapi.GetEventsRequest, opts ...grpc.CallOption) (runtimeapi.RuntimeService_GetContainerEventsClient, error)
-	}
-	ev, ok := m.rt.(eventer)
-	if !ok {
+// OnEvent takes the runtime's container events (the shim's event feed) so an
+// exit is classified the moment it happens; Run's periodic scan covers gaps
+// (reconnects, restarts of the shim or of containerd). Only the exited
+// container's own status is decoded, and only for a tracked container.
+func (m *Manager) OnEvent(e *events.Event) {
+	if e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || m.Tracked() == 0 {
 		return
 	}
-	for ctx.Err() == nil {
-		s, err := ev.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
-		if err == nil {
-			for {
-				e, err := s.Recv()
-				if err != nil {
-					break
-				}
-				if e.ContainerEventType != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || m.Tracked() == 0 {
-					continue
-				}
-				for _, cs := range e.ContainersStatuses {
-					if cs.Id == e.ContainerId {
-						m.classify(cs)
-					}
-				}
-			}
-		}
-		if errors.Is(err, io.EOF) || ctx.Err() != nil {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
+	m.mu.Lock()
+	_, known := m.byID[e.ContainerID]
+	m.mu.Unlock()
+	if !known {
+		return
 	}
+	s, err := e.Status()
+	if err != nil {
+		m.log.Warn("podstate: container event without a readable status", "container", e.ContainerID, "err", err)
+		return
+	}
+	m.classify(s)
 }
 
 type metrics struct {

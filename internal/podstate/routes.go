@@ -28,6 +28,7 @@ func (m *Manager) Routes() []proxy.Route {
 		proxy.Unary(svc+"RunPodSandbox", m.runPodSandbox),
 		proxy.UnaryIf(svc+"CreateContainer", active, m.createContainer),
 		proxy.UnaryIf(svc+"StopContainer", active, m.stopContainer),
+		proxy.UnaryIf(svc+"RemoveContainer", active, m.removeContainer),
 		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
 		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
 		proxy.ObserveUnary(svc+"ListPodSandbox", m.sawSandboxList),
@@ -168,6 +169,24 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	}
 	m.mu.Unlock()
 	return next(ctx, req)
+}
+
+// removeContainer forgets an instance the kubelet's container GC removed, so
+// a crash-looping pod's record (saved at every restart step) does not grow
+// with every restart. Not saved here: the next step's save carries it, and a
+// restarted shim prunes what the runtime no longer has (reconcile).
+func (m *Manager) removeContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
+	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return nil, err
+	}
+	m.mu.Lock()
+	if p := m.pods[m.byID[req.ContainerId]]; p != nil {
+		m.forget(p, req.ContainerId)
+	}
+	m.mu.Unlock()
+	return resp, err
 }
 
 func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,

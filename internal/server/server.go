@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cri-shim/cri-shim/internal/events"
 	"log/slog"
 	"net"
 	"net/http"
@@ -123,6 +124,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			"endpoint", cfg.Runtime.Endpoint, "err", err)
 	}
 
+	// One subscription to the runtime's container events for every feature.
+	feed := events.NewFeed(backend, log)
+	feed.Subscribe(pods.OnEvent)
+	feed.Subscribe(channels.OnEvent)
+	pods.EventsFrom(feed.Live)
+
 	var wg sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -134,6 +141,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	go func() { defer wg.Done(); checkpoints.Run(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); channels.Run(watchCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); feed.Run(watchCtx) }()
 
 	var hs *http.Server
 	if cfg.Metrics.Address != "" {

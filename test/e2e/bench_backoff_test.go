@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -79,57 +81,13 @@ func BenchmarkBackoff(b *testing.B) {
 		res[k] = v
 	}
 
-	cfg := filepath.Join(node.env["NODE_RUN"], "cri-shim", "config.toml")
-	orig, _ := os.ReadFile(cfg)
-	defer func() {
-		_ = os.WriteFile(cfg, orig, 0o644)
-		killPidFile(b, "cri-shim", 15)
-		_ = script("up.sh", "--start", "cri-shim")
-	}()
-	if err := os.WriteFile(cfg, append(append([]byte{}, orig...), []byte("\n[backoff]\nmax_container_restart_period = 1\n")...), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	killPidFile(b, "cri-shim", 15)
-	if err := script("up.sh", "--start", "cri-shim"); err != nil {
-		b.Fatal(err)
-	}
-	killPidFile(b, "kubelet", 15)
-	_, _ = crictl(b, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
-	if err := script("up.sh", "--start", "kubelet-reduced"); err != nil {
-		b.Fatal(err)
-	}
+	defer shimAtNodeMaxOne(b)()
 	for k, v := range countStarts(b, window, map[string]string{"bo-b": crashPodAlways("bo-b"), "bo-d": crashPod("bo-d")}) {
 		res[k] = v
 	}
 
-	// CPU with 20 crashing pods at a 1 s node maximum.
-	pods := map[string]string{}
-	for i := range 20 {
-		n := fmt.Sprintf("bo-cpu-%02d", i)
-		pods[n] = crashPod(n)
-		_ = os.RemoveAll(filepath.Join(node.env["NODE_DATA"], "bench", n))
-		_ = os.WriteFile(filepath.Join(node.env["MANIFESTS"], n+".yaml"), []byte(pods[n]), 0o644)
-	}
-	time.Sleep(20 * time.Second) // all started and crashing
-	refused0 := refusedTransitions()
-	shimPID, kubeletPID := pidOf("cri-shim"), pidOf("kubelet")
-	s0, k0 := procstat.CPUSeconds(shimPID), procstat.CPUSeconds(kubeletPID)
-	t0 := time.Now()
-	restarts0 := 0
-	for n := range pods {
-		s, _ := stamps(n)
-		restarts0 += len(s)
-	}
-	time.Sleep(60 * time.Second)
-	el := time.Since(t0).Seconds()
-	shimCPU, kubeletCPU := (procstat.CPUSeconds(shimPID)-s0)/el, (procstat.CPUSeconds(kubeletPID)-k0)/el
-	refused := refusedTransitions() - refused0
-	restarts := -restarts0
-	for n := range pods {
-		s, _ := stamps(n)
-		restarts += len(s)
-		_ = os.Remove(filepath.Join(node.env["MANIFESTS"], n+".yaml"))
-	}
+	c := crashingPodsCPU(b, 20, 60*time.Second)
+	el, restarts, shimCPU, kubeletCPU, refused := c.elapsed, c.restarts, c.shim, c.kubelet, c.refused
 	killPidFile(b, "kubelet", 15)
 	_, _ = crictl(b, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
 	_ = script("up.sh", "--start", "kubelet")
@@ -174,4 +132,168 @@ func verdict(ok bool) string {
 		return "met"
 	}
 	return "NOT met"
+}
+
+// cpuRun is what crashingPodsCPU measured.
+type cpuRun struct {
+	elapsed       float64 // seconds
+	restarts      int
+	shim, kubelet float64 // fraction of one core
+	refused       int
+}
+
+// crashingPodsCPU runs n crashing pods under the running kubelet and shim,
+// waits until they crash, then measures the CPU of both processes over d. With
+// CRI_SHIM_BENCH_PROFILE=FILE (and [metrics] profiling = true in the shim's
+// config) it also saves the shim's CPU profile of the window to FILE.
+func crashingPodsCPU(b *testing.B, n int, d time.Duration) cpuRun {
+	pods := map[string]string{}
+	for i := range n {
+		name := fmt.Sprintf("bo-cpu-%02d", i)
+		pods[name] = crashPod(name)
+		_ = os.RemoveAll(filepath.Join(node.env["NODE_DATA"], "bench", name))
+		_ = os.WriteFile(filepath.Join(node.env["MANIFESTS"], name+".yaml"), []byte(pods[name]), 0o644)
+	}
+	time.Sleep(20 * time.Second) // all started and crashing
+	refused0 := refusedTransitions()
+	shimPID, kubeletPID := pidOf("cri-shim"), pidOf("kubelet")
+	s0, k0 := procstat.CPUSeconds(shimPID), procstat.CPUSeconds(kubeletPID)
+	t0 := time.Now()
+	restarts0 := 0
+	for name := range pods {
+		s, _ := stamps(name)
+		restarts0 += len(s)
+	}
+	if out := os.Getenv("CRI_SHIM_BENCH_PROFILE"); out != "" {
+		go saveProfile(b, out, d-2*time.Second)
+	}
+	time.Sleep(d)
+	var r cpuRun
+	r.elapsed = time.Since(t0).Seconds()
+	r.shim, r.kubelet = (procstat.CPUSeconds(shimPID)-s0)/r.elapsed, (procstat.CPUSeconds(kubeletPID)-k0)/r.elapsed
+	r.refused = refusedTransitions() - refused0
+	r.restarts = -restarts0
+	for name := range pods {
+		s, _ := stamps(name)
+		r.restarts += len(s)
+		_ = os.Remove(filepath.Join(node.env["MANIFESTS"], name+".yaml"))
+	}
+	return r
+}
+
+// saveProfile fetches the shim's CPU profile over d from its metrics address.
+func saveProfile(b *testing.B, out string, d time.Duration) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", node.env["SHIM_METRICS"], int(d.Seconds()))
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(out)
+	if err != nil {
+		b.Logf("profile: %v", err)
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
+
+// BenchmarkBackoffCPU runs only the 20-pod CPU part of BenchmarkBackoff (node
+// maximum 1 s), printing the figures without writing bench/results; for
+// profiling the shim under that load.
+func BenchmarkBackoffCPU(b *testing.B) {
+	if !node.up {
+		b.Skip("SKIPPED: needs root and the real node stack")
+	}
+	defer shimAtNodeMaxOne(b)()
+	defer func() {
+		killPidFile(b, "kubelet", 15)
+		_, _ = crictl(b, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+		_ = script("up.sh", "--start", "kubelet")
+	}()
+	d := 60 * time.Second
+	if v := os.Getenv("CRI_SHIM_BENCH_WINDOW"); v != "" {
+		d, _ = time.ParseDuration(v)
+	}
+	calls0 := requestCounts(b)
+	c := crashingPodsCPU(b, 20, d)
+	calls := requestCounts(b)
+	for m, n := range calls {
+		if dn := n - calls0[m]; dn > 0 {
+			fmt.Printf("  %-28s %7.0f calls, %5.2f per restart\n", m, dn, dn/float64(max(c.restarts, 1)))
+		}
+	}
+	fmt.Printf("\n20 pods, %.0f s: %d restarts (%.1f/s); cri-shim %.1f%% of a core (%.2f ms per restart), kubelet %.1f%%; %d refusals\n",
+		c.elapsed, c.restarts, float64(c.restarts)/c.elapsed, c.shim*100, c.shim*c.elapsed*1000/float64(max(c.restarts, 1)), c.kubelet*100, c.refused)
+	time.Sleep(5 * time.Second)
+	b.ReportMetric(c.shim*100, "shim-%core-20pods")
+}
+
+// requestCounts reads the shim's cri_shim_grpc_requests_total by method.
+func requestCounts(b *testing.B) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + node.env["SHIM_METRICS"] + "/metrics")
+	if err != nil {
+		b.Logf("metrics: %v", err)
+		return out
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, "cri_shim_grpc_requests_total{")
+		if !ok {
+			continue
+		}
+		labels, val, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		method := ""
+		for _, l := range strings.Split(labels, ",") {
+			if k, v, ok := strings.Cut(l, "="); ok && k == "method" {
+				method = strings.Trim(v, `"`)
+				method = method[strings.LastIndex(method, "/")+1:]
+			}
+		}
+		n, _ := strconv.ParseFloat(val, 64)
+		out[method] += n
+	}
+	return out
+}
+
+// shimAtNodeMaxOne restarts the shim with max_container_restart_period = 1
+// (and /debug/pprof when CRI_SHIM_BENCH_PROFILE is set), then the kubelet with
+// its own KEP-4603 curve on. The returned func puts the shim's config back and
+// restarts it.
+func shimAtNodeMaxOne(b *testing.B) (restore func()) {
+	cfg := filepath.Join(node.env["NODE_RUN"], "cri-shim", "config.toml")
+	orig, err := os.ReadFile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	restore = func() {
+		_ = os.WriteFile(cfg, orig, 0o644)
+		killPidFile(b, "cri-shim", 15)
+		_ = script("up.sh", "--start", "cri-shim")
+	}
+	conf := string(orig)
+	if os.Getenv("CRI_SHIM_BENCH_PROFILE") != "" {
+		conf = strings.Replace(conf, "[metrics]\n", "[metrics]\n  profiling = true\n", 1)
+	}
+	if err := os.WriteFile(cfg, []byte(conf+"\n[backoff]\nmax_container_restart_period = 1\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	killPidFile(b, "cri-shim", 15)
+	if err := script("up.sh", "--start", "cri-shim"); err != nil {
+		restore()
+		b.Fatal(err)
+	}
+	killPidFile(b, "kubelet", 15)
+	_, _ = crictl(b, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+	if err := script("up.sh", "--start", "kubelet-reduced"); err != nil {
+		restore()
+		b.Fatal(err)
+	}
+	return restore
 }

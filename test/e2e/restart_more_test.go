@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cri-shim/cri-shim/internal/podstate"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,18 +196,19 @@ func TestKill9DuringRestart(t *testing.T) {
 					return fmt.Errorf("no sandbox yet")
 				}
 				sandbox = strings.Fields(out)[0]
-				b, err := os.ReadFile(filepath.Join(node.env["NODE_DATA"], "cri-shim", "pods", sandbox+".json"))
+				pods, err := podstate.ReadPods(filepath.Join(node.env["NODE_DATA"], "cri-shim"))
 				if err != nil {
 					return err
 				}
-				var st struct{ Phase string }
-				if err := json.Unmarshal(b, &st); err != nil {
-					return err
+				for _, p := range pods {
+					if p.SandboxID == sandbox {
+						if string(p.Phase) != tc.phase {
+							return fmt.Errorf("phase %s", p.Phase)
+						}
+						return nil
+					}
 				}
-				if st.Phase != tc.phase {
-					return fmt.Errorf("phase %s", st.Phase)
-				}
-				return nil
+				return fmt.Errorf("no state for sandbox %s", sandbox)
 			})
 			killPidFile(t, tc.victim, 9)
 			time.Sleep(500 * time.Millisecond)
