@@ -291,26 +291,30 @@ func (m *Manager) scan(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	m.classifyExited(ctx, resp.Containers)
+	vs := make([]cview, len(resp.Containers))
+	for i, c := range resp.Containers {
+		vs[i] = viewOf(c)
+	}
+	m.classifyExited(ctx, vs)
 }
 
 // classifyExited decides, for exited containers of tracked pods not yet
 // classified, whether the exit triggers a pod restart. It fetches exit codes
 // outside the lock.
-func (m *Manager) classifyExited(ctx context.Context, cs []*runtimeapi.Container) {
+func (m *Manager) classifyExited(ctx context.Context, cs []cview) {
 	var need []string
 	m.mu.Lock()
 	for _, c := range cs {
-		if c.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		if c.state != runtimeapi.ContainerState_CONTAINER_EXITED {
 			continue
 		}
-		p := m.pods[c.PodSandboxId]
+		p := m.pods[c.sandbox]
 		if p == nil {
 			continue
 		}
-		markDead(p, c.Id)
-		if m.needsClassification(p, c.Id, c.GetMetadata().GetName()) {
-			need = append(need, c.Id)
+		markDead(p, c.id)
+		if m.needsClassification(p, c.id, c.name) {
+			need = append(need, c.id)
 		}
 	}
 	m.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/cri-shim/cri-shim/internal/events"
+	"github.com/cri-shim/cri-shim/internal/proxy"
 	"io"
 	"log/slog"
 	"os"
@@ -169,25 +170,51 @@ func (k kubelet) start(sb, name string) string {
 
 // status reads a container's status through the manager's view.
 func (k kubelet) status(id string) *runtimeapi.ContainerStatus {
-	resp, err := k.m.containerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id},
-		func(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
-			return k.rt.ContainerStatus(ctx, r)
-		})
+	var resp runtimeapi.ContainerStatusResponse
+	k.callBytes(k.m.containerStatusBytes, &runtimeapi.ContainerStatusRequest{ContainerId: id}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+		var r runtimeapi.ContainerStatusRequest
+		if err := proto.Unmarshal(b, &r); err != nil {
+			return nil, err
+		}
+		return k.rt.ContainerStatus(ctx, &r)
+	})
+	return resp.Status
+}
+
+// callBytes makes a call through one of the manager's encoded-message routes,
+// as the proxy does, with the fake runtime behind it.
+func (k kubelet) callBytes(fn func(context.Context, []byte, proxy.BytesNext) ([]byte, error), req, resp proto.Message,
+	rt func(context.Context, []byte) (proto.Message, error)) {
+	k.t.Helper()
+	b, err := proto.Marshal(req)
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	return resp.Status
+	out, err := fn(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
+		r, err := rt(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return proto.Marshal(r)
+	})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if err := proto.Unmarshal(out, resp); err != nil {
+		k.t.Fatal(err)
+	}
 }
 
 // list lists containers through the manager's view.
 func (k kubelet) list() map[string]runtimeapi.ContainerState {
-	resp, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{},
-		func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
-			return k.rt.ListContainers(ctx, r)
-		})
-	if err != nil {
-		k.t.Fatal(err)
-	}
+	var resp runtimeapi.ListContainersResponse
+	k.callBytes(k.m.listContainersBytes, &runtimeapi.ListContainersRequest{}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+		var r runtimeapi.ListContainersRequest
+		if err := proto.Unmarshal(b, &r); err != nil {
+			return nil, err
+		}
+		return k.rt.ListContainers(ctx, &r)
+	})
 	out := map[string]runtimeapi.ContainerState{}
 	for _, c := range resp.Containers {
 		out[c.Id] = c.State

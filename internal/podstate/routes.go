@@ -10,10 +10,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 const svc = "/runtime.v1.RuntimeService/"
@@ -32,8 +34,8 @@ func (m *Manager) Routes() []proxy.Route {
 		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
 		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
 		proxy.ObserveUnary(svc+"ListPodSandbox", m.sawSandboxList),
-		proxy.UnaryIf(svc+"ListContainers", active, m.listContainers),
-		proxy.UnaryIf(svc+"ContainerStatus", active, m.containerStatus),
+		proxy.UnaryBytesIf(svc+"ListContainers", active, m.listContainersBytes),
+		proxy.UnaryBytesIf(svc+"ContainerStatus", active, m.containerStatusBytes),
 		{Method: svc + "GetContainerEvents", Handler: m.containerEvents},
 		{Method: svc + "StreamContainers", Handler: m.streamContainers},
 	}
@@ -301,7 +303,29 @@ func (m *Manager) isRelist() bool {
 // viewContainers classifies unseen exits, then applies the restart view and
 // the caller's state filter to a list of containers.
 func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue, full bool) []*runtimeapi.Container {
-	m.classifyExited(ctx, cs)
+	vs := make([]cview, len(cs))
+	for i, c := range cs {
+		vs[i] = viewOf(c)
+	}
+	verdicts := m.viewList(ctx, vs, want, full)
+	out := cs[:0]
+	for i, c := range cs {
+		if verdicts[i].hide {
+			continue
+		}
+		if verdicts[i].fake {
+			c.State = runtimeapi.ContainerState_CONTAINER_RUNNING
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// viewList decides, for each listed container, whether the kubelet sees it
+// and whether it is shown running although it is not. A fake verdict is only
+// given to a container that is not running.
+func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.ContainerStateValue, full bool) []verdict {
+	m.classifyExited(ctx, vs)
 	// Only the PLEG's relist releases holds and records what was shown: the
 	// kubelet's next statuses follow it (see Pod.held).
 	full = full && m.isRelist()
@@ -313,30 +337,151 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 			clear(p.shownRunning)
 		}
 	}
-	out := cs[:0]
-	for _, c := range cs {
-		p := m.pods[c.PodSandboxId]
+	out := make([]verdict, len(vs))
+	for i, c := range vs {
+		state := c.state
+		p := m.pods[c.sandbox]
 		if p != nil {
-			hide, fake := m.view(p, c.Id)
+			hide, fake := m.view(p, c.id)
 			if hide {
+				out[i].hide = true
 				continue
 			}
-			if fake {
-				c.State = runtimeapi.ContainerState_CONTAINER_RUNNING
+			if fake && state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				out[i].fake = true
+				state = runtimeapi.ContainerState_CONTAINER_RUNNING
 			}
 		}
-		if want != nil && c.State != want.State {
+		if want != nil && state != want.State {
+			out[i].hide = true
 			continue
 		}
-		if full && p != nil && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if full && p != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			if p.shownRunning == nil {
 				p.shownRunning = map[string]bool{}
 			}
-			p.shownRunning[c.Id] = true
+			p.shownRunning[c.id] = true
 		}
-		out = append(out, c)
 	}
 	return out
+}
+
+// listContainersBytes serves an unfiltered ListContainers (the kubelet's
+// relist, and its per-pod lists by label) on the encoded messages: the
+// response is read with protowire, and only when the view changes something
+// is it edited, entry by entry, without decoding the rest. A request with a
+// filter, or a message the peek cannot read, takes the decoded path.
+func (m *Manager) listContainersBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+	filtered, err := peekListFilter(req)
+	if err != nil || filtered {
+		return m.listContainersDecoded(ctx, req, next)
+	}
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var vs []cview
+	var perr error
+	if err := wire.Each(resp, func(f wire.Field) bool {
+		if f.Num != fListContainers || f.Type != protowire.BytesType {
+			return true
+		}
+		v, err := peekContainer(f.Bytes)
+		if err != nil {
+			perr = err
+			return false
+		}
+		vs = append(vs, v)
+		return true
+	}); err != nil || perr != nil {
+		return m.viewDecoded(ctx, resp, true)
+	}
+	verdicts := m.viewList(ctx, vs, nil, true)
+	for _, v := range verdicts {
+		if v.hide || v.fake {
+			return editList(resp, verdicts)
+		}
+	}
+	return resp, nil
+}
+
+// listContainersDecoded is listContainers on decoded messages, for a
+// request listContainersBytes does not serve encoded.
+func (m *Manager) listContainersDecoded(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+	var r runtimeapi.ListContainersRequest
+	if err := proto.Unmarshal(req, &r); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "cri-shim: ListContainersRequest: %v", err)
+	}
+	resp, err := m.listContainers(ctx, &r, func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		out, err := next(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		resp := &runtimeapi.ListContainersResponse{}
+		return resp, proto.Unmarshal(out, resp)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return proto.Marshal(resp)
+}
+
+// viewDecoded applies the view to an unfiltered list response it decodes.
+func (m *Manager) viewDecoded(ctx context.Context, resp []byte, full bool) ([]byte, error) {
+	var r runtimeapi.ListContainersResponse
+	if err := proto.Unmarshal(resp, &r); err != nil {
+		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ListContainersResponse: %v", err)
+	}
+	r.Containers = m.viewContainers(ctx, r.Containers, nil, full)
+	return proto.Marshal(&r)
+}
+
+// containerStatusBytes is containerStatus on the encoded response: only a
+// status the view may change (an exit, or an instance shown running) is
+// decoded; a running container's passes through as the runtime sent it.
+func (m *Manager) containerStatusBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok, err := peekStatus(resp); err == nil && (!ok || !m.statusMayChange(v)) {
+		return resp, nil
+	}
+	var r runtimeapi.ContainerStatusResponse
+	if err := proto.Unmarshal(resp, &r); err != nil {
+		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ContainerStatusResponse: %v", err)
+	}
+	m.fixStatus(r.GetStatus())
+	return proto.Marshal(&r)
+}
+
+// statusMayChange says whether fixStatus could do anything with this status:
+// classify an exit, or show a not-running instance as running.
+func (m *Manager) statusMayChange(v cview) bool {
+	if v.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return false // fixStatus only ever shows RUNNING
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[m.byID[v.id]]
+	if p == nil {
+		return false
+	}
+	if v.state != runtimeapi.ContainerState_CONTAINER_EXITED {
+		_, fake := m.view(p, v.id)
+		_, held := p.held[v.id]
+		return fake || held
+	}
+	if !p.Dead[v.id] || m.needsClassification(p, v.id, v.name) {
+		return true
+	}
+	_, fake := m.view(p, v.id)
+	_, held := p.held[v.id]
+	return fake || held
 }
 
 func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,

@@ -62,21 +62,32 @@ func forwardUnaryObserved(ss grpc.ServerStream, method string, backend grpc.Clie
 	if observe != nil {
 		observe(in.data.Len())
 	}
-	var header, trailer metadata.MD
-	err := backend.Invoke(outgoingContext(ss.Context()), method, &in, &out, grpc.Header(&header), grpc.Trailer(&trailer))
-	in.free() // only set if the call failed before sending
-	if len(header) > 0 {
-		_ = ss.SetHeader(header)
-	}
-	if len(trailer) > 0 {
-		ss.SetTrailer(trailer)
-	}
-	if err != nil {
-		out.free()
+	if err := invokeFrames(ss.Context(), ss, method, backend, &in, &out); err != nil {
 		// The runtime's status (code, message, details) is returned as is.
 		return err
 	}
 	return ss.SendMsg(&out)
+}
+
+// invokeFrames makes a unary call with encoded messages and hands the
+// runtime's header and trailer metadata on to the caller's stream (ss may be
+// nil). On error, out holds nothing.
+func invokeFrames(ctx context.Context, ss grpc.ServerStream, method string, backend grpc.ClientConnInterface, in, out *frame) error {
+	var header, trailer metadata.MD
+	err := backend.Invoke(outgoingContext(ctx), method, in, out, grpc.Header(&header), grpc.Trailer(&trailer))
+	in.free() // only set if the call failed before sending
+	if ss != nil {
+		if len(header) > 0 {
+			_ = ss.SetHeader(header)
+		}
+		if len(trailer) > 0 {
+			ss.SetTrailer(trailer)
+		}
+	}
+	if err != nil {
+		out.free()
+	}
+	return err
 }
 
 // forwardServerStream relays one request and then every response until the

@@ -47,8 +47,17 @@ type Route struct {
 	// decoded, when set, is Handler without its raw fast path: the first route
 	// of a chain must always hand decoded messages to the next.
 	decoded Handler
-	// active, set by UnaryIf, says whether the route has anything to do now.
+	// active, set by UnaryIf and UnaryBytesIf, says whether the route has
+	// anything to do now.
 	active func() bool
+	// bytesRoute: built by UnaryBytesIf; its Invoke forwards frames, so it
+	// can only be the last route of a chain.
+	bytesRoute bool
+}
+
+type member struct {
+	active  func() bool // nil: always active
+	handler Handler
 }
 
 type route struct {
@@ -57,10 +66,11 @@ type route struct {
 	invoke  func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
 	chain   []func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error // routes after the first
 	decoded Handler
-	// actives are the chained routes' active funcs; when every route of a
-	// chain has one and none is active, the call is forwarded raw.
-	actives []func() bool
-	always  bool // a chained route without an active func
+	// members are the chained routes in order; when every one has an active
+	// func and none is active, the call is forwarded raw, and when exactly
+	// one is, it serves the call alone (the others would only pass it on).
+	members []member
+	last    bool // the last route added was built by UnaryBytesIf
 	metrics *metrics.Method
 }
 
@@ -125,17 +135,22 @@ func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Pro
 		}
 		if rt.handler == nil {
 			rt.handler, rt.invoke, rt.decoded = r.Handler, r.Invoke, r.decoded
-			rt.addActive(r.active)
+			rt.members = append(rt.members, member{active: r.active, handler: r.Handler})
+			rt.last = r.bytesRoute
 			continue
 		}
 		if rt.invoke == nil || r.Invoke == nil {
 			return nil, fmt.Errorf("proxy: two routes for %q and one of them is not a unary route", r.Method)
 		}
+		if rt.last {
+			return nil, fmt.Errorf("proxy: a route for %q after one built by UnaryBytesIf, which must come last", r.Method)
+		}
 		if rt.chain == nil && rt.decoded != nil {
 			rt.handler = rt.decoded
 		}
 		rt.chain = append(rt.chain, r.Invoke)
-		rt.addActive(r.active)
+		rt.members = append(rt.members, member{active: r.active, handler: r.Handler})
+		rt.last = r.bytesRoute
 	}
 	return p, nil
 }
@@ -172,10 +187,15 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	start := time.Now()
 	var err error
 	switch {
-	case rt.chain != nil && !rt.anyActive():
-		err = forwardUnary(ss, method, p.backend)
 	case rt.chain != nil:
-		err = rt.handler(ss.Context(), ss, &chainConn{method: method, invokes: rt.chain, backend: p.backend})
+		switch only, n := rt.activeMembers(); n {
+		case 0:
+			err = forwardUnary(ss, method, p.backend)
+		case 1:
+			err = only(ss.Context(), ss, p.backend)
+		default:
+			err = rt.handler(ss.Context(), ss, &chainConn{method: method, invokes: rt.chain, backend: p.backend})
+		}
 	case rt.handler != nil:
 		err = rt.handler(ss.Context(), ss, p.backend)
 	case rt.kind == kindUnary:
@@ -216,23 +236,16 @@ func (c *chainConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method
 	return c.backend.NewStream(ctx, desc, method, opts...)
 }
 
-func (r *route) addActive(f func() bool) {
-	if f == nil {
-		r.always = true
-		return
-	}
-	r.actives = append(r.actives, f)
-}
-
-// anyActive reports whether some route of a chain has work to do.
-func (r *route) anyActive() bool {
-	if r.always {
-		return true
-	}
-	for _, f := range r.actives {
-		if f() {
-			return true
+// activeMembers counts the chained routes with work to do now and returns
+// the handler of the last one counted.
+func (r *route) activeMembers() (Handler, int) {
+	var h Handler
+	n := 0
+	for _, m := range r.members {
+		if m.active == nil || m.active() {
+			h = m.handler
+			n++
 		}
 	}
-	return false
+	return h, n
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,11 +17,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/metrics"
+	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -390,4 +393,71 @@ func settledGoroutines(target int) int {
 		n = runtime.NumGoroutine()
 	}
 	return n
+}
+
+func TestBytesRoute(t *testing.T) {
+	const m = "/runtime.v1.RuntimeService/Version"
+	// Appends "+bytes" to runtime_name (field 2) by appending the field again:
+	// the last occurrence wins for every reader.
+	var calls atomic.Int32
+	edit := func(ctx context.Context, req []byte, next BytesNext) ([]byte, error) {
+		calls.Add(1)
+		resp, err := next(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		name, _, err := wire.String(resp, 2)
+		if err != nil {
+			return nil, err
+		}
+		return protowire.AppendString(protowire.AppendTag(resp, 2, protowire.BytesType), name+"+bytes"), nil
+	}
+	tag := func(ctx context.Context, req *runtimeapi.VersionRequest, next UnaryNext[runtimeapi.VersionRequest, runtimeapi.VersionResponse]) (*runtimeapi.VersionResponse, error) {
+		resp, err := next(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		resp.RuntimeName += "+outer"
+		return resp, nil
+	}
+	for _, tc := range []struct {
+		name          string
+		outer, active bool
+		want          string
+	}{
+		{"alone, active", false, true, "fake+bytes"},
+		{"alone, inactive", false, false, "fake"},
+		{"after an active typed route", true, true, "fake+bytes+outer"},
+		{"after an inactive typed route", false, true, "fake+bytes"},
+		{"typed route active, bytes inactive", true, false, "fake+outer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			routes := []Route{UnaryBytesIf(m, func() bool { return tc.active }, edit)}
+			if strings.Contains(tc.name, "typed") {
+				routes = append([]Route{UnaryIf(m, func() bool { return tc.outer }, tag)}, routes...)
+			}
+			fx := newFixture(t, nil, routes...)
+			c := runtimeapi.NewRuntimeServiceClient(fx.shim)
+			v, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{Version: "v1"})
+			if err != nil || v.RuntimeName != tc.want || v.Version == "" {
+				t.Fatalf("got %q (version %q), %v; want %q", v.GetRuntimeName(), v.GetVersion(), err, tc.want)
+			}
+			if _, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{Version: "fail"}); status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("the runtime's error changed: %v", err)
+			}
+		})
+	}
+	if calls.Load() == 0 {
+		t.Fatal("the bytes route never ran")
+	}
+	// Its forward goes to the runtime: nothing may be chained after it.
+	sock := filepath.Join(t.TempDir(), "r.sock")
+	backend, err := DialBackend(sock, BackendOptions{MaxRecvMsgSize: 1 << 20, MaxSendMsgSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	if _, err := New(backend, metrics.New(CRIMethods()), UnaryBytesIf(m, func() bool { return true }, edit), UnaryIf(m, func() bool { return true }, tag)); err == nil {
+		t.Fatal("a route chained after a bytes route was accepted")
+	}
 }

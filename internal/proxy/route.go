@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -102,4 +103,60 @@ func ObserveUnary(method string, observe func(reqLen int)) Route {
 	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 		return forwardUnaryObserved(ss, method, backend, observe)
 	}}
+}
+
+// BytesNext forwards an encoded request to the runtime and returns the
+// encoded response.
+type BytesNext func(ctx context.Context, req []byte) ([]byte, error)
+
+// UnaryBytesIf is a Route for a feature that reads a unary call's encoded
+// messages (with protowire) and decodes them only when it has something to
+// change: fn gets the request as the kubelet encoded it and returns the
+// response to send, which may be the runtime's own bytes. While active()
+// reports false the call is forwarded raw. In a chain it must be the last
+// route (New refuses it elsewhere): its forward goes to the runtime.
+func UnaryBytesIf(method string, active func() bool, fn func(ctx context.Context, req []byte, next BytesNext) ([]byte, error)) Route {
+	nextOf := func(backend grpc.ClientConnInterface, ss grpc.ServerStream) BytesNext {
+		return func(ctx context.Context, req []byte) ([]byte, error) {
+			in := frame{data: mem.BufferSlice{mem.SliceBuffer(req)}}
+			var out frame
+			if err := invokeFrames(ctx, ss, method, backend, &in, &out); err != nil {
+				return nil, err
+			}
+			b := out.data.Materialize()
+			out.free()
+			return b, nil
+		}
+	}
+	return Route{Method: method, bytesRoute: true, active: active,
+		Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+			if !active() {
+				return forwardUnary(ss, method, backend)
+			}
+			var in frame
+			if err := ss.RecvMsg(&in); err != nil {
+				return err
+			}
+			req := in.data.Materialize()
+			in.free()
+			resp, err := fn(ctx, req, nextOf(backend, ss))
+			if err != nil {
+				return err
+			}
+			return ss.SendMsg(&frame{data: mem.BufferSlice{mem.SliceBuffer(resp)}})
+		},
+		Invoke: func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error {
+			if !active() {
+				return backend.Invoke(ctx, method, req, resp)
+			}
+			b, err := proto.Marshal(req.(proto.Message))
+			if err != nil {
+				return err
+			}
+			out, err := fn(ctx, b, nextOf(backend, nil))
+			if err != nil {
+				return err
+			}
+			return proto.Unmarshal(out, resp.(proto.Message))
+		}}
 }

@@ -154,7 +154,24 @@ func crashingPodsCPU(b *testing.B, n int, d time.Duration) cpuRun {
 		_ = os.RemoveAll(filepath.Join(node.env["NODE_DATA"], "bench", name))
 		_ = os.WriteFile(filepath.Join(node.env["MANIFESTS"], name+".yaml"), []byte(pods[name]), 0o644)
 	}
-	time.Sleep(20 * time.Second) // all started and crashing
+	// Measure only once every pod is in its crash loop (restarted at least
+	// twice), so the window never includes pods still being set up.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		looping := 0
+		for name := range pods {
+			if s, _ := stamps(name); len(s) >= 3 {
+				looping++
+			}
+		}
+		if looping == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d pods crash-looping after 90 s", looping, n)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	refused0 := refusedTransitions()
 	shimPID, kubeletPID := pidOf("cri-shim"), pidOf("kubelet")
 	s0, k0 := procstat.CPUSeconds(shimPID), procstat.CPUSeconds(kubeletPID)

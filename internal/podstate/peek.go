@@ -1,0 +1,146 @@
+package podstate
+
+import (
+	"google.golang.org/protobuf/encoding/protowire"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/wire"
+)
+
+// cview is what the restart view needs of one container: from a decoded
+// Container, or read off an encoded one (peekContainer).
+type cview struct {
+	id, sandbox, name string
+	state             runtimeapi.ContainerState
+}
+
+func viewOf(c *runtimeapi.Container) cview {
+	return cview{id: c.Id, sandbox: c.PodSandboxId, name: c.GetMetadata().GetName(), state: c.State}
+}
+
+// Field numbers in cri-api's api.proto.
+const (
+	fContainerID      = 1 // Container.id, ContainerStatus.id
+	fContainerSandbox = 2 // Container.pod_sandbox_id
+	fContainerMeta    = 3 // Container.metadata
+	fContainerState   = 6 // Container.state
+	fStatusMeta       = 2 // ContainerStatus.metadata
+	fStatusState      = 3 // ContainerStatus.state
+	fMetaName         = 1 // ContainerMetadata.name
+	fListContainers   = 1 // ListContainersResponse.containers
+	fListFilter       = 1 // ListContainersRequest.filter
+	fStatusStatus     = 1 // ContainerStatusResponse.status
+)
+
+// metaName merges one occurrence of an embedded ContainerMetadata into name.
+func metaName(b []byte, name *string) error {
+	return wire.Each(b, func(f wire.Field) bool {
+		if f.Num == fMetaName && f.Type == protowire.BytesType {
+			*name = string(f.Bytes)
+		}
+		return true
+	})
+}
+
+// peekContainer reads an encoded Container (one entry of a list).
+// Occurrences of a field merge as in proto decoding: the last one wins.
+func peekContainer(b []byte) (cview, error) {
+	var v cview
+	var inner error
+	err := wire.Each(b, func(f wire.Field) bool {
+		switch {
+		case f.Num == fContainerID && f.Type == protowire.BytesType:
+			v.id = string(f.Bytes)
+		case f.Num == fContainerSandbox && f.Type == protowire.BytesType:
+			v.sandbox = string(f.Bytes)
+		case f.Num == fContainerMeta && f.Type == protowire.BytesType:
+			inner = metaName(f.Bytes, &v.name)
+		case f.Num == fContainerState && f.Type == protowire.VarintType:
+			v.state = runtimeapi.ContainerState(int32(f.Varint))
+		}
+		return inner == nil
+	})
+	if err == nil {
+		err = inner
+	}
+	return v, err
+}
+
+// peekStatus reads the status of an encoded ContainerStatusResponse; ok is
+// false when the response carries no status.
+func peekStatus(b []byte) (v cview, ok bool, err error) {
+	var inner error
+	err = wire.Each(b, func(f wire.Field) bool {
+		if f.Num != fStatusStatus || f.Type != protowire.BytesType {
+			return true
+		}
+		ok = true
+		inner = wire.Each(f.Bytes, func(g wire.Field) bool {
+			switch {
+			case g.Num == fContainerID && g.Type == protowire.BytesType:
+				v.id = string(g.Bytes)
+			case g.Num == fStatusMeta && g.Type == protowire.BytesType:
+				if e := metaName(g.Bytes, &v.name); e != nil {
+					inner = e
+					return false
+				}
+			case g.Num == fStatusState && g.Type == protowire.VarintType:
+				v.state = runtimeapi.ContainerState(int32(g.Varint))
+			}
+			return true
+		})
+		return inner == nil
+	})
+	if err == nil {
+		err = inner
+	}
+	return v, ok, err
+}
+
+// peekListFilter reports whether an encoded ListContainersRequest has a
+// filter that is not empty. Any filter field counts, known or not.
+func peekListFilter(b []byte) (filtered bool, err error) {
+	err = wire.Each(b, func(f wire.Field) bool {
+		if f.Num == fListFilter && f.Type == protowire.BytesType && len(f.Bytes) > 0 {
+			filtered = true
+		}
+		return !filtered
+	})
+	return filtered, err
+}
+
+// editList applies per-entry verdicts to an encoded ListContainersResponse:
+// hidden entries are left out, faked ones get state RUNNING appended (the last
+// occurrence of a scalar field wins, so every reader sees RUNNING), the rest
+// are copied byte for byte, unknown fields included.
+func editList(b []byte, verdicts []verdict) ([]byte, error) {
+	out := make([]byte, 0, len(b)+2*len(verdicts))
+	i := 0
+	err := wire.Each(b, func(f wire.Field) bool {
+		if f.Num != fListContainers || f.Type != protowire.BytesType {
+			out = append(out, f.Raw...)
+			return true
+		}
+		v := verdicts[i]
+		i++
+		switch {
+		case v.hide:
+		case v.fake:
+			out = protowire.AppendTag(out, fListContainers, protowire.BytesType)
+			out = protowire.AppendVarint(out, uint64(len(f.Bytes)+2))
+			out = append(out, f.Bytes...)
+			out = protowire.AppendTag(out, fContainerState, protowire.VarintType)
+			out = protowire.AppendVarint(out, uint64(runtimeapi.ContainerState_CONTAINER_RUNNING))
+		default:
+			out = append(out, f.Raw...)
+		}
+		return true
+	})
+	return out, err
+}
+
+// verdict is the view's decision on one listed container.
+type verdict struct {
+	hide bool // not shown (a new instance during a restart, or filtered out)
+	fake bool // shown running although it is not
+}
