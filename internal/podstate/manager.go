@@ -208,6 +208,9 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 			m.mu.Unlock()
 		}()
 		if err := m.execute(ctx, sandboxID); err != nil && ctx.Err() == nil {
+			if m.abandonIfSandboxGone(ctx, sandboxID, err) {
+				return
+			}
 			// Retried every second; logged when the error changes, not each time.
 			m.mu.Lock()
 			p := m.pods[sandboxID]
@@ -221,6 +224,45 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 			}
 		}
 	}()
+}
+
+// abandon ends the pod's restart in progress for good: the pod is shown as it
+// really is and no rule restarts anything in it any more. m.mu held.
+func (m *Manager) abandon(p *Pod) {
+	p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
+	p.Old, p.Fake, p.New, p.shownRunning, p.held = nil, nil, nil, nil, nil
+	p.Stopped = true
+	m.save(p)
+}
+
+// abandonIfSandboxGone is called when a restart step failed: if the pod's
+// sandbox is gone or no longer ready (stopped or removed by a client that
+// bypassed the shim, or by the runtime), retrying would only create
+// containers in a dead sandbox, so the restart is abandoned (reconcile drops
+// the state of a removed sandbox). A runtime that does not answer changes
+// nothing: the step is retried.
+func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, stepErr error) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sandboxID}})
+	if err != nil {
+		return false
+	}
+	for _, sb := range resp.Items {
+		if sb.Id == sandboxID && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			return false
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Stopped {
+		return true
+	}
+	m.log.Warn("podstate: sandbox gone or not ready; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase, "err", stepErr)
+	p.LastError = "restart abandoned, sandbox gone or not ready: " + stepErr.Error()
+	m.abandon(p)
+	return true
 }
 
 // reconcile forgets pods whose sandbox the runtime no longer has (removed

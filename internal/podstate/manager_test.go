@@ -34,6 +34,10 @@ type fakeRT struct {
 	stopped     []string // ids
 	exitOnStart map[string]int32
 	sandboxGone bool
+	// sandboxDead: the sandbox is listed NOTREADY and starts fail, as after
+	// a StopPodSandbox that bypassed the shim.
+	sandboxDead bool
+	removed     []string
 }
 
 func newFakeRT() *fakeRT {
@@ -95,6 +99,10 @@ func (f *fakeRT) CreateContainer(_ context.Context, in *runtimeapi.CreateContain
 
 func (f *fakeRT) StartContainer(_ context.Context, in *runtimeapi.StartContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
 	f.mu.Lock()
+	if f.sandboxDead {
+		f.mu.Unlock()
+		return nil, status.Error(codes.Unknown, "sandbox container is not running")
+	}
 	s := f.cs[in.ContainerId]
 	s.State, s.StartedAt = runtimeapi.ContainerState_CONTAINER_RUNNING, time.Now().UnixNano()
 	code, exits := f.exitOnStart[s.Metadata.Name]
@@ -112,7 +120,11 @@ func (f *fakeRT) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxReque
 	var out []*runtimeapi.PodSandbox
 	for id := range seen {
 		if seen[id] {
-			out = append(out, &runtimeapi.PodSandbox{Id: id})
+			sb := &runtimeapi.PodSandbox{Id: id}
+			if f.sandboxDead {
+				sb.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+			}
+			out = append(out, sb)
 		}
 	}
 	return &runtimeapi.ListPodSandboxResponse{Items: out}, nil
@@ -122,6 +134,7 @@ func (f *fakeRT) RemoveContainer(_ context.Context, in *runtimeapi.RemoveContain
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.cs, in.ContainerId)
+	f.removed = append(f.removed, in.ContainerId)
 	return &runtimeapi.RemoveContainerResponse{}, nil
 }
 
@@ -905,5 +918,43 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 	}
 	if _, ok := p.IDs[trigger]; !ok {
 		t.Fatal("the trigger of the restart in progress was pruned")
+	}
+}
+
+// A sandbox stopped behind the shim's back: the failed start ends the
+// restart for good instead of being retried (and the container is not
+// removed: containerd 2.2.1 panics removing one whose sandbox is gone).
+func TestRestartAbandonedWhenSandboxDies(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	k.start(sb, "main")
+	p := k.m.pods[sb]
+	cur := p.Latest["main"]
+	k.rt.exit(cur, 1)
+	k.status(cur)
+	// A step failing while the sandbox is ready is retried, not abandoned.
+	if k.m.abandonIfSandboxGone(context.Background(), sb, fmt.Errorf("transient")) || p.Stopped {
+		t.Fatal("abandoned with a ready sandbox")
+	}
+	rt.mu.Lock()
+	rt.sandboxDead = true
+	rt.mu.Unlock()
+	err := k.m.execute(context.Background(), sb)
+	if err == nil {
+		t.Fatal("the start in a dead sandbox succeeded")
+	}
+	if !k.m.abandonIfSandboxGone(context.Background(), sb, err) {
+		t.Fatal("restart not abandoned although the sandbox is not ready")
+	}
+	if p.Phase != PhaseRunning || !p.Stopped {
+		t.Fatalf("phase %s stopped %v", p.Phase, p.Stopped)
+	}
+	// A later step does nothing, and nothing was removed.
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if len(rt.removed) != 0 {
+		t.Fatalf("removed %v", rt.removed)
 	}
 }

@@ -200,6 +200,13 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		if !interrupted || retried {
 			return existing, m.ensureStarted(ctx, existing)
 		}
+		// A start that failed because the sandbox died is not an
+		// interruption; and containerd 2.2.1 panics removing a container
+		// whose sandbox is gone (nri GetIPs on a nil sandbox), so nothing is
+		// removed then: the step fails and the restart is abandoned.
+		if err := m.sandboxReady(ctx, sandboxID); err != nil {
+			return "", err
+		}
 		m.log.Info("podstate: replayed start was interrupted; creating the container once more", "container", name)
 		if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: existing}); err != nil && status.Code(err) != codes.NotFound {
 			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
@@ -269,6 +276,20 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		return id, fmt.Errorf("start restarted container %s: %w", id, err)
 	}
 	return id, nil
+}
+
+// sandboxReady fails unless the runtime lists the sandbox as ready.
+func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) error {
+	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sandboxID}})
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", sandboxID, err)
+	}
+	for _, sb := range resp.Items {
+		if sb.Id == sandboxID && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			return nil
+		}
+	}
+	return fmt.Errorf("sandbox %s is gone or not ready", sandboxID)
 }
 
 // adoptCreated takes over the container of a replay create whose intent was

@@ -164,10 +164,7 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 		if p.Phase != PhaseRunning {
 			m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase)
 		}
-		p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
-		p.Old, p.Fake, p.New, p.shownRunning, p.held = nil, nil, nil, nil, nil
-		p.Stopped = true
-		m.save(p)
+		m.abandon(p)
 	}
 	m.mu.Unlock()
 	return next(ctx, req)

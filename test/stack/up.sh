@@ -115,6 +115,12 @@ state = "$NODE_RUN/containerd/state"
   address = "$NODE_RUN/containerd/containerd.sock.ttrpc"
 [debug]
   address = "$NODE_RUN/containerd/debug.sock"
+# NRI off: nothing here uses it, and containerd 2.2.1 panics in it
+# (nri GetIPs on a nil sandbox) removing a container whose sandbox is already
+# gone, which a teardown racing a restart leaves behind; the panic kept such
+# containers for every later node started on the same data directory.
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
