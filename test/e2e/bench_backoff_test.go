@@ -89,7 +89,7 @@ func BenchmarkBackoff(b *testing.B) {
 	c := crashingPodsCPU(b, 20, 60*time.Second)
 	el, restarts, shimCPU, kubeletCPU, refused := c.elapsed, c.restarts, c.shim, c.kubelet, c.refused
 	killPidFile(b, "kubelet", 15)
-	_, _ = crictl(b, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+	clearRuntime(b)
 	_ = script("up.sh", "--start", "kubelet")
 
 	var sb strings.Builder
@@ -226,7 +226,7 @@ func BenchmarkBackoffCPU(b *testing.B) {
 	defer shimAtNodeMaxOne(b)()
 	defer func() {
 		killPidFile(b, "kubelet", 15)
-		_, _ = crictl(b, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+		clearRuntime(b)
 		_ = script("up.sh", "--start", "kubelet")
 	}()
 	d := 60 * time.Second
@@ -307,7 +307,7 @@ func shimAtNodeMaxOne(b *testing.B) (restore func()) {
 		b.Fatal(err)
 	}
 	killPidFile(b, "kubelet", 15)
-	_, _ = crictl(b, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+	clearRuntime(b)
 	if err := script("up.sh", "--start", "kubelet-reduced"); err != nil {
 		restore()
 		b.Fatal(err)

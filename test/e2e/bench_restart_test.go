@@ -163,7 +163,7 @@ func recreateBlock(t testing.TB, base string, k int) []float64 {
 func switchKubelet(t testing.TB, native bool) {
 	t.Helper()
 	killPidFile(t, "kubelet", 15)
-	_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+	clearRuntime(t)
 	which := "kubelet"
 	if native {
 		which = "kubelet-native"

@@ -276,5 +276,16 @@ func pauseKubelet(t testing.TB) {
 	if err := os.RemoveAll(node.env["MANIFESTS"]); err == nil {
 		_ = os.MkdirAll(node.env["MANIFESTS"], 0o755)
 	}
+	clearRuntime(t)
+}
+
+// clearRuntime removes every sandbox and then every container left without
+// one, straight on containerd. A restart the shim was replaying while the
+// sandboxes went can leave a container whose sandbox is gone; "rmp" does not
+// see it, and a kubelet later running a pod with the same UID (a static pod
+// from the same manifest) stalls on it and never creates its sandbox.
+func clearRuntime(t testing.TB) {
+	t.Helper()
 	_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "rmp", "-fa")
+	_, _ = crictl(t, node.env["CONTAINERD_SOCK"], "rm", "-fa")
 }
