@@ -25,6 +25,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 // Field numbers of cri-api's ContainerEventResponse, PodSandboxStatus and
@@ -59,79 +61,34 @@ func Parse(b []byte) (*Event, error) {
 
 func (e *Event) parse(b []byte) error {
 	*e = Event{raw: b}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("container event: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
+	var inner error
+	err := wire.Each(b, func(f wire.Field) bool {
 		switch {
-		case num == fieldContainerID && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return fmt.Errorf("container event: container_id: %w", protowire.ParseError(n))
-			}
-			e.ContainerID = string(v)
-			b = b[n:]
-		case num == fieldEventType && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return fmt.Errorf("container event: container_event_type: %w", protowire.ParseError(n))
-			}
-			e.Type = runtimeapi.ContainerEventType(int32(v))
-			b = b[n:]
-		case num == fieldSandbox && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return fmt.Errorf("container event: pod_sandbox_status: %w", protowire.ParseError(n))
-			}
+		case f.Num == fieldContainerID && f.Type == protowire.BytesType:
+			e.ContainerID = string(f.Bytes)
+		case f.Num == fieldEventType && f.Type == protowire.VarintType:
+			e.Type = runtimeapi.ContainerEventType(int32(f.Varint))
+		case f.Num == fieldSandbox && f.Type == protowire.BytesType:
 			// Repeated occurrences merge, as in proto decoding: an id
 			// present in a later one replaces an earlier one.
-			id, ok, err := idOf(v)
+			id, ok, err := wire.String(f.Bytes, fieldID)
 			if err != nil {
-				return fmt.Errorf("container event: pod_sandbox_status: %w", err)
+				inner = fmt.Errorf("pod_sandbox_status: %w", err)
+				return false
 			}
 			if ok {
 				e.SandboxID = id
 			}
-			b = b[n:]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return fmt.Errorf("container event: field %d: %w", num, protowire.ParseError(n))
-			}
-			b = b[n:]
 		}
+		return true
+	})
+	if err == nil {
+		err = inner
+	}
+	if err != nil {
+		return fmt.Errorf("container event: %w", err)
 	}
 	return nil
-}
-
-// idOf returns field 1 (the id) of an encoded PodSandboxStatus or
-// ContainerStatus, and whether it was present; the last occurrence wins, as in
-// proto decoding.
-func idOf(b []byte) (id string, present bool, err error) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return "", false, protowire.ParseError(n)
-		}
-		b = b[n:]
-		if num == fieldID && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return "", false, protowire.ParseError(n)
-			}
-			id, present = string(v), true
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return "", false, protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return id, present, nil
 }
 
 // Status decodes the status of the event's own container, the one entry of
@@ -142,45 +99,34 @@ func (e *Event) Status() (*runtimeapi.ContainerStatus, error) {
 		return e.status, e.err
 	}
 	e.done = true
-	b := e.raw
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			e.err = fmt.Errorf("container event: %w", protowire.ParseError(n))
-			return nil, e.err
+	var inner error
+	err := wire.Each(e.raw, func(f wire.Field) bool {
+		if f.Num != fieldStatuses || f.Type != protowire.BytesType {
+			return true
 		}
-		b = b[n:]
-		if num != fieldStatuses || typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				e.err = fmt.Errorf("container event: field %d: %w", num, protowire.ParseError(n))
-				return nil, e.err
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			e.err = fmt.Errorf("container event: containers_statuses: %w", protowire.ParseError(n))
-			return nil, e.err
-		}
-		b = b[n:]
-		id, _, err := idOf(v)
+		id, _, err := wire.String(f.Bytes, fieldID)
 		if err != nil {
-			e.err = fmt.Errorf("container event: containers_statuses: %w", err)
-			return nil, e.err
+			inner = fmt.Errorf("containers_statuses: %w", err)
+			return false
 		}
 		if id != e.ContainerID {
-			continue
+			return true
 		}
 		s := &runtimeapi.ContainerStatus{}
-		if err := proto.Unmarshal(v, s); err != nil {
-			e.err = fmt.Errorf("container event: status of %s: %w", id, err)
-			return nil, e.err
+		if err := proto.Unmarshal(f.Bytes, s); err != nil {
+			inner = fmt.Errorf("status of %s: %w", id, err)
+			return false
 		}
 		e.status = s
+		return true
+	})
+	if err == nil {
+		err = inner
 	}
-	return e.status, nil
+	if err != nil {
+		e.status, e.err = nil, fmt.Errorf("container event: %w", err)
+	}
+	return e.status, e.err
 }
 
 // Full decodes the whole event, for subscribers that forward it.

@@ -244,14 +244,8 @@ func (m *Manager) abandon(p *Pod) {
 func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, stepErr error) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sandboxID}})
-	if err != nil {
+	if ready, err := m.sandboxReady(ctx, sandboxID); err != nil || ready {
 		return false
-	}
-	for _, sb := range resp.Items {
-		if sb.Id == sandboxID && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
-			return false
-		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

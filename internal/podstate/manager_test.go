@@ -851,11 +851,7 @@ func (k kubelet) remove(id string) {
 // instances the kubelet removes are forgotten (they were kept for ever, and
 // the record is written at every restart step).
 func TestCrashLoopRecordStaysBounded(t *testing.T) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
-	k.start(sb, "main")
-	p := k.m.pods[sb]
+	k, sb, p := crashingMainPod(t)
 	for i := range 30 {
 		cur := p.Latest["main"]
 		k.rt.exit(cur, 1)
@@ -886,11 +882,8 @@ func TestCrashLoopRecordStaysBounded(t *testing.T) {
 // Instances removed behind the shim's back are pruned by reconcile even while
 // the pod is restarting (a crash-looping pod is hardly ever Running).
 func TestReconcilePrunesDuringRestart(t *testing.T) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
-	k.start(sb, "main")
-	p := k.m.pods[sb]
+	k, sb, p := crashingMainPod(t)
+	rt := k.rt
 	var gone []string
 	for range 5 {
 		cur := p.Latest["main"]
@@ -925,11 +918,8 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 // restart for good instead of being retried (and the container is not
 // removed: containerd 2.2.1 panics removing one whose sandbox is gone).
 func TestRestartAbandonedWhenSandboxDies(t *testing.T) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
-	k.start(sb, "main")
-	p := k.m.pods[sb]
+	k, sb, p := crashingMainPod(t)
+	rt := k.rt
 	cur := p.Latest["main"]
 	k.rt.exit(cur, 1)
 	k.status(cur)
@@ -957,4 +947,15 @@ func TestRestartAbandonedWhenSandboxDies(t *testing.T) {
 	if len(rt.removed) != 0 {
 		t.Fatalf("removed %v", rt.removed)
 	}
+}
+
+// crashingMainPod runs a pod whose one container, main, has a Restart rule
+// for every failure, and starts main.
+func crashingMainPod(t *testing.T) (kubelet, string, *Pod) {
+	t.Helper()
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	k.start(sb, "main")
+	return k, sb, k.m.pods[sb]
 }

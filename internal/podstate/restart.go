@@ -204,8 +204,8 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		// interruption; and containerd 2.2.1 panics removing a container
 		// whose sandbox is gone (nri GetIPs on a nil sandbox), so nothing is
 		// removed then: the step fails and the restart is abandoned.
-		if err := m.sandboxReady(ctx, sandboxID); err != nil {
-			return "", err
+		if ready, err := m.sandboxReady(ctx, sandboxID); err != nil || !ready {
+			return "", fmt.Errorf("start of %s failed and sandbox %s is not ready (%v)", existing, sandboxID, err)
 		}
 		m.log.Info("podstate: replayed start was interrupted; creating the container once more", "container", name)
 		if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: existing}); err != nil && status.Code(err) != codes.NotFound {
@@ -278,18 +278,19 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	return id, nil
 }
 
-// sandboxReady fails unless the runtime lists the sandbox as ready.
-func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) error {
+// sandboxReady reports whether the runtime lists the sandbox as ready; err
+// when the runtime does not answer.
+func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) (bool, error) {
 	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sandboxID}})
 	if err != nil {
-		return fmt.Errorf("sandbox %s: %w", sandboxID, err)
+		return false, fmt.Errorf("sandbox %s: %w", sandboxID, err)
 	}
 	for _, sb := range resp.Items {
 		if sb.Id == sandboxID && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
-			return nil
+			return true, nil
 		}
 	}
-	return fmt.Errorf("sandbox %s is gone or not ready", sandboxID)
+	return false, nil
 }
 
 // adoptCreated takes over the container of a replay create whose intent was

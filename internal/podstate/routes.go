@@ -468,12 +468,8 @@ func (m *Manager) statusMayChange(v cview) bool {
 	if p == nil {
 		return false
 	}
-	if v.state != runtimeapi.ContainerState_CONTAINER_EXITED {
-		_, fake := m.view(p, v.id)
-		_, held := p.held[v.id]
-		return fake || held
-	}
-	if !p.Dead[v.id] || m.needsClassification(p, v.id, v.name) {
+	exited := v.state == runtimeapi.ContainerState_CONTAINER_EXITED
+	if exited && (!p.Dead[v.id] || m.needsClassification(p, v.id, v.name)) {
 		return true
 	}
 	_, fake := m.view(p, v.id)
