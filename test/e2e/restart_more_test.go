@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/cri-shim/cri-shim/internal/podstate"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,11 +56,39 @@ func genPod(name, policy string, grace int, rules map[string]string, inits, main
 
 func fullName(name string) string { return name + "-" + envOr("CRI_SHIM_NODE_NAME", "cri-shim-node") }
 
-// runs reads how often a container ran, through the kubelet's exec.
+// runs reads how often a container ran, through the kubelet's exec, failing
+// the test if the exec fails.
 func runs(t testing.TB, p *corev1.Pod, via, container string) int {
 	t.Helper()
-	out := execIn(t, p, via, "cat /work/"+container+".log")
-	return strings.Count(out, "run")
+	n, err := tryRuns(t, p, via, container)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// tryRuns is runs for polling loops: the exec fails while the container it
+// goes through is being restarted (the kubelet answers "container not
+// found"), which a loop waiting for a restart to finish must retry.
+func tryRuns(t testing.TB, p *corev1.Pod, via, container string) (int, error) {
+	out, err := kubeletDo(t, http.MethodPost, fmt.Sprintf("/run/%s/%s/%s?cmd=cat+/work/%s.log", p.Namespace, p.Name, via, container))
+	if err != nil {
+		return 0, fmt.Errorf("exec in %s: %w", via, err)
+	}
+	return strings.Count(out, "run"), nil
+}
+
+// tryRunsOf reads several containers' run counts through one container.
+func tryRunsOf(t testing.TB, p *corev1.Pod, via string, containers ...string) ([]int, error) {
+	out := make([]int, len(containers))
+	for i, c := range containers {
+		n, err := tryRuns(t, p, via, c)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
 }
 
 // waitRunning waits until the kubelet reports the pod Running with every
@@ -104,8 +133,12 @@ func TestInPlaceRestartFromSidecar(t *testing.T) {
 	// so main may have started before the sidecar's exit: 0 or 1 restarts.
 	p := waitRunning(t, name, 90*time.Second, 0, "sidecar", "main")
 	eventually(t, 30*time.Second, "counts", func() error {
-		if i, s := runs(t, p, "main", "init"), runs(t, p, "main", "sidecar"); i != 2 || s != 2 {
-			return fmt.Errorf("init ran %d, sidecar %d; want 2 and 2", i, s)
+		n, err := tryRunsOf(t, p, "main", "init", "sidecar")
+		if err != nil {
+			return err
+		}
+		if n[0] != 2 || n[1] != 2 {
+			return fmt.Errorf("init ran %d, sidecar %d; want 2 and 2", n[0], n[1])
 		}
 		return nil
 	})
@@ -123,8 +156,12 @@ func TestInPlaceRestartFromSecondInit(t *testing.T) {
 		[]ctr{{name: "main", script: loop}}))
 	p := waitRunning(t, name, 90*time.Second, 0, "sidecar", "main")
 	eventually(t, 30*time.Second, "counts", func() error {
-		if a, b := runs(t, p, "main", "init1"), runs(t, p, "main", "init2"); a != 2 || b != 2 {
-			return fmt.Errorf("init1 ran %d, init2 %d; want 2 and 2", a, b)
+		n, err := tryRunsOf(t, p, "main", "init1", "init2")
+		if err != nil {
+			return err
+		}
+		if n[0] != 2 || n[1] != 2 {
+			return fmt.Errorf("init1 ran %d, init2 %d; want 2 and 2", n[0], n[1])
 		}
 		return nil
 	})

@@ -94,8 +94,11 @@ func observeRestarts(t testing.TB, name, dir, manifest string) restartOutcome {
 					o.lastTermination = m.LastTerminationState.Terminated != nil
 					o.phase = pod.Status.Phase
 					eventually(t, 10*time.Second, "the sidecar's third start", func() error {
-						o.initRuns = runs(t, pod, "main", "init")
-						o.sidecarRuns = runs(t, pod, "main", "sidecar")
+						n, err := tryRunsOf(t, pod, "main", "init", "sidecar")
+						if err != nil {
+							return err
+						}
+						o.initRuns, o.sidecarRuns = n[0], n[1]
 						if o.sidecarRuns < 3 {
 							return fmt.Errorf("sidecar started %d times", o.sidecarRuns)
 						}
