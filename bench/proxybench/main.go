@@ -50,12 +50,20 @@ func main() {
 	created := flag.Int("created", 900, "extra created (not started) containers, for the 1000-container list")
 	rounds := flag.Int("rounds", 6, "interleaved rounds per workload and concurrency")
 	roundDur := flag.Duration("round", 700*time.Millisecond, "duration of one side of one round")
+	pacedRate := flag.Int("paced-rate", 0, "instead of the comparison: ContainerStatus through the shim at this many calls/s (the kubelet's pace), printing the shim's CPU per call; nothing written")
+	pacedFor := flag.Duration("paced-for", 20*time.Second, "how long --paced-rate runs")
 	flag.Parse()
 	if *direct == "" || *shim == "" {
 		fmt.Fprintln(os.Stderr, "proxybench: --direct and --shim are required")
 		os.Exit(2)
 	}
-	if err := run(*direct, *shim, *shimPID, *out, *running, *created, *rounds, *roundDur); err != nil {
+	var err error
+	if *pacedRate > 0 {
+		err = paced(*direct, *shim, *shimPID, *running, *pacedRate, *pacedFor)
+	} else {
+		err = run(*direct, *shim, *shimPID, *out, *running, *created, *rounds, *roundDur)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
 		os.Exit(1)
 	}
@@ -70,18 +78,27 @@ func dial(sock string) (runtimeapi.RuntimeServiceClient, *grpc.ClientConn, error
 	return runtimeapi.NewRuntimeServiceClient(cc), cc, nil
 }
 
-func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCreated, rounds int, roundDur time.Duration) error {
-	ctx := context.Background()
+// dialBoth connects to containerd and to the shim; closeBoth closes both.
+func dialBoth(directSock, shimSock string) (dc, sc runtimeapi.RuntimeServiceClient, closeBoth func(), err error) {
 	dc, dconn, err := dial(directSock)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	defer dconn.Close()
 	sc, sconn, err := dial(shimSock)
+	if err != nil {
+		dconn.Close()
+		return nil, nil, nil, err
+	}
+	return dc, sc, func() { dconn.Close(); sconn.Close() }, nil
+}
+
+func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCreated, rounds int, roundDur time.Duration) error {
+	ctx := context.Background()
+	dc, sc, closeBoth, err := dialBoth(directSock, shimSock)
 	if err != nil {
 		return err
 	}
-	defer sconn.Close()
+	defer closeBoth()
 
 	sides := []struct {
 		name string
@@ -180,6 +197,47 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCre
 	cpu := cpuSeconds(shimPID) - cpu0
 	rssEnd, hwm := rssKB(shimPID), hwmKB(shimPID)
 	return write(outDir, results, nRunning, total, rssRunning, rssEnd, hwm, cpu, shimCalls)
+}
+
+// paced calls ContainerStatus through the shim at rate calls/s, spread over
+// nRunning running containers, and prints the shim's CPU per call. At the
+// kubelet's pace (a few hundred calls/s at most) every call wakes the shim
+// from idle, so this measures what the kubelet really costs it per call,
+// which flat-out rounds (batched wake-ups) understate.
+func paced(directSock, shimSock string, shimPID, nRunning, rate int, d time.Duration) error {
+	ctx := context.Background()
+	dc, sc, closeBoth, err := dialBoth(directSock, shimSock)
+	if err != nil {
+		return err
+	}
+	defer closeBoth()
+	if nRunning < 1 {
+		nRunning = 1
+	}
+	_, ids, err := setup(ctx, dc, nRunning)
+	if err != nil {
+		return err
+	}
+	// One call to connect, then let the setup's work settle.
+	if _, err := sc.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ids[0]}); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	cpu0, t0 := cpuSeconds(shimPID), time.Now()
+	n := 0
+	for time.Since(t0) < d {
+		<-tick.C
+		if _, err := sc.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ids[n%len(ids)]}); err != nil {
+			return err
+		}
+		n++
+	}
+	cpu, el := cpuSeconds(shimPID)-cpu0, time.Since(t0)
+	fmt.Printf("paced ContainerStatus: %d calls in %.1f s (%.0f/s); shim CPU %.3f s, %.1f µs per call, %.2f %% of a core\n",
+		n, el.Seconds(), float64(n)/el.Seconds(), cpu, cpu*1e6/float64(n), 100*cpu/el.Seconds())
+	return nil
 }
 
 // drive runs call from conc goroutines for d and returns every call's latency.

@@ -70,6 +70,10 @@ type Manager struct {
 	// eventsLive reports the event feed's subscription (events.Feed.Live);
 	// without one, Run rescans every second.
 	eventsLive func() uint64
+
+	// exited holds the runtime's own encoded ContainerStatus answers for
+	// exited instances of tracked pods (under mu; see exitedstatus.go).
+	exited map[string]exitedStatus
 }
 
 // EventsFrom tells the manager which event feed delivers exits to OnEvent, so
@@ -92,6 +96,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		pods: map[string]*Pod{}, byID: map[string]string{},
 		work: make(chan string, 64), active: map[string]bool{},
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 },
+		exited: map[string]exitedStatus{},
 	}
 	pods, errs := st.load()
 	for _, err := range errs {
@@ -310,6 +315,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
 	}
 	m.tracked.Store(int32(len(m.pods)))
+	m.pruneExited(exists)
 	m.st.pruneProblems(live)
 }
 

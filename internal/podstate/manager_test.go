@@ -38,6 +38,7 @@ type fakeRT struct {
 	// a StopPodSandbox that bypassed the shim.
 	sandboxDead bool
 	removed     []string
+	statusCalls int
 }
 
 func newFakeRT() *fakeRT {
@@ -63,6 +64,7 @@ func (f *fakeRT) ListContainers(_ context.Context, in *runtimeapi.ListContainers
 func (f *fakeRT) ContainerStatus(_ context.Context, in *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.statusCalls++
 	s, ok := f.cs[in.ContainerId]
 	if !ok {
 		return nil, status.Error(codes.NotFound, "no such container")
@@ -799,24 +801,7 @@ func TestRelistToldFromStatsList(t *testing.T) {
 // kubelet call; events of other types or other containers change nothing.
 func TestExitSeenThroughEventFeed(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
-	feed := func(id string, typ runtimeapi.ContainerEventType) {
-		t.Helper()
-		st, err := k.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
-		var statuses []*runtimeapi.ContainerStatus
-		if err == nil {
-			statuses = append(statuses, st.Status)
-		}
-		b, err := proto.Marshal(&runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ,
-			PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: sb}, ContainersStatuses: statuses})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := events.Parse(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k.m.OnEvent(e)
-	}
+	feed := func(id string, typ runtimeapi.ContainerEventType) { k.event(sb, id, typ) }
 	k.rt.exit(ids["main"], 88)
 	feed(ids["main"], runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	feed("unrelated", runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
@@ -834,6 +819,27 @@ func TestExitSeenThroughEventFeed(t *testing.T) {
 	if ph != PhaseTerminating || trig == nil || trig.ContainerID != ids["main"] || trig.ExitCode != 88 {
 		t.Fatalf("after the exit event: phase %s trigger %+v", ph, trig)
 	}
+}
+
+// event hands the manager a container event as the runtime sends it: with
+// the container's status, if the runtime still has it.
+func (k kubelet) event(sb, id string, typ runtimeapi.ContainerEventType) {
+	k.t.Helper()
+	st, err := k.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	var statuses []*runtimeapi.ContainerStatus
+	if err == nil {
+		statuses = append(statuses, st.Status)
+	}
+	b, err := proto.Marshal(&runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ,
+		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: sb}, ContainersStatuses: statuses})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	e, err := events.Parse(b)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	k.m.OnEvent(e)
 }
 
 // remove deletes a container as the kubelet's container GC does, through the manager.

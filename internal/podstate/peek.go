@@ -30,7 +30,28 @@ const (
 	fListContainers   = 1 // ListContainersResponse.containers
 	fListFilter       = 1 // ListContainersRequest.filter
 	fStatusStatus     = 1 // ContainerStatusResponse.status
+	fStatusReqID      = 1 // ContainerStatusRequest.container_id
+	fStatusReqVerbose = 2 // ContainerStatusRequest.verbose
 )
+
+// peekStatusRequest reads an encoded ContainerStatusRequest: the container
+// ID, and plain = not verbose (the last occurrence of a field wins; a
+// verbose field of any non-zero value counts as verbose).
+func peekStatusRequest(b []byte) (id string, plain bool, err error) {
+	plain = true
+	err = wire.Each(b, func(f wire.Field) bool {
+		switch {
+		case f.Num == fStatusReqID && f.Type == protowire.BytesType:
+			id = string(f.Bytes)
+		case f.Num == fStatusReqVerbose && f.Type == protowire.VarintType:
+			plain = f.Varint == 0
+		case f.Num == fStatusReqVerbose:
+			plain = false // not how a bool is encoded: never answered from the cache
+		}
+		return true
+	})
+	return id, plain, err
+}
 
 // metaName merges one occurrence of an embedded ContainerMetadata into name.
 func metaName(b []byte, name *string) error {

@@ -34,6 +34,15 @@ func checkPeeks(t *testing.T, b []byte) {
 			t.Fatalf("peekStatus(%x) = %+v %v %v; proto %+v present %v", b, v, ok, err, want, s.Status != nil)
 		}
 	}
+	var q runtimeapi.ContainerStatusRequest
+	if proto.Unmarshal(b, &q) == nil {
+		// plain must never be reported for a verbose request (its answer
+		// could come from the kept exited statuses).
+		id, plain, err := peekStatusRequest(b)
+		if err != nil || id != q.ContainerId || (plain && q.Verbose) {
+			t.Fatalf("peekStatusRequest(%x) = %q %v %v; proto %q verbose %v", b, id, plain, err, q.ContainerId, q.Verbose)
+		}
+	}
 	var r runtimeapi.ListContainersRequest
 	if proto.Unmarshal(b, &r) == nil {
 		filtered, err := peekListFilter(b)
@@ -50,6 +59,13 @@ func TestPeeksAgreeWithProto(t *testing.T) {
 		Metadata: &runtimeapi.ContainerMetadata{Name: "main"}, State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: 3},
 		Info: map[string]string{"info": "{}"}})
 	checkPeeks(t, s)
+	for _, q := range []*runtimeapi.ContainerStatusRequest{{ContainerId: "c1"}, {ContainerId: "c1", Verbose: true}} {
+		b, _ := proto.Marshal(q)
+		checkPeeks(t, b)
+		if id, plain, err := peekStatusRequest(b); err != nil || id != "c1" || plain == q.Verbose {
+			t.Fatalf("peekStatusRequest(%v) = %q %v %v", q, id, plain, err)
+		}
+	}
 	if v, ok, err := peekStatus(s); err != nil || !ok || v.id != "c1" || v.name != "main" || v.state != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Fatalf("peekStatus: %+v %v %v", v, ok, err)
 	}
@@ -73,6 +89,9 @@ func FuzzPeeks(f *testing.F) {
 	r, _ := proto.Marshal(&runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: "sb"}})
 	f.Add(r)
 	f.Add([]byte{0x1a, 0x02, 0x0a, 0x00, 0x1a, 0x00})
+	q, _ := proto.Marshal(&runtimeapi.ContainerStatusRequest{ContainerId: "c1", Verbose: true})
+	f.Add(q)
+	f.Add([]byte{0x0a, 0x02, 'c', '1', 0x10, 0x80, 0x01}) // verbose as a two-byte varint
 	f.Fuzz(checkPeeks)
 }
 

@@ -452,7 +452,14 @@ func nextRestartCount(req *runtimeapi.CreateContainerRequest, logDir string) int
 // (reconnects, restarts of the shim or of containerd). Only the exited
 // container's own status is decoded, and only for a tracked container.
 func (m *Manager) OnEvent(e *events.Event) {
-	if e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || m.Tracked() == 0 {
+	if m.Tracked() == 0 {
+		return
+	}
+	if e.Type == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT {
+		m.dropExited(e.ContainerID) // removed, maybe behind the shim
+		return
+	}
+	if e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
 		return
 	}
 	m.mu.Lock()
@@ -475,6 +482,7 @@ type metrics struct {
 	restarts   prometheus.Counter
 	delay      prometheus.Histogram
 	problems   prometheus.Counter
+	reused     prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -496,10 +504,13 @@ func newMetrics() *metrics {
 		problems: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_restart_rule_problems_total", Help: "Malformed restart-rules annotations (the pod runs with plain kubelet behaviour).",
 		}),
+		reused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_exited_status_reused_total", Help: "ContainerStatus calls for exited instances of governed containers answered with the runtime's kept answer, without a round trip.",
+		}),
 	}
 }
 
 // Collectors are the manager's metrics, for the shim's registry.
 func (m *Manager) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers}
+	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers, m.metrics.reused}
 }

@@ -176,7 +176,11 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 // restarted shim prunes what the runtime no longer has (reconcile).
 func (m *Manager) removeContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
 	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
+	// Dropped before (no cached answer outlives the container) and after (a
+	// status asked while the removal ran may have been kept again).
+	m.dropExited(req.ContainerId)
 	resp, err := next(ctx, req)
+	m.dropExited(req.ContainerId)
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, err
 	}
@@ -441,11 +445,21 @@ func (m *Manager) viewDecoded(ctx context.Context, resp []byte, full bool) ([]by
 // status the view may change (an exit, or an instance shown running) is
 // decoded; a running container's passes through as the runtime sent it.
 func (m *Manager) containerStatusBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+	id, plain, perr := peekStatusRequest(req)
+	plain = plain && perr == nil
+	if plain {
+		if b := m.cachedExited(id); b != nil {
+			return b, nil
+		}
+	}
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	if v, ok, err := peekStatus(resp); err == nil && (!ok || !m.statusMayChange(v)) {
+		if plain && ok && v.id == id {
+			m.keepExited(v, resp)
+		}
 		return resp, nil
 	}
 	var r runtimeapi.ContainerStatusResponse
@@ -464,6 +478,14 @@ func (m *Manager) statusMayChange(v cview) bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.statusMayChangeLocked(v)
+}
+
+// statusMayChangeLocked is statusMayChange with m.mu held.
+func (m *Manager) statusMayChangeLocked(v cview) bool {
+	if v.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return false
+	}
 	p := m.pods[m.byID[v.id]]
 	if p == nil {
 		return false

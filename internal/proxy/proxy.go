@@ -166,13 +166,33 @@ func (p *Proxy) ServerOptions() []grpc.ServerOption {
 		// When all workers are busy (long-lived event streams) gRPC still starts
 		// a new goroutine, so a stream can never starve the pool.
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		// Fixed flow-control windows turn off gRPC's bandwidth-delay probing,
+		// which on a unix socket only costs: with it, every request frame the
+		// kubelet sends is answered by a window update and a PING, whose ACK
+		// wakes the reader once more, all to size a window for a link with
+		// no delay. The fixed sizes are where the probing ends up anyway
+		// (its limit is 16 MiB).
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 	}
 }
 
+// Flow-control windows of both the kubelet-facing server and the runtime
+// connection (see ServerOptions).
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
+
 // DialOptions are the options the runtime connection needs so that frames pass
-// through the client side undecoded too.
+// through the client side undecoded too, with fixed flow-control windows (see
+// ServerOptions).
 func DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newCodec()))}
+	return []grpc.DialOption{
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newCodec())),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
+	}
 }
 
 func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
