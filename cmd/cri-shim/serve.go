@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -50,7 +51,8 @@ func serve(args []string) int {
 		return 1
 	}
 	log := newLogger(cfg.Log)
-	log.Info("starting", "version", version.String(), "config", *cfgPath)
+	procs := setMaxProcs(cfg.Server.MaxProcs)
+	log.Info("starting", "version", version.String(), "config", *cfgPath, "maxProcs", procs)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -63,6 +65,16 @@ func serve(args []string) int {
 	}
 	log.Info("stopped")
 	return 0
+}
+
+// setMaxProcs applies server.max_procs unless the GOMAXPROCS environment
+// variable is set (an operator's explicit override wins), and returns the
+// value in effect.
+func setMaxProcs(n int) int {
+	if os.Getenv("GOMAXPROCS") == "" && n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 func newLogger(c config.LogConfig) *slog.Logger {

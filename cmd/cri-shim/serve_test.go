@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -59,5 +60,23 @@ func TestServeNotifiesReadyAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if _, err := os.Stat(listen); !os.IsNotExist(err) {
 		t.Fatalf("socket left after shutdown: %v", err)
+	}
+}
+
+// server.max_procs sets GOMAXPROCS unless the environment variable does.
+func TestSetMaxProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(2)
+	t.Setenv("GOMAXPROCS", "")
+	if got := setMaxProcs(1); got != 1 {
+		t.Fatalf("max_procs 1: GOMAXPROCS %d", got)
+	}
+	if got := setMaxProcs(0); got != 1 {
+		t.Fatalf("max_procs 0 changed GOMAXPROCS to %d", got)
+	}
+	runtime.GOMAXPROCS(2)
+	t.Setenv("GOMAXPROCS", "2")
+	if got := setMaxProcs(1); got != 2 {
+		t.Fatalf("GOMAXPROCS=2 in the environment, max_procs 1: got %d, want the environment's 2", got)
 	}
 }

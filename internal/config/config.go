@@ -78,6 +78,11 @@ type ServerConfig struct {
 	MaxSendMsgSize int `toml:"max_send_message_size" comment:"Largest CRI message sent, bytes."`
 	// ShutdownTimeout bounds how long SIGTERM waits for calls in flight before closing streams.
 	ShutdownTimeout Duration `toml:"shutdown_timeout" comment:"How long SIGTERM waits for calls in flight."`
+	// MaxProcs is the shim's GOMAXPROCS: how many threads run its Go code at
+	// once. The shim relays small messages at the kubelet's pace; with more
+	// than one, every hand-off between its goroutines (a gRPC call crosses
+	// about eight) may wake an idle thread, which costs more than the work.
+	MaxProcs int `toml:"max_procs" comment:"Threads running the shim's Go code at once (GOMAXPROCS); 0 = one per CPU. The GOMAXPROCS environment variable overrides it."`
 }
 
 // RuntimeConfig is the runtime the shim forwards to.
@@ -131,6 +136,7 @@ func DefaultConfig() Config {
 			MaxRecvMsgSize:  16 << 20,
 			MaxSendMsgSize:  16 << 20,
 			ShutdownTimeout: Duration{10 * time.Second},
+			MaxProcs:        1,
 		},
 		Runtime: RuntimeConfig{
 			Endpoint:          "/run/containerd/containerd.sock",
@@ -215,6 +221,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Server.ShutdownTimeout.Duration < 0 || c.Server.ShutdownTimeout.Duration > 10*time.Minute {
 		bad("server.shutdown_timeout", "must be between 0s and 10m, got %s", c.Server.ShutdownTimeout)
+	}
+	if c.Server.MaxProcs < 0 || c.Server.MaxProcs > 1024 {
+		bad("server.max_procs", "must be 0 (one per CPU) to 1024, got %d", c.Server.MaxProcs)
 	}
 	if p := strings.TrimPrefix(c.Runtime.Endpoint, "unix://"); !filepath.IsAbs(p) {
 		bad("runtime.endpoint", "must be an absolute unix socket path, got %q", c.Runtime.Endpoint)
