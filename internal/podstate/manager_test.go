@@ -39,6 +39,10 @@ type fakeRT struct {
 	sandboxDead bool
 	removed     []string
 	statusCalls int
+	// failCreates makes that many next creates fail.
+	failCreates int
+	// logPaths records each created container's log path.
+	logPaths map[string]string
 }
 
 func newFakeRT() *fakeRT {
@@ -90,8 +94,18 @@ func (f *fakeRT) StopContainer(_ context.Context, in *runtimeapi.StopContainerRe
 func (f *fakeRT) CreateContainer(_ context.Context, in *runtimeapi.CreateContainerRequest, _ ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failCreates > 0 {
+		f.failCreates--
+		return nil, status.Error(codes.Unavailable, "create failed")
+	}
+	// A copy, as a real call marshals it: the caller may change its request afterwards.
+	in = proto.Clone(in).(*runtimeapi.CreateContainerRequest)
 	f.n++
 	id := fmt.Sprintf("c%02d", f.n)
+	if f.logPaths == nil {
+		f.logPaths = map[string]string{}
+	}
+	f.logPaths[id] = in.Config.LogPath
 	f.cs[id] = &runtimeapi.ContainerStatus{Id: id, Metadata: in.Config.Metadata, State: runtimeapi.ContainerState_CONTAINER_CREATED,
 		Annotations: in.Config.Annotations, LogPath: in.Config.LogPath}
 	f.sandboxOf[id] = in.PodSandboxId
@@ -964,4 +978,71 @@ func crashingMainPod(t *testing.T) (kubelet, string, *Pod) {
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	k.start(sb, "main")
 	return k, sb, k.m.pods[sb]
+}
+
+// Replays reuse the decoded CreateContainer request: attempts stay
+// consecutive, a failed create does not skip one, and a container the
+// kubelet creates again is replayed from its new request.
+func TestReplayRequestReuse(t *testing.T) {
+	k, sb, p := crashingMainPod(t)
+	restart := func() string {
+		t.Helper()
+		cur := p.Latest["main"]
+		k.rt.exit(cur, 1)
+		k.status(cur)
+		if err := k.m.execute(context.Background(), sb); err != nil {
+			t.Fatal(err)
+		}
+		return p.Latest["main"]
+	}
+	attempt := func(id string) uint32 {
+		k.rt.mu.Lock()
+		defer k.rt.mu.Unlock()
+		return k.rt.cs[id].Metadata.Attempt
+	}
+	for want := uint32(1); want <= 3; want++ {
+		if a := attempt(restart()); a != want {
+			t.Fatalf("restart %d: attempt %d", want, a)
+		}
+	}
+	// A failed create, then the retry: attempt 4, not 5.
+	cur := p.Latest["main"]
+	k.rt.exit(cur, 1)
+	k.status(cur)
+	k.rt.mu.Lock()
+	k.rt.failCreates = 1
+	k.rt.mu.Unlock()
+	if err := k.m.execute(context.Background(), sb); err == nil {
+		t.Fatal("the failing create succeeded")
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if a := attempt(p.Latest["main"]); a != 4 {
+		t.Fatalf("after a failed create: attempt %d, want 4", a)
+	}
+	// The kubelet creates main again with another log path: the next replay
+	// starts from that request.
+	k.rt.exit(p.Latest["main"], 0)
+	req := &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+		Metadata:    &runtimeapi.ContainerMetadata{Name: "main", Attempt: 9},
+		Annotations: map[string]string{annotationRestartCount: "9", annotationGracePeriod: "0"},
+		LogPath:     "main/9.log", Command: []string{"new"},
+	}}
+	resp, err := k.m.createContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+		return k.rt.CreateContainer(ctx, r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
+		t.Fatal(err)
+	}
+	next := restart()
+	k.rt.mu.Lock()
+	logPath := k.rt.logPaths[next]
+	k.rt.mu.Unlock()
+	if a := attempt(next); a != 10 || logPath != "main/10.log" {
+		t.Fatalf("after the kubelet's create: attempt %d log %q, want 10 and main/10.log", a, logPath)
+	}
 }

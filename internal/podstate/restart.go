@@ -223,16 +223,18 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		m.mu.Unlock()
 	}
 	m.mu.Lock()
-	raw, logDir := p.Creates[name], p.LogDirectory
+	raw, logDir, req := p.Creates[name], p.LogDirectory, p.createReq[name]
 	m.mu.Unlock()
-	if raw == nil {
-		return "", fmt.Errorf("no recorded CreateContainer for %q", name)
+	if req == nil {
+		if raw == nil {
+			return "", fmt.Errorf("no recorded CreateContainer for %q", name)
+		}
+		req = &runtimeapi.CreateContainerRequest{}
+		if err := proto.Unmarshal(raw, req); err != nil {
+			return "", fmt.Errorf("recorded CreateContainer for %q: %w", name, err)
+		}
 	}
-	var req runtimeapi.CreateContainerRequest
-	if err := proto.Unmarshal(raw, &req); err != nil {
-		return "", fmt.Errorf("recorded CreateContainer for %q: %w", name, err)
-	}
-	n := nextRestartCount(&req, logDir)
+	n := nextRestartCount(req, logDir)
 	cfg := req.GetConfig()
 	cfg.Metadata.Attempt = uint32(n)
 	if cfg.Annotations == nil {
@@ -245,8 +247,13 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	p.Creating = intent
 	m.save(p)
 	m.mu.Unlock()
-	resp, err := m.rt.CreateContainer(ctx, &req)
+	resp, err := m.rt.CreateContainer(ctx, req)
 	if err != nil {
+		// req now carries this attempt; the retry starts again from the
+		// recorded request, so a failed create does not skip an attempt.
+		m.mu.Lock()
+		delete(p.createReq, name)
+		m.mu.Unlock()
 		return "", fmt.Errorf("create %q again: %w", name, err)
 	}
 	id := resp.ContainerId
@@ -264,8 +271,12 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	p.New[id] = name
 	p.IDs[id] = name
 	m.byID[id] = sandboxID
-	if b, err := proto.Marshal(&req); err == nil {
+	if b, err := proto.Marshal(req); err == nil {
 		p.Creates[name] = b
+		if p.createReq == nil {
+			p.createReq = map[string]*runtimeapi.CreateContainerRequest{}
+		}
+		p.createReq[name] = req
 	}
 	// Not saved here: the saved intent (p.Creating) lets a restarted shim
 	// adopt this instance by name and attempt (adoptCreated); the next

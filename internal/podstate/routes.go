@@ -127,6 +127,7 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id string
 	if b, err := proto.Marshal(req); err == nil {
 		p.Creates[name] = b
 	}
+	delete(p.createReq, name)
 	p.IDs[id] = name
 	m.byID[id] = p.SandboxID
 	if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Phase is where a pod is in its in-place restart (KEP-5532's state machine,
@@ -120,6 +122,11 @@ type Pod struct {
 	// maxHold passes.
 	shownRunning map[string]bool
 	held         map[string]time.Time
+	// createReq is Creates decoded, per name, for replays (decoding the
+	// kubelet's request cost a tenth of a millisecond per restart). Only the
+	// pod's executor reads and changes the requests; recordCreate drops an
+	// entry when the kubelet creates the container again.
+	createReq map[string]*runtimeapi.CreateContainerRequest
 }
 
 // SeqEntry is one container of the pod's start order.
