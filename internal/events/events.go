@@ -61,8 +61,7 @@ func Parse(b []byte) (*Event, error) {
 
 func (e *Event) parse(b []byte) error {
 	*e = Event{raw: b}
-	var inner error
-	err := wire.Each(b, func(f wire.Field) bool {
+	err := wire.Each(b, func(f wire.Field) error {
 		switch {
 		case f.Num == fieldContainerID && f.Type == protowire.BytesType:
 			e.ContainerID = string(f.Bytes)
@@ -73,18 +72,14 @@ func (e *Event) parse(b []byte) error {
 			// present in a later one replaces an earlier one.
 			id, ok, err := wire.String(f.Bytes, fieldID)
 			if err != nil {
-				inner = fmt.Errorf("pod_sandbox_status: %w", err)
-				return false
+				return fmt.Errorf("pod_sandbox_status: %w", err)
 			}
 			if ok {
 				e.SandboxID = id
 			}
 		}
-		return true
+		return nil
 	})
-	if err == nil {
-		err = inner
-	}
 	if err != nil {
 		return fmt.Errorf("container event: %w", err)
 	}
@@ -99,30 +94,24 @@ func (e *Event) Status() (*runtimeapi.ContainerStatus, error) {
 		return e.status, e.err
 	}
 	e.done = true
-	var inner error
-	err := wire.Each(e.raw, func(f wire.Field) bool {
+	err := wire.Each(e.raw, func(f wire.Field) error {
 		if f.Num != fieldStatuses || f.Type != protowire.BytesType {
-			return true
+			return nil
 		}
 		id, _, err := wire.String(f.Bytes, fieldID)
 		if err != nil {
-			inner = fmt.Errorf("containers_statuses: %w", err)
-			return false
+			return fmt.Errorf("containers_statuses: %w", err)
 		}
 		if id != e.ContainerID {
-			return true
+			return nil
 		}
 		s := &runtimeapi.ContainerStatus{}
 		if err := proto.Unmarshal(f.Bytes, s); err != nil {
-			inner = fmt.Errorf("status of %s: %w", id, err)
-			return false
+			return fmt.Errorf("status of %s: %w", id, err)
 		}
 		e.status = s
-		return true
+		return nil
 	})
-	if err == nil {
-		err = inner
-	}
 	if err != nil {
 		e.status, e.err = nil, fmt.Errorf("container event: %w", err)
 	}

@@ -34,16 +34,18 @@ type exitedStatus struct {
 }
 
 // cachedExited returns the kept answer for a plain ContainerStatus of id, or
-// nil when the call must go to the runtime.
+// nil when the call must go to the runtime. A miss (every running container)
+// takes no lock; a hit is checked again under m.mu.
 func (m *Manager) cachedExited(id string) []byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.exited[id]
+	v, ok := m.exited.Load(id)
 	if !ok {
 		return nil
 	}
+	e := v.(*exitedStatus)
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if live := m.eventsLive(); live == 0 || live != e.sub || m.byID[id] == "" || m.statusMayChangeLocked(e.v) {
-		delete(m.exited, id)
+		m.exited.CompareAndDelete(id, v)
 		return nil
 	}
 	m.metrics.reused.Inc()
@@ -66,25 +68,21 @@ func (m *Manager) keepExited(v cview, resp []byte) {
 	if m.byID[v.id] == "" {
 		return
 	}
-	if e, ok := m.exited[v.id]; ok && e.sub == live {
+	if e, ok := m.exited.Load(v.id); ok && e.(*exitedStatus).sub == live {
 		return
 	}
-	m.exited[v.id] = exitedStatus{resp: append([]byte(nil), resp...), v: v, sub: live}
+	m.exited.Store(v.id, &exitedStatus{resp: append([]byte(nil), resp...), v: v, sub: live})
 }
 
 // dropExited forgets the kept answer of a container.
-func (m *Manager) dropExited(id string) {
-	m.mu.Lock()
-	delete(m.exited, id)
-	m.mu.Unlock()
-}
+func (m *Manager) dropExited(id string) { m.exited.Delete(id) }
 
 // pruneExited forgets the kept answers of containers the runtime no longer
 // lists, or that no tracked pod has. m.mu held.
 func (m *Manager) pruneExited(exists map[string]bool) {
-	for id := range m.exited {
-		if !exists[id] || m.byID[id] == "" {
-			delete(m.exited, id)
+	for id := range m.exited.Range {
+		if !exists[id.(string)] || m.byID[id.(string)] == "" {
+			m.exited.Delete(id)
 		}
 	}
 }

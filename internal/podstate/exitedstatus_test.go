@@ -155,10 +155,7 @@ func TestExitedStatusDropped(t *testing.T) {
 		k.rawStatus(prev, false)
 		_, _ = k.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: prev})
 		k.m.reconcile(context.Background())
-		k.m.mu.Lock()
-		_, kept := k.m.exited[prev]
-		k.m.mu.Unlock()
-		if kept {
+		if _, kept := k.m.exited.Load(prev); kept {
 			t.Fatal("reconcile kept the answer of a container the runtime no longer lists")
 		}
 	})

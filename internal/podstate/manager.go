@@ -72,8 +72,9 @@ type Manager struct {
 	eventsLive func() uint64
 
 	// exited holds the runtime's own encoded ContainerStatus answers for
-	// exited instances of tracked pods (under mu; see exitedstatus.go).
-	exited map[string]exitedStatus
+	// exited instances of tracked pods, container ID -> *exitedStatus (see
+	// exitedstatus.go). A sync.Map so a lookup that misses takes no lock.
+	exited sync.Map
 }
 
 // EventsFrom tells the manager which event feed delivers exits to OnEvent, so
@@ -96,7 +97,6 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		pods: map[string]*Pod{}, byID: map[string]string{},
 		work: make(chan string, 64), active: map[string]bool{},
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 },
-		exited: map[string]exitedStatus{},
 	}
 	pods, errs := st.load()
 	for _, err := range errs {

@@ -39,7 +39,7 @@ const (
 // verbose field of any non-zero value counts as verbose).
 func peekStatusRequest(b []byte) (id string, plain bool, err error) {
 	plain = true
-	err = wire.Each(b, func(f wire.Field) bool {
+	err = wire.Each(b, func(f wire.Field) error {
 		switch {
 		case f.Num == fStatusReqID && f.Type == protowire.BytesType:
 			id = string(f.Bytes)
@@ -48,18 +48,18 @@ func peekStatusRequest(b []byte) (id string, plain bool, err error) {
 		case f.Num == fStatusReqVerbose:
 			plain = false // not how a bool is encoded: never answered from the cache
 		}
-		return true
+		return nil
 	})
 	return id, plain, err
 }
 
 // metaName merges one occurrence of an embedded ContainerMetadata into name.
 func metaName(b []byte, name *string) error {
-	return wire.Each(b, func(f wire.Field) bool {
+	return wire.Each(b, func(f wire.Field) error {
 		if f.Num == fMetaName && f.Type == protowire.BytesType {
 			*name = string(f.Bytes)
 		}
-		return true
+		return nil
 	})
 }
 
@@ -67,65 +67,54 @@ func metaName(b []byte, name *string) error {
 // Occurrences of a field merge as in proto decoding: the last one wins.
 func peekContainer(b []byte) (cview, error) {
 	var v cview
-	var inner error
-	err := wire.Each(b, func(f wire.Field) bool {
+	err := wire.Each(b, func(f wire.Field) error {
 		switch {
 		case f.Num == fContainerID && f.Type == protowire.BytesType:
 			v.id = string(f.Bytes)
 		case f.Num == fContainerSandbox && f.Type == protowire.BytesType:
 			v.sandbox = string(f.Bytes)
 		case f.Num == fContainerMeta && f.Type == protowire.BytesType:
-			inner = metaName(f.Bytes, &v.name)
+			return metaName(f.Bytes, &v.name)
 		case f.Num == fContainerState && f.Type == protowire.VarintType:
 			v.state = runtimeapi.ContainerState(int32(f.Varint))
 		}
-		return inner == nil
+		return nil
 	})
-	if err == nil {
-		err = inner
-	}
 	return v, err
 }
 
 // peekStatus reads the status of an encoded ContainerStatusResponse; ok is
 // false when the response carries no status.
 func peekStatus(b []byte) (v cview, ok bool, err error) {
-	var inner error
-	err = wire.Each(b, func(f wire.Field) bool {
+	err = wire.Each(b, func(f wire.Field) error {
 		if f.Num != fStatusStatus || f.Type != protowire.BytesType {
-			return true
+			return nil
 		}
 		ok = true
-		inner = wire.Each(f.Bytes, func(g wire.Field) bool {
+		return wire.Each(f.Bytes, func(g wire.Field) error {
 			switch {
 			case g.Num == fContainerID && g.Type == protowire.BytesType:
 				v.id = string(g.Bytes)
 			case g.Num == fStatusMeta && g.Type == protowire.BytesType:
-				if e := metaName(g.Bytes, &v.name); e != nil {
-					inner = e
-					return false
-				}
+				return metaName(g.Bytes, &v.name)
 			case g.Num == fStatusState && g.Type == protowire.VarintType:
 				v.state = runtimeapi.ContainerState(int32(g.Varint))
 			}
-			return true
+			return nil
 		})
-		return inner == nil
 	})
-	if err == nil {
-		err = inner
-	}
 	return v, ok, err
 }
 
 // peekListFilter reports whether an encoded ListContainersRequest has a
 // filter that is not empty. Any filter field counts, known or not.
 func peekListFilter(b []byte) (filtered bool, err error) {
-	err = wire.Each(b, func(f wire.Field) bool {
+	err = wire.Each(b, func(f wire.Field) error {
 		if f.Num == fListFilter && f.Type == protowire.BytesType && len(f.Bytes) > 0 {
 			filtered = true
+			return wire.Stop
 		}
-		return !filtered
+		return nil
 	})
 	return filtered, err
 }
@@ -137,10 +126,10 @@ func peekListFilter(b []byte) (filtered bool, err error) {
 func editList(b []byte, verdicts []verdict) ([]byte, error) {
 	out := make([]byte, 0, len(b)+2*len(verdicts))
 	i := 0
-	err := wire.Each(b, func(f wire.Field) bool {
+	err := wire.Each(b, func(f wire.Field) error {
 		if f.Num != fListContainers || f.Type != protowire.BytesType {
 			out = append(out, f.Raw...)
-			return true
+			return nil
 		}
 		v := verdicts[i]
 		i++
@@ -155,7 +144,7 @@ func editList(b []byte, verdicts []verdict) ([]byte, error) {
 		default:
 			out = append(out, f.Raw...)
 		}
-		return true
+		return nil
 	})
 	return out, err
 }

@@ -383,19 +383,14 @@ func (m *Manager) listContainersBytes(ctx context.Context, req []byte, next prox
 		return nil, err
 	}
 	var vs []cview
-	var perr error
-	if err := wire.Each(resp, func(f wire.Field) bool {
+	if err := wire.Each(resp, func(f wire.Field) error {
 		if f.Num != fListContainers || f.Type != protowire.BytesType {
-			return true
+			return nil
 		}
 		v, err := peekContainer(f.Bytes)
-		if err != nil {
-			perr = err
-			return false
-		}
 		vs = append(vs, v)
-		return true
-	}); err != nil || perr != nil {
+		return err
+	}); err != nil {
 		return m.viewDecoded(ctx, resp, true)
 	}
 	verdicts := m.viewList(ctx, vs, nil, true)

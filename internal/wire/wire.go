@@ -8,6 +8,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -24,9 +25,13 @@ type Field struct {
 	Raw    []byte
 }
 
-// Each calls fn for every field of b in order, until fn returns false. It
-// reports a malformed message (an error from protowire) and stops there.
-func Each(b []byte, fn func(f Field) bool) error {
+// Stop, returned by Each's fn, ends the walk early without an error.
+var Stop = errors.New("wire: stop")
+
+// Each calls fn for every field of b in order, until fn returns an error,
+// which Each returns (Stop: nil). It reports a malformed message (an error
+// from protowire) and stops there.
+func Each(b []byte, fn func(f Field) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -47,8 +52,11 @@ func Each(b []byte, fn func(f Field) bool) error {
 		}
 		f.Raw = b[:n+m]
 		b = b[n+m:]
-		if !fn(f) {
-			return nil
+		if err := fn(f); err != nil {
+			if err == Stop {
+				return nil
+			}
+			return err
 		}
 	}
 	return nil
@@ -59,11 +67,11 @@ func Each(b []byte, fn func(f Field) bool) error {
 func String(b []byte, num protowire.Number) (string, bool, error) {
 	var v []byte
 	found := false
-	err := Each(b, func(f Field) bool {
+	err := Each(b, func(f Field) error {
 		if f.Num == num && f.Type == protowire.BytesType {
 			v, found = f.Bytes, true
 		}
-		return true
+		return nil
 	})
 	return string(v), found, err
 }

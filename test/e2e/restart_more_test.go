@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/cri-shim/cri-shim/internal/podstate"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,11 +70,8 @@ func runs(t testing.TB, p *corev1.Pod, via, container string) int {
 // goes through is being restarted (the kubelet answers "container not
 // found"), which a loop waiting for a restart to finish must retry.
 func tryRuns(t testing.TB, p *corev1.Pod, via, container string) (int, error) {
-	out, err := kubeletDo(t, http.MethodPost, fmt.Sprintf("/run/%s/%s/%s?cmd=cat+/work/%s.log", p.Namespace, p.Name, via, container))
-	if err != nil {
-		return 0, fmt.Errorf("exec in %s: %w", via, err)
-	}
-	return strings.Count(out, "run"), nil
+	out, err := tryExec(t, p, via, "cat /work/"+container+".log")
+	return strings.Count(out, "run"), err
 }
 
 // tryRunsOf reads several containers' run counts through one container.

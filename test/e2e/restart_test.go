@@ -42,14 +42,24 @@ func statusOf(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-// execIn runs a command in a container through the kubelet.
+// execIn runs a command in a container through the kubelet, failing the
+// test if the exec fails.
 func execIn(t testing.TB, pod *corev1.Pod, container, cmd string) string {
 	t.Helper()
-	out, err := kubeletDo(t, http.MethodPost, fmt.Sprintf("/run/%s/%s/%s?cmd=%s", pod.Namespace, pod.Name, container, strings.ReplaceAll(cmd, " ", "+")))
+	out, err := tryExec(t, pod, container, cmd)
 	if err != nil {
-		t.Fatalf("exec %q in %s: %v", cmd, container, err)
+		t.Fatal(err)
 	}
 	return out
+}
+
+// tryExec is execIn for polling loops: it returns the exec's error.
+func tryExec(t testing.TB, pod *corev1.Pod, container, cmd string) (string, error) {
+	out, err := kubeletDo(t, http.MethodPost, fmt.Sprintf("/run/%s/%s/%s?cmd=%s", pod.Namespace, pod.Name, container, strings.ReplaceAll(cmd, " ", "+")))
+	if err != nil {
+		return "", fmt.Errorf("exec %q in %s: %w", cmd, container, err)
+	}
+	return out, nil
 }
 
 // restartOutcome is what a user can observe of the acceptance-1 workload.
