@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/sys/unix"
 
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/server"
@@ -52,7 +57,11 @@ func serve(args []string) int {
 	}
 	log := newLogger(cfg.Log)
 	procs := setMaxProcs(cfg.Server.MaxProcs)
-	log.Info("starting", "version", version.String(), "config", *cfgPath, "maxProcs", procs)
+	if err := setTimerSlack(cfg.Server.TimerSlack.Duration); err != nil {
+		// Threads created from now on still inherit it from this one.
+		log.Warn("server.timer_slack not applied to every thread (writing another thread's slack needs CAP_SYS_NICE)", "err", err)
+	}
+	log.Info("starting", "version", version.String(), "config", *cfgPath, "maxProcs", procs, "timerSlack", cfg.Server.TimerSlack.String())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -75,6 +84,48 @@ func setMaxProcs(n int) int {
 		runtime.GOMAXPROCS(n)
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+// setTimerSlack sets the kernel timer slack (PR_SET_TIMERSLACK) of every
+// thread of the process to d; 0 leaves it alone. A thread created later
+// inherits the slack of the thread that creates it, so once every thread has
+// it, so do the runtime's future threads; threads that appear while the list
+// is walked are caught by walking it again. The calling thread may set its own
+// slack; another thread's needs CAP_SYS_NICE (proc(5), timerslack_ns).
+func setTimerSlack(d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(d.Nanoseconds()), 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_TIMERSLACK): %w", err)
+	}
+	val := []byte(strconv.FormatInt(d.Nanoseconds(), 10))
+	done := map[string]bool{strconv.Itoa(unix.Gettid()): true}
+	for pass := 0; pass < 10; pass++ {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return err
+		}
+		fresh := 0
+		for _, e := range ents {
+			if done[e.Name()] {
+				continue
+			}
+			// /proc/<tid> reaches a thread of this process by its id.
+			err := os.WriteFile("/proc/"+e.Name()+"/timerslack_ns", val, 0)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) { // a thread may end meanwhile
+				return fmt.Errorf("thread %s: %w", e.Name(), err)
+			}
+			done[e.Name()] = true
+			fresh++
+		}
+		if fresh == 0 {
+			return nil
+		}
+	}
+	return errors.New("threads kept appearing while their timer slack was set")
 }
 
 func newLogger(c config.LogConfig) *slog.Logger {
