@@ -33,6 +33,9 @@ type fakeRT struct {
 	created     []string // names, in creation order
 	stopped     []string // ids
 	exitOnStart map[string]int32
+	// onExit, when set, is told of each such exit, as containerd sends a
+	// CONTAINER_STOPPED event (the kubelet helper's event hands it to the manager).
+	onExit func(id string)
 	sandboxGone bool
 	// sandboxDead: the sandbox is listed NOTREADY and starts fail, as after
 	// a StopPodSandbox that bypassed the shim.
@@ -125,6 +128,9 @@ func (f *fakeRT) StartContainer(_ context.Context, in *runtimeapi.StartContainer
 	f.mu.Unlock()
 	if exits {
 		f.exit(in.ContainerId, code)
+		if f.onExit != nil {
+			f.onExit(in.ContainerId)
+		}
 	}
 	return &runtimeapi.StartContainerResponse{}, nil
 }
@@ -620,6 +626,8 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	id := k.start(sb, "main")
 	rt.exitOnStart["main"] = 1 // every replayed instance exits as soon as it starts
+	// The runtime's CONTAINER_STOPPED event reaches the shim before the swap.
+	rt.onExit = func(id string) { k.event(sb, id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) }
 	rt.exit(id, 1)
 	k.status(id)
 	if err := k.m.execute(context.Background(), sb); err != nil {
@@ -635,6 +643,43 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	}
 	if p.Trigger.Delay != 2*time.Second {
 		t.Fatalf("second restart delay %s, want 2s", p.Trigger.Delay)
+	}
+}
+
+// Without the runtime's event (a gap in the feed), a replayed instance that
+// crashed at once is classified when the kubelet first reads it after the
+// swap, by a list or by its status: either way it reads running, never exited.
+func TestInstantCrashWithoutEventIsClassifiedWhenRead(t *testing.T) {
+	for _, read := range []string{"list", "status"} {
+		t.Run(read, func(t *testing.T) {
+			rt := newFakeRT()
+			k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+			sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+			id := k.start(sb, "main")
+			rt.exitOnStart["main"] = 1 // and no event
+			rt.exit(id, 1)
+			k.status(id)
+			if err := k.m.execute(context.Background(), sb); err != nil {
+				t.Fatal(err)
+			}
+			p := k.m.pods[sb]
+			newID := p.Latest["main"]
+			if newID == id || p.Phase != PhaseRunning {
+				t.Fatalf("after the swap: phase %s, latest %s; want Running with a new instance (nothing told the shim of its exit yet)", p.Phase, newID)
+			}
+			var st runtimeapi.ContainerState
+			if read == "list" {
+				st = k.list()[newID]
+			} else {
+				st = k.status(newID).State
+			}
+			if st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				t.Fatalf("the kubelet's %s shows the new instance %v, want running", read, st)
+			}
+			if p.Phase != PhaseTerminating || p.Trigger.ContainerID != newID {
+				t.Fatalf("after the kubelet's %s: phase %s, trigger %+v; want the new instance as the next trigger", read, p.Phase, p.Trigger)
+			}
+		})
 	}
 }
 
@@ -682,6 +727,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	// next restart right away, and the instance the kubelet listed last
 	// must still read running.
 	k.rt.exitOnStart["main"] = 1
+	k.rt.onExit = func(id string) { k.event(sb, id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) }
 	listPod()
 	k.rt.exit(nw, 1)
 	k.status(nw)

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cri-shim/cri-shim/internal/events"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +20,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/events"
 )
 
 // Annotations the kubelet puts on every container it creates
@@ -147,13 +149,19 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 		if !m.inPhase(sandboxID, PhaseStartup) {
 			return nil // abandoned (the kubelet stopped the pod)
 		}
-		id, err := m.replayOne(ctx, sandboxID, e.Name)
+		id, s, err := m.replayOne(ctx, sandboxID, e.Name)
 		if err != nil {
 			return err
 		}
-		s, err := m.waitFor(ctx, id, e.WaitExit)
-		if err != nil {
-			return err
+		// A container the kubelet started without waiting for it is not
+		// waited for either: StartContainer returned, so it runs or has
+		// already exited, and an exit before the swap reaches swap() from
+		// the event feed (classifyLocked keeps it) or, without a feed, from
+		// the kubelet's first status call once it is shown.
+		if e.WaitExit {
+			if s, err = m.waitExit(ctx, id); err != nil {
+				return err
+			}
 		}
 		if s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
 			exited = append(exited, s)
@@ -171,10 +179,11 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 }
 
 // replayOne creates and starts one container again, once: a container created
-// before a crash of the shim is found in p.New and only started if needed.
-func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, error) {
+// before a crash of the shim is found in p.New and only started if needed; its
+// status, read to decide that, is returned too (nil for a fresh create).
+func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, *runtimeapi.ContainerStatus, error) {
 	if err := m.adoptCreated(ctx, sandboxID, name); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	m.mu.Lock()
 	p := m.pods[sandboxID]
@@ -189,7 +198,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	if existing != "" {
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: existing})
 		if err != nil && status.Code(err) != codes.NotFound {
-			return "", fmt.Errorf("status of %s: %w", existing, err)
+			return "", nil, fmt.Errorf("status of %s: %w", existing, err)
 		}
 		s := st.GetStatus()
 		// Exited without ever running: our StartContainer was cut short (the
@@ -198,18 +207,18 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		// real and is shown.
 		interrupted := err != nil || (s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && s.GetStartedAt() == 0)
 		if !interrupted || retried {
-			return existing, m.ensureStarted(ctx, existing)
+			return existing, s, m.ensureStarted(ctx, existing)
 		}
 		// A start that failed because the sandbox died is not an
 		// interruption; and containerd 2.2.1 panics removing a container
 		// whose sandbox is gone (nri GetIPs on a nil sandbox), so nothing is
 		// removed then: the step fails and the restart is abandoned.
 		if ready, err := m.sandboxReady(ctx, sandboxID); err != nil || !ready {
-			return "", fmt.Errorf("start of %s failed and sandbox %s is not ready (%v)", existing, sandboxID, err)
+			return "", nil, fmt.Errorf("start of %s failed and sandbox %s is not ready (%v)", existing, sandboxID, err)
 		}
 		m.log.Info("podstate: replayed start was interrupted; creating the container once more", "container", name)
 		if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: existing}); err != nil && status.Code(err) != codes.NotFound {
-			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
+			return "", nil, fmt.Errorf("remove interrupted %s: %w", existing, err)
 		}
 		m.mu.Lock()
 		delete(p.New, existing)
@@ -227,12 +236,18 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	m.mu.Unlock()
 	if req == nil {
 		if raw == nil {
-			return "", fmt.Errorf("no recorded CreateContainer for %q", name)
+			return "", nil, fmt.Errorf("no recorded CreateContainer for %q", name)
 		}
 		req = &runtimeapi.CreateContainerRequest{}
 		if err := proto.Unmarshal(raw, req); err != nil {
-			return "", fmt.Errorf("recorded CreateContainer for %q: %w", name, err)
+			return "", nil, fmt.Errorf("recorded CreateContainer for %q: %w", name, err)
 		}
+	} else {
+		// The request kept from this shim's own last create of the
+		// container: no other create of it happened since (the kubelet's
+		// drops the kept request), so its attempt is the newest log file's
+		// and the directory need not be read.
+		logDir = ""
 	}
 	n := nextRestartCount(req, logDir)
 	cfg := req.GetConfig()
@@ -254,7 +269,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		m.mu.Lock()
 		delete(p.createReq, name)
 		m.mu.Unlock()
-		return "", fmt.Errorf("create %q again: %w", name, err)
+		return "", nil, fmt.Errorf("create %q again: %w", name, err)
 	}
 	id := resp.ContainerId
 	reason := string(ActionRestartAllContainers)
@@ -284,9 +299,9 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	m.mu.Unlock()
 	// Just created: no need to ask its state before starting it.
 	if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
-		return id, fmt.Errorf("start restarted container %s: %w", id, err)
+		return id, nil, fmt.Errorf("start restarted container %s: %w", id, err)
 	}
-	return id, nil
+	return id, nil, nil
 }
 
 // sandboxReady reports whether the runtime lists the sandbox as ready; err
@@ -340,9 +355,9 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 	return nil
 }
 
-// waitFor waits until a started container runs (or, with exit, has exited).
-func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
-	deadline := m.clock.Now().Add(30 * time.Second)
+// waitExit waits until a started container that must run to completion (a
+// regular init container) has exited, or the restart is abandoned.
+func (m *Manager) waitExit(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
 	for {
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 		if err != nil {
@@ -354,10 +369,6 @@ func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeap
 			return s, nil
 		case s.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			return s, nil
-		case !exit && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
-			return s, nil
-		case !exit && m.clock.Now().After(deadline):
-			return s, nil // up or not, the kubelet will judge it once it is shown
 		}
 		select {
 		case <-ctx.Done():
@@ -403,7 +414,11 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) {
 	}
 	for id, name := range p.New {
 		p.Latest[name] = id
+		if s := p.exitedNew[id]; s != nil && !slices.ContainsFunc(exited, func(e *runtimeapi.ContainerStatus) bool { return e.Id == id }) {
+			exited = append(exited, s)
+		}
 	}
+	p.exitedNew = nil
 	if p.Scope != "" {
 		if p.ContainerRestarts == nil {
 			p.ContainerRestarts = map[string]int{}
