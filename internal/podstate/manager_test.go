@@ -618,23 +618,32 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 	}
 }
 
-// A container that crashes again at once is classified in the swap itself:
-// the kubelet never sees the new instance's exit, even for an instant.
-func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
+// restartInstantCrash runs one Restart-rule restart of main whose replayed
+// instance exits as soon as it starts; withEvent sends the runtime's
+// CONTAINER_STOPPED event for that exit (before the swap, as it happens).
+func restartInstantCrash(t *testing.T, withEvent bool) (k kubelet, p *Pod, oldID, newID string) {
+	t.Helper()
 	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k = kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
-	id := k.start(sb, "main")
+	oldID = k.start(sb, "main")
 	rt.exitOnStart["main"] = 1 // every replayed instance exits as soon as it starts
-	// The runtime's CONTAINER_STOPPED event reaches the shim before the swap.
-	rt.onExit = func(id string) { k.event(sb, id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) }
-	rt.exit(id, 1)
-	k.status(id)
+	if withEvent {
+		rt.onExit = func(id string) { k.event(sb, id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) }
+	}
+	rt.exit(oldID, 1)
+	k.status(oldID)
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	p := k.m.pods[sb]
-	newID := p.Latest["main"]
+	p = k.m.pods[sb]
+	return k, p, oldID, p.Latest["main"]
+}
+
+// A container that crashes again at once is classified in the swap itself:
+// the kubelet never sees the new instance's exit, even for an instant.
+func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
+	k, p, id, newID := restartInstantCrash(t, true)
 	if newID == id || p.Phase != PhaseTerminating || p.Trigger.ContainerID != newID {
 		t.Fatalf("after the swap: phase %s, trigger %+v, latest %s", p.Phase, p.Trigger, newID)
 	}
@@ -652,18 +661,7 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 func TestInstantCrashWithoutEventIsClassifiedWhenRead(t *testing.T) {
 	for _, read := range []string{"list", "status"} {
 		t.Run(read, func(t *testing.T) {
-			rt := newFakeRT()
-			k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
-			sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
-			id := k.start(sb, "main")
-			rt.exitOnStart["main"] = 1 // and no event
-			rt.exit(id, 1)
-			k.status(id)
-			if err := k.m.execute(context.Background(), sb); err != nil {
-				t.Fatal(err)
-			}
-			p := k.m.pods[sb]
-			newID := p.Latest["main"]
+			k, p, id, newID := restartInstantCrash(t, false)
 			if newID == id || p.Phase != PhaseRunning {
 				t.Fatalf("after the swap: phase %s, latest %s; want Running with a new instance (nothing told the shim of its exit yet)", p.Phase, newID)
 			}
