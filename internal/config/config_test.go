@@ -163,6 +163,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("[[server]]\n"))
 	f.Add([]byte("state_dir = \"\\u0000\"\n"))
 	f.Add([]byte("[runtime]\nreconnect_max_delay = \"-9223372036854775808ns\"\n"))
+	f.Add([]byte("[server]\ntimer_slack = \"9223372036854775807ns\"\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := DefaultConfig()
 		if err := Decode(in, &c); err != nil {

@@ -444,12 +444,6 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 		return false
 	}
 	markDead(p, s.Id)
-	if _, created := p.New[s.Id]; created && p.Phase == PhaseStartup {
-		if p.exitedNew == nil {
-			p.exitedNew = map[string]*runtimeapi.ContainerStatus{}
-		}
-		p.exitedNew[s.Id] = s // classified by swap(), once it is shown
-	}
 	if !m.needsClassification(p, s.Id, name) {
 		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id
 	}
@@ -501,7 +495,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 		}
 		settle(p, id)
 	}
-	p.New, p.Refined, p.Retried, p.exitedNew = nil, false, nil, nil
+	p.New, p.Refined, p.Retried = nil, false, nil
 	// Only instances other than the trigger need checking against the
 	// runtime (refineFake); with none, the set is final now and this one
 	// save covers it.

@@ -33,9 +33,6 @@ type fakeRT struct {
 	created     []string // names, in creation order
 	stopped     []string // ids
 	exitOnStart map[string]int32
-	// onExit, when set, is told of each such exit, as containerd sends a
-	// CONTAINER_STOPPED event (the kubelet helper's event hands it to the manager).
-	onExit func(id string)
 	sandboxGone bool
 	// sandboxDead: the sandbox is listed NOTREADY and starts fail, as after
 	// a StopPodSandbox that bypassed the shim.
@@ -128,9 +125,6 @@ func (f *fakeRT) StartContainer(_ context.Context, in *runtimeapi.StartContainer
 	f.mu.Unlock()
 	if exits {
 		f.exit(in.ContainerId, code)
-		if f.onExit != nil {
-			f.onExit(in.ContainerId)
-		}
 	}
 	return &runtimeapi.StartContainerResponse{}, nil
 }
@@ -618,32 +612,21 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 	}
 }
 
-// restartInstantCrash runs one Restart-rule restart of main whose replayed
-// instance exits as soon as it starts; withEvent sends the runtime's
-// CONTAINER_STOPPED event for that exit (before the swap, as it happens).
-func restartInstantCrash(t *testing.T, withEvent bool) (k kubelet, p *Pod, oldID, newID string) {
-	t.Helper()
-	rt := newFakeRT()
-	k = kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
-	oldID = k.start(sb, "main")
-	rt.exitOnStart["main"] = 1 // every replayed instance exits as soon as it starts
-	if withEvent {
-		rt.onExit = func(id string) { k.event(sb, id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) }
-	}
-	rt.exit(oldID, 1)
-	k.status(oldID)
-	if err := k.m.execute(context.Background(), sb); err != nil {
-		t.Fatal(err)
-	}
-	p = k.m.pods[sb]
-	return k, p, oldID, p.Latest["main"]
-}
-
 // A container that crashes again at once is classified in the swap itself:
 // the kubelet never sees the new instance's exit, even for an instant.
 func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
-	k, p, id, newID := restartInstantCrash(t, true)
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	id := k.start(sb, "main")
+	rt.exitOnStart["main"] = 1 // every replayed instance exits as soon as it starts
+	rt.exit(id, 1)
+	k.status(id)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	p := k.m.pods[sb]
+	newID := p.Latest["main"]
 	if newID == id || p.Phase != PhaseTerminating || p.Trigger.ContainerID != newID {
 		t.Fatalf("after the swap: phase %s, trigger %+v, latest %s", p.Phase, p.Trigger, newID)
 	}
@@ -652,32 +635,6 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	}
 	if p.Trigger.Delay != 2*time.Second {
 		t.Fatalf("second restart delay %s, want 2s", p.Trigger.Delay)
-	}
-}
-
-// Without the runtime's event (a gap in the feed), a replayed instance that
-// crashed at once is classified when the kubelet first reads it after the
-// swap, by a list or by its status: either way it reads running, never exited.
-func TestInstantCrashWithoutEventIsClassifiedWhenRead(t *testing.T) {
-	for _, read := range []string{"list", "status"} {
-		t.Run(read, func(t *testing.T) {
-			k, p, id, newID := restartInstantCrash(t, false)
-			if newID == id || p.Phase != PhaseRunning {
-				t.Fatalf("after the swap: phase %s, latest %s; want Running with a new instance (nothing told the shim of its exit yet)", p.Phase, newID)
-			}
-			var st runtimeapi.ContainerState
-			if read == "list" {
-				st = k.list()[newID]
-			} else {
-				st = k.status(newID).State
-			}
-			if st != runtimeapi.ContainerState_CONTAINER_RUNNING {
-				t.Fatalf("the kubelet's %s shows the new instance %v, want running", read, st)
-			}
-			if p.Phase != PhaseTerminating || p.Trigger.ContainerID != newID {
-				t.Fatalf("after the kubelet's %s: phase %s, trigger %+v; want the new instance as the next trigger", read, p.Phase, p.Trigger)
-			}
-		})
 	}
 }
 
@@ -725,7 +682,6 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	// next restart right away, and the instance the kubelet listed last
 	// must still read running.
 	k.rt.exitOnStart["main"] = 1
-	k.rt.onExit = func(id string) { k.event(sb, id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) }
 	listPod()
 	k.rt.exit(nw, 1)
 	k.status(nw)

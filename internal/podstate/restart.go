@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,19 +148,13 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 		if !m.inPhase(sandboxID, PhaseStartup) {
 			return nil // abandoned (the kubelet stopped the pod)
 		}
-		id, s, err := m.replayOne(ctx, sandboxID, e.Name)
+		id, err := m.replayOne(ctx, sandboxID, e.Name)
 		if err != nil {
 			return err
 		}
-		// A container the kubelet started without waiting for it is not
-		// waited for either: StartContainer returned, so it runs or has
-		// already exited, and an exit before the swap reaches swap() from
-		// the event feed (classifyLocked keeps it) or, without a feed, from
-		// the kubelet's first status call once it is shown.
-		if e.WaitExit {
-			if s, err = m.waitExit(ctx, id); err != nil {
-				return err
-			}
+		s, err := m.waitFor(ctx, id, e.WaitExit)
+		if err != nil {
+			return err
 		}
 		if s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
 			exited = append(exited, s)
@@ -179,11 +172,10 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 }
 
 // replayOne creates and starts one container again, once: a container created
-// before a crash of the shim is found in p.New and only started if needed; its
-// status, read to decide that, is returned too (nil for a fresh create).
-func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, *runtimeapi.ContainerStatus, error) {
+// before a crash of the shim is found in p.New and only started if needed.
+func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, error) {
 	if err := m.adoptCreated(ctx, sandboxID, name); err != nil {
-		return "", nil, err
+		return "", err
 	}
 	m.mu.Lock()
 	p := m.pods[sandboxID]
@@ -198,7 +190,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	if existing != "" {
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: existing})
 		if err != nil && status.Code(err) != codes.NotFound {
-			return "", nil, fmt.Errorf("status of %s: %w", existing, err)
+			return "", fmt.Errorf("status of %s: %w", existing, err)
 		}
 		s := st.GetStatus()
 		// Exited without ever running: our StartContainer was cut short (the
@@ -207,18 +199,18 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		// real and is shown.
 		interrupted := err != nil || (s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && s.GetStartedAt() == 0)
 		if !interrupted || retried {
-			return existing, s, m.ensureStarted(ctx, existing)
+			return existing, m.ensureStarted(ctx, existing)
 		}
 		// A start that failed because the sandbox died is not an
 		// interruption; and containerd 2.2.1 panics removing a container
 		// whose sandbox is gone (nri GetIPs on a nil sandbox), so nothing is
 		// removed then: the step fails and the restart is abandoned.
 		if ready, err := m.sandboxReady(ctx, sandboxID); err != nil || !ready {
-			return "", nil, fmt.Errorf("start of %s failed and sandbox %s is not ready (%v)", existing, sandboxID, err)
+			return "", fmt.Errorf("start of %s failed and sandbox %s is not ready (%v)", existing, sandboxID, err)
 		}
 		m.log.Info("podstate: replayed start was interrupted; creating the container once more", "container", name)
 		if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: existing}); err != nil && status.Code(err) != codes.NotFound {
-			return "", nil, fmt.Errorf("remove interrupted %s: %w", existing, err)
+			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
 		}
 		m.mu.Lock()
 		delete(p.New, existing)
@@ -236,11 +228,11 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	m.mu.Unlock()
 	if req == nil {
 		if raw == nil {
-			return "", nil, fmt.Errorf("no recorded CreateContainer for %q", name)
+			return "", fmt.Errorf("no recorded CreateContainer for %q", name)
 		}
 		req = &runtimeapi.CreateContainerRequest{}
 		if err := proto.Unmarshal(raw, req); err != nil {
-			return "", nil, fmt.Errorf("recorded CreateContainer for %q: %w", name, err)
+			return "", fmt.Errorf("recorded CreateContainer for %q: %w", name, err)
 		}
 	} else {
 		// The request kept from this shim's own last create of the
@@ -269,7 +261,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		m.mu.Lock()
 		delete(p.createReq, name)
 		m.mu.Unlock()
-		return "", nil, fmt.Errorf("create %q again: %w", name, err)
+		return "", fmt.Errorf("create %q again: %w", name, err)
 	}
 	id := resp.ContainerId
 	reason := string(ActionRestartAllContainers)
@@ -299,9 +291,9 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	m.mu.Unlock()
 	// Just created: no need to ask its state before starting it.
 	if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
-		return id, nil, fmt.Errorf("start restarted container %s: %w", id, err)
+		return id, fmt.Errorf("start restarted container %s: %w", id, err)
 	}
-	return id, nil, nil
+	return id, nil
 }
 
 // sandboxReady reports whether the runtime lists the sandbox as ready; err
@@ -355,9 +347,9 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 	return nil
 }
 
-// waitExit waits until a started container that must run to completion (a
-// regular init container) has exited, or the restart is abandoned.
-func (m *Manager) waitExit(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+// waitFor waits until a started container runs (or, with exit, has exited).
+func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
+	deadline := m.clock.Now().Add(30 * time.Second)
 	for {
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 		if err != nil {
@@ -369,6 +361,10 @@ func (m *Manager) waitExit(ctx context.Context, id string) (*runtimeapi.Containe
 			return s, nil
 		case s.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			return s, nil
+		case !exit && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
+			return s, nil
+		case !exit && m.clock.Now().After(deadline):
+			return s, nil // up or not, the kubelet will judge it once it is shown
 		}
 		select {
 		case <-ctx.Done():
@@ -414,11 +410,7 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) {
 	}
 	for id, name := range p.New {
 		p.Latest[name] = id
-		if s := p.exitedNew[id]; s != nil && !slices.ContainsFunc(exited, func(e *runtimeapi.ContainerStatus) bool { return e.Id == id }) {
-			exited = append(exited, s)
-		}
 	}
-	p.exitedNew = nil
 	if p.Scope != "" {
 		if p.ContainerRestarts == nil {
 			p.ContainerRestarts = map[string]int{}

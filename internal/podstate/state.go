@@ -127,10 +127,6 @@ type Pod struct {
 	// pod's executor reads and changes the requests; recordCreate drops an
 	// entry when the kubelet creates the container again.
 	createReq map[string]*runtimeapi.CreateContainerRequest
-	// exitedNew are exits of instances in New that the event feed reported
-	// before the swap showed them; swap() classifies them. Memory only: a
-	// resumed restart asks the runtime for the state of what it created.
-	exitedNew map[string]*runtimeapi.ContainerStatus
 }
 
 // SeqEntry is one container of the pod's start order.
