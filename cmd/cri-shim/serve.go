@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -108,20 +107,19 @@ func setTimerSlack(d time.Duration) error {
 		if err != nil {
 			return err
 		}
-		fresh := 0
+		fresh := false
 		for _, e := range ents {
 			if done[e.Name()] {
 				continue
 			}
 			// /proc/<tid> reaches a thread of this process by its id.
 			err := os.WriteFile("/proc/"+e.Name()+"/timerslack_ns", val, 0)
-			if err != nil && !errors.Is(err, fs.ErrNotExist) { // a thread may end meanwhile
+			if err != nil && !errors.Is(err, os.ErrNotExist) { // a thread may end meanwhile
 				return fmt.Errorf("thread %s: %w", e.Name(), err)
 			}
-			done[e.Name()] = true
-			fresh++
+			done[e.Name()], fresh = true, true
 		}
-		if fresh == 0 {
+		if !fresh {
 			return nil
 		}
 	}
