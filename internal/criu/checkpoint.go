@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
 const restartCountAnnotation = "io.kubernetes.container.restartCount"
@@ -85,18 +87,18 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: sandbox %s is %s, not ready", short(sandboxID), st)
 	}
 	sandboxID = sb.GetStatus().GetId() // the runtime accepts a unique prefix; use the full ID from here on
-	s.mu.Lock()
-	if s.busy[sandboxID] {
-		s.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: a checkpoint of sandbox %s is already in progress", short(sandboxID))
+	j, err := s.claim(ctx, sandboxID, out, s.resumeMargin(len(ids)))
+	if err != nil {
+		return nil, err
 	}
-	s.busy[sandboxID] = true
-	s.mu.Unlock()
 	defer func() {
-		s.mu.Lock()
-		delete(s.busy, sandboxID)
-		s.mu.Unlock()
+		if !j.returned { // else leftover work holds the job and releases it
+			s.release(j)
+		}
 	}()
+	if err := checkEmpty(out, req.GetOutputPath()); err != nil {
+		return nil, err
+	}
 
 	targets, exited, err := s.selectTargets(ctx, sandboxID, ids)
 	if err != nil {
@@ -123,11 +125,13 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		Kernel:      kernelRelease(),
 	}
 	start := s.now()
-	if err := s.capture(ctx, out, sandboxID, targets, opts, m); err != nil {
+	if err := s.capture(ctx, j, targets, opts, m); err != nil {
 		return nil, err
 	}
 	m.TotalSeconds = s.now().Sub(start).Seconds()
-	if err := s.finish(out, sb, m); err != nil {
+	err = s.finish(out, sb, m)
+	s.removeRecord(s.frozenPath(j.rec)) // every container runs again
+	if err != nil {
 		_ = s.removeOutput(out)
 		return nil, status.Errorf(codes.Internal, "CheckpointPod: writing the checkpoint's manifest: %v (partial checkpoint removed)", err)
 	}
@@ -138,7 +142,7 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 }
 
 // outputDir checks output_path: absolute, inside the root after symlinks, an
-// existing empty directory.
+// existing directory. checkEmpty checks it is empty once the call owns it.
 func (s *Service) outputDir(p string) (string, error) {
 	out, err := confine(s.cfg.Root, p)
 	if err != nil {
@@ -151,14 +155,18 @@ func (s *Service) outputDir(p string) (string, error) {
 	if !fi.IsDir() {
 		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path %q is not a directory", p)
 	}
+	return out, nil
+}
+
+func checkEmpty(out, p string) error {
 	ents, err := os.ReadDir(out)
 	if err != nil {
-		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path: %v", err)
+		return status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path: %v", err)
 	}
 	if len(ents) > 0 {
-		return "", status.Errorf(codes.FailedPrecondition, "CheckpointPod: output_path %q is not empty (%d entries, first %q)", p, len(ents), ents[0].Name())
+		return status.Errorf(codes.FailedPrecondition, "CheckpointPod: output_path %q is not empty (%d entries, first %q)", p, len(ents), ents[0].Name())
 	}
-	return out, nil
+	return nil
 }
 
 // selectTargets checks that every requested container is a running container
@@ -258,7 +266,8 @@ func restartCount(ann map[string]string) int {
 
 // capture pauses every target, captures each, and resumes all, whatever
 // happens. On any failure the output directory is emptied.
-func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []target, opts checkpointOptions, m *Manifest) error {
+func (s *Service) capture(ctx context.Context, j *job, targets []target, opts checkpointOptions, m *Manifest) error {
+	out, sandboxID := j.out, j.sandbox
 	if err := os.Mkdir(filepath.Join(out, containersDir), 0o700); err != nil {
 		return status.Errorf(codes.Internal, "CheckpointPod: %v", err)
 	}
@@ -270,14 +279,17 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 	for i, t := range targets {
 		ids[i] = t.id
 	}
-	rec := frozenRecord{SandboxID: sandboxID, Containers: ids, OutputPath: out}
+	rec := frozenRecord{SandboxID: sandboxID, Containers: ids, OutputPath: out, Started: s.now().UnixNano()}
+	j.rec = rec
 	if err := s.writeFrozen(rec); err != nil {
 		_ = s.removeOutput(out)
-		return status.Errorf(codes.Internal, "CheckpointPod: recording the pause: %v", err)
+		// Without the record a kill -9 while paused would leave the pod
+		// frozen: nothing is paused, and the kubelet may retry.
+		return status.Errorf(codes.Unavailable, "CheckpointPod: recording the pause: %v; nothing was paused", err)
 	}
 	fail := func(err error) error {
 		_ = s.removeOutput(out)
-		os.Remove(s.frozenPath(sandboxID))
+		s.removeRecord(s.frozenPath(rec))
 		return err
 	}
 
@@ -356,9 +368,13 @@ func (s *Service) capture(ctx context.Context, out, sandboxID string, targets []
 		rerr := s.thawAll(tctx, ids, true)
 		tcancel()
 		_ = s.removeOutput(out)
+		// The leftover work holds the job until it ends, so that it never
+		// touches what a later call of this sandbox or directory owns.
+		s.handOver(j)
 		s.inflight.Add(1)
 		go func() {
 			defer s.inflight.Done()
+			defer s.release(j)
 			<-done
 			cancel()
 			s.afterAbandoned(rec)
@@ -468,12 +484,12 @@ func (s *Service) afterAbandoned(rec frozenRecord) {
 		s.resumeFailed(err)
 		return
 	}
-	os.Remove(s.frozenPath(rec.SandboxID))
+	s.removeRecord(s.frozenPath(rec))
 	s.log.Info("checkpoint: abandoned capture ended; containers resumed and its files removed", "sandbox", short(rec.SandboxID))
 }
 
 // finish writes the sandbox description and the manifest, then clears the
-// incomplete mark and the frozen record.
+// incomplete mark.
 func (s *Service) finish(out string, sb *runtimeapi.PodSandboxStatusResponse, m *Manifest) error {
 	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(sb)
 	if err != nil {
@@ -489,12 +505,7 @@ func (s *Service) finish(out string, sb *runtimeapi.PodSandboxStatusResponse, m 
 	if err := os.Remove(filepath.Join(out, incompleteFile)); err != nil {
 		return err
 	}
-	if d, err := os.Open(out); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	os.Remove(s.frozenPath(m.Pod.SandboxID))
-	return nil
+	return statefile.SyncDir(out)
 }
 
 func kernelRelease() string {

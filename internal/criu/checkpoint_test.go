@@ -273,7 +273,7 @@ func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
 	os.Mkdir(filepath.Join(fx.dir, containersDir), 0o700)
 	os.WriteFile(filepath.Join(fx.dir, containersDir, "app.tar"), []byte("half"), 0o600)
 	os.WriteFile(filepath.Join(fx.dir, incompleteFile), nil, 0o600)
-	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1", "c2"}, OutputPath: fx.dir}); err != nil {
+	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1", "c2"}, OutputPath: fx.dir, Started: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// A complete checkpoint next to it must survive.

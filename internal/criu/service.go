@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
 // Config is what the service needs from the shim's configuration.
@@ -62,9 +65,15 @@ type Service struct {
 
 	mu   sync.Mutex
 	warm map[string]*warmPod // sandbox ID -> warm start in progress
-	// busy holds the sandboxes being checkpointed; a second CheckpointPod of
-	// the same pod meanwhile is refused.
-	busy map[string]bool
+	// jobs and jobsByOut hold the sandboxes and output directories of
+	// checkpoints in progress or still finishing after their call returned
+	// (jobs.go).
+	jobs      map[string]*job
+	jobsByOut map[string]*job
+	// captureRunning reports whether containerd still runs a capture of the
+	// container (a runc checkpoint process), which a shim killed mid-capture
+	// does not wait for; nil is procCaptureRunning.
+	captureRunning func(id string) bool
 	// pendingResume is set while a frozen record could not be cleared.
 	pendingResume bool
 }
@@ -88,7 +97,8 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		marginBase:    100 * time.Millisecond,
 		marginPer:     50 * time.Millisecond,
 		warm:          make(map[string]*warmPod),
-		busy:          make(map[string]bool),
+		jobs:          make(map[string]*job),
+		jobsByOut:     make(map[string]*job),
 	}
 	if err := s.loadWarm(); err != nil {
 		return nil, err
@@ -129,27 +139,32 @@ type frozenRecord struct {
 	SandboxID  string   `json:"sandboxId"`
 	Containers []string `json:"containers"`
 	OutputPath string   `json:"outputPath"`
+	Started    int64    `json:"started"`
 }
 
-func (s *Service) frozenPath(sandboxID string) string {
-	return filepath.Join(s.cfg.StateDir, "checkpoint", sandboxID+".frozen.json")
+// frozenPath is the record of one call (sandbox ID and the call's start in
+// nanoseconds): a later call of the same sandbox never replaces or removes
+// the record of an earlier one whose resume is still pending.
+func (s *Service) frozenPath(r frozenRecord) string {
+	return filepath.Join(s.cfg.StateDir, "checkpoint", r.SandboxID+"."+strconv.FormatInt(r.Started, 10)+".frozen.json")
 }
 
 func (s *Service) writeFrozen(r frozenRecord) error {
-	return writeJSONAtomic(s.frozenPath(r.SandboxID), r)
+	return writeJSONAtomic(s.frozenPath(r), r)
 }
 
-// writeJSONAtomic replaces path with v as JSON, durably: a crash leaves the
-// old file or the new one, never a torn one.
+// writeJSONAtomic replaces path with v as JSON, durably (statefile's rule).
 func writeJSONAtomic(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
+	return statefile.WriteJSON(path, v, 0o600)
+}
+
+// removeRecord deletes a record durably; a failure is logged and counted by
+// statefile (the record is then acted on again at the next start, which is
+// harmless: resuming a running container is a no-op).
+func (s *Service) removeRecord(path string) {
+	if err := statefile.Remove(path); err != nil {
+		s.log.Error("checkpoint: removing a record", "err", err)
 	}
-	if err := writeFileSync(path+".tmp", b); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
 }
 
 // resumeRecorded resumes every container named by a frozen record left behind
@@ -164,17 +179,15 @@ func (s *Service) resumeRecorded(ctx context.Context) {
 	pending := false
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasSuffix(name, ".tmp") {
+		if strings.HasSuffix(name, statefile.TempSuffix) {
 			os.Remove(filepath.Join(dir, name))
 			continue
 		}
 		if !strings.HasSuffix(name, ".frozen.json") {
 			continue
 		}
-		s.mu.Lock()
-		busy := s.busy[strings.TrimSuffix(name, ".frozen.json")]
-		s.mu.Unlock()
-		if busy {
+		sandbox, _, _ := strings.Cut(name, ".")
+		if s.held(sandbox) {
 			continue // a checkpoint of this pod is running now; it resumes its own
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -184,7 +197,16 @@ func (s *Service) resumeRecorded(ctx context.Context) {
 		}
 		if err != nil {
 			s.log.Error("checkpoint: unreadable frozen record removed", "file", name, "err", err)
-			os.Remove(filepath.Join(dir, name))
+			s.removeRecord(filepath.Join(dir, name))
+			continue
+		}
+		// A shim killed mid-capture does not stop containerd's capture: CRIU
+		// goes on with the paused container and, when it ends, puts the
+		// freezer back as it found it (frozen). Resuming before then would be
+		// undone, so wait for the capture to end first.
+		if id, ok := s.anyCaptureRunning(r.Containers); ok {
+			s.log.Info("checkpoint: an interrupted checkpoint's capture is still running in containerd; resuming once it ends", "sandbox", short(r.SandboxID), "container", short(id))
+			pending = true
 			continue
 		}
 		if err := s.thawAll(ctx, r.Containers, true); err != nil {
@@ -197,7 +219,7 @@ func (s *Service) resumeRecorded(ctx context.Context) {
 				s.log.Warn("checkpoint: removing an interrupted checkpoint's files", "path", r.OutputPath, "err", err)
 			}
 		}
-		os.Remove(filepath.Join(dir, name))
+		s.removeRecord(filepath.Join(dir, name))
 		s.log.Info("checkpoint: resumed the containers of an interrupted checkpoint", "sandbox", r.SandboxID, "containers", len(r.Containers))
 	}
 	s.mu.Lock()

@@ -1,0 +1,153 @@
+package criu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// abandon runs a CheckpointPod of c1 and c2 into dir whose deadline expires
+// while containerd still captures (the fake holds captures until release).
+func abandon(t *testing.T, fx *fixture, dir string) (release func()) {
+	t.Helper()
+	fx.rt.holdDump = make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	if _, err := fx.svc.CheckpointPod(ctx, cpReq(dir, "c1", "c2")); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("first call: %v, want DeadlineExceeded", err)
+	}
+	hold := fx.rt.holdDump
+	fx.rt.mu.Lock()
+	fx.rt.holdDump = nil // later captures are not held
+	fx.rt.mu.Unlock()
+	return func() { close(hold) }
+}
+
+// A checkpoint abandoned at its deadline and retried at once, into the same
+// directory or another one: the retry waits for the leftover work, and gives
+// a complete checkpoint and running containers; nothing the leftover does
+// afterwards touches it.
+func TestRetryAfterAbandonedCheckpoint(t *testing.T) {
+	for _, sameDir := range []bool{true, false} {
+		t.Run(map[bool]string{true: "same output_path", false: "other output_path"}[sameDir], func(t *testing.T) {
+			fx := newFixture(t)
+			release := abandon(t, fx, fx.dir)
+			dir := fx.dir
+			if !sameDir {
+				dir = filepath.Join(fx.root, "retry")
+				os.Mkdir(dir, 0o700)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(dir, "c1", "c2"))
+				errc <- err
+			}()
+			// The leftover capture ends while the retry is waiting or running.
+			time.Sleep(50 * time.Millisecond)
+			release()
+			if err := <-errc; err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			fx.svc.inflight.Wait()
+			m, err := ReadManifest(dir)
+			if err != nil {
+				t.Fatalf("the retry's checkpoint is not complete: %v", err)
+			}
+			for _, c := range m.Containers {
+				if _, err := os.Stat(filepath.Join(dir, c.Archive)); err != nil {
+					t.Fatalf("archive of %s: %v", c.Name, err)
+				}
+			}
+			if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
+				t.Fatalf("%v left paused", p)
+			}
+			if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
+				t.Fatalf("records left: %v", got)
+			}
+		})
+	}
+}
+
+// A retry whose deadline ends before the leftover work does: refused with
+// Unavailable before anything is paused, and the leftover still cleans up.
+func TestRetryDeadlineWhileLeftoverRuns(t *testing.T) {
+	fx := newFixture(t)
+	release := abandon(t, fx, fx.dir)
+	pauses := fx.rt.tasks.pauses
+	_, err := fx.svc.CheckpointPod(ctxT(t, 300*time.Millisecond), cpReq(fx.dir, "c1"))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("retry while the leftover runs: %v, want Unavailable", err)
+	}
+	if fx.rt.tasks.pauses != pauses {
+		t.Fatal("the refused retry paused a container")
+	}
+	release()
+	fx.svc.inflight.Wait()
+	assertClean(t, fx, "after the leftover ended")
+}
+
+// A record left by an earlier call whose resume is still pending is not
+// removed by a later call of the same sandbox.
+func TestFrozenRecordsArePerCall(t *testing.T) {
+	fx := newFixture(t)
+	old := frozenRecord{SandboxID: "sb1", Containers: []string{"c2"}, Started: 1}
+	if err := fx.svc.writeFrozen(old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fx.svc.frozenPath(old)); err != nil {
+		t.Fatalf("a later call removed an earlier call's record: %v", err)
+	}
+}
+
+// A shim restarted while containerd still captures a container it had paused
+// waits for that capture to end before resuming (the capture would freeze the
+// container again when it ends).
+func TestRestartWaitsForRunningCapture(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.setPaused("c1", true)
+	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1"}, Started: 1}); err != nil {
+		t.Fatal(err)
+	}
+	capturing := true
+	fx.svc.captureRunning = func(id string) bool { return capturing && id == "c1" }
+	fx.svc.resumeRecorded(context.Background())
+	if !fx.rt.tasks.isPaused("c1") {
+		t.Fatal("resumed while containerd still captured the container")
+	}
+	capturing = false
+	fx.svc.resumeRecorded(context.Background())
+	assertClean(t, fx, "after the capture ended")
+}
+
+func TestIsRuncCheckpoint(t *testing.T) {
+	argv := func(a ...string) [][]byte {
+		var out [][]byte
+		for _, s := range a {
+			out = append(out, []byte(s))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"/usr/sbin/runc", "--root", "/run/containerd/runc/k8s.io", "--log", "l", "checkpoint", "--image-path", "/x", "--work-path", "/y", "abc"}, true},
+		{[]string{"runc", "checkpoint", "abc"}, true},
+		{[]string{"runc", "checkpoint", "abcd"}, false},
+		{[]string{"runc", "pause", "abc"}, false},
+		{[]string{"sh", "checkpoint", "abc"}, false},
+		{[]string{"runc", "abc"}, false},
+	} {
+		if got := isRuncCheckpoint(argv(c.argv...), "abc"); got != c.want {
+			t.Errorf("%q: %v, want %v", c.argv, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package criu
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A job owns what one CheckpointPod call acts on: its sandbox (the pause and
+// resume of its containers, its frozen record) and its output directory. A
+// call that returns at its deadline leaves work behind (containerd's capture
+// goes on; the service then resumes the containers again and empties the
+// directory): the job stays held by that leftover work until it ends, so
+// nothing it does can touch what a later call owns. A later call of the same
+// sandbox or directory waits for it, within its own deadline.
+type job struct {
+	sandbox, out string
+	// returned is set when the call that owns the job has answered and only
+	// its leftover work holds it.
+	returned bool
+	done     chan struct{}
+	// rec is the call's frozen record, once written.
+	rec frozenRecord
+}
+
+// claim takes the sandbox and output directory for a new call. A job still
+// answering its own call refuses the new one; a job held only by leftover
+// work is waited for, until margin before ctx's deadline.
+func (s *Service) claim(ctx context.Context, sandbox, out string, margin time.Duration) (*job, error) {
+	for {
+		s.mu.Lock()
+		j := s.jobs[sandbox]
+		what := "sandbox " + short(sandbox)
+		if j == nil {
+			j, what = s.jobsByOut[out], "output_path "+out
+		}
+		if j == nil {
+			j = &job{sandbox: sandbox, out: out, done: make(chan struct{})}
+			s.jobs[sandbox] = j
+			s.jobsByOut[out] = j
+			s.mu.Unlock()
+			return j, nil
+		}
+		returned := j.returned
+		s.mu.Unlock()
+		if !returned {
+			return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: a checkpoint of %s is already in progress", what)
+		}
+		wait := time.Duration(-1)
+		if dl, ok := ctx.Deadline(); ok {
+			wait = time.Until(dl) - margin
+		}
+		if wait <= 0 {
+			return nil, s.leftoverBusy(what)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-j.done:
+			t.Stop()
+		case <-t.C:
+			return nil, s.leftoverBusy(what)
+		case <-ctx.Done():
+			t.Stop()
+			return nil, s.leftoverBusy(what)
+		}
+	}
+}
+
+func (s *Service) leftoverBusy(what string) error {
+	return status.Errorf(codes.Unavailable, "CheckpointPod: an earlier checkpoint of %s, abandoned at its deadline, is still finishing in containerd; "+
+		"nothing was paused; retry once it ends", what)
+}
+
+// release ends the job: the next call of its sandbox or directory may start.
+func (s *Service) release(j *job) {
+	s.mu.Lock()
+	if s.jobs[j.sandbox] == j {
+		delete(s.jobs, j.sandbox)
+	}
+	if s.jobsByOut[j.out] == j {
+		delete(s.jobsByOut, j.out)
+	}
+	s.mu.Unlock()
+	close(j.done)
+}
+
+// handOver marks the job's call as answered while leftover work still holds
+// it; that work calls release when it ends.
+func (s *Service) handOver(j *job) {
+	s.mu.Lock()
+	j.returned = true
+	s.mu.Unlock()
+}
+
+// held reports whether a call or its leftover work holds the sandbox.
+func (s *Service) held(sandbox string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobs[sandbox] != nil
+}
