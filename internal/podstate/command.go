@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,6 +58,9 @@ func (m *Manager) command(ctx context.Context, sandboxID, container, action, rea
 	}
 	if target == nil {
 		if container != "" {
+			if handled, err := m.restartHeld(ctx, p, container, reason); handled {
+				return err
+			}
 			return fmt.Errorf("container %q is not running", container)
 		}
 		return errors.New("no container of the pod is running")
@@ -67,7 +71,21 @@ func (m *Manager) command(ctx context.Context, sandboxID, container, action, rea
 		p.Forced = map[string]string{}
 	}
 	p.Forced[name] = action
-	m.save(p)
+	// The orchestrator restarting a container (or the pod) ends the hold
+	// of what it terminated (hold.go).
+	held := p.Held
+	if action == string(ActionRestartAllContainers) {
+		p.Held = nil
+	} else if p.Held[name] {
+		held = maps.Clone(p.Held)
+		delete(p.Held, name)
+	}
+	if err := m.saveDurable(p); err != nil {
+		delete(p.Forced, name)
+		p.Held = held
+		m.mu.Unlock()
+		return err
+	}
 	m.mu.Unlock()
 	m.log.Info("podstate: restart on command", "pod", p.Namespace+"/"+p.Name, "container", name, "action", action, "reason", reason)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)

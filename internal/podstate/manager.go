@@ -370,7 +370,8 @@ func (m *Manager) classifyExited(ctx context.Context, cs []cview) {
 }
 
 func (m *Manager) needsClassification(p *Pod, id, name string) bool {
-	if p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || p.Settled[id] {
+	if p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || p.Settled[id] ||
+		p.Held[name] { // terminated by the orchestrator (hold.go)
 		return false
 	}
 	if _, ours := p.IDs[id]; !ours {

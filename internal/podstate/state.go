@@ -58,6 +58,9 @@ type Pod struct {
 	// pod management channel's RestartContainer / RestartAllContainers): the
 	// container's next exit is classified with it instead of the rules.
 	Forced map[string]string `json:"forced,omitempty"`
+	// Held are containers the orchestrator terminated: their exits are left
+	// alone until it restarts them (hold.go).
+	Held map[string]bool `json:"held,omitempty"`
 
 	// Creates holds the kubelet's latest CreateContainer request per container
 	// name (protobuf), so the first container can be started again exactly as
