@@ -151,3 +151,42 @@ func TestIsRuncCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// The unfinished checkpoint of a capture containerd still runs is left alone
+// at start (CRIU is writing into it) and emptied once the capture ends.
+func TestRestartKeepsOutputOfRunningCapture(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.setPaused("c1", true)
+	os.WriteFile(filepath.Join(fx.dir, incompleteFile), nil, 0o600)
+	os.WriteFile(filepath.Join(fx.dir, "pages-1.img"), []byte("being written"), 0o600)
+	out, _ := filepath.EvalSymlinks(fx.dir)
+	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1"}, OutputPath: out, Started: 1}); err != nil {
+		t.Fatal(err)
+	}
+	capturing := make(chan bool, 1)
+	capturing <- true
+	fx.svc.captureRunning = func(string) bool {
+		v := <-capturing
+		capturing <- v
+		return v
+	}
+	fx.svc.retryEvery = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { fx.svc.Run(ctx); close(done) }()
+	time.Sleep(50 * time.Millisecond)
+	if got := entries(t, fx.dir); len(got) != 2 || !fx.rt.tasks.isPaused("c1") {
+		t.Fatalf("touched while containerd captures: output %v, paused %v", got, fx.rt.tasks.isPaused("c1"))
+	}
+	<-capturing
+	capturing <- false
+	deadline := time.Now().Add(5 * time.Second)
+	for len(entries(t, fx.dir)) > 0 || fx.rt.tasks.isPaused("c1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("not cleaned after the capture ended: %v", entries(t, fx.dir))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}

@@ -268,10 +268,17 @@ func restartCount(ann map[string]string) int {
 // happens. On any failure the output directory is emptied.
 func (s *Service) capture(ctx context.Context, j *job, targets []target, opts checkpointOptions, m *Manifest) error {
 	out, sandboxID := j.out, j.sandbox
-	if err := os.Mkdir(filepath.Join(out, containersDir), 0o700); err != nil {
-		return status.Errorf(codes.Internal, "CheckpointPod: %v", err)
-	}
+	// The mark first: a shim killed after it finds every later file under
+	// a marked directory, which the next start empties.
 	if err := writeFileSync(filepath.Join(out, incompleteFile), nil); err != nil {
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Unavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
+	}
+	if err := statefile.SyncDir(out); err != nil {
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Unavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
+	}
+	if err := os.Mkdir(filepath.Join(out, containersDir), 0o700); err != nil {
 		_ = s.removeOutput(out)
 		return status.Errorf(codes.Internal, "CheckpointPod: %v", err)
 	}

@@ -113,8 +113,9 @@ func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collect
 // its unfinished checkpoints removed) and keeps retrying resumes that failed,
 // until ctx ends.
 func (s *Service) Run(ctx context.Context) {
-	s.cleanIncomplete()
-	s.resumeRecorded(ctx)
+	// Records first: a directory whose capture containerd still runs is
+	// emptied by resumeRecorded once that capture ends, not now.
+	s.cleanIncomplete(s.resumeRecorded(ctx))
 	t := time.NewTicker(s.retryEvery)
 	defer t.Stop()
 	for {
@@ -169,12 +170,14 @@ func (s *Service) removeRecord(path string) {
 
 // resumeRecorded resumes every container named by a frozen record left behind
 // (by a crash, or by a resume that failed) and removes the records it clears.
-func (s *Service) resumeRecorded(ctx context.Context) {
+// It returns the output directories of the records it could not clear yet.
+func (s *Service) resumeRecorded(ctx context.Context) (pendingOut map[string]bool) {
+	pendingOut = map[string]bool{}
 	dir := filepath.Join(s.cfg.StateDir, "checkpoint")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		s.log.Error("checkpoint: reading frozen records", "err", err)
-		return
+		return pendingOut
 	}
 	pending := false
 	for _, e := range ents {
@@ -206,12 +209,12 @@ func (s *Service) resumeRecorded(ctx context.Context) {
 		// undone, so wait for the capture to end first.
 		if id, ok := s.anyCaptureRunning(r.Containers); ok {
 			s.log.Info("checkpoint: an interrupted checkpoint's capture is still running in containerd; resuming once it ends", "sandbox", short(r.SandboxID), "container", short(id))
-			pending = true
+			pending, pendingOut[r.OutputPath] = true, true
 			continue
 		}
 		if err := s.thawAll(ctx, r.Containers, true); err != nil {
 			s.log.Error("checkpoint: resuming containers of an interrupted checkpoint; will retry", "sandbox", r.SandboxID, "err", err)
-			pending = true
+			pending, pendingOut[r.OutputPath] = true, true
 			continue
 		}
 		if r.OutputPath != "" {
@@ -225,6 +228,7 @@ func (s *Service) resumeRecorded(ctx context.Context) {
 	s.mu.Lock()
 	s.pendingResume = pending
 	s.mu.Unlock()
+	return pendingOut
 }
 
 // thawAll resumes every listed container that is paused. With check, each is
@@ -264,8 +268,9 @@ func (s *Service) thaw(ctx context.Context, id string, check bool) error {
 
 // cleanIncomplete removes what an interrupted checkpoint wrote under the root:
 // any directory still marked incomplete is emptied (the directory itself
-// belongs to its caller and stays).
-func (s *Service) cleanIncomplete() {
+// belongs to its caller and stays), but for those in skip, which a record
+// still pending owns.
+func (s *Service) cleanIncomplete(skip map[string]bool) {
 	ents, err := os.ReadDir(s.cfg.Root)
 	if err != nil {
 		s.log.Error("checkpoint: reading the checkpoint root", "root", s.cfg.Root, "err", err)
@@ -276,6 +281,9 @@ func (s *Service) cleanIncomplete() {
 			continue
 		}
 		dir := filepath.Join(s.cfg.Root, e.Name())
+		if real, err := filepath.EvalSymlinks(dir); err == nil && skip[real] || skip[dir] {
+			continue
+		}
 		if _, err := os.Lstat(filepath.Join(dir, incompleteFile)); err != nil {
 			continue
 		}
