@@ -48,7 +48,7 @@ func (m *Manager) do(ctx context.Context, p *pod, cmd *pb.Command) (string, *pb.
 		return "terminate_container", m.terminate(ctx, p, c.TerminateContainer.GetContainerName(), c.TerminateContainer.GetExitCode())
 	case *pb.Command_RestartContainer:
 		name := c.RestartContainer.GetContainerName()
-		if _, err := m.running(ctx, p, name); err != nil {
+		if err := m.restartable(ctx, p, name); err != nil {
 			return "restart_container", refused("%v", err)
 		}
 		if m.restarter == nil {
@@ -84,30 +84,61 @@ func commandType(cmd *pb.Command) string {
 
 // running finds the running instance of a container of the pod.
 func (m *Manager) running(ctx context.Context, p *pod, name string) (string, error) {
-	r, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: p.SandboxID}})
+	run, _, err := m.instances(ctx, p, name)
 	if err != nil {
 		return "", err
 	}
-	known := false
+	if run == nil {
+		return "", fmt.Errorf("container %q is not running", name)
+	}
+	return run.GetId(), nil
+}
+
+// instances finds a container's running instance and its newest one.
+func (m *Manager) instances(ctx context.Context, p *pod, name string) (running, latest *runtimeapi.Container, err error) {
+	r, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: p.SandboxID}})
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, c := range r.GetContainers() {
 		if c.GetMetadata().GetName() != name {
 			continue
 		}
-		known = true
+		if latest == nil || c.GetCreatedAt() > latest.GetCreatedAt() {
+			latest = c
+		}
 		if c.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			return c.GetId(), nil
+			running = c
 		}
 	}
-	if !known {
-		return "", fmt.Errorf("container %q is not in pod %s/%s", name, p.Namespace, p.Name)
+	if latest == nil {
+		return nil, nil, fmt.Errorf("container %q is not in pod %s/%s", name, p.Namespace, p.Name)
 	}
-	return "", fmt.Errorf("container %q is not running", name)
+	return running, latest, nil
+}
+
+// restartable: a container may be restarted on command while it runs, or
+// when its newest instance exited because the orchestrator terminated it
+// (held since by the restart machinery).
+func (m *Manager) restartable(ctx context.Context, p *pod, name string) error {
+	run, latest, err := m.instances(ctx, p, name)
+	if err != nil || run != nil {
+		return err
+	}
+	if _, ok := m.exitCode(latest.GetId()); ok && latest.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
+		return nil
+	}
+	return fmt.Errorf("container %q is not running", name)
 }
 
 // terminate stops the container (SIGTERM, then SIGKILL after 10 s) and has the
 // shim report the requested exit code for it: a process's exit code cannot be
-// set from outside, so the shim's ContainerStatus answers it.
-func (m *Manager) terminate(ctx context.Context, p *pod, name string, code int32) *pb.CommandResponse {
+// set from outside, so the shim's ContainerStatus answers it. The container
+// stays terminated: the restart machinery holds it (the pod's restart rules
+// leave its exits alone) until the orchestrator restarts it. Both records are
+// durable before the container is stopped; a failure to write either fails
+// the command and stops nothing.
+func (m *Manager) terminate(ctx context.Context, p *pod, name string, code int32) (resp *pb.CommandResponse) {
 	if name == p.Decl.Container {
 		return refused("the orchestrator cannot terminate itself through the channel")
 	}
@@ -115,12 +146,33 @@ func (m *Manager) terminate(ctx context.Context, p *pod, name string, code int32
 	if err != nil {
 		return refused("%v", err)
 	}
-	m.setExitCode(p, id, code, true)
+	if err := m.setExitCode(p, id, code, true); err != nil {
+		return failed(err)
+	}
+	held := false
+	defer func() {
+		if resp.GetResult() == pb.CommandResult_ACCEPTED {
+			return
+		}
+		if held {
+			if err := m.restarter.HoldContainer(context.WithoutCancel(ctx), p.SandboxID, name, false); err != nil {
+				m.log.Error("podmgmt: releasing the hold of a container a failed TerminateContainer did not stop", "pod", p.Namespace+"/"+p.Name, "container", name, "err", err)
+			}
+		}
+		if err := m.setExitCode(p, id, 0, false); err != nil {
+			m.log.Error("podmgmt: forgetting the exit code of a failed TerminateContainer", "pod", p.Namespace+"/"+p.Name, "container", name, "err", err)
+		}
+	}()
+	if m.restarter != nil {
+		if err := m.restarter.HoldContainer(ctx, p.SandboxID, name, true); err != nil {
+			return failed(fmt.Errorf("holding the container terminated: %w", err))
+		}
+		held = true
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	if _, err := m.rt.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 10}); err != nil {
-		m.setExitCode(p, id, 0, false)
 		return failed(err)
 	}
-	return &pb.CommandResponse{Result: pb.CommandResult_ACCEPTED, ErrorDescription: fmt.Sprintf("stopped; reported exit code %d", code)}
+	return &pb.CommandResponse{Result: pb.CommandResult_ACCEPTED, ErrorDescription: fmt.Sprintf("stopped; reported exit code %d; held until the orchestrator restarts it", code)}
 }

@@ -5,10 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"github.com/cri-shim/cri-shim/internal/events"
 	"log/slog"
-	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +36,11 @@ import (
 type Restarter interface {
 	RestartContainer(ctx context.Context, sandboxID, container, reason string) error
 	RestartPod(ctx context.Context, sandboxID, reason string) error
+	// HoldContainer marks (hold true) a container the orchestrator
+	// terminates, so that the pod's restart rules leave its exits alone
+	// until the orchestrator restarts it, or clears the mark. The mark is
+	// durable when it returns nil.
+	HoldContainer(ctx context.Context, sandboxID, container string, hold bool) error
 }
 
 // QueueSize bounds a pod's undelivered notifications.
@@ -50,8 +55,14 @@ type Manager struct {
 	metrics   *metrics
 	// dial connects to a sidecar (tests replace it).
 	dial func(addr string) (*grpc.ClientConn, error)
+	// checkAddr refuses pod IPs that are not a pod's (podAddressOK; tests
+	// whose fake pods live on 127.0.0.1 replace it).
+	checkAddr func(netip.Addr) error
 	// backoff bounds between connection attempts.
 	minBackoff, maxBackoff time.Duration
+	// sweepEvery is how often Run drops the records of sandboxes the runtime
+	// no longer has (removed behind the shim's back).
+	sweepEvery time.Duration
 
 	ctx context.Context // Run's, for connectors started by routes
 
@@ -60,26 +71,36 @@ type Manager struct {
 	// exitCodes indexes every pod's Overrides by container ID, for the
 	// ContainerStatus route; overridden counts them, so that the route stays
 	// on the raw path while no container has one.
-	exitCodes  map[string]int32
+	exitCodes map[string]int32
+	// orch maps the instances of declared orchestrator containers to their
+	// sandbox, so StartContainer finds whose channel to start.
+	orch       map[string]string
 	active     atomic.Int32
 	overridden atomic.Int32
 }
 
 type pod struct {
-	SandboxID string            `json:"sandboxId"`
-	Namespace string            `json:"namespace"`
-	Name      string            `json:"name"`
-	UID       string            `json:"uid"`
-	Decl      Declaration       `json:"declaration"`
-	Overrides map[string]int32  `json:"overrides,omitempty"` // container ID -> exit code asked by TerminateContainer
-	Names     map[string]string `json:"names,omitempty"`     // container ID -> name
+	SandboxID string           `json:"sandboxId"`
+	Namespace string           `json:"namespace"`
+	Name      string           `json:"name"`
+	UID       string           `json:"uid"`
+	Decl      Declaration      `json:"declaration"`
+	Overrides map[string]int32 `json:"overrides,omitempty"` // container ID -> exit code asked by TerminateContainer
+	// Terminating: StopPodSandbox started; the channel stays closed and no
+	// command is carried out, across shim restarts too.
+	Terminating bool `json:"terminating,omitempty"`
 
 	token       string
 	queue       chan *pb.ContainerEvent
 	dropped     atomic.Int64
-	state       atomic.Value // string: waiting, connecting, connected, backoff
+	state       atomic.Value // string: waiting, connecting, connected, backoff, refused
 	terminating atomic.Bool
 	cancel      context.CancelFunc
+	orchIDs     map[string]bool // keys of Manager.orch that are this pod's; m.mu
+
+	saveMu  sync.Mutex // orders the pod's file writes
+	gone    bool       // the record was removed; saveMu
+	written string     // the state last written to the state file; saveMu
 }
 
 // New builds the manager; dir is the shim's state directory.
@@ -88,8 +109,9 @@ func New(rt runtimeapi.RuntimeServiceClient, stateDir string, restarter Restarte
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	m := &Manager{rt: rt, dir: dir, log: log, restarter: restarter, metrics: newMetrics(),
-		pods: map[string]*pod{}, exitCodes: map[string]int32{}, minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second,
+	m := &Manager{rt: rt, dir: dir, log: log, restarter: restarter, metrics: newMetrics(), checkAddr: podAddressOK,
+		pods: map[string]*pod{}, exitCodes: map[string]int32{}, orch: map[string]string{},
+		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second, sweepEvery: time.Minute,
 		dial: func(addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}}
@@ -98,7 +120,9 @@ func New(rt runtimeapi.RuntimeServiceClient, stateDir string, restarter Restarte
 		p, err := m.load(e.Name())
 		if err != nil {
 			log.Warn("podmgmt: dropping an unreadable pod record", "sandbox", e.Name(), "err", err)
-			os.RemoveAll(filepath.Join(dir, e.Name()))
+			if err := m.removeRecord(e.Name()); err != nil {
+				log.Warn("podmgmt: removing an unreadable pod record", "sandbox", e.Name(), "err", err)
+			}
 			continue
 		}
 		m.pods[p.SandboxID] = p
@@ -111,60 +135,44 @@ func New(rt runtimeapi.RuntimeServiceClient, stateDir string, restarter Restarte
 	return m, nil
 }
 
-func (m *Manager) podDir(sandbox string) string { return filepath.Join(m.dir, sandbox) }
-func (m *Manager) tokenPath(sandbox string) string {
-	return filepath.Join(m.podDir(sandbox), "token")
-}
-
-func (m *Manager) load(sandbox string) (*pod, error) {
-	b, err := os.ReadFile(filepath.Join(m.podDir(sandbox), "pod.json"))
-	if err != nil {
-		return nil, err
-	}
-	p := &pod{}
-	if err := json.Unmarshal(b, p); err != nil {
-		return nil, err
-	}
-	tok, err := os.ReadFile(m.tokenPath(sandbox))
-	if err != nil {
-		return nil, err
-	}
-	p.token = string(tok)
-	p.init()
-	return p, nil
-}
-
 func (p *pod) init() {
 	p.queue = make(chan *pb.ContainerEvent, QueueSize)
 	p.state.Store("waiting")
 	if p.Overrides == nil {
 		p.Overrides = map[string]int32{}
 	}
-	if p.Names == nil {
-		p.Names = map[string]string{}
-	}
-}
-
-// save writes the pod record; m.mu held.
-func (m *Manager) save(p *pod) {
-	b, err := json.Marshal(p)
-	if err == nil {
-		tmp := filepath.Join(m.podDir(p.SandboxID), "pod.json.tmp")
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, filepath.Join(m.podDir(p.SandboxID), "pod.json"))
-		}
-	}
-	if err != nil {
-		m.log.Error("podmgmt: saving pod record", "sandbox", p.SandboxID, "err", err)
-	}
+	p.orchIDs = map[string]bool{}
 }
 
 // Collectors are the channel metrics.
 func (m *Manager) Collectors() []prometheus.Collector { return m.metrics.collectors() }
 
-// Run follows container exits and keeps the channels of known pods until ctx ends.
+// Run keeps the channels of known pods until ctx ends, and drops the
+// records of sandboxes the runtime no longer has: at start (removed while
+// the shim was down) and every sweepEvery (removed without the shim seeing
+// RemovePodSandbox).
 func (m *Manager) Run(ctx context.Context) {
-	// Records of sandboxes removed while the shim was down are dropped.
+	m.sweep(ctx)
+	m.mu.Lock()
+	m.ctx = ctx
+	for _, p := range m.pods {
+		m.connectLocked(p)
+	}
+	m.mu.Unlock()
+	t := time.NewTicker(m.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.sweep(ctx)
+		}
+	}
+}
+
+// sweep drops every pod whose sandbox the runtime reports NotFound.
+func (m *Manager) sweep(ctx context.Context) {
 	m.mu.Lock()
 	known := make([]*pod, 0, len(m.pods))
 	for _, p := range m.pods {
@@ -176,24 +184,45 @@ func (m *Manager) Run(ctx context.Context) {
 		_, err := m.rt.PodSandboxStatus(sctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.SandboxID})
 		cancel()
 		if status.Code(err) == codes.NotFound {
-			m.mu.Lock()
-			delete(m.pods, p.SandboxID)
-			m.active.Store(int32(len(m.pods)))
-			m.mu.Unlock()
-			os.RemoveAll(m.podDir(p.SandboxID))
-			m.log.Info("podmgmt: dropped the channel record of a sandbox that no longer exists", "sandbox", p.SandboxID)
+			if err := m.drop(p.SandboxID); err != nil {
+				m.log.Warn("podmgmt: removing the record of a sandbox that no longer exists", "sandbox", p.SandboxID, "err", err)
+			}
+			m.log.Info("podmgmt: dropped the channel of a sandbox that no longer exists", "sandbox", p.SandboxID)
 		}
 	}
-	m.mu.Lock()
-	m.ctx = ctx
-	for _, p := range m.pods {
-		m.connectLocked(p)
-	}
-	m.mu.Unlock()
-	<-ctx.Done()
 }
 
-// newPod registers a sandbox that declares a channel and writes its token.
+// drop forgets a removed sandbox: its connector, every map entry it owns,
+// its metric series and its record.
+func (m *Manager) drop(sandbox string) error {
+	m.mu.Lock()
+	p := m.pods[sandbox]
+	if p == nil {
+		m.mu.Unlock()
+		// A record whose removal failed before (the kubelet retries) or
+		// that was never loaded.
+		return m.removeRecord(sandbox)
+	}
+	if p.cancel != nil {
+		p.cancel()
+		p.cancel = nil
+	}
+	delete(m.pods, sandbox)
+	for id := range p.Overrides {
+		delete(m.exitCodes, id)
+	}
+	for id := range p.orchIDs {
+		delete(m.orch, id)
+	}
+	m.active.Store(int32(len(m.pods)))
+	m.overridden.Store(int32(len(m.exitCodes)))
+	m.metrics.connected.DeleteLabelValues(p.Namespace, p.Name)
+	m.mu.Unlock()
+	return m.forgetRecord(p)
+}
+
+// newPod registers a sandbox that declares a channel and writes its token
+// and record durably; on an error nothing of it is kept.
 func (m *Manager) newPod(sandbox string, md *runtimeapi.PodSandboxMetadata, d *Declaration) error {
 	buf := make([]byte, 32)
 	if _, err := rand.Read(buf); err != nil {
@@ -202,18 +231,12 @@ func (m *Manager) newPod(sandbox string, md *runtimeapi.PodSandboxMetadata, d *D
 	p := &pod{SandboxID: sandbox, Namespace: md.GetNamespace(), Name: md.GetName(), UID: md.GetUid(), Decl: *d,
 		token: hex.EncodeToString(buf)}
 	p.init()
-	if err := os.MkdirAll(m.podDir(sandbox), 0o700); err != nil {
-		return err
-	}
-	// The file is bind-mounted read-only into the declared container, whose
-	// user may not be root.
-	if err := os.WriteFile(m.tokenPath(sandbox), []byte(p.token), 0o444); err != nil {
+	if err := m.create(p); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	m.pods[sandbox] = p
 	m.active.Store(int32(len(m.pods)))
-	m.save(p)
 	m.mu.Unlock()
 	return nil
 }
@@ -250,13 +273,31 @@ func (m *Manager) connectLocked(p *pod) {
 	go m.connector(ctx, p)
 }
 
-func (m *Manager) stop(p *pod) {
+// terminate marks the pod terminating (no command carried out, no
+// notification sent, no reconnect) and stops its connector, at once and in
+// memory first; then records the mark. An error means the mark is not
+// durable yet.
+func (m *Manager) markTerminating(p *pod) error {
+	p.terminating.Store(true)
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if p.cancel != nil {
 		p.cancel()
 		p.cancel = nil
 	}
+	was := p.Terminating
+	p.Terminating = true
+	m.metrics.connected.DeleteLabelValues(p.Namespace, p.Name)
+	m.mu.Unlock()
+	if was {
+		return nil
+	}
+	if err := m.save(p); err != nil {
+		m.mu.Lock()
+		p.Terminating = false // written on the kubelet's retry
+		m.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // connector keeps the pod's channel up: connect with exponential backoff
@@ -269,8 +310,12 @@ func (m *Manager) connector(ctx context.Context, p *pod) {
 		if ctx.Err() != nil {
 			return
 		}
+		if r := (*refusal)(nil); errors.As(err, &r) {
+			m.refuse(p, r)
+			return
+		}
 		m.setState(p, "backoff")
-		m.metrics.connected.WithLabelValues(p.Namespace, p.Name).Set(0)
+		m.setConnected(p, 0)
 		m.log.Debug("podmgmt: channel down; retrying", "pod", p.Namespace+"/"+p.Name, "in", delay, "err", err)
 		select {
 		case <-ctx.Done():
@@ -292,11 +337,11 @@ func (m *Manager) session(ctx context.Context, p *pod) error {
 	if err != nil {
 		return err
 	}
-	ip := sb.GetStatus().GetNetwork().GetIp()
-	if ip == "" {
-		ip = "127.0.0.1" // host network
+	addr, err := m.podAddr(sb.GetStatus(), p.Decl.Port)
+	if err != nil {
+		return err
 	}
-	conn, err := m.dial(net.JoinHostPort(ip, strconv.Itoa(p.Decl.Port)))
+	conn, err := m.dial(addr)
 	if err != nil {
 		return err
 	}
@@ -310,7 +355,7 @@ func (m *Manager) session(ctx context.Context, p *pod) error {
 		return err
 	}
 	m.setState(p, "connected")
-	m.metrics.connected.WithLabelValues(p.Namespace, p.Name).Set(1)
+	m.setConnected(p, 1)
 	m.log.Info("podmgmt: channel connected", "pod", p.Namespace+"/"+p.Name, "sidecar", p.Decl.Container)
 	sctx, scancel := context.WithCancel(cctx)
 	defer scancel()
@@ -449,14 +494,35 @@ func (m *Manager) OnEvent(e *events.Event) {
 	}
 }
 
+// setConnected sets the pod's connected gauge, unless the pod is closed or
+// gone (their series are deleted under m.mu, so none comes back).
+func (m *Manager) setConnected(p *pod, v float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pods[p.SandboxID] == p && !p.terminating.Load() && p.cancel != nil {
+		m.metrics.connected.WithLabelValues(p.Namespace, p.Name).Set(v)
+	}
+}
+
+// refuse ends a pod's channel for good: logged, counted, shown.
+func (m *Manager) refuse(p *pod, r *refusal) {
+	m.metrics.refused.WithLabelValues(r.reason).Inc()
+	m.mu.Lock()
+	m.metrics.connected.DeleteLabelValues(p.Namespace, p.Name)
+	m.mu.Unlock()
+	m.log.Warn("podmgmt: refusing the pod's orchestrator channel; the shim will not connect",
+		"pod", p.Namespace+"/"+p.Name, "reason", r.reason, "err", r.err)
+	m.setState(p, "refused("+r.reason+")")
+}
+
 // setState records the channel's state, in memory and, on a change, in the
-// pod's directory for `cri-shim pods`.
+// pod's directory for `cri-shim pods` ("connecting", which alternates with
+// "backoff" while a sidecar does not answer, only in memory).
 func (m *Manager) setState(p *pod, st string) {
-	if old, _ := p.state.Swap(st).(string); old == st {
+	if old, _ := p.state.Swap(st).(string); old == st || st == "connecting" {
 		return
 	}
-	line := fmt.Sprintf("%s %s dropped=%d\n", st, time.Now().UTC().Format(time.RFC3339), p.dropped.Load())
-	_ = os.WriteFile(filepath.Join(m.podDir(p.SandboxID), "state"), []byte(line), 0o600)
+	m.writeState(p, st)
 }
 
 // Channel is what `cri-shim pods` shows of a pod's channel.
@@ -501,10 +567,24 @@ func (m *Manager) exitCode(id string) (int32, bool) {
 	return code, ok
 }
 
-// setExitCode records (or, with ok false, forgets) a requested exit code.
-func (m *Manager) setExitCode(p *pod, id string, code int32, ok bool) {
+// setExitCode records (or, with ok false, forgets) a requested exit code; an
+// error means the record could not be written (and the change is undone).
+func (m *Manager) setExitCode(p *pod, id string, code int32, ok bool) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	old, had := p.Overrides[id]
+	m.setExitCodeLocked(p, id, code, ok)
+	m.mu.Unlock()
+	if err := m.save(p); err != nil {
+		m.mu.Lock()
+		m.setExitCodeLocked(p, id, old, had)
+		m.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// setExitCodeLocked changes the pod's override and the index; m.mu held.
+func (m *Manager) setExitCodeLocked(p *pod, id string, code int32, ok bool) {
 	if ok {
 		p.Overrides[id], m.exitCodes[id] = code, code
 	} else {
@@ -512,7 +592,6 @@ func (m *Manager) setExitCode(p *pod, id string, code int32, ok bool) {
 		delete(m.exitCodes, id)
 	}
 	m.overridden.Store(int32(len(m.exitCodes)))
-	m.save(p)
 }
 
 // sortEvents orders a state snapshot by time, so that a sidecar replaying it

@@ -2,10 +2,11 @@ package podmgmt
 
 import (
 	"context"
-	"github.com/cri-shim/cri-shim/internal/events"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,19 +22,55 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/events"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
 
-// fakeRT: one sandbox at 127.0.0.1 whose containers the test sets.
+// fakeRT: sandboxes at 127.0.0.1 (unless ip says otherwise) whose containers the test sets.
 type fakeRT struct {
 	runtimeapi.RuntimeServiceClient
 	mu      sync.Mutex
 	ctrs    map[string]*runtimeapi.ContainerStatus // by ID
 	stopped []string
+	// ip is the pod IP reported (nil: 127.0.0.1); hostNet reports the
+	// sandbox on the node's network namespace; gone sandboxes are NotFound.
+	ip          *string
+	hostNet     bool
+	gone        map[string]bool
+	statusCalls int
+	sandboxOps  []string
 }
 
-func (f *fakeRT) PodSandboxStatus(context.Context, *runtimeapi.PodSandboxStatusRequest, ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
-	return &runtimeapi.PodSandboxStatusResponse{Status: &runtimeapi.PodSandboxStatus{Network: &runtimeapi.PodSandboxNetworkStatus{Ip: "127.0.0.1"}}}, nil
+func (f *fakeRT) PodSandboxStatus(_ context.Context, r *runtimeapi.PodSandboxStatusRequest, _ ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statusCalls++
+	if f.gone[r.PodSandboxId] {
+		return nil, status.Error(codes.NotFound, "no sandbox")
+	}
+	ip := "127.0.0.1"
+	if f.ip != nil {
+		ip = *f.ip
+	}
+	st := &runtimeapi.PodSandboxStatus{Id: r.PodSandboxId, State: runtimeapi.PodSandboxState_SANDBOX_READY, Network: &runtimeapi.PodSandboxNetworkStatus{Ip: ip}}
+	if f.hostNet {
+		st.Linux = &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}}
+	}
+	return &runtimeapi.PodSandboxStatusResponse{Status: st}, nil
+}
+
+func (f *fakeRT) StopPodSandbox(_ context.Context, r *runtimeapi.StopPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sandboxOps = append(f.sandboxOps, "stop "+r.PodSandboxId)
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (f *fakeRT) RemovePodSandbox(_ context.Context, r *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sandboxOps = append(f.sandboxOps, "remove "+r.PodSandboxId)
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
 func (f *fakeRT) ListContainers(_ context.Context, r *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
@@ -81,6 +118,30 @@ func (f *fakeRT) set(id, name string, state runtimeapi.ContainerState, exit int3
 type restarts struct {
 	mu    sync.Mutex
 	calls []string
+	// holdErr fails HoldContainer.
+	holdErr error
+}
+
+func (r *restarts) HoldContainer(_ context.Context, sb, c string, hold bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.holdErr != nil {
+		return r.holdErr
+	}
+	r.calls = append(r.calls, fmt.Sprintf("hold:%s:%v", c, hold))
+	return nil
+}
+
+func (r *restarts) restartCalls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, c := range r.calls {
+		if !strings.HasPrefix(c, "hold:") {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (r *restarts) RestartContainer(_ context.Context, sb, c, _ string) error {
@@ -122,6 +183,7 @@ func newFx(t *testing.T) *fx {
 		t.Fatal(err)
 	}
 	m.minBackoff, m.maxBackoff = 20*time.Millisecond, 100*time.Millisecond
+	m.checkAddr = func(netip.Addr) error { return nil } // the fake pods live on 127.0.0.1
 	f.m = m
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -216,6 +278,16 @@ func next(t *testing.T, sc *podmanagement.Sidecar) *pb.ContainerEvent {
 	}
 }
 
+// stopConnector cancels a pod's connector, as the end of its shim would.
+func (m *Manager) stopConnector(p *pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p.cancel != nil {
+		p.cancel()
+		p.cancel = nil
+	}
+}
+
 func (m *Manager) runCtx() context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -276,10 +348,11 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 	if err != nil || cs.Status.ExitCode != 0 || cs.Status.Reason != "Completed" {
 		t.Fatalf("the kubelet would see %v (%v), want exit 0 Completed", cs.GetStatus(), err)
 	}
-	// Refusals: unknown container, not running, itself.
+	// Refusals: unknown container, exited on its own, itself.
+	f.rt.set("j1", "job", runtimeapi.ContainerState_CONTAINER_EXITED, 1)
 	for name, c := range map[string]*pb.Command{
 		"unknown": {Command: &pb.Command_TerminateContainer{TerminateContainer: &pb.TerminateContainerCommand{ContainerName: "nope"}}},
-		"exited":  {Command: &pb.Command_RestartContainer{RestartContainer: &pb.RestartContainerCommand{ContainerName: "main"}}},
+		"exited":  {Command: &pb.Command_RestartContainer{RestartContainer: &pb.RestartContainerCommand{ContainerName: "job"}}},
 		"itself":  {Command: &pb.Command_TerminateContainer{TerminateContainer: &pb.TerminateContainerCommand{ContainerName: "orch"}}},
 	} {
 		r, err := sc.Send(ctx, c)
@@ -287,7 +360,11 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 			t.Errorf("%s: %v %v, want REFUSED with a reason", name, r, err)
 		}
 	}
-	// Restarts go to the restart machinery.
+	// Restarts go to the restart machinery: of the container the
+	// orchestrator terminated (held until then), of a running one, of the pod.
+	if r, err := sc.Restart(ctx, "main"); err != nil || r.Result != pb.CommandResult_ACCEPTED {
+		t.Fatalf("restart of the terminated main: %v %v", r, err)
+	}
 	f.rt.set("m3", "main", runtimeapi.ContainerState_CONTAINER_RUNNING, 0)
 	if r, err := sc.Restart(ctx, "main"); err != nil || r.Result != pb.CommandResult_ACCEPTED {
 		t.Fatalf("restart: %v %v", r, err)
@@ -295,8 +372,8 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 	if r, err := sc.RestartAll(ctx, "job restart"); err != nil || r.Result != pb.CommandResult_ACCEPTED {
 		t.Fatalf("restart all: %v %v", r, err)
 	}
-	if len(f.r.calls) != 2 || f.r.calls[0] != "container:main" || f.r.calls[1] != "pod:job restart" {
-		t.Fatalf("restarter calls %v", f.r.calls)
+	if c := f.r.restartCalls(); len(c) != 3 || c[0] != "container:main" || c[1] != "container:main" || c[2] != "pod:job restart" {
+		t.Fatalf("restarter calls %v", c)
 	}
 	// A terminating pod refuses commands.
 	if _, err := f.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
@@ -377,7 +454,7 @@ func TestNeverListeningSidecarDoesNotBlock(t *testing.T) {
 func TestRestartedShimReloadsChannels(t *testing.T) {
 	f := newFx(t)
 	f.run(t, "o1", "orch")
-	f.m.stop(f.m.get("sb")) // the first shim is gone
+	f.m.stopConnector(f.m.get("sb")) // the first shim is gone
 	dir := filepath.Dir(f.m.dir)
 	os.MkdirAll(filepath.Join(f.m.dir, "gone"), 0o700)
 	os.WriteFile(filepath.Join(f.m.dir, "gone", "pod.json"), []byte(`{"sandboxId":"gone","declaration":{"container":"orch","port":1,"version":"1.0"}}`), 0o600)
@@ -387,6 +464,7 @@ func TestRestartedShimReloadsChannels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m2.checkAddr = f.m.checkAddr
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go m2.Run(ctx)

@@ -2,8 +2,11 @@ package podmgmt
 
 import (
 	"context"
-	"os"
+	"fmt"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -19,54 +22,82 @@ func (m *Manager) Routes() []proxy.Route {
 		proxy.Unary(svc+"RunPodSandbox", m.runPodSandbox),
 		proxy.UnaryIf(svc+"CreateContainer", active, m.createContainer),
 		proxy.UnaryIf(svc+"StartContainer", active, m.startContainer),
+		proxy.UnaryIf(svc+"RemoveContainer", active, m.removeContainer),
 		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
 		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
 		proxy.UnaryIf(svc+"ContainerStatus", func() bool { return m.overridden.Load() > 0 }, m.containerStatus),
 	}
 }
 
+// unavailable is the answer to a CRI call whose record could not be made
+// durable: the kubelet retries it.
+func unavailable(err error) error {
+	return status.Error(codes.Unavailable, fmt.Sprintf("cri-shim pod management: %v", err))
+}
+
 func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
-	resp, err := next(ctx, req)
-	if err != nil {
-		return nil, err
-	}
 	d, problems := ParseAnnotations(req.GetConfig().GetAnnotations())
 	md := req.GetConfig().GetMetadata()
+	pod := md.GetNamespace() + "/" + md.GetName()
 	for _, pr := range problems {
 		m.metrics.problems.Inc()
-		m.log.Warn("podmgmt: "+pr+"; the pod runs without a pod management channel", "pod", md.GetNamespace()+"/"+md.GetName())
+		m.log.Warn("podmgmt: "+pr+"; the pod runs without a pod management channel", "pod", pod)
 	}
-	if d != nil {
-		if err := m.newPod(resp.PodSandboxId, md, d); err != nil {
-			m.log.Error("podmgmt: setting up the channel; the pod runs without it", "pod", md.GetNamespace()+"/"+md.GetName(), "err", err)
-		} else {
-			m.log.Info("podmgmt: pod declares an orchestrator", "pod", md.GetNamespace()+"/"+md.GetName(), "container", d.Container, "port", d.Port)
-		}
+	if d != nil && hostNetwork(req.GetConfig()) {
+		m.metrics.refused.WithLabelValues("host_network").Inc()
+		m.log.Warn("podmgmt: refusing the orchestrator channel of a host-network pod (the shim would connect to the host, not the pod); the pod runs without it",
+			"pod", pod, "container", d.Container, "port", d.Port)
+		d = nil
 	}
+	resp, err := next(ctx, req)
+	if err != nil || d == nil {
+		return resp, err
+	}
+	if err := m.newPod(resp.PodSandboxId, md, d); err != nil {
+		// A pod whose channel record could not be made durable does not
+		// start: its sandbox is taken down again and the kubelet retries.
+		m.log.Error("podmgmt: setting up the channel failed; removing the sandbox, the kubelet retries", "pod", pod, "err", err)
+		m.rollbackSandbox(ctx, resp.PodSandboxId)
+		return nil, unavailable(err)
+	}
+	m.log.Info("podmgmt: pod declares an orchestrator", "pod", pod, "container", d.Container, "port", d.Port)
 	return resp, nil
 }
 
+// rollbackSandbox stops and removes a sandbox this call created, under a
+// fresh context (the caller's may be the reason it failed).
+func (m *Manager) rollbackSandbox(ctx context.Context, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.rt.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		m.log.Error("podmgmt: stopping the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
+	}
+	if _, err := m.rt.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		m.log.Error("podmgmt: removing the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
+	}
+}
+
 // createContainer mounts the pod's token into the declared container and
-// remembers container names.
+// remembers its instances.
 func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
 	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
 	p := m.get(req.GetPodSandboxId())
-	if p == nil {
+	name := req.GetConfig().GetMetadata().GetName()
+	if p == nil || name != p.Decl.Container {
 		return next(ctx, req)
 	}
-	name := req.GetConfig().GetMetadata().GetName()
-	if name == p.Decl.Container && req.GetConfig() != nil {
-		req.Config.Mounts = append(req.Config.Mounts, &runtimeapi.Mount{
-			ContainerPath: podmanagement.TokenPath, HostPath: m.tokenPath(p.SandboxID), Readonly: true})
-	}
+	req.Config.Mounts = append(req.Config.Mounts, &runtimeapi.Mount{
+		ContainerPath: podmanagement.TokenPath, HostPath: m.tokenPath(p.SandboxID), Readonly: true})
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
-	p.Names[resp.GetContainerId()] = name
-	m.save(p)
+	if m.pods[p.SandboxID] == p { // not removed meanwhile
+		m.orch[resp.GetContainerId()] = p.SandboxID
+		p.orchIDs[resp.GetContainerId()] = true
+	}
 	m.mu.Unlock()
 	return resp, nil
 }
@@ -82,53 +113,68 @@ func (m *Manager) startContainer(ctx context.Context, req *runtimeapi.StartConta
 		return nil, err
 	}
 	m.mu.Lock()
-	for _, p := range m.pods {
-		if n, ok := p.Names[req.GetContainerId()]; ok {
-			if n == p.Decl.Container {
-				m.connectLocked(p)
-			}
-			break
-		}
+	if p := m.pods[m.orch[req.GetContainerId()]]; p != nil {
+		m.connectLocked(p)
 	}
 	m.mu.Unlock()
 	return resp, nil
 }
 
+// removeContainer forgets what the channel kept of a removed instance.
+func (m *Manager) removeContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
+	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return nil, err
+	}
+	id := req.GetContainerId()
+	m.mu.Lock()
+	if p := m.pods[m.orch[id]]; p != nil {
+		delete(p.orchIDs, id)
+	}
+	delete(m.orch, id)
+	var owner *pod
+	if _, ok := m.exitCodes[id]; ok {
+		for _, p := range m.pods {
+			if _, ok := p.Overrides[id]; ok {
+				owner = p
+			}
+		}
+	}
+	m.mu.Unlock()
+	if owner != nil {
+		if serr := m.setExitCode(owner, id, 0, false); serr != nil {
+			return nil, unavailable(serr)
+		}
+	}
+	return resp, err
+}
+
+// stopPodSandbox closes the pod's channel for good before the sandbox is
+// stopped, whatever the runtime answers: from here on no command is carried
+// out and no connection made, also after a shim restart (the mark is
+// recorded first; if it cannot be, the call fails Unavailable and the kubelet
+// retries).
 func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
 	if p := m.get(req.GetPodSandboxId()); p != nil {
-		p.terminating.Store(true) // commands are refused from here on
+		if err := m.markTerminating(p); err != nil {
+			return nil, unavailable(err)
+		}
 	}
-	resp, err := next(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	if p := m.get(req.GetPodSandboxId()); p != nil {
-		m.stop(p)
-	}
-	return resp, nil
+	return next(ctx, req)
 }
 
 func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	resp, err := next(ctx, req)
-	if err != nil {
+	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, err
 	}
-	if p := m.get(req.GetPodSandboxId()); p != nil {
-		m.stop(p)
-		m.mu.Lock()
-		delete(m.pods, p.SandboxID)
-		for id := range p.Overrides {
-			delete(m.exitCodes, id)
-		}
-		m.active.Store(int32(len(m.pods)))
-		m.overridden.Store(int32(len(m.exitCodes)))
-		m.mu.Unlock()
-		m.metrics.connected.DeleteLabelValues(p.Namespace, p.Name)
-		os.RemoveAll(m.podDir(p.SandboxID))
+	if derr := m.drop(req.GetPodSandboxId()); derr != nil {
+		return nil, unavailable(derr)
 	}
-	return resp, nil
+	return resp, err
 }
 
 // containerStatus reports the exit code a TerminateContainer command asked
