@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// refusedMetric is cri_shim_podmgmt_channel_refused_total for a reason (0 if absent).
+func refusedMetric(t *testing.T, reason string) float64 {
+	t.Helper()
+	v := metricValue(scrapeMetrics(t), `cri_shim_podmgmt_channel_refused_total{reason="`+reason+`"}`)
+	return max(v, 0)
+}
+
+// A hostNetwork pod that declares an orchestrator gets no channel: the shim
+// (root) never connects to the host port the annotation names, where any
+// local process could listen and receive the pod's token and events; the
+// refusal is counted.
+func TestPodManagementHostNetworkRefused(t *testing.T) {
+	needKubelet(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			c.Close()
+		}
+	}()
+	before := refusedMetric(t, "host_network")
+	name := "orch-hostnet"
+	placeManifest(t, name, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %[1]s
+  namespace: default
+  annotations:
+    pod-management.cri-shim.io/orch: '{"port": %[2]d, "version": "1.0"}'
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: orch
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+  - name: main
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+`, name, port))
+	p := waitRunning(t, name, 90*time.Second, 0, "orch", "main")
+	// The connector used to dial at once when orch started and retry every
+	// 0.2 s and more; ten seconds cover many attempts.
+	time.Sleep(10 * time.Second)
+	if n := conns.Load(); n != 0 {
+		t.Fatalf("the shim made %d connections to 127.0.0.1:%d for host-network pod %s", n, port, name)
+	}
+	if after := refusedMetric(t, "host_network"); after < before+1 {
+		t.Fatalf("cri_shim_podmgmt_channel_refused_total{reason=\"host_network\"} %v -> %v, want the refusal counted", before, after)
+	}
+	t.Logf("pod IP %q (host network); no connection in 10 s; refusal counted", p.Status.PodIP)
+}
+
+// A container the orchestrator terminated stays terminated although its
+// Restart rule (NotIn [0]) would restart it within a second or two, until
+// the orchestrator restarts it.
+func TestPodManagementTerminateSticks(t *testing.T) {
+	needKubelet(t)
+	bin := buildOrchestrator(t)
+	name := "orch-hold"
+	placeManifest(t, name, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %[1]s
+  namespace: default
+  annotations:
+    pod-management.cri-shim.io/orch: '{"port": 50053, "version": "1.0"}'
+    restart-rules.cri-shim.io/main: '[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]'
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: orch
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: ["/orch/orchestrator", "--port", "50053", "--commands", "/work/cmd"]
+    volumeMounts: [{name: orch, mountPath: /orch}, {name: work, mountPath: /work}]
+  containers:
+  - name: main
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 9' TERM; while true; do sleep 0.2; done"]
+  - name: keep
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+  volumes:
+  - name: orch
+    hostPath: {path: %[2]s, type: Directory}
+  - name: work
+    emptyDir: {}
+`, name, bin))
+	p := waitRunning(t, name, 90*time.Second, 0, "orch", "main", "keep")
+	full := fullName(name)
+	waitLog(t, full, "STARTED for main", 30*time.Second, func(s string) bool { return strings.Contains(s, "container=main type=STARTED") })
+
+	command(t, p, "terminate main 3")
+	waitLog(t, full, "main terminated", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, `command "terminate main 3": ACCEPTED`) && strings.Contains(s, "container=main type=EXITED exit=3")
+	})
+	terminatedAt := time.Now()
+	eventually(t, 15*time.Second, "the kubelet seeing main terminated with 3", func() error {
+		q, err := kubeletPod(t, full)
+		if err != nil {
+			return err
+		}
+		if s := statusOf(q, "main"); s == nil || s.State.Terminated == nil || s.State.Terminated.ExitCode != 3 {
+			return fmt.Errorf("main %+v", s.State)
+		}
+		return nil
+	})
+	// The rule's first restart comes after a 1 s backoff; for 12 s main must
+	// stay exited, as the kubelet sees it and as the runtime has it.
+	for time.Since(terminatedAt) < 12*time.Second {
+		q, err := kubeletPod(t, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := statusOf(q, "main")
+		if s == nil || s.State.Terminated == nil || s.State.Terminated.ExitCode != 3 || s.RestartCount != 0 {
+			t.Fatalf("%.1fs after the orchestrator terminated main, the kubelet sees %+v: restarted by the rule", time.Since(terminatedAt).Seconds(), s)
+		}
+		if n := mainRunning(t, q); n != 0 {
+			t.Fatalf("%.1fs after the orchestrator terminated main, the runtime runs %d instance(s) of it", time.Since(terminatedAt).Seconds(), n)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if s := orchLog(t, full); strings.Contains(s, "container=main type=STARTED exit=0 restarts=1") {
+		t.Fatalf("main restarted while held:\n%s", lastLines(s, 10))
+	}
+
+	// The orchestrator restarts it: in place, in the same sandbox.
+	command(t, p, "restart main")
+	waitLog(t, full, "main restarted on command", 60*time.Second, func(s string) bool {
+		return strings.Contains(s, `command "restart main": ACCEPTED`) && strings.Contains(s, "container=main type=STARTED exit=0 restarts=1")
+	})
+	eventually(t, 30*time.Second, "main running again in the runtime", func() error {
+		q, err := kubeletPod(t, full)
+		if err != nil {
+			return err
+		}
+		if n := mainRunning(t, q); n != 1 {
+			return fmt.Errorf("%d running instances of main", n)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	q, _ := kubeletPod(t, full)
+	kl, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "kubelet.log"))
+	t.Logf("held %.0fs; after the orchestrator's restart the kubelet shows main as %+v; kubelet log lines refusing a terminated->running transition: %d",
+		time.Since(terminatedAt).Seconds(), statusOf(q, "main").State, strings.Count(string(kl), "attempted illegal transition"))
+}
+
+// mainRunning counts the running instances of main in the pod's sandbox.
+func mainRunning(t *testing.T, p *corev1.Pod) int {
+	t.Helper()
+	sb := strings.TrimSpace(mustCrictl(t, node.env["SHIM_SOCK"], "pods", "-q", "--name", p.Name, "--namespace", p.Namespace, "--state", "ready"))
+	if sb == "" {
+		t.Fatalf("no ready sandbox for %s", p.Name)
+	}
+	out := strings.TrimSpace(mustCrictl(t, node.env["SHIM_SOCK"], "ps", "-q", "--pod", strings.Fields(sb)[0], "--name", "^main$", "--state", "running"))
+	if out == "" {
+		return 0
+	}
+	return len(strings.Fields(out))
+}
