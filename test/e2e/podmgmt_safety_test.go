@@ -86,39 +86,13 @@ func TestPodManagementTerminateSticks(t *testing.T) {
 	needKubelet(t)
 	bin := buildOrchestrator(t)
 	name := "orch-hold"
-	placeManifest(t, name, fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %[1]s
-  namespace: default
-  annotations:
-    pod-management.cri-shim.io/orch: '{"port": 50053, "version": "1.0"}'
-    restart-rules.cri-shim.io/main: '[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]'
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 2
-  initContainers:
-  - name: orch
-    image: docker.io/library/busybox:cri-shim
-    imagePullPolicy: Never
-    restartPolicy: Always
-    command: ["/orch/orchestrator", "--port", "50053", "--commands", "/work/cmd"]
-    volumeMounts: [{name: orch, mountPath: /orch}, {name: work, mountPath: /work}]
-  containers:
-  - name: main
-    image: docker.io/library/busybox:cri-shim
-    imagePullPolicy: Never
-    command: ["sh", "-c", "trap 'exit 9' TERM; while true; do sleep 0.2; done"]
-  - name: keep
+	placeManifest(t, name, orchPodWith(name, bin, 50053, true,
+		`    restart-rules.cri-shim.io/main: '[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]'
+`, `  - name: keep
     image: docker.io/library/busybox:cri-shim
     imagePullPolicy: Never
     command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
-  volumes:
-  - name: orch
-    hostPath: {path: %[2]s, type: Directory}
-  - name: work
-    emptyDir: {}
-`, name, bin))
+`))
 	p := waitRunning(t, name, 90*time.Second, 0, "orch", "main", "keep")
 	full := fullName(name)
 	waitLog(t, full, "STARTED for main", 30*time.Second, func(s string) bool { return strings.Contains(s, "container=main type=STARTED") })

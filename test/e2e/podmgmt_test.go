@@ -38,6 +38,12 @@ func buildOrchestrator(t *testing.T) string {
 }
 
 func orchPod(name, binDir string, port int, listen bool) string {
+	return orchPodWith(name, binDir, port, listen, "", "")
+}
+
+// orchPodWith is orchPod with more annotations (lines of the annotations map)
+// and more containers (list items of spec.containers).
+func orchPodWith(name, binDir string, port int, listen bool, annotations, containers string) string {
 	orch := fmt.Sprintf(`["/orch/orchestrator", "--port", "%d", "--commands", "/work/cmd"]`, port)
 	if !listen {
 		orch = `["sh", "-c", "sleep 3600"]`
@@ -49,7 +55,7 @@ metadata:
   namespace: default
   annotations:
     pod-management.cri-shim.io/orch: '{"port": %[2]d, "version": "1.0"}'
-spec:
+%[5]sspec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 2
   initContainers:
@@ -64,12 +70,12 @@ spec:
     image: docker.io/library/busybox:cri-shim
     imagePullPolicy: Never
     command: ["sh", "-c", "trap 'exit 9' TERM; while true; do sleep 0.2; done"]
-  volumes:
+%[6]s  volumes:
   - name: orch
     hostPath: {path: %[4]s, type: Directory}
   - name: work
     emptyDir: {}
-`, name, port, orch, binDir)
+`, name, port, orch, binDir, annotations, containers)
 }
 
 // orchLog is everything the orchestrator printed, over all its instances.
