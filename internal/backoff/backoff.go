@@ -81,6 +81,9 @@ func (realClock) Now() time.Time { return time.Now() }
 var RealClock Clock = realClock{}
 
 // Key names what restarts: a container of a pod, or (Container == "") the whole pod.
+// The curve belongs to the pod (its UID), not to one of its sandboxes: a
+// sandbox the kubelet creates again for the same pod continues it, as the
+// kubelet's own CrashLoopBackOff does (keyed by pod and container).
 type Key struct {
 	PodUID    string
 	Container string
@@ -95,12 +98,21 @@ type State struct {
 
 // Tracker keeps the curve position per key. It is safe for concurrent use; it
 // is touched once per restart, never on the CRI hot path.
+//
+// Each key is owned by the sandbox that last restarted under it (Exited,
+// Restore): removing a sandbox forgets only the keys it owns, so removing an
+// old sandbox of a pod never resets the curve of the pod's live sandbox.
 type Tracker struct {
 	curve Curve
 	clock Clock
 
 	mu      sync.Mutex
-	entries map[Key]*State
+	entries map[Key]*entry
+}
+
+type entry struct {
+	State
+	owner string // sandbox that last restarted under the key
 }
 
 // NewTracker returns a tracker for curve c using clock (nil: the wall clock).
@@ -108,23 +120,26 @@ func NewTracker(c Curve, clock Clock) *Tracker {
 	if clock == nil {
 		clock = RealClock
 	}
-	return &Tracker{curve: c, clock: clock, entries: map[Key]*State{}}
+	return &Tracker{curve: c, clock: clock, entries: map[Key]*entry{}}
 }
 
 // Curve returns the tracker's effective curve.
 func (t *Tracker) Curve() Curve { return t.curve }
 
-// Exited records that key's process (or pod) ran from started to finished and
-// must now be restarted. It returns the delay and the earliest time of the
-// restart: finished plus the delay. A run of ResetAfter or more resets the curve first.
-func (t *Tracker) Exited(k Key, started, finished time.Time) State {
+// Exited records that key's process (or pod) ran from started to finished in
+// sandbox owner and must now be restarted; owner takes the key over. It
+// returns the delay and the earliest time of the restart: finished plus the
+// delay. A run of ResetAfter or more resets the curve first.
+func (t *Tracker) Exited(k Key, owner string, started, finished time.Time) State {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.entries[k]
-	if s == nil {
-		s = &State{}
-		t.entries[k] = s
+	e := t.entries[k]
+	if e == nil {
+		e = &entry{}
+		t.entries[k] = e
 	}
+	e.owner = owner
+	s := &e.State
 	if !started.IsZero() && finished.Sub(started) >= ResetAfter {
 		s.Restarts = 0
 	}
@@ -138,41 +153,50 @@ func (t *Tracker) Exited(k Key, started, finished time.Time) State {
 func (t *Tracker) Remaining(k Key) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.entries[k]
-	if s == nil {
+	e := t.entries[k]
+	if e == nil {
 		return 0
 	}
-	if d := s.NotBefore.Sub(t.clock.Now()); d > 0 {
+	if d := e.NotBefore.Sub(t.clock.Now()); d > 0 {
 		return d
 	}
 	return 0
 }
 
-// Get returns key's state, if any.
-func (t *Tracker) Get(k Key) (State, bool) {
+// Get returns key's state and owner, if any.
+func (t *Tracker) Get(k Key) (s State, owner string, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, ok := t.entries[k]
+	e, ok := t.entries[k]
 	if !ok {
-		return State{}, false
+		return State{}, "", false
 	}
-	return *s, true
+	return e.State, e.owner, true
 }
 
-// Restore sets key's state, e.g. from the shim's state directory after a restart.
-func (t *Tracker) Restore(k Key, s State) {
+// Restore sets key's state and owner, e.g. from the shim's state directory
+// after a restart, or back to what Get returned when a restart could not be
+// recorded.
+func (t *Tracker) Restore(k Key, owner string, s State) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	cp := s
-	t.entries[k] = &cp
+	t.entries[k] = &entry{State: s, owner: owner}
 }
 
-// Forget drops every key of a pod (the pod is gone).
-func (t *Tracker) Forget(podUID string) {
+// Drop deletes one key, whoever owns it.
+func (t *Tracker) Drop(k Key) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for k := range t.entries {
-		if k.PodUID == podUID {
+	delete(t.entries, k)
+}
+
+// Forget drops the keys of pod podUID that sandbox owner owns (the sandbox is
+// gone). Keys another sandbox of the pod restarted under since stay.
+func (t *Tracker) Forget(podUID, owner string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, e := range t.entries {
+		if k.PodUID == podUID && e.owner == owner {
 			delete(t.entries, k)
 		}
 	}

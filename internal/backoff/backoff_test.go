@@ -105,7 +105,7 @@ func TestTrackerNoFreeFirstRestartAndReset(t *testing.T) {
 	k := Key{PodUID: "u", Container: "main"}
 
 	// First exit: the restart waits the initial delay (no free first restart, k/k#123602).
-	st := tr.Exited(k, clk.now.Add(-2*s), clk.now)
+	st := tr.Exited(k, "sb", clk.now.Add(-2*s), clk.now)
 	if st.Restarts != 1 || st.LastDelay != 1*s || !st.NotBefore.Equal(clk.now.Add(1*s)) {
 		t.Fatalf("first exit: %+v", st)
 	}
@@ -120,33 +120,65 @@ func TestTrackerNoFreeFirstRestartAndReset(t *testing.T) {
 	for i, want := range []time.Duration{2 * s, 4 * s, 8 * s} {
 		started := clk.now
 		clk.now = clk.now.Add(5 * s)
-		if st := tr.Exited(k, started, clk.now); st.LastDelay != want {
+		if st := tr.Exited(k, "sb", started, clk.now); st.LastDelay != want {
 			t.Fatalf("exit %d: delay %s, want %s", i+2, st.LastDelay, want)
 		}
 	}
 	// A run just under 10 minutes does not reset ...
 	started := clk.now
 	clk.now = clk.now.Add(ResetAfter - time.Millisecond)
-	if st := tr.Exited(k, started, clk.now); st.LastDelay != 16*s {
+	if st := tr.Exited(k, "sb", started, clk.now); st.LastDelay != 16*s {
 		t.Fatalf("9m59.999s run: delay %s, want 16s", st.LastDelay)
 	}
 	// ... a run of 10 minutes does.
 	started = clk.now
 	clk.now = clk.now.Add(ResetAfter)
-	if st := tr.Exited(k, started, clk.now); st.LastDelay != 1*s || st.Restarts != 1 {
+	if st := tr.Exited(k, "sb", started, clk.now); st.LastDelay != 1*s || st.Restarts != 1 {
 		t.Fatalf("10m run: %+v, want the curve reset to 1s", st)
 	}
 	// Keys are independent; Forget drops a pod's keys.
 	pod := Key{PodUID: "u"}
-	if st := tr.Exited(pod, clk.now, clk.now); st.LastDelay != 1*s {
+	if st := tr.Exited(pod, "sb", clk.now, clk.now); st.LastDelay != 1*s {
 		t.Fatalf("pod key shares state with the container key: %+v", st)
 	}
-	tr.Forget("u")
-	if _, ok := tr.Get(k); ok {
+	tr.Forget("u", "sb")
+	if _, _, ok := tr.Get(k); ok {
 		t.Fatal("Forget kept a key")
 	}
-	tr.Restore(k, State{Restarts: 3, LastDelay: 4 * s, NotBefore: clk.now.Add(time.Second)})
-	if st := tr.Exited(k, clk.now, clk.now); st.LastDelay != 8*s {
+	tr.Restore(k, "sb", State{Restarts: 3, LastDelay: 4 * s, NotBefore: clk.now.Add(time.Second)})
+	if st := tr.Exited(k, "sb", clk.now, clk.now); st.LastDelay != 8*s {
 		t.Fatalf("restored state not continued: %+v", st)
+	}
+}
+
+// Removing an old sandbox of a pod forgets only the keys that sandbox owns:
+// the curve the pod's live sandbox restarts under stays where it is.
+func TestForgetOnlyWhatTheSandboxOwns(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1_000_000, 0)}
+	tr := NewTracker(Curve{1 * s, 60 * s}, clk)
+	pod, main, side := Key{PodUID: "u"}, Key{PodUID: "u", Container: "main"}, Key{PodUID: "u", Container: "side"}
+	tr.Exited(pod, "old", clk.now, clk.now)
+	tr.Exited(side, "old", clk.now, clk.now)
+	// The pod's new sandbox continues the pod's curve and takes the key over.
+	if st := tr.Exited(pod, "new", clk.now, clk.now); st.LastDelay != 2*s {
+		t.Fatalf("new sandbox: %+v, want the pod's curve continued (2s)", st)
+	}
+	tr.Exited(main, "new", clk.now, clk.now)
+	tr.Forget("u", "old")
+	if st, owner, ok := tr.Get(pod); !ok || owner != "new" || st.Restarts != 2 {
+		t.Fatalf("live sandbox's pod key after removing the old sandbox: %+v %q %v", st, owner, ok)
+	}
+	if _, _, ok := tr.Get(main); !ok {
+		t.Fatal("live sandbox's container key forgotten")
+	}
+	if _, _, ok := tr.Get(side); ok {
+		t.Fatal("old sandbox's own key kept")
+	}
+	if st := tr.Exited(pod, "new", clk.now, clk.now); st.LastDelay != 4*s {
+		t.Fatalf("next restart of the live sandbox: %+v, want 4s", st)
+	}
+	tr.Forget("u", "new")
+	if _, _, ok := tr.Get(pod); ok {
+		t.Fatal("Forget of the owner kept its key")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,13 +103,24 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	for _, err := range errs {
 		log.Error("podstate: unreadable state file skipped", "err", err)
 	}
+	// Stopped sandboxes first: where a pod has an old sandbox and a live
+	// one, the live one's curve position is the one that stays.
+	slices.SortStableFunc(pods, func(a, b *Pod) int {
+		if a.Stopped == b.Stopped {
+			return 0
+		}
+		if a.Stopped {
+			return -1
+		}
+		return 1
+	})
 	for _, p := range pods {
 		m.adopt(p)
 		if p.Trigger != nil && p.Scope == "" {
-			bo.Restore(backoff.Key{PodUID: p.UID}, backoff.State{Restarts: p.Restarts, NotBefore: p.NotBefore})
+			bo.Restore(backoff.Key{PodUID: p.UID}, p.SandboxID, backoff.State{Restarts: p.Restarts, NotBefore: p.NotBefore})
 		}
 		for c, n := range p.ContainerRestarts {
-			bo.Restore(backoff.Key{PodUID: p.UID, Container: c}, backoff.State{Restarts: n})
+			bo.Restore(backoff.Key{PodUID: p.UID, Container: c}, p.SandboxID, backoff.State{Restarts: n})
 		}
 	}
 	return m, nil
@@ -310,7 +322,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 			delete(m.byID, cid)
 		}
 		delete(m.pods, id)
-		m.bo.Forget(p.UID)
+		m.bo.Forget(p.UID, id)
 		_ = m.st.remove(id)
 		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
 	}
@@ -466,7 +478,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 		// One container: its own curve, and only its instances take part.
 		key.Container, scope = name, name
 	}
-	bst := m.bo.Exited(key, started, finished)
+	bst := m.bo.Exited(key, p.SandboxID, started, finished)
 	p.Phase, p.PhaseSince, p.Scope = PhaseTerminating, now, scope
 	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
 	p.Old = maps.Clone(p.IDs)

@@ -210,7 +210,9 @@ func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 		}
 		delete(m.pods, req.PodSandboxId)
 		m.tracked.Store(int32(len(m.pods)))
-		m.bo.Forget(p.UID)
+		// Only the curve keys this sandbox owns: another (live) sandbox
+		// of the same pod keeps its position (backoff.Tracker).
+		m.bo.Forget(p.UID, req.PodSandboxId)
 	}
 	m.mu.Unlock()
 	return resp, err
