@@ -46,7 +46,7 @@ e2e: build stack
 test: vet unit e2e
 
 run: build stack
-	test/stack/up.sh --kubelet --manifest deploy/examples/demo-pod.yaml
+	test/stack/up.sh --kubelet --apiserver --manifest deploy/examples/demo-pod.yaml
 	@test/stack/demo-info.sh
 
 stop:

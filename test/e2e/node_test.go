@@ -44,6 +44,9 @@ var node struct {
 	registryOnce sync.Once
 	registryErr  error
 	kubeletErr   error
+
+	apiOnce sync.Once
+	apiErr  error
 }
 
 func TestMain(m *testing.M) {

@@ -30,6 +30,8 @@ fi
 stop_pid cri-shim
 stop_pid containerd
 stop_pid registry
+stop_pid kube-apiserver
+stop_pid etcd
 # runc shims outlive containerd; only ours (bound to our socket) are stopped.
 pkill -KILL -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null
 pkill -KILL -f "kubelet --config $NODE_RUN/kubelet.yaml" 2>/dev/null

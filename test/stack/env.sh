@@ -15,3 +15,10 @@ MANIFESTS_NATIVE=$NODE_DATA/manifests-native
 SHIM_BIN=${CRI_SHIM_BIN:-$REPO/_output/cri-shim}
 NODE_NAME=${CRI_SHIM_NODE_NAME:-cri-shim-node}
 REGISTRY_ADDR=${CRI_SHIM_REGISTRY:-127.0.0.1:5000}
+# Control plane (up.sh --apiserver / --start apiserver): private loopback ports.
+ETCD_PORT=${CRI_SHIM_ETCD_PORT:-12379}
+ETCD_PEER_PORT=${CRI_SHIM_ETCD_PEER_PORT:-12380}
+APISERVER_PORT=${CRI_SHIM_APISERVER_PORT:-16443}
+PKI=$NODE_DATA/pki
+ADMIN_KUBECONFIG=$NODE_RUN/admin.kubeconfig
+KUBELET_KUBECONFIG=$NODE_RUN/kubelet.kubeconfig

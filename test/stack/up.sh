@@ -2,16 +2,21 @@
 # Starts a test node: containerd, cri-shim and (with --kubelet) a standalone
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
-#   up.sh [--kubelet] [--manifest FILE]...
-#   up.sh --start containerd|cri-shim|kubelet|registry  (re)start one component of a running node
+#   up.sh [--kubelet] [--apiserver] [--manifest FILE]...
+#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|apiserver|registry
+#         (re)start one component of a running node
+# --apiserver also starts etcd and kube-apiserver on loopback ports, and the
+# kubelet (with --kubelet) registers with it as node $NODE_NAME.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 KUBELET=
+APISERVER=
 ONLY=
 MANIFEST_FILES=()
 while (($#)); do
 	case $1 in
 	--kubelet) KUBELET=1 ;;
+	--apiserver) APISERVER=1 ;;
 	--manifest) MANIFEST_FILES+=("$2"); shift ;;
 	--start) ONLY=$2; shift ;;
 	*) echo "up.sh: unknown flag $1" >&2; exit 2 ;;
@@ -180,6 +185,11 @@ REGISTRY_ADDR=$REGISTRY_ADDR
 CRICTL_CONFIG=$NODE_RUN/crictl.yaml
 CHECKPOINTS=$NODE_DATA/checkpoints
 SHIM_CONFIG=$NODE_RUN/cri-shim/config.toml
+NODE_NAME=$NODE_NAME
+ETCD_PORT=$ETCD_PORT
+APISERVER_PORT=$APISERVER_PORT
+ADMIN_KUBECONFIG=$ADMIN_KUBECONFIG
+KUBELET_KUBECONFIG=$KUBELET_KUBECONFIG
 ENV
 }
 
@@ -246,13 +256,52 @@ YAML
 	rm -rf "$tmp"
 }
 
-# start_kubelet [native]: one kubelet at a time (same ports, same pid file).
+# The machine's own address for the API server to advertise (the kubernetes
+# Service's endpoint may not be a loopback address); nothing is sent to it.
+host_address() {
+	local a
+	a=$(ip -4 -o addr show scope global 2>/dev/null | awk '{split($4, x, "/"); print x[1]; exit}')
+	echo "${a:-127.0.0.1}"
+}
+
+# start_apiserver: etcd and kube-apiserver on loopback, certificates by pki.sh.
+start_apiserver() {
+	for b in etcd kube-apiserver kubectl; do
+		[[ -x $STACK/bin/$b ]] || { log "missing $b: run test/stack/install.sh"; return 1; }
+	done
+	"$(dirname "${BASH_SOURCE[0]}")/pki.sh"
+	mkdir -p "$NODE_DATA/etcd"
+	chmod 700 "$NODE_DATA/etcd"
+	# A throw-away test store: no fsync (etcd's own flag for tests).
+	spawn etcd etcd --name cri-shim-test --data-dir "$NODE_DATA/etcd" --unsafe-no-fsync \
+		--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+		--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+		--initial-cluster "cri-shim-test=http://127.0.0.1:$ETCD_PEER_PORT"
+	wait_for 30 etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health" ||
+		{ tail -n 30 "$NODE_RUN/etcd.log" >&2; return 1; }
+	spawn kube-apiserver kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+		--bind-address 127.0.0.1 --advertise-address "$(host_address)" --secure-port "$APISERVER_PORT" \
+		--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+		--client-ca-file "$PKI/ca.crt" \
+		--kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
+		--service-account-issuer https://kubernetes.default.svc \
+		--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+		--service-cluster-ip-range 10.96.0.0/16 \
+		--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction
+	wait_for 90 kube-apiserver curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+		"https://127.0.0.1:$APISERVER_PORT/readyz" ||
+		{ tail -n 30 "$NODE_RUN/kube-apiserver.log" >&2; return 1; }
+}
+
+# start_kubelet [native|reduced|api]: one kubelet at a time (same ports, same
+# pid file). api: through the shim, registered with the API server.
 start_kubelet() {
 	[[ -x $STACK/bin/kubelet ]] || { log "missing kubelet: run test/stack/install.sh"; return 1; }
-	local cfg=$NODE_RUN/kubelet.yaml root=$NODE_DATA/kubelet
+	local cfg=$NODE_RUN/kubelet.yaml root=$NODE_DATA/kubelet extra=()
 	if [[ ${1:-} == native ]]; then cfg=$NODE_RUN/kubelet-native.yaml root=$NODE_DATA/kubelet-native; fi
 	if [[ ${1:-} == reduced ]]; then cfg=$NODE_RUN/kubelet-reduced.yaml; fi
-	spawn kubelet kubelet --config "$cfg" --root-dir "$root" \
+	if [[ ${1:-} == api ]]; then extra=(--kubeconfig "$KUBELET_KUBECONFIG"); fi
+	spawn kubelet kubelet --config "$cfg" --root-dir "$root" "${extra[@]}" \
 		--hostname-override "$NODE_NAME" --v 2
 	wait_for 90 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" ||
 		{ tail -n 40 "$NODE_RUN/kubelet.log" >&2; return 1; }
@@ -266,6 +315,8 @@ if [[ -n $ONLY ]]; then
 	kubelet) start_kubelet ;;
 	kubelet-native) start_kubelet native ;;
 	kubelet-reduced) start_kubelet reduced ;;
+	kubelet-api) start_kubelet api ;;
+	apiserver) start_apiserver ;;
 	registry) start_registry ;;
 	*) log "--start: unknown component $ONLY"; exit 2 ;;
 	esac
@@ -278,13 +329,17 @@ done
 "$(dirname "${BASH_SOURCE[0]}")/down.sh" --quiet || true
 # A fresh node: no static pods or kubelet state from an earlier run (the
 # containerd root is kept so images need not be imported again).
-rm -rf "$MANIFESTS" "$MANIFESTS_NATIVE" "$NODE_DATA/kubelet" "$NODE_DATA/kubelet-native" "$NODE_DATA/pod-logs" "$NODE_DATA/cri-shim" "$NODE_DATA/checkpoints" "$NODE_DATA/bench"
+rm -rf "$MANIFESTS" "$MANIFESTS_NATIVE" "$NODE_DATA/kubelet" "$NODE_DATA/kubelet-native" "$NODE_DATA/pod-logs" "$NODE_DATA/cri-shim" "$NODE_DATA/checkpoints" "$NODE_DATA/bench" \
+	"$NODE_DATA/etcd" "$PKI"
 write_configs
 start_containerd
 import_images
 start_shim
+if [[ -n $APISERVER ]]; then
+	start_apiserver
+fi
 if [[ -n $KUBELET ]]; then
 	for m in "${MANIFEST_FILES[@]}"; do cp "$m" "$MANIFESTS/"; done
-	start_kubelet
+	if [[ -n $APISERVER ]]; then start_kubelet api; else start_kubelet; fi
 fi
 log "node up; env in $NODE_RUN/env"
