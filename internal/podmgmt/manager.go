@@ -199,8 +199,11 @@ func (m *Manager) drop(sandbox string) error {
 	p := m.pods[sandbox]
 	if p == nil {
 		m.mu.Unlock()
-		// A record whose removal failed before (the kubelet retries) or
-		// that was never loaded.
+		// A record whose removal failed before (the kubelet retries); an
+		// ID that cannot name a record has none.
+		if validSandboxID(sandbox) != nil {
+			return nil
+		}
 		return m.removeRecord(sandbox)
 	}
 	if p.cancel != nil {
