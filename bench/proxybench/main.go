@@ -1,8 +1,9 @@
-// Command proxybench measures cri-shim against containerd directly, on the real
-// node, interleaved in one run: the same calls, the same containers, direct and
-// through the shim in alternating rounds (order swapped every round), so drift
-// of the machine hits both sides alike. It reports p50/p99 latency, throughput
-// and the ratios, the shim's RSS and CPU per call, and writes them under --out.
+// Command proxybench measures cri-shim against containerd directly and against
+// a bare grpc-go frame forwarder (bare.go), on the real node, interleaved in
+// one run: the same calls, the same containers, the three sides in rotating
+// rounds, so drift of the machine hits all alike. It reports p50/p99 latency,
+// throughput and the ratios, the RSS of the shim and the CPU per call of the
+// shim and the bare forwarder, and writes them under --out.
 //
 //	proxybench --direct /run/.../containerd.sock --shim /run/.../cri-shim.sock --shim-pid N --out bench/results
 package main
@@ -42,6 +43,13 @@ type result struct {
 }
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "bare" {
+		if err := bareMain(os.Args[2], os.Args[3]); err != nil {
+			fmt.Fprintln(os.Stderr, "proxybench bare:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	direct := flag.String("direct", "", "containerd CRI socket")
 	shim := flag.String("shim", "", "cri-shim socket")
 	shimPID := flag.Int("shim-pid", 0, "cri-shim pid, for RSS and CPU")
@@ -99,35 +107,44 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCre
 		return err
 	}
 	defer closeBoth()
+	tmp, err := os.MkdirTemp("", "proxybench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	barePID, stopBare, err := startBare(filepath.Join(tmp, "bare.sock"), directSock)
+	if err != nil {
+		return err
+	}
+	defer stopBare()
+	bc, bconn, err := dial(filepath.Join(tmp, "bare.sock"))
+	if err != nil {
+		return err
+	}
+	defer bconn.Close()
 
 	sides := []struct {
 		name string
 		c    runtimeapi.RuntimeServiceClient
-	}{{"direct", dc}, {"shim", sc}}
+	}{{"direct", dc}, {"bare", bc}, {"shim", sc}}
 
 	var results []result
-	var shimCalls int64
-	cpu0 := cpuSeconds(shimPID)
+	calls := map[string]int64{}
+	cpu0 := map[string]float64{"shim": cpuSeconds(shimPID), "bare": cpuSeconds(barePID)}
 	measure := func(workload string, call func(c runtimeapi.RuntimeServiceClient, i int) error) error {
 		for _, conc := range []int{1, 16} {
 			lat := map[string][]time.Duration{}
 			busy := map[string]time.Duration{}
 			for r := range rounds {
-				order := []int{0, 1}
-				if r%2 == 1 {
-					order = []int{1, 0}
-				}
-				for _, si := range order {
-					s := sides[si]
+				for k := range sides { // the order rotates every round
+					s := sides[(k+r)%len(sides)]
 					l, d, err := drive(s.c, conc, roundDur, call)
 					if err != nil {
 						return fmt.Errorf("%s %s c=%d: %w", workload, s.name, conc, err)
 					}
 					lat[s.name] = append(lat[s.name], l...)
 					busy[s.name] += d
-					if s.name == "shim" {
-						shimCalls += int64(len(l))
-					}
+					calls[s.name] += int64(len(l))
 				}
 			}
 			for _, s := range sides {
@@ -139,9 +156,9 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCre
 					P50us: us(pct(l, 0.50)), P99us: us(pct(l, 0.99)),
 				})
 			}
-			d, s := results[len(results)-2], results[len(results)-1]
-			fmt.Printf("  %-34s c=%-2d  direct p50 %7.0fµs p99 %7.0fµs %8.0f/s | shim p50 %7.0fµs p99 %7.0fµs %8.0f/s | thr %.3f\n",
-				workload, conc, d.P50us, d.P99us, d.Throughput, s.P50us, s.P99us, s.Throughput, s.Throughput/d.Throughput)
+			d, b, s := results[len(results)-3], results[len(results)-2], results[len(results)-1]
+			fmt.Printf("  %-34s c=%-2d  p50 direct %6.0fµs bare %6.0fµs shim %6.0fµs | calls/s %7.0f %7.0f %7.0f | shim/bare thr %.3f\n",
+				workload, conc, d.P50us, b.P50us, s.P50us, d.Throughput, b.Throughput, s.Throughput, s.Throughput/b.Throughput)
 		}
 		return nil
 	}
@@ -194,9 +211,9 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCre
 	if err := measure(fmt.Sprintf("ListContainers (%d containers)", total), listAll(total)); err != nil {
 		return err
 	}
-	cpu := cpuSeconds(shimPID) - cpu0
+	cpu := map[string]float64{"shim": cpuSeconds(shimPID) - cpu0["shim"], "bare": cpuSeconds(barePID) - cpu0["bare"]}
 	rssEnd, hwm := rssKB(shimPID), hwmKB(shimPID)
-	return write(outDir, results, nRunning, total, rssRunning, rssEnd, hwm, cpu, shimCalls)
+	return write(outDir, results, nRunning, total, rssRunning, rssEnd, hwm, cpu, calls)
 }
 
 // paced calls ContainerStatus through the shim at rate calls/s, spread over
@@ -367,25 +384,35 @@ func rssKB(pid int) int          { return procstat.StatusKB(pid, "VmRSS") }
 func hwmKB(pid int) int          { return procstat.StatusKB(pid, "VmHWM") }
 func cpuSeconds(pid int) float64 { return procstat.CPUSeconds(pid) }
 
-func write(dir string, rs []result, nRunning, total, rssRunning, rssEnd, hwm int, cpu float64, shimCalls int64) error {
+func write(dir string, rs []result, nRunning, total, rssRunning, rssEnd, hwm int, cpu map[string]float64, calls map[string]int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	host, _ := os.Hostname()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# cri-shim proxy benchmark\n\n%s, %s, %d cores. containerd direct vs through cri-shim, interleaved rounds in one run.\n\n",
+	fmt.Fprintf(&b, "# cri-shim proxy benchmark\n\n%s, %s, %d cores. containerd direct, through a bare grpc-go frame forwarder "+
+		"(the floor for a proxy: an unknown-service handler relaying undecoded frames, nothing else) and through cri-shim, "+
+		"interleaved rounds in one run (the order rotates every round).\n\n",
 		time.Now().UTC().Format(time.RFC3339), host, numCPU())
-	fmt.Fprintf(&b, "| workload | conc | direct p50 µs | shim p50 µs | added p50 µs | direct p99 µs | shim p99 µs | direct calls/s | shim calls/s | shim/direct throughput |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for i := 0; i+1 < len(rs); i += 2 {
-		d, s := rs[i], rs[i+1]
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %+.0f | %.0f | %.0f | %.0f | %.0f | %.3f |\n",
-			d.Workload, d.Concurrency, d.P50us, s.P50us, s.P50us-d.P50us, d.P99us, s.P99us, d.Throughput, s.Throughput, s.Throughput/d.Throughput)
+	fmt.Fprintf(&b, "| workload | conc | direct p50 µs | bare p50 µs | shim p50 µs | shim - bare p50 µs | direct p99 µs | bare p99 µs | shim p99 µs | direct calls/s | bare calls/s | shim calls/s | shim/direct | bare/direct | shim/bare |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i := 0; i+2 < len(rs); i += 3 {
+		d, br, s := rs[i], rs[i+1], rs[i+2]
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.0f | %+.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.3f | %.3f | %.3f |\n",
+			d.Workload, d.Concurrency, d.P50us, br.P50us, s.P50us, s.P50us-br.P50us, d.P99us, br.P99us, s.P99us,
+			d.Throughput, br.Throughput, s.Throughput, s.Throughput/d.Throughput, br.Throughput/d.Throughput, s.Throughput/br.Throughput)
 	}
 	fmt.Fprintf(&b, "\nShim RSS: %.1f MB with %d pods running; %.1f MB at the end (%d containers), peak %.1f MB.\n",
 		float64(rssRunning)/1024, nRunning, float64(rssEnd)/1024, total, float64(hwm)/1024)
-	if shimCalls > 0 {
-		fmt.Fprintf(&b, "Shim CPU: %.2f s for %d calls through it (%.1f µs per call, all workloads).\n", cpu, shimCalls, cpu*1e6/float64(shimCalls))
+	perCall := map[string]float64{}
+	for _, side := range []string{"shim", "bare"} {
+		if calls[side] > 0 {
+			perCall[side] = cpu[side] * 1e6 / float64(calls[side])
+			fmt.Fprintf(&b, "%s CPU: %.2f s for %d calls through it (%.1f µs per call, all workloads).\n", side, cpu[side], calls[side], perCall[side])
+		}
+	}
+	if perCall["bare"] > 0 {
+		fmt.Fprintf(&b, "Shim/bare CPU per call: %.2f (goal 1.2 or less).\n", perCall["shim"]/perCall["bare"])
 	}
 	md := b.String()
 	fmt.Print("\n" + md)
@@ -396,7 +423,8 @@ func write(dir string, rs []result, nRunning, total, rssRunning, rssEnd, hwm int
 	if err := os.WriteFile(filepath.Join(dir, "proxy-latest.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
-	j, _ := json.MarshalIndent(map[string]any{"results": rs, "shim_rss_kb_running": rssRunning, "shim_rss_kb_end": rssEnd, "shim_hwm_kb": hwm, "shim_cpu_s": cpu, "shim_calls": shimCalls}, "", "  ")
+	j, _ := json.MarshalIndent(map[string]any{"results": rs, "shim_rss_kb_running": rssRunning, "shim_rss_kb_end": rssEnd, "shim_hwm_kb": hwm,
+		"cpu_s": cpu, "calls": calls, "cpu_us_per_call": perCall}, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "proxy-latest.json"), j, 0o644)
 }
 
