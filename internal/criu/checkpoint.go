@@ -192,7 +192,7 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			return nil, nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: container %s (%s) is %s; only running containers can be checkpointed", short(id), name, c.GetState())
 		}
-		if err := CheckName(name); err != nil {
+		if err := CheckContainerName(name); err != nil {
 			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %s: %v", short(id), err)
 		}
 		if names[name] {
@@ -237,7 +237,7 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 	}
 	var exited []ExitedEntry
 	for n, c := range latest {
-		if c.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || CheckName(n) != nil {
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || CheckContainerName(n) != nil {
 			continue
 		}
 		st, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId()})

@@ -4,9 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // FormatVersion is the version of the pod checkpoint layout this build writes
@@ -80,7 +85,9 @@ type ExitedEntry struct {
 }
 
 // Validate checks a manifest read from disk before anything acts on it: the
-// file is not trusted more than the path it came from.
+// file is not trusted more than the path it came from. Every name is a
+// container name as the API allows it (CheckContainerName), so every path
+// built from one stays one element under containers/.
 func (m *Manifest) Validate() error {
 	if m.FormatVersion != FormatVersion {
 		return fmt.Errorf("checkpoint format version %d, this build restores version %d", m.FormatVersion, FormatVersion)
@@ -90,8 +97,8 @@ func (m *Manifest) Validate() error {
 	}
 	seen := make(map[string]bool, len(m.Containers))
 	for i, c := range m.Containers {
-		if c.Name == "" {
-			return fmt.Errorf("container %d has no name", i)
+		if err := CheckContainerName(c.Name); err != nil {
+			return fmt.Errorf("container %d: %w", i, err)
 		}
 		if seen[c.Name] {
 			return fmt.Errorf("container %q listed twice", c.Name)
@@ -104,11 +111,25 @@ func (m *Manifest) Validate() error {
 			return fmt.Errorf("container %q: negative restart count", c.Name)
 		}
 	}
-	for _, e := range m.Exited {
-		if e.Name == "" || seen[e.Name] {
-			return fmt.Errorf("exited container %q is unnamed or also captured", e.Name)
+	for i, e := range m.Exited {
+		if err := CheckContainerName(e.Name); err != nil {
+			return fmt.Errorf("exited container %d: %w", i, err)
+		}
+		if seen[e.Name] {
+			return fmt.Errorf("exited container %q is also listed as captured or exited", e.Name)
 		}
 		seen[e.Name] = true
+	}
+	return nil
+}
+
+// CheckContainerName refuses a container name the Kubernetes API would not
+// allow (a DNS-1123 label: at most 63 lower-case letters, digits and '-',
+// starting and ending with a letter or digit). Names become archive paths,
+// so nothing else (no '/', no dot) may appear in a checkpoint.
+func CheckContainerName(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("container name %q is not a DNS-1123 label: %s", name, strings.Join(errs, "; "))
 	}
 	return nil
 }
@@ -124,39 +145,73 @@ func (m *Manifest) Container(name string) (ContainerEntry, bool) {
 }
 
 // archiveName is where a container's archive lives inside the checkpoint.
-// Container names are DNS labels in Kubernetes; anything else a direct CRI
-// caller chose is refused at checkpoint time, so the name is a safe element.
+// The name is a DNS-1123 label (CheckContainerName, at checkpoint time and in
+// Validate), so it is one safe path element; openArchive still confines the
+// result when it is used, against symlinks.
 func archiveName(container string) string {
 	return containersDir + "/" + container + ".tar"
 }
 
 // ParseManifest decodes and validates a manifest.
 func ParseManifest(b []byte) (*Manifest, error) {
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
+	m, err := decodeManifest(b)
+	if err != nil {
+		return nil, err
 	}
 	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	return m, nil
+}
+
+func decodeManifest(b []byte) (*Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	return &m, nil
 }
 
-// ReadManifest reads dir/manifest.json.
+// ReadManifest reads and validates dir/manifest.json.
 func ReadManifest(dir string) (*Manifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	m, err := readManifestUnvalidated(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: manifest: %w", dir, err)
+	}
+	return m, nil
+}
+
+// readManifestUnvalidated decodes dir/manifest.json without validating it,
+// for the namespace check that must come before any detail is reported. It
+// does not follow a symlinked manifest.
+func readManifestUnvalidated(dir string) (*Manifest, error) {
+	f, err := os.OpenFile(filepath.Join(dir, manifestFile), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%s has no %s: not a complete pod checkpoint", dir, manifestFile)
 		}
 		return nil, err
 	}
-	m, err := ParseManifest(b)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxManifestBytes {
+		return nil, fmt.Errorf("%s/%s is larger than %d bytes", dir, manifestFile, maxManifestBytes)
+	}
+	m, err := decodeManifest(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return m, nil
 }
+
+// maxManifestBytes bounds what is read of a manifest (a real one is a few KiB).
+const maxManifestBytes = 4 << 20
 
 // writeFileSync writes a file and makes it durable before returning.
 func writeFileSync(path string, b []byte) error {

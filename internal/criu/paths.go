@@ -74,3 +74,24 @@ func CheckName(name string) error {
 	}
 	return nil
 }
+
+// archivePath is the path of a container's archive inside the checkpoint
+// directory dir (already confined and resolved), checked when it is about to
+// be used: it must resolve, after every symlink, to a regular file strictly
+// inside dir. A manifest is not trusted to name paths, and an archive that is
+// a symlink to a file elsewhere is refused like a "../" name.
+func archivePath(dir string, e ContainerEntry) (string, error) {
+	// Not filepath.Join, which would clean "../" away before confine sees it.
+	p, err := confine(dir, dir+"/"+e.Archive)
+	if err != nil {
+		return "", fmt.Errorf("archive: %w", err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("archive: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("archive %s is not a regular file (%s)", e.Archive, fi.Mode().Type())
+	}
+	return p, nil
+}

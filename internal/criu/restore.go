@@ -3,9 +3,8 @@ package criu
 import (
 	"context"
 	"errors"
-
+	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,25 +37,54 @@ func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	return resp, nil
 }
 
-// openCheckpoint confines and reads a checkpoint directory.
-func (s *Service) openCheckpoint(p string) (string, *Manifest, error) {
+// openCheckpoint confines and reads the checkpoint directory p for a pod of
+// namespace ns. Until the checkpoint is known to be one that ns may restore
+// (restoreAllowed), every refusal is the same errNoCheckpoint, so that a
+// caller learns nothing of a checkpoint of another namespace, not even
+// whether it exists; the details go to the shim's log only. After that check,
+// refusals say what is wrong, and every archive is confined to the directory.
+func (s *Service) openCheckpoint(p, ns string) (string, *Manifest, error) {
 	dir, err := confine(s.cfg.Root, p)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !errors.Is(err, errOutsideRoot) {
-			return "", nil, status.Errorf(codes.NotFound, "checkpoint: %v", err)
+			return "", nil, s.noCheckpoint(p, ns, err)
 		}
 		return "", nil, status.Errorf(codes.InvalidArgument, "checkpoint path: %v", err)
 	}
-	m, err := ReadManifest(dir)
+	m, err := readManifestUnvalidated(dir)
 	if err != nil {
-		return "", nil, status.Errorf(codes.FailedPrecondition, "checkpoint: %v", err)
+		return "", nil, s.noCheckpoint(dir, ns, err)
+	}
+	if !s.restoreAllowed(m.Pod.Namespace, ns) {
+		return "", nil, s.noCheckpoint(dir, ns, fmt.Errorf("taken of pod %s/%s; namespace %q may not restore from namespace %q",
+			m.Pod.Namespace, m.Pod.Name, ns, m.Pod.Namespace))
+	}
+	if err := m.Validate(); err != nil {
+		return "", nil, status.Errorf(codes.FailedPrecondition, "checkpoint %s: manifest: %v", dir, err)
 	}
 	for _, c := range m.Containers {
-		if _, err := os.Stat(filepath.Join(dir, c.Archive)); err != nil {
+		if _, err := archivePath(dir, c); err != nil {
 			return "", nil, status.Errorf(codes.FailedPrecondition, "checkpoint %s: container %q: %v", dir, c.Name, err)
 		}
 	}
 	return dir, m, nil
+}
+
+// restoreAllowed is the namespace binding of a restore (docs/checkpoint.md):
+// a pod of namespace to may start from a checkpoint of a pod of namespace
+// from only when they are the same, or the operator listed the pair.
+func (s *Service) restoreAllowed(from, to string) bool {
+	return from == to || s.cfg.RestoreAcrossNamespaces != nil && s.cfg.RestoreAcrossNamespaces(from, to)
+}
+
+// noCheckpoint is the one answer for a checkpoint that is missing,
+// incomplete, unreadable or of a namespace the pod may not restore from. It
+// names the rule and nothing of the checkpoint; why is logged for the operator.
+func (s *Service) noCheckpoint(path, ns string, why error) error {
+	s.log.Warn("checkpoint: restore refused", "path", path, "podNamespace", ns, "reason", why)
+	return status.Errorf(codes.NotFound, "no checkpoint that a pod of namespace %q may restore: "+
+		"it does not exist, is incomplete, or was taken of a pod in another namespace "+
+		"(a pod restores only from a checkpoint of a pod in its own namespace unless the node's [checkpoint] restore_namespace_allow lists the pair)", ns)
 }
 
 // checkHandler refuses a runtime handler other than the checkpoint's.
@@ -99,11 +127,12 @@ func (s *Service) imageID(ctx context.Context, name string) string {
 	return r.GetImage().GetId()
 }
 
-// restoredConfig is cfg with the checkpoint archive as its image, so that
-// containerd restores it, and the checkpoint's restart count.
-func restoredConfig(cfg *runtimeapi.ContainerConfig, dir string, e ContainerEntry) *runtimeapi.ContainerConfig {
+// restoredConfig is cfg with the checkpoint archive (a path archivePath
+// confined) as its image, so that containerd restores it, and the
+// checkpoint's restart count.
+func restoredConfig(cfg *runtimeapi.ContainerConfig, archive string, e ContainerEntry) *runtimeapi.ContainerConfig {
 	c := proto.Clone(cfg).(*runtimeapi.ContainerConfig)
-	c.Image = &runtimeapi.ImageSpec{Image: filepath.Join(dir, e.Archive), UserSpecifiedImage: e.Image}
+	c.Image = &runtimeapi.ImageSpec{Image: archive, UserSpecifiedImage: e.Image}
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
@@ -127,7 +156,7 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	if req.GetConfig() == nil {
 		return nil, status.Error(codes.InvalidArgument, "RestorePod: config (the new sandbox's configuration) is missing")
 	}
-	dir, m, err := s.openCheckpoint(req.GetCheckpointPath())
+	dir, m, err := s.openCheckpoint(req.GetCheckpointPath(), req.GetConfig().GetMetadata().GetNamespace())
 	if err != nil {
 		return nil, status.Error(status.Code(err), "RestorePod: "+status.Convert(err).Message())
 	}
@@ -203,8 +232,12 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 		if err := ctx.Err(); err != nil {
 			return nil, undo(status.Errorf(codes.DeadlineExceeded, "RestorePod: deadline expired before container %q was created; everything the call created was removed", e.Name))
 		}
+		archive, err := archivePath(dir, e)
+		if err != nil {
+			return nil, undo(status.Errorf(codes.FailedPrecondition, "RestorePod: container %q: %v; everything the call created was removed", e.Name, err))
+		}
 		cr, err := s.rt.CreateContainer(rctx, &runtimeapi.CreateContainerRequest{
-			PodSandboxId: resp.PodSandboxId, Config: restoredConfig(byName[e.Name], dir, e), SandboxConfig: req.GetConfig(),
+			PodSandboxId: resp.PodSandboxId, Config: restoredConfig(byName[e.Name], archive, e), SandboxConfig: req.GetConfig(),
 		})
 		if err != nil {
 			return nil, undo(status.Errorf(status.Code(err), "RestorePod: restoring container %q: %s; everything the call created was removed", e.Name, status.Convert(err).Message()))

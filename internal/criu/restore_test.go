@@ -100,7 +100,7 @@ func TestRestorePodRefusals(t *testing.T) {
 		{"escape", restoreReq(fx.root+"/../x", "app", "sidecar"), codes.InvalidArgument},
 		{"outside", restoreReq("/etc", "app", "sidecar"), codes.InvalidArgument},
 		{"missing", restoreReq(filepath.Join(fx.root, "gone"), "app", "sidecar"), codes.NotFound},
-		{"not a checkpoint", restoreReq(other, "app", "sidecar"), codes.FailedPrecondition},
+		{"not a checkpoint", restoreReq(other, "app", "sidecar"), codes.NotFound},
 	}
 	for _, c := range cases {
 		_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), c.req)

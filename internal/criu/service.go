@@ -34,6 +34,10 @@ type Config struct {
 	ShimBinary string
 	// CRIUVersion reports the CRIU version for manifests; nil leaves it "unknown".
 	CRIUVersion func() (string, error)
+	// RestoreAcrossNamespaces widens the namespace binding of restores (see
+	// restoreAllowed): it reports whether pods of namespace to may restore
+	// checkpoints of pods of namespace from. nil allows none.
+	RestoreAcrossNamespaces func(from, to string) bool
 }
 
 // Service serves CheckpointPod and RestorePod and the warm-start routes.

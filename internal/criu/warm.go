@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,6 +32,9 @@ type warmPod struct {
 	SandboxID  string `json:"sandboxId"`
 	Checkpoint string `json:"checkpoint"`
 	Dir        string `json:"dir"`
+	// Namespace is the warm-started pod's: the checkpoint was checked
+	// against it (restoreAllowed) and is again at every use.
+	Namespace string `json:"namespace"`
 	// Done are the container names already answered from the checkpoint;
 	// later instances (restarts) start fresh.
 	Done map[string]bool `json:"done"`
@@ -45,7 +49,11 @@ func (s *Service) saveWarm(w *warmPod) error {
 	return writeJSONAtomic(s.warmPath(w.SandboxID), w)
 }
 
-// loadWarm reads the warm starts an earlier shim left in progress.
+// loadWarm reads the warm starts an earlier shim left in progress. Each is
+// checked again as when it began (confined, namespace binding under the
+// current configuration, archives): one that no longer passes is dropped, and
+// its pod's next containers start fresh. A record without a namespace (written
+// before the binding existed) passes only for a checkpoint without one.
 func (s *Service) loadWarm() error {
 	dir := filepath.Join(s.cfg.StateDir, "checkpoint")
 	ents, err := os.ReadDir(dir)
@@ -61,12 +69,15 @@ func (s *Service) loadWarm() error {
 		if err == nil {
 			err = json.Unmarshal(b, &w)
 		}
+		if err == nil && w.SandboxID+".warm.json" != e.Name() {
+			err = fmt.Errorf("record of sandbox %q in the file of another", w.SandboxID)
+		}
 		if err == nil {
-			w.m, err = ReadManifest(w.Dir)
+			w.Dir, w.m, err = s.openCheckpoint(w.Dir, w.Namespace)
 		}
 		if err != nil {
-			s.log.Error("checkpoint: dropping an unreadable warm-start record", "file", e.Name(), "err", err)
-			os.Remove(filepath.Join(dir, e.Name()))
+			s.log.Error("checkpoint: dropping a warm-start record that cannot be used", "file", e.Name(), "err", err)
+			s.removeRecord(filepath.Join(dir, e.Name()))
 			continue
 		}
 		if w.Done == nil {
@@ -115,7 +126,8 @@ func (s *Service) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err := CheckName(name); err != nil {
 		return nil, fail(codes.InvalidArgument, "%v", err)
 	}
-	dir, m, err := s.openCheckpoint(filepath.Join(s.cfg.Root, name))
+	ns := req.GetConfig().GetMetadata().GetNamespace()
+	dir, m, err := s.openCheckpoint(filepath.Join(s.cfg.Root, name), ns)
 	if err != nil {
 		return nil, fail(status.Code(err), "%s; the pod stays pending and the kubelet retries", status.Convert(err).Message())
 	}
@@ -126,7 +138,7 @@ func (s *Service) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err != nil {
 		return nil, err
 	}
-	w := &warmPod{SandboxID: resp.GetPodSandboxId(), Checkpoint: name, Dir: dir, Done: map[string]bool{}, m: m}
+	w := &warmPod{SandboxID: resp.GetPodSandboxId(), Checkpoint: name, Dir: dir, Namespace: ns, Done: map[string]bool{}, m: m}
 	if err := s.saveWarm(w); err != nil {
 		s.log.Error("checkpoint: recording a warm start", "sandbox", w.SandboxID, "err", err)
 	}
@@ -153,6 +165,18 @@ func (s *Service) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 		return next(ctx, req)
 	}
 	s.mu.Unlock()
+	// The binding again, against the namespace of the sandbox config the
+	// kubelet sends with the call: nothing of the checkpoint is told, and
+	// nothing restored, unless it holds (the record may predate a change of
+	// the allow-list).
+	ns := req.GetSandboxConfig().GetMetadata().GetNamespace()
+	if ns == "" {
+		ns = w.Namespace
+	}
+	if !s.restoreAllowed(w.m.Pod.Namespace, ns) {
+		err := s.noCheckpoint(w.Dir, ns, fmt.Errorf("warm start of sandbox %s: checkpoint of namespace %q", short(w.SandboxID), w.m.Pod.Namespace))
+		return nil, status.Errorf(codes.FailedPrecondition, "cri-shim: container %q: %s %q: %s", name, RestoreFromAnnotation, w.Checkpoint, status.Convert(err).Message())
+	}
 	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
 	how := ""
 	if e, ok := w.m.Container(name); ok {
@@ -160,7 +184,11 @@ func (s *Service) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 			return nil, status.Errorf(codes.FailedPrecondition, "cri-shim: container %q: image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
 				name, req.GetConfig().GetImage().GetImage(), e.Image, w.Checkpoint)
 		}
-		r.Config = restoredConfig(req.GetConfig(), w.Dir, e)
+		archive, err := archivePath(w.Dir, e)
+		if err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "cri-shim: container %q: checkpoint %q cannot warm-start it: %v", name, w.Checkpoint, err)
+		}
+		r.Config = restoredConfig(req.GetConfig(), archive, e)
 		how = "restored"
 	} else if x := w.exited(name); x != nil && x.ExitCode == 0 && s.cfg.ShimBinary != "" {
 		c := r.Config
@@ -202,17 +230,84 @@ func (w *warmPod) exited(name string) *ExitedEntry {
 	return nil
 }
 
+// removePodSandbox forgets the warm start of a removed sandbox: its record
+// and file. A sandbox the runtime no longer knows (NotFound, which the
+// kubelet takes as removed) is forgotten too.
 func (s *Service) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	resp, err := next(ctx, req)
-	if err != nil {
+	if err != nil && !isNotFound(err) {
 		return nil, err
 	}
+	s.forgetWarm(req.GetPodSandboxId())
+	return resp, err
+}
+
+// forgetWarm drops the warm-start record of a sandbox, if it has one.
+func (s *Service) forgetWarm(id string) {
 	s.mu.Lock()
-	if _, ok := s.warm[req.GetPodSandboxId()]; ok {
-		delete(s.warm, req.GetPodSandboxId())
-		os.Remove(s.warmPath(req.GetPodSandboxId()))
+	_, ok := s.warm[id]
+	delete(s.warm, id)
+	s.mu.Unlock()
+	if ok {
+		s.removeRecord(s.warmPath(id))
+	}
+}
+
+// warmSweepEvery is how often SweepWarm compares the warm-start records with
+// the runtime's sandboxes; warmSweepRetry how soon it tries again when the
+// runtime did not answer.
+var warmSweepEvery, warmSweepRetry = 5 * time.Minute, 10 * time.Second
+
+// SweepWarm keeps the warm-start records bounded by the sandboxes that exist:
+// at start (sandboxes removed while the shim was down) and then periodically
+// (sandboxes removed behind the shim's back, straight on the runtime), every
+// record whose sandbox the runtime no longer lists is removed. It returns
+// when ctx ends.
+func (s *Service) SweepWarm(ctx context.Context) {
+	for {
+		wait := warmSweepEvery
+		if err := s.sweepWarm(ctx); err != nil {
+			s.log.Warn("checkpoint: listing sandboxes to clean warm-start records; will retry", "err", err)
+			wait = warmSweepRetry
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// sweepWarm removes the records of sandboxes the runtime does not list. Only
+// records that existed before the list was asked for are candidates: a
+// sandbox created meanwhile may be missing from the answer.
+func (s *Service) sweepWarm(ctx context.Context) error {
+	s.mu.Lock()
+	if len(s.warm) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	ids := make([]string, 0, len(s.warm))
+	for id := range s.warm {
+		ids = append(ids, id)
 	}
 	s.mu.Unlock()
-	return resp, nil
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	lr, err := s.rt.ListPodSandbox(lctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return err
+	}
+	live := make(map[string]bool, len(lr.GetItems()))
+	for _, sb := range lr.GetItems() {
+		live[sb.GetId()] = true
+	}
+	for _, id := range ids {
+		if !live[id] {
+			s.forgetWarm(id)
+			s.log.Info("checkpoint: removed the warm-start record of a sandbox that no longer exists", "sandbox", short(id))
+		}
+	}
+	return nil
 }
