@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +54,7 @@ func main() {
 	shimPID := flag.Int("shim-pid", 0, "cri-shim pid, for RSS and CPU")
 	out := flag.String("out", "bench/results", "results directory")
 	running := flag.Int("running", 100, "running containers (one pod each)")
+	tracked := flag.Int("tracked", 100, "running containers in pods with a restart rule, created through the shim (its restart machinery tracks them)")
 	created := flag.Int("created", 900, "extra created (not started) containers, for the 1000-container list")
 	rounds := flag.Int("rounds", 6, "interleaved rounds per workload and concurrency")
 	roundDur := flag.Duration("round", 700*time.Millisecond, "duration of one side of one round")
@@ -69,7 +69,7 @@ func main() {
 	if *pacedRate > 0 {
 		err = paced(*direct, *shim, *shimPID, *running, *pacedRate, *pacedFor)
 	} else {
-		err = run(*direct, *shim, *shimPID, *out, *running, *created, *rounds, *roundDur)
+		err = run(*direct, *shim, *shimPID, *out, *running, *tracked, *created, *rounds, *roundDur)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
@@ -100,7 +100,7 @@ func dialBoth(directSock, shimSock string) (dc, sc runtimeapi.RuntimeServiceClie
 	return dc, sc, func() { dconn.Close(); sconn.Close() }, nil
 }
 
-func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCreated, rounds int, roundDur time.Duration) error {
+func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTracked, nCreated, rounds int, roundDur time.Duration) error {
 	ctx := context.Background()
 	dc, sc, closeBoth, err := dialBoth(directSock, shimSock)
 	if err != nil {
@@ -201,13 +201,39 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nCre
 	}
 	rssRunning := rssKB(shimPID)
 
+	// Pods the shim tracks (a restart rule each, created through it): the
+	// restart machinery holds their state, and their calls take its routes.
+	if nTracked > 0 {
+		fmt.Printf("setting up %d pods with a restart rule, through the shim...\n", nTracked)
+		t0 = time.Now()
+		tracked, trackedIDs, err := setupWith(ctx, sc, nTracked, "tracked", map[string]string{
+			"restart-rules.cri-shim.io/sleeper": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+		if err != nil {
+			return err
+		}
+		pods = append(pods, tracked...)
+		fmt.Printf("  done in %v\n", time.Since(t0).Round(time.Second))
+		if err := measure(fmt.Sprintf("Version (%d tracked pods)", nTracked), func(c runtimeapi.RuntimeServiceClient, _ int) error {
+			_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := measure(fmt.Sprintf("ContainerStatus (%d tracked)", nTracked), func(c runtimeapi.RuntimeServiceClient, i int) error {
+			_, err := c.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: trackedIDs[i%len(trackedIDs)]})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+
 	fmt.Printf("creating %d more containers (not started)...\n", nCreated)
 	t0 = time.Now()
 	if err := createMore(ctx, dc, pods, nCreated); err != nil {
 		return err
 	}
 	fmt.Printf("  done in %v\n", time.Since(t0).Round(time.Second))
-	total := nRunning + nCreated
+	total := nRunning + nTracked + nCreated
 	if err := measure(fmt.Sprintf("ListContainers (%d containers)", total), listAll(total)); err != nil {
 		return err
 	}
@@ -315,13 +341,21 @@ func parallel(n int, f func(i int) error) error {
 }
 
 func setup(ctx context.Context, c runtimeapi.RuntimeServiceClient, n int) ([]podRef, []string, error) {
+	return setupWith(ctx, c, n, "bench", nil)
+}
+
+// setupWith runs n pods named prefix-NNN with the given annotations through
+// c, each with one running container.
+func setupWith(ctx context.Context, c runtimeapi.RuntimeServiceClient, n int, prefix string, annotations map[string]string) ([]podRef, []string, error) {
 	pods := make([]podRef, n)
 	ids := make([]string, n)
 	err := parallel(n, func(i int) error {
+		name := fmt.Sprintf("%s-%03d", prefix, i)
 		cfg := &runtimeapi.PodSandboxConfig{
-			Metadata:     &runtimeapi.PodSandboxMetadata{Name: fmt.Sprintf("bench-%03d", i), Namespace: "proxybench", Uid: fmt.Sprintf("proxybench-%03d", i)},
-			LogDirectory: filepath.Join(os.TempDir(), "proxybench", strconv.Itoa(i)),
+			Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "proxybench", Uid: "proxybench-" + name},
+			LogDirectory: filepath.Join(os.TempDir(), "proxybench", name),
 			Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+			Annotations:  annotations,
 		}
 		r, err := c.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 		if err != nil {
