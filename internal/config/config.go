@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 )
@@ -50,6 +51,32 @@ type CheckpointConfig struct {
 	MaxPerPod int `toml:"max_per_pod" comment:"Checkpoints kept per pod (those made by 'cri-shim checkpoint'), oldest removed first; 0 keeps all."`
 	// MaxTotalBytes bounds the size of the managed checkpoints; 0 means no bound.
 	MaxTotalBytes int64 `toml:"max_total_bytes" comment:"Total bytes of managed checkpoints, oldest removed first; 0 means no bound."`
+	// RestoreNamespaceAllow widens the namespace binding of restores: by
+	// default a pod may warm-start (or be restored by RestorePod) only from a
+	// checkpoint of a pod in its own namespace, because a checkpoint holds
+	// that pod's memory (docs/checkpoint.md). Each pair lets pods of To
+	// restore checkpoints taken in From; one direction only.
+	RestoreNamespaceAllow []NamespacePair `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)."`
+}
+
+// NamespacePair is one entry of checkpoint.restore_namespace_allow.
+type NamespacePair struct {
+	// From is the namespace of the checkpointed pod.
+	From string `toml:"from"`
+	// To is the namespace of the pod that may start from it.
+	To string `toml:"to"`
+}
+
+// RestoreAllowed reports whether restore_namespace_allow lets pods of
+// namespace to restore checkpoints of pods of namespace from (the same
+// namespace is always allowed by the restore itself, not by this list).
+func (c CheckpointConfig) RestoreAllowed(from, to string) bool {
+	for _, p := range c.RestoreNamespaceAllow {
+		if p.From == from && p.To == to {
+			return true
+		}
+	}
+	return false
 }
 
 // BackoffConfig is the KEP-4603 restart curve: initial_delay doubling up to
@@ -260,6 +287,22 @@ func (c *Config) Validate() error {
 	}
 	if c.Checkpoint.MaxTotalBytes < 0 {
 		bad("checkpoint.max_total_bytes", "must be 0 (no bound) or more, got %d", c.Checkpoint.MaxTotalBytes)
+	}
+	seen := map[NamespacePair]bool{}
+	for i, p := range c.Checkpoint.RestoreNamespaceAllow {
+		field := fmt.Sprintf("checkpoint.restore_namespace_allow[%d]", i)
+		for _, v := range []struct{ key, ns string }{{"from", p.From}, {"to", p.To}} {
+			if errs := validation.IsDNS1123Label(v.ns); len(errs) > 0 {
+				bad(field+"."+v.key, "must be a namespace name (a DNS-1123 label), got %q: %s", v.ns, strings.Join(errs, "; "))
+			}
+		}
+		switch {
+		case p.From == p.To:
+			bad(field, "from and to are both %q: a pod may always restore from its own namespace; remove the entry", p.From)
+		case seen[p]:
+			bad(field, "{from = %q, to = %q} is listed twice", p.From, p.To)
+		}
+		seen[p] = true
 	}
 	if n := c.Backoff.MaxContainerRestartPeriod; n != nil && (*n < 1 || *n > 300) {
 		bad("backoff.max_container_restart_period", "must be whole seconds from 1 to 300, got %d", *n)

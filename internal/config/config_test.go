@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestShippedExampleMatchesDefaults(t *testing.T) {
 	if err := Decode(b, &c); err != nil {
 		t.Fatal(err)
 	}
-	if c != DefaultConfig() {
+	if !reflect.DeepEqual(c, DefaultConfig()) {
 		t.Fatalf("deploy/config.toml differs from DefaultConfig():\n%+v\n%+v", c, DefaultConfig())
 	}
 }
@@ -66,6 +67,16 @@ func TestDecodeAndValidate(t *testing.T) {
 		{"node max fractional", "[backoff]\nmax_container_restart_period = 2.5\n", "backoff.max_container_restart_period"},
 		{"initial zero", "[backoff]\ninitial_delay = \"0s\"\n", "initial delay must be positive"},
 		{"max below initial", "[backoff]\ninitial_delay = \"10s\"\nmax_delay = \"5s\"\n", "below the initial delay"},
+		{"restore allow pair", "[checkpoint]\nrestore_namespace_allow = [{from = \"staging\", to = \"ci\"}]\n", ""},
+		{"restore allow tables", "[[checkpoint.restore_namespace_allow]]\nfrom = \"a\"\nto = \"b\"\n[[checkpoint.restore_namespace_allow]]\nfrom = \"b\"\nto = \"a\"\n", ""},
+		{"restore allow empty list", "[checkpoint]\nrestore_namespace_allow = []\n", ""},
+		{"restore allow missing to", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\"}]\n", "checkpoint.restore_namespace_allow[0].to: must be a namespace name"},
+		{"restore allow bad from", "[checkpoint]\nrestore_namespace_allow = [{from = \"A/../b\", to = \"b\"}]\n", "checkpoint.restore_namespace_allow[0].from: must be a namespace name"},
+		{"restore allow wildcard", "[checkpoint]\nrestore_namespace_allow = [{from = \"*\", to = \"b\"}]\n", "checkpoint.restore_namespace_allow[0].from"},
+		{"restore allow same", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"a\"}]\n", "checkpoint.restore_namespace_allow[0]: from and to are both \"a\""},
+		{"restore allow twice", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"b\"}, {from = \"a\", to = \"b\"}]\n", "checkpoint.restore_namespace_allow[1]: {from = \"a\", to = \"b\"} is listed twice"},
+		{"restore allow unknown key", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"b\", both = true}]\n", "unknown field checkpoint.both"},
+		{"restore allow not a list", "[checkpoint]\nrestore_namespace_allow = \"a:b\"\n", "checkpoint.restore_namespace_allow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -122,10 +133,27 @@ func TestValidateCheckpoint(t *testing.T) {
 	}
 }
 
+// The allow-list is directional and exact: no pair is implied by another.
+func TestRestoreAllowed(t *testing.T) {
+	c := DefaultConfig().Checkpoint
+	if c.RestoreAllowed("a", "b") || len(c.RestoreNamespaceAllow) != 0 {
+		t.Fatal("the default allows a pair")
+	}
+	c.RestoreNamespaceAllow = []NamespacePair{{From: "staging", To: "ci"}}
+	for _, tc := range []struct {
+		from, to string
+		want     bool
+	}{{"staging", "ci", true}, {"ci", "staging", false}, {"staging", "staging", false}, {"staging", "cix", false}, {"", "", false}} {
+		if got := c.RestoreAllowed(tc.from, tc.to); got != tc.want {
+			t.Errorf("RestoreAllowed(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "absent.toml")
-	if c, err := Load(missing, false); err != nil || c != DefaultConfig() {
+	if c, err := Load(missing, false); err != nil || !reflect.DeepEqual(c, DefaultConfig()) {
 		t.Fatalf("absent default file: %v", err)
 	}
 	if _, err := Load(missing, true); err == nil {
@@ -150,7 +178,7 @@ func TestMarshalRoundTrips(t *testing.T) {
 	if err := Decode(b, &c); err != nil {
 		t.Fatal(err)
 	}
-	if c != DefaultConfig() {
+	if !reflect.DeepEqual(c, DefaultConfig()) {
 		t.Fatalf("round trip changed the config: %+v", c)
 	}
 }
@@ -164,6 +192,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("state_dir = \"\\u0000\"\n"))
 	f.Add([]byte("[runtime]\nreconnect_max_delay = \"-9223372036854775808ns\"\n"))
 	f.Add([]byte("[server]\ntimer_slack = \"9223372036854775807ns\"\n"))
+	f.Add([]byte("[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"b\"}, {from = \"\", to = \"../x\"}]\n"))
+	f.Add([]byte("[[checkpoint.restore_namespace_allow]]\nfrom = 1\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := DefaultConfig()
 		if err := Decode(in, &c); err != nil {

@@ -77,7 +77,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	checkpoints, err := criu.New(criu.Config{
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
-		ShimBinary: exe, CRIUVersion: criuVersion,
+		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -139,6 +139,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	go func() { defer wg.Done(); pods.Run(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); checkpoints.Run(watchCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); checkpoints.SweepWarm(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); channels.Run(watchCtx) }()
 	wg.Add(1)
