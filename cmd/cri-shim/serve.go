@@ -65,7 +65,10 @@ func serve(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	err = server.Run(ctx, cfg, log, server.Options{
-		Ready: func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyReady) },
+		Ready: func() {
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
+			go watchdog(ctx, cfg.Server.Listen, log)
+		},
 	})
 	if err != nil {
 		log.Error("exiting", "err", err)
