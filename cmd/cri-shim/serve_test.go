@@ -29,7 +29,8 @@ func TestServeNotifiesReadyAndStopsOnSIGTERM(t *testing.T) {
 	cfg := filepath.Join(dir, "config.toml")
 	listen := filepath.Join(dir, "shim.sock")
 	body := "state_dir = \"" + dir + "\"\n[server]\nlisten = \"" + listen + "\"\nshutdown_timeout = \"2s\"\n" +
-		"[runtime]\nendpoint = \"" + filepath.Join(dir, "absent.sock") + "\"\n[metrics]\naddress = \"\"\n[log]\nformat = \"text\"\n"
+		"[runtime]\nendpoint = \"" + filepath.Join(dir, "absent.sock") + "\"\n[metrics]\naddress = \"\"\n[log]\nformat = \"text\"\n" +
+		"[checkpoint]\nroot = \"" + filepath.Join(dir, "checkpoints") + "\"\n"
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ type fakeRT struct {
 	runtimeapi.RuntimeServiceClient
 	runtimeapi.ImageServiceClient
 	tasks *fakeTasks
+	epoch time.Time // containers' timestamps count from here
 
 	mu         sync.Mutex
 	sandboxes  map[string]*runtimeapi.PodSandboxStatus
@@ -47,7 +48,7 @@ type fakeCtr struct {
 }
 
 func newFakeRT() *fakeRT {
-	return &fakeRT{tasks: newFakeTasks(), sandboxes: map[string]*runtimeapi.PodSandboxStatus{},
+	return &fakeRT{tasks: newFakeTasks(), epoch: time.Now().Add(-time.Hour), sandboxes: map[string]*runtimeapi.PodSandboxStatus{},
 		containers: map[string]*fakeCtr{}, failDump: map[string]error{}, dumpSeen: map[string]map[string]bool{}}
 }
 
@@ -59,14 +60,26 @@ func (f *fakeRT) addSandbox(id, name string) {
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "ns", Uid: "uid-" + id}}
 }
 
-func (f *fakeRT) addContainer(sandbox, id, name string, state runtimeapi.ContainerState, created int64, exit int32) {
+// addContainer adds a container created order seconds after the fake's
+// epoch, an hour ago: timestamps in the present, as containerd's, in the
+// order the test gives. A container that ran has a start (and an exited one a
+// finish) time after its creation.
+func (f *fakeRT) addContainer(sandbox, id, name string, state runtimeapi.ContainerState, order int64, exit int32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.containers[id] = &fakeCtr{sandbox: sandbox, status: &runtimeapi.ContainerStatus{
-		Id: id, Metadata: &runtimeapi.ContainerMetadata{Name: name}, State: state, CreatedAt: created, ExitCode: exit,
+	created := f.epoch.Add(time.Duration(order) * time.Second)
+	st := &runtimeapi.ContainerStatus{
+		Id: id, Metadata: &runtimeapi.ContainerMetadata{Name: name}, State: state, CreatedAt: created.UnixNano(), ExitCode: exit,
 		Image: &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:latest"}, ImageRef: "sha256:abc",
 		Annotations: map[string]string{restartCountAnnotation: "2"},
-	}}
+	}
+	if state == runtimeapi.ContainerState_CONTAINER_RUNNING || state == runtimeapi.ContainerState_CONTAINER_EXITED {
+		st.StartedAt = created.Add(time.Millisecond).UnixNano()
+	}
+	if state == runtimeapi.ContainerState_CONTAINER_EXITED {
+		st.FinishedAt = created.Add(2 * time.Millisecond).UnixNano()
+	}
+	f.containers[id] = &fakeCtr{sandbox: sandbox, status: st}
 }
 
 // ImageStatus: every busybox name is one image, as in a real image store.
@@ -153,7 +166,7 @@ func (f *fakeRT) RWDiff(_ context.Context, id string, w io.Writer) error {
 }
 
 func (f *fakeRT) Info(_ context.Context, id string) (ContainerInfo, error) {
-	return ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0"}`), Created: time.Unix(1, 0)}, nil
+	return ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0"}`), Created: f.epoch}, nil
 }
 
 func (f *fakeRT) RunPodSandbox(_ context.Context, r *runtimeapi.RunPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
@@ -175,7 +188,8 @@ func (f *fakeRT) CreateContainer(_ context.Context, r *runtimeapi.CreateContaine
 	f.nextID++
 	id := fmt.Sprintf("restored-c-%d", f.nextID)
 	f.containers[id] = &fakeCtr{sandbox: r.PodSandboxId, config: r.Config, status: &runtimeapi.ContainerStatus{
-		Id: id, Metadata: r.Config.Metadata, State: runtimeapi.ContainerState_CONTAINER_CREATED, Image: r.Config.Image}}
+		Id: id, Metadata: r.Config.Metadata, State: runtimeapi.ContainerState_CONTAINER_CREATED, Image: r.Config.Image,
+		CreatedAt: time.Now().UnixNano()}}
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 

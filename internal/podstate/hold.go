@@ -51,13 +51,7 @@ func setHeld(p *Pod, container string, hold bool) {
 
 // saveDurable saves a pod whose change must not be acted on unless written;
 // m.mu held.
-func (m *Manager) saveDurable(p *Pod) error {
-	m.saves++
-	if err := m.st.save(p); err != nil {
-		return fmt.Errorf("podstate: recording pod %s/%s: %w", p.Namespace, p.Name, err)
-	}
-	return nil
-}
+func (m *Manager) saveDurable(p *Pod) error { return m.save(p) }
 
 // restartHeld restarts a held container whose newest instance exited, in
 // place, as a Restart rule would (its backoff applies). handled is false when
@@ -97,13 +91,16 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 		p.Forced = map[string]string{}
 	}
 	p.Forced[name] = string(corev1.ContainerRestartRuleActionRestart)
-	if !m.classifyLocked(s) {
+	if ok, err := m.classifyLocked(s); err != nil || !ok {
 		setHeld(p, name, true)
 		delete(p.Forced, name)
 		if wasSettled {
 			settle(p, id)
 		}
 		m.save(p)
+		if err != nil {
+			return true, err
+		}
 		return true, errors.New("the restart machinery did not take the container")
 	}
 	// The kubelet saw this instance exit (the orchestrator's code): it is

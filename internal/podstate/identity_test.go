@@ -48,7 +48,7 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 			// The old sandbox restarted once, then the kubelet stopped it.
 			k.runSandbox("sb-old", ann)
 			k.start("sb-old", "main")
-			exit("sb-old", time.Second)
+			exit("sb-old", testCurve.Delay(1))
 			if _, err := k.m.stopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb-old"},
 				func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 					return &runtimeapi.StopPodSandboxResponse{}, nil
@@ -58,7 +58,7 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 			// The pod's new sandbox continues the pod's curve and is in backoff.
 			k.runSandbox("sb1", ann)
 			k.start("sb1", "main")
-			exit("sb1", 2*time.Second)
+			exit("sb1", testCurve.Delay(2))
 			// The kubelet's garbage collection removes the old sandbox.
 			if _, err := k.m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sb-old"},
 				func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
@@ -69,7 +69,7 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 			if err := k.m.execute(context.Background(), "sb1"); err != nil {
 				t.Fatal(err)
 			}
-			exit("sb1", 4*time.Second)
+			exit("sb1", testCurve.Delay(3))
 			// Removing the live sandbox forgets its curve.
 			if _, err := k.m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sb1"},
 				func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
@@ -79,7 +79,7 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 			}
 			k.runSandbox("sb2", ann)
 			k.start("sb2", "main")
-			exit("sb2", time.Second)
+			exit("sb2", testCurve.Delay(1))
 		})
 	}
 }

@@ -8,6 +8,7 @@ package podstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -33,6 +34,8 @@ type runtimeService interface {
 	ExecSync(ctx context.Context, in *runtimeapi.ExecSyncRequest, opts ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error)
 	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
 	RemoveContainer(ctx context.Context, in *runtimeapi.RemoveContainerRequest, opts ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error)
+	StopPodSandbox(ctx context.Context, in *runtimeapi.StopPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error)
+	RemovePodSandbox(ctx context.Context, in *runtimeapi.RemovePodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error)
 }
 
 // Manager tracks the pods that carry restart rules and drives their restarts.
@@ -48,11 +51,13 @@ type Manager struct {
 	tracked atomic.Int32
 
 	mu sync.Mutex
-	// saves counts state writes (under mu), so a step can tell whether a
-	// nested step already saved.
+	// saves counts state writes that succeeded (under mu), so a step can
+	// tell whether a nested step already saved.
 	saves uint64
-	pods  map[string]*Pod   // by sandbox ID
-	byID  map[string]string // container ID -> sandbox ID
+	// saveFailing: the last save failed (under mu); its recovery is logged.
+	saveFailing bool
+	pods        map[string]*Pod   // by sandbox ID
+	byID        map[string]string // container ID -> sandbox ID
 
 	work    chan string
 	active  map[string]bool // sandboxes with an executor running
@@ -149,11 +154,42 @@ func (m *Manager) adopt(p *Pod) {
 // Tracked is the number of pods with rules; zero means every call may be forwarded raw.
 func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
 
-func (m *Manager) save(p *Pod) {
-	m.saves++
+// save writes p's record durably. An error (wrapping statefile.ErrNotDurable)
+// means the change it records must not be acted on: the caller undoes it in
+// memory (p.snapshot) and fails, a CRI call with Unavailable (unavailable),
+// so the kubelet or the executor tries again. m.mu held.
+func (m *Manager) save(p *Pod) error {
 	if err := m.st.save(p); err != nil {
-		m.log.Error("podstate: persisting pod state failed", "pod", p.Namespace+"/"+p.Name, "err", err)
+		if !m.saveFailing {
+			m.log.Error("podstate: state write failed; restart steps are not carried out until writes succeed again",
+				"pod", p.Namespace+"/"+p.Name, "err", err)
+		}
+		m.saveFailing = true
+		return fmt.Errorf("podstate: recording pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
+	m.saves++
+	if m.saveFailing {
+		m.saveFailing = false
+		m.log.Info("podstate: state writes succeed again")
+	}
+	return nil
+}
+
+// snapshot is a copy of p that a step puts back (*p = snap) when the record
+// of its change could not be written: every map and slice a step edits in
+// place is copied.
+func (p *Pod) snapshot() Pod {
+	c := *p
+	c.Forced, c.Held, c.Creates, c.IDs = maps.Clone(p.Forced), maps.Clone(p.Held), maps.Clone(p.Creates), maps.Clone(p.IDs)
+	c.Seq, c.ContainerRestarts = slices.Clone(p.Seq), maps.Clone(p.ContainerRestarts)
+	c.Old, c.Fake, c.New, c.Retried = maps.Clone(p.Old), maps.Clone(p.Fake), maps.Clone(p.New), maps.Clone(p.Retried)
+	c.Settled, c.Dead, c.Latest = maps.Clone(p.Settled), maps.Clone(p.Dead), maps.Clone(p.Latest)
+	c.shownRunning, c.held, c.createReq = maps.Clone(p.shownRunning), maps.Clone(p.held), maps.Clone(p.createReq)
+	if p.Trigger != nil {
+		t := *p.Trigger
+		c.Trigger = &t
+	}
+	return c
 }
 
 // kick asks Run to work on a sandbox; a full queue is fine, the periodic scan catches it.
@@ -244,12 +280,18 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 }
 
 // abandon ends the pod's restart in progress for good: the pod is shown as it
-// really is and no rule restarts anything in it any more. m.mu held.
-func (m *Manager) abandon(p *Pod) {
+// really is and no rule restarts anything in it any more. When that cannot be
+// recorded nothing changes. m.mu held.
+func (m *Manager) abandon(p *Pod) error {
+	snap := p.snapshot()
 	p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
 	p.Old, p.Fake, p.New, p.shownRunning, p.held = nil, nil, nil, nil, nil
 	p.Stopped = true
-	m.save(p)
+	if err := m.save(p); err != nil {
+		*p = snap
+		return err
+	}
+	return nil
 }
 
 // abandonIfSandboxGone is called when a restart step failed: if the pod's
@@ -270,9 +312,14 @@ func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, st
 	if p == nil || p.Stopped {
 		return true
 	}
-	m.log.Warn("podstate: sandbox gone or not ready; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase, "err", stepErr)
+	lastErr, phase := p.LastError, p.Phase
 	p.LastError = "restart abandoned, sandbox gone or not ready: " + stepErr.Error()
-	m.abandon(p)
+	if err := m.abandon(p); err != nil {
+		// Tried again with the step, every second.
+		p.LastError = lastErr
+		return false
+	}
+	m.log.Warn("podstate: sandbox gone or not ready; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase, "err", stepErr)
 	return true
 }
 
@@ -311,7 +358,9 @@ func (m *Manager) reconcile(ctx context.Context) {
 			}
 		}
 		if pruned {
-			m.save(p)
+			// A record that still names removed instances is harmless; the
+			// next save carries the pruning (a failure is logged by save).
+			_ = m.save(p)
 		}
 	}
 	for id, p := range m.pods {
@@ -349,13 +398,16 @@ func (m *Manager) scan(ctx context.Context) {
 	for i, c := range resp.Containers {
 		vs[i] = viewOf(c)
 	}
-	m.classifyExited(ctx, vs)
+	// An exit whose verdict could not be recorded is classified again at
+	// the next look (save logged it).
+	_ = m.classifyExited(ctx, vs)
 }
 
 // classifyExited decides, for exited containers of tracked pods not yet
 // classified, whether the exit triggers a pod restart. It fetches exit codes
-// outside the lock.
-func (m *Manager) classifyExited(ctx context.Context, cs []cview) {
+// outside the lock. An error means a verdict could not be recorded: that
+// exit is unclassified still and must not be shown as it is.
+func (m *Manager) classifyExited(ctx context.Context, cs []cview) error {
 	var need []string
 	m.mu.Lock()
 	for _, c := range cs {
@@ -372,13 +424,17 @@ func (m *Manager) classifyExited(ctx context.Context, cs []cview) {
 		}
 	}
 	m.mu.Unlock()
+	var errs []error
 	for _, id := range need {
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 		if err != nil {
 			continue
 		}
-		m.classify(st.GetStatus())
+		if _, err := m.classify(st.GetStatus()); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	return errors.Join(errs...)
 }
 
 func (m *Manager) needsClassification(p *Pod, id, name string) bool {
@@ -439,9 +495,11 @@ func settle(p *Pod, id string) {
 
 // classify records an exited container's verdict and, on a matching rule,
 // starts the pod's restart. It reports whether the exit triggered a restart.
-func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
+// An error means the verdict could not be recorded: nothing changed, nothing
+// was started, and the exit is classified again at the next look.
+func (m *Manager) classify(s *runtimeapi.ContainerStatus) (bool, error) {
 	if s == nil || s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
-		return false
+		return false, nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -449,17 +507,18 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) bool {
 }
 
 // classifyLocked is classify with m.mu held.
-func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
+func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	sid := m.byID[s.Id]
 	p := m.pods[sid]
 	name := s.GetMetadata().GetName()
 	if p == nil {
-		return false
+		return false, nil
 	}
 	markDead(p, s.Id)
 	if !m.needsClassification(p, s.Id, name) {
-		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id
+		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id, nil
 	}
+	snap := p.snapshot()
 	action := p.Rules.Match(name, s.ExitCode)
 	if forced, ok := p.Forced[name]; ok {
 		action = corev1.ContainerRestartRuleAction(forced)
@@ -467,8 +526,11 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 	}
 	if action != ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
 		settle(p, s.Id)
-		m.save(p)
-		return false
+		if err := m.save(p); err != nil {
+			*p = snap
+			return false, err
+		}
+		return false, nil
 	}
 	now := m.clock.Now()
 	finished := time.Unix(0, s.FinishedAt)
@@ -478,6 +540,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 		// One container: its own curve, and only its instances take part.
 		key.Container, scope = name, name
 	}
+	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
 	bst := m.bo.Exited(key, p.SandboxID, started, finished)
 	p.Phase, p.PhaseSince, p.Scope = PhaseTerminating, now, scope
 	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
@@ -515,7 +578,16 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 	p.Refined = len(p.Fake) == 1
 	p.NotBefore = bst.NotBefore
 	p.LastError = ""
-	m.save(p)
+	if err := m.save(p); err != nil {
+		// Not started: the curve does not move either.
+		*p = snap
+		if hadBackoff {
+			m.bo.Restore(key, prevOwner, prevBackoff)
+		} else {
+			m.bo.Drop(key)
+		}
+		return false, err
+	}
 	if scope == "" {
 		m.metrics.restarts.Inc()
 	}
@@ -523,7 +595,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) bool {
 	m.log.Info("podstate: restart rule matched", "action", action,
 		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
 	m.kick(p.SandboxID)
-	return true
+	return true, nil
 }
 
 // execute performs the next steps of a pod's restart; every step is safe to
@@ -548,7 +620,9 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 
 	switch phase {
 	case PhaseTerminating:
-		m.refineFake(ctx, sandboxID)
+		if err := m.refineFake(ctx, sandboxID); err != nil {
+			return err
+		}
 		if err := m.stopAll(ctx, old); err != nil {
 			return err
 		}
@@ -578,13 +652,14 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 
 // refineFake drops from the "shown running" set the instances that had in fact
 // already exited when the rule matched (other than the trigger). It runs before
-// stopAll, so every instance it sees exited exited on its own.
-func (m *Manager) refineFake(ctx context.Context, sandboxID string) {
+// stopAll, so every instance it sees exited exited on its own; nothing is
+// stopped until that is recorded.
+func (m *Manager) refineFake(ctx context.Context, sandboxID string) error {
 	m.mu.Lock()
 	p := m.pods[sandboxID]
 	if p == nil || p.Trigger == nil || p.Refined {
 		m.mu.Unlock()
-		return
+		return nil
 	}
 	var check []string
 	for id := range p.Fake {
@@ -603,9 +678,13 @@ func (m *Manager) refineFake(ctx context.Context, sandboxID string) {
 		m.mu.Unlock()
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	p.Refined = true
-	m.save(p)
-	m.mu.Unlock()
+	if err := m.save(p); err != nil {
+		p.Refined = false
+		return err
+	}
+	return nil
 }
 
 func (m *Manager) ensureStarted(ctx context.Context, id string) error {

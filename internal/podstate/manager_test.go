@@ -334,7 +334,7 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 		}
 	}
 	// The old trigger must not trigger again; a new exit 88 does.
-	if k.m.classify(k.status(ids["main"])) {
+	if again, _ := k.m.classify(k.status(ids["main"])); again {
 		t.Fatal("the old triggering exit triggered a second restart")
 	}
 	newMain := p.Latest["main"]

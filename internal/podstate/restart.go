@@ -167,8 +167,7 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 			break
 		}
 	}
-	m.swap(sandboxID, exited)
-	return nil
+	return m.swap(sandboxID, exited)
 }
 
 // replayOne creates and starts one container again, once: a container created
@@ -220,8 +219,14 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 			p.Retried = map[string]bool{}
 		}
 		p.Retried[name] = true
-		m.save(p)
+		// Not recorded: the retry finds the removed instance NotFound
+		// (interrupted) and goes on from there; nothing is created before
+		// the create's intent below is recorded.
+		err = m.save(p)
 		m.mu.Unlock()
+		if err != nil {
+			return "", err
+		}
 	}
 	m.mu.Lock()
 	raw, logDir, req := p.Creates[name], p.LogDirectory, p.createReq[name]
@@ -251,9 +256,16 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	cfg.LogPath = filepath.Join(name, fmt.Sprintf("%d.log", n))
 	intent := fmt.Sprintf("%s/%d", name, n)
 	m.mu.Lock()
+	creating := p.Creating
 	p.Creating = intent
-	m.save(p)
+	err := m.save(p)
+	if err != nil {
+		p.Creating = creating
+	}
 	m.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
 	resp, err := m.rt.CreateContainer(ctx, req)
 	if err != nil {
 		// req now carries this attempt; the retry starts again from the
@@ -333,6 +345,9 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 			continue
 		}
 		m.mu.Lock()
+		defer m.mu.Unlock()
+		snap := p.snapshot()
+		_, known := m.byID[c.Id]
 		if p.New == nil {
 			p.New = map[string]string{}
 		}
@@ -340,8 +355,14 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 		p.IDs[c.Id] = name
 		m.byID[c.Id] = sandboxID
 		p.Creating = ""
-		m.save(p)
-		m.mu.Unlock()
+		if err := m.save(p); err != nil {
+			// Not adopted until recorded: the saved intent still finds it.
+			*p = snap
+			if !known {
+				delete(m.byID, c.Id)
+			}
+			return err
+		}
 		break
 	}
 	return nil
@@ -391,23 +412,21 @@ func (m *Manager) sandboxOf(id string) string {
 // their real (exited) state, as the previous instance of each container.
 // A new instance that already exited again (a container that crashes at
 // once) is classified in the same locked step, so the kubelet never sees its
-// exit unclassified between the swap and the next scan.
-func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) {
+// exit unclassified between the swap and the next scan. A swap that cannot be
+// recorded is not made: the replay is retried and swaps again.
+func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	saves, swapped := m.saves, false
-	defer func() {
-		for _, s := range exited {
-			m.classifyLocked(s)
-		}
-		if p := m.pods[sandboxID]; p != nil && swapped && m.saves == saves {
-			m.save(p) // one save for the swap and what it classified
-		}
-	}()
 	p := m.pods[sandboxID]
 	if p == nil || p.Phase != PhaseStartup {
-		return
+		for _, s := range exited {
+			if _, err := m.classifyLocked(s); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
+	snap, saves := p.snapshot(), m.saves
 	for id, name := range p.New {
 		p.Latest[name] = id
 	}
@@ -437,9 +456,24 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) {
 		}
 	}
 	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""
-	swapped = true
+	var err error
+	for _, s := range exited {
+		if _, err = m.classifyLocked(s); err != nil {
+			break
+		}
+	}
+	if err == nil && m.saves == saves {
+		err = m.save(p) // one save for the swap and what it classified
+	}
+	if err != nil && m.saves == saves {
+		*p = snap
+		return err
+	}
+	// Recorded (a classification's save carried the swap; an exit whose
+	// verdict could not be recorded is classified at the next look).
 	m.metrics.latency.Observe(took.Seconds())
 	m.log.Info("podstate: pod restarted in place", "pod", p.Namespace+"/"+p.Name, "restarts", p.Restarts, "sinceExit", took.Round(time.Millisecond))
+	return nil
 }
 
 var logFileRe = regexp.MustCompile(`^(\d+)\.log`)
@@ -491,7 +525,9 @@ func (m *Manager) OnEvent(e *events.Event) {
 		m.log.Warn("podstate: container event without a readable status", "container", e.ContainerID, "err", err)
 		return
 	}
-	m.classify(s)
+	// A verdict that could not be recorded is made again at the next look
+	// (save logged it).
+	_, _ = m.classify(s)
 }
 
 type metrics struct {

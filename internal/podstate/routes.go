@@ -70,8 +70,19 @@ func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	}
 	m.mu.Lock()
 	m.adopt(p)
-	m.save(p)
+	err = m.save(p)
+	if err != nil {
+		delete(m.pods, p.SandboxID)
+		m.tracked.Store(int32(len(m.pods)))
+	}
 	m.mu.Unlock()
+	if err != nil {
+		// A pod whose rules could not be recorded would run without them
+		// after a restart of the shim: its sandbox is taken down again and
+		// the kubelet retries.
+		m.rollbackSandbox(ctx, resp.PodSandboxId)
+		return nil, unavailable(err)
+	}
 	m.log.Info("podstate: pod has restart rules", "pod", p.Namespace+"/"+p.Name, "sandbox", p.SandboxID, "containers", len(rules))
 	return resp, nil
 }
@@ -86,43 +97,59 @@ func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 	if err := m.waitIdle(ctx, req.PodSandboxId); err != nil {
 		return nil, err
 	}
+	completed := m.completedBefore(ctx, req)
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	prevID := m.recordCreate(req, resp.ContainerId)
-	if prevID == "" {
-		return resp, nil
-	}
-	// A container that had exited 0 when the kubelet created the next one is a
-	// regular init container, which a restart must wait for.
-	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: prevID})
-	if err == nil && st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && st.GetStatus().GetExitCode() == 0 {
-		m.mu.Lock()
-		if p := m.pods[req.PodSandboxId]; p != nil {
-			for i := range p.Seq {
-				if p.IDs[prevID] == p.Seq[i].Name {
-					p.Seq[i].WaitExit = true
-				}
-			}
-			m.save(p)
+	if err := m.recordCreate(req, resp.ContainerId, completed); err != nil {
+		// A container the shim has no record of could not be replayed
+		// after a restart of the shim: it is removed again and the kubelet
+		// retries the create.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, rerr := m.rt.RemoveContainer(rctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.ContainerId}); rerr != nil && status.Code(rerr) != codes.NotFound {
+			m.log.Error("podstate: removing a container whose creation could not be recorded", "container", resp.ContainerId, "err", rerr)
 		}
-		m.mu.Unlock()
+		return nil, unavailable(err)
 	}
 	return resp, nil
 }
 
+// completedBefore returns, for the first creation of a container name in a
+// tracked pod, the name of the container the kubelet created just before it
+// when that one's newest instance has exited 0: a regular init container,
+// which a restart must wait for. "" otherwise.
+func (m *Manager) completedBefore(ctx context.Context, req *runtimeapi.CreateContainerRequest) string {
+	name := req.GetConfig().GetMetadata().GetName()
+	m.mu.Lock()
+	p := m.pods[req.PodSandboxId]
+	if p == nil || len(p.Seq) == 0 || slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
+		m.mu.Unlock()
+		return ""
+	}
+	prev := p.Seq[len(p.Seq)-1].Name
+	prevID := p.Latest[prev]
+	m.mu.Unlock()
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: prevID})
+	if err == nil && st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && st.GetStatus().GetExitCode() == 0 {
+		return prev
+	}
+	return ""
+}
+
 // recordCreate remembers a kubelet-created container of a tracked pod. The
-// first creation of each name records the pod's start order; it returns the
-// newest instance of the container created just before, whose state decides
-// whether that one was a regular init container ("" when there is nothing to check).
-func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id string) (prevID string) {
+// first creation of each name records the pod's start order, and completed
+// (completedBefore) marks the container before it as one to wait for. When
+// that cannot be recorded nothing changes.
+func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, completed string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pods[req.PodSandboxId]
 	if p == nil {
-		return ""
+		return nil
 	}
+	snap := p.snapshot()
 	name := req.GetConfig().GetMetadata().GetName()
 	if b, err := proto.Marshal(req); err == nil {
 		p.Creates[name] = b
@@ -131,14 +158,20 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id string
 	p.IDs[id] = name
 	m.byID[id] = p.SandboxID
 	if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
-		if n := len(p.Seq); n > 0 {
-			prevID = p.Latest[p.Seq[n-1].Name]
+		for i := range p.Seq {
+			if p.Seq[i].Name == completed {
+				p.Seq[i].WaitExit = true
+			}
 		}
 		p.Seq = append(p.Seq, SeqEntry{Name: name})
 	}
 	p.Latest[name] = id
-	m.save(p)
-	return prevID
+	if err := m.save(p); err != nil {
+		*p = snap
+		delete(m.byID, id)
+		return err
+	}
+	return nil
 }
 
 // stopContainer: the kubelet stops a container itself (the pod is being
@@ -149,7 +182,13 @@ func (m *Manager) stopContainer(ctx context.Context, req *runtimeapi.StopContain
 	m.mu.Lock()
 	if p := m.pods[m.byID[req.ContainerId]]; p != nil && !p.Settled[req.ContainerId] {
 		settle(p, req.ContainerId)
-		m.save(p)
+		if err := m.save(p); err != nil {
+			// Not stopped: unrecorded, a rule could restart it after a
+			// restart of the shim. The kubelet retries.
+			delete(p.Settled, req.ContainerId)
+			m.mu.Unlock()
+			return nil, unavailable(err)
+		}
 	}
 	m.mu.Unlock()
 	return next(ctx, req)
@@ -162,10 +201,14 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
 	m.mu.Lock()
 	if p := m.pods[req.PodSandboxId]; p != nil && !p.Stopped {
-		if p.Phase != PhaseRunning {
-			m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", p.Phase)
+		phase := p.Phase
+		if err := m.abandon(p); err != nil {
+			m.mu.Unlock()
+			return nil, unavailable(err)
 		}
-		m.abandon(p)
+		if phase != PhaseRunning {
+			m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase)
+		}
 	}
 	m.mu.Unlock()
 	return next(ctx, req)
@@ -230,7 +273,9 @@ func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContai
 	if err != nil {
 		return nil, err
 	}
-	resp.Containers = m.viewContainers(ctx, resp.Containers, want, want == nil && isFull(req.GetFilter()))
+	if resp.Containers, err = m.viewContainers(ctx, resp.Containers, want, want == nil && isFull(req.GetFilter())); err != nil {
+		return nil, err
+	}
 	return resp, nil
 }
 
@@ -260,7 +305,9 @@ func (m *Manager) streamContainers(ctx context.Context, ss grpc.ServerStream, ba
 			}
 			return err
 		}
-		r.Containers = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter()))
+		if r.Containers, err = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter())); err != nil {
+			return err
+		}
 		if err := ss.SendMsg(r); err != nil {
 			return err
 		}
@@ -306,12 +353,15 @@ func (m *Manager) isRelist() bool {
 
 // viewContainers classifies unseen exits, then applies the restart view and
 // the caller's state filter to a list of containers.
-func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue, full bool) []*runtimeapi.Container {
+func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue, full bool) ([]*runtimeapi.Container, error) {
 	vs := make([]cview, len(cs))
 	for i, c := range cs {
 		vs[i] = viewOf(c)
 	}
-	verdicts := m.viewList(ctx, vs, want, full)
+	verdicts, err := m.viewList(ctx, vs, want, full)
+	if err != nil {
+		return nil, err
+	}
 	out := cs[:0]
 	for i, c := range cs {
 		if verdicts[i].hide {
@@ -322,14 +372,18 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 		}
 		out = append(out, c)
 	}
-	return out
+	return out, nil
 }
 
 // viewList decides, for each listed container, whether the kubelet sees it
 // and whether it is shown running although it is not. A fake verdict is only
-// given to a container that is not running.
-func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.ContainerStateValue, full bool) []verdict {
-	m.classifyExited(ctx, vs)
+// given to a container that is not running. When an exit's verdict could not
+// be recorded the list is not answered (Unavailable): shown as it is, the
+// exit would have the kubelet restart the container itself.
+func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.ContainerStateValue, full bool) ([]verdict, error) {
+	if err := m.classifyExited(ctx, vs); err != nil {
+		return nil, unavailable(err)
+	}
 	// Only the PLEG's relist releases holds and records what was shown: the
 	// kubelet's next statuses follow it (see Pod.held).
 	full = full && m.isRelist()
@@ -367,7 +421,7 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 			p.shownRunning[c.id] = true
 		}
 	}
-	return out
+	return out, nil
 }
 
 // listContainersBytes serves an unfiltered ListContainers (the kubelet's
@@ -395,7 +449,10 @@ func (m *Manager) listContainersBytes(ctx context.Context, req []byte, next prox
 	}); err != nil {
 		return m.viewDecoded(ctx, resp, true)
 	}
-	verdicts := m.viewList(ctx, vs, nil, true)
+	verdicts, err := m.viewList(ctx, vs, nil, true)
+	if err != nil {
+		return nil, err
+	}
 	for _, v := range verdicts {
 		if v.hide || v.fake {
 			return editList(resp, verdicts)
@@ -435,7 +492,11 @@ func (m *Manager) viewDecoded(ctx context.Context, resp []byte, full bool) ([]by
 	if err := proto.Unmarshal(resp, &r); err != nil {
 		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ListContainersResponse: %v", err)
 	}
-	r.Containers = m.viewContainers(ctx, r.Containers, nil, full)
+	cs, err := m.viewContainers(ctx, r.Containers, nil, full)
+	if err != nil {
+		return nil, err
+	}
+	r.Containers = cs
 	return proto.Marshal(&r)
 }
 
@@ -464,7 +525,9 @@ func (m *Manager) containerStatusBytes(ctx context.Context, req []byte, next pro
 	if err := proto.Unmarshal(resp, &r); err != nil {
 		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ContainerStatusResponse: %v", err)
 	}
-	m.fixStatus(r.GetStatus())
+	if err := m.fixStatus(r.GetStatus()); err != nil {
+		return nil, unavailable(err)
+	}
 	return proto.Marshal(&r)
 }
 
@@ -503,24 +566,29 @@ func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.Container
 	if err != nil {
 		return nil, err
 	}
-	m.fixStatus(resp.GetStatus())
+	if err := m.fixStatus(resp.GetStatus()); err != nil {
+		return nil, unavailable(err)
+	}
 	return resp, nil
 }
 
 // fixStatus classifies an exit it is the first to see and shows an old
-// instance of a restarting pod as still running.
-func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) {
+// instance of a restarting pod as still running. An error: the exit's
+// verdict could not be recorded, and the status must not be shown.
+func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 	if s == nil {
-		return
+		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-		m.classifyLocked(s)
+		if _, err := m.classifyLocked(s); err != nil {
+			return err
+		}
 	}
 	p := m.pods[m.byID[s.Id]]
 	if p == nil {
-		return
+		return nil
 	}
 	_, fake := m.view(p, s.Id)
 	if until, ok := p.held[s.Id]; ok {
@@ -534,6 +602,7 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) {
 		s.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 		s.FinishedAt, s.ExitCode, s.Reason, s.Message = 0, 0, "", ""
 	}
+	return nil
 }
 
 // view says how the kubelet sees one container of a tracked pod right now:
@@ -578,9 +647,16 @@ func (m *Manager) containerEvents(ctx context.Context, ss grpc.ServerStream, bac
 	}
 }
 
+// dropEvent says whether an event is kept from the kubelet. An exit whose
+// verdict could not be recorded is dropped too: the kubelet's next list is
+// answered Unavailable until it is (viewList), so it never sees the exit
+// unclassified.
 func (m *Manager) dropEvent(e *runtimeapi.ContainerEventResponse) bool {
 	for _, s := range e.ContainersStatuses {
-		if s.Id == e.ContainerId && m.classify(s) {
+		if s.Id != e.ContainerId {
+			continue
+		}
+		if restarts, err := m.classify(s); restarts || err != nil {
 			return true
 		}
 	}
@@ -596,9 +672,33 @@ func (m *Manager) dropEvent(e *runtimeapi.ContainerEventResponse) bool {
 		return true
 	}
 	for _, s := range e.ContainersStatuses {
-		m.fixStatus(s)
+		if err := m.fixStatus(s); err != nil {
+			return true
+		}
 	}
 	return false
+}
+
+// unavailable is the CRI answer to a call whose step was not carried out
+// because its record could not be made durable: the kubelet retries it.
+func unavailable(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Unavailable, "cri-shim: "+err.Error()+"; not carried out")
+}
+
+// rollbackSandbox stops and removes a sandbox this call created, under a
+// fresh context (the caller's may be the reason it failed).
+func (m *Manager) rollbackSandbox(ctx context.Context, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.rt.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		m.log.Error("podstate: stopping the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
+	}
+	if _, err := m.rt.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		m.log.Error("podstate: removing the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
+	}
 }
 
 // waitIdle returns once the sandbox has no restart in progress.

@@ -12,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
 // Phase is where a pod is in its in-place restart (KEP-5532's state machine,
@@ -141,20 +144,24 @@ type SeqEntry struct {
 // store persists each pod in two slot files, <sandbox>.0 and <sandbox>.1,
 // written alternately and in place. A slot is a header line,
 // "cri-shim-pod 1 <seq> <length> <crc32c>", then the pod as JSON. A kill -9
-// in the middle of a write tears at most the slot being written, whose length
-// or checksum then fails; the other slot still holds the state before: the
-// guarantee of a temp file renamed over the old one, at a twentieth of its cost
-// on ext4 (a rename over an existing file makes ext4 allocate and write out the
-// new file's blocks at once, auto_da_alloc; creating the temp file is a journal
-// transaction of its own). A crash-looping pod pays a save three times per
-// restart, so this was a fifth of the shim's CPU (docs/backoff.md).
-// There is no fsync: a killed process loses nothing the kernel already has,
-// and after a machine crash the sandboxes themselves are gone (reconcile drops
-// their state), so syncing would only slow every restart step down.
+// or a power loss in the middle of a write tears at most the slot being
+// written, whose length or checksum then fails; the other slot still holds
+// the state before: the guarantee of statefile's rule (temp file, fsync,
+// rename, fsync of the directory) at a fraction of its cost on ext4, since
+// no file is created or renamed per save (a rename over an existing file makes
+// ext4 allocate and write out the new file's blocks at once, auto_da_alloc;
+// creating the temp file is a journal transaction of its own). A crash-looping
+// pod pays a save three times per restart (docs/backoff.md).
+// Each write is made durable before save returns (fdatasync of the slot, and
+// an fsync of the directory when the slot file was created), and its outcome
+// is reported to statefile's health (statefile.Record): a step whose save
+// failed is not carried out (docs/operations.md, "Readiness on write failure").
 // Saves of one pod are serialised by the manager's lock.
 type store struct {
 	dir string
 	seq map[string]uint64 // sandbox -> sequence number of its newest slot
+	// write writes one slot durably (writeSlot; tests make it fail).
+	write func(path string, b []byte) error
 }
 
 const slotMagic = "cri-shim-pod 1"
@@ -172,7 +179,9 @@ func newStore(stateDir string) (*store, error) {
 			_ = os.Remove(t)
 		}
 	}
-	return &store{dir: dir, seq: map[string]uint64{}}, nil
+	s := &store{dir: dir, seq: map[string]uint64{}}
+	s.write = s.writeSlot
+	return s, nil
 }
 
 func (s *store) slot(sandboxID string, i uint64) string {
@@ -185,8 +194,8 @@ func (s *store) legacy(sandboxID string) string {
 }
 
 func (s *store) save(p *Pod) error {
-	if strings.ContainsAny(p.SandboxID, "/\\.") || p.SandboxID == "" {
-		return fmt.Errorf("podstate: refusing sandbox id %q as a file name", p.SandboxID)
+	if err := fileName(p.SandboxID); err != nil {
+		return err
 	}
 	body, err := json.Marshal(p)
 	if err != nil {
@@ -196,17 +205,8 @@ func (s *store) save(p *Pod) error {
 	b := make([]byte, 0, len(body)+64)
 	b = fmt.Appendf(b, "%s %d %d %08x\n", slotMagic, seq, len(body), crc32.Checksum(body, crcTable))
 	b = append(b, body...)
-	// The slot holding the older state is overwritten from offset 0; bytes of
-	// a longer earlier record past the new length are ignored when reading.
-	f, err := os.OpenFile(s.slot(p.SandboxID, seq), os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(b, 0)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	path := s.slot(p.SandboxID, seq)
+	if err := statefile.Record(path, s.write(path, b)); err != nil {
 		return err
 	}
 	s.seq[p.SandboxID] = seq
@@ -214,6 +214,49 @@ func (s *store) save(p *Pod) error {
 		_ = os.Remove(s.legacy(p.SandboxID))
 	}
 	return nil
+}
+
+// fileName refuses a sandbox ID that cannot be used as a file name as is.
+func fileName(sandboxID string) error {
+	if strings.ContainsAny(sandboxID, "/\\.") || sandboxID == "" {
+		return fmt.Errorf("podstate: refusing sandbox id %q as a file name", sandboxID)
+	}
+	return nil
+}
+
+// writeSlot overwrites the slot holding the older state from offset 0 and
+// makes it durable; bytes of a longer earlier record past the new length are
+// ignored when reading.
+func (s *store) writeSlot(path string, b []byte) error {
+	created := true
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		created = false
+		f, err = os.OpenFile(path, os.O_WRONLY, 0)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		// Data and the size: the mtime is not needed to read the slot.
+		err = ignoringEINTR(func() error { return unix.Fdatasync(int(f.Fd())) })
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && created {
+		err = statefile.SyncDir(s.dir)
+	}
+	return err
+}
+
+func ignoringEINTR(fn func() error) error {
+	for {
+		if err := fn(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }
 
 // decodeSlot checks one slot's header and checksum and returns its sequence
@@ -331,15 +374,14 @@ func (s *store) remove(sandboxID string) error {
 // `cri-shim pods` can show why it runs with plain kubelet behaviour. Such pods
 // are not tracked: their calls stay on the raw path.
 func (s *store) saveProblems(p *Pod) error {
+	if err := fileName(p.SandboxID); err != nil {
+		return err
+	}
 	dir := filepath.Join(filepath.Dir(s.dir), "problems")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return statefile.Record(dir, err)
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, p.SandboxID+".json"), b, 0o600)
+	return statefile.WriteJSON(filepath.Join(dir, p.SandboxID+".json"), p, 0o600)
 }
 
 // ReadPods reads every pod the shim has state for (tracked or only with

@@ -86,7 +86,8 @@ func (f *fakeRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, s grpc.
 	f.eventStreams.Add(1)
 	defer f.eventStreams.Add(-1)
 	for i := 0; ; i++ {
-		if err := s.Send(&runtimeapi.ContainerEventResponse{ContainerId: "c" + string(rune('a'+i%26)), CreatedAt: int64(i)}); err != nil {
+		// Stamped with the present, as containerd stamps its events.
+		if err := s.Send(&runtimeapi.ContainerEventResponse{ContainerId: "c" + string(rune('a'+i%26)), CreatedAt: time.Now().UnixNano()}); err != nil {
 			return err
 		}
 		if i == 2 {

@@ -96,10 +96,7 @@ func TestLookupGroup(t *testing.T) {
 // ready, shuts down on cancel and leaves no goroutine behind.
 func TestRunLifecycle(t *testing.T) {
 	dir := t.TempDir()
-	cfg := config.DefaultConfig()
-	cfg.StateDir = dir
-	cfg.Server.Listen = filepath.Join(dir, "shim.sock")
-	cfg.Runtime.Endpoint = filepath.Join(dir, "absent-runtime.sock")
+	cfg := testConfig(dir)
 	cfg.Metrics.Address = freeAddr(t)
 	cfg.Server.ShutdownTimeout = config.Duration{Duration: time.Second}
 	if err := cfg.Validate(); err != nil {
@@ -182,10 +179,8 @@ func TestRunRefusesBadSetup(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.DefaultConfig()
+	cfg := testConfig(dir)
 	cfg.Server.Listen = file
-	cfg.Runtime.Endpoint = filepath.Join(dir, "rt.sock")
-	cfg.Metrics.Address = ""
 	if err := Run(context.Background(), cfg, log, Options{}); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("listen on a regular file: %v", err)
 	}
@@ -194,6 +189,19 @@ func TestRunRefusesBadSetup(t *testing.T) {
 	if err := Run(context.Background(), cfg, log, Options{}); err == nil || !strings.Contains(err.Error(), "metrics.address") {
 		t.Fatalf("bad metrics address: %v", err)
 	}
+}
+
+// testConfig is the default configuration with every path of the machine
+// (state, checkpoints, sockets) under dir and no metrics listener: a test
+// never writes into the real /var/lib/cri-shim or /run, as root or not.
+func testConfig(dir string) config.Config {
+	cfg := config.DefaultConfig()
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.Checkpoint.Root = filepath.Join(dir, "checkpoints")
+	cfg.Server.Listen = filepath.Join(dir, "shim.sock")
+	cfg.Runtime.Endpoint = filepath.Join(dir, "absent-runtime.sock")
+	cfg.Metrics.Address = ""
+	return cfg
 }
 
 func freeAddr(t *testing.T) string {

@@ -30,7 +30,14 @@ var ErrNotDurable = errors.New("state could not be made durable")
 // with perm (never wider for a moment) in path's directory, so the rename is
 // atomic.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
-	err := writeFile(path, data, perm)
+	return Record(path, writeFile(path, data, perm))
+}
+
+// Record reports the outcome of a state write a package makes durable in its
+// own way (podstate's checksummed slots, written in place and fsynced) to
+// the health and metrics kept here, and returns err wrapped in ErrNotDurable
+// (nil when err is nil).
+func Record(path string, err error) error {
 	record(path, err)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrNotDurable, path, err)

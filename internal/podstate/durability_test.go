@@ -1,0 +1,243 @@
+package podstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/statefile"
+)
+
+func (f *fakeRT) StopPodSandbox(context.Context, *runtimeapi.StopPodSandboxRequest, ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (f *fakeRT) RemovePodSandbox(context.Context, *runtimeapi.RemovePodSandboxRequest, ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// sandboxCalls records the StopPodSandbox and RemovePodSandbox calls made.
+type sandboxCalls struct {
+	*fakeRT
+	calls []string
+}
+
+func (s *sandboxCalls) StopPodSandbox(_ context.Context, in *runtimeapi.StopPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
+	s.calls = append(s.calls, "stop "+in.PodSandboxId)
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (s *sandboxCalls) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
+	s.calls = append(s.calls, "remove "+in.PodSandboxId)
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// failWrites makes the pod store's writes fail, as on a full or read-only
+// disk, while fail reports true for the record about to be written.
+func failWrites(m *Manager, fail func(record []byte) bool) {
+	write := m.st.write
+	m.st.write = func(path string, b []byte) error {
+		if fail(b) {
+			return syscall.ENOSPC
+		}
+		return write(path, b)
+	}
+}
+
+func always([]byte) bool { return true }
+
+// tryStatus is status, returning the call's error.
+func (k kubelet) tryStatus(id string) (*runtimeapi.ContainerStatus, error) {
+	b, _ := proto.Marshal(&runtimeapi.ContainerStatusRequest{ContainerId: id})
+	out, err := k.m.containerStatusBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
+		var r runtimeapi.ContainerStatusRequest
+		if err := proto.Unmarshal(req, &r); err != nil {
+			return nil, err
+		}
+		resp, err := k.rt.ContainerStatus(ctx, &r)
+		if err != nil {
+			return nil, err
+		}
+		return proto.Marshal(resp)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var resp runtimeapi.ContainerStatusResponse
+	return resp.Status, proto.Unmarshal(out, &resp)
+}
+
+// tryList is list, returning the call's error.
+func (k kubelet) tryList() error {
+	b, _ := proto.Marshal(&runtimeapi.ListContainersRequest{})
+	_, err := k.m.listContainersBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
+		resp, err := k.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		if err != nil {
+			return nil, err
+		}
+		return proto.Marshal(resp)
+	})
+	return err
+}
+
+func wantUnavailable(t *testing.T, what string, err error) {
+	t.Helper()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("%s: %v, want Unavailable with the write error", what, err)
+	}
+}
+
+// An exit whose verdict cannot be recorded starts no restart: every status
+// path the kubelet reads answers Unavailable (so it does not act on the exit
+// either), nothing is stopped, the backoff curve does not move, and the shim
+// is not ready. Once writes succeed the exit is classified as usual.
+func TestExitNotRecordedIsNotActedOn(t *testing.T) {
+	k, sb, ids := setup(t, t.TempDir())
+	p := k.m.pods[sb]
+	failing := true
+	failWrites(k.m, func([]byte) bool { return failing })
+	k.rt.exit(ids["main"], 88)
+	_, err := k.tryStatus(ids["main"])
+	wantUnavailable(t, "ContainerStatus of the exit", err)
+	wantUnavailable(t, "ListContainers", k.tryList())
+	if !k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: ids["main"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
+		ContainersStatuses: []*runtimeapi.ContainerStatus{k.rt.cs[ids["main"]]}}) {
+		t.Fatal("the exit's event reached the kubelet")
+	}
+	if p.Phase != PhaseRunning || p.Trigger != nil || p.Settled[ids["main"]] {
+		t.Fatalf("unrecorded verdict in force: phase %s trigger %+v", p.Phase, p.Trigger)
+	}
+	if _, _, ok := k.m.bo.Get(backoff.Key{PodUID: p.UID}); ok {
+		t.Fatal("the backoff curve moved for a restart that did not start")
+	}
+	if statefile.Healthy() == nil {
+		t.Fatal("statefile reports healthy after a failed write")
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil || len(k.rt.stopped) != 0 || len(k.rt.created) != 3 {
+		t.Fatalf("acted on the unrecorded exit: stopped %v created %v (%v)", k.rt.stopped, k.rt.created, err)
+	}
+
+	failing = false
+	s, err := k.tryStatus(ids["main"])
+	if err != nil || s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("after writes recovered: %v %v", s, err)
+	}
+	if p.Phase != PhaseTerminating || p.Trigger.Delay != testCurve.Delay(1) {
+		t.Fatalf("phase %s, delay %s: want the restart, first step of the curve", p.Phase, p.Trigger.Delay)
+	}
+	if err := statefile.Healthy(); err != nil {
+		t.Fatalf("still unhealthy after a successful write: %v", err)
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 {
+		t.Fatalf("restart after recovery: phase %s restarts %d (%v)", p.Phase, p.Restarts, err)
+	}
+}
+
+// Every CRI call whose step cannot be recorded fails with Unavailable and the
+// step is not carried out; the executor's steps fail and are retried.
+func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
+	ctx := context.Background()
+	t.Run("RunPodSandbox", func(t *testing.T) {
+		rt := newFakeRT()
+		k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+		calls := &sandboxCalls{fakeRT: rt}
+		k.m.rt = calls
+		failWrites(k.m, always)
+		_, err := k.m.runPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+			Metadata:    &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
+			Annotations: map[string]string{RulesAnnotationPrefix + "main": rules88},
+		}}, func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+			return &runtimeapi.RunPodSandboxResponse{PodSandboxId: "sb1"}, nil
+		})
+		wantUnavailable(t, "RunPodSandbox", err)
+		if k.m.Tracked() != 0 || fmt.Sprint(calls.calls) != "[stop sb1 remove sb1]" {
+			t.Fatalf("tracked %d, sandbox calls %v: want the sandbox taken down and untracked", k.m.Tracked(), calls.calls)
+		}
+	})
+	t.Run("CreateContainer", func(t *testing.T) {
+		rt := newFakeRT()
+		k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+		sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": rules88})
+		failWrites(k.m, always)
+		_, err := k.m.createContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: "main"}}},
+			func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+				return rt.CreateContainer(ctx, r)
+			})
+		wantUnavailable(t, "CreateContainer", err)
+		p := k.m.pods[sb]
+		if len(rt.removed) != 1 || len(rt.cs) != 0 || len(p.IDs) != 0 || len(p.Seq) != 0 || len(k.m.byID) != 0 {
+			t.Fatalf("removed %v, left %v, recorded %v %v", rt.removed, rt.cs, p.IDs, p.Seq)
+		}
+	})
+	t.Run("StopContainer", func(t *testing.T) {
+		k, sb, ids := setup(t, t.TempDir())
+		failWrites(k.m, always)
+		forwarded := false
+		_, err := k.m.stopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ids["main"]},
+			func(context.Context, *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+				forwarded = true
+				return &runtimeapi.StopContainerResponse{}, nil
+			})
+		wantUnavailable(t, "StopContainer", err)
+		if forwarded || k.m.pods[sb].Settled[ids["main"]] {
+			t.Fatal("the kubelet's stop was carried out without its record")
+		}
+	})
+	t.Run("StopPodSandbox", func(t *testing.T) {
+		k, sb, ids := setup(t, t.TempDir())
+		k.rt.exit(ids["main"], 88)
+		k.status(ids["main"])
+		failWrites(k.m, always)
+		forwarded := false
+		_, err := k.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
+			func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+				forwarded = true
+				return &runtimeapi.StopPodSandboxResponse{}, nil
+			})
+		wantUnavailable(t, "StopPodSandbox", err)
+		if p := k.m.pods[sb]; forwarded || p.Stopped || p.Phase != PhaseTerminating {
+			t.Fatalf("forwarded %v, stopped %v, phase %s", forwarded, p.Stopped, p.Phase)
+		}
+	})
+	t.Run("restart steps", func(t *testing.T) {
+		k, sb, ids := setup(t, t.TempDir())
+		k.rt.exit(ids["main"], 88)
+		k.status(ids["main"])
+		failWrites(k.m, always)
+		err := k.m.execute(ctx, sb)
+		if !errors.Is(err, statefile.ErrNotDurable) || len(k.rt.stopped) != 0 || len(k.rt.created) != 3 {
+			t.Fatalf("step not recorded: %v, stopped %v, created %v", err, k.rt.stopped, k.rt.created)
+		}
+	})
+	t.Run("swap", func(t *testing.T) {
+		k, sb, ids := setup(t, t.TempDir())
+		p := k.m.pods[sb]
+		k.rt.exit(ids["main"], 88)
+		k.status(ids["main"])
+		failing := true
+		failWrites(k.m, func(b []byte) bool { return failing && strings.Contains(string(b), `"phase":"Running"`) })
+		if err := k.m.execute(ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != PhaseStartup || len(p.New) != 3 {
+			t.Fatalf("swap not recorded: %v, phase %s, new %v", err, p.Phase, p.New)
+		}
+		for id, st := range k.list() {
+			if _, isNew := p.New[id]; isNew {
+				t.Fatalf("new instance %s shown (%v) before its swap was recorded", id, st)
+			}
+		}
+		failing = false
+		if err := k.m.execute(ctx, sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 || len(k.rt.created) != 6 {
+			t.Fatalf("retried swap: %v, phase %s, restarts %d, created %v", err, p.Phase, p.Restarts, k.rt.created)
+		}
+	})
+}
