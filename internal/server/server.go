@@ -27,6 +27,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podmgmt"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
 // Options are what Run needs beyond the config.
@@ -64,6 +65,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		return fmt.Errorf("state_dir: %w", err)
 	}
 	mc.Registry.MustRegister(pods.Collectors()...)
+	mc.Registry.MustRegister(statefile.Collectors()...)
 	tasks, err := criu.DialTasks(cfg.Runtime.Endpoint)
 	if err != nil {
 		return fmt.Errorf("runtime.endpoint: %w", err)
@@ -153,7 +155,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			lis.Close()
 			return fmt.Errorf("metrics.address: %w", err)
 		}
-		hs = &http.Server{Handler: httpMux(mc, probe, cfg.Metrics.Profiling), ReadHeaderTimeout: 5 * time.Second}
+		hs = &http.Server{Handler: httpMux(mc, probe, statefile.Healthy, cfg.Metrics.Profiling), ReadHeaderTimeout: 5 * time.Second}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -204,7 +206,10 @@ func stopGracefully(gs *grpc.Server, timeout time.Duration) {
 	}
 }
 
-func httpMux(mc *metrics.Collector, probe func(context.Context) error, profiling bool) *http.ServeMux {
+// httpMux serves metrics, health and readiness. stateHealth is
+// statefile.Healthy: while state writes fail, the shim refuses the steps
+// they would record, so it is not ready.
+func httpMux(mc *metrics.Collector, probe func(context.Context) error, stateHealth func() error, profiling bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -214,13 +219,21 @@ func httpMux(mc *metrics.Collector, probe func(context.Context) error, profiling
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(mc.Registry, promhttp.HandlerOpts{}))
-	// healthz: the shim process serves. readyz: and the runtime behind it answers.
+	// healthz: the shim process serves. readyz: and the runtime behind it
+	// answers, and the shim's state can be written.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		var reasons []string
+		if err := stateHealth(); err != nil {
+			reasons = append(reasons, "state not writable (restart and checkpoint steps are refused): "+err.Error())
+		}
 		if err := probe(r.Context()); err != nil {
-			http.Error(w, "runtime not ready: "+err.Error(), http.StatusServiceUnavailable)
+			reasons = append(reasons, "runtime not ready: "+err.Error())
+		}
+		if len(reasons) > 0 {
+			http.Error(w, strings.Join(reasons, "\n"), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
