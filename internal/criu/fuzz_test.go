@@ -8,10 +8,19 @@ import (
 )
 
 // Manifests come from disk and are not trusted: any input either fails with
-// an error or yields a manifest whose archive names stay inside the checkpoint.
+// an error or yields a manifest whose names are container names (DNS-1123
+// labels) and whose archive names stay inside the checkpoint.
 func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"a","archive":"containers/a.tar"}]}`))
 	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"../x","archive":"containers/../x.tar"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"../../x","archive":"containers/../../x.tar"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"..","archive":"containers/...tar"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"/etc/x","archive":"containers//etc/x.tar"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"a/../../b","archive":"containers/a/../../b.tar"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"a\u0000","archive":"containers/a\u0000.tar"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"a","archive":"containers/a.tar"}],"exited":[{"name":"../../etc"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"a","archive":"containers/a.tar"}],"exited":[{"name":"x/y"}]}`))
+	f.Add([]byte(`{"formatVersion":1,"containers":[{"name":"A.b","archive":"containers/A.b.tar"}]}`))
 	f.Add([]byte(`{"formatVersion":2}`))
 	f.Add([]byte(`not json`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -23,8 +32,16 @@ func FuzzParseManifest(f *testing.F) {
 			if c.Archive != archiveName(c.Name) {
 				t.Fatalf("accepted archive %q for %q", c.Archive, c.Name)
 			}
-			if CheckName(c.Name) == nil && !filepath.IsLocal(c.Archive) {
-				t.Fatalf("valid name %q gives a non-local archive %q", c.Name, c.Archive)
+			if CheckContainerName(c.Name) != nil {
+				t.Fatalf("accepted container name %q", c.Name)
+			}
+			if !filepath.IsLocal(c.Archive) || filepath.Clean(c.Archive) != c.Archive || filepath.Dir(c.Archive) != containersDir {
+				t.Fatalf("name %q gives archive %q, not one element under %s/", c.Name, c.Archive, containersDir)
+			}
+		}
+		for _, x := range m.Exited {
+			if CheckContainerName(x.Name) != nil {
+				t.Fatalf("accepted exited container name %q", x.Name)
 			}
 		}
 	})

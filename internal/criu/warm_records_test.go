@@ -1,0 +1,174 @@
+package criu
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// listingRT adds ListPodSandbox to the fake runtime; onList runs after the
+// answer is made, before it is returned (a sandbox created meanwhile).
+type listingRT struct {
+	*fakeRT
+	onList  func()
+	listErr error
+}
+
+func (l *listingRT) ListPodSandbox(_ context.Context, _ *runtimeapi.ListPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	if l.listErr != nil {
+		return nil, l.listErr
+	}
+	l.mu.Lock()
+	out := &runtimeapi.ListPodSandboxResponse{}
+	for id := range l.sandboxes {
+		out.Items = append(out.Items, &runtimeapi.PodSandbox{Id: id})
+	}
+	l.mu.Unlock()
+	if l.onList != nil {
+		l.onList()
+	}
+	return out, nil
+}
+
+func warmFiles(t *testing.T, svc *Service) int {
+	t.Helper()
+	n := 0
+	for _, e := range entries(t, filepath.Join(svc.cfg.StateDir, "checkpoint")) {
+		if strings.HasSuffix(e, ".warm.json") {
+			n++
+		}
+	}
+	return n
+}
+
+func warmRecords(svc *Service) int {
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	return len(svc.warm)
+}
+
+// Warm-start records do not outlive their sandboxes: removed through the
+// shim (also when the runtime answers NotFound), removed while the shim was
+// down, or removed straight on the runtime, every record and file goes, and
+// the count returns to zero.
+func TestWarmRecordsReturnToZero(t *testing.T) {
+	fx := newFixture(t)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	rt := &listingRT{fakeRT: fx.rt}
+	svc, err := New(fx.svc.cfg, rt, rt, rt, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)}
+	const n = 60
+	var ids []string
+	for i := 0; i < n; i++ {
+		sb, err := runSandboxIn(t, svc, fx.rt, "ns", ann)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.PodSandboxId)
+	}
+	if warmRecords(svc) != n || warmFiles(t, svc) != n {
+		t.Fatalf("%d records, %d files after %d warm starts", warmRecords(svc), warmFiles(t, svc), n)
+	}
+	remove := func(svc *Service, id string, answer error) {
+		t.Helper()
+		_, err := svc.removePodSandbox(ctxT(t, time.Second), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id},
+			func(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+				if answer != nil {
+					return nil, answer
+				}
+				return fx.rt.RemovePodSandbox(ctx, r)
+			})
+		if status.Code(err) != status.Code(answer) {
+			t.Fatalf("RemovePodSandbox answered %v, want %v passed through", err, answer)
+		}
+	}
+	// Through the shim: 20 removed, 10 the runtime no longer knows.
+	for _, id := range ids[:20] {
+		remove(svc, id, nil)
+	}
+	for _, id := range ids[20:30] {
+		fx.rt.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+		remove(svc, id, status.Error(codes.NotFound, "sandbox not found"))
+	}
+	// A removal the runtime refuses keeps the record: the sandbox is still there.
+	remove(svc, ids[30], status.Error(codes.Unavailable, "containerd restarting"))
+	if got := warmRecords(svc); got != n-30 {
+		t.Fatalf("%d records after 30 removals, want %d", got, n-30)
+	}
+
+	// The shim is down while 20 more go; a new one sweeps at start. A sweep
+	// whose list fails removes nothing.
+	for _, id := range ids[30:50] {
+		fx.rt.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+	}
+	svc2, err := New(fx.svc.cfg, rt, rt, rt, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := warmRecords(svc2); got != n-30 {
+		t.Fatalf("restarted shim loaded %d records, want %d", got, n-30)
+	}
+	rt.listErr = status.Error(codes.Unavailable, "down")
+	if err := svc2.sweepWarm(ctxT(t, time.Second)); err == nil || warmRecords(svc2) != n-30 {
+		t.Fatalf("sweep with the runtime down: %v, %d records", err, warmRecords(svc2))
+	}
+	rt.listErr = nil
+	// A warm start that begins while the sweep lists sandboxes keeps its record.
+	var late string
+	rt.onList = func() {
+		rt.onList = nil
+		sb, err := runSandboxIn(t, svc2, fx.rt, "ns", ann)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		late = sb.PodSandboxId
+		fx.rt.mu.Lock()
+		delete(fx.rt.sandboxes, late) // not in the answer already made, either way
+		fx.rt.mu.Unlock()
+	}
+	if err := svc2.sweepWarm(ctxT(t, time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if svc2.warm[late] == nil {
+		t.Fatal("the sweep removed the record of a warm start that began during it")
+	}
+	if got, files := warmRecords(svc2), warmFiles(t, svc2); got != 11 || files != 11 {
+		t.Fatalf("after the sweep: %d records, %d files; want the 10 live sandboxes and the late one", got, files)
+	}
+
+	// The rest are removed behind the shim's back; the periodic sweep finds them.
+	for _, id := range append(ids[50:], ids[30], late) {
+		fx.rt.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+	}
+	every, retry := warmSweepEvery, warmSweepRetry
+	warmSweepEvery, warmSweepRetry = 10*time.Millisecond, 10*time.Millisecond
+	t.Cleanup(func() { warmSweepEvery, warmSweepRetry = every, retry })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); svc2.SweepWarm(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for warmRecords(svc2) != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if got, files := warmRecords(svc2), warmFiles(t, svc2); got != 0 || files != 0 {
+		t.Fatalf("%d records and %d files left after every sandbox went", got, files)
+	}
+	if left := entries(t, filepath.Join(svc2.cfg.StateDir, "checkpoint")); len(left) != 0 {
+		t.Fatalf("state files left: %v", left)
+	}
+}
