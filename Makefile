@@ -8,12 +8,16 @@
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/cri-shim/cri-shim/internal/version.Version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT_TIME ?= $(shell git log -1 --format=%cI 2>/dev/null)
+LDFLAGS := -X github.com/cri-shim/cri-shim/internal/version.Version=$(VERSION) \
+	-X github.com/cri-shim/cri-shim/internal/version.Revision=$(REVISION) \
+	-X github.com/cri-shim/cri-shim/internal/version.CommitTime=$(COMMIT_TIME)
 export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build test unit unit-nonroot e2e stack run stop bench-proxy bench-restart bench-backoff bench-checkpoint fuzz vet clean
+.PHONY: proto all build test unit unit-nonroot e2e stack run stop bench-proxy bench-restart bench-backoff bench-checkpoint fuzz vet clean release
 
 all: build
 
@@ -70,6 +74,11 @@ bench-proxy: build stack
 
 clean:
 	rm -rf _output
+
+# Versioned static tarballs and .deb packages (nfpm) for amd64 and arm64, with
+# SHA256SUMS, in _output/release (build/release.sh).
+release:
+	build/release.sh $(VERSION) _output/release
 
 # Trigger-to-all-running latency of an in-place pod restart: cri-shim vs the
 # native kubelet feature vs deleting and recreating the pod (test/e2e).
