@@ -60,7 +60,7 @@ func (f *fakeRT) ListContainers(_ context.Context, in *runtimeapi.ListContainers
 		if sb := in.GetFilter().GetPodSandboxId(); sb != "" && f.sandboxOf[id] != sb {
 			continue
 		}
-		out = append(out, &runtimeapi.Container{Id: id, PodSandboxId: f.sandboxOf[id], Metadata: s.Metadata, State: s.State})
+		out = append(out, &runtimeapi.Container{Id: id, PodSandboxId: f.sandboxOf[id], Metadata: s.Metadata, State: s.State, CreatedAt: s.CreatedAt})
 	}
 	return &runtimeapi.ListContainersResponse{Containers: out}, nil
 }
@@ -83,11 +83,19 @@ func (f *fakeRT) exit(id string, code int32) {
 	s.State, s.ExitCode, s.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, code, time.Now().UnixNano()
 }
 
+// StopContainer is containerd's (internal/cri/server/container_stop.go): an
+// unknown container is already stopped (success), and only a RUNNING (or
+// UNKNOWN) one is killed; a container that has exited keeps its first exit
+// code and finish time.
 func (f *fakeRT) StopContainer(_ context.Context, in *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
 	f.mu.Lock()
 	f.stopped = append(f.stopped, in.ContainerId)
+	s, ok := f.cs[in.ContainerId]
+	running := ok && (s.State == runtimeapi.ContainerState_CONTAINER_RUNNING || s.State == runtimeapi.ContainerState_CONTAINER_UNKNOWN)
 	f.mu.Unlock()
-	f.exit(in.ContainerId, 137)
+	if running {
+		f.exit(in.ContainerId, 137)
+	}
 	return &runtimeapi.StopContainerResponse{}, nil
 }
 
@@ -107,19 +115,33 @@ func (f *fakeRT) CreateContainer(_ context.Context, in *runtimeapi.CreateContain
 	}
 	f.logPaths[id] = in.Config.LogPath
 	f.cs[id] = &runtimeapi.ContainerStatus{Id: id, Metadata: in.Config.Metadata, State: runtimeapi.ContainerState_CONTAINER_CREATED,
-		Annotations: in.Config.Annotations, LogPath: in.Config.LogPath}
+		CreatedAt: time.Now().UnixNano(), Annotations: in.Config.Annotations, LogPath: in.Config.LogPath}
 	f.sandboxOf[id] = in.PodSandboxId
 	f.created = append(f.created, in.Config.Metadata.Name)
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 
+// StartContainer is containerd's (internal/cri/server/container_start.go): an
+// unknown container is NotFound; one that is not CREATED is refused
+// (Unknown, "container is in ... state") and left as it is; a start in a
+// sandbox that is not ready fails after the container was marked starting,
+// which leaves it EXITED with code 128 (StartError) and no start time.
 func (f *fakeRT) StartContainer(_ context.Context, in *runtimeapi.StartContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
 	f.mu.Lock()
-	if f.sandboxDead {
+	s, ok := f.cs[in.ContainerId]
+	if !ok {
 		f.mu.Unlock()
-		return nil, status.Error(codes.Unknown, "sandbox container is not running")
+		return nil, status.Errorf(codes.NotFound, "an error occurred when try to find container %q: not found", in.ContainerId)
 	}
-	s := f.cs[in.ContainerId]
+	if s.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+		f.mu.Unlock()
+		return nil, status.Errorf(codes.Unknown, "failed to set starting state for container %q: container is in %s state", in.ContainerId, s.State)
+	}
+	if f.sandboxDead {
+		s.State, s.ExitCode, s.FinishedAt, s.Reason = runtimeapi.ContainerState_CONTAINER_EXITED, 128, time.Now().UnixNano(), "StartError"
+		f.mu.Unlock()
+		return nil, status.Errorf(codes.Unknown, "sandbox container %q is not running", f.sandboxOf[in.ContainerId])
+	}
 	s.State, s.StartedAt = runtimeapi.ContainerState_CONTAINER_RUNNING, time.Now().UnixNano()
 	code, exits := f.exitOnStart[s.Metadata.Name]
 	f.mu.Unlock()
@@ -251,19 +273,17 @@ func (k kubelet) list() map[string]runtimeapi.ContainerState {
 	return out
 }
 
-type frozenClock struct{ t time.Time }
-
-func (c frozenClock) Now() time.Time { return c.t }
+// testCurve is the tests' backoff curve: the real shape (doubling to a
+// maximum), short enough that the executor's backoff wait, which runs on the
+// wall clock as in the shim, is taken in every test that restarts.
+var testCurve = backoff.Curve{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond}
 
 func newTestManager(t *testing.T, rt *fakeRT, dir string) *Manager {
 	t.Helper()
-	// The clock runs a day ahead, so backoff delays are already over when the executor checks.
-	clock := frozenClock{time.Now().Add(24 * time.Hour)}
-	m, err := New(rt, dir, backoff.NewTracker(backoff.Curve{Initial: time.Second, Max: time.Minute}, nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := New(rt, dir, backoff.NewTracker(testCurve, nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.clock = clock
 	return m
 }
 
@@ -582,8 +602,9 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 		ids[n] = k.start(sb, n)
 	}
 	p := k.m.pods[sb]
-	for i, wantDelay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+	for i, wantDelay := range []time.Duration{testCurve.Delay(1), testCurve.Delay(2), testCurve.Delay(3)} {
 		cur := p.Latest["main"]
+		exited := time.Now()
 		k.rt.exit(cur, 1)
 		if s := k.status(cur); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			t.Fatalf("restart %d: the kubelet saw the exit: %v", i+1, s.State)
@@ -593,6 +614,10 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 		}
 		if err := k.m.execute(context.Background(), sb); err != nil {
 			t.Fatal(err)
+		}
+		// The executor waited out the delay, counted from the exit.
+		if took := time.Since(exited); took < wantDelay {
+			t.Fatalf("restart %d: replayed %s after the exit, before its backoff delay %s", i+1, took, wantDelay)
 		}
 		if p.Phase != PhaseRunning || p.ContainerRestarts["main"] != i+1 || p.Restarts != 0 {
 			t.Fatalf("restart %d: phase %s, container restarts %v, pod restarts %d", i+1, p.Phase, p.ContainerRestarts, p.Restarts)
@@ -633,8 +658,8 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	if st := k.list()[newID]; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("the new instance's instant exit is visible to the kubelet: %v", st)
 	}
-	if p.Trigger.Delay != 2*time.Second {
-		t.Fatalf("second restart delay %s, want 2s", p.Trigger.Delay)
+	if p.Trigger.Delay != testCurve.Delay(2) {
+		t.Fatalf("second restart delay %s, want %s", p.Trigger.Delay, testCurve.Delay(2))
 	}
 }
 
@@ -1044,5 +1069,44 @@ func TestReplayRequestReuse(t *testing.T) {
 	k.rt.mu.Unlock()
 	if a := attempt(next); a != 10 || logPath != "main/10.log" {
 		t.Fatalf("after the kubelet's create: attempt %d log %q, want 10 and main/10.log", a, logPath)
+	}
+}
+
+// The fake runtime answers StartContainer and StopContainer as containerd
+// 2.2 does (internal/cri/server/container_start.go, container_stop.go), which
+// the restart machinery's tests depend on.
+func TestFakeRuntimeStartStopLikeContainerd(t *testing.T) {
+	ctx := context.Background()
+	rt := newFakeRT()
+	c, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: "sb1", Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.ContainerId
+	if s := rt.cs[id]; time.Since(time.Unix(0, s.CreatedAt)) > time.Minute {
+		t.Fatalf("created at %s: the fake's clock is not in the present", time.Unix(0, s.CreatedAt))
+	}
+	if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); status.Code(err) != codes.Unknown {
+		t.Fatalf("second start of a running container: %v, want Unknown (container is in RUNNING state)", err)
+	}
+	if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("start of an unknown container: %v, want NotFound", err)
+	}
+	rt.exit(id, 3)
+	first := proto.Clone(rt.cs[id]).(*runtimeapi.ContainerStatus)
+	time.Sleep(time.Millisecond)
+	for _, cid := range []string{id, "nope"} {
+		if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cid}); err != nil {
+			t.Fatalf("stop of %s: %v, want success (idempotent)", cid, err)
+		}
+	}
+	if s := rt.cs[id]; s.ExitCode != 3 || s.FinishedAt != first.FinishedAt {
+		t.Fatalf("stop of an exited container changed it: exit %d finished %d, want 3 and %d", s.ExitCode, s.FinishedAt, first.FinishedAt)
+	}
+	if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); status.Code(err) != codes.Unknown {
+		t.Fatalf("start of an exited container: %v, want Unknown", err)
 	}
 }
