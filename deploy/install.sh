@@ -35,11 +35,21 @@ install -D -m 0644 "$HERE/cri-shim.service" "$ROOT/etc/systemd/system/cri-shim.s
 install -D -m 0644 "$HERE/../docs/operations.md" "$ROOT/usr/local/share/doc/cri-shim/operations.md"
 if [[ -n $KUBELET ]]; then
 	install -D -m 0644 "$HERE/kubelet/20-cri-shim.conf" "$ROOT/etc/systemd/system/kubelet.service.d/20-cri-shim.conf"
+	install -D -m 0644 "$HERE/kubelet/50-cri-shim.conf" "$ROOT/etc/kubernetes/kubelet.conf.d/50-cri-shim.conf"
 	for f in /etc/default/kubelet /etc/sysconfig/kubelet; do
 		if [[ -f $ROOT$f ]] && grep -q '^KUBELET_EXTRA_ARGS=.' "$ROOT$f"; then
 			echo "WARNING: $f sets KUBELET_EXTRA_ARGS, which overrides the drop-in: add" >&2
-			echo "  --container-runtime-endpoint=unix:///run/cri-shim/cri-shim.sock --image-service-endpoint=unix:///run/cri-shim/cri-shim.sock" >&2
+			echo "  --config-dir=/etc/kubernetes/kubelet.conf.d" >&2
 			echo "to it by hand." >&2
+		fi
+	done
+	# Flags win over configuration files: an endpoint flag left by an older
+	# kubeadm would keep the kubelet on containerd.
+	for f in /var/lib/kubelet/kubeadm-flags.env /etc/default/kubelet /etc/sysconfig/kubelet; do
+		if [[ -f $ROOT$f ]] && grep -q -- '--container-runtime-endpoint\|--image-service-endpoint' "$ROOT$f"; then
+			echo "WARNING: $f passes --container-runtime-endpoint or --image-service-endpoint, which win over" >&2
+			echo "  /etc/kubernetes/kubelet.conf.d/50-cri-shim.conf: remove them from it (kubeadm keeps the endpoint" >&2
+			echo "  in the kubelet's config file since v1.27)." >&2
 		fi
 	done
 fi

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // deploy/install.sh into a scratch root: every file lands, the config is
@@ -25,6 +28,14 @@ func TestDeployInstallScript(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "etc/default/kubelet"), []byte("KUBELET_EXTRA_ARGS=--v=2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// An old kubeadm's flags file with the endpoint flag, which wins over config files.
+	if err := os.MkdirAll(filepath.Join(root, "var/lib/kubelet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "var/lib/kubelet/kubeadm-flags.env"),
+		[]byte("KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	install := func() string {
 		cmd := exec.Command(filepath.Join(repo, "deploy/install.sh"), "--binary", binPath, "--root", root, "--with-kubelet", "--with-crictl")
 		out, err := cmd.CombinedOutput()
@@ -36,7 +47,7 @@ func TestDeployInstallScript(t *testing.T) {
 	out := install()
 	for _, f := range []string{
 		"usr/local/bin/cri-shim", "etc/cri-shim/config.toml", "etc/systemd/system/cri-shim.service",
-		"etc/systemd/system/kubelet.service.d/20-cri-shim.conf", "etc/crictl.yaml",
+		"etc/systemd/system/kubelet.service.d/20-cri-shim.conf", "etc/kubernetes/kubelet.conf.d/50-cri-shim.conf", "etc/crictl.yaml",
 		"usr/local/share/doc/cri-shim/operations.md",
 	} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
@@ -45,6 +56,9 @@ func TestDeployInstallScript(t *testing.T) {
 	}
 	if !strings.Contains(out, "WARNING: /etc/default/kubelet sets KUBELET_EXTRA_ARGS") {
 		t.Errorf("no warning about /etc/default/kubelet overriding the drop-in:\n%s", out)
+	}
+	if !strings.Contains(out, "WARNING: /var/lib/kubelet/kubeadm-flags.env passes --container-runtime-endpoint") {
+		t.Errorf("no warning about an endpoint flag in kubeadm-flags.env:\n%s", out)
 	}
 	cfg := filepath.Join(root, "etc/cri-shim/config.toml")
 	if err := os.WriteFile(cfg, []byte("[log]\nlevel = \"debug\"\n"), 0o644); err != nil {
@@ -82,4 +96,56 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
+}
+
+// The kubelet configuration drop-in as deploy/install.sh installs it: a real
+// kubelet v1.36 whose own configuration points at containerd runs its pods
+// through the shim once deploy/kubelet/50-cri-shim.conf is in its
+// --config-dir (the socket path swapped for the test node's).
+func TestKubeletConfigDropIn(t *testing.T) {
+	needNode(t)
+	pauseKubelet(t)
+	t.Cleanup(func() { pauseKubelet(t) })
+	if err := script("up.sh", "--start", "kubelet-dropin"); err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		KubeletConfig struct {
+			ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint"`
+			ImageServiceEndpoint     string `json:"imageServiceEndpoint"`
+		} `json:"kubeletconfig"`
+	}
+	body, err := kubeletDo(t, http.MethodGet, "/configz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustUnmarshal(t, body, &cfg)
+	want := "unix://" + node.env["SHIM_SOCK"]
+	if cfg.KubeletConfig.ContainerRuntimeEndpoint != want || cfg.KubeletConfig.ImageServiceEndpoint != want {
+		t.Fatalf("kubelet endpoints %q / %q, want %q (the drop-in did not apply)",
+			cfg.KubeletConfig.ContainerRuntimeEndpoint, cfg.KubeletConfig.ImageServiceEndpoint, want)
+	}
+	runs := func() float64 {
+		return metricValue(scrapeMetrics(t), `cri_shim_grpc_requests_total{method="runtime.v1.RuntimeService/RunPodSandbox"}`)
+	}
+	before := runs()
+	if before < 0 {
+		t.Fatal("no RunPodSandbox series in the shim's metrics")
+	}
+	manifest := `apiVersion: v1
+kind: Pod
+metadata: {name: dropin, namespace: default}
+spec:
+  containers:
+  - {name: main, image: ` + busybox + `, imagePullPolicy: Never, command: [sleep, "3600"]}
+`
+	if err := os.WriteFile(filepath.Join(node.env["MANIFESTS"], "dropin.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the pod's sandbox created through the shim", func() error {
+		if n := runs(); n <= before {
+			return fmt.Errorf("RunPodSandbox through the shim: %v, was %v", n, before)
+		}
+		return nil
+	})
 }

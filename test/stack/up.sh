@@ -3,7 +3,7 @@
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
 #   up.sh [--kubelet] [--apiserver] [--manifest FILE]...
-#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|apiserver|registry
+#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry
 #         (re)start one component of a running node
 # --apiserver also starts etcd and kube-apiserver on loopback ports, and the
 # kubelet (with --kubelet) registers with it as node $NODE_NAME.
@@ -169,6 +169,12 @@ YAML
 	kubelet_config "$NODE_RUN/kubelet-native.yaml" "$CONTAINERD_SOCK" "$MANIFESTS_NATIVE" true
 	# For the backoff benchmark: through the shim, with the kubelet's own KEP-4603 curve on.
 	kubelet_config "$NODE_RUN/kubelet-reduced.yaml" "$SHIM_SOCK" "$MANIFESTS" false true
+	# For the deploy test: a kubelet configured for containerd, switched to the
+	# shim only by deploy/kubelet/50-cri-shim.conf in its --config-dir.
+	kubelet_config "$NODE_RUN/kubelet-base.yaml" "$CONTAINERD_SOCK" "$MANIFESTS" false
+	mkdir -p "$NODE_RUN/kubelet.conf.d"
+	sed "s#unix:///run/cri-shim/cri-shim.sock#unix://$SHIM_SOCK#" "$REPO/deploy/kubelet/50-cri-shim.conf" \
+		>"$NODE_RUN/kubelet.conf.d/50-cri-shim.conf"
 	cat >"$NODE_RUN/env" <<ENV
 NODE_RUN=$NODE_RUN
 NODE_DATA=$NODE_DATA
@@ -301,6 +307,7 @@ start_kubelet() {
 	if [[ ${1:-} == native ]]; then cfg=$NODE_RUN/kubelet-native.yaml root=$NODE_DATA/kubelet-native; fi
 	if [[ ${1:-} == reduced ]]; then cfg=$NODE_RUN/kubelet-reduced.yaml; fi
 	if [[ ${1:-} == api ]]; then extra=(--kubeconfig "$KUBELET_KUBECONFIG"); fi
+	if [[ ${1:-} == dropin ]]; then cfg=$NODE_RUN/kubelet-base.yaml extra=(--config-dir "$NODE_RUN/kubelet.conf.d"); fi
 	spawn kubelet kubelet --config "$cfg" --root-dir "$root" "${extra[@]}" \
 		--hostname-override "$NODE_NAME" --v 2
 	wait_for 90 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" ||
@@ -316,6 +323,7 @@ if [[ -n $ONLY ]]; then
 	kubelet-native) start_kubelet native ;;
 	kubelet-reduced) start_kubelet reduced ;;
 	kubelet-api) start_kubelet api ;;
+	kubelet-dropin) start_kubelet dropin ;;
 	apiserver) start_apiserver ;;
 	registry) start_registry ;;
 	*) log "--start: unknown component $ONLY"; exit 2 ;;
