@@ -140,6 +140,9 @@ func TestWarmStartStaysInItsNamespace(t *testing.T) {
 	foreign := fullName("ns-foreign")
 	var refusal string
 	eventually(t, 60*time.Second, "the kubelet reporting the refusal of "+foreign, func() error {
+		if fs, last, _ := secretLog(t, nsB, foreign); fs[secret] {
+			t.Fatalf("%s (namespace %s) runs the process restored from %s's checkpoint: it logs %s's secret (counter %d)", foreign, nsB, nsA, nsA, last)
+		}
 		b, _ := os.ReadFile(klog)
 		if int64(len(b)) < klogFrom {
 			klogFrom = 0 // a new kubelet log
