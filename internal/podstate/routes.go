@@ -93,7 +93,11 @@ func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 	// and may create the next one (a main container after a sidecar it sees
 	// started); that creation waits for the restart to finish, so the pod's
 	// start order holds. The kubelet's own deadline (--runtime-request-timeout,
-	// 2 minutes by default) bounds the wait.
+	// 2 minutes by default) bounds the wait. A container the restart creates
+	// itself is refused at once (replace.go).
+	if err := m.refuseReplacement(req); err != nil {
+		return nil, err
+	}
 	if err := m.waitIdle(ctx, req.PodSandboxId); err != nil {
 		return nil, err
 	}

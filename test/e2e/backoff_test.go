@@ -44,6 +44,13 @@ spec:
 // and restores the original config (and shim) when the test ends.
 func withShimConfig(t *testing.T, extra string) {
 	t.Helper()
+	withShimConfigEdit(t, func(orig []byte) []byte { return append(append([]byte{}, orig...), []byte("\n"+extra)...) })
+}
+
+// withShimConfigEdit restarts the shim with its config changed by edit, and
+// restores the original config (and shim) when the test ends.
+func withShimConfigEdit(t *testing.T, edit func([]byte) []byte) {
+	t.Helper()
 	cfg := filepath.Join(node.env["NODE_RUN"], "cri-shim", "config.toml")
 	orig, err := os.ReadFile(cfg)
 	if err != nil {
@@ -58,7 +65,7 @@ func withShimConfig(t *testing.T, extra string) {
 			t.Fatal(err)
 		}
 	}
-	restart(append(append([]byte{}, orig...), []byte("\n"+extra)...))
+	restart(edit(orig))
 	t.Cleanup(func() { restart(orig) })
 }
 

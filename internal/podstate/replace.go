@@ -1,0 +1,61 @@
+package podstate
+
+import (
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// A liveness probe during a held restart (item 11 of issue 14; docs/backoff.md).
+//
+// While a restart waits out its backoff delay the kubelet sees the exited
+// instance as running. A probe that fails on the dead process (tcpSocket,
+// httpGet: the kubelet dials the pod) makes the kubelet kill that instance
+// and, under restartPolicy Always or OnFailure, create the next one in the
+// same sync (pkg/kubelet/kuberuntime/kuberuntime_manager.go,
+// computePodActions: "failed liveness probe, will be restarted"), without
+// its own backoff, since it saw no exit. The restart in progress creates
+// that instance itself when the delay is over. The kubelet's create used to
+// wait for the restart to finish (waitIdle), holding the kubelet's pod
+// worker for the rest of the delay (a pod deleted meanwhile waited too), and
+// then reached containerd, where only the name containerd reserves for an
+// attempt number kept a second instance from running. It is refused at once
+// instead; the kubelet retries at its next sync, when it sees the restarted
+// instance running and keeps it.
+
+// refuseReplacement refuses a CreateContainer of a container whose next
+// instance a restart in progress in the same pod creates itself.
+func (m *Manager) refuseReplacement(req *runtimeapi.CreateContainerRequest) error {
+	name := req.GetConfig().GetMetadata().GetName()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[req.GetPodSandboxId()]
+	if p == nil || p.Phase == PhaseRunning || p.Stopped || !replaces(p, name) {
+		return nil
+	}
+	wait := ""
+	if d := time.Until(p.NotBefore); d > 0 {
+		wait = ", next instance in " + d.Round(100*time.Millisecond).String()
+	}
+	m.log.Info("podstate: refusing the kubelet's create of a container the restart in progress creates itself",
+		"pod", p.Namespace+"/"+p.Name, "container", name, "phase", p.Phase)
+	return status.Errorf(codes.Unavailable, "cri-shim: container %q of pod %s/%s is being restarted by its restart rule (%s%s); "+
+		"another instance is not created beside it", name, p.Namespace, p.Name, p.Phase, wait)
+}
+
+// replaces reports whether p's restart in progress creates the next
+// instance of container name: the one container of a Restart rule, or any
+// container with an instance from before a pod restart.
+func replaces(p *Pod, name string) bool {
+	if p.Scope != "" {
+		return p.Scope == name
+	}
+	for _, n := range p.Old {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,52 @@
+package podstate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The kubelet kills a held instance after a liveness probe failed and
+// creates the next one at once: the create is refused without waiting, and
+// only the restart's own instance is created. A container the restart does
+// not replace is created as before.
+func TestCreateDuringHeldRestartRefused(t *testing.T) {
+	k, sb, p := crashingMainPod(t)
+	cur := p.Latest["main"]
+	k.rt.exit(cur, 1)
+	k.status(cur)
+	if p.Phase != PhaseTerminating || p.Scope != "main" {
+		t.Fatalf("test setup: phase %s scope %q", p.Phase, p.Scope)
+	}
+	create := func(name string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := k.m.createContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+			Metadata:    &runtimeapi.ContainerMetadata{Name: name, Attempt: 1},
+			Annotations: map[string]string{annotationRestartCount: "1", annotationGracePeriod: "0"},
+			LogPath:     name + "/1.log",
+		}}, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+			return k.rt.CreateContainer(ctx, r)
+		})
+		return err
+	}
+	start := time.Now()
+	err := create("main")
+	if status.Code(err) != codes.Unavailable || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("the kubelet's create of main during its held restart: %v after %s, want Unavailable at once", err, time.Since(start))
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(k.rt.created); n != 2 {
+		t.Fatalf("created %v, want main and the restart's one instance", k.rt.created)
+	}
+	// Not held any more: the kubelet's creates go through.
+	if err := create("side"); err != nil {
+		t.Fatal(err)
+	}
+}

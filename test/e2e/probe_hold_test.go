@@ -1,0 +1,265 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// probePod: main serves TCP 8080 (busybox httpd) for 3 s, then exits 1, every
+// run, stamping the host's uptime at each start and exit; a Restart rule
+// opts its failures into the shim's curve; a liveness probe (probe: an exec
+// or tcpSocket block) checked every second fails once the process is dead.
+func probePod(name, probe string) string {
+	dir := filepath.Join(node.env["NODE_DATA"], "bench", name)
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %[1]s
+  namespace: default
+  annotations:
+    restart-rules.cri-shim.io/main: '[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]'
+spec:
+  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "n=$(cat /t/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > /t/count; echo start $n $(cut -d' ' -f1 /proc/uptime) >> /t/t.log; httpd -f -p 8080 & sleep 3; echo exit $n $(cut -d' ' -f1 /proc/uptime) >> /t/t.log; exit 1"]
+    livenessProbe:
+%[3]s
+      periodSeconds: 1
+      failureThreshold: 1
+      timeoutSeconds: 1
+    volumeMounts: [{name: t, mountPath: /t}]
+  volumes:
+  - name: t
+    hostPath: {path: %[2]s, type: DirectoryOrCreate}
+`, name, dir, probe)
+}
+
+// liveWatch samples containerd's containers of one pod every 50 ms: the
+// most instances of main that were CREATED or RUNNING at once, and every
+// instance seen with its attempt.
+type liveWatch struct {
+	mu       sync.Mutex
+	maxLive  int
+	atMax    []string
+	attempts map[string]uint32 // container ID -> attempt
+}
+
+func watchLive(ctx context.Context, rt runtimeapi.RuntimeServiceClient, pod string) *liveWatch {
+	w := &liveWatch{attempts: map[string]uint32{}}
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			resp, err := rt.ListContainers(lctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+				LabelSelector: map[string]string{"io.kubernetes.pod.name": pod, "io.kubernetes.container.name": "main"}}})
+			cancel()
+			if err != nil {
+				continue
+			}
+			var live []string
+			w.mu.Lock()
+			for _, c := range resp.Containers {
+				w.attempts[c.Id] = c.GetMetadata().GetAttempt()
+				if c.State == runtimeapi.ContainerState_CONTAINER_CREATED || c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+					live = append(live, fmt.Sprintf("%.12s(attempt %d, %s)", c.Id, c.GetMetadata().GetAttempt(), c.State))
+				}
+			}
+			if len(live) > w.maxLive {
+				w.maxLive, w.atMax = len(live), live
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// Item 11 of issue 14: a pod whose container crashes and has a liveness
+// probe, under a Restart rule, while the shim holds the restart for its
+// backoff delay. The kubelet sees the held instance running; a probe that
+// fails on the dead process (tcpSocket: the kubelet dials the pod) makes it
+// kill that instance and, under restartPolicy Always, create a new one at
+// once. containerd must never hold two live instances of main, and the
+// restarts must keep the shim's curve (6 s, then 12 s) with consecutive
+// attempts. An exec probe errors on a dead container (ExecSync fails), which
+// the kubelet's prober discards (pkg/kubelet/prober/worker.go): no kill.
+func TestLivenessProbeDuringBackoffHold(t *testing.T) {
+	needKubelet(t)
+	withShimConfig(t, "[backoff]\ninitial_delay = \"6s\"\nmax_delay = \"12s\"\n")
+	rt := runtimeClient(t, node.env["CONTAINERD_SOCK"])
+	for _, tc := range []struct{ name, probe string }{
+		{"tcp", "      tcpSocket: {port: 8080}"},
+		{"exec", "      exec: {command: [\"true\"]}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A new name (so a new pod UID) per run: the shim's curve belongs to the pod UID.
+			name := fmt.Sprintf("probe-hold-%s-%d", tc.name, time.Now().Unix()%100000)
+			t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(node.env["NODE_DATA"], "bench", name)) })
+			kubeletLog, shimLog := filepath.Join(node.env["NODE_RUN"], "kubelet.log"), filepath.Join(node.env["NODE_RUN"], "cri-shim.log")
+			logBefore, shimBefore := fileSize(kubeletLog), fileSize(shimLog)
+			defer func() {
+				if t.Failed() {
+					t.Logf("kubelet:\n%s\ncri-shim:\n%s", grepN(readFrom(kubeletLog, logBefore), 60, name, "iveness", "Killing", "ContainerStatus", "CreateContainer", "StartContainer", "StopContainer"),
+						grepN(readFrom(shimLog, shimBefore), 60, "podstate"))
+				}
+			}()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := watchLive(ctx, rt, fullName(name))
+			placeManifest(t, name, probePod(name, tc.probe))
+			const restarts = 3
+			eventually(t, 150*time.Second, fmt.Sprintf("%s to start %d times", name, restarts+1), func() error {
+				starts, _ := stamps(name)
+				if _, ok := starts[restarts+1]; !ok {
+					return fmt.Errorf("%d starts", len(starts))
+				}
+				return nil
+			})
+			// A moment for a second instance, if the kubelet made one, to show.
+			time.Sleep(2 * time.Second)
+			cancel()
+			killed := strings.Count(readFrom(kubeletLog, logBefore), "Container main failed liveness probe")
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			ids := make([]string, 0, len(w.attempts))
+			var attempts []int
+			for id, a := range w.attempts {
+				ids = append(ids, id)
+				attempts = append(attempts, int(a))
+			}
+			sort.Ints(attempts)
+			starts, exits := stamps(name)
+			var gaps []float64
+			for i := 1; i <= restarts; i++ {
+				gaps = append(gaps, math.Round((starts[i+1]-exits[i])*100)/100)
+			}
+			t.Logf("kubelet liveness kills: %d; most live instances of main at once in containerd: %d %v; attempts %v; gaps %v s",
+				killed, w.maxLive, w.atMax, attempts, gaps)
+			if tc.name == "tcp" && killed == 0 {
+				t.Errorf("the kubelet never acted on the failing liveness probe: the hold was not exercised")
+			}
+			if w.maxLive > 1 {
+				t.Errorf("containerd held %d live instances of main at once: %v", w.maxLive, w.atMax)
+			}
+			for i, a := range attempts {
+				if a != i {
+					t.Errorf("attempts of the instances created: %v, want 0, 1, 2, ... (one per restart)", attempts)
+					break
+				}
+			}
+			for i, want := range []float64{6, 12, 12} {
+				if math.Abs(gaps[i]-want) > 1 {
+					t.Errorf("exit-to-start gaps %v s, want 6, 12, 12 (the shim's curve) within 1 s", gaps)
+					break
+				}
+			}
+			p, err := kubeletPod(t, fullName(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := statusOf(p, "main"); s == nil || s.RestartCount < restarts {
+				t.Errorf("kubelet's status of main: %+v, want restartCount >= %d", s, restarts)
+			}
+		})
+	}
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// readFrom returns path's content after offset.
+func readFrom(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return ""
+	}
+	return string(b[offset:])
+}
+
+// grepN returns the first n lines of s that contain must (if not "") and,
+// when subs are given, one of them.
+func grepN(s string, n int, must string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if len(out) == n {
+			break
+		}
+		if must != "" && !strings.Contains(l, must) {
+			continue
+		}
+		if len(subs) == 0 || slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(l, sub) }) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// A pod deleted while its container's restart is held, after a liveness
+// probe made the kubelet kill the held instance and create another one:
+// the deletion is not stalled for the rest of the delay. (The kubelet's
+// create used to wait in the shim until the restart was done, and the
+// kubelet's pod worker with it: with a 60 s delay the pod's teardown began
+// about a minute late.)
+func TestPodDeletedDuringHoldNotStalled(t *testing.T) {
+	needKubelet(t)
+	withShimConfig(t, "[backoff]\ninitial_delay = \"60s\"\nmax_delay = \"60s\"\n")
+	name := fmt.Sprintf("probe-hold-delete-%d", time.Now().Unix()%100000)
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(node.env["NODE_DATA"], "bench", name)) })
+	kubeletLog := filepath.Join(node.env["NODE_RUN"], "kubelet.log")
+	before := fileSize(kubeletLog)
+	placeManifest(t, name, probePod(name, "      tcpSocket: {port: 8080}"))
+	eventually(t, 60*time.Second, "the kubelet to act on the failed liveness probe", func() error {
+		if !strings.Contains(readFrom(kubeletLog, before), "Container main failed liveness probe") {
+			return fmt.Errorf("no liveness kill in the kubelet's log yet")
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the kubelet's create of the next instance is under way
+	if err := os.Remove(filepath.Join(node.env["MANIFESTS"], name+".yaml")); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	rt := runtimeClient(t, node.env["CONTAINERD_SOCK"])
+	eventually(t, 90*time.Second, "the pod's sandbox to stop", func() error {
+		resp, err := rt.ListPodSandbox(ctxT(t, 10*time.Second), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+			LabelSelector: map[string]string{"io.kubernetes.pod.name": fullName(name)}}})
+		if err != nil {
+			return err
+		}
+		if len(resp.Items) > 0 {
+			return fmt.Errorf("sandbox %s still ready", resp.Items[0].Id)
+		}
+		return nil
+	})
+	took := time.Since(deleted)
+	t.Logf("pod deleted 1 s after the kubelet's liveness kill; its sandbox stopped %s later", took.Round(100*time.Millisecond))
+	if took > 20*time.Second {
+		t.Errorf("the pod's teardown took %s: stalled behind the held restart (60 s delay)", took.Round(time.Second))
+	}
+}
