@@ -40,7 +40,7 @@ apt_install() {
 }
 
 install_debs() {
-	apt_install runc containernetworking-plugins busybox-static iptables iproute2 ca-certificates curl openssl systemd
+	apt_install runc containernetworking-plugins busybox-static iptables iproute2 ca-certificates curl openssl systemd prometheus
 }
 
 # build_tools NAME MODULE_DIR PKG... : go build the commands of a tools module into $BIN.
