@@ -60,7 +60,7 @@ type Manager struct {
 	byID        map[string]string // container ID -> sandbox ID
 
 	work    chan string
-	active  map[string]bool // sandboxes with an executor running
+	active  map[string]context.CancelFunc // sandboxes with an executor running, and its stop (stopExecutor)
 	metrics *metrics
 
 	// sandboxListAt is when the kubelet last listed every sandbox (0 once a
@@ -101,7 +101,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	m := &Manager{
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
 		pods: map[string]*Pod{}, byID: map[string]string{},
-		work: make(chan string, 64), active: map[string]bool{},
+		work: make(chan string, 64), active: map[string]context.CancelFunc{},
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 },
 	}
 	pods, errs := st.load()
@@ -246,21 +246,23 @@ func (m *Manager) Run(ctx context.Context) {
 
 func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandboxID string) {
 	m.mu.Lock()
-	if m.active[sandboxID] || m.pods[sandboxID] == nil {
+	if m.active[sandboxID] != nil || m.pods[sandboxID] == nil {
 		m.mu.Unlock()
 		return
 	}
-	m.active[sandboxID] = true
+	ectx, cancel := context.WithCancel(ctx)
+	m.active[sandboxID] = cancel
 	m.mu.Unlock()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer func() {
+			cancel()
 			m.mu.Lock()
 			delete(m.active, sandboxID)
 			m.mu.Unlock()
 		}()
-		if err := m.execute(ctx, sandboxID); err != nil && ctx.Err() == nil {
+		if err := m.execute(ectx, sandboxID); err != nil && ectx.Err() == nil {
 			if m.abandonIfSandboxGone(ctx, sandboxID, err) {
 				return
 			}
@@ -291,6 +293,7 @@ func (m *Manager) abandon(p *Pod) error {
 		*p = snap
 		return err
 	}
+	m.stopExecutor(p.SandboxID)
 	return nil
 }
 
@@ -371,6 +374,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 			delete(m.byID, cid)
 		}
 		delete(m.pods, id)
+		m.stopExecutor(id)
 		m.bo.Forget(p.UID, id)
 		_ = m.st.remove(id)
 		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)

@@ -256,6 +256,7 @@ func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 			delete(m.byID, id)
 		}
 		delete(m.pods, req.PodSandboxId)
+		m.stopExecutor(req.PodSandboxId)
 		m.tracked.Store(int32(len(m.pods)))
 		// Only the curve keys this sandbox owns: another (live) sandbox
 		// of the same pod keeps its position (backoff.Tracker).
