@@ -140,7 +140,17 @@ func (s *Service) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	}
 	w := &warmPod{SandboxID: resp.GetPodSandboxId(), Checkpoint: name, Dir: dir, Namespace: ns, Done: map[string]bool{}, m: m}
 	if err := s.saveWarm(w); err != nil {
-		s.log.Error("checkpoint: recording a warm start", "sandbox", w.SandboxID, "err", err)
+		// Not recorded, not acted on (statefile's rule): a sandbox whose
+		// warm start a restarted shim would not know is removed again, and
+		// the kubelet retries.
+		s.undoUnrecorded("sandbox", w.SandboxID, func(ctx context.Context) error {
+			if _, err := s.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: w.SandboxID}); err != nil && !isNotFound(err) {
+				return err
+			}
+			_, err := s.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: w.SandboxID})
+			return err
+		})
+		return nil, fail(codes.Unavailable, "recording the warm start: %v; the sandbox was removed and the kubelet retries", err)
 	}
 	s.mu.Lock()
 	s.warm[w.SandboxID] = w
@@ -213,12 +223,32 @@ func (s *Service) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 	s.mu.Lock()
 	w.Done[name] = true
 	err = s.saveWarm(w)
+	if err != nil {
+		delete(w.Done, name)
+	}
 	s.mu.Unlock()
 	if err != nil {
-		s.log.Error("checkpoint: recording a warm start", "sandbox", w.SandboxID, "err", err)
+		// Unrecorded, a restarted shim would restore this name again at its
+		// next instance: the container goes, and the kubelet's retry is
+		// answered from the checkpoint again.
+		s.undoUnrecorded("container", resp.GetContainerId(), func(ctx context.Context) error {
+			_, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.GetContainerId()})
+			return err
+		})
+		return nil, status.Errorf(codes.Unavailable, "cri-shim: container %q: recording the warm start: %v; the container was removed and the kubelet retries", name, err)
 	}
 	s.log.Info("checkpoint: warm start container", "sandbox", w.SandboxID, "container", name, "id", resp.GetContainerId(), "how", how)
 	return resp, nil
+}
+
+// undoUnrecorded removes what a warm-start step created when its record could
+// not be made durable, under a fresh context (the caller's may be ending).
+func (s *Service) undoUnrecorded(what, id string, undo func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := undo(ctx); err != nil && !isNotFound(err) {
+		s.log.Error("checkpoint: removing a warm-start "+what+" whose record could not be written", what, id, "err", err)
+	}
 }
 
 func (w *warmPod) exited(name string) *ExitedEntry {

@@ -2,6 +2,7 @@ package criu
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -170,5 +171,69 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 	}
 	if left := entries(t, filepath.Join(svc2.cfg.StateDir, "checkpoint")); len(left) != 0 {
 		t.Fatalf("state files left: %v", left)
+	}
+}
+
+// A warm-start step whose record cannot be made durable is not carried out:
+// the sandbox (or the restored container) just created is removed again and
+// the call answers Unavailable, so the kubelet retries; once the state can be
+// written the retry warm-starts.
+func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
+	fx := checkpointed(t)
+	ann := map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)}
+	state := filepath.Join(fx.svc.cfg.StateDir, "checkpoint")
+	broken := func(on bool) { // the records' directory replaced by a file: every write fails
+		t.Helper()
+		if on {
+			if err := os.Rename(state, state+".away"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(state, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		os.Remove(state)
+		if err := os.Rename(state+".away", state); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sandboxes := func() int { fx.rt.mu.Lock(); defer fx.rt.mu.Unlock(); return len(fx.rt.sandboxes) }
+	n := sandboxes()
+	broken(true)
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "kubelet retries") {
+		t.Fatalf("RunPodSandbox with the record not written: %v, want Unavailable", err)
+	}
+	if sandboxes() != n || warmRecords(fx.svc) != 0 {
+		t.Fatalf("the sandbox of an unrecorded warm start was kept: %d sandboxes (want %d), %d records", sandboxes(), n, warmRecords(fx.svc))
+	}
+	broken(false)
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken(true)
+	create := func() (*runtimeapi.CreateContainerResponse, error) {
+		return fx.svc.createContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: ctrCfg("app")},
+			func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+				return fx.rt.CreateContainer(ctx, r)
+			})
+	}
+	if _, err := create(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("CreateContainer with the record not written: %v, want Unavailable", err)
+	}
+	if c := fx.rt.containersIn(sb.PodSandboxId); len(c) != 0 {
+		t.Fatalf("the restored container of an unrecorded step was kept: %d", len(c))
+	}
+	broken(false)
+	resp, err := create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.rt.mu.Lock()
+	img := fx.rt.containers[resp.ContainerId].config.Image.Image
+	fx.rt.mu.Unlock()
+	if img != filepath.Join(fx.dir, archiveName("app")) {
+		t.Fatalf("the kubelet's retry was not restored: image %q", img)
 	}
 }
