@@ -84,6 +84,9 @@ func archivePath(dir string, e ContainerEntry) (string, error) {
 	// Not filepath.Join, which would clean "../" away before confine sees it.
 	p, err := confine(dir, dir+"/"+e.Archive)
 	if err != nil {
+		if errors.Is(err, errOutsideRoot) {
+			return "", fmt.Errorf("archive %s is not inside the checkpoint directory once symlinks are followed: %w", e.Archive, err)
+		}
 		return "", fmt.Errorf("archive: %w", err)
 	}
 	fi, err := os.Stat(p)
