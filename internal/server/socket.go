@@ -54,7 +54,8 @@ func ListenUnix(path string, mode os.FileMode, gid int) (net.Listener, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	private, err := os.MkdirTemp(dir, ".cri-shim-listen-*") // 0700
+	removeStalePrivateDirs(dir)
+	private, err := os.MkdirTemp(dir, privatePrefix+"*") // 0700
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: private directory: %w", path, err)
 	}
@@ -96,6 +97,20 @@ func ListenUnix(path string, mode os.FileMode, gid int) (net.Listener, error) {
 		return fail(err)
 	}
 	return &unixListener{UnixListener: l, path: path, fi: fi}, nil
+}
+
+const privatePrefix = ".cri-shim-listen-"
+
+// removeStalePrivateDirs removes the private directories of earlier starts
+// that died between creating one and renaming its socket out. Only those
+// older than a minute: a younger one may be a shim starting right now.
+func removeStalePrivateDirs(dir string) {
+	old, _ := filepath.Glob(filepath.Join(dir, privatePrefix+"*"))
+	for _, d := range old {
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() && time.Since(fi.ModTime()) > time.Minute {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // unixListener removes its socket from path on Close, as net's own listener

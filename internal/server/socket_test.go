@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -92,5 +93,33 @@ func TestListenUnixNeverWiderAtFinalPath(t *testing.T) {
 	l.Close()
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("socket left at its path after Close: %v", err)
+	}
+}
+
+// A private directory a start killed before its rename left behind is removed
+// by a later start once it is old enough; a fresh one (a shim starting at the
+// same moment) is left alone.
+func TestListenUnixRemovesStalePrivateDirs(t *testing.T) {
+	dir := t.TempDir()
+	stale, fresh := filepath.Join(dir, privatePrefix+"old"), filepath.Join(dir, privatePrefix+"new")
+	for _, d := range []string{stale, fresh} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(stale, long, long); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ListenUnix(filepath.Join(dir, "shim.sock"), 0o600, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale private directory kept: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh private directory removed: %v", err)
 	}
 }
