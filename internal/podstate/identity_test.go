@@ -23,6 +23,17 @@ func (k kubelet) runSandbox(sb string, annotations map[string]string) {
 	}
 }
 
+// removeSandbox is the kubelet's RemovePodSandbox of sb.
+func (k kubelet) removeSandbox(sb string) {
+	k.t.Helper()
+	if _, err := k.m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
+		func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+			return &runtimeapi.RemovePodSandboxResponse{}, nil
+		}); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
 // Removing the old sandbox of a pod leaves the backoff curve of the pod's
 // live sandbox where it is (item 7 of issue 14): its next restart waits the
 // next step of the curve, not the initial delay again.
@@ -60,23 +71,13 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 			k.start("sb1", "main")
 			exit("sb1", testCurve.Delay(2))
 			// The kubelet's garbage collection removes the old sandbox.
-			if _, err := k.m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sb-old"},
-				func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-					return &runtimeapi.RemovePodSandboxResponse{}, nil
-				}); err != nil {
-				t.Fatal(err)
-			}
+			k.removeSandbox("sb-old")
 			if err := k.m.execute(context.Background(), "sb1"); err != nil {
 				t.Fatal(err)
 			}
 			exit("sb1", testCurve.Delay(3))
 			// Removing the live sandbox forgets its curve.
-			if _, err := k.m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sb1"},
-				func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-					return &runtimeapi.RemovePodSandboxResponse{}, nil
-				}); err != nil {
-				t.Fatal(err)
-			}
+			k.removeSandbox("sb1")
 			k.runSandbox("sb2", ann)
 			k.start("sb2", "main")
 			exit("sb2", testCurve.Delay(1))
