@@ -5,6 +5,7 @@
 //	cri-shim config default|check [--config F]
 //	cri-shim backoff [--config F]
 //	cri-shim pods [--config F]
+//	cri-shim doctor [--config F]
 package main
 
 import (
@@ -36,6 +37,8 @@ func run(args []string) int {
 		return checkpointCmd(args[1:])
 	case "checkpoints":
 		return checkpointsCmd(args[1:])
+	case "doctor":
+		return doctorCmd(args[1:])
 	case "completed":
 		return completedCmd(args[1:])
 	case "help", "-h", "--help":
@@ -58,5 +61,6 @@ commands:
   pods      list the pods cri-shim governs (restart phase, restarts, problems)
   checkpoint  --namespace NS --pod NAME [--name CP] [--timeout 60s]: checkpoint a pod (CheckpointPod)
   checkpoints [rm NAME...]: list the checkpoints under checkpoint.root, or remove some
+  doctor    check the node for what the shim needs (kernel, cgroup, CRIU, containerd, socket, kubelet) and say what to fix
 `)
 }

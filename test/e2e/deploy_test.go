@@ -149,3 +149,36 @@ spec:
 		return nil
 	})
 }
+
+// cri-shim doctor on the running test node: containerd 2, the shim's socket
+// and CRIU (the stack's, first on PATH) pass; nothing fails, so it exits 0.
+// Pointed at a runtime socket that does not exist it fails, naming the fix.
+func TestDoctor(t *testing.T) {
+	needNode(t)
+	doctor := func(cfg string) (string, error) {
+		cmd := exec.Command(node.env["SHIM_BIN"], "doctor", "--config", cfg)
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Join(node.env["STACK"], "bin")+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := doctor(node.env["SHIM_CONFIG"])
+	t.Logf("cri-shim doctor:\n%s", out)
+	if err != nil {
+		t.Fatalf("doctor failed on a working node: %v", err)
+	}
+	for _, want := range []string{"[ OK ] config", "[ OK ] containerd       containerd 2.", "[ OK ] shim socket", "[ OK ] criu", "[ OK ] runtime status"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q", want)
+		}
+	}
+	b, err := os.ReadFile(node.env["SHIM_CONFIG"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "config.toml")
+	os.WriteFile(bad, []byte(strings.Replace(string(b), node.env["CONTAINERD_SOCK"], "/run/nothing-here.sock", 1)), 0o600)
+	out, err = doctor(bad)
+	if err == nil || !strings.Contains(out, "[FAIL] containerd") || !strings.Contains(out, "fix: check runtime.endpoint") {
+		t.Fatalf("doctor with a missing runtime socket: %v\n%s", err, out)
+	}
+}

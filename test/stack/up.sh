@@ -86,7 +86,10 @@ YAML
 }
 
 write_configs() {
-	mkdir -p "$NODE_RUN"/{containerd,cri-shim,cni/net.d,certs.d} "$NODE_DATA"/{containerd,kubelet,pod-logs,cri-shim} "$MANIFESTS"
+	mkdir -p "$NODE_RUN"/{containerd,cri-shim,cni/net.d,certs.d} "$NODE_DATA"/{containerd,kubelet,pod-logs} "$MANIFESTS"
+	# The shim's state (tokens, checkpoint records) is private, as systemd's
+	# StateDirectoryMode makes it on a node.
+	install -d -m 0700 "$NODE_DATA/cri-shim"
 	# The bridge subnet is private to this machine; nothing is routed off it.
 	cat >"$NODE_RUN/cni/net.d/10-cri-shim.conflist" <<JSON
 {

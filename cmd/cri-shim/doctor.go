@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/config"
+)
+
+// A finding is one preflight check's verdict.
+type finding struct {
+	name   string
+	level  level
+	detail string
+	fix    string
+}
+
+type level int
+
+const (
+	ok level = iota
+	warn
+	fail
+)
+
+func (l level) String() string { return [...]string{" OK ", "WARN", "FAIL"}[l] }
+
+// doctorCmd checks what the shim needs of the node and says what to fix:
+// the configuration, kernel and cgroup version, CRIU, containerd, the shim's
+// socket and directories, and whether the kubelet is pointed at the shim. It
+// exits 1 when a check fails (the shim cannot work), 0 with warnings (a
+// feature is limited).
+func doctorCmd(args []string) int {
+	fset := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	path := fset.String("config", config.DefaultPath, "config file (absent default file: built-in defaults)")
+	if err := fset.Parse(args); err != nil {
+		return 2
+	}
+	if fset.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "cri-shim doctor: unexpected argument %q\n", fset.Arg(0))
+		return 2
+	}
+	cfg, code, loaded := loadParsed(fset, *path, false)
+	if !loaded {
+		return code
+	}
+	var fs []finding
+	if err := cfg.Validate(); err != nil {
+		fs = append(fs, finding{"config", fail, err.Error(), "correct " + *path + " (cri-shim config check --config " + *path + ")"})
+	} else {
+		fs = append(fs, finding{"config", ok, *path + " is valid", ""})
+	}
+	fs = append(fs, checkKernel(), checkCgroup("/sys/fs/cgroup"), checkCRIU())
+	fs = append(fs, checkRuntime(cfg.Runtime.Endpoint)...)
+	fs = append(fs, checkSocket(cfg.Server.Listen, cfg.SocketModeBits()))
+	fs = append(fs, checkDir("state_dir", cfg.StateDir), checkDir("checkpoint.root", cfg.Checkpoint.Root))
+	fs = append(fs, checkKubelet("/", cfg.Server.Listen))
+	return report(os.Stdout, fs)
+}
+
+// report prints the findings and returns the exit code.
+func report(w io.Writer, fs []finding) int {
+	worst := ok
+	for _, f := range fs {
+		fmt.Fprintf(w, "[%s] %-16s %s\n", f.level, f.name, f.detail)
+		if f.fix != "" && f.level != ok {
+			fmt.Fprintf(w, "       %-16s fix: %s\n", "", f.fix)
+		}
+		worst = max(worst, f.level)
+	}
+	if worst == fail {
+		return 1
+	}
+	return 0
+}
+
+func checkKernel() finding {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return finding{"kernel", warn, err.Error(), ""}
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	var major, minor int
+	fmt.Sscanf(rel, "%d.%d", &major, &minor)
+	if major < 5 || major == 5 && minor < 4 {
+		return finding{"kernel", warn, rel + ": older than 5.4; CRIU 4 and the cgroup freezer need a recent kernel for checkpoints", "use a 5.4 or newer kernel"}
+	}
+	return finding{"kernel", ok, rel, ""}
+}
+
+// checkCgroup tells cgroup v2 (unified) from v1 by the file system type at dir.
+func checkCgroup(dir string) finding {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return finding{"cgroup", warn, fmt.Sprintf("%s: %v", dir, err), ""}
+	}
+	return cgroupFinding(int64(st.Type))
+}
+
+func cgroupFinding(fsType int64) finding {
+	if fsType == unix.CGROUP2_SUPER_MAGIC {
+		return finding{"cgroup", ok, "v2 (unified)", ""}
+	}
+	return finding{"cgroup", warn, "v1: deprecated; kubelet v1.36 refuses it unless failCgroupV1: false (and cgroupDriver: cgroupfs without systemd's unified hierarchy)",
+		"boot with systemd.unified_cgroup_hierarchy=1, or set failCgroupV1: false in the kubelet's configuration"}
+}
+
+var criuVersionRE = regexp.MustCompile(`Version:\s*(\d+)\.(\d+)`)
+
+// checkCRIU finds the criu runc will run (the first on PATH) and asks it for
+// its version and `criu check`.
+func checkCRIU() finding {
+	bin, err := exec.LookPath("criu")
+	if err != nil {
+		return finding{"criu", warn, "not on PATH: CheckpointPod, RestorePod and warm starts fail; everything else works",
+			"install CRIU 4 (runc runs the first criu on its PATH)"}
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		return finding{"criu", warn, fmt.Sprintf("%s --version: %v", bin, err), "reinstall CRIU 4"}
+	}
+	f := criuVersionFinding(bin, string(out))
+	if f.level != ok || os.Geteuid() != 0 {
+		return f
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "check").CombinedOutput(); err != nil {
+		return finding{"criu", warn, fmt.Sprintf("%s: criu check failed: %s", f.detail, lastLine(string(out))),
+			"see `criu check` (a CRIU too old for this kernel fails here: Debian bookworm's 3.17 does on 6.x)"}
+	}
+	f.detail += "; criu check: looks good"
+	return f
+}
+
+func criuVersionFinding(bin, out string) finding {
+	m := criuVersionRE.FindStringSubmatch(out)
+	if m == nil {
+		return finding{"criu", warn, fmt.Sprintf("%s: no version in %q", bin, lastLine(out)), "install CRIU 4"}
+	}
+	major, _ := strconv.Atoi(m[1])
+	v := m[1] + "." + m[2]
+	if major < 4 {
+		return finding{"criu", warn, fmt.Sprintf("%s is CRIU %s: older than 4, which checkpoints fail with on recent kernels", bin, v), "install CRIU 4"}
+	}
+	return finding{"criu", ok, fmt.Sprintf("%s is CRIU %s", bin, v), ""}
+}
+
+// checkRuntime asks the runtime behind endpoint for its version and status.
+func checkRuntime(endpoint string) []finding {
+	rt, closeConn, err := dialCRI(endpoint)
+	if err != nil {
+		return []finding{{"containerd", fail, err.Error(), "check runtime.endpoint in the config"}}
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		return []finding{{"containerd", fail, fmt.Sprintf("%s does not answer: %v", endpoint, err),
+			"start containerd (systemctl start containerd) or correct runtime.endpoint"}}
+	}
+	fs := []finding{runtimeVersionFinding(v.GetRuntimeName(), v.GetRuntimeVersion())}
+	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return append(fs, finding{"runtime status", warn, err.Error(), ""})
+	}
+	return append(fs, runtimeStatusFinding(st.GetStatus().GetConditions()))
+}
+
+// runtimeStatusFinding: RuntimeReady and NetworkReady must hold (the kubelet
+// needs both); other conditions (containerd's deprecation notices) are shown.
+func runtimeStatusFinding(conds []*runtimeapi.RuntimeCondition) finding {
+	var notReady, notes []string
+	seen := map[string]bool{}
+	for _, c := range conds {
+		seen[c.GetType()] = true
+		if c.GetStatus() {
+			continue
+		}
+		s := fmt.Sprintf("%s (%s: %s)", c.GetType(), c.GetReason(), c.GetMessage())
+		if c.GetType() == runtimeapi.RuntimeReady || c.GetType() == runtimeapi.NetworkReady {
+			notReady = append(notReady, s)
+		} else {
+			notes = append(notes, s)
+		}
+	}
+	for _, want := range []string{runtimeapi.RuntimeReady, runtimeapi.NetworkReady} {
+		if !seen[want] {
+			notReady = append(notReady, want+" not reported")
+		}
+	}
+	if len(notReady) > 0 {
+		return finding{"runtime status", warn, "not ready: " + strings.Join(notReady, "; "), "see containerd's log (a missing CNI configuration shows here)"}
+	}
+	detail := "RuntimeReady, NetworkReady"
+	if len(notes) > 0 {
+		detail += "; also: " + strings.Join(notes, "; ")
+	}
+	return finding{"runtime status", ok, detail, ""}
+}
+
+func runtimeVersionFinding(name, version string) finding {
+	what := name + " " + version
+	if name != "containerd" {
+		return finding{"containerd", warn, what + ": cri-shim is built and tested on containerd 2", "run containerd 2"}
+	}
+	major, _ := strconv.Atoi(strings.SplitN(strings.TrimPrefix(version, "v"), ".", 2)[0])
+	if major < 2 {
+		return finding{"containerd", fail, what + ": containerd 2 is needed (task API and CRI restore the shim uses)", "upgrade containerd to 2.x"}
+	}
+	return finding{"containerd", ok, what, ""}
+}
+
+func dialCRI(endpoint string) (runtimeapi.RuntimeServiceClient, func(), error) {
+	path := strings.TrimPrefix(endpoint, "unix://")
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	cc, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return runtimeapi.NewRuntimeServiceClient(cc), func() { cc.Close() }, nil
+}
+
+// checkSocket checks the shim's own socket: present, a socket, root's, with
+// the configured mode, and answering.
+func checkSocket(listen string, mode os.FileMode) finding {
+	path := strings.TrimPrefix(listen, "unix://")
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return finding{"shim socket", warn, path + " does not exist: the shim is not running", "systemctl enable --now cri-shim"}
+	}
+	if err != nil {
+		return finding{"shim socket", fail, err.Error(), ""}
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return finding{"shim socket", fail, path + " is not a socket", "remove it and restart the shim"}
+	}
+	if got := fi.Mode().Perm(); got != mode {
+		return finding{"shim socket", fail, fmt.Sprintf("%s has mode %04o, the config says %04o", path, got, mode), "restart the shim; make sure nothing else chmods the socket"}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
+		return finding{"shim socket", fail, fmt.Sprintf("%s is owned by uid %d, not root", path, st.Uid), "the shim must run as root"}
+	}
+	rt, closeConn, err := dialCRI(path)
+	if err != nil {
+		return finding{"shim socket", fail, err.Error(), ""}
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		return finding{"shim socket", fail, fmt.Sprintf("%s does not answer Version: %v", path, err), "journalctl -u cri-shim"}
+	}
+	return finding{"shim socket", ok, fmt.Sprintf("%s (mode %04o) answers", path, mode), ""}
+}
+
+// checkDir checks a directory the shim keeps private data in: if it exists,
+// root's and not writable (or, for checkpoints, readable) by others.
+func checkDir(name, dir string) finding {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return finding{name, ok, dir + " (created 0700 at start)", ""}
+	}
+	if err != nil {
+		return finding{name, fail, err.Error(), ""}
+	}
+	if !fi.IsDir() {
+		return finding{name, fail, dir + " is not a directory", "point " + name + " at a directory"}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
+		return finding{name, fail, fmt.Sprintf("%s is owned by uid %d, not root", dir, st.Uid), "chown root:root " + dir}
+	}
+	if p := fi.Mode().Perm(); p&0o077 != 0 {
+		return finding{name, warn, fmt.Sprintf("%s has mode %04o: others can read pods' memory images and tokens there", dir, p), "chmod 0700 " + dir}
+	}
+	return finding{name, ok, dir, ""}
+}
+
+var endpointFlagRE = regexp.MustCompile(`--(container-runtime|image-service)-endpoint[= ](\S+)`)
+
+// checkKubelet looks, under root, at where a kubelet takes its runtime
+// endpoint from: flags files (which win) and configuration files, drop-ins
+// included, and says whether they name the shim's socket.
+func checkKubelet(root, listen string) finding {
+	sock := "unix://" + strings.TrimPrefix(listen, "unix://")
+	for _, f := range []string{"var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet", "etc/sysconfig/kubelet"} {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			continue
+		}
+		for _, m := range endpointFlagRE.FindAllStringSubmatch(string(b), -1) {
+			if v := strings.Trim(m[2], `"'`); v != sock {
+				return finding{"kubelet", warn, fmt.Sprintf("/%s passes --%s-endpoint=%s; flags win over configuration files", f, m[1], v),
+					"remove the flag from /" + f + " and use deploy/kubelet/50-cri-shim.conf"}
+			}
+		}
+	}
+	files := []string{filepath.Join(root, "var/lib/kubelet/config.yaml")}
+	drop, _ := filepath.Glob(filepath.Join(root, "etc/kubernetes/kubelet.conf.d/*.conf"))
+	files = append(files, drop...) // drop-ins are read after the main file, in name order
+	endpoint, from := "", ""
+	for _, f := range files {
+		if v := yamlEndpoint(f); v != "" {
+			endpoint, from = v, f
+		}
+	}
+	switch {
+	case endpoint == "":
+		return finding{"kubelet", warn, "no kubelet configuration here names a runtime endpoint", "install deploy/kubelet/50-cri-shim.conf (deploy/install.sh --with-kubelet)"}
+	case endpoint != sock:
+		return finding{"kubelet", warn, fmt.Sprintf("%s sets containerRuntimeEndpoint %s, not the shim's %s", from, endpoint, sock),
+			"install deploy/kubelet/50-cri-shim.conf (deploy/install.sh --with-kubelet) and restart the kubelet"}
+	}
+	return finding{"kubelet", ok, "containerRuntimeEndpoint is the shim's socket (" + from + ")", ""}
+}
+
+// yamlEndpoint reads a top-level containerRuntimeEndpoint from a kubelet
+// configuration file (a plain line scan: the field is a top-level scalar).
+func yamlEndpoint(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, found := strings.CutPrefix(sc.Text(), "containerRuntimeEndpoint:"); found {
+			return strings.Trim(strings.TrimSpace(v), `"'`)
+		}
+	}
+	return ""
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
