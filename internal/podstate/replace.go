@@ -1,6 +1,7 @@
 package podstate
 
 import (
+	"context"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -58,4 +59,28 @@ func replaces(p *Pod, name string) bool {
 		}
 	}
 	return false
+}
+
+// classifyBeforeStop classifies the exit of an instance the kubelet stops
+// after it exited on its own, before the kubelet's stop is taken as the
+// kubelet's decision (stopContainer). A liveness probe that fails right
+// after the process died reaches the kubelet before the shim has seen the
+// exit (the kubelet's view predates it); the exit is the container's own, so
+// its rule governs it: the restart is held on the curve, and the kubelet's
+// create that follows the kill is refused (refuseReplacement). An error
+// means the verdict could not be recorded.
+func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
+	m.mu.Lock()
+	p := m.pods[m.byID[id]]
+	unsettled := p != nil && !p.Settled[id]
+	m.mu.Unlock()
+	if !unsettled {
+		return nil
+	}
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		return nil // gone or unreadable: the stop goes on as the kubelet's
+	}
+	_, err = m.classify(st.GetStatus())
+	return err
 }

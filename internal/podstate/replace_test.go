@@ -50,3 +50,35 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The kubelet's StopContainer of an instance that has already exited on its
+// own, before the shim saw the exit (a liveness probe failing right after
+// the process died; the kubelet's view predates the exit): the exit is the
+// container's, so its rule governs it and the restart keeps the curve. A
+// running container the kubelet stops is still the kubelet's decision.
+func TestStopOfExitedInstanceKeepsItsRule(t *testing.T) {
+	k, sb, p := crashingMainPod(t)
+	cur := p.Latest["main"]
+	k.rt.exit(cur, 1) // nobody has looked yet
+	stop := func(id string) {
+		t.Helper()
+		if _, err := k.m.stopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: id},
+			func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+				return k.rt.StopContainer(ctx, r)
+			}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop(cur)
+	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur || p.Trigger.ExitCode != 1 {
+		t.Fatalf("after the kubelet's stop of an instance that had exited 1: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	next := p.Latest["main"]
+	stop(next) // running: the kubelet's decision
+	if s := k.status(next); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 137 || p.Phase != PhaseRunning {
+		t.Fatalf("kubelet-stopped running instance: %v/%d, phase %s; want its real exit and no restart", s.State, s.ExitCode, p.Phase)
+	}
+}

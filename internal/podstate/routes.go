@@ -183,6 +183,10 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 // no rule restarts it.
 func (m *Manager) stopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
 	next proxy.UnaryNext[runtimeapi.StopContainerRequest, runtimeapi.StopContainerResponse]) (*runtimeapi.StopContainerResponse, error) {
+	// An instance that already exited on its own keeps its rule (replace.go).
+	if err := m.classifyBeforeStop(ctx, req.ContainerId); err != nil {
+		return nil, unavailable(err)
+	}
 	m.mu.Lock()
 	if p := m.pods[m.byID[req.ContainerId]]; p != nil && !p.Settled[req.ContainerId] {
 		settle(p, req.ContainerId)
