@@ -97,8 +97,12 @@ func (f *fakeRT) StopContainer(_ context.Context, r *runtimeapi.StopContainerReq
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = append(f.stopped, r.ContainerId)
-	s := f.ctrs[r.ContainerId]
-	s.State, s.ExitCode, s.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, 143, time.Now().UnixNano()
+	// As containerd (internal/cri/server/container_stop.go): an unknown
+	// container is already stopped, and one that is not running keeps its
+	// first exit code and finish time.
+	if s := f.ctrs[r.ContainerId]; s != nil && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		s.State, s.ExitCode, s.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, 143, time.Now().UnixNano()
+	}
 	return &runtimeapi.StopContainerResponse{}, nil
 }
 
