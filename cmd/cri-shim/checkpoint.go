@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,117 +25,186 @@ import (
 	"github.com/cri-shim/cri-shim/internal/criu"
 )
 
-// checkpointCmd checkpoints a running pod through the shim's own CRI socket
-// (CheckpointPod), into a new directory under the checkpoint root.
-func checkpointCmd(args []string) int {
-	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
-	cfgPath := fs.String("config", config.DefaultPath, "config file (absent default file: built-in defaults)")
-	ns := fs.String("namespace", "default", "namespace of the pod")
-	pod := fs.String("pod", "", "name of the pod (required)")
-	name := fs.String("name", "", "checkpoint name, a directory under checkpoint.root (default: <namespace>-<pod>-<UTC time>)")
-	timeout := fs.Duration("timeout", time.Minute, "deadline of the CheckpointPod call")
-	sequential := fs.Bool("sequential", false, "capture the containers one after another instead of in parallel")
-	if err := fs.Parse(args); err != nil {
-		return 2
+func newCheckpointCmd() *cobra.Command {
+	var path, ns, pod, name string
+	var timeout time.Duration
+	var sequential bool
+	cmd := &cobra.Command{
+		Use:   "checkpoint --pod NAME [--namespace NS] [--name CP]",
+		Short: "Checkpoint a running pod through the shim (CheckpointPod)",
+		Long: `Checkpoint a running pod through the shim's own CRI socket (CheckpointPod) into
+a new directory under checkpoint.root. The shim must be running. Progress is
+shown in place on a terminal and as one line per step otherwise.`,
+		Example: "  cri-shim checkpoint --namespace default --pod web\n  cri-shim checkpoint --pod web --name web-before-upgrade --timeout 5m",
 	}
-	if *pod == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: cri-shim checkpoint --namespace NS --pod NAME [--name CP] [--timeout 60s] [--sequential]")
-		return 2
-	}
-	cfg, code, ok := loadParsed(fs, *cfgPath, true)
-	if !ok {
-		return code
-	}
-	if *name == "" {
-		*name = fmt.Sprintf("%s-%s-%s", *ns, *pod, time.Now().UTC().Format("20060102T150405Z"))
-	}
-	if err := criu.CheckName(*name); err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim:", err)
-		return 2
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	rt, closeConn, err := dialShim(cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim:", err)
-		return 1
-	}
-	defer closeConn()
+	configFlag(cmd.Flags(), &path, config.DefaultPath, defaultConfigUsage)
+	cmd.Flags().StringVar(&ns, "namespace", "default", "namespace of the pod")
+	cmd.Flags().StringVar(&pod, "pod", "", "name of the pod (required)")
+	cmd.Flags().StringVar(&name, "name", "", "checkpoint name, a directory under checkpoint.root (default: <namespace>-<pod>-<UTC time>)")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "deadline of the CheckpointPod call")
+	cmd.Flags().BoolVar(&sequential, "sequential", false, "capture the containers one after another instead of in parallel")
+	_ = cmd.MarkFlagRequired("pod")
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		cfg, err := loadConfig(cmd, path, true)
+		if err != nil {
+			return err
+		}
+		if name == "" {
+			name = fmt.Sprintf("%s-%s-%s", ns, pod, time.Now().UTC().Format("20060102T150405Z"))
+		}
+		if err := criu.CheckName(name); err != nil {
+			return exitError{2, err}
+		}
+		rt, closeConn, err := dialShim(cmd.Context(), cfg)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+		defer cancel()
+		return checkpointPod(ctx, rt, newProgress(cmd.OutOrStdout()), cfg.Checkpoint.Root, ns, pod, name, sequential)
+	})
+	return cmd
+}
+
+// checkpointPod finds the pod's ready sandbox and running containers and
+// checkpoints them into root/name.
+func checkpointPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, p *progress, root, ns, pod, name string, sequential bool) error {
 	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
 		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
-		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": *ns, "io.kubernetes.pod.name": *pod},
+		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod},
 	}})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim: listing pods:", status.Convert(err).Message())
-		return 1
+		return fmt.Errorf("listing pods: %s", status.Convert(err).Message())
 	}
 	if len(sbs.Items) != 1 {
-		fmt.Fprintf(os.Stderr, "cri-shim: want one ready sandbox of pod %s/%s, found %d\n", *ns, *pod, len(sbs.Items))
-		return 1
+		return fmt.Errorf("want one ready sandbox of pod %s/%s, found %d", ns, pod, len(sbs.Items))
 	}
 	sb := sbs.Items[0]
 	cs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 		PodSandboxId: sb.Id, State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 	}})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim: listing containers:", status.Convert(err).Message())
-		return 1
+		return fmt.Errorf("listing containers: %s", status.Convert(err).Message())
 	}
 	if len(cs.Containers) == 0 {
-		fmt.Fprintf(os.Stderr, "cri-shim: pod %s/%s has no running container\n", *ns, *pod)
-		return 1
+		return fmt.Errorf("pod %s/%s has no running container", ns, pod)
 	}
 	var ids, names []string
 	for _, c := range cs.Containers {
 		ids = append(ids, c.Id)
 		names = append(names, c.Metadata.GetName())
 	}
-	dir := filepath.Join(cfg.Checkpoint.Root, *name)
-	if err := os.MkdirAll(cfg.Checkpoint.Root, 0o700); err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim:", err)
-		return 1
+	dir := filepath.Join(root, name)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return err
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim:", err)
-		return 1
+		return err
 	}
 	opts := map[string]string{criu.OptionManaged: "true"}
-	if *sequential {
+	if sequential {
 		opts[criu.OptionSequential] = "true"
 	}
-	fmt.Printf("checkpointing pod %s/%s (%s) into %s\n", *ns, *pod, strings.Join(names, ", "), dir)
+	p.line("checkpointing pod %s/%s (%s) into %s", ns, pod, strings.Join(names, ", "), dir)
 	start := time.Now()
-	done := make(chan struct{})
-	go progress(done, start, dir)
+	stop := p.every(func() string {
+		return fmt.Sprintf("  %s elapsed, %s written", time.Since(start).Round(time.Second), human(dirSize(dir)))
+	})
 	_, err = rt.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: sb.Id, OutputPath: dir, ContainerIds: ids, Options: opts})
-	close(done)
+	stop()
 	if err != nil {
 		os.Remove(dir) // the shim emptied it; the directory is ours
-		fmt.Fprintf(os.Stderr, "\ncri-shim: checkpoint failed (%s): %s\n", status.Code(err), status.Convert(err).Message())
-		return 1
+		return fmt.Errorf("checkpoint failed (%s): %s", status.Code(err), status.Convert(err).Message())
 	}
 	m, err := criu.ReadManifest(dir)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "\ncri-shim:", err)
-		return 1
+		return err
 	}
-	fmt.Printf("\rcheckpoint %s: %d containers, %s, in %s (pod paused %s)\n", *name, len(m.Containers), human(m.SizeBytes),
-		time.Since(start).Round(time.Millisecond), (time.Duration(m.FrozenSeconds * float64(time.Second))).Round(time.Millisecond))
-	fmt.Printf("restore with the pod annotation %s: %q\n", criu.RestoreFromAnnotation, *name)
-	return 0
+	p.line("checkpoint %s: %d containers, %s, in %s (pod paused %s)", name, len(m.Containers), human(m.SizeBytes),
+		time.Since(start).Round(time.Millisecond), seconds(m.FrozenSeconds).Round(time.Millisecond))
+	p.line("restore with the pod annotation %s: %q", criu.RestoreFromAnnotation, name)
+	return nil
 }
 
-// progress prints a line every second while a long dump runs.
-func progress(done <-chan struct{}, start time.Time, dir string) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			fmt.Printf("\r  %s elapsed, %s written", time.Since(start).Round(time.Second), human(dirSize(dir)))
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// progress reports a long operation: on a terminal an update rewrites its
+// line in place ("\r"); otherwise, in a log or a pipe, each update is a line
+// of its own, and fewer of them.
+type progress struct {
+	w        io.Writer
+	tty      bool
+	interval time.Duration
+	mu       sync.Mutex
+	open     bool // a terminal line awaits its newline
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w, tty: isTerminal(w), interval: 10 * time.Second}
+	if p.tty {
+		p.interval = time.Second
+	}
+	return p
+}
+
+// isTerminal tells whether w is a terminal (golang.org/x/term).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// line prints a line of its own, ending an update in place first.
+func (p *progress) line(format string, a ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endLocked()
+	fmt.Fprintf(p.w, format+"\n", a...)
+}
+
+func (p *progress) update(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		fmt.Fprintf(p.w, "\r%s\x1b[K", s) // erase what a longer update left
+		p.open = true
+		return
+	}
+	fmt.Fprintln(p.w, s)
+}
+
+func (p *progress) endLocked() {
+	if p.open {
+		fmt.Fprintln(p.w)
+		p.open = false
+	}
+}
+
+// every prints status() every interval until the returned stop is called;
+// stop returns once the last update is written and ends the line.
+func (p *progress) every(status func() string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(p.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				p.update(status())
+			}
 		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		p.mu.Lock()
+		p.endLocked()
+		p.mu.Unlock()
 	}
 }
 
@@ -159,69 +233,133 @@ func human(b int64) string {
 	return fmt.Sprintf("%d B", b)
 }
 
-// checkpointsCmd lists the checkpoints under the root, or removes one.
-func checkpointsCmd(args []string) int {
-	fs := flag.NewFlagSet("checkpoints", flag.ContinueOnError)
-	cfgPath := fs.String("config", config.DefaultPath, "config file (absent default file: built-in defaults)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	cfg, code, ok := loadParsed(fs, *cfgPath, true)
-	if !ok {
-		return code
-	}
-	rest := fs.Args()
-	if len(rest) > 0 {
-		if rest[0] != "rm" || len(rest) < 2 {
-			fmt.Fprintln(os.Stderr, "usage: cri-shim checkpoints [--config F] [rm NAME...]")
-			return 2
-		}
-		rc := 0
-		for _, n := range rest[1:] {
-			if err := criu.CheckName(n); err != nil {
-				fmt.Fprintln(os.Stderr, "cri-shim:", err)
-				rc = 1
-				continue
-			}
-			dir := filepath.Join(cfg.Checkpoint.Root, n)
-			if _, err := os.Lstat(dir); err != nil {
-				fmt.Fprintln(os.Stderr, "cri-shim:", err)
-				rc = 1
-				continue
-			}
-			if err := os.RemoveAll(dir); err != nil {
-				fmt.Fprintln(os.Stderr, "cri-shim:", err)
-				rc = 1
-				continue
-			}
-			fmt.Println("removed", n)
-		}
-		return rc
-	}
-	list, problems := criu.List(cfg.Checkpoint.Root)
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tPOD\tTIME\tSIZE\tCONTAINERS\tPAUSED\tMANAGED")
-	for _, c := range list {
-		m := c.Manifest
-		var cs []string
-		for _, e := range m.Containers {
-			cs = append(cs, e.Name)
-		}
-		fmt.Fprintf(w, "%s\t%s/%s\t%s\t%s\t%s\t%s\t%v\n", c.Name, m.Pod.Namespace, m.Pod.Name, m.CheckpointedAt.Format(time.RFC3339),
-			human(m.SizeBytes), strings.Join(cs, ","), (time.Duration(m.FrozenSeconds * float64(time.Second))).Round(time.Millisecond), m.Managed)
-	}
-	w.Flush()
-	for _, p := range problems {
-		fmt.Fprintln(os.Stderr, "skipped:", p)
-	}
-	return 0
+// checkpointList is the -o json|yaml form of `cri-shim checkpoints`.
+type checkpointList struct {
+	Checkpoints []checkpointItem `json:"checkpoints"`
+	// Skipped are directories under the root that are not readable checkpoints.
+	Skipped []string `json:"skipped"`
 }
 
-// completedCmd is what a completed init container of a warm-started pod runs
-// instead of its own command (the shim mounts its binary into it).
-func completedCmd(args []string) int {
-	fmt.Printf("cri-shim: init container %s completed before checkpoint %s was taken; not run again\n", arg(args, 0), arg(args, 1))
-	return 0
+type checkpointItem struct {
+	Name           string    `json:"name"`
+	Dir            string    `json:"dir"`
+	Namespace      string    `json:"namespace"`
+	Pod            string    `json:"pod"`
+	PodUID         string    `json:"podUid"`
+	CheckpointedAt time.Time `json:"checkpointedAt"`
+	SizeBytes      int64     `json:"sizeBytes"`
+	Containers     []string  `json:"containers"`
+	PausedSeconds  float64   `json:"pausedSeconds"`
+	TotalSeconds   float64   `json:"totalSeconds"`
+	Managed        bool      `json:"managed"`
+	Runtime        string    `json:"runtime"`
+	CRIUVersion    string    `json:"criuVersion"`
+}
+
+func newCheckpointsCmd() *cobra.Command {
+	var path, format string
+	cmd := &cobra.Command{
+		Use:   "checkpoints",
+		Short: "List the checkpoints under checkpoint.root (rm: remove some)",
+		Long: `List the checkpoints under checkpoint.root, oldest first, from their manifests.
+It reads the directories only, so it works while the shim is stopped.
+Directories that are not readable checkpoints are reported as skipped.`,
+		Example: "  cri-shim checkpoints -o yaml\n  cri-shim checkpoints rm default-web-20260101T000000Z",
+	}
+	configFlag(cmd.PersistentFlags(), &path, config.DefaultPath, defaultConfigUsage)
+	outputFlag(cmd, &format)
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(format); err != nil {
+			return err
+		}
+		cfg, err := loadConfig(cmd, path, true)
+		if err != nil {
+			return err
+		}
+		list := listCheckpoints(cfg.Checkpoint.Root)
+		for _, p := range list.Skipped {
+			fmt.Fprintln(cmd.ErrOrStderr(), "skipped:", p)
+		}
+		return printOutput(cmd.OutOrStdout(), format, list, func(out io.Writer) {
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tPOD\tTIME\tSIZE\tCONTAINERS\tPAUSED\tMANAGED")
+			for _, c := range list.Checkpoints {
+				fmt.Fprintf(w, "%s\t%s/%s\t%s\t%s\t%s\t%s\t%v\n", c.Name, c.Namespace, c.Pod, c.CheckpointedAt.Format(time.RFC3339),
+					human(c.SizeBytes), strings.Join(c.Containers, ","), seconds(c.PausedSeconds).Round(time.Millisecond), c.Managed)
+			}
+			w.Flush()
+		})
+	})
+	rm := &cobra.Command{
+		Use:     "rm NAME...",
+		Short:   "Remove checkpoints by name",
+		Example: "  cri-shim checkpoints rm default-web-20260101T000000Z",
+		Args:    cobra.MinimumNArgs(1),
+	}
+	rm.RunE = runE(func(cmd *cobra.Command, names []string) error {
+		cfg, err := loadConfig(cmd, path, true)
+		if err != nil {
+			return err
+		}
+		failures := 0
+		for _, n := range names {
+			if err := removeCheckpoint(cfg.Checkpoint.Root, n); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "cri-shim:", err)
+				failures++
+				continue
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "removed", n)
+		}
+		if failures > 0 {
+			return exitError{1, nil} // each said
+		}
+		return nil
+	})
+	cmd.AddCommand(rm)
+	return cmd
+}
+
+func listCheckpoints(root string) checkpointList {
+	stored, problems := criu.List(root)
+	list := checkpointList{Checkpoints: []checkpointItem{}, Skipped: append([]string{}, problems...)}
+	for _, c := range stored {
+		m := c.Manifest
+		it := checkpointItem{Name: c.Name, Dir: c.Dir, Namespace: m.Pod.Namespace, Pod: m.Pod.Name, PodUID: m.Pod.UID,
+			CheckpointedAt: m.CheckpointedAt, SizeBytes: m.SizeBytes, Containers: []string{}, PausedSeconds: m.FrozenSeconds,
+			TotalSeconds: m.TotalSeconds, Managed: m.Managed, Runtime: m.Runtime, CRIUVersion: m.CRIUVersion}
+		for _, e := range m.Containers {
+			it.Containers = append(it.Containers, e.Name)
+		}
+		list.Checkpoints = append(list.Checkpoints, it)
+	}
+	return list
+}
+
+func removeCheckpoint(root, name string) error {
+	if err := criu.CheckName(name); err != nil {
+		return err
+	}
+	dir := filepath.Join(root, name)
+	if _, err := os.Lstat(dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// newCompletedCmd is what a completed init container of a warm-started pod
+// runs instead of its own command (the shim mounts its binary into it as
+// criu.CompletedMountPath, with the arguments "completed <container>
+// <checkpoint>"). It takes its arguments as they come and always exits 0.
+func newCompletedCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "completed CONTAINER CHECKPOINT",
+		Short:              "Stand in for an init container that completed before its pod's checkpoint",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "cri-shim: init container %s completed before checkpoint %s was taken; not run again\n", arg(args, 0), arg(args, 1))
+		},
+	}
 }
 
 func arg(a []string, i int) string {
@@ -231,14 +369,38 @@ func arg(a []string, i int) string {
 	return "?"
 }
 
-func dialShim(cfg config.Config) (runtimeapi.RuntimeServiceClient, func(), error) {
+// shimCheckTimeout bounds the check that the shim's socket answers.
+const shimCheckTimeout = 5 * time.Second
+
+// dialShim connects to the shim's CRI socket and checks that it answers (CRI
+// Version), so a command that needs the running shim fails clearly instead of
+// showing stale or empty state.
+func dialShim(ctx context.Context, cfg config.Config) (runtimeapi.RuntimeServiceClient, func(), error) {
 	sock := strings.TrimPrefix(cfg.Server.Listen, "unix://")
-	if _, err := os.Stat(sock); err != nil {
-		return nil, nil, fmt.Errorf("shim socket: %w (is cri-shim running?)", err)
+	unreachable := func(err error) error {
+		return fmt.Errorf("the shim is not reachable at %s: %v (is it running? systemctl status cri-shim)", sock, err)
 	}
+	ctx, cancel := context.WithTimeout(ctx, shimCheckTimeout)
+	defer cancel()
+	// A plain connect first: its error names the cause (no such file,
+	// connection refused, permission denied) without gRPC's wrapping.
+	c, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) {
+			err = op.Err
+		}
+		return nil, nil, unreachable(err)
+	}
+	c.Close()
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, nil, errors.Join(errors.New("shim socket"), err)
+		return nil, nil, unreachable(err)
 	}
-	return runtimeapi.NewRuntimeServiceClient(conn), func() { conn.Close() }, nil
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		conn.Close()
+		return nil, nil, unreachable(errors.New(status.Convert(err).Message()))
+	}
+	return rt, func() { conn.Close() }, nil
 }

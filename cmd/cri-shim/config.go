@@ -1,44 +1,59 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"os"
+
+	"github.com/spf13/cobra"
 
 	"github.com/cri-shim/cri-shim/internal/config"
 )
 
-func configCmd(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: cri-shim config default|check [--config FILE]")
-		return 2
+func newConfigCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Print the default configuration or check a configuration file",
 	}
-	switch args[0] {
-	case "default":
-		b, err := config.Marshal(config.DefaultConfig())
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "cri-shim:", err)
-			return 1
-		}
-		os.Stdout.Write(b)
-		return 0
-	case "check":
-		fs := flag.NewFlagSet("config check", flag.ContinueOnError)
-		path := fs.String("config", config.DefaultPath, "config file to check")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
-		cfg, err := config.Load(*path, true)
-		if err == nil {
-			err = cfg.Validate()
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "cri-shim: config %s: %v\n", *path, err)
-			return 1
-		}
-		fmt.Printf("%s: ok\n", *path)
-		return 0
+	cmd.AddCommand(&cobra.Command{
+		Use:     "default",
+		Short:   "Print every configuration key with its default value and a comment",
+		Example: "  cri-shim config default > /etc/cri-shim/config.toml",
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			b, err := config.Marshal(config.DefaultConfig())
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		}),
+	})
+	var path string
+	check := &cobra.Command{
+		Use:   "check [FILE]",
+		Short: "Check a configuration file: TOML syntax, unknown keys and values",
+		Long: `Check a configuration file: TOML syntax, unknown keys, and every value as
+'serve' would (it refuses to start on the same errors). FILE, or --config, must
+exist; the default is ` + config.DefaultPath + `.`,
+		Example: "  cri-shim config check /etc/cri-shim/config.toml",
+		Args:    cobra.MaximumNArgs(1),
 	}
-	fmt.Fprintf(os.Stderr, "cri-shim config: unknown subcommand %q\n", args[0])
-	return 2
+	configFlag(check.Flags(), &path, config.DefaultPath, "config file to check (or give it as FILE)")
+	check.RunE = runE(func(cmd *cobra.Command, args []string) error {
+		if len(args) == 1 {
+			if cmd.Flags().Changed("config") && path != args[0] {
+				return usageErrorf("two files to check: --config %s and %s", path, args[0])
+			}
+			path = args[0]
+		}
+		cfg, err := config.Load(path, true) // its errors name the file
+		if err != nil {
+			return err
+		}
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("config %s: %w", path, err)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", path)
+		return nil
+	})
+	cmd.AddCommand(check)
+	return cmd
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -43,37 +43,48 @@ const (
 
 func (l level) String() string { return [...]string{" OK ", "WARN", "FAIL"}[l] }
 
-// doctorCmd checks what the shim needs of the node and says what to fix:
+func newDoctorCmd() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check the node for what the shim needs and say what to fix",
+		Long: `Check the node for what the shim needs: the configuration, kernel and cgroup
+version, CRIU, containerd, the shim's socket and directories, and whether the
+kubelet is pointed at the shim; each finding says what to fix. Exits 1 when a
+check fails (the shim cannot work), 0 with warnings (a feature is limited).`,
+	}
+	configFlag(cmd.Flags(), &path, config.DefaultPath, defaultConfigUsage)
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		cfg, err := loadConfig(cmd, path, false)
+		if err != nil {
+			return err
+		}
+		if code := doctor(cmd.OutOrStdout(), cfg, path); code != 0 {
+			return exitError{code, nil} // reported
+		}
+		return nil
+	})
+	return cmd
+}
+
+// doctor checks what the shim needs of the node and says what to fix:
 // the configuration, kernel and cgroup version, CRIU, containerd, the shim's
 // socket and directories, and whether the kubelet is pointed at the shim. It
-// exits 1 when a check fails (the shim cannot work), 0 with warnings (a
+// returns 1 when a check fails (the shim cannot work), 0 with warnings (a
 // feature is limited).
-func doctorCmd(args []string) int {
-	fset := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	path := fset.String("config", config.DefaultPath, "config file (absent default file: built-in defaults)")
-	if err := fset.Parse(args); err != nil {
-		return 2
-	}
-	if fset.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "cri-shim doctor: unexpected argument %q\n", fset.Arg(0))
-		return 2
-	}
-	cfg, code, loaded := loadParsed(fset, *path, false)
-	if !loaded {
-		return code
-	}
+func doctor(out io.Writer, cfg config.Config, path string) int {
 	var fs []finding
 	if err := cfg.Validate(); err != nil {
-		fs = append(fs, finding{"config", fail, err.Error(), "correct " + *path + " (cri-shim config check --config " + *path + ")"})
+		fs = append(fs, finding{"config", fail, err.Error(), "correct " + path + " (cri-shim config check --config " + path + ")"})
 	} else {
-		fs = append(fs, finding{"config", ok, *path + " is valid", ""})
+		fs = append(fs, finding{"config", ok, path + " is valid", ""})
 	}
 	fs = append(fs, checkKernel(), checkCgroup("/sys/fs/cgroup"), checkCRIU())
 	fs = append(fs, checkRuntime(cfg.Runtime.Endpoint)...)
 	fs = append(fs, checkSocket(cfg.Server.Listen, cfg.SocketModeBits()))
 	fs = append(fs, checkDir("state_dir", cfg.StateDir), checkDir("checkpoint.root", cfg.Checkpoint.Root))
 	fs = append(fs, checkKubelet("/", cfg.Server.Listen))
-	return report(os.Stdout, fs)
+	return report(out, fs)
 }
 
 // report prints the findings and returns the exit code.

@@ -1,38 +1,73 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"os"
+	"encoding/json"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/cri-shim/cri-shim/internal/config"
 )
 
-// loadConfig parses a command's --config flag and loads the file: the default
-// path may be absent (built-in defaults), a path the operator named may not.
-// It returns the exit code to use when ok is false.
-func loadConfig(name string, args []string, validate bool) (cfg config.Config, code int, ok bool) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	path := fs.String("config", config.DefaultPath, "config file (absent default file: built-in defaults)")
-	if err := fs.Parse(args); err != nil {
-		return cfg, 2, false
-	}
-	return loadParsed(fs, *path, validate)
-}
+const defaultConfigUsage = "config file (absent default file: built-in defaults)"
 
-// loadParsed loads the file a parsed flag set's --config names (the default
-// path may be absent, a path the operator named may not), for commands with
-// flags of their own.
-func loadParsed(fs *flag.FlagSet, path string, validate bool) (config.Config, int, bool) {
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
-	cfg, err := config.Load(path, explicit)
+// loadConfig loads the file a command's --config names: the default path may
+// be absent (built-in defaults), a path the operator named may not.
+func loadConfig(cmd *cobra.Command, path string, validate bool) (config.Config, error) {
+	cfg, err := config.Load(path, cmd.Flags().Changed("config"))
 	if err == nil && validate {
 		err = cfg.Validate()
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cri-shim: %v\n", err)
-		return cfg, 1, false
+	return cfg, err
+}
+
+// Output formats of the listings (-o), as crictl's and kubectl's.
+var outputFormats = []string{"table", "json", "yaml"}
+
+// outputFlag adds -o/--output to a listing command.
+func outputFlag(cmd *cobra.Command, format *string) {
+	cmd.Flags().StringVarP(format, "output", "o", "table", "output format: "+strings.Join(outputFormats, ", "))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// checkOutput refuses an unknown -o before the command does any work.
+func checkOutput(format string) error {
+	for _, f := range outputFormats {
+		if f == format {
+			return nil
+		}
 	}
-	return cfg, 0, true
+	return usageErrorf("unknown output format %q (want %s)", format, strings.Join(outputFormats, ", "))
+}
+
+// printOutput writes v as JSON or YAML (its json tags are the keys of both),
+// or calls table.
+func printOutput(w io.Writer, format string, v any, table func(io.Writer)) error {
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(b, '\n'))
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	table(w)
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"io"
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,17 +11,16 @@ import (
 // runCaptured runs the CLI and returns its exit code and stderr.
 func runCaptured(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	code := run(args)
-	os.Stderr = old
-	w.Close()
-	b, _ := io.ReadAll(r)
-	return code, string(b)
+	code, _, stderr := runOut(t, args...)
+	return code, stderr
+}
+
+// runOut runs the CLI and returns its exit code, stdout and stderr.
+func runOut(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := execute(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
 }
 
 func TestServeRefusesBadConfiguration(t *testing.T) {
@@ -35,40 +34,77 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		args []string
+		code int
 		want string
 	}{
-		{[]string{"serve", "--config", filepath.Join(dir, "absent.toml")}, "no such file"},
-		{[]string{"serve", "--config", write("typo.toml", "[server]\nlistn = \"/x\"\n")}, "unknown field server.listn"},
-		{[]string{"serve", "--config", write("type.toml", "[metrics]\naddress = 9464\n")}, "metrics.address"},
-		{[]string{"serve", "--config", write("ok.toml", ""), "--log-level", "chatty"}, "log.level"},
-		{[]string{"serve", "--config", write("ok2.toml", ""), "--listen", "relative.sock"}, "server.listen"},
-		{[]string{"serve", "--config", write("ok3.toml", ""), "--runtime-endpoint", "tcp://x"}, "runtime.endpoint"},
-		{[]string{"serve", "--no-such-flag"}, "flag provided but not defined"},
-		{[]string{"config", "check", "--config", write("bad.toml", "[log]\nformat = \"xml\"\n")}, "log.format"},
-		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"serve", "--config", filepath.Join(dir, "absent.toml")}, 1, "no such file"},
+		{[]string{"serve", "--config=" + write("typo.toml", "[server]\nlistn = \"/x\"\n")}, 1, "unknown field server.listn"},
+		{[]string{"serve", "--config", write("type.toml", "[metrics]\naddress = 9464\n")}, 1, "metrics.address"},
+		{[]string{"serve", "--config", write("ok.toml", ""), "--log-level", "chatty"}, 1, "log.level"},
+		{[]string{"serve", "--config", write("ok2.toml", ""), "--listen=relative.sock"}, 1, "server.listen"},
+		{[]string{"serve", "--config", write("ok3.toml", ""), "--runtime-endpoint", "tcp://x"}, 1, "runtime.endpoint"},
+		{[]string{"serve", "--no-such-flag"}, 2, "unknown flag: --no-such-flag"},
+		{[]string{"config", "check", "--config", write("bad.toml", "[log]\nformat = \"xml\"\n")}, 1, "log.format"},
+		{[]string{"config", "check", write("bad2.toml", "[log]\nformat = \"xml\"\n")}, 1, "log.format"},
+		{[]string{"config", "check", filepath.Join(dir, "absent.toml")}, 1, "no such file"},
+		{[]string{"config", "check", "--config", write("a.toml", ""), write("b.toml", "")}, 2, "two files to check"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
 		// Backoff acceptance 4: invalid node maxima refuse to start, naming the field.
-		{[]string{"serve", "--config", write("bo0.toml", "[backoff]\nmax_container_restart_period = 0\n")}, "backoff.max_container_restart_period: must be whole seconds from 1 to 300, got 0"},
-		{[]string{"serve", "--config", write("bo301.toml", "[backoff]\nmax_container_restart_period = 301\n")}, "backoff.max_container_restart_period: must be whole seconds from 1 to 300, got 301"},
-		{[]string{"serve", "--config", write("boabc.toml", "[backoff]\nmax_container_restart_period = \"abc\"\n")}, "backoff.max_container_restart_period"},
+		{[]string{"serve", "--config", write("bo0.toml", "[backoff]\nmax_container_restart_period = 0\n")}, 1, "backoff.max_container_restart_period: must be whole seconds from 1 to 300, got 0"},
+		{[]string{"serve", "--config", write("bo301.toml", "[backoff]\nmax_container_restart_period = 301\n")}, 1, "backoff.max_container_restart_period: must be whole seconds from 1 to 300, got 301"},
+		{[]string{"serve", "--config", write("boabc.toml", "[backoff]\nmax_container_restart_period = \"abc\"\n")}, 1, "backoff.max_container_restart_period"},
 	} {
 		code, stderr := runCaptured(t, tc.args...)
-		if code == 0 {
-			t.Errorf("%v: exit 0", tc.args)
+		if code != tc.code {
+			t.Errorf("%v: exit %d, want %d (%s)", tc.args, code, tc.code, stderr)
 		}
 		if !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: stderr %q does not mention %q", tc.args, stderr, tc.want)
+		}
+		checkOnePrefix(t, tc.args, stderr)
+	}
+}
+
+// checkOnePrefix fails when an error is printed without the one "cri-shim: "
+// prefix, or with it twice.
+func checkOnePrefix(t *testing.T, args []string, stderr string) {
+	t.Helper()
+	if stderr == "" {
+		return
+	}
+	if !strings.HasPrefix(stderr, "cri-shim: ") {
+		t.Errorf("%v: stderr %q does not start with \"cri-shim: \"", args, stderr)
+	}
+	if strings.Count(stderr, "cri-shim: ") > 1 {
+		t.Errorf("%v: doubled prefix or message in %q", args, stderr)
+	}
+	// No context said twice ("config F: config F: open F: ...").
+	parts := strings.Split(strings.SplitN(stderr, "\n", 2)[0], ": ")
+	for i := 1; i < len(parts); i++ {
+		if parts[i] == parts[i-1] {
+			t.Errorf("%v: %q said twice in %q", args, parts[i], stderr)
 		}
 	}
 }
 
 func TestConfigCheckAcceptsShippedExample(t *testing.T) {
-	if code, stderr := runCaptured(t, "config", "check", "--config", "../../deploy/config.toml"); code != 0 {
-		t.Fatalf("deploy/config.toml: %d %s", code, stderr)
+	for _, args := range [][]string{
+		{"config", "check", "--config", "../../deploy/config.toml"},
+		{"config", "check", "../../deploy/config.toml"},
+		{"config", "check", "-c", "../../deploy/config.toml"},
+	} {
+		code, out, stderr := runOut(t, args...)
+		if code != 0 || out != "../../deploy/config.toml: ok\n" {
+			t.Fatalf("%v: %d %q %s", args, code, out, stderr)
+		}
 	}
 }
 
 func TestVersion(t *testing.T) {
-	if code := run([]string{"version"}); code != 0 {
-		t.Fatalf("version exit %d", code)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, _ := runOut(t, args...)
+		if code != 0 || !strings.HasPrefix(out, "cri-shim ") {
+			t.Fatalf("%v: exit %d, %q", args, code, out)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/cri-shim/cri-shim/internal/config"
@@ -21,50 +21,54 @@ import (
 	"github.com/cri-shim/cri-shim/internal/version"
 )
 
-func serve(args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfgPath := fs.String("config", config.DefaultPath, "TOML config file (absent default file: built-in defaults)")
-	listen := fs.String("listen", "", "override server.listen: the shim's CRI socket")
-	endpoint := fs.String("runtime-endpoint", "", "override runtime.endpoint: containerd's CRI socket")
-	level := fs.String("log-level", "", "override log.level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		return 2
+func newServeCmd() *cobra.Command {
+	var cfgPath, listen, endpoint, level string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the CRI proxy daemon",
+		Long: `Run the CRI proxy daemon: serve the kubelet's CRI calls on server.listen and
+forward them to containerd at runtime.endpoint. Under systemd it sends READY=1
+once the socket accepts calls and feeds the watchdog. Flags override the file.`,
+		Example: "  cri-shim serve --config /etc/cri-shim/config.toml",
 	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "config" {
-			explicit = true
+	configFlag(cmd.Flags(), &cfgPath, config.DefaultPath, "TOML config file (absent default file: built-in defaults)")
+	cmd.Flags().StringVar(&listen, "listen", "", "override server.listen: the shim's CRI socket")
+	cmd.Flags().StringVar(&endpoint, "runtime-endpoint", "", "override runtime.endpoint: containerd's CRI socket")
+	cmd.Flags().StringVar(&level, "log-level", "", "override log.level: debug, info, warn, error")
+	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		cfg, err := loadConfig(cmd, cfgPath, false)
+		if err != nil {
+			return err
 		}
+		if listen != "" {
+			cfg.Server.Listen = listen
+		}
+		if endpoint != "" {
+			cfg.Runtime.Endpoint = endpoint
+		}
+		if level != "" {
+			cfg.Log.Level = level
+		}
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("invalid configuration:\n%w", err)
+		}
+		return serve(cfg, cfgPath)
 	})
-	cfg, err := config.Load(*cfgPath, explicit)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cri-shim:", err)
-		return 1
-	}
-	if *listen != "" {
-		cfg.Server.Listen = *listen
-	}
-	if *endpoint != "" {
-		cfg.Runtime.Endpoint = *endpoint
-	}
-	if *level != "" {
-		cfg.Log.Level = *level
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "cri-shim: invalid configuration:\n%v\n", err)
-		return 1
-	}
+	return cmd
+}
+
+func serve(cfg config.Config, cfgPath string) error {
 	log := newLogger(cfg.Log)
 	procs := setMaxProcs(cfg.Server.MaxProcs)
 	if err := setTimerSlack(cfg.Server.TimerSlack.Duration); err != nil {
 		// Threads created from now on still inherit it from this one.
 		log.Warn("server.timer_slack not applied to every thread (writing another thread's slack needs CAP_SYS_NICE)", "err", err)
 	}
-	log.Info("starting", "version", version.String(), "config", *cfgPath, "maxProcs", procs, "timerSlack", cfg.Server.TimerSlack.String())
+	log.Info("starting", "version", version.String(), "config", cfgPath, "maxProcs", procs, "timerSlack", cfg.Server.TimerSlack.String())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err = server.Run(ctx, cfg, log, server.Options{
+	err := server.Run(ctx, cfg, log, server.Options{
 		Ready: func() {
 			_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
 			go watchdog(ctx, cfg.Server.Listen, log)
@@ -72,10 +76,10 @@ func serve(args []string) int {
 	})
 	if err != nil {
 		log.Error("exiting", "err", err)
-		return 1
+		return exitError{1, nil} // logged
 	}
 	log.Info("stopped")
-	return 0
+	return nil
 }
 
 // setMaxProcs applies server.max_procs unless the GOMAXPROCS environment
