@@ -395,6 +395,7 @@ func TestChurnFakeRuntime(t *testing.T) {
 // container in every tenth. CRI_SHIM_CHURN_REAL_PODS overrides the count.
 func TestChurnRealStack(t *testing.T) {
 	needNode(t)
+	pauseKubelet(t) // its housekeeping would stop sandboxes it did not create
 	withShimConfigEdit(t, func(b []byte) []byte {
 		return []byte(strings.Replace(string(b), "[metrics]\n", "[metrics]\n  profiling = true\n", 1))
 	})
