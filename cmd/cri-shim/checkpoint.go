@@ -140,10 +140,13 @@ type progress struct {
 	open     bool // a terminal line awaits its newline
 }
 
+// Update intervals of progress on a terminal and in a log.
+var ttyInterval, plainInterval = time.Second, 10 * time.Second
+
 func newProgress(w io.Writer) *progress {
-	p := &progress{w: w, tty: isTerminal(w), interval: 10 * time.Second}
+	p := &progress{w: w, tty: isTerminal(w), interval: plainInterval}
 	if p.tty {
-		p.interval = time.Second
+		p.interval = ttyInterval
 	}
 	return p
 }
