@@ -158,7 +158,15 @@ func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
 // means the change it records must not be acted on: the caller undoes it in
 // memory (p.snapshot) and fails, a CRI call with Unavailable (unavailable),
 // so the kubelet or the executor tries again. m.mu held.
+// errPodRemoved refuses a save of a pod whose sandbox was removed meanwhile.
+var errPodRemoved = errors.New("podstate: the pod's sandbox was removed")
+
 func (m *Manager) save(p *Pod) error {
+	if m.pods[p.SandboxID] != p {
+		// Removed (or replaced) while a step held it: writing it would bring
+		// back the record of a sandbox that is gone, and the step must stop.
+		return errPodRemoved
+	}
 	if err := m.st.save(p); err != nil {
 		if !m.saveFailing {
 			m.log.Error("podstate: state write failed; restart steps are not carried out until writes succeed again",

@@ -250,11 +250,14 @@ func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, err
 	}
-	// The state file, or a problems-only record, of this sandbox.
+	m.mu.Lock()
+	// The state file, or a problems-only record, of this sandbox: under the
+	// lock, as every save is, so that no save of the pod runs meanwhile
+	// (the store's sequence map is not safe for concurrent writes) and none
+	// recreates the file afterwards (save skips pods no longer tracked).
 	if rerr := m.st.remove(req.PodSandboxId); rerr != nil {
 		m.log.Error("podstate: removing state file", "err", rerr)
 	}
-	m.mu.Lock()
 	if p := m.pods[req.PodSandboxId]; p != nil {
 		for id := range p.IDs {
 			delete(m.byID, id)

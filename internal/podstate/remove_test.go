@@ -1,0 +1,54 @@
+package podstate
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// A step that still holds a pod when its sandbox is removed cannot write the
+// pod's record again (it would bring back the state of a sandbox that is
+// gone), and removals run alongside saves of other pods without a data race
+// on the store (run with -race).
+func TestRemovedPodIsNotSavedAgain(t *testing.T) {
+	rt := newFakeRT()
+	dir := t.TempDir()
+	k := kubelet{t: t, m: newTestManager(t, rt, dir), rt: rt}
+	ann := map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}
+	k.runSandbox("sb-gone", ann)
+	p := k.m.pods["sb-gone"]
+	k.removeSandbox("sb-gone")
+	k.m.mu.Lock()
+	err := k.m.save(p)
+	k.m.mu.Unlock()
+	if !errors.Is(err, errPodRemoved) {
+		t.Fatalf("save of a removed pod: %v, want errPodRemoved", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "pods", "sb-gone*")); len(left) > 0 {
+		t.Fatalf("record of the removed sandbox written again: %v", left)
+	}
+
+	k.runSandbox("sb-live", ann)
+	live := k.m.pods["sb-live"]
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 200 {
+			k.m.mu.Lock()
+			_ = k.m.save(live)
+			k.m.mu.Unlock()
+		}
+	}()
+	for i := range 50 {
+		sb := "sb-churn-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		k.runSandbox(sb, ann)
+		k.removeSandbox(sb)
+	}
+	wg.Wait()
+	if _, err := os.Stat(filepath.Join(dir, "pods")); err != nil {
+		t.Fatal(err)
+	}
+}
