@@ -190,3 +190,65 @@ func TestRestartKeepsOutputOfRunningCapture(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A record whose resume is pending does not wipe a complete checkpoint that a
+// later call wrote into the same directory (only a directory still marked
+// incomplete is emptied), and a record whose sandbox a running call holds is
+// left for a later pass instead of being dropped from the retry.
+func TestPendingResumeRespectsLaterCalls(t *testing.T) {
+	fx := newFixture(t)
+	out, _ := filepath.EvalSymlinks(fx.dir)
+	fx.rt.tasks.setPaused("c1", true)
+	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1"}, OutputPath: out, Started: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A call of the same sandbox is running: the pass leaves the record.
+	j, err := fx.svc.claim(ctxT(t, time.Second), "sb1", filepath.Join(fx.root, "other"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.svc.resumeRecorded(context.Background())
+	fx.svc.mu.Lock()
+	pending := fx.svc.pendingResume
+	fx.svc.mu.Unlock()
+	if !fx.rt.tasks.isPaused("c1") || !pending {
+		t.Fatalf("a record of a held sandbox was acted on or dropped from the retry (paused %v, pending %v)", fx.rt.tasks.isPaused("c1"), pending)
+	}
+	fx.svc.release(j)
+	// Meanwhile a later call left a complete checkpoint in the directory.
+	if err := writeManifest(out, &Manifest{FormatVersion: FormatVersion, Containers: []ContainerEntry{{Name: "app", Archive: archiveName("app")}}}); err != nil {
+		t.Fatal(err)
+	}
+	fx.svc.resumeRecorded(context.Background())
+	if fx.rt.tasks.isPaused("c1") {
+		t.Fatal("not resumed once the sandbox was free")
+	}
+	if _, err := os.Stat(filepath.Join(out, manifestFile)); err != nil {
+		t.Fatalf("the later call's complete checkpoint was removed: %v", err)
+	}
+	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
+		t.Fatalf("record left: %v", got)
+	}
+}
+
+// The start-up clean-up of directories marked incomplete leaves alone one that
+// a call started meanwhile owns (the socket serves while it runs).
+func TestCleanIncompleteSkipsOwnedDirectory(t *testing.T) {
+	fx := newFixture(t)
+	out, _ := filepath.EvalSymlinks(fx.dir)
+	os.WriteFile(filepath.Join(out, incompleteFile), nil, 0o600)
+	os.WriteFile(filepath.Join(out, "pages-1.img"), []byte("being written"), 0o600)
+	j, err := fx.svc.claim(ctxT(t, time.Second), "sb1", out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.svc.cleanIncomplete(nil)
+	if got := entries(t, out); len(got) != 2 {
+		t.Fatalf("a directory a call owns was emptied: %v", got)
+	}
+	fx.svc.release(j)
+	fx.svc.cleanIncomplete(nil)
+	if got := entries(t, out); len(got) != 0 {
+		t.Fatalf("a marked directory nobody owns was not emptied: %v", got)
+	}
+}

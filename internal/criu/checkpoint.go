@@ -362,7 +362,16 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 
 	select {
 	case <-done:
+		timedOut := dctx.Err() != nil
 		cancel()
+		if _, running := s.anyCaptureRunning(ids); timedOut && running {
+			// dumpTimeout ended the wait, not containerd's capture: it
+			// would freeze the pod again when it ends. The record stays;
+			// Run resumes the containers and empties the output once it
+			// has ended (resumeOne).
+			s.resumeFailed(fmt.Errorf("capture still running in containerd after %s", s.dumpTimeout))
+			return status.Errorf(codes.DeadlineExceeded, "CheckpointPod: containerd's capture did not end within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
+		}
 	case <-giveUp.C:
 		// Deadline: resume now, return, and finish cleaning up once
 		// containerd's captures end (a capture still running could write
@@ -465,6 +474,7 @@ func (s *Service) resumeFailed(err error) {
 	s.log.Error("checkpoint: resuming paused containers failed; retrying in the background", "err", err)
 	s.mu.Lock()
 	s.pendingResume = true
+	s.resumeGen++
 	s.mu.Unlock()
 }
 
@@ -475,6 +485,13 @@ func (s *Service) resumeFailed(err error) {
 // record with them.
 func (s *Service) afterAbandoned(rec frozenRecord) {
 	ctx := context.Background()
+	// The wait for the captures may have ended at dumpTimeout while runc
+	// still captures: a resume before it ends would be undone.
+	for deadline := time.Now().Add(time.Hour); time.Now().Before(deadline); time.Sleep(s.retryEvery / 10) {
+		if _, running := s.anyCaptureRunning(rec.Containers); !running {
+			break
+		}
+	}
 	var errs []error
 	for _, id := range rec.Containers {
 		pctx, cancel := context.WithTimeout(ctx, s.resumeTimeout)

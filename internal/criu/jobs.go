@@ -73,10 +73,29 @@ func (s *Service) leftoverBusy(what string) error {
 		"nothing was paused; retry once it ends", what)
 }
 
+// tryHold takes the sandbox (if not empty) and the output directory for
+// recovery work, or returns nil at once if a call or other work holds either.
+// A call that comes meanwhile waits for it, as for leftover work.
+func (s *Service) tryHold(sandbox, out string) *job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sandbox != "" && s.jobs[sandbox] != nil || out != "" && s.jobsByOut[out] != nil {
+		return nil
+	}
+	j := &job{sandbox: sandbox, out: out, returned: true, done: make(chan struct{})}
+	if sandbox != "" {
+		s.jobs[sandbox] = j
+	}
+	if out != "" {
+		s.jobsByOut[out] = j
+	}
+	return j
+}
+
 // release ends the job: the next call of its sandbox or directory may start.
 func (s *Service) release(j *job) {
 	s.mu.Lock()
-	if s.jobs[j.sandbox] == j {
+	if j.sandbox != "" && s.jobs[j.sandbox] == j {
 		delete(s.jobs, j.sandbox)
 	}
 	if s.jobsByOut[j.out] == j {
@@ -92,11 +111,4 @@ func (s *Service) handOver(j *job) {
 	s.mu.Lock()
 	j.returned = true
 	s.mu.Unlock()
-}
-
-// held reports whether a call or its leftover work holds the sandbox.
-func (s *Service) held(sandbox string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.jobs[sandbox] != nil
 }

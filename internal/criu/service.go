@@ -78,8 +78,11 @@ type Service struct {
 	// container (a runc checkpoint process), which a shim killed mid-capture
 	// does not wait for; nil is procCaptureRunning.
 	captureRunning func(id string) bool
-	// pendingResume is set while a frozen record could not be cleared.
+	// pendingResume is set while a frozen record could not be cleared;
+	// resumeGen counts resumeFailed calls, so that a pass of resumeRecorded
+	// that started before one does not clear the flag.
 	pendingResume bool
+	resumeGen     uint64
 }
 
 // New builds the service. rt and img are the runtime's CRI clients
@@ -177,6 +180,9 @@ func (s *Service) removeRecord(path string) {
 // It returns the output directories of the records it could not clear yet.
 func (s *Service) resumeRecorded(ctx context.Context) (pendingOut map[string]bool) {
 	pendingOut = map[string]bool{}
+	s.mu.Lock()
+	gen := s.resumeGen
+	s.mu.Unlock()
 	dir := filepath.Join(s.cfg.StateDir, "checkpoint")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -193,10 +199,6 @@ func (s *Service) resumeRecorded(ctx context.Context) (pendingOut map[string]boo
 		if !strings.HasSuffix(name, ".frozen.json") {
 			continue
 		}
-		sandbox, _, _ := strings.Cut(name, ".")
-		if s.held(sandbox) {
-			continue // a checkpoint of this pod is running now; it resumes its own
-		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		var r frozenRecord
 		if err == nil {
@@ -207,32 +209,57 @@ func (s *Service) resumeRecorded(ctx context.Context) (pendingOut map[string]boo
 			s.removeRecord(filepath.Join(dir, name))
 			continue
 		}
-		// A shim killed mid-capture does not stop containerd's capture: CRIU
-		// goes on with the paused container and, when it ends, puts the
-		// freezer back as it found it (frozen). Resuming before then would be
-		// undone, so wait for the capture to end first.
-		if id, ok := s.anyCaptureRunning(r.Containers); ok {
-			s.log.Info("checkpoint: an interrupted checkpoint's capture is still running in containerd; resuming once it ends", "sandbox", short(r.SandboxID), "container", short(id))
+		if !s.resumeOne(ctx, filepath.Join(dir, name), r) {
 			pending, pendingOut[r.OutputPath] = true, true
-			continue
 		}
-		if err := s.thawAll(ctx, r.Containers, true); err != nil {
-			s.log.Error("checkpoint: resuming containers of an interrupted checkpoint; will retry", "sandbox", r.SandboxID, "err", err)
-			pending, pendingOut[r.OutputPath] = true, true
-			continue
-		}
-		if r.OutputPath != "" {
-			if err := s.removeOutput(r.OutputPath); err != nil {
-				s.log.Warn("checkpoint: removing an interrupted checkpoint's files", "path", r.OutputPath, "err", err)
-			}
-		}
-		s.removeRecord(filepath.Join(dir, name))
-		s.log.Info("checkpoint: resumed the containers of an interrupted checkpoint", "sandbox", r.SandboxID, "containers", len(r.Containers))
 	}
 	s.mu.Lock()
-	s.pendingResume = pending
+	// A resume that failed while this pass ran (a record it may not have
+	// read) keeps the retry going.
+	s.pendingResume = pending || s.resumeGen != gen
 	s.mu.Unlock()
 	return pendingOut
+}
+
+// resumeOne clears one frozen record: it resumes the record's containers and
+// empties the record's output if it is still marked incomplete. It holds the
+// record's sandbox and output directory meanwhile, so it never acts on what a
+// call running now owns (a record whose sandbox or directory is held waits for
+// the next pass), and a directory that a later call has since filled with a
+// complete checkpoint is left alone. It reports whether the record is cleared.
+func (s *Service) resumeOne(ctx context.Context, path string, r frozenRecord) bool {
+	j := s.tryHold(r.SandboxID, r.OutputPath)
+	if j == nil {
+		return false
+	}
+	defer s.release(j)
+	// A shim killed mid-capture does not stop containerd's capture: CRIU
+	// goes on with the paused container and, when it ends, puts the
+	// freezer back as it found it (frozen). Resuming before then would be
+	// undone, so wait for the capture to end first.
+	if id, ok := s.anyCaptureRunning(r.Containers); ok {
+		s.log.Info("checkpoint: an interrupted checkpoint's capture is still running in containerd; resuming once it ends", "sandbox", short(r.SandboxID), "container", short(id))
+		return false
+	}
+	if err := s.thawAll(ctx, r.Containers, true); err != nil {
+		s.log.Error("checkpoint: resuming containers of an interrupted checkpoint; will retry", "sandbox", r.SandboxID, "err", err)
+		return false
+	}
+	if r.OutputPath != "" && marked(r.OutputPath) {
+		if err := s.removeOutput(r.OutputPath); err != nil {
+			s.log.Warn("checkpoint: removing an interrupted checkpoint's files", "path", r.OutputPath, "err", err)
+		}
+	}
+	s.removeRecord(path)
+	s.log.Info("checkpoint: resumed the containers of an interrupted checkpoint", "sandbox", r.SandboxID, "containers", len(r.Containers))
+	return true
+}
+
+// marked reports whether dir still carries the incomplete mark: only then is
+// what it holds the unfinished checkpoint of the call that marked it.
+func marked(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, incompleteFile))
+	return err == nil
 }
 
 // thawAll resumes every listed container that is paused. With check, each is
@@ -285,13 +312,22 @@ func (s *Service) cleanIncomplete(skip map[string]bool) {
 			continue
 		}
 		dir := filepath.Join(s.cfg.Root, e.Name())
-		if real, err := filepath.EvalSymlinks(dir); err == nil && skip[real] || skip[dir] {
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(dir, incompleteFile)); err != nil {
+		if skip[real] || skip[dir] || !marked(real) {
 			continue
 		}
-		if err := s.removeOutput(dir); err != nil {
+		// A call that started meanwhile (the socket serves while this runs)
+		// owns its directory: leave it.
+		j := s.tryHold("", real)
+		if j == nil {
+			continue
+		}
+		err = s.removeOutput(real)
+		s.release(j)
+		if err != nil {
 			s.log.Warn("checkpoint: removing an interrupted checkpoint's files", "path", dir, "err", err)
 			continue
 		}
