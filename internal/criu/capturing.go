@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 )
 
 // anyCaptureRunning returns a container of ids that containerd is still
@@ -33,6 +34,11 @@ func procCaptureRunning(id string) bool {
 		return false
 	}
 	for _, p := range procs {
+		// Only root's processes: any user can name a process "runc" and
+		// give it a container ID, which would stall a resume.
+		if fi, err := os.Stat(filepath.Dir(p)); err != nil || !ownedByRoot(fi) {
+			continue
+		}
 		b, err := os.ReadFile(p)
 		if err != nil || len(b) == 0 {
 			continue
@@ -42,6 +48,11 @@ func procCaptureRunning(id string) bool {
 		}
 	}
 	return false
+}
+
+func ownedByRoot(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == 0
 }
 
 // isRuncCheckpoint reports whether argv is a runc checkpoint of container id.

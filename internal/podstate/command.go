@@ -93,7 +93,13 @@ func (m *Manager) command(ctx context.Context, sandboxID, container, action, rea
 	if _, err := m.rt.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: target.GetId(), Timeout: 10}); err != nil {
 		m.mu.Lock()
 		delete(p.Forced, name)
-		m.save(p)
+		if serr := m.save(p); serr != nil {
+			// The record still forces the next exit of this container:
+			// keep memory the same, so what runs is what a restarted
+			// shim would do.
+			p.Forced[name] = action
+			m.log.Warn("podstate: the forced action of a failed command stays recorded", "pod", p.Namespace+"/"+p.Name, "container", name, "err", serr)
+		}
 		m.mu.Unlock()
 		return err
 	}

@@ -97,7 +97,10 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 		if wasSettled {
 			settle(p, id)
 		}
-		m.save(p)
+		// The rollback puts memory back to what the record already says
+		// unless classify saved; a failure here is logged by save and the
+		// next save carries it.
+		_ = m.save(p)
 		if err != nil {
 			return true, err
 		}
@@ -106,7 +109,12 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 	// The kubelet saw this instance exit (the orchestrator's code): it is
 	// not shown running again while the restart runs.
 	delete(p.Fake, id)
-	m.save(p)
+	if err := m.save(p); err != nil {
+		// Memory is right (the restart is recorded); the next save carries
+		// this too. Until then a restarted shim may show the exited
+		// instance as running while the restart runs.
+		m.log.Warn("podstate: recording that a held container's exit is shown", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
 	m.log.Info("podstate: restarting a held container on command", "pod", p.Namespace+"/"+p.Name, "container", name, "reason", reason)
 	return true, nil
 }
