@@ -133,3 +133,26 @@ func TestRuntimeStatusFinding(t *testing.T) {
 		t.Errorf("no conditions: %+v", f)
 	}
 }
+
+// The kubelet files doctor reads are the node's, not ours: any content gives a
+// finding, never a crash.
+func FuzzCheckKubelet(f *testing.F) {
+	f.Add("containerRuntimeEndpoint: unix:///run/cri-shim/cri-shim.sock\n", `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///x"`)
+	f.Add("containerRuntimeEndpoint:\n", "--image-service-endpoint")
+	f.Add("containerRuntimeEndpoint: '\"", "--container-runtime-endpoint= ")
+	f.Fuzz(func(t *testing.T, conf, flags string) {
+		root := t.TempDir()
+		for rel, body := range map[string]string{
+			"var/lib/kubelet/config.yaml":                    conf,
+			"etc/kubernetes/kubelet.conf.d/50-cri-shim.conf": conf,
+			"var/lib/kubelet/kubeadm-flags.env":              flags,
+		} {
+			p := filepath.Join(root, rel)
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			os.WriteFile(p, []byte(body), 0o644)
+		}
+		if f := checkKubelet(root, "/run/cri-shim/cri-shim.sock"); f.name != "kubelet" || f.detail == "" {
+			t.Fatalf("no finding: %+v", f)
+		}
+	})
+}
