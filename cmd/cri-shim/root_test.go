@@ -61,6 +61,11 @@ func TestRejectsUnknownFlagsAndArguments(t *testing.T) {
 			cases = append(cases, append(append([]string(nil), path...), "extra"))
 		}
 		for _, args := range cases {
+			if cmd, _, _ := newRootCmd(io.Discard, io.Discard).Find(path); cmd.Flags().Lookup("config") != nil {
+				// A command that wrongly ran would fail on this (exit 1)
+				// instead of, for serve, serving.
+				args = append(args, "--config=/nonexistent/cri-shim.toml")
+			}
 			code, out, stderr := runOut(t, args...)
 			if code != 2 {
 				t.Errorf("%v: exit %d, want 2 (stdout %.80q)", args, code, out)
