@@ -3,6 +3,7 @@ package criu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -144,11 +145,14 @@ func (s *Service) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 		// warm start a restarted shim would not know is removed again, and
 		// the kubelet retries.
 		s.undoUnrecorded("sandbox", w.SandboxID, func(ctx context.Context) error {
-			if _, err := s.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: w.SandboxID}); err != nil && !isNotFound(err) {
-				return err
+			// The remove is tried even if the stop failed: containerd's
+			// RemovePodSandbox stops what still runs.
+			_, serr := s.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: w.SandboxID})
+			if isNotFound(serr) {
+				serr = nil
 			}
-			_, err := s.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: w.SandboxID})
-			return err
+			_, rerr := s.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: w.SandboxID})
+			return errors.Join(serr, rerr)
 		})
 		return nil, fail(codes.Unavailable, "recording the warm start: %v; the sandbox was removed and the kubelet retries", err)
 	}
