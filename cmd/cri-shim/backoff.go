@@ -36,10 +36,7 @@ node's setting before rolling it out. Reads only the file.`,
 	configFlag(cmd.Flags(), &path, config.DefaultPath, defaultConfigUsage)
 	outputFlag(cmd, &format)
 	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(format); err != nil {
-			return err
-		}
-		cfg, err := loadConfig(cmd, path, true)
+		cfg, err := listingConfig(cmd, path, format, true)
 		if err != nil {
 			return err
 		}

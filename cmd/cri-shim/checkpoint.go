@@ -272,10 +272,7 @@ Directories that are not readable checkpoints are reported as skipped.`,
 	configFlag(cmd.PersistentFlags(), &path, config.DefaultPath, defaultConfigUsage)
 	outputFlag(cmd, &format)
 	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(format); err != nil {
-			return err
-		}
-		cfg, err := loadConfig(cmd, path, true)
+		cfg, err := listingConfig(cmd, path, format, true)
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,15 @@ func loadConfig(cmd *cobra.Command, path string, validate bool) (config.Config, 
 	return cfg, err
 }
 
+// listingConfig is the start of every listing command: the -o format is
+// checked before any work (a usage error), then the configuration loaded.
+func listingConfig(cmd *cobra.Command, path, format string, validate bool) (config.Config, error) {
+	if err := checkOutput(format); err != nil {
+		return config.Config{}, err
+	}
+	return loadConfig(cmd, path, validate)
+}
+
 // Output formats of the listings (-o), as crictl's and kubectl's.
 var outputFormats = []string{"table", "json", "yaml"}
 

@@ -72,10 +72,7 @@ command first checks that its socket answers.`,
 	configFlag(cmd.Flags(), &path, config.DefaultPath, defaultConfigUsage)
 	outputFlag(cmd, &format)
 	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(format); err != nil {
-			return err
-		}
-		cfg, err := loadConfig(cmd, path, false)
+		cfg, err := listingConfig(cmd, path, format, false)
 		if err != nil {
 			return err
 		}
