@@ -1,0 +1,323 @@
+package fakeruntime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Exit codes and reasons as containerd's internal/cri/server/helpers.go has them.
+const (
+	exitSIGKILL        = 137
+	exitSIGTERM        = 143
+	errorStartExitCode = 128
+	errorStartReason   = "StartError"
+	completeExitReason = "Completed"
+	errorExitReason    = "Error"
+	oomExitReason      = "OOMKilled"
+)
+
+// container's state follows from its timestamps, as containerd's
+// containerstore.Status.State: finished is EXITED, started is RUNNING,
+// otherwise CREATED.
+type container struct {
+	id, sandboxID, name string
+	seq                 int
+	cfg                 *runtimeapi.ContainerConfig
+	logPath, imageRef   string
+	createdAt           int64
+	startedAt           int64
+	finishedAt          int64
+	exitCode            int32
+	reason, message     string
+}
+
+func (c *container) state() runtimeapi.ContainerState {
+	switch {
+	case c.finishedAt != 0:
+		return runtimeapi.ContainerState_CONTAINER_EXITED
+	case c.startedAt != 0:
+		return runtimeapi.ContainerState_CONTAINER_RUNNING
+	}
+	return runtimeapi.ContainerState_CONTAINER_CREATED
+}
+
+// status is container_status.go's toCRIContainerStatus.
+func (c *container) status() *runtimeapi.ContainerStatus {
+	state := c.state()
+	reason := c.reason
+	if state == runtimeapi.ContainerState_CONTAINER_EXITED && reason == "" {
+		reason = errorExitReason
+		if c.exitCode == 0 {
+			reason = completeExitReason
+		}
+	}
+	var st, ft int64
+	switch state {
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		st = c.startedAt
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		st, ft = c.startedAt, c.finishedAt
+	}
+	return &runtimeapi.ContainerStatus{Id: c.id, Metadata: c.cfg.GetMetadata(), State: state, CreatedAt: c.createdAt,
+		StartedAt: st, FinishedAt: ft, ExitCode: c.exitCode, Image: c.cfg.GetImage(), ImageRef: c.imageRef,
+		Reason: reason, Message: c.message, Labels: c.cfg.GetLabels(), Annotations: c.cfg.GetAnnotations(),
+		Mounts: c.cfg.GetMounts(), LogPath: c.logPath, User: &runtimeapi.ContainerUser{}}
+}
+
+func (c *container) listItem() *runtimeapi.Container {
+	return &runtimeapi.Container{Id: c.id, PodSandboxId: c.sandboxID, Metadata: c.cfg.GetMetadata(), Image: c.cfg.GetImage(),
+		ImageRef: c.imageRef, State: c.state(), CreatedAt: c.createdAt, Labels: c.cfg.GetLabels(), Annotations: c.cfg.GetAnnotations()}
+}
+
+// imageRef is a stable image ID for an image name, as containerd resolves
+// a name to the digest of its config.
+func imageRef(image string) string {
+	sum := sha256.Sum256([]byte(image))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func notFoundContainer(id string) error {
+	return status.Errorf(codes.NotFound, "an error occurred when try to find container %q: not found", id)
+}
+
+// CreateContainer creates a CREATED container in a READY sandbox
+// (container_create.go). Any image name is accepted, as if it were pulled.
+func (r *Runtime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	r.mu.Lock()
+	sbID := lookup(r.sandboxes, req.PodSandboxId)
+	sb := r.sandboxes[sbID]
+	var err error
+	switch cmd, smd := req.GetConfig().GetMetadata(), req.GetSandboxConfig().GetMetadata(); {
+	case sb == nil:
+		err = status.Errorf(codes.NotFound, "failed to find sandbox id %q: not found", req.PodSandboxId)
+	case !sb.ready:
+		err = status.Errorf(codes.Unknown, "sandbox container %q is not running", sbID)
+	case cmd == nil:
+		err = status.Error(codes.Unknown, "container config must include metadata")
+	case smd == nil:
+		err = status.Error(codes.Unknown, "pod sandbox config must include metadata")
+	}
+	if err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	cmd, smd := req.Config.Metadata, req.SandboxConfig.Metadata
+	name := strings.Join([]string{cmd.Name, smd.Name, smd.Namespace, smd.Uid, strconv.FormatUint(uint64(cmd.Attempt), 10)}, "_")
+	if owner, ok := r.names[name]; ok {
+		r.mu.Unlock()
+		return nil, status.Errorf(codes.Unknown, "failed to reserve container name %q: %s", name, reservedErr(name, owner))
+	}
+	id := newID()
+	r.seq++
+	c := &container{id: id, sandboxID: sbID, name: name, seq: r.seq, cfg: proto.Clone(req.Config).(*runtimeapi.ContainerConfig),
+		imageRef: imageRef(req.Config.GetImage().GetImage()), createdAt: r.now()}
+	if dir := req.SandboxConfig.GetLogDirectory(); dir != "" && req.Config.LogPath != "" {
+		c.logPath = filepath.Join(dir, req.Config.LogPath)
+	}
+	r.names[name] = id
+	r.containers[id] = c
+	ev := r.eventLocked(id, sbID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	r.mu.Unlock()
+	r.events.send(ev)
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// StartContainer starts a CREATED container only (container_start.go).
+func (r *Runtime) StartContainer(_ context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	r.mu.Lock()
+	c := r.containers[lookup(r.containers, req.ContainerId)]
+	if c == nil {
+		r.mu.Unlock()
+		return nil, notFoundContainer(req.ContainerId)
+	}
+	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_CREATED {
+		r.mu.Unlock()
+		return nil, status.Errorf(codes.Unknown, "failed to set starting state for container %q: container is in %s state", c.id, st)
+	}
+	// From here on a failure leaves the container EXITED with StartError.
+	var startErr error
+	if sb := r.sandboxes[c.sandboxID]; sb == nil {
+		startErr = fmt.Errorf("sandbox %q not found: not found", c.sandboxID)
+	} else if !sb.ready {
+		startErr = fmt.Errorf("sandbox container %q is not running", c.sandboxID)
+	}
+	if startErr != nil {
+		c.finishedAt, c.exitCode, c.reason, c.message = r.now(), errorStartExitCode, errorStartReason, startErr.Error()
+		r.mu.Unlock()
+		return nil, status.Error(codes.Unknown, startErr.Error())
+	}
+	c.startedAt = r.now()
+	evs := []*runtimeapi.ContainerEventResponse{r.eventLocked(c.id, c.sandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)}
+	if code, ok := r.exitOnStart[c.cfg.GetMetadata().GetName()]; ok {
+		evs = append(evs, r.killLocked(c, code)...)
+	}
+	r.mu.Unlock()
+	r.events.send(evs...)
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+// killLocked ends a RUNNING container with code and returns its STOPPED
+// event; a container in any other state keeps its first exit.
+func (r *Runtime) killLocked(c *container, code int32) []*runtimeapi.ContainerEventResponse {
+	if c.state() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil
+	}
+	c.finishedAt, c.exitCode = r.now(), code
+	return []*runtimeapi.ContainerEventResponse{r.eventLocked(c.id, c.sandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)}
+}
+
+// StopContainer kills a RUNNING container: with a timeout its process dies
+// of SIGTERM (143), without one of SIGKILL (137). Any other container, and
+// an unknown one, is left as it is with success (container_stop.go).
+func (r *Runtime) StopContainer(_ context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	r.mu.Lock()
+	var evs []*runtimeapi.ContainerEventResponse
+	if c := r.containers[lookup(r.containers, req.ContainerId)]; c != nil {
+		code := int32(exitSIGKILL)
+		if req.Timeout > 0 {
+			code = exitSIGTERM
+		}
+		evs = r.killLocked(c, code)
+	}
+	r.mu.Unlock()
+	r.events.send(evs...)
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+// RemoveContainer kills a RUNNING container (137) and removes it; an
+// unknown one is success (container_remove.go).
+func (r *Runtime) RemoveContainer(_ context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	r.mu.Lock()
+	var evs []*runtimeapi.ContainerEventResponse
+	if c := r.containers[lookup(r.containers, req.ContainerId)]; c != nil {
+		evs = r.removeContainerLocked(c)
+	}
+	r.mu.Unlock()
+	r.events.send(evs...)
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+func (r *Runtime) removeContainerLocked(c *container) []*runtimeapi.ContainerEventResponse {
+	evs := r.killLocked(c, exitSIGKILL)
+	delete(r.containers, c.id)
+	delete(r.names, c.name)
+	return append(evs, r.eventLocked(c.id, c.sandboxID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT))
+}
+
+// ContainerStatus answers as container_status.go, NotFound wording included.
+func (r *Runtime) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.containers[lookup(r.containers, req.ContainerId)]
+	if c == nil {
+		return nil, notFoundContainer(req.ContainerId)
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: c.status()}, nil
+}
+
+// ListContainers filters by ID and sandbox (each an ID or a unique
+// prefix), state and labels (container_list.go).
+func (r *Runtime) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := req.GetFilter()
+	wantID, wantSB := f.GetId(), f.GetPodSandboxId()
+	if id := lookup(r.containers, wantID); id != "" {
+		wantID = id
+	}
+	if id := lookup(r.sandboxes, wantSB); id != "" {
+		wantSB = id
+	}
+	out := &runtimeapi.ListContainersResponse{}
+	for _, c := range sortedBySeq(r.containers, func(c *container) int { return c.seq }) {
+		if (wantID != "" && wantID != c.id) || (wantSB != "" && wantSB != c.sandboxID) ||
+			(f.GetState() != nil && f.GetState().State != c.state()) || !labelsMatch(f.GetLabelSelector(), c.cfg.GetLabels()) {
+			continue
+		}
+		out.Containers = append(out.Containers, c.listItem())
+	}
+	return out, nil
+}
+
+// ExecSync runs nothing and answers exit 0 in a RUNNING container; other
+// containers are refused as containerd refuses them (container_execsync.go).
+func (r *Runtime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.containers[lookup(r.containers, req.ContainerId)]
+	if c == nil {
+		return nil, status.Errorf(codes.NotFound, "failed to exec in container: failed to find container %q in store: not found", req.ContainerId)
+	}
+	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, status.Errorf(codes.Unknown, "failed to exec in container: container is in %s state", st)
+	}
+	return &runtimeapi.ExecSyncResponse{}, nil
+}
+
+// Exit plays a RUNNING container's process ending with code: the container
+// is EXITED with its finish time and a STOPPED event follows.
+func (r *Runtime) Exit(id string, code int32) error {
+	return r.exit(id, code, "")
+}
+
+// OOMKill plays the kernel killing a RUNNING container for memory: EXITED
+// with 137 and reason OOMKilled.
+func (r *Runtime) OOMKill(id string) error {
+	return r.exit(id, exitSIGKILL, oomExitReason)
+}
+
+func (r *Runtime) exit(id string, code int32, reason string) error {
+	r.mu.Lock()
+	c := r.containers[lookup(r.containers, id)]
+	if c == nil || c.state() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		r.mu.Unlock()
+		return fmt.Errorf("fakeruntime: no running container %q", id)
+	}
+	if reason != "" {
+		c.reason = reason
+	}
+	evs := r.killLocked(c, code)
+	r.mu.Unlock()
+	r.events.send(evs...)
+	return nil
+}
+
+// ExitOnStart makes every container named name (its metadata name) exit
+// with code right after it starts, as a process that fails at once.
+func (r *Runtime) ExitOnStart(name string, code int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.exitOnStart[name] = code
+}
+
+// Container is a copy of a container's status, as ContainerStatus would
+// answer, and its sandbox's ID.
+func (r *Runtime) Container(id string) (st *runtimeapi.ContainerStatus, sandboxID string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.containers[lookup(r.containers, id)]
+	if c == nil {
+		return nil, "", false
+	}
+	return proto.Clone(c.status()).(*runtimeapi.ContainerStatus), c.sandboxID, true
+}
+
+func (r *Runtime) containersOfLocked(sandboxID string) []*container {
+	var out []*container
+	for _, c := range sortedBySeq(r.containers, func(c *container) int { return c.seq }) {
+		if c.sandboxID == sandboxID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
