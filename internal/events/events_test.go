@@ -1,17 +1,8 @@
 package events
 
 import (
-	"context"
-	"io"
-	"log/slog"
-	"net"
-	"sync"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -150,114 +141,6 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkAgainstProto(t, b)
 	})
-}
-
-// fakeEvents serves GetContainerEvents: each stream sends the queued events
-// then ends, so the feed must subscribe again.
-type fakeEvents struct {
-	runtimeapi.UnimplementedRuntimeServiceServer
-	mu      sync.Mutex
-	batches [][]*runtimeapi.ContainerEventResponse
-	streams int
-}
-
-func (f *fakeEvents) GetContainerEvents(_ *runtimeapi.GetEventsRequest, s grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
-	f.mu.Lock()
-	f.streams++
-	var batch []*runtimeapi.ContainerEventResponse
-	if len(f.batches) > 0 {
-		batch, f.batches = f.batches[0], f.batches[1:]
-	}
-	f.mu.Unlock()
-	if batch == nil {
-		<-s.Context().Done()
-		return nil
-	}
-	for _, e := range batch {
-		if err := s.Send(e); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func TestFeedDeliversToEverySubscriberAndResubscribes(t *testing.T) {
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
-	fake := &fakeEvents{batches: [][]*runtimeapi.ContainerEventResponse{
-		{podEvent("c-main", runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT), podEvent("c-main", runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)},
-		{podEvent("c-sidecar", runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)},
-	}}
-	runtimeapi.RegisterRuntimeServiceServer(gs, fake)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-
-	feed := NewFeed(conn, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	feed.Retry = 10 * time.Millisecond
-	type seen struct {
-		id     string
-		t      runtimeapi.ContainerEventType
-		exit   int32
-		sbx    string
-		second bool
-	}
-	got := make(chan seen, 10)
-	feed.Subscribe(func(e *Event) {
-		s, err := e.Status()
-		if err != nil || s == nil {
-			t.Errorf("status: %v %v", s, err)
-			return
-		}
-		got <- seen{id: e.ContainerID, t: e.Type, exit: s.ExitCode, sbx: e.SandboxID}
-	})
-	feed.Subscribe(func(e *Event) { got <- seen{id: e.ContainerID, second: true} })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { feed.Run(ctx); close(done) }()
-
-	want := []seen{
-		{id: "c-main", t: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, exit: 4, sbx: "sb-1"}, {id: "c-main", second: true},
-		{id: "c-main", t: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, exit: 4, sbx: "sb-1"}, {id: "c-main", second: true},
-		{id: "c-sidecar", t: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, exit: 7, sbx: "sb-1"}, {id: "c-sidecar", second: true},
-	}
-	for i, w := range want {
-		select {
-		case g := <-got:
-			if g != w {
-				t.Fatalf("event %d: got %+v, want %+v", i, g, w)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("event %d never arrived", i)
-		}
-	}
-	// The third subscription stays open (the fake has no more batches).
-	deadline := time.Now().Add(5 * time.Second)
-	for feed.Live() != 3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if got := feed.Live(); got != 3 {
-		t.Fatalf("Live() = %d with the third subscription open", got)
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
-	if got := feed.Live(); got != 0 {
-		t.Fatalf("Live() = %d after Run returned", got)
-	}
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
-	if fake.streams < 2 {
-		t.Fatalf("the feed subscribed %d times; it must subscribe again after the stream ends", fake.streams)
-	}
 }
 
 func BenchmarkParseAndStatus(b *testing.B) {
