@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -32,7 +33,13 @@ func (m *Manager) Routes() []proxy.Route {
 // unavailable is the answer to a CRI call whose record could not be made
 // durable: the kubelet retries it.
 func unavailable(err error) error {
-	return status.Error(codes.Unavailable, fmt.Sprintf("cri-shim pod management: %v", err))
+	return errdefs.ErrUnavailable.WithMessage(fmt.Sprintf("cri-shim pod management: %v", err))
+}
+
+// notFound reports whether err, from the runtime or a feature after this one,
+// is NotFound, which the kubelet takes as already removed.
+func notFound(err error) bool {
+	return status.Code(proxy.Status(err)) == codes.NotFound
 }
 
 func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
@@ -124,7 +131,7 @@ func (m *Manager) startContainer(ctx context.Context, req *runtimeapi.StartConta
 func (m *Manager) removeContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
 	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
 	resp, err := next(ctx, req)
-	if err != nil && status.Code(err) != codes.NotFound {
+	if err != nil && !notFound(err) {
 		return nil, err
 	}
 	id := req.GetContainerId()
@@ -168,7 +175,7 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	resp, err := next(ctx, req)
-	if err != nil && status.Code(err) != codes.NotFound {
+	if err != nil && !notFound(err) {
 		return nil, err
 	}
 	if derr := m.drop(req.GetPodSandboxId()); derr != nil {

@@ -3,6 +3,7 @@ package podmgmt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,12 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // listener counts the connections made to a port on 127.0.0.1 (what a
@@ -174,7 +177,7 @@ func TestTerminatingStopsConnectorAndSurvivesRestart(t *testing.T) {
 		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 			return nil, status.Error(codes.DeadlineExceeded, "runtime slow")
 		})
-	if status.Code(err) != codes.DeadlineExceeded {
+	if status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
 		t.Fatalf("the runtime's error was not passed on: %v", err)
 	}
 	stop()
@@ -238,6 +241,26 @@ func breakDir(t *testing.T, m *Manager, sb string) (restore func()) {
 	}
 }
 
+// A NotFound from a feature after this one (a plain error of errdefs' kind,
+// not yet a gRPC status) means removed, as the runtime's NotFound does.
+func TestRemoveForgetsTheSandboxOnALaterFeaturesNotFound(t *testing.T) {
+	f := newFx(t)
+	if f.m.get("sb") == nil {
+		t.Fatal("test setup: no channel for sandbox sb")
+	}
+	gone := fmt.Errorf("sandbox %q: %w", "sb", errdefs.ErrNotFound)
+	_, err := f.m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sb"},
+		func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+			return nil, gone
+		})
+	if !errors.Is(err, gone) {
+		t.Fatalf("RemovePodSandbox answered %v, want the NotFound passed on", err)
+	}
+	if f.m.get("sb") != nil {
+		t.Fatal("the channel of a sandbox reported NotFound is still kept")
+	}
+}
+
 // A record that cannot be written is not acted on: the call fails
 // Unavailable (the kubelet retries) or the command FAILED, and nothing is
 // stopped or started on its strength.
@@ -248,7 +271,7 @@ func TestUnwritableRecordsFailTheStep(t *testing.T) {
 	if err := os.WriteFile(f.m.podDir("sb2"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runSandbox(t, f.m, "sb2", 1234, false); status.Code(err) != codes.Unavailable {
+	if _, err := runSandbox(t, f.m, "sb2", 1234, false); status.Code(proxy.Status(err)) != codes.Unavailable {
 		t.Fatalf("RunPodSandbox with an unwritable record: %v, want Unavailable", err)
 	}
 	if f.m.get("sb2") != nil || strings.Join(f.rt.sandboxOps, ",") != "stop sb2,remove sb2" {
@@ -286,7 +309,7 @@ func TestUnwritableRecordsFailTheStep(t *testing.T) {
 		forwarded++
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}
-	if _, err := f.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, stopNext); status.Code(err) != codes.Unavailable || forwarded != 0 {
+	if _, err := f.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, stopNext); status.Code(proxy.Status(err)) != codes.Unavailable || forwarded != 0 {
 		t.Fatalf("StopPodSandbox with an unwritable record: %v, forwarded %d", err, forwarded)
 	}
 	if !p.terminating.Load() {
