@@ -1,0 +1,264 @@
+package criu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-shim/cri-shim/internal/statefile"
+)
+
+// capture pauses every target, captures each, and resumes all, whatever
+// happens. On any failure the output directory is emptied.
+func (s *Service) capture(ctx context.Context, j *job, targets []target, opts checkpointOptions, m *Manifest) error {
+	out, sandboxID := j.out, j.sandbox
+	// The mark first: a shim killed after it finds every later file under
+	// a marked directory, which the next start empties.
+	if err := writeFileSync(filepath.Join(out, incompleteFile), nil); err != nil {
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Unavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
+	}
+	if err := statefile.SyncDir(out); err != nil {
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Unavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
+	}
+	if err := os.Mkdir(filepath.Join(out, containersDir), 0o700); err != nil {
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Internal, "CheckpointPod: %v", err)
+	}
+	ids := make([]string, len(targets))
+	for i, t := range targets {
+		ids[i] = t.id
+	}
+	rec := frozenRecord{SandboxID: sandboxID, Containers: ids, OutputPath: out, Started: s.now().UnixNano()}
+	j.rec = rec
+	if err := s.writeFrozen(rec); err != nil {
+		_ = s.removeOutput(out)
+		// Without the record a kill -9 while paused would leave the pod
+		// frozen: nothing is paused, and the kubelet may retry.
+		return status.Errorf(codes.Unavailable, "CheckpointPod: recording the pause: %v; nothing was paused", err)
+	}
+	fail := func(err error) error {
+		_ = s.removeOutput(out)
+		s.removeRecord(s.frozenPath(rec))
+		return err
+	}
+
+	// The call must return with every container resumed before the caller's
+	// own deadline fires, so the service gives up a margin earlier: the time
+	// resuming them takes. A deadline too short to pause and resume is refused
+	// before anything is paused.
+	deadline, _ := ctx.Deadline()
+	margin := s.resumeMargin(len(targets))
+	if time.Until(deadline) < 2*margin {
+		return fail(status.Errorf(codes.DeadlineExceeded, "CheckpointPod: %s left of the deadline is too little to pause, capture and resume %d containers; nothing was paused",
+			time.Until(deadline).Round(time.Millisecond), len(targets)))
+	}
+	giveUp := time.NewTimer(time.Until(deadline) - margin)
+	defer giveUp.Stop()
+
+	// Pause every container before capturing any: one pod-wide cut.
+	pausedAt := s.now()
+	for i, t := range targets {
+		if err := s.tasks.Pause(ctx, t.id); err != nil {
+			if rerr := s.thawAll(context.WithoutCancel(ctx), ids[:i], true); rerr != nil {
+				s.resumeFailed(rerr)
+				return status.Errorf(codes.Internal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
+			}
+			return fail(status.Errorf(codes.Internal, "CheckpointPod: pausing container %s (%s): %v", short(t.id), t.name, err))
+		}
+	}
+
+	// Captures run under a context of their own: containerd goes on with a
+	// capture after its caller gives up, and the service must know when it
+	// ends to resume and clean up after it.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dumpTimeout)
+	errs := make([]error, len(targets))
+	took := make([]time.Duration, len(targets))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	dump := func(i int) {
+		t0 := s.now()
+		err := s.captureOne(dctx, out, targets[i])
+		took[i], errs[i] = s.now().Sub(t0), err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if opts.sequential {
+			for i := range targets {
+				if time.Until(deadline) < margin { // the deadline stops further captures
+					errs[i] = ctx.Err()
+					continue
+				}
+				dump(i)
+			}
+			return
+		}
+		var each sync.WaitGroup
+		for i := range targets {
+			each.Add(1)
+			go func() { defer each.Done(); dump(i) }()
+		}
+		each.Wait()
+	}()
+	go func() { wg.Wait(); close(done) }()
+
+	select {
+	case <-done:
+		timedOut := dctx.Err() != nil
+		cancel()
+		if _, running := s.anyCaptureRunning(ids); timedOut && running {
+			// dumpTimeout ended the wait, not containerd's capture: it
+			// would freeze the pod again when it ends. The record stays;
+			// Run resumes the containers and empties the output once it
+			// has ended (resumeOne).
+			s.resumeFailed(fmt.Errorf("capture still running in containerd after %s", s.dumpTimeout))
+			return status.Errorf(codes.DeadlineExceeded, "CheckpointPod: containerd's capture did not end within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
+		}
+	case <-giveUp.C:
+		// Deadline: resume now, return, and finish cleaning up once
+		// containerd's captures end (a capture still running could write
+		// its archive or, by restoring the freezer state it found, freeze a
+		// container again).
+		// containerd serializes a resume behind a capture in progress (CRIU
+		// holds the processes until it detaches), so the resume may not
+		// finish before the deadline; then afterAbandoned resumes them.
+		tctx, tcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(-margin/4))
+		rerr := s.thawAll(tctx, ids, true)
+		tcancel()
+		_ = s.removeOutput(out)
+		// The leftover work holds the job until it ends, so that it never
+		// touches what a later call of this sandbox or directory owns.
+		s.handOver(j)
+		s.inflight.Add(1)
+		go func() {
+			defer s.inflight.Done()
+			defer s.release(j)
+			<-done
+			cancel()
+			s.afterAbandoned(rec)
+		}()
+		msg := fmt.Sprintf("CheckpointPod: deadline reached %s after the pause while capturing %d containers; the capture was abandoned and its files removed", s.now().Sub(pausedAt).Round(time.Millisecond), len(targets))
+		if rerr != nil {
+			msg += "; containerd is still capturing (CRIU holds the processes), and cri-shim resumes every container as soon as that capture ends"
+		} else {
+			msg += "; every container was resumed"
+		}
+		return status.Error(codes.DeadlineExceeded, msg)
+	}
+
+	rerr := s.thawAll(context.WithoutCancel(ctx), ids, true)
+	frozen := s.now().Sub(pausedAt)
+	s.metrics.frozen.Observe(frozen.Seconds())
+	m.FrozenSeconds = frozen.Seconds()
+	for i, err := range errs {
+		if err != nil {
+			msg := fmt.Sprintf("CheckpointPod: capturing container %s (%s): %v", short(targets[i].id), targets[i].name, status.Convert(err).Message())
+			code := status.Code(err)
+			if code == codes.OK || code == codes.Unknown {
+				code = codes.Internal
+			}
+			if rerr != nil {
+				s.resumeFailed(rerr)
+				_ = s.removeOutput(out)
+				return status.Errorf(code, "%s; resuming failed, cri-shim retries: %v", msg, rerr)
+			}
+			return fail(status.Error(code, msg+"; every container was resumed and the partial checkpoint removed"))
+		}
+	}
+	if rerr != nil {
+		s.resumeFailed(rerr)
+		_ = s.removeOutput(out)
+		return status.Errorf(codes.Internal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
+	}
+	// The pod runs again: write the archives, in parallel.
+	sizes := make([]int64, len(targets))
+	perrs := make([]error, len(targets))
+	cut := s.now().UTC()
+	var pw sync.WaitGroup
+	for i := range targets {
+		pw.Add(1)
+		go func() { defer pw.Done(); sizes[i], perrs[i] = s.packageOne(ctx, out, targets[i], cut) }()
+	}
+	pw.Wait()
+	for i, t := range targets {
+		if perrs[i] != nil {
+			code := codes.Internal
+			if ctx.Err() != nil {
+				code = codes.DeadlineExceeded
+			}
+			return fail(status.Errorf(code, "CheckpointPod: writing the archive of container %s (%s): %v; the pod runs, the partial checkpoint was removed", short(t.id), t.name, perrs[i]))
+		}
+		st := t.status
+		imageID := st.GetImageId()
+		if imageID == "" {
+			imageID = s.imageID(ctx, st.GetImageRef())
+		}
+		m.Containers = append(m.Containers, ContainerEntry{
+			Name: t.name, ID: t.id, Archive: archiveName(t.name),
+			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: imageID,
+			RestartCount: restartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
+			SizeBytes: sizes[i], DumpSeconds: took[i].Seconds(),
+		})
+		m.SizeBytes += sizes[i]
+	}
+	return nil
+}
+
+// resumeMargin is how long before the caller's deadline the service stops
+// waiting for captures: enough to resume n containers (containerd's resume
+// through runc takes tens of milliseconds each) and answer.
+func (s *Service) resumeMargin(n int) time.Duration {
+	return s.marginBase + time.Duration(n)*s.marginPer
+}
+
+// resumeFailed leaves the frozen record in place and has Run retry it.
+func (s *Service) resumeFailed(err error) {
+	s.log.Error("checkpoint: resuming paused containers failed; retrying in the background", "err", err)
+	s.mu.Lock()
+	s.pendingResume = true
+	s.resumeGen++
+	s.mu.Unlock()
+}
+
+// afterAbandoned runs once containerd's captures of an abandoned checkpoint
+// have ended: each container is paused and resumed again (a capture that
+// ended after the first resume may have restored the freezer state it had
+// found, frozen), the files the captures wrote are removed, and the frozen
+// record with them.
+func (s *Service) afterAbandoned(rec frozenRecord) {
+	ctx := context.Background()
+	// The wait for the captures may have ended at dumpTimeout while runc
+	// still captures: a resume before it ends would be undone.
+	for deadline := time.Now().Add(time.Hour); time.Now().Before(deadline); time.Sleep(s.retryEvery / 10) {
+		if _, running := s.anyCaptureRunning(rec.Containers); !running {
+			break
+		}
+	}
+	var errs []error
+	for _, id := range rec.Containers {
+		pctx, cancel := context.WithTimeout(ctx, s.resumeTimeout)
+		if err := s.tasks.Pause(pctx, id); err != nil && !isNotFound(err) {
+			s.log.Debug("checkpoint: re-pause after an abandoned capture", "container", short(id), "err", err)
+		}
+		cancel()
+		if err := s.thaw(ctx, id, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	_ = s.removeOutput(rec.OutputPath)
+	if err := errors.Join(errs...); err != nil {
+		s.resumeFailed(err)
+		return
+	}
+	s.removeRecord(s.frozenPath(rec))
+	s.log.Info("checkpoint: abandoned capture ended; containers resumed and its files removed", "sandbox", short(rec.SandboxID))
+}

@@ -1,0 +1,108 @@
+package criu
+
+import (
+	"context"
+	"slices"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const restartCountAnnotation = "io.kubernetes.container.restartCount"
+
+// selectTargets checks that every requested container is a running container
+// of the sandbox, and collects the pod's exited containers (completed init
+// containers) for the manifest.
+func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []string) ([]target, []ExitedEntry, error) {
+	lr, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID}})
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[string]*runtimeapi.Container, len(lr.GetContainers()))
+	for _, c := range lr.GetContainers() {
+		byID[c.GetId()] = c
+	}
+	var targets []target
+	names := map[string]bool{}
+	for _, id := range ids {
+		c := byID[id]
+		if c == nil {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %q is not a container of sandbox %s", id, short(sandboxID))
+		}
+		name := c.GetMetadata().GetName()
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			return nil, nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: container %s (%s) is %s; only running containers can be checkpointed", short(id), name, c.GetState())
+		}
+		if err := CheckContainerName(name); err != nil {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %s: %v", short(id), err)
+		}
+		if names[name] {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: two selected containers are named %q", name)
+		}
+		names[name] = true
+		st, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(st.GetStatus().GetAnnotations()) == 0 {
+			// containerd 2.2 dereferences the captured container's annotations
+			// on restore and panics on a nil map (NODE-STACK.md): refuse now
+			// rather than write a checkpoint that crashes the runtime later.
+			return nil, nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: container %s (%s) has no annotations; containerd cannot restore such a checkpoint (create it with at least one annotation; the kubelet always sets some)", short(id), name)
+		}
+		info, err := s.tasks.Info(ctx, id)
+		if err != nil {
+			return nil, nil, status.Errorf(codes.Internal, "CheckpointPod: container %s (%s): reading containerd's record: %v", short(id), name, err)
+		}
+		targets = append(targets, target{id: id, name: name, created: c.GetCreatedAt(), status: st.GetStatus(), info: info})
+	}
+	slices.SortStableFunc(targets, func(a, b target) int {
+		switch {
+		case a.created < b.created:
+			return -1
+		case a.created > b.created:
+			return 1
+		}
+		return 0
+	})
+	// The latest instance of every other container name that has exited.
+	latest := map[string]*runtimeapi.Container{}
+	for _, c := range lr.GetContainers() {
+		n := c.GetMetadata().GetName()
+		if names[n] {
+			continue
+		}
+		if l := latest[n]; l == nil || c.GetCreatedAt() > l.GetCreatedAt() {
+			latest[n] = c
+		}
+	}
+	var exited []ExitedEntry
+	for n, c := range latest {
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || CheckContainerName(n) != nil {
+			continue
+		}
+		st, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId()})
+		if err != nil {
+			continue // removed meanwhile: not part of the cut
+		}
+		exited = append(exited, ExitedEntry{Name: n, ExitCode: st.GetStatus().GetExitCode(),
+			RestartCount: restartCount(st.GetStatus().GetAnnotations()), Image: st.GetStatus().GetImage().GetImage()})
+	}
+	slices.SortFunc(exited, func(a, b ExitedEntry) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+	return targets, exited, nil
+}
+
+func restartCount(ann map[string]string) int {
+	n, err := strconv.Atoi(ann[restartCountAnnotation])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
