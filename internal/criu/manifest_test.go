@@ -132,7 +132,7 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 	os.Remove(p)
 	os.Symlink(outside, p)
 	n := len(fx.rt.containers)
-	_, err = fx.svc.createContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: ctrCfg("app")},
+	_, err = fx.svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: ctrCfg("app")},
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			return fx.rt.CreateContainer(ctx, r)
 		})

@@ -18,7 +18,7 @@ func runSandboxIn(t *testing.T, svc *Service, rt *fakeRT, ns string, ann map[str
 	t.Helper()
 	req := &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: ns, Uid: "u-" + ns}, Annotations: ann}}
-	return svc.runPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	return svc.RunPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 		return rt.RunPodSandbox(ctx, r)
 	})
 }
@@ -144,7 +144,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	}
 	bad := ctrCfg("app")
 	bad.Image.Image = "docker.io/library/nginx:latest"
-	_, err = fx.svc.createContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: bad},
+	_, err = fx.svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: bad},
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			return fx.rt.CreateContainer(ctx, r)
 		})
@@ -184,7 +184,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc2.cfg.RestoreAcrossNamespaces = nil
-	_, err = svc2.createContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: bad,
+	_, err = svc2.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: bad,
 		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "guest"}}},
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			t.Fatal("a container was created")

@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 func checkpointed(t *testing.T) *fixture {
@@ -139,14 +137,14 @@ func runSandbox(t *testing.T, svc *Service, rt *fakeRT, ann map[string]string) (
 	t.Helper()
 	req := &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: "ns", Uid: "u2"}, Annotations: ann}}
-	return svc.runPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	return svc.RunPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 		return rt.RunPodSandbox(ctx, r)
 	})
 }
 
 func createIn(t *testing.T, svc *Service, rt *fakeRT, sandbox, name string) *fakeCtr {
 	t.Helper()
-	resp, err := svc.createContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: ctrCfg(name)},
+	resp, err := svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: ctrCfg(name)},
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			return rt.CreateContainer(ctx, r)
 		})
@@ -203,7 +201,7 @@ func TestWarmStart(t *testing.T) {
 	if other.config.Image.Image != "docker.io/library/busybox:latest" {
 		t.Errorf("a container of another sandbox was rewritten")
 	}
-	_, err = svc2.removePodSandbox(ctxT(t, time.Second), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId},
+	_, err = svc2.RemovePodSandbox(ctxT(t, time.Second), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId},
 		func(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 			return fx.rt.RemovePodSandbox(ctx, r)
 		})
@@ -213,14 +211,4 @@ func TestWarmStart(t *testing.T) {
 	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
 		t.Errorf("warm-start record left after RemovePodSandbox: %v", got)
 	}
-}
-
-func TestRoutesBuildWithThePodstateRoutes(t *testing.T) {
-	fx := newFixture(t)
-	for _, r := range fx.svc.Routes() {
-		if r.Invoke == nil {
-			t.Errorf("%s cannot be chained", r.Method)
-		}
-	}
-	var _ []proxy.Route = fx.svc.Routes()
 }

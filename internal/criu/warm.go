@@ -89,32 +89,34 @@ func (s *Service) loadWarm() error {
 	return nil
 }
 
-// Routes are the CRI calls the service serves or takes part in.
-func (s *Service) Routes() []proxy.Route {
-	active := func() bool {
+// The service serves CheckpointPod and RestorePod and takes part in the
+// calls of a warm start (proxy hooks).
+var (
+	_ proxy.CheckpointPodServer  = (*Service)(nil)
+	_ proxy.RestorePodServer     = (*Service)(nil)
+	_ proxy.RunPodSandboxHook    = (*Service)(nil)
+	_ proxy.CreateContainerHook  = (*Service)(nil)
+	_ proxy.RemovePodSandboxHook = (*Service)(nil)
+	_ proxy.Activity             = (*Service)(nil)
+)
+
+// HookActive: RunPodSandbox is always seen (a pod may ask for a warm start);
+// CreateContainer and RemovePodSandbox only while a warm start is under way.
+func (s *Service) HookActive(method proxy.Method) bool {
+	switch method {
+	case proxy.CreateContainer, proxy.RemovePodSandbox:
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.warm) > 0
 	}
-	const svc = "/runtime.v1.RuntimeService/"
-	return []proxy.Route{
-		proxy.Unary(svc+"CheckpointPod", func(ctx context.Context, req *runtimeapi.CheckpointPodRequest, _ proxy.UnaryNext[runtimeapi.CheckpointPodRequest, runtimeapi.CheckpointPodResponse]) (*runtimeapi.CheckpointPodResponse, error) {
-			return s.CheckpointPod(ctx, req)
-		}),
-		proxy.Unary(svc+"RestorePod", func(ctx context.Context, req *runtimeapi.RestorePodRequest, _ proxy.UnaryNext[runtimeapi.RestorePodRequest, runtimeapi.RestorePodResponse]) (*runtimeapi.RestorePodResponse, error) {
-			return s.RestorePod(ctx, req)
-		}),
-		proxy.Unary(svc+"RunPodSandbox", s.runPodSandbox),
-		proxy.UnaryIf(svc+"CreateContainer", active, s.createContainer),
-		proxy.UnaryIf(svc+"RemovePodSandbox", active, s.removePodSandbox),
-	}
+	return true
 }
 
-// runPodSandbox warm-starts a sandbox whose pod names a checkpoint: the
+// RunPodSandbox warm-starts a sandbox whose pod names a checkpoint: the
 // checkpoint is checked before the sandbox is created, so a missing or
 // unusable one fails RunPodSandbox with a message the kubelet shows as an
 // event, and the kubelet retries (the pod stays Pending).
-func (s *Service) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
+func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
 	name, ok := req.GetConfig().GetAnnotations()[RestoreFromAnnotation]
 	if !ok {
@@ -166,10 +168,10 @@ func (s *Service) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	return resp, nil
 }
 
-// createContainer answers the kubelet's first CreateContainer of each
+// CreateContainer answers the kubelet's first CreateContainer of each
 // checkpointed name in a warm-started sandbox with the restored container,
 // and runs a completed init container as a no-op that exits 0 at once.
-func (s *Service) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
+func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
 	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
 	s.mu.Lock()
 	w := s.warm[req.GetPodSandboxId()]
@@ -264,10 +266,10 @@ func (w *warmPod) exited(name string) *ExitedEntry {
 	return nil
 }
 
-// removePodSandbox forgets the warm start of a removed sandbox: its record
+// RemovePodSandbox forgets the warm start of a removed sandbox: its record
 // and file. A sandbox the runtime no longer knows (NotFound, which the
 // kubelet takes as removed) is forgotten too.
-func (s *Service) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
+func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	resp, err := next(ctx, req)
 	if err != nil && !isNotFound(err) {

@@ -84,7 +84,7 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 	}
 	remove := func(svc *Service, id string, answer error) {
 		t.Helper()
-		_, err := svc.removePodSandbox(ctxT(t, time.Second), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id},
+		_, err := svc.RemovePodSandbox(ctxT(t, time.Second), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id},
 			func(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 				if answer != nil {
 					return nil, answer
@@ -214,7 +214,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	}
 	broken(true)
 	create := func() (*runtimeapi.CreateContainerResponse, error) {
-		return fx.svc.createContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: ctrCfg("app")},
+		return fx.svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: ctrCfg("app")},
 			func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 				return fx.rt.CreateContainer(ctx, r)
 			})

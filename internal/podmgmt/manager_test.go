@@ -196,7 +196,7 @@ func newFx(t *testing.T) *fx {
 		time.Sleep(time.Millisecond)
 	}
 	ann := map[string]string{AnnotationPrefix + "orch": `{"port": ` + strconv.Itoa(f.port) + `, "version": "1.0"}`}
-	_, err = m.runPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+	_, err = m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"}, Annotations: ann}},
 		func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 			return &runtimeapi.RunPodSandboxResponse{PodSandboxId: "sb"}, nil
@@ -212,14 +212,14 @@ func (f *fx) run(t *testing.T, id, name string) *runtimeapi.CreateContainerReque
 	t.Helper()
 	req := &runtimeapi.CreateContainerRequest{PodSandboxId: "sb", Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}}}
 	ctx := context.Background()
-	if _, err := f.m.createContainer(ctx, req, func(context.Context, *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	if _, err := f.m.CreateContainer(ctx, req, func(context.Context, *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 		return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	f.rt.set(id, name, runtimeapi.ContainerState_CONTAINER_RUNNING, 0)
 	start := time.Now()
-	if _, err := f.m.startContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}, func(context.Context, *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	if _, err := f.m.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}, func(context.Context, *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
 		return &runtimeapi.StartContainerResponse{}, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -346,7 +346,7 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 	if f.rt.stopped[len(f.rt.stopped)-1] != "m2" {
 		t.Fatalf("stopped %v", f.rt.stopped)
 	}
-	cs, err := f.m.containerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: "m2"}, func(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	cs, err := f.m.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: "m2"}, func(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
 		return f.rt.ContainerStatus(ctx, r)
 	})
 	if err != nil || cs.Status.ExitCode != 0 || cs.Status.Reason != "Completed" {
@@ -380,7 +380,7 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 		t.Fatalf("restarter calls %v", c)
 	}
 	// A terminating pod refuses commands.
-	if _, err := f.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	if _, err := f.m.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}); err != nil {
 		t.Fatal(err)

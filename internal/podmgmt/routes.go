@@ -14,20 +14,30 @@ import (
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
 
-// Routes are the CRI calls the channel takes part in. None of them waits for
-// a sidecar: events are queued, connections made in the background.
-func (m *Manager) Routes() []proxy.Route {
-	const svc = "/runtime.v1.RuntimeService/"
-	active := func() bool { return m.active.Load() > 0 }
-	return []proxy.Route{
-		proxy.Unary(svc+"RunPodSandbox", m.runPodSandbox),
-		proxy.UnaryIf(svc+"CreateContainer", active, m.createContainer),
-		proxy.UnaryIf(svc+"StartContainer", active, m.startContainer),
-		proxy.UnaryIf(svc+"RemoveContainer", active, m.removeContainer),
-		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
-		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
-		proxy.UnaryIf(svc+"ContainerStatus", func() bool { return m.overridden.Load() > 0 }, m.containerStatus),
+// Manager takes part in these CRI calls (proxy hooks); none of them waits
+// for a sidecar: events are queued, connections made in the background.
+var (
+	_ proxy.RunPodSandboxHook    = (*Manager)(nil)
+	_ proxy.CreateContainerHook  = (*Manager)(nil)
+	_ proxy.StartContainerHook   = (*Manager)(nil)
+	_ proxy.RemoveContainerHook  = (*Manager)(nil)
+	_ proxy.StopPodSandboxHook   = (*Manager)(nil)
+	_ proxy.RemovePodSandboxHook = (*Manager)(nil)
+	_ proxy.ContainerStatusHook  = (*Manager)(nil)
+	_ proxy.Activity             = (*Manager)(nil)
+)
+
+// HookActive: RunPodSandbox is always seen (it is where a pod declares an
+// orchestrator); the other calls only while a pod on the node has one, and
+// ContainerStatus only while the orchestrator overrides a status.
+func (m *Manager) HookActive(method proxy.Method) bool {
+	switch method {
+	case proxy.RunPodSandbox:
+		return true
+	case proxy.ContainerStatus:
+		return m.overridden.Load() > 0
 	}
+	return m.active.Load() > 0
 }
 
 // unavailable is the answer to a CRI call whose record could not be made
@@ -42,7 +52,7 @@ func notFound(err error) bool {
 	return status.Code(proxy.Status(err)) == codes.NotFound
 }
 
-func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
+func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
 	d, problems := ParseAnnotations(req.GetConfig().GetAnnotations())
 	md := req.GetConfig().GetMetadata()
@@ -87,7 +97,7 @@ func (m *Manager) rollbackSandbox(ctx context.Context, id string) {
 
 // createContainer mounts the pod's token into the declared container and
 // remembers its instances.
-func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
+func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
 	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
 	p := m.get(req.GetPodSandboxId())
 	name := req.GetConfig().GetMetadata().GetName()
@@ -113,7 +123,7 @@ func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateCon
 // KEP connects on Ready; the shim cannot see probes, so it connects on start
 // and retries until the sidecar answers). STARTED notifications come from
 // the runtime's events (watchEvents), which also see restarts the shim makes.
-func (m *Manager) startContainer(ctx context.Context, req *runtimeapi.StartContainerRequest,
+func (m *Manager) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest,
 	next proxy.UnaryNext[runtimeapi.StartContainerRequest, runtimeapi.StartContainerResponse]) (*runtimeapi.StartContainerResponse, error) {
 	resp, err := next(ctx, req)
 	if err != nil {
@@ -128,7 +138,7 @@ func (m *Manager) startContainer(ctx context.Context, req *runtimeapi.StartConta
 }
 
 // removeContainer forgets what the channel kept of a removed instance.
-func (m *Manager) removeContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
+func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
 	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
 	resp, err := next(ctx, req)
 	if err != nil && !notFound(err) {
@@ -162,7 +172,7 @@ func (m *Manager) removeContainer(ctx context.Context, req *runtimeapi.RemoveCon
 // out and no connection made, also after a shim restart (the mark is
 // recorded first; if it cannot be, the call fails Unavailable and the kubelet
 // retries).
-func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
+func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
 	if p := m.get(req.GetPodSandboxId()); p != nil {
 		if err := m.markTerminating(p); err != nil {
@@ -172,7 +182,7 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	return next(ctx, req)
 }
 
-func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
+func (m *Manager) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	resp, err := next(ctx, req)
 	if err != nil && !notFound(err) {
@@ -184,9 +194,9 @@ func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	return resp, err
 }
 
-// containerStatus reports the exit code a TerminateContainer command asked
+// ContainerStatus reports the exit code a TerminateContainer command asked
 // for, so the kubelet sees the container end as the orchestrator meant.
-func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,
+func (m *Manager) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,
 	next proxy.UnaryNext[runtimeapi.ContainerStatusRequest, runtimeapi.ContainerStatusResponse]) (*runtimeapi.ContainerStatusResponse, error) {
 	resp, err := next(ctx, req)
 	if err != nil {

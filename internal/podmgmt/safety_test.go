@@ -57,7 +57,7 @@ func runSandbox(t *testing.T, m *Manager, id string, port int, hostNet bool) (*r
 		cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}}
 	}
-	return m.runPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg},
+	return m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg},
 		func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 			return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 		})
@@ -173,7 +173,7 @@ func TestTerminatingStopsConnectorAndSurvivesRestart(t *testing.T) {
 	sc, stop := f.sidecar(t, "")
 	next(t, sc)
 	ctx := context.Background()
-	_, err := f.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"},
+	_, err := f.m.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"},
 		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 			return nil, status.Error(codes.DeadlineExceeded, "runtime slow")
 		})
@@ -249,7 +249,7 @@ func TestRemoveForgetsTheSandboxOnALaterFeaturesNotFound(t *testing.T) {
 		t.Fatal("test setup: no channel for sandbox sb")
 	}
 	gone := fmt.Errorf("sandbox %q: %w", "sb", errdefs.ErrNotFound)
-	_, err := f.m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sb"},
+	_, err := f.m.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sb"},
 		func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 			return nil, gone
 		})
@@ -309,14 +309,14 @@ func TestUnwritableRecordsFailTheStep(t *testing.T) {
 		forwarded++
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}
-	if _, err := f.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, stopNext); status.Code(proxy.Status(err)) != codes.Unavailable || forwarded != 0 {
+	if _, err := f.m.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, stopNext); status.Code(proxy.Status(err)) != codes.Unavailable || forwarded != 0 {
 		t.Fatalf("StopPodSandbox with an unwritable record: %v, forwarded %d", err, forwarded)
 	}
 	if !p.terminating.Load() {
 		t.Fatal("not terminating in memory after a failed record")
 	}
 	restore()
-	if _, err := f.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, stopNext); err != nil || forwarded != 1 {
+	if _, err := f.m.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, stopNext); err != nil || forwarded != 1 {
 		t.Fatalf("retried StopPodSandbox: %v, forwarded %d", err, forwarded)
 	}
 	if m, err := New(f.rt, filepath.Dir(f.m.dir), nil, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil || !m.get("sb").terminating.Load() {
@@ -353,7 +353,7 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 		}
 	}
 	removeCtr := func(id string) {
-		if _, err := f.m.removeContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id},
+		if _, err := f.m.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id},
 			func(context.Context, *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 				return &runtimeapi.RemoveContainerResponse{}, nil
 			}); err != nil {
@@ -364,7 +364,7 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 	p := f.m.get("sb")
 	for i := range 300 {
 		id := "o" + strconv.Itoa(i)
-		if _, err := f.m.createContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: "sb", Config: &runtimeapi.ContainerConfig{
+		if _, err := f.m.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: "sb", Config: &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: "orch"}}}, createNext(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -385,7 +385,7 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 		f.m.mu.Lock()
 		f.m.connectLocked(f.m.pods[id])
 		f.m.mu.Unlock()
-		if _, err := f.m.createContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: id, Config: &runtimeapi.ContainerConfig{
+		if _, err := f.m.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: id, Config: &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: "orch"}}}, createNext("c"+id)); err != nil {
 			t.Fatal(err)
 		}
@@ -394,7 +394,7 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 		}
 		switch i % 3 {
 		case 0, 1:
-			_, err := f.m.removePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id},
+			_, err := f.m.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id},
 				func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 					if i%3 == 1 {
 						return nil, status.Error(codes.NotFound, "already removed")

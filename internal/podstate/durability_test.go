@@ -59,7 +59,7 @@ func always([]byte) bool { return true }
 // tryStatus is status, returning the call's error.
 func (k kubelet) tryStatus(id string) (*runtimeapi.ContainerStatus, error) {
 	b, _ := proto.Marshal(&runtimeapi.ContainerStatusRequest{ContainerId: id})
-	out, err := k.m.containerStatusBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
+	out, err := k.m.ContainerStatusBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
 		var r runtimeapi.ContainerStatusRequest
 		if err := proto.Unmarshal(req, &r); err != nil {
 			return nil, err
@@ -80,7 +80,7 @@ func (k kubelet) tryStatus(id string) (*runtimeapi.ContainerStatus, error) {
 // tryList is list, returning the call's error.
 func (k kubelet) tryList() error {
 	b, _ := proto.Marshal(&runtimeapi.ListContainersRequest{})
-	_, err := k.m.listContainersBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
+	_, err := k.m.ListContainersBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
 		resp, err := k.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 		if err != nil {
 			return nil, err
@@ -153,7 +153,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		calls := &sandboxCalls{fakeRT: rt}
 		k.m.rt = calls
 		failWrites(k.m, always)
-		_, err := k.m.runPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		_, err := k.m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 			Metadata:    &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
 			Annotations: map[string]string{RulesAnnotationPrefix + "main": rules88},
 		}}, func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
@@ -169,7 +169,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
 		sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": rules88})
 		failWrites(k.m, always)
-		_, err := k.m.createContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+		_, err := k.m.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: "main"}}},
 			func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 				return rt.CreateContainer(ctx, r)
@@ -184,7 +184,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k, sb, ids := setup(t, t.TempDir())
 		failWrites(k.m, always)
 		forwarded := false
-		_, err := k.m.stopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ids["main"]},
+		_, err := k.m.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ids["main"]},
 			func(context.Context, *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 				forwarded = true
 				return &runtimeapi.StopContainerResponse{}, nil
@@ -200,7 +200,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k.status(ids["main"])
 		failWrites(k.m, always)
 		forwarded := false
-		_, err := k.m.stopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
+		_, err := k.m.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
 			func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 				forwarded = true
 				return &runtimeapi.StopPodSandboxResponse{}, nil

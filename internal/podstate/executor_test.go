@@ -46,10 +46,10 @@ func TestRemovedPodStopsItsExecutor(t *testing.T) {
 				return &runtimeapi.StopPodSandboxResponse{}, nil
 			}
 			if how == "StopPodSandbox" {
-				if _, err := m.stopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}, ok); err != nil {
+				if _, err := m.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}, ok); err != nil {
 					t.Fatal(err)
 				}
-			} else if _, err := m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
+			} else if _, err := m.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
 				func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 					return &runtimeapi.RemovePodSandboxResponse{}, nil
 				}); err != nil {

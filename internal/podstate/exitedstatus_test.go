@@ -22,7 +22,7 @@ func (k kubelet) rawStatus(id string, verbose bool) ([]byte, int, error) {
 	k.rt.mu.Lock()
 	before := k.rt.statusCalls
 	k.rt.mu.Unlock()
-	out, err := k.m.containerStatusBytes(context.Background(), req, func(ctx context.Context, b []byte) ([]byte, error) {
+	out, err := k.m.ContainerStatusBytes(context.Background(), req, func(ctx context.Context, b []byte) ([]byte, error) {
 		var r runtimeapi.ContainerStatusRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ import (
 // when the kubelet creates a pod's sandbox again.
 func (k kubelet) runSandbox(sb string, annotations map[string]string) {
 	k.t.Helper()
-	_, err := k.m.runPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+	_, err := k.m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata:    &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
 		Annotations: annotations,
 	}}, func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
@@ -26,7 +26,7 @@ func (k kubelet) runSandbox(sb string, annotations map[string]string) {
 // removeSandbox is the kubelet's RemovePodSandbox of sb.
 func (k kubelet) removeSandbox(sb string) {
 	k.t.Helper()
-	if _, err := k.m.removePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
+	if _, err := k.m.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
 		func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 			return &runtimeapi.RemovePodSandboxResponse{}, nil
 		}); err != nil {
@@ -60,7 +60,7 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 			k.runSandbox("sb-old", ann)
 			k.start("sb-old", "main")
 			exit("sb-old", testCurve.Delay(1))
-			if _, err := k.m.stopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb-old"},
+			if _, err := k.m.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb-old"},
 				func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 					return &runtimeapi.StopPodSandboxResponse{}, nil
 				}); err != nil {

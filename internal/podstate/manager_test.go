@@ -188,7 +188,7 @@ type kubelet struct {
 }
 
 func (k kubelet) runPod(annotations map[string]string) string {
-	resp, err := k.m.runPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+	resp, err := k.m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata:    &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
 		Annotations: annotations,
 	}}, func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
@@ -207,7 +207,7 @@ func (k kubelet) start(sb, name string) string {
 		Annotations: map[string]string{annotationRestartCount: "0", annotationGracePeriod: "0"},
 		LogPath:     name + "/0.log",
 	}}
-	resp, err := k.m.createContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	resp, err := k.m.CreateContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 		return k.rt.CreateContainer(ctx, r)
 	})
 	if err != nil {
@@ -222,7 +222,7 @@ func (k kubelet) start(sb, name string) string {
 // status reads a container's status through the manager's view.
 func (k kubelet) status(id string) *runtimeapi.ContainerStatus {
 	var resp runtimeapi.ContainerStatusResponse
-	k.callBytes(k.m.containerStatusBytes, &runtimeapi.ContainerStatusRequest{ContainerId: id}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+	k.callBytes(k.m.ContainerStatusBytes, &runtimeapi.ContainerStatusRequest{ContainerId: id}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
 		var r runtimeapi.ContainerStatusRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
 			return nil, err
@@ -259,7 +259,7 @@ func (k kubelet) callBytes(fn func(context.Context, []byte, proxy.BytesNext) ([]
 // list lists containers through the manager's view.
 func (k kubelet) list() map[string]runtimeapi.ContainerState {
 	var resp runtimeapi.ListContainersResponse
-	k.callBytes(k.m.listContainersBytes, &runtimeapi.ListContainersRequest{}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+	k.callBytes(k.m.ListContainersBytes, &runtimeapi.ListContainersRequest{}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
 		var r runtimeapi.ListContainersRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
 			return nil, err
@@ -444,7 +444,7 @@ func TestStopPodSandboxAbandonsRestart(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
 	k.rt.exit(ids["main"], 88)
 	k.status(ids["main"])
-	_, err := k.m.stopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
+	_, err := k.m.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
 		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 			return &runtimeapi.StopPodSandboxResponse{}, nil
 		})
@@ -730,7 +730,7 @@ func TestKubeletStopsAreNotRestarted(t *testing.T) {
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`,
 		RulesAnnotationPrefix + "side": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	main, side := k.start(sb, "main"), k.start(sb, "side")
-	if _, err := k.m.stopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: main},
+	if _, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: main},
 		func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 			k.rt.exit(r.ContainerId, 137)
 			return &runtimeapi.StopContainerResponse{}, nil
@@ -740,7 +740,7 @@ func TestKubeletStopsAreNotRestarted(t *testing.T) {
 	if s := k.status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 137 || k.m.pods[sb].Phase != PhaseRunning {
 		t.Fatalf("kubelet-stopped container: %v/%d, phase %s; want its real exit and no restart", s.State, s.ExitCode, k.m.pods[sb].Phase)
 	}
-	if _, err := k.m.stopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
+	if _, err := k.m.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
 		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 			return &runtimeapi.StopPodSandboxResponse{}, nil
 		}); err != nil {
@@ -883,7 +883,7 @@ func (k kubelet) event(sb, id string, typ runtimeapi.ContainerEventType) {
 
 // remove deletes a container as the kubelet's container GC does, through the manager.
 func (k kubelet) remove(id string) {
-	_, err := k.m.removeContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id},
+	_, err := k.m.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id},
 		func(ctx context.Context, r *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 			return k.rt.RemoveContainer(ctx, r)
 		})
@@ -1054,7 +1054,7 @@ func TestReplayRequestReuse(t *testing.T) {
 		Annotations: map[string]string{annotationRestartCount: "9", annotationGracePeriod: "0"},
 		LogPath:     "main/9.log", Command: []string{"new"},
 	}}
-	resp, err := k.m.createContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	resp, err := k.m.CreateContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 		return k.rt.CreateContainer(ctx, r)
 	})
 	if err != nil {

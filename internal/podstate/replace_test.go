@@ -25,7 +25,7 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 	create := func(name string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := k.m.createContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+		_, err := k.m.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
 			Metadata:    &runtimeapi.ContainerMetadata{Name: name, Attempt: 1},
 			Annotations: map[string]string{annotationRestartCount: "1", annotationGracePeriod: "0"},
 			LogPath:     name + "/1.log",
@@ -62,7 +62,7 @@ func TestStopOfExitedInstanceKeepsItsRule(t *testing.T) {
 	k.rt.exit(cur, 1) // nobody has looked yet
 	stop := func(id string) {
 		t.Helper()
-		if _, err := k.m.stopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: id},
+		if _, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: id},
 			func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 				return k.rt.StopContainer(ctx, r)
 			}); err != nil {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -20,28 +19,38 @@ import (
 
 const svc = "/runtime.v1.RuntimeService/"
 
-// Routes are the CRI calls the in-place restart takes part in. Every status
-// path the kubelet reads (ListContainers, ContainerStatus, GetContainerEvents)
-// goes through the same view, so the kubelet never sees a triggering exit as
-// final, whichever call it happens to make first.
-func (m *Manager) Routes() []proxy.Route {
-	active := func() bool { return m.Tracked() > 0 }
-	return []proxy.Route{
-		proxy.Unary(svc+"RunPodSandbox", m.runPodSandbox),
-		proxy.UnaryIf(svc+"CreateContainer", active, m.createContainer),
-		proxy.UnaryIf(svc+"StopContainer", active, m.stopContainer),
-		proxy.UnaryIf(svc+"RemoveContainer", active, m.removeContainer),
-		proxy.UnaryIf(svc+"StopPodSandbox", active, m.stopPodSandbox),
-		proxy.UnaryIf(svc+"RemovePodSandbox", active, m.removePodSandbox),
-		proxy.ObserveUnary(svc+"ListPodSandbox", m.sawSandboxList),
-		proxy.UnaryBytesIf(svc+"ListContainers", active, m.listContainersBytes),
-		proxy.UnaryBytesIf(svc+"ContainerStatus", active, m.containerStatusBytes),
-		{Method: svc + "GetContainerEvents", Handler: m.containerEvents},
-		{Method: svc + "StreamContainers", Handler: m.streamContainers},
+// The in-place restart takes part in these CRI calls (proxy hooks). Every
+// status path the kubelet reads (ListContainers, ContainerStatus,
+// GetContainerEvents) goes through the same view, so the kubelet never sees
+// a triggering exit as final, whichever call it happens to make first.
+var (
+	_ proxy.RunPodSandboxHook        = (*Manager)(nil)
+	_ proxy.CreateContainerHook      = (*Manager)(nil)
+	_ proxy.StopContainerHook        = (*Manager)(nil)
+	_ proxy.RemoveContainerHook      = (*Manager)(nil)
+	_ proxy.StopPodSandboxHook       = (*Manager)(nil)
+	_ proxy.RemovePodSandboxHook     = (*Manager)(nil)
+	_ proxy.ListPodSandboxObserver   = (*Manager)(nil)
+	_ proxy.ListContainersBytesHook  = (*Manager)(nil)
+	_ proxy.ContainerStatusBytesHook = (*Manager)(nil)
+	_ proxy.GetContainerEventsHook   = (*Manager)(nil)
+	_ proxy.StreamContainersHook     = (*Manager)(nil)
+	_ proxy.Activity                 = (*Manager)(nil)
+)
+
+// HookActive: RunPodSandbox is always seen (it is where a pod's rules are
+// read); the other calls only while a pod on the node is tracked.
+func (m *Manager) HookActive(method proxy.Method) bool {
+	if method == proxy.RunPodSandbox {
+		return true
 	}
+	return m.Tracked() > 0
 }
 
-func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
+// ObserveListPodSandbox notes a ListPodSandbox call (see sawSandboxList).
+func (m *Manager) ObserveListPodSandbox(reqLen int) { m.sawSandboxList(reqLen) }
+
+func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
 	resp, err := next(ctx, req)
 	if err != nil {
@@ -87,7 +96,7 @@ func (m *Manager) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	return resp, nil
 }
 
-func (m *Manager) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
+func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
 	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
 	// While a pod restarts, the kubelet still sees its old containers running
 	// and may create the next one (a main container after a sidecar it sees
@@ -181,7 +190,7 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 // stopContainer: the kubelet stops a container itself (the pod is being
 // deleted, a liveness probe failed): its exit is the kubelet's decision, so
 // no rule restarts it.
-func (m *Manager) stopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
+func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
 	next proxy.UnaryNext[runtimeapi.StopContainerRequest, runtimeapi.StopContainerResponse]) (*runtimeapi.StopContainerResponse, error) {
 	// An instance that already exited on its own keeps its rule (replace.go).
 	if err := m.classifyBeforeStop(ctx, req.ContainerId); err != nil {
@@ -205,7 +214,7 @@ func (m *Manager) stopContainer(ctx context.Context, req *runtimeapi.StopContain
 // stopPodSandbox: the kubelet is stopping the pod (deleted, or terminal); a
 // restart in progress is abandoned, the pod is shown as it really is, and no
 // rule restarts anything in it any more.
-func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
+func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
 	m.mu.Lock()
 	if p := m.pods[req.PodSandboxId]; p != nil && !p.Stopped {
@@ -226,7 +235,7 @@ func (m *Manager) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 // a crash-looping pod's record (saved at every restart step) does not grow
 // with every restart. Not saved here: the next step's save carries it, and a
 // restarted shim prunes what the runtime no longer has (reconcile).
-func (m *Manager) removeContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
+func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
 	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
 	// Dropped before (no cached answer outlives the container) and after (a
 	// status asked while the removal ran may have been kept again).
@@ -244,7 +253,7 @@ func (m *Manager) removeContainer(ctx context.Context, req *runtimeapi.RemoveCon
 	return resp, err
 }
 
-func (m *Manager) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
+func (m *Manager) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	resp, err := next(ctx, req)
 	if err != nil && status.Code(err) != codes.NotFound {
@@ -291,21 +300,16 @@ func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContai
 	return resp, nil
 }
 
-// streamContainers is ListContainers in batches (kubelets with CRI list
+// StreamContainers is ListContainers in batches (kubelets with CRI list
 // streaming): every batch goes through the same view.
-func (m *Manager) streamContainers(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
-	if m.Tracked() == 0 {
-		return proxy.ForwardServerStream(ss, svc+"StreamContainers", backend)
-	}
-	var req runtimeapi.StreamContainersRequest
-	if err := ss.RecvMsg(&req); err != nil {
-		return err
-	}
+func (m *Manager) StreamContainers(ctx context.Context, req *runtimeapi.StreamContainersRequest,
+	send func(*runtimeapi.StreamContainersResponse) error,
+	next proxy.StreamNext[runtimeapi.StreamContainersRequest, runtimeapi.StreamContainersResponse]) error {
 	want := req.GetFilter().GetState()
 	if want != nil {
 		req.Filter.State = nil
 	}
-	cs, err := runtimeapi.NewRuntimeServiceClient(backend).StreamContainers(ctx, &req)
+	cs, err := next(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -320,7 +324,7 @@ func (m *Manager) streamContainers(ctx context.Context, ss grpc.ServerStream, ba
 		if r.Containers, err = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter())); err != nil {
 			return err
 		}
-		if err := ss.SendMsg(r); err != nil {
+		if err := send(r); err != nil {
 			return err
 		}
 	}
@@ -441,7 +445,7 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 // response is read with protowire, and only when the view changes something
 // is it edited, entry by entry, without decoding the rest. A request with a
 // filter, or a message the peek cannot read, takes the decoded path.
-func (m *Manager) listContainersBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+func (m *Manager) ListContainersBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
 	filtered, err := peekListFilter(req)
 	if err != nil || filtered {
 		return m.listContainersDecoded(ctx, req, next)
@@ -515,7 +519,7 @@ func (m *Manager) viewDecoded(ctx context.Context, resp []byte, full bool) ([]by
 // containerStatusBytes is containerStatus on the encoded response: only a
 // status the view may change (an exit, or an instance shown running) is
 // decoded; a running container's passes through as the runtime sent it.
-func (m *Manager) containerStatusBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+func (m *Manager) ContainerStatusBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
 	id, plain, perr := peekStatusRequest(req)
 	plain = plain && perr == nil
 	if plain {
@@ -630,15 +634,12 @@ func (m *Manager) view(p *Pod, id string) (hide, fakeRunning bool) {
 	return false, p.Fake[id]
 }
 
-// containerEvents relays the runtime's event stream, dropping the events of
-// old instances of a restarting pod (and of exits that trigger a restart), and
-// rewriting the statuses carried in the rest.
-func (m *Manager) containerEvents(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
-	var req runtimeapi.GetEventsRequest
-	if err := ss.RecvMsg(&req); err != nil {
-		return err
-	}
-	cs, err := runtimeapi.NewRuntimeServiceClient(backend).GetContainerEvents(ctx, &req)
+// GetContainerEvents relays the runtime's container events to the kubelet
+// without the ones the restart view hides (see dropEvent).
+func (m *Manager) GetContainerEvents(ctx context.Context, req *runtimeapi.GetEventsRequest,
+	send func(*runtimeapi.ContainerEventResponse) error,
+	next proxy.StreamNext[runtimeapi.GetEventsRequest, runtimeapi.ContainerEventResponse]) error {
+	cs, err := next(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -653,7 +654,7 @@ func (m *Manager) containerEvents(ctx context.Context, ss grpc.ServerStream, bac
 		if m.Tracked() > 0 && m.dropEvent(e) {
 			continue
 		}
-		if err := ss.SendMsg(e); err != nil {
+		if err := send(e); err != nil {
 			return err
 		}
 	}

@@ -149,14 +149,14 @@ func startFake(t testing.TB, f *fakeRuntime, sock string) *grpc.Server {
 }
 
 // startProxy serves a Proxy in front of backendSock and returns a client of it.
-func startProxy(t testing.TB, backendSock string, routes ...Route) (*grpc.ClientConn, *metrics.Collector) {
+func startProxy(t testing.TB, backendSock string, routes ...hookRoute) (*grpc.ClientConn, *metrics.Collector) {
 	t.Helper()
 	backend, err := DialBackend("unix://"+backendSock, BackendOptions{MaxRecvMsgSize: 16 << 20, MaxSendMsgSize: 16 << 20, ReconnectMaxDelay: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mc := metrics.New(CRIMethods())
-	p, err := New(backend, mc, routes...)
+	p, err := newWithRoutes(backend, mc, routes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ type fixture struct {
 	sock    string
 }
 
-func newFixture(t testing.TB, f *fakeRuntime, routes ...Route) *fixture {
+func newFixture(t testing.TB, f *fakeRuntime, routes ...hookRoute) *fixture {
 	t.Helper()
 	if f == nil {
 		f = &fakeRuntime{}

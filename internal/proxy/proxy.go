@@ -31,28 +31,31 @@ const (
 	kindServerStream             // one request, a stream of responses
 )
 
-// Handler serves one call whose method a feature of the shim takes over.
+// Handler serves one call a feature takes part in.
 // backend is the connection to the runtime, for calls the handler still forwards.
 type Handler func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error
 
-// Route binds a Handler to a full method name ("/runtime.v1.RuntimeService/X").
-type Route struct {
+// hookRoute is one feature's hook bound to its full method name
+// ("/runtime.v1.RuntimeService/X").
+type hookRoute struct {
 	Method  string
 	Handler Handler
-	// Invoke, set by Unary and UnaryIf, runs the same route on decoded
-	// messages. It lets two features take part in one unary method: the route
-	// registered first serves the call, and its forward to the runtime runs
-	// the next route's Invoke instead (see New).
+	// Invoke, set by unary and unaryIf, runs the same route on decoded
+	// messages. It lets several features take part in one unary method: the
+	// first serves the call, and its forward to the runtime runs the next
+	// one's Invoke instead (see New).
 	Invoke func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
 	// decoded, when set, is Handler without its raw fast path: the first route
 	// of a chain must always hand decoded messages to the next.
 	decoded Handler
-	// active, set by UnaryIf and UnaryBytesIf, says whether the route has
+	// active, set by unaryIf and unaryBytesIf, says whether the route has
 	// anything to do now.
 	active func() bool
-	// bytesRoute: built by UnaryBytesIf; its Invoke forwards frames, so it
+	// bytesRoute: built by unaryBytesIf; its Invoke forwards frames, so it
 	// can only be the last route of a chain.
 	bytesRoute bool
+	// stream: a server-streaming hook, which cannot be chained.
+	stream bool
 }
 
 type member struct {
@@ -70,7 +73,7 @@ type route struct {
 	// func and none is active, the call is forwarded raw, and when exactly
 	// one is, it serves the call alone (the others would only pass it on).
 	members []member
-	last    bool // the last route added was built by UnaryBytesIf
+	last    bool // the last route added was built by unaryBytesIf
 	metrics *metrics.Method
 }
 
@@ -98,13 +101,22 @@ func CRIMethods() []string {
 	return out
 }
 
-// New builds a proxy forwarding to backend. Routes take over the methods they name.
-// Several routes for one unary method are chained in the order given: the first
-// serves the call and each one's forward goes through the next, the last one's
-// to the runtime. Two routes for one method that cannot be chained (one of them
-// not built by Unary), or a route for a method outside the CRI, are refused
-// because they would silently shadow each other or never be called as intended.
-func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Proxy, error) {
+// New builds a proxy forwarding to backend, with the hooks of features bound
+// in the order given: on a method several features hook, the first serves
+// the call and each one's next goes to the one after it, the last one's to
+// the runtime. Hooks that cannot be chained (two stream hooks on one method,
+// a hook after a bytes hook) are refused, because one would silently shadow
+// the other.
+func New(backend *grpc.ClientConn, mc *metrics.Collector, features ...any) (*Proxy, error) {
+	routes, err := routesOf(features)
+	if err != nil {
+		return nil, err
+	}
+	return newWithRoutes(backend, mc, routes)
+}
+
+// newWithRoutes builds the proxy from bound hooks.
+func newWithRoutes(backend *grpc.ClientConn, mc *metrics.Collector, routes []hookRoute) (*Proxy, error) {
 	p := &Proxy{
 		backend: backend,
 		routes:  make(map[string]*route),
@@ -128,10 +140,10 @@ func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Pro
 	for _, r := range routes {
 		rt, ok := p.routes[r.Method]
 		if !ok {
-			return nil, fmt.Errorf("proxy: route for %q: not a CRI method of this build", r.Method)
+			return nil, fmt.Errorf("proxy: hook on %q: not a CRI method of this build", r.Method)
 		}
 		if r.Handler == nil {
-			return nil, fmt.Errorf("proxy: route for %q has no handler", r.Method)
+			return nil, fmt.Errorf("proxy: hook on %q has no handler", r.Method)
 		}
 		if rt.handler == nil {
 			rt.handler, rt.invoke, rt.decoded = r.Handler, r.Invoke, r.decoded
@@ -140,10 +152,10 @@ func New(backend *grpc.ClientConn, mc *metrics.Collector, routes ...Route) (*Pro
 			continue
 		}
 		if rt.invoke == nil || r.Invoke == nil {
-			return nil, fmt.Errorf("proxy: two routes for %q and one of them is not a unary route", r.Method)
+			return nil, fmt.Errorf("proxy: two hooks on %q and one of them cannot be chained (a stream hook or an observer)", r.Method)
 		}
 		if rt.last {
-			return nil, fmt.Errorf("proxy: a route for %q after one built by UnaryBytesIf, which must come last", r.Method)
+			return nil, fmt.Errorf("proxy: a hook on %q after a bytes hook, which must come last", r.Method)
 		}
 		if rt.chain == nil && rt.decoded != nil {
 			rt.handler = rt.decoded
@@ -212,12 +224,12 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 		case 0:
 			err = forwardUnary(ss, method, p.backend)
 		case 1:
-			err = only(ss.Context(), ss, p.backend)
+			err = Status(only(ss.Context(), ss, p.backend))
 		default:
-			err = rt.handler(ss.Context(), ss, &chainConn{method: method, invokes: rt.chain, backend: p.backend})
+			err = Status(rt.handler(ss.Context(), ss, &chainConn{method: method, invokes: rt.chain, backend: p.backend}))
 		}
 	case rt.handler != nil:
-		err = rt.handler(ss.Context(), ss, p.backend)
+		err = Status(rt.handler(ss.Context(), ss, p.backend))
 	case rt.kind == kindUnary:
 		err = forwardUnary(ss, method, p.backend)
 	default:
@@ -249,7 +261,9 @@ func (c *chainConn) Invoke(ctx context.Context, method string, req, resp any, op
 	if len(c.invokes) > 1 {
 		next = &chainConn{method: c.method, invokes: c.invokes[1:], backend: c.backend}
 	}
-	return c.invokes[0](ctx, next, req, resp)
+	// The next feature's error reaches this one as the runtime's would: as
+	// a gRPC status.
+	return Status(c.invokes[0](ctx, next, req, resp))
 }
 
 func (c *chainConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {

@@ -284,7 +284,7 @@ func TestLargeResponseWithinKubeletLimit(t *testing.T) {
 }
 
 func TestTypedRouteChangesOnlyItsMethod(t *testing.T) {
-	route := Unary("/runtime.v1.RuntimeService/Version",
+	route := unary("/runtime.v1.RuntimeService/Version",
 		func(ctx context.Context, req *runtimeapi.VersionRequest, next UnaryNext[runtimeapi.VersionRequest, runtimeapi.VersionResponse]) (*runtimeapi.VersionResponse, error) {
 			resp, err := next(ctx, req)
 			if err != nil {
@@ -324,13 +324,13 @@ func TestRoutesForOneMethodAreChained(t *testing.T) {
 	}
 	// Both UnaryIf and inactive: the call goes through raw, untouched.
 	off := func() bool { return false }
-	fx := newFixture(t, nil, UnaryIf(m, off, tag("+a")), UnaryIf(m, off, tag("+b")))
+	fx := newFixture(t, nil, unaryIf(m, off, tag("+a")), unaryIf(m, off, tag("+b")))
 	if v, err := runtimeapi.NewRuntimeServiceClient(fx.shim).Version(ctxT(t), &runtimeapi.VersionRequest{}); err != nil || v.RuntimeName != "fake" {
 		t.Fatalf("inactive chain: %q %v", v.GetRuntimeName(), err)
 	}
 	for _, active := range []bool{true, false} {
-		outer := UnaryIf(m, func() bool { return active }, tag("+outer"))
-		fx := newFixture(t, nil, outer, Unary(m, tag("+inner")), Unary(m, tag("+last")))
+		outer := unaryIf(m, func() bool { return active }, tag("+outer"))
+		fx := newFixture(t, nil, outer, unary(m, tag("+inner")), unary(m, tag("+last")))
 		c := runtimeapi.NewRuntimeServiceClient(fx.shim)
 		v, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{})
 		want := "fake+last+inner"
@@ -355,12 +355,12 @@ func TestNewRefusesBadRoutes(t *testing.T) {
 	defer backend.Close()
 	h := func(context.Context, grpc.ServerStream, grpc.ClientConnInterface) error { return nil }
 	mc := metrics.New(CRIMethods())
-	for name, routes := range map[string][]Route{
+	for name, routes := range map[string][]hookRoute{
 		"not a CRI method": {{Method: "/x.Y/Z", Handler: h}},
 		"duplicate":        {{Method: "/runtime.v1.RuntimeService/Version", Handler: h}, {Method: "/runtime.v1.RuntimeService/Version", Handler: h}},
 		"nil handler":      {{Method: "/runtime.v1.RuntimeService/Version"}},
 	} {
-		if _, err := New(backend, mc, routes...); err == nil {
+		if _, err := newWithRoutes(backend, mc, routes); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -432,9 +432,9 @@ func TestBytesRoute(t *testing.T) {
 		{"typed route active, bytes inactive", true, false, "fake+outer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			routes := []Route{UnaryBytesIf(m, func() bool { return tc.active }, edit)}
+			routes := []hookRoute{unaryBytesIf(m, func() bool { return tc.active }, edit)}
 			if strings.Contains(tc.name, "typed") {
-				routes = append([]Route{UnaryIf(m, func() bool { return tc.outer }, tag)}, routes...)
+				routes = append([]hookRoute{unaryIf(m, func() bool { return tc.outer }, tag)}, routes...)
 			}
 			fx := newFixture(t, nil, routes...)
 			c := runtimeapi.NewRuntimeServiceClient(fx.shim)
@@ -457,7 +457,7 @@ func TestBytesRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer backend.Close()
-	if _, err := New(backend, metrics.New(CRIMethods()), UnaryBytesIf(m, func() bool { return true }, edit), UnaryIf(m, func() bool { return true }, tag)); err == nil {
+	if _, err := newWithRoutes(backend, metrics.New(CRIMethods()), []hookRoute{unaryBytesIf(m, func() bool { return true }, edit), unaryIf(m, func() bool { return true }, tag)}); err == nil {
 		t.Fatal("a route chained after a bytes route was accepted")
 	}
 }

@@ -8,20 +8,19 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// UnaryNext forwards a (possibly changed) request to the runtime.
+// UnaryNext forwards a (possibly changed) request to the next feature hooked
+// on the method or, from the last, to the runtime.
 type UnaryNext[Req, Resp any] func(ctx context.Context, req *Req) (*Resp, error)
 
-// Unary builds a typed Route for a unary CRI method: the request is decoded, fn
-// decides what to do with it and may call next to forward it to the runtime.
-// Only methods a feature really changes should be routed this way; the rest stay
-// raw and pay no decode.
-func Unary[Req, Resp any, PReq interface {
+// unary builds the route of a unary hook: the request is decoded, fn decides
+// what to do with it and may call next to forward it.
+func unary[Req, Resp any, PReq interface {
 	*Req
 	proto.Message
 }, PResp interface {
 	*Resp
 	proto.Message
-}](method string, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) Route {
+}](method string, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) hookRoute {
 	nextOf := func(backend grpc.ClientConnInterface) UnaryNext[Req, Resp] {
 		return func(ctx context.Context, r *Req) (*Resp, error) {
 			resp := PResp(new(Resp))
@@ -31,7 +30,7 @@ func Unary[Req, Resp any, PReq interface {
 			return (*Resp)(resp), nil
 		}
 	}
-	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+	return hookRoute{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 		req := PReq(new(Req))
 		if err := ss.RecvMsg(req); err != nil {
 			return err
@@ -53,18 +52,18 @@ func Unary[Req, Resp any, PReq interface {
 	}}
 }
 
-// UnaryIf is Unary whose typed path runs only while active() reports true;
+// unaryIf is unary whose typed path runs only while active() reports true;
 // otherwise the call is forwarded raw, so a feature with nothing to do costs
 // the hot path one function call.
-func UnaryIf[Req, Resp any, PReq interface {
+func unaryIf[Req, Resp any, PReq interface {
 	*Req
 	proto.Message
 }, PResp interface {
 	*Resp
 	proto.Message
-}](method string, active func() bool, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) Route {
-	typed := Unary[Req, Resp, PReq, PResp](method, fn)
-	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+}](method string, active func() bool, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) hookRoute {
+	typed := unary[Req, Resp, PReq, PResp](method, fn)
+	return hookRoute{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 		if !active() {
 			return forwardUnary(ss, method, backend)
 		}
@@ -89,18 +88,12 @@ func UnaryIf[Req, Resp any, PReq interface {
 	}}
 }
 
-// ForwardServerStream relays a server-streaming call raw, for a route that
-// has nothing to change in this call.
-func ForwardServerStream(ss grpc.ServerStream, method string, backend grpc.ClientConnInterface) error {
-	return forwardServerStream(ss, method, backend)
-}
-
-// ObserveUnary is a Route that forwards a unary call raw, exactly as a method
+// observeUnary is a route that forwards a unary call raw, exactly as a method
 // without a route, after telling observe the size of the encoded request (no
 // decode, no copy): for a feature that only needs to know that a call was made
 // and, by its size, roughly with which filter.
-func ObserveUnary(method string, observe func(reqLen int)) Route {
-	return Route{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+func observeUnary(method string, observe func(reqLen int)) hookRoute {
+	return hookRoute{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 		return forwardUnaryObserved(ss, method, backend, observe)
 	}}
 }
@@ -109,13 +102,13 @@ func ObserveUnary(method string, observe func(reqLen int)) Route {
 // encoded response.
 type BytesNext func(ctx context.Context, req []byte) ([]byte, error)
 
-// UnaryBytesIf is a Route for a feature that reads a unary call's encoded
+// unaryBytesIf is the route of a bytes hook: a feature that reads a unary call's encoded
 // messages (with protowire) and decodes them only when it has something to
 // change: fn gets the request as the kubelet encoded it and returns the
 // response to send, which may be the runtime's own bytes. While active()
 // reports false the call is forwarded raw. In a chain it must be the last
 // route (New refuses it elsewhere): its forward goes to the runtime.
-func UnaryBytesIf(method string, active func() bool, fn func(ctx context.Context, req []byte, next BytesNext) ([]byte, error)) Route {
+func unaryBytesIf(method string, active func() bool, fn func(ctx context.Context, req []byte, next BytesNext) ([]byte, error)) hookRoute {
 	nextOf := func(backend grpc.ClientConnInterface, ss grpc.ServerStream) BytesNext {
 		return func(ctx context.Context, req []byte) ([]byte, error) {
 			in := frame{data: mem.BufferSlice{mem.SliceBuffer(req)}}
@@ -128,7 +121,7 @@ func UnaryBytesIf(method string, active func() bool, fn func(ctx context.Context
 			return b, nil
 		}
 	}
-	return Route{Method: method, bytesRoute: true, active: active,
+	return hookRoute{Method: method, bytesRoute: true, active: active,
 		Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 			if !active() {
 				return forwardUnary(ss, method, backend)
@@ -159,4 +152,19 @@ func UnaryBytesIf(method string, active func() bool, fn func(ctx context.Context
 			}
 			return proto.Unmarshal(out, resp.(proto.Message))
 		}}
+}
+
+// unaryHook binds a unary hook: always decoded when active is nil, else
+// decoded only while active reports true.
+func unaryHook[Req, Resp any, PReq interface {
+	*Req
+	proto.Message
+}, PResp interface {
+	*Resp
+	proto.Message
+}](m Method, active func() bool, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) hookRoute {
+	if active == nil {
+		return unary[Req, Resp, PReq, PResp](m.FullName(), fn)
+	}
+	return unaryIf[Req, Resp, PReq, PResp](m.FullName(), active, fn)
 }

@@ -32,8 +32,9 @@ import (
 
 // Options are what Run needs beyond the config.
 type Options struct {
-	// Routes are the typed routes of the shim's features.
-	Routes []proxy.Route
+	// Features are taken by the proxy before the shim's own, in this order
+	// (tests use it to take part in calls).
+	Features []any
 	// Ready is called once the CRI socket accepts calls (sd_notify READY=1).
 	Ready func()
 }
@@ -93,12 +94,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// Pods that declare an orchestrator are tracked by the restart machinery
 	// even without restart rules: the orchestrator may restart them.
 	pods.TrackAlso(func(ann map[string]string) bool { d, _ := podmgmt.ParseAnnotations(ann); return d != nil })
-	// Where features share a method, the first registered sees the call
-	// first: the channel adds its token mount before the restart state
-	// records the kubelet's CreateContainer (so replays carry it too), the
-	// restart state sees the kubelet's calls before warm start rewrites them.
-	routes := append(append(append(o.Routes, channels.Routes()...), pods.Routes()...), checkpoints.Routes()...)
-	p, err := proxy.New(backend, mc, routes...)
+	// The order in which the features see a call they share: the channel
+	// adds its token mount before the restart state records the kubelet's
+	// CreateContainer (so replays carry it too); the restart state sees the
+	// kubelet's calls before warm start rewrites them.
+	features := append(o.Features, channels, pods, checkpoints)
+	p, err := proxy.New(backend, mc, features...)
 	if err != nil {
 		return err
 	}

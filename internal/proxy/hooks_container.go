@@ -1,0 +1,38 @@
+package proxy
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Container lifecycle hooks (see hooks_sandbox.go for next).
+
+type CreateContainerHook interface {
+	CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
+		next UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error)
+}
+
+type StartContainerHook interface {
+	StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest,
+		next UnaryNext[runtimeapi.StartContainerRequest, runtimeapi.StartContainerResponse]) (*runtimeapi.StartContainerResponse, error)
+}
+
+type StopContainerHook interface {
+	StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
+		next UnaryNext[runtimeapi.StopContainerRequest, runtimeapi.StopContainerResponse]) (*runtimeapi.StopContainerResponse, error)
+}
+
+type RemoveContainerHook interface {
+	RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
+		next UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error)
+}
+
+func containerHooks() []binder {
+	return []binder{
+		bindUnary(CreateContainer, CreateContainerHook.CreateContainer),
+		bindUnary(StartContainer, StartContainerHook.StartContainer),
+		bindUnary(StopContainer, StopContainerHook.StopContainer),
+		bindUnary(RemoveContainer, RemoveContainerHook.RemoveContainer),
+	}
+}

@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Status and list hooks. The kubelet makes these calls most (its relist
+// lists containers every second; a crash-looping container's status is read
+// several times per restart), so besides the decoded form there are bytes
+// hooks: the feature reads the encoded messages (protowire) and decodes only
+// what it changes. A bytes hook forwards to the runtime, so it must be the
+// last feature on its method (New refuses otherwise).
+
+type ContainerStatusHook interface {
+	ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,
+		next UnaryNext[runtimeapi.ContainerStatusRequest, runtimeapi.ContainerStatusResponse]) (*runtimeapi.ContainerStatusResponse, error)
+}
+
+// ContainerStatusBytesHook gets the encoded request and returns the encoded
+// response to send, which may be the runtime's own bytes.
+type ContainerStatusBytesHook interface {
+	ContainerStatusBytes(ctx context.Context, req []byte, next BytesNext) ([]byte, error)
+}
+
+// ListContainersBytesHook is ContainerStatusBytesHook for ListContainers.
+type ListContainersBytesHook interface {
+	ListContainersBytes(ctx context.Context, req []byte, next BytesNext) ([]byte, error)
+}
+
+// ListPodSandboxObserver is told of every ListPodSandbox call with the size
+// of its encoded request (a rough sign of its filter); the call itself is
+// forwarded raw.
+type ListPodSandboxObserver interface {
+	ObserveListPodSandbox(reqLen int)
+}
+
+func statusHooks() []binder {
+	return []binder{
+		bindUnary(ContainerStatus, ContainerStatusHook.ContainerStatus),
+		bindBytes(ContainerStatus, ContainerStatusBytesHook.ContainerStatusBytes),
+		bindBytes(ListContainers, ListContainersBytesHook.ListContainersBytes),
+		{ListPodSandbox, func(f any, _ func() bool) (hookRoute, bool) {
+			h, ok := f.(ListPodSandboxObserver)
+			if !ok {
+				return hookRoute{}, false
+			}
+			return observeUnary(ListPodSandbox.FullName(), h.ObserveListPodSandbox), true
+		}},
+	}
+}
+
+func always() bool { return true }
+
+func orAlways(active func() bool) func() bool {
+	if active == nil {
+		return always
+	}
+	return active
+}
