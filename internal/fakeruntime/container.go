@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -314,10 +315,11 @@ func (r *Runtime) Container(id string) (st *runtimeapi.ContainerStatus, sandboxI
 
 func (r *Runtime) containersOfLocked(sandboxID string) []*container {
 	var out []*container
-	for _, c := range sortedBySeq(r.containers, func(c *container) int { return c.seq }) {
+	for _, c := range r.containers {
 		if c.sandboxID == sandboxID {
 			out = append(out, c)
 		}
 	}
+	slices.SortFunc(out, func(a, b *container) int { return a.seq - b.seq })
 	return out
 }

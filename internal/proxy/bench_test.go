@@ -11,7 +11,7 @@ import (
 // proxy, both over real unix sockets in this process. The difference is the
 // proxy's own cost per call (server side + client side + routing).
 func BenchmarkVersion(b *testing.B) {
-	fx := newFixture(b, nil)
+	fx := newFixture(b)
 	for _, side := range []struct {
 		name string
 		c    runtimeapi.RuntimeServiceClient

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"sync"
@@ -17,89 +18,32 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/metrics"
 )
 
-// fakeRuntime is an in-process CRI runtime on a real unix socket: the proxy
-// under test talks to it exactly as it talks to containerd.
-type fakeRuntime struct {
-	runtimeapi.UnimplementedRuntimeServiceServer
-	runtimeapi.UnimplementedImageServiceServer
+// The proxy's tests run against the shared fake runtime (internal/fakeruntime)
+// with a few scripted answers of their own, set up by startRuntime:
+//   - Version "fail" is refused with FailedPrecondition and a detail, and
+//     Version "slow" takes 5 s unless its caller gives up first;
+//   - the runtime knows methods this build does not (unknownHandler);
+//   - StreamContainers streams the containers one by one, then ends with
+//     ResourceExhausted (containerd 2.2 does not implement it).
 
-	lastMD       atomic.Pointer[metadata.MD]
-	eventStreams atomic.Int32 // GetContainerEvents handlers currently running
-	containers   []*runtimeapi.Container
-
-	// barrier, when set, makes ListPodSandbox wait until that many calls are in flight.
-	barrier   int32
-	inBarrier atomic.Int32
-	release   chan struct{}
-	once      sync.Once
+// scripted is what the scripted answers saw.
+type scripted struct {
+	lastMD atomic.Pointer[metadata.MD] // metadata of the last Version call
 }
 
-func (f *fakeRuntime) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	f.lastMD.Store(&md)
-	if req.Version == "fail" {
-		st, _ := status.New(codes.FailedPrecondition, "fake: refusing version \"fail\"").
-			WithDetails(wrapperspb.String("detail from the runtime"))
-		return nil, st.Err()
-	}
-	if req.Version == "slow" {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(5 * time.Second):
-		}
-	}
-	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "fake", RuntimeVersion: "v9", RuntimeApiVersion: "v1"}, nil
-}
+// streamingRuntime is the fake runtime with StreamContainers.
+type streamingRuntime struct{ *fakeruntime.Runtime }
 
-func (f *fakeRuntime) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
-	out := f.containers
-	if req.Filter != nil && req.Filter.Id != "" {
-		out = nil
-		for _, c := range f.containers {
-			if c.Id == req.Filter.Id {
-				out = append(out, c)
-			}
-		}
+func (r streamingRuntime) StreamContainers(req *runtimeapi.StreamContainersRequest, s grpc.ServerStreamingServer[runtimeapi.StreamContainersResponse]) error {
+	list, err := r.ListContainers(s.Context(), &runtimeapi.ListContainersRequest{Filter: req.Filter})
+	if err != nil {
+		return err
 	}
-	return &runtimeapi.ListContainersResponse{Containers: out}, nil
-}
-
-func (f *fakeRuntime) ListPodSandbox(ctx context.Context, _ *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
-	if f.barrier > 0 {
-		if f.inBarrier.Add(1) >= f.barrier {
-			f.once.Do(func() { close(f.release) })
-		}
-		select {
-		case <-f.release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return &runtimeapi.ListPodSandboxResponse{}, nil
-}
-
-func (f *fakeRuntime) GetContainerEvents(_ *runtimeapi.GetEventsRequest, s grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
-	f.eventStreams.Add(1)
-	defer f.eventStreams.Add(-1)
-	for i := 0; ; i++ {
-		// Stamped with the present, as containerd stamps its events.
-		if err := s.Send(&runtimeapi.ContainerEventResponse{ContainerId: "c" + string(rune('a'+i%26)), CreatedAt: time.Now().UnixNano()}); err != nil {
-			return err
-		}
-		if i == 2 {
-			// After three events, idle until the caller goes away.
-			<-s.Context().Done()
-			return s.Context().Err()
-		}
-	}
-}
-
-func (f *fakeRuntime) StreamContainers(_ *runtimeapi.StreamContainersRequest, s grpc.ServerStreamingServer[runtimeapi.StreamContainersResponse]) error {
-	for _, c := range f.containers {
+	for _, c := range list.Containers {
 		if err := s.Send(&runtimeapi.StreamContainersResponse{Containers: []*runtimeapi.Container{c}}); err != nil {
 			return err
 		}
@@ -108,7 +52,7 @@ func (f *fakeRuntime) StreamContainers(_ *runtimeapi.StreamContainersRequest, s 
 }
 
 // unknownHandler plays a runtime that knows methods this build of the shim does not.
-func (f *fakeRuntime) unknownHandler(_ any, ss grpc.ServerStream) error {
+func unknownHandler(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
 	switch method {
 	case "/runtime.v1.RuntimeService/FutureEcho":
@@ -133,19 +77,49 @@ func (f *fakeRuntime) unknownHandler(_ any, ss grpc.ServerStream) error {
 	return status.Errorf(codes.Unimplemented, "fake runtime: unknown method %s", method)
 }
 
-// startFake serves a fakeRuntime on sock.
-func startFake(t testing.TB, f *fakeRuntime, sock string) *grpc.Server {
+// startRuntime serves the fake runtime with the proxy tests' scripted answers on sock.
+func startRuntime(t testing.TB, sock string) (*fakeruntime.Runtime, *scripted) {
 	t.Helper()
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(grpc.UnknownServiceHandler(f.unknownHandler), grpc.MaxSendMsgSize(64<<20))
-	runtimeapi.RegisterRuntimeServiceServer(gs, f)
-	runtimeapi.RegisterImageServiceServer(gs, f)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	return gs
+	rt := fakeruntime.New(fakeruntime.WithServerOptions(grpc.UnknownServiceHandler(unknownHandler)),
+		fakeruntime.WithRuntimeService(func(r *fakeruntime.Runtime) runtimeapi.RuntimeServiceServer { return streamingRuntime{r} }))
+	sc := &scripted{}
+	rt.OnCall("Version", func(ctx context.Context, _ string, req any) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		sc.lastMD.Store(&md)
+		switch req.(*runtimeapi.VersionRequest).Version {
+		case "fail":
+			st, _ := status.New(codes.FailedPrecondition, "fake: refusing version \"fail\"").
+				WithDetails(wrapperspb.String("detail from the runtime"))
+			return st.Err()
+		case "slow":
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return nil
+	})
+	rt.ServeAt(t, sock)
+	return rt, sc
+}
+
+// barrier makes ListPodSandbox wait until n calls are in the runtime at once.
+func barrier(rt *fakeruntime.Runtime, n int32) {
+	var in atomic.Int32
+	release := make(chan struct{})
+	var once sync.Once
+	rt.OnCall("ListPodSandbox", func(ctx context.Context, _ string, _ any) error {
+		if in.Add(1) >= n {
+			once.Do(func() { close(release) })
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
 }
 
 // startProxy serves a Proxy in front of backendSock and returns a client of it.
@@ -167,40 +141,58 @@ func startProxy(t testing.TB, backendSock string, routes ...hookRoute) (*grpc.Cl
 	}
 	gs := grpc.NewServer(append(p.ServerOptions(), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))...)
 	go func() { _ = gs.Serve(lis) }()
-	cc := dialSock(t, sock)
-	t.Cleanup(func() { cc.Close(); gs.Stop(); backend.Close() })
-	return cc, mc
-}
-
-func dialSock(t testing.TB, sock string) *grpc.ClientConn {
-	t.Helper()
 	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cc
+	t.Cleanup(func() { cc.Close(); gs.Stop(); backend.Close() })
+	return cc, mc
 }
 
-// fixture is a fake runtime, a direct client of it and a client through the proxy.
+// fixture is the fake runtime, a direct client of it and a client through the proxy.
 type fixture struct {
-	fake    *fakeRuntime
-	fakeSrv *grpc.Server
-	direct  *grpc.ClientConn
-	shim    *grpc.ClientConn
-	mc      *metrics.Collector
-	sock    string
+	rt     *fakeruntime.Runtime
+	sc     *scripted
+	direct *grpc.ClientConn
+	shim   *grpc.ClientConn
+	mc     *metrics.Collector
 }
 
-func newFixture(t testing.TB, f *fakeRuntime, routes ...hookRoute) *fixture {
+func newFixture(t testing.TB, routes ...hookRoute) *fixture {
 	t.Helper()
-	if f == nil {
-		f = &fakeRuntime{}
-	}
 	sock := filepath.Join(t.TempDir(), "runtime.sock")
-	srv := startFake(t, f, sock)
+	rt, sc := startRuntime(t, sock)
 	shim, mc := startProxy(t, sock, routes...)
-	direct := dialSock(t, sock)
-	t.Cleanup(func() { direct.Close() })
-	return &fixture{fake: f, fakeSrv: srv, direct: direct, shim: shim, mc: mc, sock: sock}
+	return &fixture{rt: rt, sc: sc, direct: rt.Conn, shim: shim, mc: mc}
+}
+
+// runPod runs a sandbox on the runtime directly, named after n.
+func (fx *fixture) runPod(t testing.TB, n int, labels map[string]string) (string, *runtimeapi.PodSandboxConfig) {
+	t.Helper()
+	cfg := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: fmt.Sprint("p", n), Namespace: "ns", Uid: fmt.Sprint("u", n)},
+		Labels: labels}
+	resp, err := fx.rt.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.PodSandboxId, cfg
+}
+
+// addContainer creates container name in sandbox sb on the runtime directly,
+// started when running.
+func (fx *fixture) addContainer(t testing.TB, sb string, sbCfg *runtimeapi.PodSandboxConfig, name string, labels map[string]string, running bool) string {
+	t.Helper()
+	ctx := context.Background()
+	resp, err := fx.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, SandboxConfig: sbCfg,
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}, Labels: labels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running {
+		if _, err := fx.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.ContainerId
 }

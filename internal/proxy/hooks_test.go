@@ -56,12 +56,24 @@ func featureFixture(t *testing.T, features ...any) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newFixture(t, &fakeRuntime{containers: []*runtimeapi.Container{{Id: "a"}, {Id: "b"}}}, routes...)
+	fx := newFixture(t, routes...)
+	// Containers "a" and "b" in a sandbox, named so the hooks can tell them apart.
+	fx.rt.NextIDs("sbx", "a", "b")
+	sb, cfg := fx.runPod(t, 0, nil)
+	fx.addContainer(t, sb, cfg, "a", nil, false)
+	fx.addContainer(t, sb, cfg, "b", nil, true)
+	return fx
 }
 
+// statusID is container "a"'s ID as ContainerStatus through the shim answers it.
 func statusID(t *testing.T, fx *fixture) (string, error) {
 	t.Helper()
-	r, err := runtimeapi.NewRuntimeServiceClient(fx.shim).ContainerStatus(ctxT(t), &runtimeapi.ContainerStatusRequest{ContainerId: "a"})
+	return statusOf(t, fx, "a")
+}
+
+func statusOf(t *testing.T, fx *fixture, id string) (string, error) {
+	t.Helper()
+	r, err := runtimeapi.NewRuntimeServiceClient(fx.shim).ContainerStatus(ctxT(t), &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	return r.GetStatus().GetId(), err
 }
 
@@ -85,11 +97,11 @@ func TestHooksRunInTheOrderFeaturesAreGiven(t *testing.T) {
 }
 
 // A method whose every hook is inactive is forwarded raw: the runtime's own
-// answer (this fake does not implement ContainerStatus) comes back.
+// answer comes back.
 func TestAllHooksInactiveForwardsRaw(t *testing.T) {
 	fx := featureFixture(t, &sleeper{tagger{tag: "x", answer: true}}, &sleeper{tagger{tag: "y", answer: true}})
-	if _, err := statusID(t, fx); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("want the runtime's Unimplemented, got %v", err)
+	if id, err := statusID(t, fx); err != nil || id != "a" {
+		t.Fatalf("want the runtime's answer a, got %q, %v", id, err)
 	}
 }
 
@@ -131,7 +143,8 @@ func TestNextFeaturesErrorReachesTheOuterAsStatus(t *testing.T) {
 	}
 	// And the runtime's error unchanged, through a hook that forwards.
 	fx = featureFixture(t, &tagger{tag: "+only"})
-	if _, err := statusID(t, fx); status.Code(err) != codes.Unimplemented {
+	_, err := statusOf(t, fx, "gone")
+	if st := status.Convert(err); st.Code() != codes.NotFound || st.Message() != `an error occurred when try to find container "gone": not found` {
 		t.Fatalf("runtime's error changed: %v", err)
 	}
 }

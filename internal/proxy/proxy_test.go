@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/metrics"
 	"github.com/cri-shim/cri-shim/internal/wire"
 )
@@ -33,12 +35,15 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestUnaryResponseIdenticalToDirect(t *testing.T) {
-	fx := newFixture(t, &fakeRuntime{containers: []*runtimeapi.Container{
-		{Id: "a", PodSandboxId: "p", State: runtimeapi.ContainerState_CONTAINER_RUNNING, Labels: map[string]string{"k": "v"}},
-		{Id: "b", PodSandboxId: "p", State: runtimeapi.ContainerState_CONTAINER_EXITED},
-	}})
+	fx := newFixture(t)
+	sb, cfg := fx.runPod(t, 0, nil)
+	fx.addContainer(t, sb, cfg, "a", map[string]string{"k": "v"}, true)
+	b := fx.addContainer(t, sb, cfg, "b", nil, true)
+	if err := fx.rt.Exit(b, 2); err != nil {
+		t.Fatal(err)
+	}
 	ctx := ctxT(t)
-	for _, req := range []*runtimeapi.ListContainersRequest{{}, {Filter: &runtimeapi.ContainerFilter{Id: "b"}}} {
+	for _, req := range []*runtimeapi.ListContainersRequest{{}, {Filter: &runtimeapi.ContainerFilter{Id: b}}} {
 		want, err := runtimeapi.NewRuntimeServiceClient(fx.direct).ListContainers(ctx, req)
 		if err != nil {
 			t.Fatal(err)
@@ -57,7 +62,7 @@ func TestUnaryResponseIdenticalToDirect(t *testing.T) {
 }
 
 func TestErrorStatusPassesThroughUnchanged(t *testing.T) {
-	fx := newFixture(t, nil)
+	fx := newFixture(t)
 	ctx := ctxT(t)
 	_, derr := runtimeapi.NewRuntimeServiceClient(fx.direct).Version(ctx, &runtimeapi.VersionRequest{Version: "fail"})
 	_, serr := runtimeapi.NewRuntimeServiceClient(fx.shim).Version(ctx, &runtimeapi.VersionRequest{Version: "fail"})
@@ -77,12 +82,12 @@ func TestErrorStatusPassesThroughUnchanged(t *testing.T) {
 }
 
 func TestMetadataAndDeadlineForwarded(t *testing.T) {
-	fx := newFixture(t, nil)
+	fx := newFixture(t)
 	ctx := metadata.AppendToOutgoingContext(ctxT(t), "traceparent", "00-abc-def-01")
 	if _, err := runtimeapi.NewRuntimeServiceClient(fx.shim).Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	md := *fx.fake.lastMD.Load()
+	md := *fx.sc.lastMD.Load()
 	if got := md.Get("traceparent"); len(got) != 1 || got[0] != "00-abc-def-01" {
 		t.Fatalf("metadata not forwarded: %v", md)
 	}
@@ -97,7 +102,7 @@ func TestMetadataAndDeadlineForwarded(t *testing.T) {
 }
 
 func TestUnknownMethodForwardedToRuntime(t *testing.T) {
-	fx := newFixture(t, nil)
+	fx := newFixture(t)
 	ctx := ctxT(t)
 	// A method the runtime knows and this build's cri-api does not.
 	var out wrapperspb.StringValue
@@ -121,7 +126,7 @@ func TestUnknownMethodForwardedToRuntime(t *testing.T) {
 }
 
 func TestUnknownBidiStreamForwarded(t *testing.T) {
-	fx := newFixture(t, nil)
+	fx := newFixture(t)
 	ctx := ctxT(t)
 	cs, err := fx.shim.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/future.v1.Chat/Talk")
 	if err != nil {
@@ -148,7 +153,9 @@ func TestUnknownBidiStreamForwarded(t *testing.T) {
 }
 
 func TestServerStreamEndedByRuntimeKeepsItsStatus(t *testing.T) {
-	fx := newFixture(t, &fakeRuntime{containers: []*runtimeapi.Container{{Id: "a"}, {Id: "b"}}})
+	fx := newFixture(t)
+	sb, cfg := fx.runPod(t, 0, nil)
+	want := []string{fx.addContainer(t, sb, cfg, "a", nil, false), fx.addContainer(t, sb, cfg, "b", nil, true)}
 	s, err := runtimeapi.NewRuntimeServiceClient(fx.shim).StreamContainers(ctxT(t), &runtimeapi.StreamContainersRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -164,33 +171,36 @@ func TestServerStreamEndedByRuntimeKeepsItsStatus(t *testing.T) {
 		}
 		ids = append(ids, r.Containers[0].Id)
 	}
-	if strings.Join(ids, ",") != "a,b" {
+	if !slices.Equal(ids, want) {
 		t.Fatalf("got %v", ids)
 	}
 }
 
 // The caller going away mid-stream must end the runtime's stream and leave no goroutine behind.
 func TestStreamCancelledByCallerLeavesNothingBehind(t *testing.T) {
-	fx := newFixture(t, nil)
+	fx := newFixture(t)
 	// Warm up connections so their goroutines are part of the baseline.
-	if _, err := runtimeapi.NewRuntimeServiceClient(fx.shim).Version(ctxT(t), &runtimeapi.VersionRequest{}); err != nil {
-		t.Fatal(err)
+	for _, cc := range []*grpc.ClientConn{fx.shim, fx.direct} {
+		if _, err := runtimeapi.NewRuntimeServiceClient(cc).Version(ctxT(t), &runtimeapi.VersionRequest{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	base := settledGoroutines(0)
-	for range 20 {
+	for i := range 20 {
 		ctx, cancel := context.WithCancel(context.Background())
 		s, err := runtimeapi.NewRuntimeServiceClient(fx.shim).GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		fx.threeEvents(t, i)
 		for range 3 {
 			if _, err := s.Recv(); err != nil {
 				t.Fatal(err)
 			}
 		}
 		cancel()
+		waitFor(t, "the runtime's event stream to end", func() bool { return fx.rt.EventStreams() == 0 })
 	}
-	waitFor(t, "runtime event streams to end", func() bool { return fx.fake.eventStreams.Load() == 0 })
 	if n := settledGoroutines(base); n > base+2 {
 		t.Fatalf("goroutines: %d before, %d after 20 cancelled streams", base, n)
 	}
@@ -201,17 +211,18 @@ func TestStreamCancelledByCallerLeavesNothingBehind(t *testing.T) {
 
 // The runtime going away mid-stream must end the caller's stream with an error.
 func TestStreamEndsWhenRuntimeGoesAway(t *testing.T) {
-	fx := newFixture(t, nil)
+	fx := newFixture(t)
 	s, err := runtimeapi.NewRuntimeServiceClient(fx.shim).GetContainerEvents(ctxT(t), &runtimeapi.GetEventsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	fx.threeEvents(t, 0)
 	for range 3 {
 		if _, err := s.Recv(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fx.fakeSrv.Stop()
+	fx.rt.Stop()
 	done := make(chan error, 1)
 	go func() { _, err := s.Recv(); done <- err }()
 	select {
@@ -236,7 +247,7 @@ func TestRuntimeDownThenBack(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("Unavailable took %v; must be prompt", d)
 	}
-	startFake(t, &fakeRuntime{}, sock)
+	startRuntime(t, sock)
 	waitFor(t, "the shim to reconnect by itself", func() bool {
 		_, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{})
 		return err == nil
@@ -246,7 +257,8 @@ func TestRuntimeDownThenBack(t *testing.T) {
 // No global lock: 16 calls must be inside the runtime at the same time.
 func TestConcurrentCallsProceedConcurrently(t *testing.T) {
 	const n = 16
-	fx := newFixture(t, &fakeRuntime{barrier: n, release: make(chan struct{})})
+	fx := newFixture(t)
+	barrier(fx.rt, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -269,16 +281,23 @@ func TestConcurrentCallsProceedConcurrently(t *testing.T) {
 }
 
 func TestLargeResponseWithinKubeletLimit(t *testing.T) {
-	var cs []*runtimeapi.Container
-	for i := range 20000 {
-		cs = append(cs, &runtimeapi.Container{Id: fmt.Sprintf("%064d", i), Labels: map[string]string{"io.kubernetes.pod.name": strings.Repeat("x", 400)}})
+	// 2,000 containers of 4 KiB labels, 20 to a pod: a list of 8 to 9 MiB.
+	fx := newFixture(t)
+	const n = 2000
+	labels := map[string]string{"io.kubernetes.pod.name": strings.Repeat("x", 4<<10)}
+	var sb string
+	var cfg *runtimeapi.PodSandboxConfig
+	for i := range n {
+		if i%20 == 0 {
+			sb, cfg = fx.runPod(t, i, nil)
+		}
+		fx.addContainer(t, sb, cfg, fmt.Sprint("c", i), labels, false)
 	}
-	fx := newFixture(t, &fakeRuntime{containers: cs})
 	resp, err := runtimeapi.NewRuntimeServiceClient(fx.shim).ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if size := proto.Size(resp); size < 8<<20 || len(resp.Containers) != len(cs) {
+	if size := proto.Size(resp); size < 8<<20 || len(resp.Containers) != n {
 		t.Fatalf("got %d containers, %d bytes", len(resp.Containers), size)
 	}
 }
@@ -293,10 +312,10 @@ func TestTypedRouteChangesOnlyItsMethod(t *testing.T) {
 			resp.RuntimeName += "+shim"
 			return resp, nil
 		})
-	fx := newFixture(t, nil, route)
+	fx := newFixture(t, route)
 	c := runtimeapi.NewRuntimeServiceClient(fx.shim)
 	v, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{})
-	if err != nil || v.RuntimeName != "fake+shim" {
+	if err != nil || v.RuntimeName != fakeruntime.RuntimeName+"+shim" {
 		t.Fatalf("typed route not applied: %v %v", v, err)
 	}
 	if _, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{Version: "fail"}); status.Code(err) != codes.FailedPrecondition {
@@ -324,16 +343,16 @@ func TestRoutesForOneMethodAreChained(t *testing.T) {
 	}
 	// Both UnaryIf and inactive: the call goes through raw, untouched.
 	off := func() bool { return false }
-	fx := newFixture(t, nil, unaryIf(m, off, tag("+a")), unaryIf(m, off, tag("+b")))
-	if v, err := runtimeapi.NewRuntimeServiceClient(fx.shim).Version(ctxT(t), &runtimeapi.VersionRequest{}); err != nil || v.RuntimeName != "fake" {
+	fx := newFixture(t, unaryIf(m, off, tag("+a")), unaryIf(m, off, tag("+b")))
+	if v, err := runtimeapi.NewRuntimeServiceClient(fx.shim).Version(ctxT(t), &runtimeapi.VersionRequest{}); err != nil || v.RuntimeName != fakeruntime.RuntimeName {
 		t.Fatalf("inactive chain: %q %v", v.GetRuntimeName(), err)
 	}
 	for _, active := range []bool{true, false} {
 		outer := unaryIf(m, func() bool { return active }, tag("+outer"))
-		fx := newFixture(t, nil, outer, unary(m, tag("+inner")), unary(m, tag("+last")))
+		fx := newFixture(t, outer, unary(m, tag("+inner")), unary(m, tag("+last")))
 		c := runtimeapi.NewRuntimeServiceClient(fx.shim)
 		v, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{})
-		want := "fake+last+inner"
+		want := fakeruntime.RuntimeName + "+last+inner"
 		if active {
 			want += "+outer"
 		}
@@ -425,18 +444,18 @@ func TestBytesRoute(t *testing.T) {
 		outer, active bool
 		want          string
 	}{
-		{"alone, active", false, true, "fake+bytes"},
-		{"alone, inactive", false, false, "fake"},
-		{"after an active typed route", true, true, "fake+bytes+outer"},
-		{"after an inactive typed route", false, true, "fake+bytes"},
-		{"typed route active, bytes inactive", true, false, "fake+outer"},
+		{"alone, active", false, true, fakeruntime.RuntimeName + "+bytes"},
+		{"alone, inactive", false, false, fakeruntime.RuntimeName},
+		{"after an active typed route", true, true, fakeruntime.RuntimeName + "+bytes+outer"},
+		{"after an inactive typed route", false, true, fakeruntime.RuntimeName + "+bytes"},
+		{"typed route active, bytes inactive", true, false, fakeruntime.RuntimeName + "+outer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			routes := []hookRoute{unaryBytesIf(m, func() bool { return tc.active }, edit)}
 			if strings.Contains(tc.name, "typed") {
 				routes = append([]hookRoute{unaryIf(m, func() bool { return tc.outer }, tag)}, routes...)
 			}
-			fx := newFixture(t, nil, routes...)
+			fx := newFixture(t, routes...)
 			c := runtimeapi.NewRuntimeServiceClient(fx.shim)
 			v, err := c.Version(ctxT(t), &runtimeapi.VersionRequest{Version: "v1"})
 			if err != nil || v.RuntimeName != tc.want || v.Version == "" {
@@ -459,5 +478,16 @@ func TestBytesRoute(t *testing.T) {
 	defer backend.Close()
 	if _, err := newWithRoutes(backend, metrics.New(CRIMethods()), []hookRoute{unaryBytesIf(m, func() bool { return true }, edit), unaryIf(m, func() bool { return true }, tag)}); err == nil {
 		t.Fatal("a route chained after a bytes route was accepted")
+	}
+}
+
+// threeEvents makes the runtime send three container events (a sandbox
+// created, started and stopped) once the one event stream is open there.
+func (fx *fixture) threeEvents(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, "the event stream to reach the runtime", func() bool { return fx.rt.EventStreams() == 1 })
+	sb, _ := fx.runPod(t, n, nil)
+	if _, err := fx.rt.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}); err != nil {
+		t.Fatal(err)
 	}
 }
