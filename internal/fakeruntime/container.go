@@ -118,7 +118,7 @@ func (r *Runtime) CreateContainer(_ context.Context, req *runtimeapi.CreateConta
 		r.mu.Unlock()
 		return nil, status.Errorf(codes.Unknown, "failed to reserve container name %q: %s", name, reservedErr(name, owner))
 	}
-	id := newID()
+	id := r.newIDLocked()
 	r.seq++
 	c := &container{id: id, sandboxID: sbID, name: name, seq: r.seq, cfg: proto.Clone(req.Config).(*runtimeapi.ContainerConfig),
 		imageRef: imageRef(req.Config.GetImage().GetImage()), createdAt: r.now()}

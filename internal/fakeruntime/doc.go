@@ -62,6 +62,7 @@
 //
 // Tests steer it with hooks: Exit, OOMKill, ExitOnStart and SandboxExit play
 // processes ending; OnCall and FailNext run code or inject an error before
-// any method; EndEventStreams ends event streams; Calls and Requests count
+// any method; Rewrite changes a method's answers; NextIDs names the next
+// objects; EndEventStreams ends event streams; Calls and Requests count
 // and record the calls it served.
 package fakeruntime

@@ -41,8 +41,11 @@ type Runtime struct {
 	exitOnStart map[string]int32  // container name: the exit code its process ends with at once
 	images      map[string]*runtimeapi.Image
 
+	nextIDs []string // IDs the next created objects take, set by NextIDs
+
 	hooksMu  sync.Mutex
 	hooks    map[string]Hook
+	rewrites map[string]func(proto.Message)
 	failures map[string][]error
 	calls    map[string]int
 	requests map[string][]proto.Message
@@ -87,7 +90,7 @@ func New(opts ...Option) *Runtime {
 	r := &Runtime{
 		sandboxes: map[string]*sandbox{}, containers: map[string]*container{}, names: map[string]string{},
 		exitOnStart: map[string]int32{}, images: map[string]*runtimeapi.Image{},
-		hooks: map[string]Hook{}, failures: map[string][]error{}, calls: map[string]int{},
+		hooks: map[string]Hook{}, rewrites: map[string]func(proto.Message){}, failures: map[string][]error{}, calls: map[string]int{},
 		requests: map[string][]proto.Message{}, streams: map[chan error]struct{}{},
 	}
 	r.opts.clock = time.Now
@@ -176,6 +179,27 @@ func (r *Runtime) OnCall(method string, h Hook) {
 	r.hooks[method] = h
 }
 
+// Rewrite makes fn change every answer of method before it leaves, for
+// tests of answers containerd gives in states the fake does not model (a
+// pod whose IP is not known yet); nil removes it. fn gets a copy.
+func (r *Runtime) Rewrite(method string, fn func(resp proto.Message)) {
+	r.hooksMu.Lock()
+	defer r.hooksMu.Unlock()
+	if fn == nil {
+		delete(r.rewrites, method)
+		return
+	}
+	r.rewrites[method] = fn
+}
+
+// NextIDs makes the next sandboxes and containers created take these IDs,
+// in order, instead of random ones, for tests that name them.
+func (r *Runtime) NextIDs(ids ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextIDs = append(r.nextIDs, ids...)
+}
+
 // FailNext makes the next n calls of method fail with err without effect.
 func (r *Runtime) FailNext(method string, n int, err error) {
 	r.hooksMu.Lock()
@@ -225,7 +249,16 @@ func (r *Runtime) unaryHook(ctx context.Context, req any, info *grpc.UnaryServer
 	if err := r.before(ctx, info.FullMethod, req); err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	resp, err := handler(ctx, req)
+	r.hooksMu.Lock()
+	fn := r.rewrites[info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]]
+	r.hooksMu.Unlock()
+	if m, ok := resp.(proto.Message); ok && err == nil && fn != nil {
+		m = proto.Clone(m)
+		fn(m)
+		resp = m
+	}
+	return resp, err
 }
 
 // streamHook runs before for server streams; their request is not decoded
@@ -239,8 +272,14 @@ func (r *Runtime) streamHook(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 
 func (r *Runtime) now() int64 { return r.opts.clock().UnixNano() }
 
-// newID is a container or sandbox ID as containerd makes them: 64 random hex digits.
-func newID() string {
+// newIDLocked is the next ID NextIDs gave, or a new one as containerd
+// makes them: 64 random hex digits.
+func (r *Runtime) newIDLocked() string {
+	if len(r.nextIDs) > 0 {
+		id := r.nextIDs[0]
+		r.nextIDs = r.nextIDs[1:]
+		return id
+	}
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
@@ -386,5 +387,27 @@ func TestHooksInjectCountAndRecord(t *testing.T) {
 	start(t, rt, id)
 	if s := cstatus(t, rt, id); s.ExitCode != 2 || s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.StartedAt == 0 {
 		t.Fatalf("exit on start: %v", s)
+	}
+}
+
+func TestNextIDsAndRewrite(t *testing.T) {
+	rt := fakeruntime.Start(t)
+	rt.NextIDs("sb", "c1")
+	if sb := runPod(t, rt, nil); sb != "sb" {
+		t.Fatalf("sandbox ID %q", sb)
+	}
+	if id := create(t, rt, "sb", "main", 0); id != "c1" {
+		t.Fatalf("container ID %q", id)
+	}
+	if id := create(t, rt, "sb", "next", 0); len(id) != 64 {
+		t.Fatalf("after the named IDs: %q", id)
+	}
+	rt.Rewrite("PodSandboxStatus", func(m proto.Message) { m.(*runtimeapi.PodSandboxStatusResponse).Status.Network.Ip = "" })
+	if s := sbstatus(t, rt, "sb"); s.Network.Ip != "" {
+		t.Fatalf("rewritten IP %q", s.Network.Ip)
+	}
+	rt.Rewrite("PodSandboxStatus", nil)
+	if s := sbstatus(t, rt, "sb"); s.Network.Ip == "" {
+		t.Fatal("the rewrite changed the runtime's state")
 	}
 }

@@ -62,7 +62,7 @@ func (r *Runtime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandbox
 		r.mu.Unlock()
 		return nil, status.Errorf(codes.Unknown, "failed to reserve sandbox name %q: %s", name, reservedErr(name, owner))
 	}
-	id := newID()
+	id := r.newIDLocked()
 	r.nSandboxes++
 	r.seq++
 	sb := &sandbox{id: id, name: name, seq: r.seq, cfg: proto.Clone(cfg).(*runtimeapi.PodSandboxConfig), handler: req.RuntimeHandler,
