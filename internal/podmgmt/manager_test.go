@@ -16,108 +16,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
 	"github.com/cri-shim/cri-shim/internal/events"
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
-
-// fakeRT: sandboxes at 127.0.0.1 (unless ip says otherwise) whose containers the test sets.
-type fakeRT struct {
-	runtimeapi.RuntimeServiceClient
-	mu      sync.Mutex
-	ctrs    map[string]*runtimeapi.ContainerStatus // by ID
-	stopped []string
-	// ip is the pod IP reported (nil: 127.0.0.1); hostNet reports the
-	// sandbox on the node's network namespace; gone sandboxes are NotFound.
-	ip          *string
-	hostNet     bool
-	gone        map[string]bool
-	statusCalls int
-	sandboxOps  []string
-}
-
-func (f *fakeRT) PodSandboxStatus(_ context.Context, r *runtimeapi.PodSandboxStatusRequest, _ ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.statusCalls++
-	if f.gone[r.PodSandboxId] {
-		return nil, status.Error(codes.NotFound, "no sandbox")
-	}
-	ip := "127.0.0.1"
-	if f.ip != nil {
-		ip = *f.ip
-	}
-	st := &runtimeapi.PodSandboxStatus{Id: r.PodSandboxId, State: runtimeapi.PodSandboxState_SANDBOX_READY, Network: &runtimeapi.PodSandboxNetworkStatus{Ip: ip}}
-	if f.hostNet {
-		st.Linux = &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}}
-	}
-	return &runtimeapi.PodSandboxStatusResponse{Status: st}, nil
-}
-
-func (f *fakeRT) StopPodSandbox(_ context.Context, r *runtimeapi.StopPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sandboxOps = append(f.sandboxOps, "stop "+r.PodSandboxId)
-	return &runtimeapi.StopPodSandboxResponse{}, nil
-}
-
-func (f *fakeRT) RemovePodSandbox(_ context.Context, r *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sandboxOps = append(f.sandboxOps, "remove "+r.PodSandboxId)
-	return &runtimeapi.RemovePodSandboxResponse{}, nil
-}
-
-func (f *fakeRT) ListContainers(_ context.Context, r *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := &runtimeapi.ListContainersResponse{}
-	for id, s := range f.ctrs {
-		out.Containers = append(out.Containers, &runtimeapi.Container{Id: id, PodSandboxId: "sb", Metadata: s.Metadata, State: s.State, CreatedAt: s.CreatedAt})
-	}
-	return out, nil
-}
-
-func (f *fakeRT) ContainerStatus(_ context.Context, r *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.ctrs[r.ContainerId]
-	if s == nil {
-		return nil, status.Error(codes.NotFound, "no such container")
-	}
-	return &runtimeapi.ContainerStatusResponse{Status: proto.Clone(s).(*runtimeapi.ContainerStatus)}, nil
-}
-
-func (f *fakeRT) StopContainer(_ context.Context, r *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.stopped = append(f.stopped, r.ContainerId)
-	// As containerd (internal/cri/server/container_stop.go): an unknown
-	// container is already stopped, and one that is not running keeps its
-	// first exit code and finish time.
-	if s := f.ctrs[r.ContainerId]; s != nil && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-		s.State, s.ExitCode, s.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, 143, time.Now().UnixNano()
-	}
-	return &runtimeapi.StopContainerResponse{}, nil
-}
-
-func (f *fakeRT) GetContainerEvents(ctx context.Context, _ *runtimeapi.GetEventsRequest, _ ...grpc.CallOption) (runtimeapi.RuntimeService_GetContainerEventsClient, error) {
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
-func (f *fakeRT) set(id, name string, state runtimeapi.ContainerState, exit int32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := time.Now().UnixNano()
-	f.ctrs[id] = &runtimeapi.ContainerStatus{Id: id, Metadata: &runtimeapi.ContainerMetadata{Name: name}, State: state, ExitCode: exit,
-		CreatedAt: now, StartedAt: now, FinishedAt: now}
-}
 
 type restarts struct {
 	mu    sync.Mutex
@@ -163,10 +69,38 @@ func (r *restarts) RestartPod(_ context.Context, sb, reason string) error {
 }
 
 type fx struct {
-	rt   *fakeRT
+	rt   *fakeruntime.Runtime
 	m    *Manager
 	port int
 	r    *restarts
+	// attempts counts the containers created per name, for their attempt
+	// numbers: the runtime refuses a name and attempt it already holds.
+	attempts map[string]uint32
+	// sandboxOps are the StopPodSandbox and RemovePodSandbox calls the
+	// runtime received, in order ("stop sb2").
+	opsMu      sync.Mutex
+	sandboxOps []string
+}
+
+// sbConfig is the configuration of sandbox "sb".
+func sbConfig(port int) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"},
+		Annotations: map[string]string{AnnotationPrefix + "orch": `{"port": ` + strconv.Itoa(port) + `, "version": "1.0"}`}}
+}
+
+func (f *fx) ops() []string {
+	f.opsMu.Lock()
+	defer f.opsMu.Unlock()
+	return append([]string(nil), f.sandboxOps...)
+}
+
+// stopped are the IDs of the StopContainer calls the runtime received.
+func (f *fx) stopped() []string {
+	var ids []string
+	for _, r := range f.rt.Requests("StopContainer") {
+		ids = append(ids, r.(*runtimeapi.StopContainerRequest).ContainerId)
+	}
+	return ids
 }
 
 func freePort(t *testing.T) int {
@@ -181,13 +115,24 @@ func freePort(t *testing.T) int {
 // newFx: a pod "sb" declaring container "orch" on a free port, the manager running.
 func newFx(t *testing.T) *fx {
 	t.Helper()
-	f := &fx{rt: &fakeRT{ctrs: map[string]*runtimeapi.ContainerStatus{}}, port: freePort(t), r: &restarts{}}
-	m, err := New(f.rt, t.TempDir(), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// The fake pods live on 127.0.0.1, where the test's sidecars listen.
+	f := &fx{rt: fakeruntime.Start(t, fakeruntime.WithPodIP(func(int) string { return "127.0.0.1" })), port: freePort(t), r: &restarts{},
+		attempts: map[string]uint32{}}
+	for _, op := range []string{"StopPodSandbox", "RemovePodSandbox"} {
+		f.rt.OnCall(op, func(_ context.Context, method string, req any) error {
+			f.opsMu.Lock()
+			defer f.opsMu.Unlock()
+			verb := map[string]string{"StopPodSandbox": "stop ", "RemovePodSandbox": "remove "}[method]
+			f.sandboxOps = append(f.sandboxOps, verb+req.(interface{ GetPodSandboxId() string }).GetPodSandboxId())
+			return nil
+		})
+	}
+	m, err := New(f.rt.Client(), t.TempDir(), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.minBackoff, m.maxBackoff = 20*time.Millisecond, 100*time.Millisecond
-	m.checkAddr = func(netip.Addr) error { return nil } // the fake pods live on 127.0.0.1
+	m.checkAddr = func(netip.Addr) error { return nil } // the fake pods live on 127.0.0.1: allowed here
 	f.m = m
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -195,33 +140,61 @@ func newFx(t *testing.T) *fx {
 	for m.runCtx() == nil {
 		time.Sleep(time.Millisecond)
 	}
-	ann := map[string]string{AnnotationPrefix + "orch": `{"port": ` + strconv.Itoa(f.port) + `, "version": "1.0"}`}
-	_, err = m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"}, Annotations: ann}},
-		func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
-			return &runtimeapi.RunPodSandboxResponse{PodSandboxId: "sb"}, nil
-		})
-	if err != nil {
+	f.rt.NextIDs("sb")
+	if _, err = m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbConfig(f.port)}, fwd(f.rt.Client().RunPodSandbox)); err != nil {
 		t.Fatal(err)
 	}
 	return f
 }
 
+// fwd is a runtime client's call as the next step of a hook: the call
+// forwarded to the runtime.
+func fwd[Req, Resp any](call func(context.Context, *Req, ...grpc.CallOption) (*Resp, error)) func(context.Context, *Req) (*Resp, error) {
+	return func(ctx context.Context, req *Req) (*Resp, error) { return call(ctx, req) }
+}
+
+// createReq is the kubelet's CreateContainer of container name in "sb",
+// with the next attempt number of that name.
+func (f *fx) createReq(name string) *runtimeapi.CreateContainerRequest {
+	attempt := f.attempts[name]
+	f.attempts[name]++
+	return &runtimeapi.CreateContainerRequest{PodSandboxId: "sb", SandboxConfig: sbConfig(f.port),
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name, Attempt: attempt}}}
+}
+
+// direct creates and starts container id (named name) in "sb" at the
+// runtime, without the shim seeing it.
+func (f *fx) direct(t *testing.T, id, name string) {
+	t.Helper()
+	ctx := context.Background()
+	f.rt.NextIDs(id)
+	if _, err := f.rt.Client().CreateContainer(ctx, f.createReq(name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.rt.Client().StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exit makes container id's process exit with code at the runtime.
+func (f *fx) exit(t *testing.T, id string, code int32) {
+	t.Helper()
+	if err := f.rt.Exit(id, code); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // create and start a container through the routes, as the kubelet would.
 func (f *fx) run(t *testing.T, id, name string) *runtimeapi.CreateContainerRequest {
 	t.Helper()
-	req := &runtimeapi.CreateContainerRequest{PodSandboxId: "sb", Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}}}
+	req := f.createReq(name)
 	ctx := context.Background()
-	if _, err := f.m.CreateContainer(ctx, req, func(context.Context, *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
-		return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
-	}); err != nil {
+	f.rt.NextIDs(id)
+	if _, err := f.m.CreateContainer(ctx, req, fwd(f.rt.Client().CreateContainer)); err != nil {
 		t.Fatal(err)
 	}
-	f.rt.set(id, name, runtimeapi.ContainerState_CONTAINER_RUNNING, 0)
 	start := time.Now()
-	if _, err := f.m.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}, func(context.Context, *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
-		return &runtimeapi.StartContainerResponse{}, nil
-	}); err != nil {
+	if _, err := f.m.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}, fwd(f.rt.Client().StartContainer)); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 200*time.Millisecond {
@@ -231,15 +204,29 @@ func (f *fx) run(t *testing.T, id, name string) *runtimeapi.CreateContainerReque
 	return req
 }
 
-// event feeds the manager a runtime event for a container, as containerd would.
+// event feeds the manager a runtime event for a container of "sb" as
+// containerd sends it: the sandbox's status and every container's.
 func (f *fx) event(t *testing.T, id string, typ runtimeapi.ContainerEventType) {
 	t.Helper()
-	st, err := f.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	ctx := context.Background()
+	ev := &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ}
+	sb, err := f.rt.Client().PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: "sb"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := proto.Marshal(&runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ,
-		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: "sb"}, ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}})
+	ev.PodSandboxStatus = sb.Status
+	list, err := f.rt.Client().ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: "sb"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range list.Containers {
+		st, err := f.rt.Client().ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.ContainersStatuses = append(ev.ContainersStatuses, st.Status)
+	}
+	b, err := proto.Marshal(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +314,7 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 		t.Fatalf("cri-shim pods would show %+v", ch)
 	}
 	// An exit is delivered with its code.
-	f.rt.set("m1", "main", runtimeapi.ContainerState_CONTAINER_EXITED, 3)
+	f.exit(t, "m1", 3)
 	f.event(t, "m1", runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	if ev := next(t, sc); ev.ContainerName != "main" || ev.Type != pb.EventType_EXITED || ev.ExitCode != 3 {
 		t.Fatalf("exit event %v", ev)
@@ -343,17 +330,18 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 	if err != nil || r.Result != pb.CommandResult_ACCEPTED {
 		t.Fatalf("terminate: %v %v", r, err)
 	}
-	if f.rt.stopped[len(f.rt.stopped)-1] != "m2" {
-		t.Fatalf("stopped %v", f.rt.stopped)
+	if s := f.stopped(); len(s) == 0 || s[len(s)-1] != "m2" {
+		t.Fatalf("stopped %v", s)
 	}
 	cs, err := f.m.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: "m2"}, func(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
-		return f.rt.ContainerStatus(ctx, r)
+		return f.rt.Client().ContainerStatus(ctx, r)
 	})
 	if err != nil || cs.Status.ExitCode != 0 || cs.Status.Reason != "Completed" {
 		t.Fatalf("the kubelet would see %v (%v), want exit 0 Completed", cs.GetStatus(), err)
 	}
 	// Refusals: unknown container, exited on its own, itself.
-	f.rt.set("j1", "job", runtimeapi.ContainerState_CONTAINER_EXITED, 1)
+	f.direct(t, "j1", "job")
+	f.exit(t, "j1", 1)
 	for name, c := range map[string]*pb.Command{
 		"unknown": {Command: &pb.Command_TerminateContainer{TerminateContainer: &pb.TerminateContainerCommand{ContainerName: "nope"}}},
 		"exited":  {Command: &pb.Command_RestartContainer{RestartContainer: &pb.RestartContainerCommand{ContainerName: "job"}}},
@@ -369,7 +357,7 @@ func TestChannelEventsCommandsAndToken(t *testing.T) {
 	if r, err := sc.Restart(ctx, "main"); err != nil || r.Result != pb.CommandResult_ACCEPTED {
 		t.Fatalf("restart of the terminated main: %v %v", r, err)
 	}
-	f.rt.set("m3", "main", runtimeapi.ContainerState_CONTAINER_RUNNING, 0)
+	f.direct(t, "m3", "main")
 	if r, err := sc.Restart(ctx, "main"); err != nil || r.Result != pb.CommandResult_ACCEPTED {
 		t.Fatalf("restart: %v %v", r, err)
 	}
@@ -399,7 +387,7 @@ func TestReconnectResendsState(t *testing.T) {
 	next(t, sc)
 	next(t, sc)
 	stop()
-	f.rt.set("m1", "main", runtimeapi.ContainerState_CONTAINER_EXITED, 7) // happens while it is down
+	f.exit(t, "m1", 7) // happens while it is down
 	sc2, stop2 := f.sidecar(t, "")
 	defer stop2()
 	got := map[string]*pb.ContainerEvent{}
@@ -463,8 +451,7 @@ func TestRestartedShimReloadsChannels(t *testing.T) {
 	os.MkdirAll(filepath.Join(f.m.dir, "gone"), 0o700)
 	os.WriteFile(filepath.Join(f.m.dir, "gone", "pod.json"), []byte(`{"sandboxId":"gone","declaration":{"container":"orch","port":1,"version":"1.0"}}`), 0o600)
 	os.WriteFile(filepath.Join(f.m.dir, "gone", "token"), []byte("t"), 0o444)
-	rt := &goneRT{fakeRT: f.rt}
-	m2, err := New(rt, dir, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m2, err := New(f.rt.Client(), dir, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,13 +473,4 @@ func TestRestartedShimReloadsChannels(t *testing.T) {
 	if ev := next(t, sc); ev.Message != "resync" {
 		t.Fatalf("the restarted shim did not reconnect with the state: %v", ev)
 	}
-}
-
-type goneRT struct{ *fakeRT }
-
-func (g *goneRT) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest, o ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
-	if r.PodSandboxId == "gone" {
-		return nil, status.Error(codes.NotFound, "no sandbox")
-	}
-	return g.fakeRT.PodSandboxStatus(ctx, r, o...)
 }

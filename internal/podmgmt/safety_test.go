@@ -20,9 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -49,7 +51,7 @@ func listener(t *testing.T, port int) *atomic.Int32 {
 	return &n
 }
 
-func runSandbox(t *testing.T, m *Manager, id string, port int, hostNet bool) (*runtimeapi.RunPodSandboxResponse, error) {
+func runSandbox(t *testing.T, m *Manager, rt *fakeruntime.Runtime, id string, port int, hostNet bool) (*runtimeapi.RunPodSandboxResponse, error) {
 	t.Helper()
 	cfg := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p-" + id, Namespace: "ns", Uid: "u-" + id},
 		Annotations: map[string]string{AnnotationPrefix + "orch": `{"port": ` + strconv.Itoa(port) + `, "version": "1.0"}`}}
@@ -57,10 +59,8 @@ func runSandbox(t *testing.T, m *Manager, id string, port int, hostNet bool) (*r
 		cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}}
 	}
-	return m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg},
-		func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
-			return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
-		})
+	rt.NextIDs(id)
+	return m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg}, fwd(rt.Client().RunPodSandbox))
 }
 
 // A host-network pod that declares an orchestrator gets no channel: nothing
@@ -70,7 +70,7 @@ func TestHostNetworkPodGetsNoChannel(t *testing.T) {
 	f := newFx(t)
 	port := freePort(t)
 	conns := listener(t, port)
-	if _, err := runSandbox(t, f.m, "hostnet", port, true); err != nil {
+	if _, err := runSandbox(t, f.m, f.rt, "hostnet", port, true); err != nil {
 		t.Fatal(err)
 	}
 	if f.m.get("hostnet") != nil {
@@ -84,9 +84,9 @@ func TestHostNetworkPodGetsNoChannel(t *testing.T) {
 	}
 	// The recorded pod "sb" turns out to be on the host's network (as a
 	// record written before this check would be).
-	f.rt.mu.Lock()
-	f.rt.hostNet = true
-	f.rt.mu.Unlock()
+	f.rt.Rewrite("PodSandboxStatus", func(m proto.Message) {
+		m.(*runtimeapi.PodSandboxStatusResponse).Status.Linux.Namespaces.Options = &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}
+	})
 	hostConns := listener(t, f.port)
 	f.run(t, "o1", "orch")
 	p := f.m.get("sb")
@@ -107,16 +107,12 @@ func TestHostNetworkPodGetsNoChannel(t *testing.T) {
 // (no fallback to the host's loopback).
 func TestNoPodIPIsWaitedFor(t *testing.T) {
 	f := newFx(t)
-	empty := ""
-	f.rt.mu.Lock()
-	f.rt.ip = &empty
-	f.rt.mu.Unlock()
+	f.rt.Rewrite("PodSandboxStatus", func(m proto.Message) { m.(*runtimeapi.PodSandboxStatusResponse).Status.Network.Ip = "" })
+	calls := f.rt.Calls("PodSandboxStatus")
 	conns := listener(t, f.port)
 	f.run(t, "o1", "orch")
 	eventually(t, func() bool {
-		f.rt.mu.Lock()
-		defer f.rt.mu.Unlock()
-		return f.rt.statusCalls >= 3 // retried, with backoff
+		return f.rt.Calls("PodSandboxStatus") >= calls+3 // retried, with backoff
 	})
 	if n := conns.Load(); n != 0 {
 		t.Fatalf("%d connections to 127.0.0.1 while the pod had no IP", n)
@@ -194,7 +190,7 @@ func TestTerminatingStopsConnectorAndSurvivesRestart(t *testing.T) {
 	}
 	expectSilence("after a failed StopPodSandbox")
 	// A restarted shim: still terminating.
-	m2, err := New(f.rt, filepath.Dir(f.m.dir), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m2, err := New(f.rt.Client(), filepath.Dir(f.m.dir), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +204,7 @@ func TestTerminatingStopsConnectorAndSurvivesRestart(t *testing.T) {
 	defer cancel()
 	go m2.Run(rctx)
 	expectSilence("after a shim restart")
-	f.rt.set("m2", "main", runtimeapi.ContainerState_CONTAINER_RUNNING, 0)
+	f.direct(t, "m2", "main")
 	for _, c := range []*pb.Command{
 		{Command: &pb.Command_TerminateContainer{TerminateContainer: &pb.TerminateContainerCommand{ContainerName: "main"}}},
 		{Command: &pb.Command_RestartContainer{RestartContainer: &pb.RestartContainerCommand{ContainerName: "main"}}},
@@ -217,8 +213,8 @@ func TestTerminatingStopsConnectorAndSurvivesRestart(t *testing.T) {
 			t.Fatalf("%v carried out in a terminating pod: %v", c, r)
 		}
 	}
-	if len(f.rt.stopped) != 0 {
-		t.Fatalf("stopped %v", f.rt.stopped)
+	if s := f.stopped(); len(s) != 0 {
+		t.Fatalf("stopped %v", s)
 	}
 }
 
@@ -271,11 +267,11 @@ func TestUnwritableRecordsFailTheStep(t *testing.T) {
 	if err := os.WriteFile(f.m.podDir("sb2"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runSandbox(t, f.m, "sb2", 1234, false); status.Code(proxy.Status(err)) != codes.Unavailable {
+	if _, err := runSandbox(t, f.m, f.rt, "sb2", 1234, false); status.Code(proxy.Status(err)) != codes.Unavailable {
 		t.Fatalf("RunPodSandbox with an unwritable record: %v, want Unavailable", err)
 	}
-	if f.m.get("sb2") != nil || strings.Join(f.rt.sandboxOps, ",") != "stop sb2,remove sb2" {
-		t.Fatalf("after a failed record: pod %v, runtime calls %v", f.m.get("sb2") != nil, f.rt.sandboxOps)
+	if _, ok := f.rt.Sandbox("sb2"); f.m.get("sb2") != nil || ok || strings.Join(f.ops(), ",") != "stop sb2,remove sb2" {
+		t.Fatalf("after a failed record: pod %v, at the runtime %v, runtime calls %v", f.m.get("sb2") != nil, ok, f.ops())
 	}
 	// TerminateContainer: nothing stopped, no exit code kept.
 	f.run(t, "o1", "orch")
@@ -292,15 +288,15 @@ func TestUnwritableRecordsFailTheStep(t *testing.T) {
 		t.Fatalf("terminate with an unwritable hold: %v", r)
 	}
 	f.r.holdErr = nil
-	if len(f.rt.stopped) != 0 || len(p.Overrides) != 0 || f.m.overridden.Load() != 0 {
-		t.Fatalf("after failed terminates: stopped %v, overrides %v", f.rt.stopped, p.Overrides)
+	if len(f.stopped()) != 0 || len(p.Overrides) != 0 || f.m.overridden.Load() != 0 {
+		t.Fatalf("after failed terminates: stopped %v, overrides %v", f.stopped(), p.Overrides)
 	}
 	// The hold comes before the stop.
 	if _, r := f.m.do(ctx, p, term); r.Result != pb.CommandResult_ACCEPTED {
 		t.Fatalf("terminate: %v", r)
 	}
-	if c := f.r.calls; len(c) != 1 || c[0] != "hold:main:true" || len(f.rt.stopped) != 1 {
-		t.Fatalf("restarter calls %v, stopped %v", c, f.rt.stopped)
+	if c := f.r.calls; len(c) != 1 || c[0] != "hold:main:true" || len(f.stopped()) != 1 {
+		t.Fatalf("restarter calls %v, stopped %v", c, f.stopped())
 	}
 	// StopPodSandbox: Unavailable and not forwarded until the mark is written.
 	restore = breakDir(t, f.m, "sb")
@@ -319,7 +315,7 @@ func TestUnwritableRecordsFailTheStep(t *testing.T) {
 	if _, err := f.m.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, stopNext); err != nil || forwarded != 1 {
 		t.Fatalf("retried StopPodSandbox: %v, forwarded %d", err, forwarded)
 	}
-	if m, err := New(f.rt, filepath.Dir(f.m.dir), nil, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil || !m.get("sb").terminating.Load() {
+	if m, err := New(f.rt.Client(), filepath.Dir(f.m.dir), nil, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil || !m.get("sb").terminating.Load() {
 		t.Fatalf("the retried mark is not on disk: %v", err)
 	}
 }
@@ -379,7 +375,7 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 	// after the runtime already removed them, behind the shim's back.
 	for i := range 300 {
 		id := "s" + strconv.Itoa(i)
-		if _, err := runSandbox(t, f.m, id, 1000+i, false); err != nil {
+		if _, err := runSandbox(t, f.m, f.rt, id, 1000+i, false); err != nil {
 			t.Fatal(err)
 		}
 		f.m.mu.Lock()
@@ -404,13 +400,10 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 			if err != nil && status.Code(err) != codes.NotFound {
 				t.Fatal(err)
 			}
-		case 2:
-			f.rt.mu.Lock()
-			if f.rt.gone == nil {
-				f.rt.gone = map[string]bool{}
+		case 2: // behind the shim's back
+			if _, err := f.rt.Client().RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+				t.Fatal(err)
 			}
-			f.rt.gone[id] = true
-			f.rt.mu.Unlock()
 		}
 	}
 	f.m.sweep(ctx)
