@@ -18,6 +18,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 )
 
 // Item 10 of issue 14: pods created and removed through the shim leave
@@ -303,7 +305,7 @@ func churnPods(def int) int {
 }
 
 // TestChurnFakeRuntime: 5,000 pods (after 500 of warm-up) through the real
-// shim binary in front of an in-memory CRI runtime (fakeCRI), 8 at a time;
+// shim binary in front of an in-memory CRI runtime (internal/fakeruntime), 8 at a time;
 // the shim's per-pod state is what is measured, not containerd's.
 func TestChurnFakeRuntime(t *testing.T) {
 	needNode(t) // the shim binary TestMain built
@@ -312,8 +314,8 @@ func TestChurnFakeRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	fake := newFakeCRI()
-	stop, err := fake.serve(filepath.Join(dir, "rt.sock"))
+	fake := fakeruntime.New()
+	stop, err := fake.Serve(filepath.Join(dir, "rt.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +352,7 @@ func TestChurnFakeRuntime(t *testing.T) {
 	})
 	rt := runtimeClient(t, filepath.Join(dir, "shim.sock"))
 	ctx := ctxT(t, 30*time.Minute)
-	o := churnOpts{logDir: filepath.Join(dir, "logs"), ctrEvery: 1, exitFake: func(id string) { fake.exit(id, 1) }}
+	o := churnOpts{logDir: filepath.Join(dir, "logs"), ctrEvery: 1, exitFake: func(id string) { _ = fake.Exit(id, 1) }}
 	const warmup, workers, blocks = 500, 8, 5
 	total := churnPods(5000)
 	start := time.Now()
@@ -370,7 +372,7 @@ func TestChurnFakeRuntime(t *testing.T) {
 	// Let the connectors and held restarts of the last pods wind down.
 	time.Sleep(2 * time.Second)
 	samples = append(samples, sampleShim(t, shim.Process.Pid, metrics, warmup+total, start))
-	if sbs, cs := fake.counts(); sbs != 0 || cs != 0 {
+	if sbs, cs := fake.Counts(); sbs != 0 || cs != 0 {
 		t.Errorf("%d sandboxes and %d containers left in the runtime", sbs, cs)
 	}
 	left, _ := filepath.Glob(filepath.Join(dir, "state", "*", "*"))
