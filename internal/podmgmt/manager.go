@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"github.com/cri-shim/cri-shim/internal/events"
 	"log/slog"
@@ -28,6 +27,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/store"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
 
@@ -48,11 +48,15 @@ const QueueSize = 256
 
 // Manager runs the channels of every pod that declares one.
 type Manager struct {
-	rt        runtimeapi.RuntimeServiceClient
-	dir       string
-	log       *slog.Logger
-	restarter Restarter
-	metrics   *metrics
+	rt runtimeapi.RuntimeServiceClient
+	// dir holds the tokens (record.go); store, records and states the
+	// records.
+	dir             string
+	store           *store.Store
+	records, states *store.Bucket
+	log             *slog.Logger
+	restarter       Restarter
+	metrics         *metrics
 	// dial connects to a sidecar (tests replace it).
 	dial func(addr string) (*grpc.ClientConn, error)
 	// checkAddr refuses pod IPs that are not a pod's (podAddressOK; tests
@@ -103,35 +107,33 @@ type pod struct {
 	written string     // the state last written to the state file; saveMu
 }
 
-// New builds the manager; dir is the shim's state directory.
-func New(rt runtimeapi.RuntimeServiceClient, stateDir string, restarter Restarter, log *slog.Logger) (*Manager, error) {
+// New builds the manager. Its records are kept in st; the tokens under
+// stateDir/podmgmt. It subscribes to st's sandbox lifecycle: a sandbox
+// announced gone is dropped.
+func New(rt runtimeapi.RuntimeServiceClient, stateDir string, st *store.Store, restarter Restarter, log *slog.Logger) (*Manager, error) {
 	dir := filepath.Join(stateDir, "podmgmt")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	m := &Manager{rt: rt, dir: dir, log: log, restarter: restarter, metrics: newMetrics(), checkAddr: podAddressOK,
+	m := &Manager{rt: rt, dir: dir, store: st, log: log, restarter: restarter, metrics: newMetrics(), checkAddr: podAddressOK,
 		pods: map[string]*pod{}, exitCodes: map[string]int32{}, orch: map[string]string{},
 		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second, sweepEvery: time.Minute,
 		dial: func(addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}}
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		p, err := m.load(e.Name())
-		if err != nil {
-			log.Warn("podmgmt: dropping an unreadable pod record", "sandbox", e.Name(), "err", err)
-			if err := m.removeRecord(e.Name()); err != nil {
-				log.Warn("podmgmt: removing an unreadable pod record", "sandbox", e.Name(), "err", err)
-			}
-			continue
-		}
-		m.pods[p.SandboxID] = p
-		for id, code := range p.Overrides {
-			m.exitCodes[id] = code
-		}
+	if err := m.openRecords(st); err != nil {
+		return nil, err
+	}
+	if err := m.loadAll(); err != nil {
+		return nil, err
 	}
 	m.active.Store(int32(len(m.pods)))
 	m.overridden.Store(int32(len(m.exitCodes)))
+	st.Subscribe(func(id string) {
+		if err := m.drop(id); err != nil {
+			m.log.Warn("podmgmt: removing the record of a sandbox that is gone", "sandbox", id, "err", err)
+		}
+	})
 	return m, nil
 }
 
@@ -184,7 +186,8 @@ func (m *Manager) sweep(ctx context.Context) {
 		_, err := m.rt.PodSandboxStatus(sctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.SandboxID})
 		cancel()
 		if status.Code(err) == codes.NotFound {
-			if err := m.drop(p.SandboxID); err != nil {
+			// Announced to every feature: none keeps records of it.
+			if err := m.store.Gone(p.SandboxID); err != nil {
 				m.log.Warn("podmgmt: removing the record of a sandbox that no longer exists", "sandbox", p.SandboxID, "err", err)
 			}
 			m.log.Info("podmgmt: dropped the channel of a sandbox that no longer exists", "sandbox", p.SandboxID)
@@ -199,11 +202,7 @@ func (m *Manager) drop(sandbox string) error {
 	p := m.pods[sandbox]
 	if p == nil {
 		m.mu.Unlock()
-		// A record whose removal failed before (the kubelet retries); an
-		// ID that cannot name a record has none.
-		if validSandboxID(sandbox) != nil {
-			return nil
-		}
+		// A record whose removal failed before (the kubelet retries).
 		return m.removeRecord(sandbox)
 	}
 	if p.cancel != nil {
@@ -535,21 +534,19 @@ type Channel struct {
 	State                      string // state, since, drops, as last recorded
 }
 
-// ReadChannels reads the channel records under stateDir.
+// ReadChannels reads the channel records of the shim whose state directory
+// is stateDir.
 func ReadChannels(stateDir string) []Channel {
-	dir := filepath.Join(stateDir, "podmgmt")
-	ents, _ := os.ReadDir(dir)
+	root := store.RootIn(stateDir)
+	records, states := store.ReadBucket(root, recordBucket), store.ReadBucket(root, stateBucket)
+	keys, _ := records.List()
 	var out []Channel
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "pod.json"))
-		if err != nil {
-			continue
-		}
+	for _, sb := range keys {
 		var p pod
-		if json.Unmarshal(b, &p) != nil {
+		if records.GetJSON(sb, &p) != nil {
 			continue
 		}
-		st, err := os.ReadFile(filepath.Join(dir, e.Name(), "state"))
+		st, err := states.Get(sb)
 		state := "waiting for the orchestrator to start"
 		if err == nil {
 			state = strings.TrimSpace(string(st))

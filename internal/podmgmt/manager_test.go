@@ -22,6 +22,7 @@ import (
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
 	"github.com/cri-shim/cri-shim/internal/events"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
+	"github.com/cri-shim/cri-shim/internal/store"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
 
@@ -127,7 +128,8 @@ func newFx(t *testing.T) *fx {
 			return nil
 		})
 	}
-	m, err := New(f.rt.Client(), t.TempDir(), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	dir := t.TempDir()
+	m, err := New(f.rt.Client(), dir, openStore(t, dir), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +453,7 @@ func TestRestartedShimReloadsChannels(t *testing.T) {
 	os.MkdirAll(filepath.Join(f.m.dir, "gone"), 0o700)
 	os.WriteFile(filepath.Join(f.m.dir, "gone", "pod.json"), []byte(`{"sandboxId":"gone","declaration":{"container":"orch","port":1,"version":"1.0"}}`), 0o600)
 	os.WriteFile(filepath.Join(f.m.dir, "gone", "token"), []byte("t"), 0o444)
-	m2, err := New(f.rt.Client(), dir, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m2, err := New(f.rt.Client(), dir, openStore(t, dir), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,4 +475,14 @@ func TestRestartedShimReloadsChannels(t *testing.T) {
 	if ev := next(t, sc); ev.Message != "resync" {
 		t.Fatalf("the restarted shim did not reconnect with the state: %v", ev)
 	}
+}
+
+// openStore opens the state store of the shim whose state directory is dir.
+func openStore(t *testing.T, dir string) *store.Store {
+	t.Helper()
+	st, err := store.Open(store.RootIn(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -4,42 +4,105 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/cri-shim/cri-shim/internal/statefile"
+	"github.com/cri-shim/cri-shim/internal/store"
 )
 
-// A pod's record is a directory state_dir/podmgmt/<sandbox> holding pod.json
-// (the pod, its declaration, the exit codes the orchestrator asked for, whether
-// the sandbox is being stopped), token (bind-mounted into the orchestrator)
-// and state (what `cri-shim pods` shows). Every file is written with
-// statefile's rule (temp, fsync, rename, fsync dir); a step whose record could
-// not be written is not carried out.
+// A pod's records are kept in the state store (internal/store), one file per
+// sandbox in each of two buckets: "podmgmt" holds the pod (its declaration,
+// the exit codes the orchestrator asked for, whether the sandbox is being
+// stopped), "podmgmt-state" the channel's state line that `cri-shim pods`
+// shows. The state line has its own file so that writing it never makes
+// durable an in-memory change whose own write failed and is being undone.
+//
+// The token is not a record but the source of a bind mount:
+// state_dir/podmgmt/<sandbox>/token, mounted read-only into the declared
+// container. Its path is fixed: the restart state replays the kubelet's
+// CreateContainer requests (with the mount) of running pods, also after an
+// upgrade. A step whose record or token could not be written is not carried
+// out.
 
-func (m *Manager) podDir(sandbox string) string { return filepath.Join(m.dir, sandbox) }
+const (
+	recordBucket = "podmgmt"
+	stateBucket  = "podmgmt-state"
+)
+
+func (m *Manager) tokenDir(sandbox string) string { return filepath.Join(m.dir, sandbox) }
 func (m *Manager) tokenPath(sandbox string) string {
-	return filepath.Join(m.podDir(sandbox), "token")
+	return filepath.Join(m.tokenDir(sandbox), "token")
 }
 
-// validSandboxID refuses IDs that are not one path element (the runtime's
-// IDs are hex; anything else must never name a path).
-func validSandboxID(id string) error {
-	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\\\x00") || strings.HasPrefix(id, ".") {
-		return fmt.Errorf("sandbox id %q is not usable as a file name", id)
+// openRecords opens the store's buckets and moves in the records an earlier
+// shim kept beside the token (state_dir/podmgmt/<sandbox>/pod.json and
+// state), so that an upgraded shim keeps the channels of running pods.
+func (m *Manager) openRecords(st *store.Store) error {
+	var err error
+	if m.records, err = st.Bucket(recordBucket); err != nil {
+		return err
+	}
+	if m.states, err = st.Bucket(stateBucket); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(m.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.IsDir() || store.CheckKey(e.Name()) != nil {
+			continue
+		}
+		old := m.tokenDir(e.Name())
+		if err := m.records.Adopt(e.Name(), filepath.Join(old, "pod.json")); err != nil {
+			return fmt.Errorf("moving the record of %s into the state store: %w", e.Name(), err)
+		}
+		if err := m.states.Adopt(e.Name(), filepath.Join(old, "state")); err != nil {
+			return fmt.Errorf("moving the channel state of %s into the state store: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+// loadAll reads every pod record; an unusable one is dropped with whatever
+// else the pod left (its token directory). Token directories without a
+// record (left by a crash in create or removeRecord) are removed.
+func (m *Manager) loadAll() error {
+	keys, err := m.records.List()
+	if err != nil {
+		return err
+	}
+	for _, sb := range keys {
+		p, err := m.load(sb)
+		if err != nil {
+			m.log.Warn("podmgmt: dropping an unreadable pod record", "sandbox", sb, "err", err)
+			if err := m.removeRecord(sb); err != nil {
+				m.log.Warn("podmgmt: removing an unreadable pod record", "sandbox", sb, "err", err)
+			}
+			continue
+		}
+		m.pods[p.SandboxID] = p
+		for id, code := range p.Overrides {
+			m.exitCodes[id] = code
+		}
+	}
+	ents, _ := os.ReadDir(m.dir)
+	for _, e := range ents {
+		if m.pods[e.Name()] == nil && store.CheckKey(e.Name()) == nil {
+			if err := m.removeRecord(e.Name()); err != nil {
+				m.log.Warn("podmgmt: removing the token of a pod without a record", "sandbox", e.Name(), "err", err)
+			}
+		}
 	}
 	return nil
 }
 
 func (m *Manager) load(sandbox string) (*pod, error) {
-	b, err := os.ReadFile(filepath.Join(m.podDir(sandbox), "pod.json"))
-	if err != nil {
-		return nil, err
-	}
 	p := &pod{}
-	if err := json.Unmarshal(b, p); err != nil {
+	if err := m.records.GetJSON(sandbox, p); err != nil {
 		return nil, err
 	}
 	if p.SandboxID != sandbox {
@@ -70,25 +133,25 @@ func (m *Manager) save(p *pod) error {
 	if err != nil {
 		return fmt.Errorf("podmgmt: encoding the record of %s: %w", p.SandboxID, err)
 	}
-	if err := statefile.WriteFile(filepath.Join(m.podDir(p.SandboxID), "pod.json"), b, 0o600); err != nil {
+	if err := m.records.Put(p.SandboxID, b); err != nil {
 		m.log.Error("podmgmt: writing pod record; the step it records is not carried out", "sandbox", p.SandboxID, "err", err)
 		return err
 	}
 	return nil
 }
 
-// create makes a new pod's directory, token and record. A failure removes
-// what it wrote.
+// create makes a new pod's token and record. A failure removes what it
+// wrote.
 func (m *Manager) create(p *pod) (err error) {
-	if err := validSandboxID(p.SandboxID); err != nil {
-		return err
+	if err := store.CheckKey(p.SandboxID); err != nil {
+		return fmt.Errorf("sandbox id: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			_ = m.removeRecord(p.SandboxID)
 		}
 	}()
-	if err := os.Mkdir(m.podDir(p.SandboxID), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Mkdir(m.tokenDir(p.SandboxID), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("%w: %w", statefile.ErrNotDurable, err)
 	}
 	if err := statefile.SyncDir(m.dir); err != nil {
@@ -103,7 +166,8 @@ func (m *Manager) create(p *pod) (err error) {
 	return m.save(p)
 }
 
-// forgetRecord deletes a removed pod's record; no write of it happens afterwards.
+// forgetRecord deletes a removed pod's records; no write of them happens
+// afterwards.
 func (m *Manager) forgetRecord(p *pod) error {
 	p.saveMu.Lock()
 	defer p.saveMu.Unlock()
@@ -111,17 +175,18 @@ func (m *Manager) forgetRecord(p *pod) error {
 	return m.removeRecord(p.SandboxID)
 }
 
-// removeRecord deletes a pod's directory durably.
+// removeRecord deletes a pod's records and token durably. An ID that cannot
+// name a record has none.
 func (m *Manager) removeRecord(sandbox string) error {
-	if err := validSandboxID(sandbox); err != nil {
-		return err
-	}
-	dir := m.podDir(sandbox)
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	if store.CheckKey(sandbox) != nil {
 		return nil
 	}
-	var errs []error
+	errs := []error{m.records.Remove(sandbox), m.states.Remove(sandbox)}
+	dir := m.tokenDir(sandbox)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return errors.Join(errs...)
+	}
 	for _, e := range ents {
 		errs = append(errs, statefile.Remove(filepath.Join(dir, e.Name())))
 	}
@@ -138,7 +203,7 @@ func (m *Manager) writeState(p *pod, st string) {
 		return
 	}
 	line := fmt.Sprintf("%s %s dropped=%d\n", st, time.Now().UTC().Format(time.RFC3339), p.dropped.Load())
-	if err := statefile.WriteFile(filepath.Join(m.podDir(p.SandboxID), "state"), []byte(line), 0o600); err != nil {
+	if err := m.states.Put(p.SandboxID, []byte(line)); err != nil {
 		m.log.Warn("podmgmt: writing the channel state line", "sandbox", p.SandboxID, "err", err)
 		return
 	}

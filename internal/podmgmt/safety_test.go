@@ -76,7 +76,7 @@ func TestHostNetworkPodGetsNoChannel(t *testing.T) {
 	if f.m.get("hostnet") != nil {
 		t.Fatal("a host-network pod got a channel")
 	}
-	if _, err := os.Stat(f.m.podDir("hostnet")); !os.IsNotExist(err) {
+	if _, err := os.Stat(f.m.tokenDir("hostnet")); !os.IsNotExist(err) {
 		t.Fatalf("a host-network pod got a record (and a token): %v", err)
 	}
 	if n := testutil.ToFloat64(f.m.metrics.refused.WithLabelValues("host_network")); n != 1 {
@@ -190,7 +190,7 @@ func TestTerminatingStopsConnectorAndSurvivesRestart(t *testing.T) {
 	}
 	expectSilence("after a failed StopPodSandbox")
 	// A restarted shim: still terminating.
-	m2, err := New(f.rt.Client(), filepath.Dir(f.m.dir), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m2, err := New(f.rt.Client(), filepath.Dir(f.m.dir), openStore(t, filepath.Dir(f.m.dir)), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,11 +218,11 @@ func TestTerminatingStopsConnectorAndSurvivesRestart(t *testing.T) {
 	}
 }
 
-// breakDir makes a pod's record directory unwritable (a file where it was),
-// as a full or read-only disk would; restore puts it back.
+// breakDir makes the pod records unwritable (a file where their bucket
+// was), as a full or read-only disk would; restore puts it back.
 func breakDir(t *testing.T, m *Manager, sb string) (restore func()) {
 	t.Helper()
-	dir := m.podDir(sb)
+	dir := m.records.Dir()
 	if err := os.Rename(dir, dir+".saved"); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestUnwritableRecordsFailTheStep(t *testing.T) {
 	f := newFx(t)
 	ctx := context.Background()
 	// RunPodSandbox: the sandbox is taken down again.
-	if err := os.WriteFile(f.m.podDir("sb2"), nil, 0o600); err != nil {
+	if err := os.WriteFile(f.m.tokenDir("sb2"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := runSandbox(t, f.m, f.rt, "sb2", 1234, false); status.Code(proxy.Status(err)) != codes.Unavailable {
@@ -315,7 +315,7 @@ func TestUnwritableRecordsFailTheStep(t *testing.T) {
 	if _, err := f.m.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "sb"}, stopNext); err != nil || forwarded != 1 {
 		t.Fatalf("retried StopPodSandbox: %v, forwarded %d", err, forwarded)
 	}
-	if m, err := New(f.rt.Client(), filepath.Dir(f.m.dir), nil, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil || !m.get("sb").terminating.Load() {
+	if m, err := New(f.rt.Client(), filepath.Dir(f.m.dir), openStore(t, filepath.Dir(f.m.dir)), nil, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil || !m.get("sb").terminating.Load() {
 		t.Fatalf("the retried mark is not on disk: %v", err)
 	}
 }
@@ -328,7 +328,7 @@ func TestTokenFileMode(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o444 {
 		t.Fatalf("token: %v %v", fi.Mode(), err)
 	}
-	ents, _ := os.ReadDir(f.m.podDir("sb"))
+	ents, _ := os.ReadDir(f.m.tokenDir("sb"))
 	for _, e := range ents {
 		if strings.HasSuffix(e.Name(), ".tmp") {
 			t.Fatalf("temporary file left: %s", e.Name())

@@ -28,6 +28,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/statefile"
+	"github.com/cri-shim/cri-shim/internal/store"
 )
 
 // Options are what Run needs beyond the config.
@@ -67,6 +68,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	}
 	mc.Registry.MustRegister(pods.Collectors()...)
 	mc.Registry.MustRegister(statefile.Collectors()...)
+	// Every feature's per-sandbox records, and the lifecycle that tells
+	// them when a sandbox is gone.
+	st, err := store.Open(store.RootIn(cfg.StateDir))
+	if err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
 	tasks, err := criu.DialTasks(cfg.Runtime.Endpoint)
 	if err != nil {
 		return fmt.Errorf("runtime.endpoint: %w", err)
@@ -86,7 +93,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	mc.Registry.MustRegister(checkpoints.Collectors()...)
-	channels, err := podmgmt.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, pods, log)
+	channels, err := podmgmt.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, st, pods, log)
 	if err != nil {
 		return fmt.Errorf("pod management: %w", err)
 	}
