@@ -7,125 +7,191 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 )
 
-// fakeRT is the part of containerd's CRI the service uses, in memory. Only
-// the methods the service calls are implemented; any other panics (nil
-// embedded interface), which a test would notice.
+// fakeRT is containerd for the service: its CRI is the shared fake runtime
+// (internal/fakeruntime) over a socket, its task service (pause, resume,
+// capture) the in-memory fakeTasks below.
 type fakeRT struct {
 	runtimeapi.RuntimeServiceClient
 	runtimeapi.ImageServiceClient
+	rt    *fakeruntime.Runtime
 	tasks *fakeTasks
-	epoch time.Time // containers' timestamps count from here
+	epoch time.Time    // containers' timestamps count from here
+	clock atomic.Int64 // the runtime's clock while a test sets it (Unix ns); 0: the present
 
-	mu         sync.Mutex
-	sandboxes  map[string]*runtimeapi.PodSandboxStatus
-	containers map[string]*fakeCtr
-	nextID     int
-
+	mu sync.Mutex
 	// dump behaviour
 	failDump   map[string]error           // container ID -> error of its capture
 	holdDump   chan struct{}              // when set, captures wait for it to close
 	dumpSeen   map[string]map[string]bool // container ID -> paused state of every target at its capture
 	failCreate int                        // CreateContainer call number (1-based) that fails
 	creates    int
-	removed    []string
+	removed    []string          // IDs of RemoveContainer and RemovePodSandbox calls, in order
+	attempts   map[string]uint32 // sandbox/name: containers created, for the kubelet's attempt numbers
+	uids       int               // pod UIDs handed out by uid
 }
 
-type fakeCtr struct {
-	sandbox string
-	status  *runtimeapi.ContainerStatus
-	config  *runtimeapi.ContainerConfig
-}
-
-func newFakeRT() *fakeRT {
-	return &fakeRT{tasks: newFakeTasks(), epoch: time.Now().Add(-time.Hour), sandboxes: map[string]*runtimeapi.PodSandboxStatus{},
-		containers: map[string]*fakeCtr{}, failDump: map[string]error{}, dumpSeen: map[string]map[string]bool{}}
-}
-
-func (f *fakeRT) addSandbox(id, name string) {
+// uid is a new pod UID: the runtime refuses a second sandbox of one pod
+// name, namespace, UID and attempt.
+func (f *fakeRT) uid(prefix string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sandboxes[id] = &runtimeapi.PodSandboxStatus{Id: id, State: runtimeapi.PodSandboxState_SANDBOX_READY,
-		Linux:    &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}}},
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "ns", Uid: "uid-" + id}}
+	f.uids++
+	return fmt.Sprintf("%s-%d", prefix, f.uids)
+}
+
+// createReq is the kubelet's CreateContainer of name in sandbox: the
+// sandbox's configuration and the next attempt number of that name.
+func (f *fakeRT) createReq(t *testing.T, sandbox, name string) *runtimeapi.CreateContainerRequest {
+	t.Helper()
+	f.mu.Lock()
+	cfg := ctrCfg(name)
+	cfg.Metadata.Attempt = f.attempts[sandbox+"/"+name]
+	f.attempts[sandbox+"/"+name]++
+	f.mu.Unlock()
+	return &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: cfg, SandboxConfig: f.sandboxConfig(t, sandbox)}
+}
+
+const busybox = "docker.io/library/busybox:latest"
+
+func newFakeRT(t *testing.T) *fakeRT {
+	f := &fakeRT{tasks: newFakeTasks(), epoch: time.Now().Add(-time.Hour), failDump: map[string]error{}, dumpSeen: map[string]map[string]bool{},
+		attempts: map[string]uint32{}}
+	f.rt = fakeruntime.Start(t, fakeruntime.WithClock(func() time.Time {
+		if ns := f.clock.Load(); ns != 0 {
+			return time.Unix(0, ns)
+		}
+		return time.Now()
+	}))
+	f.RuntimeServiceClient, f.ImageServiceClient = f.rt.Client(), f.rt.ImageClient()
+	f.rt.OnCall("CreateContainer", func(context.Context, string, any) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.creates++
+		if f.creates == f.failCreate {
+			return status.Error(codes.Internal, "fake: restore failed")
+		}
+		return nil
+	})
+	if _, err := f.rt.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: busybox}}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// addSandbox runs sandbox id of pod name in namespace "ns" with a PID
+// namespace per container.
+func (f *fakeRT) addSandbox(t *testing.T, id, name string) {
+	t.Helper()
+	f.addSandboxWith(t, id, name, &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+		NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}}})
+}
+
+func (f *fakeRT) addSandboxWith(t *testing.T, id, name string, linux *runtimeapi.LinuxPodSandboxConfig) {
+	t.Helper()
+	f.rt.NextIDs(id)
+	if _, err := f.rt.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "ns", Uid: "uid-" + id}, Linux: linux}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sandboxConfig is the configuration the kubelet sends with CreateContainer
+// in sandbox id.
+func (f *fakeRT) sandboxConfig(t *testing.T, id string) *runtimeapi.PodSandboxConfig {
+	t.Helper()
+	st, ok := f.rt.Sandbox(id)
+	if !ok {
+		t.Fatalf("no sandbox %s", id)
+	}
+	return &runtimeapi.PodSandboxConfig{Metadata: st.Metadata, Labels: st.Labels, Annotations: st.Annotations}
 }
 
 // addContainer adds a container created order seconds after the fake's
 // epoch, an hour ago: timestamps in the present, as containerd's, in the
 // order the test gives. A container that ran has a start (and an exited one a
 // finish) time after its creation.
-func (f *fakeRT) addContainer(sandbox, id, name string, state runtimeapi.ContainerState, order int64, exit int32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *fakeRT) addContainer(t *testing.T, sandbox, id, name string, state runtimeapi.ContainerState, order int64, exit int32) {
+	t.Helper()
+	ctx := context.Background()
 	created := f.epoch.Add(time.Duration(order) * time.Second)
-	st := &runtimeapi.ContainerStatus{
-		Id: id, Metadata: &runtimeapi.ContainerMetadata{Name: name}, State: state, CreatedAt: created.UnixNano(), ExitCode: exit,
-		Image: &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:latest"}, ImageRef: "sha256:abc",
-		Annotations: map[string]string{restartCountAnnotation: "2"},
+	defer f.clock.Store(0)
+	f.clock.Store(created.UnixNano())
+	f.rt.NextIDs(id)
+	if _, err := f.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, SandboxConfig: f.sandboxConfig(t, sandbox),
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}, Image: &runtimeapi.ImageSpec{Image: busybox},
+			Annotations: map[string]string{restartCountAnnotation: "2"}}}); err != nil {
+		t.Fatal(err)
 	}
-	if state == runtimeapi.ContainerState_CONTAINER_RUNNING || state == runtimeapi.ContainerState_CONTAINER_EXITED {
-		st.StartedAt = created.Add(time.Millisecond).UnixNano()
+	if state == runtimeapi.ContainerState_CONTAINER_CREATED {
+		return
+	}
+	f.clock.Store(created.Add(time.Millisecond).UnixNano())
+	if _, err := f.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
 	}
 	if state == runtimeapi.ContainerState_CONTAINER_EXITED {
-		st.FinishedAt = created.Add(2 * time.Millisecond).UnixNano()
-	}
-	f.containers[id] = &fakeCtr{sandbox: sandbox, status: st}
-}
-
-// ImageStatus: every busybox name is one image, as in a real image store.
-func (f *fakeRT) ImageStatus(_ context.Context, r *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
-	if strings.Contains(r.GetImage().GetImage(), "busybox") || r.GetImage().GetImage() == "sha256:abc" {
-		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:b0b0"}}, nil
-	}
-	return &runtimeapi.ImageStatusResponse{}, nil
-}
-
-func (f *fakeRT) Version(context.Context, *runtimeapi.VersionRequest, ...grpc.CallOption) (*runtimeapi.VersionResponse, error) {
-	return &runtimeapi.VersionResponse{RuntimeName: "fake", RuntimeVersion: "1"}, nil
-}
-
-func (f *fakeRT) PodSandboxStatus(_ context.Context, r *runtimeapi.PodSandboxStatusRequest, _ ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	sb := f.sandboxes[r.PodSandboxId]
-	if sb == nil {
-		return nil, status.Errorf(codes.NotFound, "sandbox %q not found", r.PodSandboxId)
-	}
-	return &runtimeapi.PodSandboxStatusResponse{Status: sb}, nil
-}
-
-func (f *fakeRT) ListContainers(_ context.Context, r *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := &runtimeapi.ListContainersResponse{}
-	for id, c := range f.containers {
-		if r.GetFilter().GetPodSandboxId() != "" && c.sandbox != r.GetFilter().GetPodSandboxId() {
-			continue
+		f.clock.Store(created.Add(2 * time.Millisecond).UnixNano())
+		if err := f.rt.Exit(id, exit); err != nil {
+			t.Fatal(err)
 		}
-		out.Containers = append(out.Containers, &runtimeapi.Container{Id: id, PodSandboxId: c.sandbox,
-			Metadata: c.status.Metadata, State: c.status.State, CreatedAt: c.status.CreatedAt})
 	}
-	return out, nil
 }
 
-func (f *fakeRT) ContainerStatus(_ context.Context, r *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.containers[r.ContainerId]
-	if c == nil {
-		return nil, status.Errorf(codes.NotFound, "container %q not found", r.ContainerId)
+func (f *fakeRT) sandboxCount() int   { n, _ := f.rt.Counts(); return n }
+func (f *fakeRT) containerCount() int { _, n := f.rt.Counts(); return n }
+
+// containersIn are the statuses of the containers of sandbox, and the
+// configurations they were created with.
+func (f *fakeRT) containersIn(t *testing.T, sandbox string) []*fakeCtr {
+	t.Helper()
+	list, err := f.rt.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandbox}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &runtimeapi.ContainerStatusResponse{Status: c.status}, nil
+	var out []*fakeCtr
+	for _, c := range list.Containers {
+		out = append(out, f.container(t, c.Id))
+	}
+	return out
+}
+
+// fakeCtr is a container's status and the configuration it was created with.
+type fakeCtr struct {
+	status *runtimeapi.ContainerStatus
+	config *runtimeapi.ContainerConfig
+}
+
+func (f *fakeRT) container(t *testing.T, id string) *fakeCtr {
+	t.Helper()
+	st, _, ok := f.rt.Container(id)
+	if !ok {
+		t.Fatalf("no container %s", id)
+	}
+	c := &fakeCtr{status: st}
+	for _, r := range f.rt.Requests("CreateContainer") {
+		if r := r.(*runtimeapi.CreateContainerRequest); r.Config.GetMetadata().GetName() == st.Metadata.GetName() &&
+			r.Config.GetMetadata().GetAttempt() == st.Metadata.GetAttempt() && r.PodSandboxId == f.sandboxOf(id) {
+			c.config = r.Config
+		}
+	}
+	return c
+}
+
+func (f *fakeRT) sandboxOf(id string) string {
+	_, sb, _ := f.rt.Container(id)
+	return sb
 }
 
 // The capture half of Tasks: Checkpoint records which containers were paused
@@ -137,11 +203,15 @@ func (f *fakeRT) Paused(ctx context.Context, id string) (bool, error) {
 }
 
 func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) error {
-	f.mu.Lock()
-	seen := map[string]bool{}
-	for cid := range f.containers {
-		seen[cid] = f.tasks.isPaused(cid)
+	list, err := f.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return err
 	}
+	seen := map[string]bool{}
+	for _, c := range list.Containers {
+		seen[c.Id] = f.tasks.isPaused(c.Id)
+	}
+	f.mu.Lock()
 	f.dumpSeen[id] = seen
 	err, hold := f.failDump[id], f.holdDump
 	f.mu.Unlock()
@@ -167,62 +237,6 @@ func (f *fakeRT) RWDiff(_ context.Context, id string, w io.Writer) error {
 
 func (f *fakeRT) Info(_ context.Context, id string) (ContainerInfo, error) {
 	return ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0"}`), Created: f.epoch}, nil
-}
-
-func (f *fakeRT) RunPodSandbox(_ context.Context, r *runtimeapi.RunPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
-	f.mu.Lock()
-	f.nextID++
-	id := fmt.Sprintf("restored-sb-%d", f.nextID)
-	f.mu.Unlock()
-	f.addSandbox(id, r.GetConfig().GetMetadata().GetName())
-	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
-}
-
-func (f *fakeRT) CreateContainer(_ context.Context, r *runtimeapi.CreateContainerRequest, _ ...grpc.CallOption) (*runtimeapi.CreateContainerResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.creates++
-	if f.creates == f.failCreate {
-		return nil, status.Error(codes.Internal, "fake: restore failed")
-	}
-	f.nextID++
-	id := fmt.Sprintf("restored-c-%d", f.nextID)
-	f.containers[id] = &fakeCtr{sandbox: r.PodSandboxId, config: r.Config, status: &runtimeapi.ContainerStatus{
-		Id: id, Metadata: r.Config.Metadata, State: runtimeapi.ContainerState_CONTAINER_CREATED, Image: r.Config.Image,
-		CreatedAt: time.Now().UnixNano()}}
-	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
-}
-
-func (f *fakeRT) RemoveContainer(_ context.Context, r *runtimeapi.RemoveContainerRequest, _ ...grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.containers, r.ContainerId)
-	f.removed = append(f.removed, r.ContainerId)
-	return &runtimeapi.RemoveContainerResponse{}, nil
-}
-
-func (f *fakeRT) StopPodSandbox(context.Context, *runtimeapi.StopPodSandboxRequest, ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
-	return &runtimeapi.StopPodSandboxResponse{}, nil
-}
-
-func (f *fakeRT) RemovePodSandbox(_ context.Context, r *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.sandboxes, r.PodSandboxId)
-	f.removed = append(f.removed, r.PodSandboxId)
-	return &runtimeapi.RemovePodSandboxResponse{}, nil
-}
-
-func (f *fakeRT) containersIn(sandbox string) []*fakeCtr {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []*fakeCtr
-	for _, c := range f.containers {
-		if c.sandbox == sandbox {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // fakeTasks is containerd's task service: a paused flag per container.
@@ -306,14 +320,14 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	base := t.TempDir()
 	root := filepath.Join(base, "checkpoints")
-	rt := newFakeRT()
-	rt.addSandbox("sb1", "pod1")
-	rt.addSandbox("sb2", "pod2")
-	rt.addContainer("sb1", "c2", "sidecar", runtimeapi.ContainerState_CONTAINER_RUNNING, 20, 0)
-	rt.addContainer("sb1", "c1", "app", runtimeapi.ContainerState_CONTAINER_RUNNING, 30, 0)
-	rt.addContainer("sb1", "i1", "init", runtimeapi.ContainerState_CONTAINER_EXITED, 10, 0)
-	rt.addContainer("sb1", "x1", "done", runtimeapi.ContainerState_CONTAINER_CREATED, 40, 0)
-	rt.addContainer("sb2", "c3", "other", runtimeapi.ContainerState_CONTAINER_RUNNING, 50, 0)
+	rt := newFakeRT(t)
+	rt.addSandbox(t, "sb1", "pod1")
+	rt.addSandbox(t, "sb2", "pod2")
+	rt.addContainer(t, "sb1", "c2", "sidecar", runtimeapi.ContainerState_CONTAINER_RUNNING, 20, 0)
+	rt.addContainer(t, "sb1", "c1", "app", runtimeapi.ContainerState_CONTAINER_RUNNING, 30, 0)
+	rt.addContainer(t, "sb1", "i1", "init", runtimeapi.ContainerState_CONTAINER_EXITED, 10, 0)
+	rt.addContainer(t, "sb1", "x1", "done", runtimeapi.ContainerState_CONTAINER_CREATED, 40, 0)
+	rt.addContainer(t, "sb2", "c3", "other", runtimeapi.ContainerState_CONTAINER_RUNNING, 50, 0)
 	svc, err := New(Config{Root: root, StateDir: filepath.Join(base, "state"), ShimBinary: "/usr/bin/cri-shim"}, rt, rt, rt,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -115,7 +115,7 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 			if status.Code(err) != codes.FailedPrecondition {
 				t.Errorf("warm start: %v, want FailedPrecondition", err)
 			}
-			if len(fx.rt.sandboxes) != 2 {
+			if fx.rt.sandboxCount() != 2 {
 				t.Errorf("a refused restore created a sandbox")
 			}
 		})
@@ -131,15 +131,15 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 	p := filepath.Join(fx.dir, archiveName("app"))
 	os.Remove(p)
 	os.Symlink(outside, p)
-	n := len(fx.rt.containers)
-	_, err = fx.svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: ctrCfg("app")},
+	n := fx.rt.containerCount()
+	_, err = fx.svc.CreateContainer(ctxT(t, 5*time.Second), fx.rt.createReq(t, sb.PodSandboxId, "app"),
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			return fx.rt.CreateContainer(ctx, r)
 		})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "outside") {
 		t.Fatalf("archive swapped for a symlink out: %v", err)
 	}
-	if len(fx.rt.containers) != n {
+	if fx.rt.containerCount() != n {
 		t.Fatal("a container was created from a symlink out of the checkpoint")
 	}
 }
@@ -168,12 +168,12 @@ func TestManifestSymlinkIsNotFollowed(t *testing.T) {
 // (its manifest could not be restored), and an exited one is left out.
 func TestCheckpointRefusesNamesThatAreNotLabels(t *testing.T) {
 	fx := newFixture(t)
-	fx.rt.addContainer("sb1", "c9", "App_1", runtimeapi.ContainerState_CONTAINER_RUNNING, 35, 0)
+	fx.rt.addContainer(t, "sb1", "c9", "App_1", runtimeapi.ContainerState_CONTAINER_RUNNING, 35, 0)
 	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c9"))
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "DNS-1123") {
 		t.Fatalf("container App_1: %v", err)
 	}
-	fx.rt.addContainer("sb1", "i9", "Init.old", runtimeapi.ContainerState_CONTAINER_EXITED, 5, 0)
+	fx.rt.addContainer(t, "sb1", "i9", "Init.old", runtimeapi.ContainerState_CONTAINER_EXITED, 5, 0)
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 func runSandboxIn(t *testing.T, svc *Service, rt *fakeRT, ns string, ann map[string]string) (*runtimeapi.RunPodSandboxResponse, error) {
 	t.Helper()
 	req := &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: ns, Uid: "u-" + ns}, Annotations: ann}}
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: ns, Uid: rt.uid("u-" + ns)}, Annotations: ann}}
 	return svc.RunPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 		return rt.RunPodSandbox(ctx, r)
 	})
@@ -85,8 +85,8 @@ func TestRestorePodNamespaceBinding(t *testing.T) {
 	if _, e := fx.svc.RestorePod(ctxT(t, 5*time.Second), in("", restoreReq(fx.dir, "app", "sidecar"))); status.Code(e) != codes.NotFound {
 		t.Errorf("pod without a namespace: %v", e)
 	}
-	if len(fx.rt.sandboxes) != 2 {
-		t.Fatalf("a refused restore created a sandbox: %d sandboxes", len(fx.rt.sandboxes))
+	if fx.rt.sandboxCount() != 2 {
+		t.Fatalf("a refused restore created a sandbox: %d sandboxes", fx.rt.sandboxCount())
 	}
 
 	// The reverse pair does not open this direction; the pair does.
@@ -133,8 +133,8 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	if msg != strings.ReplaceAll(status.Convert(missing).Message(), "ns-pod1-20260101T000001Z", "NAME") || status.Code(missing) != status.Code(err) {
 		t.Errorf("a foreign checkpoint and a missing one are told apart:\n%v\n%v", err, missing)
 	}
-	if len(fx.rt.sandboxes) != 2 || len(fx.svc.warm) != 0 {
-		t.Fatalf("a refused warm start created a sandbox or a record: %d sandboxes, %d records", len(fx.rt.sandboxes), len(fx.svc.warm))
+	if fx.rt.sandboxCount() != 2 || len(fx.svc.warm) != 0 {
+		t.Fatalf("a refused warm start created a sandbox or a record: %d sandboxes, %d records", fx.rt.sandboxCount(), len(fx.svc.warm))
 	}
 
 	// The same namespace warm-starts, and may be told what is wrong.
@@ -144,7 +144,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	}
 	bad := ctrCfg("app")
 	bad.Image.Image = "docker.io/library/nginx:latest"
-	_, err = fx.svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: bad},
+	_, err = fx.svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: bad, SandboxConfig: fx.rt.sandboxConfig(t, sb.PodSandboxId)},
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			return fx.rt.CreateContainer(ctx, r)
 		})

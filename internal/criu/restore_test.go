@@ -47,7 +47,7 @@ func TestRestorePodCreatesContainersFromTheArchives(t *testing.T) {
 	if len(resp.RestoredContainers) != 2 || resp.RestoredContainers[0].Name != "app" || resp.RestoredContainers[1].Name != "sidecar" {
 		t.Fatalf("restored %v, want one per config in request order", resp.RestoredContainers)
 	}
-	cs := fx.rt.containersIn(resp.PodSandboxId)
+	cs := fx.rt.containersIn(t, resp.PodSandboxId)
 	if len(cs) != 2 {
 		t.Fatalf("%d containers in the new sandbox", len(cs))
 	}
@@ -106,7 +106,7 @@ func TestRestorePodRefusals(t *testing.T) {
 			t.Errorf("%s: got %v, want %s", c.name, err, c.code)
 		}
 	}
-	if len(fx.rt.sandboxes) != 2 {
+	if fx.rt.sandboxCount() != 2 {
 		t.Fatalf("a refused restore created a sandbox")
 	}
 }
@@ -115,28 +115,23 @@ func TestRestorePodRefusals(t *testing.T) {
 func TestRestorePodFailureRemovesWhatItCreated(t *testing.T) {
 	fx := checkpointed(t)
 	fx.rt.failCreate = 2
+	sandboxes, containers := fx.rt.sandboxCount(), fx.rt.containerCount()
 	_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "removed") {
 		t.Fatalf("got %v", err)
 	}
-	fx.rt.mu.Lock()
-	defer fx.rt.mu.Unlock()
-	for id := range fx.rt.sandboxes {
-		if strings.HasPrefix(id, "restored") {
-			t.Errorf("sandbox %s left", id)
-		}
+	if fx.rt.creates != 2 {
+		t.Fatalf("%d creates, want the first container and the failed second", fx.rt.creates)
 	}
-	for id := range fx.rt.containers {
-		if strings.HasPrefix(id, "restored") {
-			t.Errorf("container %s left", id)
-		}
+	if s, c := fx.rt.sandboxCount(), fx.rt.containerCount(); s != sandboxes || c != containers {
+		t.Errorf("left %d sandboxes and %d containers, had %d and %d", s, c, sandboxes, containers)
 	}
 }
 
 func runSandbox(t *testing.T, svc *Service, rt *fakeRT, ann map[string]string) (*runtimeapi.RunPodSandboxResponse, error) {
 	t.Helper()
 	req := &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: "ns", Uid: "u2"}, Annotations: ann}}
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: "ns", Uid: rt.uid("u2")}, Annotations: ann}}
 	return svc.RunPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 		return rt.RunPodSandbox(ctx, r)
 	})
@@ -144,16 +139,14 @@ func runSandbox(t *testing.T, svc *Service, rt *fakeRT, ann map[string]string) (
 
 func createIn(t *testing.T, svc *Service, rt *fakeRT, sandbox, name string) *fakeCtr {
 	t.Helper()
-	resp, err := svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: ctrCfg(name)},
+	resp, err := svc.CreateContainer(ctxT(t, 5*time.Second), rt.createReq(t, sandbox, name),
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			return rt.CreateContainer(ctx, r)
 		})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return rt.containers[resp.ContainerId]
+	return rt.container(t, resp.ContainerId)
 }
 
 func TestWarmStart(t *testing.T) {

@@ -22,16 +22,14 @@ type listingRT struct {
 	listErr error
 }
 
-func (l *listingRT) ListPodSandbox(_ context.Context, _ *runtimeapi.ListPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+func (l *listingRT) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
 	if l.listErr != nil {
 		return nil, l.listErr
 	}
-	l.mu.Lock()
-	out := &runtimeapi.ListPodSandboxResponse{}
-	for id := range l.sandboxes {
-		out.Items = append(out.Items, &runtimeapi.PodSandbox{Id: id})
+	out, err := l.fakeRT.ListPodSandbox(ctx, req, opts...)
+	if err != nil {
+		return nil, err
 	}
-	l.mu.Unlock()
 	if l.onList != nil {
 		l.onList()
 	}
@@ -136,9 +134,10 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 			return
 		}
 		late = sb.PodSandboxId
-		fx.rt.mu.Lock()
-		delete(fx.rt.sandboxes, late) // not in the answer already made, either way
-		fx.rt.mu.Unlock()
+		// Not in the answer already made, either way.
+		if _, err := fx.rt.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: late}); err != nil {
+			t.Error(err)
+		}
 	}
 	if err := svc2.sweepWarm(ctxT(t, time.Second)); err != nil {
 		t.Fatal(err)
@@ -198,7 +197,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sandboxes := func() int { fx.rt.mu.Lock(); defer fx.rt.mu.Unlock(); return len(fx.rt.sandboxes) }
+	sandboxes := fx.rt.sandboxCount
 	n := sandboxes()
 	broken(true)
 	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "kubelet retries") {
@@ -214,7 +213,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	}
 	broken(true)
 	create := func() (*runtimeapi.CreateContainerResponse, error) {
-		return fx.svc.CreateContainer(ctxT(t, 5*time.Second), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: ctrCfg("app")},
+		return fx.svc.CreateContainer(ctxT(t, 5*time.Second), fx.rt.createReq(t, sb.PodSandboxId, "app"),
 			func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 				return fx.rt.CreateContainer(ctx, r)
 			})
@@ -222,7 +221,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	if _, err := create(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("CreateContainer with the record not written: %v, want Unavailable", err)
 	}
-	if c := fx.rt.containersIn(sb.PodSandboxId); len(c) != 0 {
+	if c := fx.rt.containersIn(t, sb.PodSandboxId); len(c) != 0 {
 		t.Fatalf("the restored container of an unrecorded step was kept: %d", len(c))
 	}
 	broken(false)
@@ -230,9 +229,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.rt.mu.Lock()
-	img := fx.rt.containers[resp.ContainerId].config.Image.Image
-	fx.rt.mu.Unlock()
+	img := fx.rt.container(t, resp.ContainerId).config.Image.Image
 	if img != filepath.Join(fx.dir, archiveName("app")) {
 		t.Fatalf("the kubelet's retry was not restored: image %q", img)
 	}
