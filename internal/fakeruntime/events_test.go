@@ -152,3 +152,44 @@ func TestCancelledSubscriberDoesNotBlockSenders(t *testing.T) {
 		t.Fatal("senders blocked by a subscriber that went away")
 	}
 }
+
+// A subscriber that does not read holds every sender back once its buffer
+// and the stream's flow-control window are full, as containerd's queue does;
+// reading lets them go on.
+func TestSlowSubscriberHoldsSendersBack(t *testing.T) {
+	rt := fakeruntime.Start(t)
+	s := subscribe(t, rt)
+	const pods = 1500
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range pods {
+			_, _ = rt.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{
+				Config: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: fmt.Sprint(i)}}})
+		}
+	}()
+	// Wait until the senders stop making progress.
+	last := -1
+	for {
+		time.Sleep(200 * time.Millisecond)
+		n, _ := rt.Counts()
+		if n == last {
+			break
+		}
+		last = n
+	}
+	if last == pods {
+		t.Fatalf("all %d sandboxes were created with nobody reading their events", pods)
+	}
+	t.Logf("senders held after %d sandboxes", last)
+	for range 2 * pods {
+		if _, err := s.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("senders still held after every event was read")
+	}
+}
