@@ -108,8 +108,8 @@ func checkGaps(t *testing.T, got, want []float64) {
 func TestBackoffDefaultCurve(t *testing.T) {
 	needKubelet(t)
 	checkGaps(t, gaps(t, "backoff-default", 6), []float64{1, 2, 4, 8, 16, 32})
-	if out := shimPods(t); !strings.Contains(out, "main=6") || !strings.Contains(out, "(Restart)") {
-		t.Errorf("cri-shim pods:\n%s", out)
+	if out := shimPodLines(t, fullName("backoff-default")); !strings.Contains(out, "main=6") || !strings.Contains(out, "(Restart)") {
+		t.Errorf("cri-shim pods, line of backoff-default:\n%s\nall:\n%s", out, shimPods(t))
 	}
 }
 

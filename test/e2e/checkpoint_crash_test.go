@@ -118,6 +118,7 @@ type killOutcome struct {
 func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 	needNode(t)
 	pauseKubelet(t)
+	keepRunning(t, "cri-shim") // killed -9 at every point below
 	rt := runtimeClient(t, node.env["SHIM_SOCK"])
 	_, ids, logs := startPod(t, rt, "cp-kills", loadCfg("a", 160, 0), loadCfg("b", 160, 0))
 	waitReady(t, filepath.Join(logs, "a.log"), 2*time.Minute)

@@ -113,6 +113,7 @@ func summarize(res map[string]string) string {
 
 func TestCrictlThroughShim(t *testing.T) {
 	needNode(t)
+	pauseKubelet(t) // a kubelet kills the pods it does not know
 	sock := node.env["SHIM_SOCK"]
 	dir := t.TempDir()
 	podCfg := filepath.Join(dir, "pod.json")

@@ -90,6 +90,11 @@ func containerID(p *corev1.Pod, name string) string {
 }
 
 func TestKubeletRunsStaticPodThroughShim(t *testing.T) {
+	// A demo pod of its own, created under the shim that runs now: the
+	// shim's request counters checked below start with its process, and a
+	// demo pod left by another test may predate it.
+	needNode(t)
+	pauseKubelet(t)
 	pod := ensureDemoPod(t)
 	ns := pod.Namespace
 	// Logs through the kubelet (it reads the CRI log files the runtime wrote).
@@ -141,6 +146,7 @@ func TestContainerdRestartSurvived(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidB)))
+	keepRunning(t, "containerd")
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

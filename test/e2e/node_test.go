@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,10 +55,8 @@ var node struct {
 	repo string
 	env  map[string]string
 
-	kubeletOnce  sync.Once
 	registryOnce sync.Once
 	registryErr  error
-	kubeletErr   error
 
 	apiOnce sync.Once
 	apiErr  error
@@ -165,14 +164,59 @@ func needNode(t testing.TB) {
 	}
 }
 
-// needKubelet starts the standalone kubelet once, after the tests that must run without it.
+// needKubelet makes sure the standalone kubelet through the shim (up.sh
+// --start kubelet) runs, whatever ran before the test: none, or another
+// kubelet (native, API-registered, drop-in, reduced decay) in its place, which
+// is stopped with its pods first.
 func needKubelet(t testing.TB) {
 	t.Helper()
 	needNode(t)
-	node.kubeletOnce.Do(func() { node.kubeletErr = script("up.sh", "--start", "kubelet") })
-	if node.kubeletErr != nil {
-		t.Fatalf("kubelet: %v", node.kubeletErr)
+	if standaloneKubeletRuns() {
+		return
 	}
+	pauseKubelet(t)
+	if err := script("up.sh", "--start", "kubelet"); err != nil {
+		t.Fatalf("kubelet: %v", err)
+	}
+}
+
+// standaloneKubeletRuns: the kubelet in $NODE_RUN/kubelet.pid is alive and
+// is the one up.sh --start kubelet starts (its kubelet.yaml, no API server).
+func standaloneKubeletRuns() bool {
+	pid := pidOf("kubelet")
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	config := ""
+	for i, a := range args {
+		switch {
+		case a == "--kubeconfig" || a == "--config-dir":
+			return false
+		case a == "--config" && i+1 < len(args):
+			config = args[i+1]
+		}
+	}
+	return config == filepath.Join(node.env["NODE_RUN"], "kubelet.yaml")
+}
+
+// keepRunning starts the named daemons of the node (containerd, cri-shim,
+// kubelet) again when the test ends if they are not running, for a test that
+// stops or kills one and may fail before starting it again. up.sh --start
+// leaves a running daemon alone.
+func keepRunning(t testing.TB, names ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, n := range names {
+			if err := script("up.sh", "--start", n); err != nil {
+				t.Errorf("starting %s again after the test: %v", n, err)
+			}
+		}
+	})
 }
 
 func bin(name string) string { return filepath.Join(node.env["STACK"], "bin", name) }
@@ -300,14 +344,17 @@ func startRegistry(t testing.TB) string {
 	return node.env["REGISTRY_ADDR"]
 }
 
-// pauseKubelet stops the kubelet if a test started it and clears its pods; the
-// next needKubelet starts it again.
+// pauseKubelet stops whichever kubelet runs and clears every pod and static
+// pod manifest: a node with no kubelet, for the tests that need one (and the
+// start of those that run another kubelet). The next needKubelet starts the
+// standalone kubelet again.
 func pauseKubelet(t testing.TB) {
 	t.Helper()
 	killPidFile(t, "kubelet", 15)
-	node.kubeletOnce = sync.Once{}
-	if err := os.RemoveAll(node.env["MANIFESTS"]); err == nil {
-		_ = os.MkdirAll(node.env["MANIFESTS"], 0o755)
+	for _, dir := range []string{node.env["MANIFESTS"], node.env["MANIFESTS_NATIVE"]} {
+		if err := os.RemoveAll(dir); err == nil {
+			_ = os.MkdirAll(dir, 0o755)
+		}
 	}
 	clearRuntime(t)
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -84,6 +83,8 @@ spec:
 // the orchestrator restarts it.
 func TestPodManagementTerminateSticks(t *testing.T) {
 	needKubelet(t)
+	kubeletLog := filepath.Join(node.env["NODE_RUN"], "kubelet.log")
+	logFrom := fileSize(kubeletLog) // only this test's part of the log
 	bin := buildOrchestrator(t)
 	name := "orch-hold"
 	placeManifest(t, name, orchPodWith(name, bin, 50053, true,
@@ -149,9 +150,9 @@ func TestPodManagementTerminateSticks(t *testing.T) {
 	})
 	time.Sleep(3 * time.Second)
 	q, _ := kubeletPod(t, full)
-	kl, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "kubelet.log"))
+	kl := readFrom(kubeletLog, logFrom)
 	t.Logf("held %.0fs; after the orchestrator's restart the kubelet shows main as %+v; kubelet log lines refusing a terminated->running transition: %d",
-		time.Since(terminatedAt).Seconds(), statusOf(q, "main").State, strings.Count(string(kl), "attempted illegal transition"))
+		time.Since(terminatedAt).Seconds(), statusOf(q, "main").State, strings.Count(kl, "attempted illegal transition"))
 }
 
 // mainRunning counts the running instances of main in the pod's sandbox.

@@ -20,13 +20,13 @@ func restartPodNative(name string) string {
 
 // Acceptance 7: the same workload on a kubelet with the native gates on,
 // talking to containerd without the shim, gives the same observable outcome.
-// It runs last (file order): it swaps the shim's kubelet for a native one.
+// The native kubelet takes the standalone one's place for the test; when it
+// ends the native kubelet and its pods go, and the next test that needs the
+// standalone kubelet starts it (needKubelet).
 func TestNativeKubeletSameOutcome(t *testing.T) {
-	needKubelet(t)
+	needNode(t)
 	pauseKubelet(t)
-	t.Cleanup(func() {
-		pauseKubelet(t)
-	})
+	t.Cleanup(func() { pauseKubelet(t) })
 	if err := script("up.sh", "--start", "kubelet-native"); err != nil {
 		t.Fatal(err)
 	}
