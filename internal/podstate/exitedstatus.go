@@ -44,7 +44,7 @@ func (m *Manager) cachedExited(id string) []byte {
 	e := v.(*exitedStatus)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if live := m.eventsLive(); live == 0 || live != e.sub || m.byID[id] == "" || m.statusMayChangeLocked(e.v) {
+	if live := m.eventsLive(); live == 0 || live != e.sub || m.byID[id] == "" || m.statusMayChangeLocked(e.v, m.epoch.Load()) {
 		m.exited.CompareAndDelete(id, v)
 		return nil
 	}

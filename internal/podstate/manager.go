@@ -49,6 +49,9 @@ type Manager struct {
 	clock backoff.Clock
 
 	tracked atomic.Int32
+	// epoch counts swaps: a runtime answer is viewed as the pods were at the
+	// epoch its request was made (view.go).
+	epoch atomic.Uint64
 
 	mu sync.Mutex
 	// saves counts state writes that succeeded (under mu), so a step can
@@ -431,7 +434,7 @@ func (m *Manager) classifyExited(ctx context.Context, cs []cview) error {
 			continue
 		}
 		markDead(p, c.id)
-		if m.needsClassification(p, c.id, c.name) {
+		if needsClassification(p, c.id, c.name) {
 			need = append(need, c.id)
 		}
 	}
@@ -447,17 +450,6 @@ func (m *Manager) classifyExited(ctx context.Context, cs []cview) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (m *Manager) needsClassification(p *Pod, id, name string) bool {
-	if p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || p.Settled[id] ||
-		p.Held[name] { // terminated by the orchestrator (hold.go)
-		return false
-	}
-	if _, ours := p.IDs[id]; !ours {
-		return false
-	}
-	return true
 }
 
 func markDead(p *Pod, id string) {
@@ -527,7 +519,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		return false, nil
 	}
 	markDead(p, s.Id)
-	if !m.needsClassification(p, s.Id, name) {
+	if !needsClassification(p, s.Id, name) {
 		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id, nil
 	}
 	snap := p.snapshot()

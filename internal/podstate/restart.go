@@ -455,6 +455,9 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 			p.held[id] = m.clock.Now().Add(maxHold)
 		}
 	}
+	// Answers the runtime gave before this moment are viewed as the pod
+	// was until now (view.go).
+	p.preSwap = swapPicture{epoch: m.epoch.Add(1), fake: p.Fake, hidden: p.New}
 	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""
 	var err error
 	for _, s := range exited {

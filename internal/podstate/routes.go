@@ -290,11 +290,12 @@ func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContai
 	if want != nil {
 		req.Filter.State = nil
 	}
+	asked := m.epoch.Load()
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if resp.Containers, err = m.viewContainers(ctx, resp.Containers, want, want == nil && isFull(req.GetFilter())); err != nil {
+	if resp.Containers, err = m.viewContainers(ctx, resp.Containers, want, want == nil && isFull(req.GetFilter()), asked); err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -309,6 +310,7 @@ func (m *Manager) StreamContainers(ctx context.Context, req *runtimeapi.StreamCo
 	if want != nil {
 		req.Filter.State = nil
 	}
+	asked := m.epoch.Load()
 	cs, err := next(ctx, req)
 	if err != nil {
 		return err
@@ -321,7 +323,7 @@ func (m *Manager) StreamContainers(ctx context.Context, req *runtimeapi.StreamCo
 			}
 			return err
 		}
-		if r.Containers, err = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter())); err != nil {
+		if r.Containers, err = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter()), asked); err != nil {
 			return err
 		}
 		if err := send(r); err != nil {
@@ -369,12 +371,12 @@ func (m *Manager) isRelist() bool {
 
 // viewContainers classifies unseen exits, then applies the restart view and
 // the caller's state filter to a list of containers.
-func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue, full bool) ([]*runtimeapi.Container, error) {
+func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue, full bool, asked uint64) ([]*runtimeapi.Container, error) {
 	vs := make([]cview, len(cs))
 	for i, c := range cs {
 		vs[i] = viewOf(c)
 	}
-	verdicts, err := m.viewList(ctx, vs, want, full)
+	verdicts, err := m.viewList(ctx, vs, want, full, asked)
 	if err != nil {
 		return nil, err
 	}
@@ -391,12 +393,12 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 	return out, nil
 }
 
-// viewList decides, for each listed container, whether the kubelet sees it
-// and whether it is shown running although it is not. A fake verdict is only
-// given to a container that is not running. When an exit's verdict could not
-// be recorded the list is not answered (Unavailable): shown as it is, the
-// exit would have the kubelet restart the container itself.
-func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.ContainerStateValue, full bool) ([]verdict, error) {
+// viewList classifies unseen exits and returns the view's verdicts on a
+// list the runtime answered to a request made at epoch asked (listVerdicts).
+// When an exit's verdict could not be recorded the list is not answered
+// (Unavailable): shown as it is, the exit would have the kubelet restart the
+// container itself.
+func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.ContainerStateValue, full bool, asked uint64) ([]verdict, error) {
 	if err := m.classifyExited(ctx, vs); err != nil {
 		return nil, unavailable(err)
 	}
@@ -411,30 +413,24 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 			clear(p.shownRunning)
 		}
 	}
-	out := make([]verdict, len(vs))
-	for i, c := range vs {
-		state := c.state
-		p := m.pods[c.sandbox]
-		if p != nil {
-			hide, fake := m.view(p, c.id)
-			if hide {
-				out[i].hide = true
+	out := listVerdicts(func(sb string) *Pod { return m.pods[sb] }, vs, want, asked)
+	if full {
+		now := m.clock.Now()
+		for i, v := range out {
+			p := m.pods[vs[i].sandbox]
+			if p == nil || !v.running {
 				continue
 			}
-			if fake && state != runtimeapi.ContainerState_CONTAINER_RUNNING {
-				out[i].fake = true
-				state = runtimeapi.ContainerState_CONTAINER_RUNNING
-			}
-		}
-		if want != nil && state != want.State {
-			out[i].hide = true
-			continue
-		}
-		if full && p != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			if p.shownRunning == nil {
 				p.shownRunning = map[string]bool{}
 			}
-			p.shownRunning[c.id] = true
+			p.shownRunning[vs[i].id] = true
+			if v.heldBySwap {
+				if p.held == nil {
+					p.held = map[string]time.Time{}
+				}
+				p.held[vs[i].id] = now.Add(maxHold)
+			}
 		}
 	}
 	return out, nil
@@ -450,6 +446,7 @@ func (m *Manager) ListContainersBytes(ctx context.Context, req []byte, next prox
 	if err != nil || filtered {
 		return m.listContainersDecoded(ctx, req, next)
 	}
+	asked := m.epoch.Load()
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
@@ -463,9 +460,9 @@ func (m *Manager) ListContainersBytes(ctx context.Context, req []byte, next prox
 		vs = append(vs, v)
 		return err
 	}); err != nil {
-		return m.viewDecoded(ctx, resp, true)
+		return m.viewDecoded(ctx, resp, true, asked)
 	}
-	verdicts, err := m.viewList(ctx, vs, nil, true)
+	verdicts, err := m.viewList(ctx, vs, nil, true, asked)
 	if err != nil {
 		return nil, err
 	}
@@ -503,12 +500,12 @@ func (m *Manager) listContainersDecoded(ctx context.Context, req []byte, next pr
 }
 
 // viewDecoded applies the view to an unfiltered list response it decodes.
-func (m *Manager) viewDecoded(ctx context.Context, resp []byte, full bool) ([]byte, error) {
+func (m *Manager) viewDecoded(ctx context.Context, resp []byte, full bool, asked uint64) ([]byte, error) {
 	var r runtimeapi.ListContainersResponse
 	if err := proto.Unmarshal(resp, &r); err != nil {
 		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ListContainersResponse: %v", err)
 	}
-	cs, err := m.viewContainers(ctx, r.Containers, nil, full)
+	cs, err := m.viewContainers(ctx, r.Containers, nil, full, asked)
 	if err != nil {
 		return nil, err
 	}
@@ -527,11 +524,12 @@ func (m *Manager) ContainerStatusBytes(ctx context.Context, req []byte, next pro
 			return b, nil
 		}
 	}
+	asked := m.epoch.Load()
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if v, ok, err := peekStatus(resp); err == nil && (!ok || !m.statusMayChange(v)) {
+	if v, ok, err := peekStatus(resp); err == nil && (!ok || !m.statusMayChange(v, asked)) {
 		if plain && ok && v.id == id {
 			m.keepExited(v, resp)
 		}
@@ -541,57 +539,47 @@ func (m *Manager) ContainerStatusBytes(ctx context.Context, req []byte, next pro
 	if err := proto.Unmarshal(resp, &r); err != nil {
 		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ContainerStatusResponse: %v", err)
 	}
-	if err := m.fixStatus(r.GetStatus()); err != nil {
+	if err := m.fixStatus(r.GetStatus(), asked); err != nil {
 		return nil, unavailable(err)
 	}
 	return proto.Marshal(&r)
 }
 
-// statusMayChange says whether fixStatus could do anything with this status:
-// classify an exit, or show a not-running instance as running.
-func (m *Manager) statusMayChange(v cview) bool {
+// statusMayChange says whether fixStatus could do anything with status v of
+// an answer to a request made at epoch asked (view.go, statusMayChange).
+func (m *Manager) statusMayChange(v cview, asked uint64) bool {
 	if v.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return false // fixStatus only ever shows RUNNING
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.statusMayChangeLocked(v)
+	return m.statusMayChangeLocked(v, asked)
 }
 
 // statusMayChangeLocked is statusMayChange with m.mu held.
-func (m *Manager) statusMayChangeLocked(v cview) bool {
-	if v.state == runtimeapi.ContainerState_CONTAINER_RUNNING {
-		return false
-	}
+func (m *Manager) statusMayChangeLocked(v cview, asked uint64) bool {
 	p := m.pods[m.byID[v.id]]
-	if p == nil {
-		return false
-	}
-	exited := v.state == runtimeapi.ContainerState_CONTAINER_EXITED
-	if exited && (!p.Dead[v.id] || m.needsClassification(p, v.id, v.name)) {
-		return true
-	}
-	_, fake := m.view(p, v.id)
-	_, held := p.held[v.id]
-	return fake || held
+	return p != nil && statusMayChange(p, v, asked)
 }
 
 func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,
 	next proxy.UnaryNext[runtimeapi.ContainerStatusRequest, runtimeapi.ContainerStatusResponse]) (*runtimeapi.ContainerStatusResponse, error) {
+	asked := m.epoch.Load()
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.fixStatus(resp.GetStatus()); err != nil {
+	if err := m.fixStatus(resp.GetStatus(), asked); err != nil {
 		return nil, unavailable(err)
 	}
 	return resp, nil
 }
 
 // fixStatus classifies an exit it is the first to see and shows an old
-// instance of a restarting pod as still running. An error: the exit's
-// verdict could not be recorded, and the status must not be shown.
-func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
+// instance of a restarting pod as still running (statusShownRunning), for a
+// status the runtime gave to a request made at epoch asked. An error: the
+// exit's verdict could not be recorded, and the status must not be shown.
+func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus, asked uint64) error {
 	if s == nil {
 		return nil
 	}
@@ -603,35 +591,18 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 		}
 	}
 	p := m.pods[m.byID[s.Id]]
-	if p == nil {
+	if p == nil || s.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return nil
 	}
-	_, fake := m.view(p, s.Id)
-	if until, ok := p.held[s.Id]; ok {
-		if m.clock.Now().Before(until) && !p.Stopped {
-			fake = true // listed running before a swap: keep to that list's picture
-		} else {
-			delete(p.held, s.Id)
-		}
+	now := m.clock.Now()
+	if until, ok := p.held[s.Id]; ok && (!now.Before(until) || p.Stopped) {
+		delete(p.held, s.Id)
 	}
-	if fake {
+	if statusShownRunning(p, s.Id, asked, now) {
 		s.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 		s.FinishedAt, s.ExitCode, s.Reason, s.Message = 0, 0, "", ""
 	}
 	return nil
-}
-
-// view says how the kubelet sees one container of a tracked pod right now:
-// during a restart, the instances that were running (and the trigger) still
-// run, and the new instances do not exist yet. Called with m.mu held.
-func (m *Manager) view(p *Pod, id string) (hide, fakeRunning bool) {
-	if p.Phase == PhaseRunning {
-		return false, false
-	}
-	if _, isNew := p.New[id]; isNew {
-		return true, false
-	}
-	return false, p.Fake[id]
 }
 
 // GetContainerEvents relays the runtime's container events to the kubelet
@@ -673,19 +644,20 @@ func (m *Manager) dropEvent(e *runtimeapi.ContainerEventResponse) bool {
 			return true
 		}
 	}
+	asked := m.epoch.Load()
 	m.mu.Lock()
 	p := m.pods[m.byID[e.ContainerId]]
 	if p == nil {
 		m.mu.Unlock()
 		return false
 	}
-	hide, fake := m.view(p, e.ContainerId)
+	hide, fake, _ := instanceView(p, e.ContainerId, asked)
 	m.mu.Unlock()
 	if hide || fake {
 		return true
 	}
 	for _, s := range e.ContainersStatuses {
-		if err := m.fixStatus(s); err != nil {
+		if err := m.fixStatus(s, asked); err != nil {
 			return true
 		}
 	}

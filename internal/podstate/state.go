@@ -133,6 +133,18 @@ type Pod struct {
 	// pod's executor reads and changes the requests; recordCreate drops an
 	// entry when the kubelet creates the container again.
 	createReq map[string]*runtimeapi.CreateContainerRequest
+	// preSwap is the picture the last swap replaced, for runtime answers
+	// asked for before it and viewed after it (view.go).
+	preSwap swapPicture
+}
+
+// swapPicture is how a restart showed its pod until its swap: the instances
+// shown running, and the new ones hidden (ID -> name). epoch is the
+// Manager.epoch the swap made.
+type swapPicture struct {
+	epoch  uint64
+	fake   map[string]bool
+	hidden map[string]string
 }
 
 // SeqEntry is one container of the pod's start order.
