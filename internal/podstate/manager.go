@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
@@ -79,6 +81,11 @@ type Manager struct {
 	// eventsLive reports the event feed's subscription (events.Feed.Live);
 	// without one, Run rescans every second.
 	eventsLive func() uint64
+
+	// phaseChanged fires at every phase change (fire), exitSeen at every
+	// exit the event feed reports of a tracked container (OnEvent): the
+	// waits of waitIdle and waitFor.
+	phaseChanged, exitSeen signal
 
 	// exited holds the runtime's own encoded ContainerStatus answers for
 	// exited instances of tracked pods, container ID -> *exitedStatus (see
@@ -297,7 +304,8 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 // recorded nothing changes. m.mu held.
 func (m *Manager) abandon(p *Pod) error {
 	snap := p.snapshot()
-	p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
+	m.fire(p, EventAbandoned)
+	p.Scope = ""
 	p.Old, p.Fake, p.New, p.shownRunning, p.held = nil, nil, nil, nil, nil
 	p.Stopped = true
 	if err := m.save(p); err != nil {
@@ -442,7 +450,12 @@ func (m *Manager) classifyExited(ctx context.Context, cs []cview) error {
 	var errs []error
 	for _, id := range need {
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if status.Code(err) == codes.NotFound {
+			continue // removed since it was listed
+		}
 		if err != nil {
+			// Unclassified, the exit must not be shown as it is.
+			errs = append(errs, fmt.Errorf("status of exited %s: %w", id, err))
 			continue
 		}
 		if _, err := m.classify(st.GetStatus()); err != nil {
@@ -536,7 +549,6 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		}
 		return false, nil
 	}
-	now := m.clock.Now()
 	finished := time.Unix(0, s.FinishedAt)
 	started := time.Unix(0, s.StartedAt)
 	key, scope := backoff.Key{PodUID: p.UID}, ""
@@ -546,7 +558,8 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	}
 	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
 	bst := m.bo.Exited(key, p.SandboxID, started, finished)
-	p.Phase, p.PhaseSince, p.Scope = PhaseTerminating, now, scope
+	m.fire(p, EventRuleMatched)
+	p.Scope = scope
 	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
 	p.Old = maps.Clone(p.IDs)
 	if scope != "" {
@@ -600,58 +613,6 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
 	m.kick(p.SandboxID)
 	return true, nil
-}
-
-// execute performs the next steps of a pod's restart; every step is safe to
-// repeat, so a shim killed at any point finishes the restart when it comes back.
-func (m *Manager) execute(ctx context.Context, sandboxID string) error {
-	m.mu.Lock()
-	p := m.pods[sandboxID]
-	if p == nil {
-		m.mu.Unlock()
-		return nil
-	}
-	phase, notBefore := p.Phase, p.NotBefore
-	// Only instances not yet seen exited need stopping: a CRI container
-	// never runs again once it has exited.
-	old := make(map[string]string, len(p.Old))
-	for id, n := range p.Old {
-		if !p.Dead[id] {
-			old[id] = n
-		}
-	}
-	m.mu.Unlock()
-
-	switch phase {
-	case PhaseTerminating:
-		if err := m.refineFake(ctx, sandboxID); err != nil {
-			return err
-		}
-		if err := m.stopAll(ctx, old); err != nil {
-			return err
-		}
-		if wait := notBefore.Sub(m.clock.Now()); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-		m.mu.Lock()
-		if p.Phase == PhaseTerminating {
-			// Not saved here: the first create's intent is saved with it
-			// before anything is created. A shim killed in between resumes
-			// in Terminating, whose steps are all done and repeat as no-ops.
-			p.Phase, p.PhaseSince = PhaseStartup, m.clock.Now()
-		}
-		m.mu.Unlock()
-		return m.replay(ctx, sandboxID)
-	case PhaseStartup:
-		return m.replay(ctx, sandboxID)
-	}
-	return nil
 }
 
 // refineFake drops from the "shown running" set the instances that had in fact

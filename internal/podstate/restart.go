@@ -368,33 +368,6 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 	return nil
 }
 
-// waitFor waits until a started container runs (or, with exit, has exited).
-func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
-	deadline := m.clock.Now().Add(30 * time.Second)
-	for {
-		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-		if err != nil {
-			return nil, fmt.Errorf("status of %s: %w", id, err)
-		}
-		s := st.GetStatus()
-		switch {
-		case !m.inPhase(m.sandboxOf(id), PhaseStartup):
-			return s, nil
-		case s.State == runtimeapi.ContainerState_CONTAINER_EXITED:
-			return s, nil
-		case !exit && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
-			return s, nil
-		case !exit && m.clock.Now().After(deadline):
-			return s, nil // up or not, the kubelet will judge it once it is shown
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 func (m *Manager) inPhase(sandboxID string, ph Phase) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -440,7 +413,7 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 	}
 	p.Scope = ""
 	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
-	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
+	m.fire(p, EventSwapped)
 	// Hold the instances the last full list showed running whose container
 	// gets a new instance now (see Pod.held).
 	replaced := map[string]bool{}
@@ -531,6 +504,7 @@ func (m *Manager) OnEvent(e *events.Event) {
 	// A verdict that could not be recorded is made again at the next look
 	// (save logged it).
 	_, _ = m.classify(s)
+	m.exitSeen.fire()
 }
 
 type metrics struct {

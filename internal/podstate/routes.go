@@ -685,21 +685,3 @@ func (m *Manager) rollbackSandbox(ctx context.Context, id string) {
 		m.log.Error("podstate: removing the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
 	}
 }
-
-// waitIdle returns once the sandbox has no restart in progress.
-func (m *Manager) waitIdle(ctx context.Context, sandboxID string) error {
-	for {
-		m.mu.Lock()
-		p := m.pods[sandboxID]
-		busy := p != nil && p.Phase != PhaseRunning
-		m.mu.Unlock()
-		if !busy {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
