@@ -3,8 +3,6 @@ package podstate
 import (
 	"context"
 	"fmt"
-	"github.com/cri-shim/cri-shim/internal/events"
-	"github.com/cri-shim/cri-shim/internal/proxy"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cri-shim/cri-shim/internal/events"
+	"github.com/cri-shim/cri-shim/internal/proxy"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
