@@ -114,8 +114,7 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) (bool, error) {
 
 // classifyLocked is classify with m.mu held.
 func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
-	sid := m.byID[s.Id]
-	p := m.pods[sid]
+	p := m.podOf(s.Id)
 	name := s.GetMetadata().GetName()
 	if p == nil {
 		return false, nil
@@ -220,7 +219,7 @@ func (m *Manager) OnEvent(e *events.Event) {
 		return
 	}
 	m.mu.Lock()
-	_, known := m.byID[e.ContainerID]
+	known := m.known(e.ContainerID)
 	m.mu.Unlock()
 	if !known {
 		return

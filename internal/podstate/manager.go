@@ -47,7 +47,6 @@ type Manager struct {
 	log   *slog.Logger
 	clock backoff.Clock
 
-	tracked atomic.Int32
 	// epoch counts swaps: a runtime answer is viewed as the pods were at the
 	// epoch its request was made (view.go).
 	epoch atomic.Uint64
@@ -58,8 +57,8 @@ type Manager struct {
 	saves uint64
 	// saveFailing: the last save failed (under mu); its recovery is logged.
 	saveFailing bool
-	pods        map[string]*Pod   // by sandbox ID
-	byID        map[string]string // container ID -> sandbox ID
+	// table is the tracked pods and their instances (table.go).
+	table
 
 	work    chan string
 	active  map[string]context.CancelFunc // sandboxes with an executor running, and its stop (stopExecutor)
@@ -107,10 +106,10 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	}
 	m := &Manager{
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
-		pods: map[string]*Pod{}, byID: map[string]string{},
 		work: make(chan string, 64), active: map[string]context.CancelFunc{},
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 },
 	}
+	m.table.init()
 	pods, errs := st.load()
 	for _, err := range errs {
 		log.Error("podstate: unreadable state file skipped", "err", err)
@@ -127,7 +126,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		return 1
 	})
 	for _, p := range pods {
-		m.adopt(p)
+		m.put(p)
 		if p.Trigger != nil && p.Scope == "" {
 			bo.Restore(backoff.Key{PodUID: p.UID}, p.SandboxID, backoff.State{Restarts: p.Restarts, NotBefore: p.NotBefore})
 		}
@@ -137,29 +136,6 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	}
 	return m, nil
 }
-
-func (m *Manager) adopt(p *Pod) {
-	if p.IDs == nil {
-		p.IDs = map[string]string{}
-	}
-	if p.Latest == nil {
-		p.Latest = map[string]string{}
-	}
-	if p.Creates == nil {
-		p.Creates = map[string][]byte{}
-	}
-	if p.Phase == "" {
-		p.Phase = PhaseRunning
-	}
-	m.pods[p.SandboxID] = p
-	for id := range p.IDs {
-		m.byID[id] = p.SandboxID
-	}
-	m.tracked.Store(int32(len(m.pods)))
-}
-
-// Tracked is the number of pods with rules; zero means every call may be forwarded raw.
-func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
 
 // save writes p's record durably. An error (wrapping statefile.ErrNotDurable)
 // means the change it records must not be acted on: the caller undoes it in

@@ -97,20 +97,16 @@ func (m *Manager) reconcile(ctx context.Context) {
 			_ = m.save(p)
 		}
 	}
-	for id, p := range m.pods {
+	for id := range m.pods {
 		if live[id] {
 			continue
 		}
-		for cid := range p.IDs {
-			delete(m.byID, cid)
-		}
-		delete(m.pods, id)
+		p := m.drop(id)
 		m.stopExecutor(id)
 		m.bo.Forget(p.UID, id)
 		_ = m.st.remove(id)
 		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
 	}
-	m.tracked.Store(int32(len(m.pods)))
 	m.pruneExited(exists)
 	m.st.pruneProblems(live)
 }
@@ -133,12 +129,6 @@ func (m *Manager) forget(p *Pod, id string) bool {
 	if _, ok := p.Old[id]; ok && restarting && !p.Dead[id] {
 		return false // still to be stopped by the restart
 	}
-	delete(p.IDs, id)
-	delete(p.Old, id)
-	delete(p.shownRunning, id)
-	delete(p.held, id)
-	delete(p.Settled, id)
-	delete(p.Dead, id)
-	delete(m.byID, id)
+	m.dropInstance(p, id)
 	return true
 }

@@ -71,7 +71,7 @@ func replaces(p *Pod, name string) bool {
 // means the verdict could not be recorded.
 func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
 	m.mu.Lock()
-	p := m.pods[m.byID[id]]
+	p := m.podOf(id)
 	unsettled := p != nil && !p.Settled[id]
 	m.mu.Unlock()
 	if !unsettled {

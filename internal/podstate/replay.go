@@ -114,9 +114,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
 		}
 		m.mu.Lock()
-		delete(p.New, existing)
-		delete(p.IDs, existing)
-		delete(m.byID, existing)
+		m.dropInstance(p, existing)
 		if p.Retried == nil {
 			p.Retried = map[string]bool{}
 		}
@@ -190,8 +188,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		p.New = map[string]string{}
 	}
 	p.New[id] = name
-	p.IDs[id] = name
-	m.byID[id] = sandboxID
+	m.addInstance(p, id, name)
 	if b, err := proto.Marshal(req); err == nil {
 		p.Creates[name] = b
 		if p.createReq == nil {
@@ -234,19 +231,18 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		snap := p.snapshot()
-		_, known := m.byID[c.Id]
+		known := m.known(c.Id)
 		if p.New == nil {
 			p.New = map[string]string{}
 		}
 		p.New[c.Id] = name
-		p.IDs[c.Id] = name
-		m.byID[c.Id] = sandboxID
+		m.addInstance(p, c.Id, name)
 		p.Creating = ""
 		if err := m.save(p); err != nil {
 			// Not adopted until recorded: the saved intent still finds it.
 			*p = snap
 			if !known {
-				delete(m.byID, c.Id)
+				m.dropInstance(p, c.Id)
 			}
 			return err
 		}
@@ -280,7 +276,7 @@ func (m *Manager) inPhase(sandboxID string, ph Phase) bool {
 func (m *Manager) sandboxOf(id string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.byID[id]
+	return m.table.byID[id]
 }
 
 // swap ends a restart: the new instances become visible and the old ones show

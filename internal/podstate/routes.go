@@ -78,11 +78,10 @@ func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 		PhaseSince: m.clock.Now(),
 	}
 	m.mu.Lock()
-	m.adopt(p)
+	m.put(p)
 	err = m.save(p)
 	if err != nil {
-		delete(m.pods, p.SandboxID)
-		m.tracked.Store(int32(len(m.pods)))
+		m.drop(p.SandboxID)
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -168,8 +167,7 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 		p.Creates[name] = b
 	}
 	delete(p.createReq, name)
-	p.IDs[id] = name
-	m.byID[id] = p.SandboxID
+	m.addInstance(p, id, name)
 	if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
 		for i := range p.Seq {
 			if p.Seq[i].Name == completed {
@@ -181,7 +179,7 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 	p.Latest[name] = id
 	if err := m.save(p); err != nil {
 		*p = snap
-		delete(m.byID, id)
+		m.dropInstance(p, id)
 		return err
 	}
 	return nil
@@ -197,7 +195,7 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 		return nil, unavailable(err)
 	}
 	m.mu.Lock()
-	if p := m.pods[m.byID[req.ContainerId]]; p != nil && !p.Settled[req.ContainerId] {
+	if p := m.podOf(req.ContainerId); p != nil && !p.Settled[req.ContainerId] {
 		settle(p, req.ContainerId)
 		if err := m.save(p); err != nil {
 			// Not stopped: unrecorded, a rule could restart it after a
@@ -246,7 +244,7 @@ func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveCon
 		return nil, err
 	}
 	m.mu.Lock()
-	if p := m.pods[m.byID[req.ContainerId]]; p != nil {
+	if p := m.podOf(req.ContainerId); p != nil {
 		m.forget(p, req.ContainerId)
 	}
 	m.mu.Unlock()
@@ -267,13 +265,8 @@ func (m *Manager) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	if rerr := m.st.remove(req.PodSandboxId); rerr != nil {
 		m.log.Error("podstate: removing state file", "err", rerr)
 	}
-	if p := m.pods[req.PodSandboxId]; p != nil {
-		for id := range p.IDs {
-			delete(m.byID, id)
-		}
-		delete(m.pods, req.PodSandboxId)
+	if p := m.drop(req.PodSandboxId); p != nil {
 		m.stopExecutor(req.PodSandboxId)
-		m.tracked.Store(int32(len(m.pods)))
 		// Only the curve keys this sandbox owns: another (live) sandbox
 		// of the same pod keeps its position (backoff.Tracker).
 		m.bo.Forget(p.UID, req.PodSandboxId)
@@ -558,7 +551,7 @@ func (m *Manager) statusMayChange(v cview, asked uint64) bool {
 
 // statusMayChangeLocked is statusMayChange with m.mu held.
 func (m *Manager) statusMayChangeLocked(v cview, asked uint64) bool {
-	p := m.pods[m.byID[v.id]]
+	p := m.podOf(v.id)
 	return p != nil && statusMayChange(p, v, asked)
 }
 
@@ -590,7 +583,7 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus, asked uint64) error {
 			return err
 		}
 	}
-	p := m.pods[m.byID[s.Id]]
+	p := m.podOf(s.Id)
 	if p == nil || s.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return nil
 	}
@@ -646,7 +639,7 @@ func (m *Manager) dropEvent(e *runtimeapi.ContainerEventResponse) bool {
 	}
 	asked := m.epoch.Load()
 	m.mu.Lock()
-	p := m.pods[m.byID[e.ContainerId]]
+	p := m.podOf(e.ContainerId)
 	if p == nil {
 		m.mu.Unlock()
 		return false
