@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -50,7 +49,7 @@ func (m *Manager) waitIdle(ctx context.Context, sandboxID string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
+			return ctx.Err()
 		case <-changed:
 		}
 	}

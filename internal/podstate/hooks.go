@@ -1,0 +1,51 @@
+package podstate
+
+import (
+	"github.com/containerd/errdefs"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+// The in-place restart takes part in these CRI calls (proxy hooks), one file
+// per call group: sandbox.go (a pod's rules are read, its record dropped),
+// container.go (creates recorded, the kubelet's own stops settled), list.go
+// and status.go (the pod view, view.go, applied to the runtime's answers).
+// Every status path the kubelet reads (ListContainers, ContainerStatus,
+// GetContainerEvents) goes through the same view, so the kubelet never sees
+// a triggering exit as final, whichever call it happens to make first.
+var (
+	_ proxy.RunPodSandboxHook        = (*Manager)(nil)
+	_ proxy.CreateContainerHook      = (*Manager)(nil)
+	_ proxy.StopContainerHook        = (*Manager)(nil)
+	_ proxy.RemoveContainerHook      = (*Manager)(nil)
+	_ proxy.StopPodSandboxHook       = (*Manager)(nil)
+	_ proxy.RemovePodSandboxHook     = (*Manager)(nil)
+	_ proxy.ListPodSandboxObserver   = (*Manager)(nil)
+	_ proxy.ListContainersBytesHook  = (*Manager)(nil)
+	_ proxy.ContainerStatusBytesHook = (*Manager)(nil)
+	_ proxy.GetContainerEventsHook   = (*Manager)(nil)
+	_ proxy.StreamContainersHook     = (*Manager)(nil)
+	_ proxy.Activity                 = (*Manager)(nil)
+)
+
+// HookActive: RunPodSandbox is always seen (it is where a pod's rules are
+// read); the other calls only while a pod on the node is tracked.
+func (m *Manager) HookActive(method proxy.Method) bool {
+	if method == proxy.RunPodSandbox {
+		return true
+	}
+	return m.Tracked() > 0
+}
+
+// ObserveListPodSandbox notes a ListPodSandbox call (see sawSandboxList).
+func (m *Manager) ObserveListPodSandbox(reqLen int) { m.sawSandboxList(reqLen) }
+
+// unavailable is the CRI answer to a call whose step was not carried out
+// because its record could not be made durable: the kubelet retries it.
+func unavailable(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return errdefs.ErrUnavailable.WithMessage("cri-shim: " + err.Error() + "; not carried out")
+}
