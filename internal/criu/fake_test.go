@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
+	"github.com/cri-shim/cri-shim/internal/store"
 )
 
 // fakeRT is containerd for the service: its CRI is the shared fake runtime
@@ -328,7 +329,11 @@ func newFixture(t *testing.T) *fixture {
 	rt.addContainer(t, "sb1", "i1", "init", runtimeapi.ContainerState_CONTAINER_EXITED, 10, 0)
 	rt.addContainer(t, "sb1", "x1", "done", runtimeapi.ContainerState_CONTAINER_CREATED, 40, 0)
 	rt.addContainer(t, "sb2", "c3", "other", runtimeapi.ContainerState_CONTAINER_RUNNING, 50, 0)
-	svc, err := New(Config{Root: root, StateDir: filepath.Join(base, "state"), ShimBinary: "/usr/bin/cri-shim"}, rt, rt, rt,
+	st, err := store.Open(store.RootIn(filepath.Join(base, "state")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, ShimBinary: "/usr/bin/cri-shim"}, rt, rt, rt,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -17,14 +17,19 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/statefile"
+	"github.com/cri-shim/cri-shim/internal/store"
 )
 
 // Config is what the service needs from the shim's configuration.
 type Config struct {
 	// Root confines every checkpoint path.
 	Root string
-	// StateDir holds the service's crash-recovery records (stateDir/checkpoint).
+	// StateDir holds the service's crash-recovery records of checkpoint
+	// calls (stateDir/checkpoint).
 	StateDir string
+	// Store holds the warm-start records (bucket "warm", one per sandbox)
+	// and tells the service when a sandbox is gone.
+	Store *store.Store
 	// MaxPerPod and MaxTotalBytes are the retention of managed checkpoints (0: unbounded).
 	MaxPerPod     int
 	MaxTotalBytes int64
@@ -66,6 +71,9 @@ type Service struct {
 	// inflight tracks captures still running in containerd after their
 	// CheckpointPod returned on deadline expiry (tests wait on it).
 	inflight sync.WaitGroup
+
+	// warmRecs holds the records of warm (warm.go).
+	warmRecs *store.Bucket
 
 	mu   sync.Mutex
 	warm map[string]*warmPod // sandbox ID -> warm start in progress
@@ -110,6 +118,7 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 	if err := s.loadWarm(); err != nil {
 		return nil, err
 	}
+	cfg.Store.Subscribe(s.forgetWarm)
 	return s, nil
 }
 
@@ -143,6 +152,14 @@ func (s *Service) Run(ctx context.Context) {
 // frozenRecord is written before the first pause of a checkpoint and removed
 // once every container is resumed: a shim killed in between finds it at start
 // and resumes them, so no crash leaves a pod frozen.
+//
+// Frozen records are not per-sandbox records of the state store: there is one
+// per call (a later call of a sandbox must not replace the record of an
+// earlier one whose resume is pending), and a record must outlive its
+// sandbox's removal until its containers are resumed or known gone (the
+// resume of a removed container answers NotFound and clears it), so the
+// store's Gone must not remove it. They keep statefile's rule in
+// stateDir/checkpoint.
 type frozenRecord struct {
 	SandboxID  string   `json:"sandboxId"`
 	Containers []string `json:"containers"`
@@ -158,12 +175,7 @@ func (s *Service) frozenPath(r frozenRecord) string {
 }
 
 func (s *Service) writeFrozen(r frozenRecord) error {
-	return writeJSONAtomic(s.frozenPath(r), r)
-}
-
-// writeJSONAtomic replaces path with v as JSON, durably (statefile's rule).
-func writeJSONAtomic(path string, v any) error {
-	return statefile.WriteJSON(path, v, 0o600)
+	return statefile.WriteJSON(s.frozenPath(r), r, 0o600)
 }
 
 // removeRecord deletes a record durably; a failure is logged and counted by

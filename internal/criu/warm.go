@@ -2,7 +2,6 @@ package criu
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/store"
 )
 
 // RestoreFromAnnotation names, on a pod, the checkpoint (a directory name
@@ -42,49 +42,83 @@ type warmPod struct {
 	m    *Manifest
 }
 
-func (s *Service) warmPath(sandboxID string) string {
-	return filepath.Join(s.cfg.StateDir, "checkpoint", sandboxID+".warm.json")
-}
+// warmBucket is the state store's bucket of warm-start records, one per
+// sandbox (key: its ID).
+const warmBucket = "warm"
+
+// legacyWarmSuffix ends the name of a warm-start record an earlier shim kept
+// in stateDir/checkpoint (<sandbox>.warm.json); loadWarm moves them into the
+// store.
+const legacyWarmSuffix = ".warm.json"
 
 func (s *Service) saveWarm(w *warmPod) error {
-	return writeJSONAtomic(s.warmPath(w.SandboxID), w)
+	return s.warmRecs.PutJSON(w.SandboxID, w)
 }
 
-// loadWarm reads the warm starts an earlier shim left in progress. Each is
+// loadWarm reads the warm starts an earlier shim left in progress, after
+// moving into the store those it kept in stateDir/checkpoint. Each is
 // checked again as when it began (confined, namespace binding under the
 // current configuration, archives): one that no longer passes is dropped, and
 // its pod's next containers start fresh. A record without a namespace (written
 // before the binding existed) passes only for a checkpoint without one.
 func (s *Service) loadWarm() error {
-	dir := filepath.Join(s.cfg.StateDir, "checkpoint")
-	ents, err := os.ReadDir(dir)
+	b, err := s.cfg.Store.Bucket(warmBucket)
 	if err != nil {
 		return err
 	}
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".warm.json") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+	s.warmRecs = b
+	if err := s.adoptLegacyWarm(); err != nil {
+		return err
+	}
+	keys, err := b.List()
+	if err != nil {
+		return err
+	}
+	for _, id := range keys {
 		var w warmPod
-		if err == nil {
-			err = json.Unmarshal(b, &w)
-		}
-		if err == nil && w.SandboxID+".warm.json" != e.Name() {
+		err := b.GetJSON(id, &w)
+		if err == nil && w.SandboxID != id {
 			err = fmt.Errorf("record of sandbox %q in the file of another", w.SandboxID)
 		}
 		if err == nil {
 			w.Dir, w.m, err = s.openCheckpoint(w.Dir, w.Namespace)
 		}
 		if err != nil {
-			s.log.Error("checkpoint: dropping a warm-start record that cannot be used", "file", e.Name(), "err", err)
-			s.removeRecord(filepath.Join(dir, e.Name()))
+			s.log.Error("checkpoint: dropping a warm-start record that cannot be used", "sandbox", id, "err", err)
+			s.removeWarmRecord(id)
 			continue
 		}
 		if w.Done == nil {
 			w.Done = map[string]bool{}
 		}
 		s.warm[w.SandboxID] = &w
+	}
+	return nil
+}
+
+// adoptLegacyWarm moves the warm-start records of stateDir/checkpoint into
+// the store, so that an upgraded shim goes on answering running warm-started
+// pods. A name that is no sandbox ID is dropped.
+func (s *Service) adoptLegacyWarm() error {
+	dir := filepath.Join(s.cfg.StateDir, "checkpoint")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), legacyWarmSuffix)
+		if !ok {
+			continue
+		}
+		old := filepath.Join(dir, e.Name())
+		if err := store.CheckKey(id); err != nil {
+			s.log.Error("checkpoint: dropping a warm-start record that names no sandbox", "file", e.Name(), "err", err)
+			s.removeRecord(old)
+			continue
+		}
+		if err := s.warmRecs.Adopt(id, old); err != nil {
+			return fmt.Errorf("moving the warm-start record of %s into the state store: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -279,14 +313,23 @@ func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	return resp, err
 }
 
-// forgetWarm drops the warm-start record of a sandbox, if it has one.
+// forgetWarm drops the warm-start record of a sandbox, if it has one. It is
+// also the service's subscriber to the state store's lifecycle.
 func (s *Service) forgetWarm(id string) {
 	s.mu.Lock()
 	_, ok := s.warm[id]
 	delete(s.warm, id)
 	s.mu.Unlock()
 	if ok {
-		s.removeRecord(s.warmPath(id))
+		s.removeWarmRecord(id)
+	}
+}
+
+// removeWarmRecord deletes a warm-start record durably; a failure is logged
+// and counted by statefile (the sandbox's Gone, or a sweep, tries again).
+func (s *Service) removeWarmRecord(id string) {
+	if err := s.warmRecs.Remove(id); err != nil {
+		s.log.Error("checkpoint: removing a warm-start record", "sandbox", id, "err", err)
 	}
 }
 
@@ -341,7 +384,10 @@ func (s *Service) sweepWarm(ctx context.Context) error {
 	}
 	for _, id := range ids {
 		if !live[id] {
-			s.forgetWarm(id)
+			// Announced to every feature: none keeps records of it.
+			if err := s.cfg.Store.Gone(id); err != nil {
+				s.log.Warn("checkpoint: removing the records of a sandbox that no longer exists", "sandbox", short(id), "err", err)
+			}
 			s.log.Info("checkpoint: removed the warm-start record of a sandbox that no longer exists", "sandbox", short(id))
 		}
 	}

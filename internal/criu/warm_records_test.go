@@ -38,13 +38,7 @@ func (l *listingRT) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodS
 
 func warmFiles(t *testing.T, svc *Service) int {
 	t.Helper()
-	n := 0
-	for _, e := range entries(t, filepath.Join(svc.cfg.StateDir, "checkpoint")) {
-		if strings.HasSuffix(e, ".warm.json") {
-			n++
-		}
-	}
-	return n
+	return len(entries(t, svc.warmRecs.Dir()))
 }
 
 func warmRecords(svc *Service) int {
@@ -180,7 +174,7 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	fx := checkpointed(t)
 	ann := map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)}
-	state := filepath.Join(fx.svc.cfg.StateDir, "checkpoint")
+	state := fx.svc.warmRecs.Dir()
 	broken := func(on bool) { // the records' directory replaced by a file: every write fails
 		t.Helper()
 		if on {
@@ -232,5 +226,60 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	img := fx.rt.container(t, resp.ContainerId).config.Image.Image
 	if img != filepath.Join(fx.dir, archiveName("app")) {
 		t.Fatalf("the kubelet's retry was not restored: image %q", img)
+	}
+}
+
+// An upgraded shim finds the warm-start records an earlier one kept in
+// stateDir/checkpoint (<sandbox>.warm.json): it moves them into the state
+// store and goes on answering the warm-started pod from its checkpoint.
+func TestUpgradeMovesWarmRecordsIntoTheStore(t *testing.T) {
+	fx := checkpointed(t)
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The record where an earlier shim kept it, and nowhere else.
+	rec, err := fx.svc.warmRecs.Get(sb.PodSandboxId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(fx.svc.cfg.StateDir, "checkpoint", sb.PodSandboxId+".warm.json")
+	if err := os.WriteFile(old, rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.svc.warmRecs.Remove(sb.PodSandboxId); err != nil {
+		t.Fatal(err)
+	}
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warmRecords(svc2) != 1 || warmFiles(t, svc2) != 1 {
+		t.Fatalf("after the upgrade: %d records, %d files in the store", warmRecords(svc2), warmFiles(t, svc2))
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Fatalf("old record left: %v", err)
+	}
+	if app := createIn(t, svc2, fx.rt, sb.PodSandboxId, "app"); app.config.Image.Image != filepath.Join(fx.dir, archiveName("app")) {
+		t.Fatalf("the upgraded shim did not restore app (image %q)", app.config.Image.Image)
+	}
+}
+
+// A sandbox the state store announces gone loses its warm start: record and
+// file.
+func TestGoneSandboxLosesItsWarmStart(t *testing.T) {
+	fx := checkpointed(t)
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warmRecords(fx.svc) != 1 || warmFiles(t, fx.svc) != 1 {
+		t.Fatal("no warm start recorded")
+	}
+	if err := fx.svc.cfg.Store.Gone(sb.PodSandboxId); err != nil {
+		t.Fatal(err)
+	}
+	if warmRecords(fx.svc) != 0 || warmFiles(t, fx.svc) != 0 {
+		t.Fatalf("after Gone: %d records, %d files", warmRecords(fx.svc), warmFiles(t, fx.svc))
 	}
 }

@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		exe = ""
 	}
 	checkpoints, err := criu.New(criu.Config{
-		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir,
+		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
