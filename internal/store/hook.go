@@ -10,6 +10,8 @@ import (
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
+var _ proxy.RemovePodSandboxHook = (*Store)(nil)
+
 // RemovePodSandbox is the lifecycle's hook on the CRI call that removes a
 // sandbox: once the runtime has removed it, or answers NotFound (which the
 // kubelet takes as removed; also a NotFound of a later feature), the sandbox
