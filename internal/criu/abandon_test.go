@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // abandon runs a CheckpointPod of c1 and c2 into dir whose deadline expires
@@ -18,7 +20,7 @@ func abandon(t *testing.T, fx *fixture, dir string) (release func()) {
 	fx.rt.holdDump = make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
-	if _, err := fx.svc.CheckpointPod(ctx, cpReq(dir, "c1", "c2")); status.Code(err) != codes.DeadlineExceeded {
+	if _, err := fx.svc.CheckpointPod(ctx, cpReq(dir, "c1", "c2")); status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
 		t.Fatalf("first call: %v, want DeadlineExceeded", err)
 	}
 	hold := fx.rt.holdDump
@@ -80,7 +82,7 @@ func TestRetryDeadlineWhileLeftoverRuns(t *testing.T) {
 	release := abandon(t, fx, fx.dir)
 	pauses := fx.rt.tasks.pauses
 	_, err := fx.svc.CheckpointPod(ctxT(t, 300*time.Millisecond), cpReq(fx.dir, "c1"))
-	if status.Code(err) != codes.Unavailable {
+	if status.Code(proxy.Status(err)) != codes.Unavailable {
 		t.Fatalf("retry while the leftover runs: %v, want Unavailable", err)
 	}
 	if fx.rt.tasks.pauses != pauses {

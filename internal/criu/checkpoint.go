@@ -6,9 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -21,7 +20,7 @@ func (s *Service) CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 	start := s.now()
 	m, err := s.checkpointPod(ctx, req)
 	if err != nil {
-		s.metrics.checkpoints.WithLabelValues(status.Code(err).String()).Inc()
+		s.metrics.checkpoints.WithLabelValues(code(err).String()).Inc()
 		s.log.Warn("checkpoint: CheckpointPod failed", "sandbox", req.GetPodSandboxId(), "path", req.GetOutputPath(), "err", err)
 		return nil, err
 	}
@@ -45,26 +44,26 @@ type target struct {
 
 func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*Manifest, error) {
 	if _, ok := ctx.Deadline(); !ok {
-		return nil, status.Error(codes.InvalidArgument, "CheckpointPod: the call has no deadline; the CRI contract requires one")
+		return nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: the call has no deadline; the CRI contract requires one")
 	}
 	opts, err := parseCheckpointOptions(req.GetOptions())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, "CheckpointPod: "+err.Error())
+		return nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: %v", err)
 	}
 	sandboxID := req.GetPodSandboxId()
 	if sandboxID == "" {
-		return nil, status.Error(codes.InvalidArgument, "CheckpointPod: pod_sandbox_id is empty")
+		return nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: pod_sandbox_id is empty")
 	}
 	ids := req.GetContainerIds()
 	if len(ids) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "CheckpointPod: container_ids is empty; name the running containers to capture")
+		return nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: container_ids is empty; name the running containers to capture")
 	}
 	for i, id := range ids {
 		if id == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container_ids[%d] is empty", i)
+			return nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: container_ids[%d] is empty", i)
 		}
 		if slices.Index(ids, id) != i {
-			return nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %q is listed twice", id)
+			return nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: container %q is listed twice", id)
 		}
 	}
 	out, err := s.outputDir(req.GetOutputPath())
@@ -77,7 +76,7 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		return nil, err // NotFound and the runtime's other codes pass through
 	}
 	if st := sb.GetStatus().GetState(); st != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: sandbox %s is %s, not ready", short(sandboxID), st)
+		return nil, errorf(errdefs.ErrFailedPrecondition, "CheckpointPod: sandbox %s is %s, not ready", short(sandboxID), st)
 	}
 	sandboxID = sb.GetStatus().GetId() // the runtime accepts a unique prefix; use the full ID from here on
 	j, err := s.claim(ctx, sandboxID, out, s.resumeMargin(len(ids)))
@@ -101,7 +100,7 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		// containerd restores container by container: the first restored
 		// container's new children take PIDs the next one must get back, and
 		// CRIU fails ("Can't fork for N: File exists"). Seen on this stack.
-		return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: sandbox %s shares one PID namespace between its containers (shareProcessNamespace); "+
+		return nil, errorf(errdefs.ErrFailedPrecondition, "CheckpointPod: sandbox %s shares one PID namespace between its containers (shareProcessNamespace); "+
 			"cri-shim cannot restore several containers of such a pod reliably, so it does not checkpoint them together (checkpoint one container at a time)", short(sandboxID))
 	}
 
@@ -126,7 +125,7 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 	s.removeRecord(s.frozenPath(j.rec)) // every container runs again
 	if err != nil {
 		_ = s.removeOutput(out)
-		return nil, status.Errorf(codes.Internal, "CheckpointPod: writing the checkpoint's manifest: %v (partial checkpoint removed)", err)
+		return nil, errorf(errdefs.ErrInternal, "CheckpointPod: writing the checkpoint's manifest: %v (partial checkpoint removed)", err)
 	}
 	if opts.managed {
 		s.retain(out)
@@ -139,14 +138,14 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 func (s *Service) outputDir(p string) (string, error) {
 	out, err := confine(s.cfg.Root, p)
 	if err != nil {
-		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path: %v", err)
+		return "", errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path: %v", err)
 	}
 	fi, err := os.Stat(out)
 	if err != nil {
-		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path: %v", err)
+		return "", errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path: %v", err)
 	}
 	if !fi.IsDir() {
-		return "", status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path %q is not a directory", p)
+		return "", errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path %q is not a directory", p)
 	}
 	return out, nil
 }
@@ -154,10 +153,10 @@ func (s *Service) outputDir(p string) (string, error) {
 func checkEmpty(out, p string) error {
 	ents, err := os.ReadDir(out)
 	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "CheckpointPod: output_path: %v", err)
+		return errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path: %v", err)
 	}
 	if len(ents) > 0 {
-		return status.Errorf(codes.FailedPrecondition, "CheckpointPod: output_path %q is not empty (%d entries, first %q)", p, len(ents), ents[0].Name())
+		return errorf(errdefs.ErrFailedPrecondition, "CheckpointPod: output_path %q is not empty (%d entries, first %q)", p, len(ents), ents[0].Name())
 	}
 	return nil
 }

@@ -9,8 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/containerd/errdefs"
 
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
@@ -23,15 +22,15 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	// a marked directory, which the next start empties.
 	if err := writeFileSync(filepath.Join(out, incompleteFile), nil); err != nil {
 		_ = s.removeOutput(out)
-		return status.Errorf(codes.Unavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
+		return errorf(errdefs.ErrUnavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
 	}
 	if err := statefile.SyncDir(out); err != nil {
 		_ = s.removeOutput(out)
-		return status.Errorf(codes.Unavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
+		return errorf(errdefs.ErrUnavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
 	}
 	if err := os.Mkdir(filepath.Join(out, containersDir), 0o700); err != nil {
 		_ = s.removeOutput(out)
-		return status.Errorf(codes.Internal, "CheckpointPod: %v", err)
+		return errorf(errdefs.ErrInternal, "CheckpointPod: %v", err)
 	}
 	ids := make([]string, len(targets))
 	for i, t := range targets {
@@ -43,7 +42,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		_ = s.removeOutput(out)
 		// Without the record a kill -9 while paused would leave the pod
 		// frozen: nothing is paused, and the kubelet may retry.
-		return status.Errorf(codes.Unavailable, "CheckpointPod: recording the pause: %v; nothing was paused", err)
+		return errorf(errdefs.ErrUnavailable, "CheckpointPod: recording the pause: %v; nothing was paused", err)
 	}
 	fail := func(err error) error {
 		_ = s.removeOutput(out)
@@ -58,7 +57,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	deadline, _ := ctx.Deadline()
 	margin := s.resumeMargin(len(targets))
 	if time.Until(deadline) < 2*margin {
-		return fail(status.Errorf(codes.DeadlineExceeded, "CheckpointPod: %s left of the deadline is too little to pause, capture and resume %d containers; nothing was paused",
+		return fail(errorf(context.DeadlineExceeded, "CheckpointPod: %s left of the deadline is too little to pause, capture and resume %d containers; nothing was paused",
 			time.Until(deadline).Round(time.Millisecond), len(targets)))
 	}
 	giveUp := time.NewTimer(time.Until(deadline) - margin)
@@ -70,9 +69,9 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		if err := s.tasks.Pause(ctx, t.id); err != nil {
 			if rerr := s.thawAll(context.WithoutCancel(ctx), ids[:i], true); rerr != nil {
 				s.resumeFailed(rerr)
-				return status.Errorf(codes.Internal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
+				return errorf(errdefs.ErrInternal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
 			}
-			return fail(status.Errorf(codes.Internal, "CheckpointPod: pausing container %s (%s): %v", short(t.id), t.name, err))
+			return fail(errorf(errdefs.ErrInternal, "CheckpointPod: pausing container %s (%s): %v", short(t.id), t.name, err))
 		}
 	}
 
@@ -121,7 +120,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			// Run resumes the containers and empties the output once it
 			// has ended (resumeOne).
 			s.resumeFailed(fmt.Errorf("capture still running in containerd after %s", s.dumpTimeout))
-			return status.Errorf(codes.DeadlineExceeded, "CheckpointPod: containerd's capture did not end within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
+			return errorf(context.DeadlineExceeded, "CheckpointPod: containerd's capture did not end within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
 		}
 	case <-giveUp.C:
 		// Deadline: resume now, return, and finish cleaning up once
@@ -152,7 +151,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		} else {
 			msg += "; every container was resumed"
 		}
-		return status.Error(codes.DeadlineExceeded, msg)
+		return errorf(context.DeadlineExceeded, "%s", msg)
 	}
 
 	rerr := s.thawAll(context.WithoutCancel(ctx), ids, true)
@@ -161,23 +160,20 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	m.FrozenSeconds = frozen.Seconds()
 	for i, err := range errs {
 		if err != nil {
-			msg := fmt.Sprintf("CheckpointPod: capturing container %s (%s): %v", short(targets[i].id), targets[i].name, status.Convert(err).Message())
-			code := status.Code(err)
-			if code == codes.OK || code == codes.Unknown {
-				code = codes.Internal
-			}
+			msg := fmt.Sprintf("CheckpointPod: capturing container %s (%s): %v", short(targets[i].id), targets[i].name, message(err))
+			kind := runtimeKind(err)
 			if rerr != nil {
 				s.resumeFailed(rerr)
 				_ = s.removeOutput(out)
-				return status.Errorf(code, "%s; resuming failed, cri-shim retries: %v", msg, rerr)
+				return errorf(kind, "%s; resuming failed, cri-shim retries: %v", msg, rerr)
 			}
-			return fail(status.Error(code, msg+"; every container was resumed and the partial checkpoint removed"))
+			return fail(errorf(kind, "%s; every container was resumed and the partial checkpoint removed", msg))
 		}
 	}
 	if rerr != nil {
 		s.resumeFailed(rerr)
 		_ = s.removeOutput(out)
-		return status.Errorf(codes.Internal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
+		return errorf(errdefs.ErrInternal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
 	}
 	// The pod runs again: write the archives, in parallel.
 	sizes := make([]int64, len(targets))
@@ -191,11 +187,11 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	pw.Wait()
 	for i, t := range targets {
 		if perrs[i] != nil {
-			code := codes.Internal
+			var kind error = errdefs.ErrInternal
 			if ctx.Err() != nil {
-				code = codes.DeadlineExceeded
+				kind = context.DeadlineExceeded
 			}
-			return fail(status.Errorf(code, "CheckpointPod: writing the archive of container %s (%s): %v; the pod runs, the partial checkpoint was removed", short(t.id), t.name, perrs[i]))
+			return fail(errorf(kind, "CheckpointPod: writing the archive of container %s (%s): %v; the pod runs, the partial checkpoint was removed", short(t.id), t.name, perrs[i]))
 		}
 		st := t.status
 		imageID := st.GetImageId()

@@ -5,8 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -29,17 +28,17 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 	for _, id := range ids {
 		c := byID[id]
 		if c == nil {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %q is not a container of sandbox %s", id, short(sandboxID))
+			return nil, nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: container %q is not a container of sandbox %s", id, short(sandboxID))
 		}
 		name := c.GetMetadata().GetName()
 		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
-			return nil, nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: container %s (%s) is %s; only running containers can be checkpointed", short(id), name, c.GetState())
+			return nil, nil, errorf(errdefs.ErrFailedPrecondition, "CheckpointPod: container %s (%s) is %s; only running containers can be checkpointed", short(id), name, c.GetState())
 		}
 		if err := CheckContainerName(name); err != nil {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: container %s: %v", short(id), err)
+			return nil, nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: container %s: %v", short(id), err)
 		}
 		if names[name] {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "CheckpointPod: two selected containers are named %q", name)
+			return nil, nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: two selected containers are named %q", name)
 		}
 		names[name] = true
 		st, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
@@ -50,11 +49,11 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 			// containerd 2.2 dereferences the captured container's annotations
 			// on restore and panics on a nil map (NODE-STACK.md): refuse now
 			// rather than write a checkpoint that crashes the runtime later.
-			return nil, nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: container %s (%s) has no annotations; containerd cannot restore such a checkpoint (create it with at least one annotation; the kubelet always sets some)", short(id), name)
+			return nil, nil, errorf(errdefs.ErrFailedPrecondition, "CheckpointPod: container %s (%s) has no annotations; containerd cannot restore such a checkpoint (create it with at least one annotation; the kubelet always sets some)", short(id), name)
 		}
 		info, err := s.tasks.Info(ctx, id)
 		if err != nil {
-			return nil, nil, status.Errorf(codes.Internal, "CheckpointPod: container %s (%s): reading containerd's record: %v", short(id), name, err)
+			return nil, nil, errorf(errdefs.ErrInternal, "CheckpointPod: container %s (%s): reading containerd's record: %v", short(id), name, err)
 		}
 		targets = append(targets, target{id: id, name: name, created: c.GetCreatedAt(), status: st.GetStatus(), info: info})
 	}

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 func cpReq(dir string, ids ...string) *runtimeapi.CheckpointPodRequest {
@@ -147,7 +149,7 @@ func TestCheckpointPodRefusals(t *testing.T) {
 			ctx = ctxT(t, 5*time.Second)
 		}
 		_, err := fx.svc.CheckpointPod(ctx, c.req)
-		if status.Code(err) != c.code {
+		if status.Code(proxy.Status(err)) != c.code {
 			t.Errorf("%s: got %v, want %s", c.name, err, c.code)
 		}
 		if fx.rt.tasks.pauses != 0 || len(fx.rt.dumpSeen) != 0 {
@@ -172,7 +174,7 @@ func TestCheckpointPodSecondCaptureFails(t *testing.T) {
 			req.Options = map[string]string{OptionSequential: "true"}
 		}
 		_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), req)
-		if status.Code(err) != codes.Internal {
+		if status.Code(proxy.Status(err)) != codes.Internal {
 			t.Fatalf("got %v, want Internal", err)
 		}
 		assertClean(t, fx, "after a failed capture")
@@ -183,7 +185,7 @@ func TestCheckpointPodPauseFails(t *testing.T) {
 	fx := newFixture(t)
 	fx.rt.tasks.failPause["c1"] = true
 	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c2", "c1"))
-	if status.Code(err) != codes.Internal {
+	if status.Code(proxy.Status(err)) != codes.Internal {
 		t.Fatalf("got %v", err)
 	}
 	assertClean(t, fx, "after a failed pause")
@@ -199,7 +201,7 @@ func TestCheckpointPodDeadlineMidCapture(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	_, err := fx.svc.CheckpointPod(ctx, cpReq(fx.dir, "c1", "c2"))
-	if status.Code(err) != codes.DeadlineExceeded {
+	if status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
 	}
 	if dl, _ := ctx.Deadline(); time.Now().After(dl) {
@@ -230,7 +232,7 @@ func TestCheckpointPodDeadlineTooShort(t *testing.T) {
 	fx := newFixture(t)
 	fx.svc.marginBase = time.Second
 	_, err := fx.svc.CheckpointPod(ctxT(t, 1500*time.Millisecond), cpReq(fx.dir, "c1", "c2"))
-	if status.Code(err) != codes.DeadlineExceeded {
+	if status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
 		t.Fatalf("got %v", err)
 	}
 	if fx.rt.tasks.pauses != 0 {
@@ -325,7 +327,7 @@ func TestConcurrentCheckpointOfOnePodRefused(t *testing.T) {
 	dir2 := filepath.Join(fx.root, "cp2")
 	os.Mkdir(dir2, 0o700)
 	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(dir2, "c2"))
-	if status.Code(err) != codes.FailedPrecondition {
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition {
 		t.Fatalf("second checkpoint of the pod: %v", err)
 	}
 	close(fx.rt.holdDump)

@@ -4,8 +4,7 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/containerd/errdefs"
 )
 
 // A job owns what one CheckpointPod call acts on: its sandbox (the pause and
@@ -46,7 +45,7 @@ func (s *Service) claim(ctx context.Context, sandbox, out string, margin time.Du
 		returned := j.returned
 		s.mu.Unlock()
 		if !returned {
-			return nil, status.Errorf(codes.FailedPrecondition, "CheckpointPod: a checkpoint of %s is already in progress", what)
+			return nil, errorf(errdefs.ErrFailedPrecondition, "CheckpointPod: a checkpoint of %s is already in progress", what)
 		}
 		wait := time.Duration(-1)
 		if dl, ok := ctx.Deadline(); ok {
@@ -69,7 +68,7 @@ func (s *Service) claim(ctx context.Context, sandbox, out string, margin time.Du
 }
 
 func (s *Service) leftoverBusy(what string) error {
-	return status.Errorf(codes.Unavailable, "CheckpointPod: an earlier checkpoint of %s, abandoned at its deadline, is still finishing in containerd; "+
+	return errorf(errdefs.ErrUnavailable, "CheckpointPod: an earlier checkpoint of %s, abandoned at its deadline, is still finishing in containerd; "+
 		"nothing was paused; retry once it ends", what)
 }
 

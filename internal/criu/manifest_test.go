@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // Manifests whose names would build paths outside containers/ (or are no
@@ -108,11 +110,11 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 			fx := checkpointed(t)
 			tc.escape(t, fx.dir)
 			_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
-			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "archive") {
+			if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "archive") {
 				t.Errorf("RestorePod: %v, want FailedPrecondition about an archive", err)
 			}
 			_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)})
-			if status.Code(err) != codes.FailedPrecondition {
+			if status.Code(proxy.Status(err)) != codes.FailedPrecondition {
 				t.Errorf("warm start: %v, want FailedPrecondition", err)
 			}
 			if fx.rt.sandboxCount() != 2 {
@@ -136,7 +138,7 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			return fx.rt.CreateContainer(ctx, r)
 		})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "outside") {
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "outside") {
 		t.Fatalf("archive swapped for a symlink out: %v", err)
 	}
 	if fx.rt.containerCount() != n {
@@ -159,7 +161,7 @@ func TestManifestSymlinkIsNotFollowed(t *testing.T) {
 	if _, err := ReadManifest(fx.dir); err == nil {
 		t.Fatal("a symlinked manifest was read")
 	}
-	if _, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar")); status.Code(err) != codes.NotFound {
+	if _, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar")); status.Code(proxy.Status(err)) != codes.NotFound {
 		t.Fatalf("RestorePod of a symlinked manifest: %v", err)
 	}
 }
@@ -170,7 +172,7 @@ func TestCheckpointRefusesNamesThatAreNotLabels(t *testing.T) {
 	fx := newFixture(t)
 	fx.rt.addContainer(t, "sb1", "c9", "App_1", runtimeapi.ContainerState_CONTAINER_RUNNING, 35, 0)
 	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c9"))
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "DNS-1123") {
+	if status.Code(proxy.Status(err)) != codes.InvalidArgument || !strings.Contains(err.Error(), "DNS-1123") {
 		t.Fatalf("container App_1: %v", err)
 	}
 	fx.rt.addContainer(t, "sb1", "i9", "Init.old", runtimeapi.ContainerState_CONTAINER_EXITED, 5, 0)

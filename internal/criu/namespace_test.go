@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // runSandboxIn is runSandbox for a pod of namespace ns.
@@ -60,10 +62,10 @@ func TestRestorePodNamespaceBinding(t *testing.T) {
 	}
 	foreign := in("other", restoreReq(fx.dir, "app", "sidecar"))
 	_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), foreign)
-	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "own namespace") || !strings.Contains(err.Error(), "restore_namespace_allow") {
+	if status.Code(proxy.Status(err)) != codes.NotFound || !strings.Contains(err.Error(), "own namespace") || !strings.Contains(err.Error(), "restore_namespace_allow") {
 		t.Fatalf("foreign checkpoint: %v, want NotFound naming the rule", err)
 	}
-	if l := leaks(status.Convert(err).Message(), fx); len(l) > 0 {
+	if l := leaks(status.Convert(proxy.Status(err)).Message(), fx); len(l) > 0 {
 		t.Errorf("the refusal tells %v about the checkpoint: %v", l, err)
 	}
 	_, missing := fx.svc.RestorePod(ctxT(t, 5*time.Second), in("other", restoreReq(filepath.Join(fx.root, "gone"), "app", "sidecar")))
@@ -82,7 +84,7 @@ func TestRestorePodNamespaceBinding(t *testing.T) {
 		}
 	}
 	// A pod without a namespace is not in "ns" either.
-	if _, e := fx.svc.RestorePod(ctxT(t, 5*time.Second), in("", restoreReq(fx.dir, "app", "sidecar"))); status.Code(e) != codes.NotFound {
+	if _, e := fx.svc.RestorePod(ctxT(t, 5*time.Second), in("", restoreReq(fx.dir, "app", "sidecar"))); status.Code(proxy.Status(e)) != codes.NotFound {
 		t.Errorf("pod without a namespace: %v", e)
 	}
 	if fx.rt.sandboxCount() != 2 {
@@ -91,7 +93,7 @@ func TestRestorePodNamespaceBinding(t *testing.T) {
 
 	// The reverse pair does not open this direction; the pair does.
 	allowing(fx.svc, [2]string{"other", "ns"})
-	if _, e := fx.svc.RestorePod(ctxT(t, 5*time.Second), in("other", restoreReq(fx.dir, "app", "sidecar"))); status.Code(e) != codes.NotFound {
+	if _, e := fx.svc.RestorePod(ctxT(t, 5*time.Second), in("other", restoreReq(fx.dir, "app", "sidecar"))); status.Code(proxy.Status(e)) != codes.NotFound {
 		t.Errorf("reverse pair allowed the restore: %v", e)
 	}
 	allowing(fx.svc, [2]string{"ns", "other"})
@@ -101,7 +103,7 @@ func TestRestorePodNamespaceBinding(t *testing.T) {
 	// Once allowed, details are reported.
 	wrongImage = in("other", restoreReq(fx.dir, "app", "sidecar"))
 	wrongImage.ContainerConfigs[0].Image.Image = "docker.io/library/nginx:latest"
-	if _, e := fx.svc.RestorePod(ctxT(t, 5*time.Second), wrongImage); status.Code(e) != codes.InvalidArgument || !strings.Contains(e.Error(), "busybox") {
+	if _, e := fx.svc.RestorePod(ctxT(t, 5*time.Second), wrongImage); status.Code(proxy.Status(e)) != codes.InvalidArgument || !strings.Contains(e.Error(), "busybox") {
 		t.Errorf("allowed pair, wrong image: %v", e)
 	}
 	// The same namespace needs no pair.
@@ -122,15 +124,15 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	}
 	name := filepath.Base(cp)
 	_, err := runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{RestoreFromAnnotation: name})
-	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "own namespace") || !strings.Contains(err.Error(), "kubelet retries") {
+	if status.Code(proxy.Status(err)) != codes.NotFound || !strings.Contains(err.Error(), "own namespace") || !strings.Contains(err.Error(), "kubelet retries") {
 		t.Fatalf("foreign warm start: %v, want NotFound naming the rule", err)
 	}
-	msg := strings.ReplaceAll(status.Convert(err).Message(), name, "NAME")
+	msg := strings.ReplaceAll(status.Convert(proxy.Status(err)).Message(), name, "NAME")
 	if l := leaks(msg, fx); len(l) > 0 {
 		t.Errorf("the refusal tells %v about the checkpoint: %v", l, err)
 	}
 	_, missing := runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{RestoreFromAnnotation: "ns-pod1-20260101T000001Z"})
-	if msg != strings.ReplaceAll(status.Convert(missing).Message(), "ns-pod1-20260101T000001Z", "NAME") || status.Code(missing) != status.Code(err) {
+	if msg != strings.ReplaceAll(status.Convert(proxy.Status(missing)).Message(), "ns-pod1-20260101T000001Z", "NAME") || status.Code(proxy.Status(missing)) != status.Code(proxy.Status(err)) {
 		t.Errorf("a foreign checkpoint and a missing one are told apart:\n%v\n%v", err, missing)
 	}
 	if fx.rt.sandboxCount() != 2 || len(fx.svc.warm) != 0 {
@@ -148,7 +150,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 			return fx.rt.CreateContainer(ctx, r)
 		})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "busybox") {
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "busybox") {
 		t.Fatalf("same namespace, wrong image: %v", err)
 	}
 	if app := createIn(t, fx.svc, fx.rt, sb.PodSandboxId, "app"); app.config.Image.Image != filepath.Join(cp, archiveName("app")) {
@@ -190,10 +192,10 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 			t.Fatal("a container was created")
 			return nil, nil
 		})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "own namespace") {
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "own namespace") {
 		t.Fatalf("use of a record no longer allowed: %v", err)
 	}
-	if l := leaks(strings.NewReplacer(`container "app"`, "", name, "NAME").Replace(status.Convert(err).Message()), fx); len(l) > 0 {
+	if l := leaks(strings.NewReplacer(`container "app"`, "", name, "NAME").Replace(status.Convert(proxy.Status(err)).Message()), fx); len(l) > 0 {
 		t.Errorf("the refusal tells %v about the checkpoint: %v", l, err)
 	}
 }

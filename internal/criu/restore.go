@@ -10,8 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -24,7 +23,7 @@ func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	start := s.now()
 	resp, err := s.restorePod(ctx, req)
 	if err != nil {
-		s.metrics.restores.WithLabelValues(status.Code(err).String()).Inc()
+		s.metrics.restores.WithLabelValues(code(err).String()).Inc()
 		s.log.Warn("checkpoint: RestorePod failed", "path", req.GetCheckpointPath(), "err", err)
 		return nil, err
 	}
@@ -49,7 +48,7 @@ func (s *Service) openCheckpoint(p, ns string) (string, *Manifest, error) {
 		if errors.Is(err, os.ErrNotExist) && !errors.Is(err, errOutsideRoot) {
 			return "", nil, s.noCheckpoint(p, ns, err)
 		}
-		return "", nil, status.Errorf(codes.InvalidArgument, "checkpoint path: %v", err)
+		return "", nil, errorf(errdefs.ErrInvalidArgument, "checkpoint path: %v", err)
 	}
 	m, err := readManifestUnvalidated(dir)
 	if err != nil {
@@ -60,11 +59,11 @@ func (s *Service) openCheckpoint(p, ns string) (string, *Manifest, error) {
 			m.Pod.Namespace, m.Pod.Name, ns, m.Pod.Namespace))
 	}
 	if err := m.Validate(); err != nil {
-		return "", nil, status.Errorf(codes.FailedPrecondition, "checkpoint %s: manifest: %v", dir, err)
+		return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: manifest: %v", dir, err)
 	}
 	for _, c := range m.Containers {
 		if _, err := archivePath(dir, c); err != nil {
-			return "", nil, status.Errorf(codes.FailedPrecondition, "checkpoint %s: container %q: %v", dir, c.Name, err)
+			return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: container %q: %v", dir, c.Name, err)
 		}
 	}
 	return dir, m, nil
@@ -82,7 +81,7 @@ func (s *Service) restoreAllowed(from, to string) bool {
 // names the rule and nothing of the checkpoint; why is logged for the operator.
 func (s *Service) noCheckpoint(path, ns string, why error) error {
 	s.log.Warn("checkpoint: restore refused", "path", path, "podNamespace", ns, "reason", why)
-	return status.Errorf(codes.NotFound, "no checkpoint that a pod of namespace %q may restore: "+
+	return errorf(errdefs.ErrNotFound, "no checkpoint that a pod of namespace %q may restore: "+
 		"it does not exist, is incomplete, or was taken of a pod in another namespace "+
 		"(a pod restores only from a checkpoint of a pod in its own namespace unless the node's [checkpoint] restore_namespace_allow lists the pair)", ns)
 }
@@ -90,7 +89,7 @@ func (s *Service) noCheckpoint(path, ns string, why error) error {
 // checkHandler refuses a runtime handler other than the checkpoint's.
 func checkHandler(m *Manifest, handler string) error {
 	if handler != m.Pod.RuntimeHandler {
-		return status.Errorf(codes.FailedPrecondition, "runtime handler %q cannot restore a checkpoint taken under handler %q", handler, m.Pod.RuntimeHandler)
+		return errorf(errdefs.ErrFailedPrecondition, "runtime handler %q cannot restore a checkpoint taken under handler %q", handler, m.Pod.RuntimeHandler)
 	}
 	return nil
 }
@@ -148,30 +147,30 @@ const restoreTimeout = 4 * time.Minute
 
 func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequest) (*runtimeapi.RestorePodResponse, error) {
 	if _, ok := ctx.Deadline(); !ok {
-		return nil, status.Error(codes.InvalidArgument, "RestorePod: the call has no deadline; the CRI contract requires one")
+		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: the call has no deadline; the CRI contract requires one")
 	}
 	if err := parseRestoreOptions(req.GetOptions()); err != nil {
-		return nil, status.Error(codes.InvalidArgument, "RestorePod: "+err.Error())
+		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: %v", err)
 	}
 	if req.GetConfig() == nil {
-		return nil, status.Error(codes.InvalidArgument, "RestorePod: config (the new sandbox's configuration) is missing")
+		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: config (the new sandbox's configuration) is missing")
 	}
 	dir, m, err := s.openCheckpoint(req.GetCheckpointPath(), req.GetConfig().GetMetadata().GetNamespace())
 	if err != nil {
-		return nil, status.Error(status.Code(err), "RestorePod: "+status.Convert(err).Message())
+		return nil, fmt.Errorf("RestorePod: %w", err)
 	}
 	cfgs := req.GetContainerConfigs()
 	if len(cfgs) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "RestorePod: container_configs is empty")
+		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container_configs is empty")
 	}
 	byName := make(map[string]*runtimeapi.ContainerConfig, len(cfgs))
 	for i, c := range cfgs {
 		n := c.GetMetadata().GetName()
 		if n == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "RestorePod: container_configs[%d] has no metadata name", i)
+			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container_configs[%d] has no metadata name", i)
 		}
 		if byName[n] != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "RestorePod: container %q is configured twice", n)
+			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q is configured twice", n)
 		}
 		byName[n] = c
 	}
@@ -188,16 +187,16 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	}
 	if len(missing)+len(extra) > 0 {
 		slices.Sort(extra)
-		return nil, status.Errorf(codes.InvalidArgument, "RestorePod: container names must be exactly the checkpoint's %v: missing %v, not in the checkpoint %v",
+		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container names must be exactly the checkpoint's %v: missing %v, not in the checkpoint %v",
 			names(m), missing, extra)
 	}
 	for _, e := range m.Containers {
 		if img := byName[e.Name].GetImage(); !s.imageMatches(ctx, img, e) {
-			return nil, status.Errorf(codes.InvalidArgument, "RestorePod: container %q: image %q is not the checkpointed image %q (%s)", e.Name, img.GetImage(), e.Image, e.ImageRef)
+			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q: image %q is not the checkpointed image %q (%s)", e.Name, img.GetImage(), e.Image, e.ImageRef)
 		}
 	}
 	if err := checkHandler(m, req.GetRuntimeHandler()); err != nil {
-		return nil, status.Error(codes.FailedPrecondition, "RestorePod: "+status.Convert(err).Message())
+		return nil, fmt.Errorf("RestorePod: %w", err)
 	}
 
 	// The runtime's calls run to completion whatever the caller's deadline,
@@ -206,7 +205,7 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	defer cancel()
 	sb, err := s.rt.RunPodSandbox(rctx, &runtimeapi.RunPodSandboxRequest{Config: req.GetConfig(), RuntimeHandler: req.GetRuntimeHandler()})
 	if err != nil {
-		return nil, status.Errorf(status.Code(err), "RestorePod: creating the sandbox: %s", status.Convert(err).Message())
+		return nil, errorf(err, "RestorePod: creating the sandbox: %s", message(err))
 	}
 	resp := &runtimeapi.RestorePodResponse{PodSandboxId: sb.GetPodSandboxId()}
 	undo := func(cause error) error {
@@ -224,28 +223,28 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 		}
 		if err := errors.Join(errs...); err != nil {
 			s.log.Error("checkpoint: removing what a failed RestorePod created", "sandbox", resp.PodSandboxId, "err", err)
-			return status.Errorf(status.Code(cause), "%s; removing what it created failed too: %v", status.Convert(cause).Message(), err)
+			return errorf(cause, "%s; removing what it created failed too: %v", message(cause), err)
 		}
 		return cause
 	}
 	for _, e := range m.Containers {
 		if err := ctx.Err(); err != nil {
-			return nil, undo(status.Errorf(codes.DeadlineExceeded, "RestorePod: deadline expired before container %q was created; everything the call created was removed", e.Name))
+			return nil, undo(errorf(context.DeadlineExceeded, "RestorePod: deadline expired before container %q was created; everything the call created was removed", e.Name))
 		}
 		archive, err := archivePath(dir, e)
 		if err != nil {
-			return nil, undo(status.Errorf(codes.FailedPrecondition, "RestorePod: container %q: %v; everything the call created was removed", e.Name, err))
+			return nil, undo(errorf(errdefs.ErrFailedPrecondition, "RestorePod: container %q: %v; everything the call created was removed", e.Name, err))
 		}
 		cr, err := s.rt.CreateContainer(rctx, &runtimeapi.CreateContainerRequest{
 			PodSandboxId: resp.PodSandboxId, Config: restoredConfig(byName[e.Name], archive, e), SandboxConfig: req.GetConfig(),
 		})
 		if err != nil {
-			return nil, undo(status.Errorf(status.Code(err), "RestorePod: restoring container %q: %s; everything the call created was removed", e.Name, status.Convert(err).Message()))
+			return nil, undo(errorf(err, "RestorePod: restoring container %q: %s; everything the call created was removed", e.Name, message(err)))
 		}
 		resp.RestoredContainers = append(resp.RestoredContainers, &runtimeapi.RestoredContainer{Name: e.Name, ContainerId: cr.GetContainerId()})
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, undo(status.Error(codes.DeadlineExceeded, "RestorePod: deadline expired; everything the call created was removed"))
+		return nil, undo(errorf(context.DeadlineExceeded, "RestorePod: deadline expired; everything the call created was removed"))
 	}
 	// One entry per request entry, in the request's order.
 	order := make(map[string]int, len(cfgs))

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 func checkpointed(t *testing.T) *fixture {
@@ -102,7 +104,7 @@ func TestRestorePodRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), c.req)
-		if status.Code(err) != c.code {
+		if status.Code(proxy.Status(err)) != c.code {
 			t.Errorf("%s: got %v, want %s", c.name, err, c.code)
 		}
 	}
@@ -117,7 +119,7 @@ func TestRestorePodFailureRemovesWhatItCreated(t *testing.T) {
 	fx.rt.failCreate = 2
 	sandboxes, containers := fx.rt.sandboxCount(), fx.rt.containerCount()
 	_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "removed") {
+	if status.Code(proxy.Status(err)) != codes.Internal || !strings.Contains(err.Error(), "removed") {
 		t.Fatalf("got %v", err)
 	}
 	if fx.rt.creates != 2 {
@@ -154,11 +156,11 @@ func TestWarmStart(t *testing.T) {
 	ann := map[string]string{RestoreFromAnnotation: "later"}
 	// No checkpoint yet: the sandbox fails with a clear message, nothing is created.
 	_, err := runSandbox(t, fx.svc, fx.rt, ann)
-	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "kubelet retries") {
+	if status.Code(proxy.Status(err)) != codes.NotFound || !strings.Contains(err.Error(), "kubelet retries") {
 		t.Fatalf("missing checkpoint: %v", err)
 	}
 	for _, bad := range []string{"../cp1", "a/b", ".", ""} {
-		if _, err := runSandbox(t, fx.svc, fx.rt, map[string]string{RestoreFromAnnotation: bad}); status.Code(err) != codes.InvalidArgument {
+		if _, err := runSandbox(t, fx.svc, fx.rt, map[string]string{RestoreFromAnnotation: bad}); status.Code(proxy.Status(err)) != codes.InvalidArgument {
 			t.Errorf("annotation %q: %v", bad, err)
 		}
 	}

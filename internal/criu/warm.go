@@ -10,8 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -156,20 +155,21 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if !ok {
 		return next(ctx, req)
 	}
-	fail := func(code codes.Code, format string, a ...any) error {
-		s.metrics.warmStarts.WithLabelValues(code.String()).Inc()
-		return status.Errorf(code, "cri-shim: %s %q: %s", RestoreFromAnnotation, name, fmt.Sprintf(format, a...))
+	fail := func(kind error, format string, a ...any) error {
+		err := errorf(kind, "cri-shim: %s %q: %s", RestoreFromAnnotation, name, fmt.Sprintf(format, a...))
+		s.metrics.warmStarts.WithLabelValues(code(err).String()).Inc()
+		return err
 	}
 	if err := CheckName(name); err != nil {
-		return nil, fail(codes.InvalidArgument, "%v", err)
+		return nil, fail(errdefs.ErrInvalidArgument, "%v", err)
 	}
 	ns := req.GetConfig().GetMetadata().GetNamespace()
 	dir, m, err := s.openCheckpoint(filepath.Join(s.cfg.Root, name), ns)
 	if err != nil {
-		return nil, fail(status.Code(err), "%s; the pod stays pending and the kubelet retries", status.Convert(err).Message())
+		return nil, fail(err, "%v; the pod stays pending and the kubelet retries", err)
 	}
 	if err := checkHandler(m, req.GetRuntimeHandler()); err != nil {
-		return nil, fail(codes.FailedPrecondition, "%s", status.Convert(err).Message())
+		return nil, fail(errdefs.ErrFailedPrecondition, "%v", err)
 	}
 	resp, err := next(ctx, req)
 	if err != nil {
@@ -190,7 +190,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 			_, rerr := s.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: w.SandboxID})
 			return errors.Join(serr, rerr)
 		})
-		return nil, fail(codes.Unavailable, "recording the warm start: %v; the sandbox was removed and the kubelet retries", err)
+		return nil, fail(errdefs.ErrUnavailable, "recording the warm start: %v; the sandbox was removed and the kubelet retries", err)
 	}
 	s.mu.Lock()
 	s.warm[w.SandboxID] = w
@@ -225,18 +225,18 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	}
 	if !s.restoreAllowed(w.m.Pod.Namespace, ns) {
 		err := s.noCheckpoint(w.Dir, ns, fmt.Errorf("warm start of sandbox %s: checkpoint of namespace %q", short(w.SandboxID), w.m.Pod.Namespace))
-		return nil, status.Errorf(codes.FailedPrecondition, "cri-shim: container %q: %s %q: %s", name, RestoreFromAnnotation, w.Checkpoint, status.Convert(err).Message())
+		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %s %q: %v", name, RestoreFromAnnotation, w.Checkpoint, err)
 	}
 	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
 	how := ""
 	if e, ok := w.m.Container(name); ok {
 		if !s.imageMatches(ctx, req.GetConfig().GetImage(), e) {
-			return nil, status.Errorf(codes.FailedPrecondition, "cri-shim: container %q: image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
+			return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
 				name, req.GetConfig().GetImage().GetImage(), e.Image, w.Checkpoint)
 		}
 		archive, err := archivePath(w.Dir, e)
 		if err != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "cri-shim: container %q: checkpoint %q cannot warm-start it: %v", name, w.Checkpoint, err)
+			return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q cannot warm-start it: %v", name, w.Checkpoint, err)
 		}
 		r.Config = restoredConfig(req.GetConfig(), archive, e)
 		how = "restored"
@@ -275,7 +275,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 			_, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.GetContainerId()})
 			return err
 		})
-		return nil, status.Errorf(codes.Unavailable, "cri-shim: container %q: recording the warm start: %v; the container was removed and the kubelet retries", name, err)
+		return nil, errorf(errdefs.ErrUnavailable, "cri-shim: container %q: recording the warm start: %v; the container was removed and the kubelet retries", name, err)
 	}
 	s.log.Info("checkpoint: warm start container", "sandbox", w.SandboxID, "container", name, "id", resp.GetContainerId(), "how", how)
 	return resp, nil

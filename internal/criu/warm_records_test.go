@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // listingRT adds ListPodSandbox to the fake runtime; onList runs after the
@@ -83,7 +85,7 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 				}
 				return fx.rt.RemovePodSandbox(ctx, r)
 			})
-		if status.Code(err) != status.Code(answer) {
+		if status.Code(proxy.Status(err)) != status.Code(proxy.Status(answer)) {
 			t.Fatalf("RemovePodSandbox answered %v, want %v passed through", err, answer)
 		}
 	}
@@ -194,7 +196,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	sandboxes := fx.rt.sandboxCount
 	n := sandboxes()
 	broken(true)
-	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "kubelet retries") {
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann); status.Code(proxy.Status(err)) != codes.Unavailable || !strings.Contains(err.Error(), "kubelet retries") {
 		t.Fatalf("RunPodSandbox with the record not written: %v, want Unavailable", err)
 	}
 	if sandboxes() != n || warmRecords(fx.svc) != 0 {
@@ -212,7 +214,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 				return fx.rt.CreateContainer(ctx, r)
 			})
 	}
-	if _, err := create(); status.Code(err) != codes.Unavailable {
+	if _, err := create(); status.Code(proxy.Status(err)) != codes.Unavailable {
 		t.Fatalf("CreateContainer with the record not written: %v, want Unavailable", err)
 	}
 	if c := fx.rt.containersIn(t, sb.PodSandboxId); len(c) != 0 {
