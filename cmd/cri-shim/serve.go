@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,18 +70,61 @@ func serve(cfg config.Config, cfgPath string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := server.Run(ctx, cfg, log, server.Options{
-		Ready: func() {
-			_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
-			go watchdog(ctx, cfg.Server.Listen, log)
-		},
-	})
+	gid, err := server.LookupGroup(cfg.Server.SocketGroup)
 	if err != nil {
 		log.Error("exiting", "err", err)
-		return exitError{1, nil} // logged
+		return exitError{1, nil}
 	}
-	log.Info("stopped")
-	return nil
+	sock, err := server.Listen(strings.TrimPrefix(cfg.Server.Listen, "unix://"), cfg.SocketModeBits(), gid)
+	if err != nil {
+		log.Error("exiting", "err", err)
+		return exitError{1, nil}
+	}
+	defer sock.Close()
+	upgrades := make(chan os.Signal, 1)
+	signal.Notify(upgrades, syscall.SIGUSR2)
+	for {
+		upgrade, err := serveOnce(ctx, cfg, log, sock, upgrades)
+		if err != nil {
+			log.Error("exiting", "err", err)
+			return exitError{1, nil} // logged
+		}
+		if !upgrade {
+			log.Info("stopped")
+			return nil
+		}
+		exe, err := os.Executable()
+		if err == nil {
+			log.Info("upgrading in place: the CRI socket stays open across the exec", "exe", exe)
+			err = sock.Exec(exe, os.Args, os.Environ())
+		}
+		log.Error("in-place upgrade failed; serving on with this binary", "err", err)
+	}
+}
+
+// serveOnce serves until ctx ends (false) or SIGUSR2 asks for an in-place
+// upgrade (true): calls in flight finish, the features stop, the socket stays
+// open for the binary exec'd next.
+func serveOnce(ctx context.Context, cfg config.Config, log *slog.Logger, sock *server.Listener, upgrades <-chan os.Signal) (bool, error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var upgrade atomic.Bool
+	go func() {
+		select {
+		case <-upgrades:
+			upgrade.Store(true)
+			cancel()
+		case <-runCtx.Done():
+		}
+	}()
+	err := server.Run(runCtx, cfg, log, server.Options{
+		Listener: sock,
+		Ready: func() {
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
+			go watchdog(runCtx, cfg.Server.Listen, log)
+		},
+	})
+	return upgrade.Load() && ctx.Err() == nil, err
 }
 
 // setMaxProcs applies server.max_procs unless the GOMAXPROCS environment

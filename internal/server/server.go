@@ -38,6 +38,10 @@ type Options struct {
 	Features []any
 	// Ready is called once the CRI socket accepts calls (sd_notify READY=1).
 	Ready func()
+	// Listener, when set, is the CRI socket, kept open after Run returns
+	// (an in-place upgrade hands it to the next binary); otherwise Run
+	// makes one with Listen and closes it when it returns.
+	Listener *Listener
 }
 
 // Run serves until ctx is cancelled, then shuts down: calls in flight get
@@ -117,10 +121,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	)...)
 
 	listenPath := strings.TrimPrefix(cfg.Server.Listen, "unix://")
-	lis, err := ListenUnix(listenPath, cfg.SocketModeBits(), gid)
-	if err != nil {
-		return err
+	sock := o.Listener
+	if sock == nil {
+		if sock, err = Listen(listenPath, cfg.SocketModeBits(), gid); err != nil {
+			return err
+		}
+		defer sock.Close()
 	}
+	lis := sock.Serving()
 
 	probe := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -175,7 +183,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
-	log.Info("serving CRI", "listen", listenPath, "runtime", cfg.Runtime.Endpoint, "metrics", cfg.Metrics.Address)
+	log.Info("serving CRI", "listen", listenPath, "socket", sock.From(), "runtime", cfg.Runtime.Endpoint, "metrics", cfg.Metrics.Address)
 	if o.Ready != nil {
 		o.Ready()
 	}

@@ -46,7 +46,7 @@ func TestDeployInstallScript(t *testing.T) {
 	}
 	out := install()
 	for _, f := range []string{
-		"usr/local/bin/cri-shim", "etc/cri-shim/config.toml", "etc/systemd/system/cri-shim.service",
+		"usr/local/bin/cri-shim", "etc/cri-shim/config.toml", "etc/systemd/system/cri-shim.service", "etc/systemd/system/cri-shim.socket",
 		"etc/systemd/system/kubelet.service.d/20-cri-shim.conf", "etc/kubernetes/kubelet.conf.d/50-cri-shim.conf", "etc/crictl.yaml",
 		"usr/local/share/doc/cri-shim/operations.md",
 	} {
@@ -68,6 +68,9 @@ func TestDeployInstallScript(t *testing.T) {
 	if b, _ := os.ReadFile(cfg); !strings.Contains(string(b), "debug") {
 		t.Fatal("reinstall overwrote the operator's config")
 	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/cri-shim.previous")); err != nil {
+		t.Errorf("an upgrade keeps no previous binary to roll back to: %v", err)
+	}
 }
 
 // The systemd unit passes systemd-analyze verify without a single complaint
@@ -86,15 +89,34 @@ func TestSystemdUnitVerifies(t *testing.T) {
 			t.Errorf("unit lacks %q", want)
 		}
 	}
+	sock, err := os.ReadFile(filepath.Join(repo, "deploy/cri-shim.socket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ListenStream=/run/cri-shim/cri-shim.sock", "SocketMode=0660", "Service=cri-shim.service"} {
+		if !strings.Contains(string(sock), want) {
+			t.Errorf("socket unit lacks %q", want)
+		}
+	}
+	for _, want := range []string{"Requires=cri-shim.socket", "ExecReload=/bin/kill -USR2 $MAINPID"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("unit lacks %q", want)
+		}
+	}
 	// verify checks that ExecStart's binary exists: point it at one that does.
 	dir := t.TempDir()
 	unit := filepath.Join(dir, "cri-shim.service")
 	if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/cri-shim", "/bin/true")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("systemd-analyze", "verify", unit).CombinedOutput()
-	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	if err := os.WriteFile(filepath.Join(dir, "cri-shim.socket"), sock, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{unit, filepath.Join(dir, "cri-shim.socket")} {
+		out, err := exec.Command("systemd-analyze", "verify", u).CombinedOutput()
+		if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+			t.Fatalf("systemd-analyze verify %s: %v\n%s", filepath.Base(u), err, out)
+		}
 	}
 }
 
