@@ -31,6 +31,7 @@ import (
 const (
 	envListenFD    = "CRI_SHIM_LISTEN_FD"
 	envListenOwned = "CRI_SHIM_LISTEN_OWNED"
+	envListenPath  = "CRI_SHIM_LISTEN_PATH"
 )
 
 // Listener is the CRI socket across server runs and exec'd upgrades. Each
@@ -49,7 +50,7 @@ type Listener struct {
 // socket listening at path: a unit listening elsewhere than server.listen is a
 // configuration error, not something to guess around.
 func Listen(path string, mode os.FileMode, gid int) (*Listener, error) {
-	l, from, owned, err := inherited()
+	l, from, owned, at, err := inherited()
 	if err != nil {
 		return nil, err
 	}
@@ -62,47 +63,51 @@ func Listen(path string, mode os.FileMode, gid int) (*Listener, error) {
 		return &Listener{l: ul.UnixListener, path: path, owned: true, from: "created", fi: ul.fi}, nil
 	}
 	l.SetUnlinkOnClose(false)
-	if got := l.Addr().String(); got != path {
+	if at != path {
 		l.Close()
-		return nil, fmt.Errorf("listen %s: the inherited socket (%s) listens at %q; server.listen must name the same path", path, from, got)
+		return nil, fmt.Errorf("listen %s: the inherited socket (%s) listens at %q; server.listen must name the same path", path, from, at)
 	}
 	fi, _ := os.Lstat(path)
 	return &Listener{l: l, path: path, owned: owned, from: from, fi: fi}, nil
 }
 
 // inherited takes the socket an upgrade or systemd passed, if any, and
-// clears the environment that named it so children do not see it.
-func inherited() (*net.UnixListener, string, bool, error) {
+// clears the environment that named it so children do not see it. at is the
+// path the socket is reachable at: systemd's bind address, or the path the
+// upgrading shim served (its socket was bound under a private name and
+// renamed there, so its own address says nothing).
+func inherited() (l *net.UnixListener, from string, owned bool, at string, err error) {
 	if v, ok := os.LookupEnv(envListenFD); ok {
-		owned := os.Getenv(envListenOwned) == "1"
+		owned, at = os.Getenv(envListenOwned) == "1", os.Getenv(envListenPath)
 		os.Unsetenv(envListenFD)
 		os.Unsetenv(envListenOwned)
+		os.Unsetenv(envListenPath)
 		fd, err := strconv.Atoi(v)
 		if err != nil || fd < 3 {
-			return nil, "", false, fmt.Errorf("%s=%q: not a descriptor number", envListenFD, v)
+			return nil, "", false, "", fmt.Errorf("%s=%q: not a descriptor number", envListenFD, v)
 		}
 		l, err := fileListener(os.NewFile(uintptr(fd), "cri-socket"))
 		if err != nil {
-			return nil, "", false, fmt.Errorf("%s=%d: %w", envListenFD, fd, err)
+			return nil, "", false, "", fmt.Errorf("%s=%d: %w", envListenFD, fd, err)
 		}
-		return l, "in-place upgrade", owned, nil
+		return l, "in-place upgrade", owned, at, nil
 	}
 	files := activation.Files(true)
 	switch len(files) {
 	case 0:
-		return nil, "", false, nil
+		return nil, "", false, "", nil
 	case 1:
 	default:
 		for _, f := range files {
 			f.Close()
 		}
-		return nil, "", false, fmt.Errorf("systemd passed %d sockets; cri-shim.socket must listen on one (server.listen)", len(files))
+		return nil, "", false, "", fmt.Errorf("systemd passed %d sockets; cri-shim.socket must listen on one (server.listen)", len(files))
 	}
-	l, err := fileListener(files[0])
+	l, err = fileListener(files[0])
 	if err != nil {
-		return nil, "", false, fmt.Errorf("socket from systemd: %w", err)
+		return nil, "", false, "", fmt.Errorf("socket from systemd: %w", err)
 	}
-	return l, "systemd socket activation", false, nil
+	return l, "systemd socket activation", false, l.Addr().String(), nil
 }
 
 // fileListener makes a unix listener of f (and closes f: the listener holds
@@ -167,7 +172,7 @@ func (l *Listener) Exec(exe string, argv, env []string) error {
 	if l.owned {
 		owned = "1"
 	}
-	env = append(withoutListenEnv(env), envListenFD+"="+strconv.Itoa(fd), envListenOwned+"="+owned)
+	env = append(withoutListenEnv(env), envListenFD+"="+strconv.Itoa(fd), envListenOwned+"="+owned, envListenPath+"="+l.path)
 	err = syscall.Exec(exe, argv, env)
 	unix.Close(fd)
 	return fmt.Errorf("exec %s: %w", exe, err)
@@ -176,7 +181,7 @@ func (l *Listener) Exec(exe string, argv, env []string) error {
 func withoutListenEnv(env []string) []string {
 	out := env[:0:0]
 	for _, kv := range env {
-		if hasKey(kv, envListenFD) || hasKey(kv, envListenOwned) || hasKey(kv, "LISTEN_PID") || hasKey(kv, "LISTEN_FDS") || hasKey(kv, "LISTEN_FDNAMES") {
+		if hasKey(kv, envListenFD) || hasKey(kv, envListenOwned) || hasKey(kv, envListenPath) || hasKey(kv, "LISTEN_PID") || hasKey(kv, "LISTEN_FDS") || hasKey(kv, "LISTEN_FDNAMES") {
 			continue
 		}
 		out = append(out, kv)

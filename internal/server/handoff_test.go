@@ -76,6 +76,7 @@ func TestFinalCloseRemovesOwnSocketOnly(t *testing.T) {
 	fd := dupListening(t, path)
 	t.Setenv(envListenFD, strconv.Itoa(fd))
 	t.Setenv(envListenOwned, "0")
+	t.Setenv(envListenPath, path)
 	l, err = Listen(path, 0o660, -1)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +115,7 @@ func TestListenInheritsFromAnUpgrade(t *testing.T) {
 	fd := dupListening(t, path)
 	t.Setenv(envListenFD, strconv.Itoa(fd))
 	t.Setenv(envListenOwned, "1")
+	t.Setenv(envListenPath, path)
 	l, err := Listen(path, 0o660, -1)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +144,10 @@ func TestListenRefusesABadInheritedSocket(t *testing.T) {
 	}{
 		{"not a number", "not a descriptor number", func() string { return "three" }},
 		{"stdin", "not a descriptor number", func() string { return "0" }},
-		{"other path", "listens at", func() string { return strconv.Itoa(dupListening(t, filepath.Join(dir, "other.sock"))) }},
+		{"other path", "listens at", func() string {
+			t.Setenv(envListenPath, filepath.Join(dir, "other.sock"))
+			return strconv.Itoa(dupListening(t, filepath.Join(dir, "other.sock")))
+		}},
 		{"not a socket", envListenFD, func() string {
 			f, _ := os.Open(dir)
 			defer f.Close()
