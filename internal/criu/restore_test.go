@@ -196,11 +196,10 @@ func TestWarmStart(t *testing.T) {
 	if other.config.Image.Image != "docker.io/library/busybox:latest" {
 		t.Errorf("a container of another sandbox was rewritten")
 	}
-	_, err = svc2.RemovePodSandbox(ctxT(t, time.Second), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId},
-		func(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-			return fx.rt.RemovePodSandbox(ctx, r)
-		})
-	if err != nil {
+	if _, err := fx.rt.RemovePodSandbox(ctxT(t, time.Second), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc2.cfg.Store.Gone(sb.PodSandboxId); err != nil {
 		t.Fatal(err)
 	}
 	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {

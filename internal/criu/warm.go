@@ -125,19 +125,20 @@ func (s *Service) adoptLegacyWarm() error {
 // The service serves CheckpointPod and RestorePod and takes part in the
 // calls of a warm start (proxy hooks).
 var (
-	_ proxy.CheckpointPodServer  = (*Service)(nil)
-	_ proxy.RestorePodServer     = (*Service)(nil)
-	_ proxy.RunPodSandboxHook    = (*Service)(nil)
-	_ proxy.CreateContainerHook  = (*Service)(nil)
-	_ proxy.RemovePodSandboxHook = (*Service)(nil)
-	_ proxy.Activity             = (*Service)(nil)
+	_ proxy.CheckpointPodServer = (*Service)(nil)
+	_ proxy.RestorePodServer    = (*Service)(nil)
+	_ proxy.RunPodSandboxHook   = (*Service)(nil)
+	_ proxy.CreateContainerHook = (*Service)(nil)
+	_ proxy.Activity            = (*Service)(nil)
 )
 
 // HookActive: RunPodSandbox is always seen (a pod may ask for a warm start);
-// CreateContainer and RemovePodSandbox only while a warm start is under way.
+// CreateContainer only while a warm start is under way. A removed sandbox's
+// warm start is forgotten when the state store announces it gone
+// (forgetWarm).
 func (s *Service) HookActive(method proxy.Method) bool {
 	switch method {
-	case proxy.CreateContainer, proxy.RemovePodSandbox:
+	case proxy.CreateContainer:
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.warm) > 0
@@ -300,21 +301,8 @@ func (w *warmPod) exited(name string) *ExitedEntry {
 	return nil
 }
 
-// RemovePodSandbox forgets the warm start of a removed sandbox: its record
-// and file. A sandbox the runtime no longer knows (NotFound, which the
-// kubelet takes as removed) is forgotten too.
-func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
-	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
-	resp, err := next(ctx, req)
-	if err != nil && !isNotFound(err) {
-		return nil, err
-	}
-	s.forgetWarm(req.GetPodSandboxId())
-	return resp, err
-}
-
-// forgetWarm drops the warm-start record of a sandbox, if it has one. It is
-// also the service's subscriber to the state store's lifecycle.
+// forgetWarm drops the warm-start record of a sandbox, if it has one: the
+// service's subscriber to the state store's lifecycle.
 func (s *Service) forgetWarm(id string) {
 	s.mu.Lock()
 	_, ok := s.warm[id]

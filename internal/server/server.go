@@ -105,11 +105,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// Pods that declare an orchestrator are tracked by the restart machinery
 	// even without restart rules: the orchestrator may restart them.
 	pods.TrackAlso(func(ann map[string]string) bool { d, _ := podmgmt.ParseAnnotations(ann); return d != nil })
-	// The order in which the features see a call they share: the channel
-	// adds its token mount before the restart state records the kubelet's
-	// CreateContainer (so replays carry it too); the restart state sees the
-	// kubelet's calls before warm start rewrites them.
-	features := append(o.Features, channels, pods, checkpoints)
+	// The order in which the features see a call they share. The state
+	// store is first, so it sees RemovePodSandbox answered after every
+	// feature and announces the sandbox gone to all of them (store.Gone);
+	// the channel adds its token mount before the restart state records the
+	// kubelet's CreateContainer (so replays carry it too); the restart state
+	// sees the kubelet's calls before warm start rewrites them.
+	features := append(o.Features, st, channels, pods, checkpoints)
 	p, err := proxy.New(backend, mc, features...)
 	if err != nil {
 		return err
