@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -100,6 +102,7 @@ func TestUpgradeInPlaceUnderCrashLoops(t *testing.T) {
 		restarts += len(s) - started[name]
 		if len(s) < started[name]+upgrades/2 {
 			t.Errorf("%s started %d times during %v of upgrades (had %d): restarts lost", name, len(s)-started[name], window.Round(time.Second), started[name])
+			upgradeDiagnostics(t, name, shimLog, sOff)
 		}
 	}
 	last := map[string]int{}
@@ -130,4 +133,33 @@ func TestUpgradeInPlaceUnderCrashLoops(t *testing.T) {
 	}
 	t.Logf("%d upgrades in %v under %d crash-looping pods: %d restarts, %d kubelet CRI errors (baseline %d in 10 s), pid %d kept",
 		upgrades, window.Round(time.Second), n, restarts, len(errs), len(baseline), pid)
+}
+
+// upgradeDiagnostics logs what the runtime, the shim's records and its log
+// say of a pod that stopped restarting.
+func upgradeDiagnostics(t *testing.T, name, shimLog string, off int64) {
+	t.Helper()
+	out, _ := crictl(t, node.env["CONTAINERD_SOCK"], "ps", "-a", "--name", "main", "--label", "io.kubernetes.pod.name="+name+"-"+envOr("CRI_SHIM_NODE_NAME", "cri-shim-node"))
+	t.Logf("%s: containers in containerd:\n%s", name, out)
+	b, _ := exec.Command(node.env["SHIM_BIN"], "pods", "-o", "json", "--config", node.env["SHIM_CONFIG"]).CombinedOutput()
+	var pods struct {
+		Pods []map[string]any `json:"pods"`
+	}
+	_ = json.Unmarshal(b, &pods)
+	for _, p := range pods.Pods {
+		if fmt.Sprint(p["name"]) == name {
+			j, _ := json.Marshal(p)
+			t.Logf("cri-shim pods: %s", j)
+		}
+	}
+	b, _ = os.ReadFile(shimLog)
+	if int64(len(b)) > off {
+		var lines []string
+		for _, l := range strings.Split(string(b[off:]), "\n") {
+			if strings.Contains(l, name) || strings.Contains(l, "upgrad") || strings.Contains(l, "ERROR") || strings.Contains(l, "WARN") {
+				lines = append(lines, l)
+			}
+		}
+		t.Logf("shim log:\n%s", lastLines(strings.Join(lines, "\n"), 40))
+	}
 }
