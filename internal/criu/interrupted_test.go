@@ -1,0 +1,159 @@
+package criu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+// The deadline expires while containerd is still capturing: the call returns
+// DeadlineExceeded with every container resumed and the output empty; when the
+// capture ends later (re-freezing the container and writing its archive, as a
+// real late capture would), the service resumes and cleans up again.
+func TestCheckpointPodDeadlineMidCapture(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.holdDump = make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	_, err := fx.svc.CheckpointPod(ctx, cpReq(fx.dir, "c1", "c2"))
+	if status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+	if dl, _ := ctx.Deadline(); time.Now().After(dl) {
+		t.Errorf("answered after the caller's deadline: the caller may see the pod still paused")
+	}
+	fx.rt.mu.Lock()
+	captures := len(fx.rt.dumpSeen)
+	fx.rt.mu.Unlock()
+	fx.rt.tasks.mu.Lock()
+	pauses := fx.rt.tasks.pauses
+	fx.rt.tasks.mu.Unlock()
+	if pauses != 2 || captures != 2 {
+		t.Fatalf("test setup: the deadline did not fall mid-capture (%d pauses, %d captures)", pauses, captures)
+	}
+	if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
+		t.Fatalf("returned with %v paused", p)
+	}
+	if got := entries(t, fx.dir); len(got) != 0 {
+		t.Fatalf("returned with %v in the output", got)
+	}
+	close(fx.rt.holdDump)
+	fx.svc.inflight.Wait()
+	assertClean(t, fx, "after the late capture ended")
+}
+
+// A deadline too close to pause and resume in time: refused, nothing paused.
+func TestCheckpointPodDeadlineTooShort(t *testing.T) {
+	fx := newFixture(t)
+	fx.svc.marginBase = time.Second
+	_, err := fx.svc.CheckpointPod(ctxT(t, 1500*time.Millisecond), cpReq(fx.dir, "c1", "c2"))
+	if status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
+		t.Fatalf("got %v", err)
+	}
+	if fx.rt.tasks.pauses != 0 {
+		t.Fatal("paused although the deadline left no time")
+	}
+	assertClean(t, fx, "after a refused short deadline")
+}
+
+// containerd refuses the resume (restarting): the call fails, the record
+// stays, and Run resumes the containers once containerd answers again.
+func TestResumeFailureIsRetried(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.failResumes = 2
+	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2"))
+	if err == nil {
+		t.Fatal("succeeded although the resume failed")
+	}
+	if len(fx.rt.tasks.anyPaused()) == 0 {
+		t.Fatal("test setup: expected a container still paused")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go fx.svc.Run(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(fx.rt.tasks.anyPaused()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still paused: %v", fx.rt.tasks.anyPaused())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for time.Now().Before(deadline) && len(entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint"))) > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := entries(t, fx.dir); len(got) != 0 {
+		t.Fatalf("left %v", got)
+	}
+}
+
+// A shim killed between pause and resume: the next one resumes the pod and
+// removes the unfinished checkpoint at start.
+func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.setPaused("c1", true)
+	fx.rt.tasks.setPaused("c2", true)
+	os.Mkdir(filepath.Join(fx.dir, containersDir), 0o700)
+	os.WriteFile(filepath.Join(fx.dir, containersDir, "app.tar"), []byte("half"), 0o600)
+	os.WriteFile(filepath.Join(fx.dir, incompleteFile), nil, 0o600)
+	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1", "c2"}, OutputPath: fx.dir, Started: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A complete checkpoint next to it must survive.
+	other := filepath.Join(fx.root, "complete")
+	os.Mkdir(other, 0o700)
+	if err := writeManifest(other, &Manifest{FormatVersion: FormatVersion, Containers: []ContainerEntry{{Name: "a", Archive: archiveName("a")}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { svc2.Run(ctx); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(fx.rt.tasks.anyPaused()) > 0 || len(entries(t, fx.dir)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("paused %v, output %v", fx.rt.tasks.anyPaused(), entries(t, fx.dir))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if _, err := ReadManifest(other); err != nil {
+		t.Fatalf("a complete checkpoint was touched: %v", err)
+	}
+	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
+		t.Errorf("state left behind: %v", got)
+	}
+}
+
+func TestConcurrentCheckpointOfOnePodRefused(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.holdDump = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1"))
+		errc <- err
+	}()
+	for fx.rt.tasks.isPaused("c1") == false {
+		time.Sleep(time.Millisecond)
+	}
+	dir2 := filepath.Join(fx.root, "cp2")
+	os.Mkdir(dir2, 0o700)
+	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(dir2, "c2"))
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition {
+		t.Fatalf("second checkpoint of the pod: %v", err)
+	}
+	close(fx.rt.holdDump)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
