@@ -15,7 +15,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
-	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -93,7 +92,7 @@ func (k kubelet) tryList() error {
 
 func wantUnavailable(t *testing.T, what string, err error) {
 	t.Helper()
-	if status.Code(proxy.Status(err)) != codes.Unavailable || !strings.Contains(err.Error(), "no space left") {
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("%s: %v, want Unavailable with the write error", what, err)
 	}
 }

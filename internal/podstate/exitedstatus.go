@@ -44,7 +44,7 @@ func (m *Manager) cachedExited(id string) []byte {
 	e := v.(*exitedStatus)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if live := m.eventsLive(); live == 0 || live != e.sub || !m.known(id) || m.statusMayChangeLocked(e.v, m.epoch.Load()) {
+	if live := m.eventsLive(); live == 0 || live != e.sub || m.byID[id] == "" || m.statusMayChangeLocked(e.v) {
 		m.exited.CompareAndDelete(id, v)
 		return nil
 	}
@@ -65,7 +65,7 @@ func (m *Manager) keepExited(v cview, resp []byte) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.known(v.id) {
+	if m.byID[v.id] == "" {
 		return
 	}
 	if e, ok := m.exited.Load(v.id); ok && e.(*exitedStatus).sub == live {
@@ -81,7 +81,7 @@ func (m *Manager) dropExited(id string) { m.exited.Delete(id) }
 // lists, or that no tracked pod has. m.mu held.
 func (m *Manager) pruneExited(exists map[string]bool) {
 	for id := range m.exited.Range {
-		if !exists[id.(string)] || !m.known(id.(string)) {
+		if !exists[id.(string)] || m.byID[id.(string)] == "" {
 			m.exited.Delete(id)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // runtimeService is the part of the CRI the manager calls on the runtime itself.
@@ -47,9 +48,7 @@ type Manager struct {
 	log   *slog.Logger
 	clock backoff.Clock
 
-	// epoch counts swaps: a runtime answer is viewed as the pods were at the
-	// epoch its request was made (view.go).
-	epoch atomic.Uint64
+	tracked atomic.Int32
 
 	mu sync.Mutex
 	// saves counts state writes that succeeded (under mu), so a step can
@@ -57,8 +56,8 @@ type Manager struct {
 	saves uint64
 	// saveFailing: the last save failed (under mu); its recovery is logged.
 	saveFailing bool
-	// table is the tracked pods and their instances (table.go).
-	table
+	pods        map[string]*Pod   // by sandbox ID
+	byID        map[string]string // container ID -> sandbox ID
 
 	work    chan string
 	active  map[string]context.CancelFunc // sandboxes with an executor running, and its stop (stopExecutor)
@@ -77,11 +76,6 @@ type Manager struct {
 	// eventsLive reports the event feed's subscription (events.Feed.Live);
 	// without one, Run rescans every second.
 	eventsLive func() uint64
-
-	// phaseChanged fires at every phase change (fire), exitSeen at every
-	// exit the event feed reports of a tracked container (OnEvent): the
-	// waits of waitIdle and waitFor.
-	phaseChanged, exitSeen signal
 
 	// exited holds the runtime's own encoded ContainerStatus answers for
 	// exited instances of tracked pods, container ID -> *exitedStatus (see
@@ -106,10 +100,10 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	}
 	m := &Manager{
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
+		pods: map[string]*Pod{}, byID: map[string]string{},
 		work: make(chan string, 64), active: map[string]context.CancelFunc{},
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 },
 	}
-	m.table.init()
 	pods, errs := st.load()
 	for _, err := range errs {
 		log.Error("podstate: unreadable state file skipped", "err", err)
@@ -126,7 +120,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		return 1
 	})
 	for _, p := range pods {
-		m.put(p)
+		m.adopt(p)
 		if p.Trigger != nil && p.Scope == "" {
 			bo.Restore(backoff.Key{PodUID: p.UID}, p.SandboxID, backoff.State{Restarts: p.Restarts, NotBefore: p.NotBefore})
 		}
@@ -136,6 +130,29 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	}
 	return m, nil
 }
+
+func (m *Manager) adopt(p *Pod) {
+	if p.IDs == nil {
+		p.IDs = map[string]string{}
+	}
+	if p.Latest == nil {
+		p.Latest = map[string]string{}
+	}
+	if p.Creates == nil {
+		p.Creates = map[string][]byte{}
+	}
+	if p.Phase == "" {
+		p.Phase = PhaseRunning
+	}
+	m.pods[p.SandboxID] = p
+	for id := range p.IDs {
+		m.byID[id] = p.SandboxID
+	}
+	m.tracked.Store(int32(len(m.pods)))
+}
+
+// Tracked is the number of pods with rules; zero means every call may be forwarded raw.
+func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
 
 // save writes p's record durably. An error (wrapping statefile.ErrNotDurable)
 // means the change it records must not be acted on: the caller undoes it in
@@ -270,4 +287,427 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 			}
 		}
 	}()
+}
+
+// abandon ends the pod's restart in progress for good: the pod is shown as it
+// really is and no rule restarts anything in it any more. When that cannot be
+// recorded nothing changes. m.mu held.
+func (m *Manager) abandon(p *Pod) error {
+	snap := p.snapshot()
+	p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
+	p.Old, p.Fake, p.New, p.shownRunning, p.held = nil, nil, nil, nil, nil
+	p.Stopped = true
+	if err := m.save(p); err != nil {
+		*p = snap
+		return err
+	}
+	m.stopExecutor(p.SandboxID)
+	return nil
+}
+
+// abandonIfSandboxGone is called when a restart step failed: if the pod's
+// sandbox is gone or no longer ready (stopped or removed by a client that
+// bypassed the shim, or by the runtime), retrying would only create
+// containers in a dead sandbox, so the restart is abandoned (reconcile drops
+// the state of a removed sandbox). A runtime that does not answer changes
+// nothing: the step is retried.
+func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, stepErr error) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if ready, err := m.sandboxReady(ctx, sandboxID); err != nil || ready {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Stopped {
+		return true
+	}
+	lastErr, phase := p.LastError, p.Phase
+	p.LastError = "restart abandoned, sandbox gone or not ready: " + stepErr.Error()
+	if err := m.abandon(p); err != nil {
+		// Tried again with the step, every second.
+		p.LastError = lastErr
+		return false
+	}
+	m.log.Warn("podstate: sandbox gone or not ready; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase, "err", stepErr)
+	return true
+}
+
+// reconcile forgets pods whose sandbox the runtime no longer has (removed
+// while the shim was down, or by a client that bypassed it).
+func (m *Manager) reconcile(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return // runtime down: keep everything, try again later
+	}
+	live := map[string]bool{}
+	for _, sb := range resp.Items {
+		live[sb.Id] = true
+	}
+	cs, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return
+	}
+	exists := make(map[string]bool, len(cs.Containers))
+	for _, c := range cs.Containers {
+		exists[c.Id] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// Forget instances the runtime no longer has (removed without going
+	// through the shim; the kubelet's removals are seen by removeContainer),
+	// so a pod's state stays the size of its live containers however often it
+	// restarts. In any phase: a crash-looping pod is almost never Running.
+	for _, p := range m.pods {
+		pruned := false
+		for id := range p.IDs {
+			if !exists[id] && m.forget(p, id) {
+				pruned = true
+			}
+		}
+		if pruned {
+			// A record that still names removed instances is harmless; the
+			// next save carries the pruning (a failure is logged by save).
+			_ = m.save(p)
+		}
+	}
+	for id, p := range m.pods {
+		if live[id] {
+			continue
+		}
+		for cid := range p.IDs {
+			delete(m.byID, cid)
+		}
+		delete(m.pods, id)
+		m.stopExecutor(id)
+		m.bo.Forget(p.UID, id)
+		_ = m.st.remove(id)
+		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
+	}
+	m.tracked.Store(int32(len(m.pods)))
+	m.pruneExited(exists)
+	m.st.pruneProblems(live)
+}
+
+// scan classifies exits of tracked pods that nobody has asked about yet, so a
+// restart starts within a second even if the kubelet is slow to look.
+func (m *Manager) scan(ctx context.Context) {
+	if m.Tracked() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}},
+	})
+	if err != nil {
+		return
+	}
+	vs := make([]cview, len(resp.Containers))
+	for i, c := range resp.Containers {
+		vs[i] = viewOf(c)
+	}
+	// An exit whose verdict could not be recorded is classified again at
+	// the next look (save logged it).
+	_ = m.classifyExited(ctx, vs)
+}
+
+// classifyExited decides, for exited containers of tracked pods not yet
+// classified, whether the exit triggers a pod restart. It fetches exit codes
+// outside the lock. An error means a verdict could not be recorded: that
+// exit is unclassified still and must not be shown as it is.
+func (m *Manager) classifyExited(ctx context.Context, cs []cview) error {
+	var need []string
+	m.mu.Lock()
+	for _, c := range cs {
+		if c.state != runtimeapi.ContainerState_CONTAINER_EXITED {
+			continue
+		}
+		p := m.pods[c.sandbox]
+		if p == nil {
+			continue
+		}
+		markDead(p, c.id)
+		if m.needsClassification(p, c.id, c.name) {
+			need = append(need, c.id)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, id := range need {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			continue
+		}
+		if _, err := m.classify(st.GetStatus()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) needsClassification(p *Pod, id, name string) bool {
+	if p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || p.Settled[id] ||
+		p.Held[name] { // terminated by the orchestrator (hold.go)
+		return false
+	}
+	if _, ours := p.IDs[id]; !ours {
+		return false
+	}
+	return true
+}
+
+func markDead(p *Pod, id string) {
+	if _, ours := p.IDs[id]; !ours || p.Dead[id] {
+		return
+	}
+	if p.Dead == nil {
+		p.Dead = map[string]bool{}
+	}
+	p.Dead[id] = true
+}
+
+// forget drops a container instance that no longer exists from the pod's
+// record, unless a restart in progress still refers to it (its trigger, the
+// instances it stops or shows, the ones it created) or it is the newest
+// instance of its container. It reports whether it dropped it. m.mu held.
+func (m *Manager) forget(p *Pod, id string) bool {
+	if _, ok := p.IDs[id]; !ok {
+		return false
+	}
+	restarting := p.Phase != PhaseRunning
+	if p.Latest[p.IDs[id]] == id || p.Fake[id] || (restarting && p.Trigger != nil && p.Trigger.ContainerID == id) {
+		return false
+	}
+	if _, ok := p.New[id]; ok {
+		return false
+	}
+	if _, ok := p.Old[id]; ok && restarting && !p.Dead[id] {
+		return false // still to be stopped by the restart
+	}
+	delete(p.IDs, id)
+	delete(p.Old, id)
+	delete(p.shownRunning, id)
+	delete(p.held, id)
+	delete(p.Settled, id)
+	delete(p.Dead, id)
+	delete(m.byID, id)
+	return true
+}
+
+func settle(p *Pod, id string) {
+	if p.Settled == nil {
+		p.Settled = map[string]bool{}
+	}
+	p.Settled[id] = true
+}
+
+// classify records an exited container's verdict and, on a matching rule,
+// starts the pod's restart. It reports whether the exit triggered a restart.
+// An error means the verdict could not be recorded: nothing changed, nothing
+// was started, and the exit is classified again at the next look.
+func (m *Manager) classify(s *runtimeapi.ContainerStatus) (bool, error) {
+	if s == nil || s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		return false, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.classifyLocked(s)
+}
+
+// classifyLocked is classify with m.mu held.
+func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
+	sid := m.byID[s.Id]
+	p := m.pods[sid]
+	name := s.GetMetadata().GetName()
+	if p == nil {
+		return false, nil
+	}
+	markDead(p, s.Id)
+	if !m.needsClassification(p, s.Id, name) {
+		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id, nil
+	}
+	snap := p.snapshot()
+	action := p.Rules.Match(name, s.ExitCode)
+	if forced, ok := p.Forced[name]; ok {
+		action = corev1.ContainerRestartRuleAction(forced)
+		delete(p.Forced, name)
+	}
+	if action != ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
+		settle(p, s.Id)
+		if err := m.save(p); err != nil {
+			*p = snap
+			return false, err
+		}
+		return false, nil
+	}
+	now := m.clock.Now()
+	finished := time.Unix(0, s.FinishedAt)
+	started := time.Unix(0, s.StartedAt)
+	key, scope := backoff.Key{PodUID: p.UID}, ""
+	if action == corev1.ContainerRestartRuleActionRestart {
+		// One container: its own curve, and only its instances take part.
+		key.Container, scope = name, name
+	}
+	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
+	bst := m.bo.Exited(key, p.SandboxID, started, finished)
+	p.Phase, p.PhaseSince, p.Scope = PhaseTerminating, now, scope
+	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
+	p.Old = maps.Clone(p.IDs)
+	if scope != "" {
+		for id, n := range p.Old {
+			if n != scope {
+				delete(p.Old, id)
+			}
+		}
+	}
+	// Shown running until the swap: the trigger, and every instance that may
+	// still run. Instances of containers that ran to completion (regular init
+	// containers, by the recorded start order) or were seen exited are shown
+	// as they are: a terminated init container shown running again is a
+	// transition the kubelet refuses. execute() checks the rest against the
+	// runtime before it stops anything.
+	completed := map[string]bool{}
+	for _, e := range p.Seq {
+		if e.WaitExit {
+			completed[e.Name] = true
+		}
+	}
+	p.Fake = map[string]bool{s.Id: true}
+	for id, n := range p.Old {
+		if !p.Dead[id] && !completed[n] {
+			p.Fake[id] = true
+		}
+		settle(p, id)
+	}
+	p.New, p.Refined, p.Retried = nil, false, nil
+	// Only instances other than the trigger need checking against the
+	// runtime (refineFake); with none, the set is final now and this one
+	// save covers it.
+	p.Refined = len(p.Fake) == 1
+	p.NotBefore = bst.NotBefore
+	p.LastError = ""
+	if err := m.save(p); err != nil {
+		// Not started: the curve does not move either.
+		*p = snap
+		if hadBackoff {
+			m.bo.Restore(key, prevOwner, prevBackoff)
+		} else {
+			m.bo.Drop(key)
+		}
+		return false, err
+	}
+	if scope == "" {
+		m.metrics.restarts.Inc()
+	}
+	m.metrics.delay.Observe(bst.LastDelay.Seconds())
+	m.log.Info("podstate: restart rule matched", "action", action,
+		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
+	m.kick(p.SandboxID)
+	return true, nil
+}
+
+// execute performs the next steps of a pod's restart; every step is safe to
+// repeat, so a shim killed at any point finishes the restart when it comes back.
+func (m *Manager) execute(ctx context.Context, sandboxID string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil {
+		m.mu.Unlock()
+		return nil
+	}
+	phase, notBefore := p.Phase, p.NotBefore
+	// Only instances not yet seen exited need stopping: a CRI container
+	// never runs again once it has exited.
+	old := make(map[string]string, len(p.Old))
+	for id, n := range p.Old {
+		if !p.Dead[id] {
+			old[id] = n
+		}
+	}
+	m.mu.Unlock()
+
+	switch phase {
+	case PhaseTerminating:
+		if err := m.refineFake(ctx, sandboxID); err != nil {
+			return err
+		}
+		if err := m.stopAll(ctx, old); err != nil {
+			return err
+		}
+		if wait := notBefore.Sub(m.clock.Now()); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		m.mu.Lock()
+		if p.Phase == PhaseTerminating {
+			// Not saved here: the first create's intent is saved with it
+			// before anything is created. A shim killed in between resumes
+			// in Terminating, whose steps are all done and repeat as no-ops.
+			p.Phase, p.PhaseSince = PhaseStartup, m.clock.Now()
+		}
+		m.mu.Unlock()
+		return m.replay(ctx, sandboxID)
+	case PhaseStartup:
+		return m.replay(ctx, sandboxID)
+	}
+	return nil
+}
+
+// refineFake drops from the "shown running" set the instances that had in fact
+// already exited when the rule matched (other than the trigger). It runs before
+// stopAll, so every instance it sees exited exited on its own; nothing is
+// stopped until that is recorded.
+func (m *Manager) refineFake(ctx context.Context, sandboxID string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Trigger == nil || p.Refined {
+		m.mu.Unlock()
+		return nil
+	}
+	var check []string
+	for id := range p.Fake {
+		if id != p.Trigger.ContainerID && !p.Dead[id] {
+			check = append(check, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range check {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil || st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		m.mu.Lock()
+		delete(p.Fake, id)
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p.Refined = true
+	if err := m.save(p); err != nil {
+		p.Refined = false
+		return err
+	}
+	return nil
+}
+
+func (m *Manager) ensureStarted(ctx context.Context, id string) error {
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		return fmt.Errorf("status of restarted container %s: %w", id, err)
+	}
+	if st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_CREATED {
+		if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+			return fmt.Errorf("start restarted container %s: %w", id, err)
+		}
+	}
+	return nil
 }

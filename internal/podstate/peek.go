@@ -148,3 +148,9 @@ func editList(b []byte, verdicts []verdict) ([]byte, error) {
 	})
 	return out, err
 }
+
+// verdict is the view's decision on one listed container.
+type verdict struct {
+	hide bool // not shown (a new instance during a restart, or filtered out)
+	fake bool // shown running although it is not
+}

@@ -2,10 +2,10 @@ package podstate
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/containerd/errdefs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -42,8 +42,8 @@ func (m *Manager) refuseReplacement(req *runtimeapi.CreateContainerRequest) erro
 	}
 	m.log.Info("podstate: refusing the kubelet's create of a container the restart in progress creates itself",
 		"pod", p.Namespace+"/"+p.Name, "container", name, "phase", p.Phase)
-	return errdefs.ErrUnavailable.WithMessage(fmt.Sprintf("cri-shim: container %q of pod %s/%s is being restarted by its restart rule (%s%s); "+
-		"another instance is not created beside it", name, p.Namespace, p.Name, p.Phase, wait))
+	return status.Errorf(codes.Unavailable, "cri-shim: container %q of pod %s/%s is being restarted by its restart rule (%s%s); "+
+		"another instance is not created beside it", name, p.Namespace, p.Name, p.Phase, wait)
 }
 
 // replaces reports whether p's restart in progress creates the next
@@ -71,7 +71,7 @@ func replaces(p *Pod, name string) bool {
 // means the verdict could not be recorded.
 func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
 	m.mu.Lock()
-	p := m.podOf(id)
+	p := m.pods[m.byID[id]]
 	unsettled := p != nil && !p.Settled[id]
 	m.mu.Unlock()
 	if !unsettled {

@@ -8,8 +8,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // The kubelet kills a held instance after a liveness probe failed and
@@ -38,7 +36,7 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 	}
 	start := time.Now()
 	err := create("main")
-	if status.Code(proxy.Status(err)) != codes.Unavailable || time.Since(start) > 100*time.Millisecond {
+	if status.Code(err) != codes.Unavailable || time.Since(start) > 100*time.Millisecond {
 		t.Fatalf("the kubelet's create of main during its held restart: %v after %s, want Unavailable at once", err, time.Since(start))
 	}
 	if err := k.m.execute(context.Background(), sb); err != nil {

@@ -2,27 +2,125 @@ package podstate
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/events"
 )
 
-// The Startup phase: the pod's containers are created and started again from
-// the kubelet's own recorded requests, hidden from the kubelet, then swapped
-// in at once. Each step is recorded before it changes the runtime (the
-// create's intent, Pod.Creating), so a shim killed at any point resumes the
-// replay from its record: an interrupted create is adopted by name and
-// attempt (adoptCreated), an interrupted start is retried once.
+// Annotations the kubelet puts on every container it creates
+// (pkg/kubelet/kuberuntime/labels.go, kubelet v1.36.3).
+const (
+	annotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
+	annotationPreStop      = "io.kubernetes.container.preStopHandler"
+	annotationRestartCount = "io.kubernetes.container.restartCount"
+	defaultGracePeriod     = 30 * time.Second
+	// maxHold caps how long an instance stays held after a swap when no
+	// full list releases it (see Pod.held).
+	maxHold = time.Minute
+)
+
+// stopAll stops every old instance that still runs, in parallel, as the
+// kubelet would: the preStop exec hook, then SIGTERM and SIGKILL after the
+// pod's grace period (StopContainer's timeout).
+func (m *Manager) stopAll(ctx context.Context, old map[string]string) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(old))
+	for id := range old {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.stopOne(ctx, id); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
+
+func (m *Manager) stopOne(ctx context.Context, id string) error {
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", id, err)
+	}
+	s := st.GetStatus()
+	if s.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil
+	}
+	grace := defaultGracePeriod
+	if v, err := strconv.ParseInt(s.Annotations[annotationGracePeriod], 10, 64); err == nil && v >= 0 {
+		grace = time.Duration(v) * time.Second
+	}
+	start := m.clock.Now()
+	if h := s.Annotations[annotationPreStop]; h != "" {
+		m.runPreStop(ctx, id, h, grace)
+	}
+	left := grace - m.clock.Now().Sub(start)
+	if left < 0 {
+		left = 0
+	}
+	_, err = m.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(left / time.Second)})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
+	return nil
+}
+
+// runPreStop runs an exec preStop hook; HTTP and sleep hooks are not run by the
+// shim (logged), the container is then stopped with its full grace period.
+func (m *Manager) runPreStop(ctx context.Context, id, handlerJSON string, grace time.Duration) {
+	var h corev1.LifecycleHandler
+	if err := json.Unmarshal([]byte(handlerJSON), &h); err != nil {
+		m.log.Warn("podstate: unreadable preStop handler; skipped", "container", id, "err", err)
+		return
+	}
+	switch {
+	case h.Exec != nil:
+		_, err := m.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: h.Exec.Command, Timeout: int64(grace / time.Second)})
+		if err != nil {
+			m.log.Warn("podstate: preStop exec failed", "container", id, "err", err)
+		}
+	case h.Sleep != nil:
+		d := time.Duration(h.Sleep.Seconds) * time.Second
+		if d > grace {
+			d = grace
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	default:
+		m.log.Warn("podstate: preStop handler type not run by the shim during an in-place restart", "container", id)
+	}
+}
 
 // replay starts the pod's containers again as the kubelet first started them:
 // its own recorded CreateContainer requests, in its order, each with the next
@@ -114,7 +212,9 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
 		}
 		m.mu.Lock()
-		m.dropInstance(p, existing)
+		delete(p.New, existing)
+		delete(p.IDs, existing)
+		delete(m.byID, existing)
 		if p.Retried == nil {
 			p.Retried = map[string]bool{}
 		}
@@ -188,7 +288,8 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		p.New = map[string]string{}
 	}
 	p.New[id] = name
-	m.addInstance(p, id, name)
+	p.IDs[id] = name
+	m.byID[id] = sandboxID
 	if b, err := proto.Marshal(req); err == nil {
 		p.Creates[name] = b
 		if p.createReq == nil {
@@ -205,6 +306,21 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		return id, fmt.Errorf("start restarted container %s: %w", id, err)
 	}
 	return id, nil
+}
+
+// sandboxReady reports whether the runtime lists the sandbox as ready; err
+// when the runtime does not answer.
+func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) (bool, error) {
+	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sandboxID}})
+	if err != nil {
+		return false, fmt.Errorf("sandbox %s: %w", sandboxID, err)
+	}
+	for _, sb := range resp.Items {
+		if sb.Id == sandboxID && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // adoptCreated takes over the container of a replay create whose intent was
@@ -231,18 +347,19 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		snap := p.snapshot()
-		known := m.known(c.Id)
+		_, known := m.byID[c.Id]
 		if p.New == nil {
 			p.New = map[string]string{}
 		}
 		p.New[c.Id] = name
-		m.addInstance(p, c.Id, name)
+		p.IDs[c.Id] = name
+		m.byID[c.Id] = sandboxID
 		p.Creating = ""
 		if err := m.save(p); err != nil {
 			// Not adopted until recorded: the saved intent still finds it.
 			*p = snap
 			if !known {
-				m.dropInstance(p, c.Id)
+				delete(m.byID, c.Id)
 			}
 			return err
 		}
@@ -251,19 +368,31 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 	return nil
 }
 
-// sandboxReady reports whether the runtime lists the sandbox as ready; err
-// when the runtime does not answer.
-func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) (bool, error) {
-	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sandboxID}})
-	if err != nil {
-		return false, fmt.Errorf("sandbox %s: %w", sandboxID, err)
-	}
-	for _, sb := range resp.Items {
-		if sb.Id == sandboxID && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
-			return true, nil
+// waitFor waits until a started container runs (or, with exit, has exited).
+func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
+	deadline := m.clock.Now().Add(30 * time.Second)
+	for {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			return nil, fmt.Errorf("status of %s: %w", id, err)
+		}
+		s := st.GetStatus()
+		switch {
+		case !m.inPhase(m.sandboxOf(id), PhaseStartup):
+			return s, nil
+		case s.State == runtimeapi.ContainerState_CONTAINER_EXITED:
+			return s, nil
+		case !exit && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
+			return s, nil
+		case !exit && m.clock.Now().After(deadline):
+			return s, nil // up or not, the kubelet will judge it once it is shown
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return false, nil
 }
 
 func (m *Manager) inPhase(sandboxID string, ph Phase) bool {
@@ -276,7 +405,7 @@ func (m *Manager) inPhase(sandboxID string, ph Phase) bool {
 func (m *Manager) sandboxOf(id string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.table.byID[id]
+	return m.byID[id]
 }
 
 // swap ends a restart: the new instances become visible and the old ones show
@@ -311,7 +440,7 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 	}
 	p.Scope = ""
 	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
-	m.fire(p, EventSwapped)
+	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
 	// Hold the instances the last full list showed running whose container
 	// gets a new instance now (see Pod.held).
 	replaced := map[string]bool{}
@@ -326,9 +455,6 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 			p.held[id] = m.clock.Now().Add(maxHold)
 		}
 	}
-	// Answers the runtime gave before this moment are viewed as the pod
-	// was until now (view.go).
-	p.preSwap = swapPicture{epoch: m.epoch.Add(1), fake: p.Fake, hidden: p.New}
 	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""
 	var err error
 	for _, s := range exited {
@@ -373,15 +499,72 @@ func nextRestartCount(req *runtimeapi.CreateContainerRequest, logDir string) int
 	return n
 }
 
-func (m *Manager) ensureStarted(ctx context.Context, id string) error {
-	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+// OnEvent takes the runtime's container events (the shim's event feed) so an
+// exit is classified the moment it happens; Run's periodic scan covers gaps
+// (reconnects, restarts of the shim or of containerd). Only the exited
+// container's own status is decoded, and only for a tracked container.
+func (m *Manager) OnEvent(e *events.Event) {
+	if m.Tracked() == 0 {
+		return
+	}
+	if e.Type == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT {
+		m.dropExited(e.ContainerID) // removed, maybe behind the shim
+		return
+	}
+	if e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+		return
+	}
+	m.mu.Lock()
+	_, known := m.byID[e.ContainerID]
+	m.mu.Unlock()
+	if !known {
+		return
+	}
+	s, err := e.Status()
 	if err != nil {
-		return fmt.Errorf("status of restarted container %s: %w", id, err)
+		m.log.Warn("podstate: container event without a readable status", "container", e.ContainerID, "err", err)
+		return
 	}
-	if st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_CREATED {
-		if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
-			return fmt.Errorf("start restarted container %s: %w", id, err)
-		}
+	// A verdict that could not be recorded is made again at the next look
+	// (save logged it).
+	_, _ = m.classify(s)
+}
+
+type metrics struct {
+	latency    prometheus.Histogram
+	containers *prometheus.CounterVec
+	restarts   prometheus.Counter
+	delay      prometheus.Histogram
+	problems   prometheus.Counter
+	reused     prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cri_shim_pod_restart_duration_seconds", Help: "From the triggering exit to all containers running again (backoff included).",
+			Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
+		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pod_restarts_total", Help: "In-place pod restarts started by a RestartAllContainers rule.",
+		}),
+		containers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_container_restarts_total", Help: "Containers started again by cri-shim, by reason (the rule action).",
+		}, []string{"reason"}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cri_shim_restart_backoff_seconds", Help: "Backoff delay (KEP-4603 curve) applied before each restart cri-shim governs.",
+			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 60, 120, 300},
+		}),
+		problems: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_restart_rule_problems_total", Help: "Malformed restart-rules annotations (the pod runs with plain kubelet behaviour).",
+		}),
+		reused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_exited_status_reused_total", Help: "ContainerStatus calls for exited instances of governed containers answered with the runtime's kept answer, without a round trip.",
+		}),
 	}
-	return nil
+}
+
+// Collectors are the manager's metrics, for the shim's registry.
+func (m *Manager) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers, m.metrics.reused}
 }
