@@ -1,0 +1,234 @@
+package podstate
+
+// Exits: each exit of a tracked container is classified once against the pod's
+// rules; a matching one starts the pod's restart.
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// scan classifies exits of tracked pods that nobody has asked about yet, so a
+// restart starts within a second even if the kubelet is slow to look.
+func (m *Manager) scan(ctx context.Context) {
+	if m.Tracked() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}},
+	})
+	if err != nil {
+		return
+	}
+	vs := make([]cview, len(resp.Containers))
+	for i, c := range resp.Containers {
+		vs[i] = viewOf(c)
+	}
+	// An exit whose verdict could not be recorded is classified again at
+	// the next look (save logged it).
+	_ = m.classifyExited(ctx, vs)
+}
+
+// classifyExited decides, for exited containers of tracked pods not yet
+// classified, whether the exit triggers a pod restart. It fetches exit codes
+// outside the lock. An error means a verdict could not be recorded: that
+// exit is unclassified still and must not be shown as it is.
+func (m *Manager) classifyExited(ctx context.Context, cs []cview) error {
+	var need []string
+	m.mu.Lock()
+	for _, c := range cs {
+		if c.state != runtimeapi.ContainerState_CONTAINER_EXITED {
+			continue
+		}
+		p := m.pods[c.sandbox]
+		if p == nil {
+			continue
+		}
+		markDead(p, c.id)
+		if m.needsClassification(p, c.id, c.name) {
+			need = append(need, c.id)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, id := range need {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			continue
+		}
+		if _, err := m.classify(st.GetStatus()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) needsClassification(p *Pod, id, name string) bool {
+	if p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || p.Settled[id] ||
+		p.Held[name] { // terminated by the orchestrator (hold.go)
+		return false
+	}
+	if _, ours := p.IDs[id]; !ours {
+		return false
+	}
+	return true
+}
+
+func markDead(p *Pod, id string) {
+	if _, ours := p.IDs[id]; !ours || p.Dead[id] {
+		return
+	}
+	if p.Dead == nil {
+		p.Dead = map[string]bool{}
+	}
+	p.Dead[id] = true
+}
+
+// forget drops a container instance that no longer exists from the pod's
+// record, unless a restart in progress still refers to it (its trigger, the
+// instances it stops or shows, the ones it created) or it is the newest
+// instance of its container. It reports whether it dropped it. m.mu held.
+func (m *Manager) forget(p *Pod, id string) bool {
+	if _, ok := p.IDs[id]; !ok {
+		return false
+	}
+	restarting := p.Phase != PhaseRunning
+	if p.Latest[p.IDs[id]] == id || p.Fake[id] || (restarting && p.Trigger != nil && p.Trigger.ContainerID == id) {
+		return false
+	}
+	if _, ok := p.New[id]; ok {
+		return false
+	}
+	if _, ok := p.Old[id]; ok && restarting && !p.Dead[id] {
+		return false // still to be stopped by the restart
+	}
+	delete(p.IDs, id)
+	delete(p.Old, id)
+	delete(p.shownRunning, id)
+	delete(p.held, id)
+	delete(p.Settled, id)
+	delete(p.Dead, id)
+	delete(m.byID, id)
+	return true
+}
+
+func settle(p *Pod, id string) {
+	if p.Settled == nil {
+		p.Settled = map[string]bool{}
+	}
+	p.Settled[id] = true
+}
+
+// classify records an exited container's verdict and, on a matching rule,
+// starts the pod's restart. It reports whether the exit triggered a restart.
+// An error means the verdict could not be recorded: nothing changed, nothing
+// was started, and the exit is classified again at the next look.
+func (m *Manager) classify(s *runtimeapi.ContainerStatus) (bool, error) {
+	if s == nil || s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		return false, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.classifyLocked(s)
+}
+
+// classifyLocked is classify with m.mu held.
+func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
+	sid := m.byID[s.Id]
+	p := m.pods[sid]
+	name := s.GetMetadata().GetName()
+	if p == nil {
+		return false, nil
+	}
+	markDead(p, s.Id)
+	if !m.needsClassification(p, s.Id, name) {
+		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id, nil
+	}
+	snap := p.snapshot()
+	action := p.Rules.Match(name, s.ExitCode)
+	if forced, ok := p.Forced[name]; ok {
+		action = corev1.ContainerRestartRuleAction(forced)
+		delete(p.Forced, name)
+	}
+	if action != ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
+		settle(p, s.Id)
+		if err := m.save(p); err != nil {
+			*p = snap
+			return false, err
+		}
+		return false, nil
+	}
+	now := m.clock.Now()
+	finished := time.Unix(0, s.FinishedAt)
+	started := time.Unix(0, s.StartedAt)
+	key, scope := backoff.Key{PodUID: p.UID}, ""
+	if action == corev1.ContainerRestartRuleActionRestart {
+		// One container: its own curve, and only its instances take part.
+		key.Container, scope = name, name
+	}
+	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
+	bst := m.bo.Exited(key, p.SandboxID, started, finished)
+	p.Phase, p.PhaseSince, p.Scope = PhaseTerminating, now, scope
+	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
+	p.Old = maps.Clone(p.IDs)
+	if scope != "" {
+		for id, n := range p.Old {
+			if n != scope {
+				delete(p.Old, id)
+			}
+		}
+	}
+	// Shown running until the swap: the trigger, and every instance that may
+	// still run. Instances of containers that ran to completion (regular init
+	// containers, by the recorded start order) or were seen exited are shown
+	// as they are: a terminated init container shown running again is a
+	// transition the kubelet refuses. execute() checks the rest against the
+	// runtime before it stops anything.
+	completed := map[string]bool{}
+	for _, e := range p.Seq {
+		if e.WaitExit {
+			completed[e.Name] = true
+		}
+	}
+	p.Fake = map[string]bool{s.Id: true}
+	for id, n := range p.Old {
+		if !p.Dead[id] && !completed[n] {
+			p.Fake[id] = true
+		}
+		settle(p, id)
+	}
+	p.New, p.Refined, p.Retried = nil, false, nil
+	// Only instances other than the trigger need checking against the
+	// runtime (refineFake); with none, the set is final now and this one
+	// save covers it.
+	p.Refined = len(p.Fake) == 1
+	p.NotBefore = bst.NotBefore
+	p.LastError = ""
+	if err := m.save(p); err != nil {
+		// Not started: the curve does not move either.
+		*p = snap
+		if hadBackoff {
+			m.bo.Restore(key, prevOwner, prevBackoff)
+		} else {
+			m.bo.Drop(key)
+		}
+		return false, err
+	}
+	if scope == "" {
+		m.metrics.restarts.Inc()
+	}
+	m.metrics.delay.Observe(bst.LastDelay.Seconds())
+	m.log.Info("podstate: restart rule matched", "action", action,
+		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
+	m.kick(p.SandboxID)
+	return true, nil
+}

@@ -1,0 +1,155 @@
+package podstate
+
+// Container calls: the kubelet's creates are recorded (replayed by a restart),
+// its stops and removes of instances a restart owns are answered by the
+// restart.
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
+	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
+	// While a pod restarts, the kubelet still sees its old containers running
+	// and may create the next one (a main container after a sidecar it sees
+	// started); that creation waits for the restart to finish, so the pod's
+	// start order holds. The kubelet's own deadline (--runtime-request-timeout,
+	// 2 minutes by default) bounds the wait. A container the restart creates
+	// itself is refused at once (replace.go).
+	if err := m.refuseReplacement(req); err != nil {
+		return nil, err
+	}
+	if err := m.waitIdle(ctx, req.PodSandboxId); err != nil {
+		return nil, err
+	}
+	completed := m.completedBefore(ctx, req)
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.recordCreate(req, resp.ContainerId, completed); err != nil {
+		// A container the shim has no record of could not be replayed
+		// after a restart of the shim: it is removed again and the kubelet
+		// retries the create.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, rerr := m.rt.RemoveContainer(rctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.ContainerId}); rerr != nil && status.Code(rerr) != codes.NotFound {
+			m.log.Error("podstate: removing a container whose creation could not be recorded", "container", resp.ContainerId, "err", rerr)
+		}
+		return nil, unavailable(err)
+	}
+	return resp, nil
+}
+
+// completedBefore returns, for the first creation of a container name in a
+// tracked pod, the name of the container the kubelet created just before it
+// when that one's newest instance has exited 0: a regular init container,
+// which a restart must wait for. "" otherwise.
+func (m *Manager) completedBefore(ctx context.Context, req *runtimeapi.CreateContainerRequest) string {
+	name := req.GetConfig().GetMetadata().GetName()
+	m.mu.Lock()
+	p := m.pods[req.PodSandboxId]
+	if p == nil || len(p.Seq) == 0 || slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
+		m.mu.Unlock()
+		return ""
+	}
+	prev := p.Seq[len(p.Seq)-1].Name
+	prevID := p.Latest[prev]
+	m.mu.Unlock()
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: prevID})
+	if err == nil && st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && st.GetStatus().GetExitCode() == 0 {
+		return prev
+	}
+	return ""
+}
+
+// recordCreate remembers a kubelet-created container of a tracked pod. The
+// first creation of each name records the pod's start order, and completed
+// (completedBefore) marks the container before it as one to wait for. When
+// that cannot be recorded nothing changes.
+func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, completed string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[req.PodSandboxId]
+	if p == nil {
+		return nil
+	}
+	snap := p.snapshot()
+	name := req.GetConfig().GetMetadata().GetName()
+	if b, err := proto.Marshal(req); err == nil {
+		p.Creates[name] = b
+	}
+	delete(p.createReq, name)
+	p.IDs[id] = name
+	m.byID[id] = p.SandboxID
+	if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
+		for i := range p.Seq {
+			if p.Seq[i].Name == completed {
+				p.Seq[i].WaitExit = true
+			}
+		}
+		p.Seq = append(p.Seq, SeqEntry{Name: name})
+	}
+	p.Latest[name] = id
+	if err := m.save(p); err != nil {
+		*p = snap
+		delete(m.byID, id)
+		return err
+	}
+	return nil
+}
+
+// stopContainer: the kubelet stops a container itself (the pod is being
+// deleted, a liveness probe failed): its exit is the kubelet's decision, so
+// no rule restarts it.
+func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
+	next proxy.UnaryNext[runtimeapi.StopContainerRequest, runtimeapi.StopContainerResponse]) (*runtimeapi.StopContainerResponse, error) {
+	// An instance that already exited on its own keeps its rule (replace.go).
+	if err := m.classifyBeforeStop(ctx, req.ContainerId); err != nil {
+		return nil, unavailable(err)
+	}
+	m.mu.Lock()
+	if p := m.pods[m.byID[req.ContainerId]]; p != nil && !p.Settled[req.ContainerId] {
+		settle(p, req.ContainerId)
+		if err := m.save(p); err != nil {
+			// Not stopped: unrecorded, a rule could restart it after a
+			// restart of the shim. The kubelet retries.
+			delete(p.Settled, req.ContainerId)
+			m.mu.Unlock()
+			return nil, unavailable(err)
+		}
+	}
+	m.mu.Unlock()
+	return next(ctx, req)
+}
+
+// removeContainer forgets an instance the kubelet's container GC removed, so
+// a crash-looping pod's record (saved at every restart step) does not grow
+// with every restart. Not saved here: the next step's save carries it, and a
+// restarted shim prunes what the runtime no longer has (reconcile).
+func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
+	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
+	// Dropped before (no cached answer outlives the container) and after (a
+	// status asked while the removal ran may have been kept again).
+	m.dropExited(req.ContainerId)
+	resp, err := next(ctx, req)
+	m.dropExited(req.ContainerId)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return nil, err
+	}
+	m.mu.Lock()
+	if p := m.pods[m.byID[req.ContainerId]]; p != nil {
+		m.forget(p, req.ContainerId)
+	}
+	m.mu.Unlock()
+	return resp, err
+}

@@ -1,0 +1,114 @@
+package podstate
+
+// The restart's steps run by the pod's executor, from its recorded phase to
+// the swap.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// execute performs the next steps of a pod's restart; every step is safe to
+// repeat, so a shim killed at any point finishes the restart when it comes back.
+func (m *Manager) execute(ctx context.Context, sandboxID string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil {
+		m.mu.Unlock()
+		return nil
+	}
+	phase, notBefore := p.Phase, p.NotBefore
+	// Only instances not yet seen exited need stopping: a CRI container
+	// never runs again once it has exited.
+	old := make(map[string]string, len(p.Old))
+	for id, n := range p.Old {
+		if !p.Dead[id] {
+			old[id] = n
+		}
+	}
+	m.mu.Unlock()
+
+	switch phase {
+	case PhaseTerminating:
+		if err := m.refineFake(ctx, sandboxID); err != nil {
+			return err
+		}
+		if err := m.stopAll(ctx, old); err != nil {
+			return err
+		}
+		if wait := notBefore.Sub(m.clock.Now()); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		m.mu.Lock()
+		if p.Phase == PhaseTerminating {
+			// Not saved here: the first create's intent is saved with it
+			// before anything is created. A shim killed in between resumes
+			// in Terminating, whose steps are all done and repeat as no-ops.
+			p.Phase, p.PhaseSince = PhaseStartup, m.clock.Now()
+		}
+		m.mu.Unlock()
+		return m.replay(ctx, sandboxID)
+	case PhaseStartup:
+		return m.replay(ctx, sandboxID)
+	}
+	return nil
+}
+
+// refineFake drops from the "shown running" set the instances that had in fact
+// already exited when the rule matched (other than the trigger). It runs before
+// stopAll, so every instance it sees exited exited on its own; nothing is
+// stopped until that is recorded.
+func (m *Manager) refineFake(ctx context.Context, sandboxID string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Trigger == nil || p.Refined {
+		m.mu.Unlock()
+		return nil
+	}
+	var check []string
+	for id := range p.Fake {
+		if id != p.Trigger.ContainerID && !p.Dead[id] {
+			check = append(check, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range check {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil || st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		m.mu.Lock()
+		delete(p.Fake, id)
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p.Refined = true
+	if err := m.save(p); err != nil {
+		p.Refined = false
+		return err
+	}
+	return nil
+}
+
+func (m *Manager) ensureStarted(ctx context.Context, id string) error {
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		return fmt.Errorf("status of restarted container %s: %w", id, err)
+	}
+	if st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_CREATED {
+		if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+			return fmt.Errorf("start restarted container %s: %w", id, err)
+		}
+	}
+	return nil
+}

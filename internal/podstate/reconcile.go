@@ -1,0 +1,114 @@
+package podstate
+
+// Keeping the records in step with the runtime: restarts abandoned when the
+// sandbox is stopped or gone, pods forgotten once removed.
+
+import (
+	"context"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// abandon ends the pod's restart in progress for good: the pod is shown as it
+// really is and no rule restarts anything in it any more. When that cannot be
+// recorded nothing changes. m.mu held.
+func (m *Manager) abandon(p *Pod) error {
+	snap := p.snapshot()
+	p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
+	p.Old, p.Fake, p.New, p.shownRunning, p.held = nil, nil, nil, nil, nil
+	p.Stopped = true
+	if err := m.save(p); err != nil {
+		*p = snap
+		return err
+	}
+	m.stopExecutor(p.SandboxID)
+	return nil
+}
+
+// abandonIfSandboxGone is called when a restart step failed: if the pod's
+// sandbox is gone or no longer ready (stopped or removed by a client that
+// bypassed the shim, or by the runtime), retrying would only create
+// containers in a dead sandbox, so the restart is abandoned (reconcile drops
+// the state of a removed sandbox). A runtime that does not answer changes
+// nothing: the step is retried.
+func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, stepErr error) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if ready, err := m.sandboxReady(ctx, sandboxID); err != nil || ready {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Stopped {
+		return true
+	}
+	lastErr, phase := p.LastError, p.Phase
+	p.LastError = "restart abandoned, sandbox gone or not ready: " + stepErr.Error()
+	if err := m.abandon(p); err != nil {
+		// Tried again with the step, every second.
+		p.LastError = lastErr
+		return false
+	}
+	m.log.Warn("podstate: sandbox gone or not ready; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase, "err", stepErr)
+	return true
+}
+
+// reconcile forgets pods whose sandbox the runtime no longer has (removed
+// while the shim was down, or by a client that bypassed it).
+func (m *Manager) reconcile(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return // runtime down: keep everything, try again later
+	}
+	live := map[string]bool{}
+	for _, sb := range resp.Items {
+		live[sb.Id] = true
+	}
+	cs, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return
+	}
+	exists := make(map[string]bool, len(cs.Containers))
+	for _, c := range cs.Containers {
+		exists[c.Id] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// Forget instances the runtime no longer has (removed without going
+	// through the shim; the kubelet's removals are seen by removeContainer),
+	// so a pod's state stays the size of its live containers however often it
+	// restarts. In any phase: a crash-looping pod is almost never Running.
+	for _, p := range m.pods {
+		pruned := false
+		for id := range p.IDs {
+			if !exists[id] && m.forget(p, id) {
+				pruned = true
+			}
+		}
+		if pruned {
+			// A record that still names removed instances is harmless; the
+			// next save carries the pruning (a failure is logged by save).
+			_ = m.save(p)
+		}
+	}
+	for id, p := range m.pods {
+		if live[id] {
+			continue
+		}
+		for cid := range p.IDs {
+			delete(m.byID, cid)
+		}
+		delete(m.pods, id)
+		m.stopExecutor(id)
+		m.bo.Forget(p.UID, id)
+		_ = m.st.remove(id)
+		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
+	}
+	m.tracked.Store(int32(len(m.pods)))
+	m.pruneExited(exists)
+	m.st.pruneProblems(live)
+}

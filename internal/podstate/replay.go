@@ -1,0 +1,305 @@
+package podstate
+
+// Replaying the kubelet's recorded creates: the new instances, started in the
+// pod's order and hidden until the swap.
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// replay starts the pod's containers again as the kubelet first started them:
+// its own recorded CreateContainer requests, in its order, each with the next
+// restart count and log file; a container that ran to completion the first
+// time (a regular init container) must exit 0 before the next one starts. The
+// new instances stay hidden until all are up, then swap() shows them at once.
+// Why the shim and not the kubelet does the starting: docs/in-place-restart.md.
+func (m *Manager) replay(ctx context.Context, sandboxID string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Phase != PhaseStartup {
+		m.mu.Unlock()
+		return nil
+	}
+	seq := append([]SeqEntry(nil), p.Seq...)
+	if p.Scope != "" {
+		seq = []SeqEntry{{Name: p.Scope}}
+	}
+	m.mu.Unlock()
+	if len(seq) == 0 {
+		return fmt.Errorf("no recorded start order for the pod")
+	}
+	var exited []*runtimeapi.ContainerStatus
+	for _, e := range seq {
+		if !m.inPhase(sandboxID, PhaseStartup) {
+			return nil // abandoned (the kubelet stopped the pod)
+		}
+		id, err := m.replayOne(ctx, sandboxID, e.Name)
+		if err != nil {
+			return err
+		}
+		s, err := m.waitFor(ctx, id, e.WaitExit)
+		if err != nil {
+			return err
+		}
+		if s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
+			exited = append(exited, s)
+		}
+		if e.WaitExit && s.ExitCode != 0 {
+			// A genuine failure after the restart: show it; the pod's
+			// restartPolicy decides (Never: the pod fails).
+			m.log.Info("podstate: init container failed after the restart; handing the pod back to the kubelet",
+				"container", e.Name, "exitCode", s.ExitCode)
+			break
+		}
+	}
+	return m.swap(sandboxID, exited)
+}
+
+// replayOne creates and starts one container again, once: a container created
+// before a crash of the shim is found in p.New and only started if needed.
+func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, error) {
+	if err := m.adoptCreated(ctx, sandboxID, name); err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	existing := ""
+	for id, n := range p.New {
+		if n == name {
+			existing = id
+		}
+	}
+	retried := p.Retried[name]
+	m.mu.Unlock()
+	if existing != "" {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: existing})
+		if err != nil && status.Code(err) != codes.NotFound {
+			return "", fmt.Errorf("status of %s: %w", existing, err)
+		}
+		s := st.GetStatus()
+		// Exited without ever running: our StartContainer was cut short (the
+		// shim died mid-call and the runtime cancelled the start). That is not
+		// the container failing; create it once more. A second start error is
+		// real and is shown.
+		interrupted := err != nil || (s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && s.GetStartedAt() == 0)
+		if !interrupted || retried {
+			return existing, m.ensureStarted(ctx, existing)
+		}
+		// A start that failed because the sandbox died is not an
+		// interruption; and containerd 2.2.1 panics removing a container
+		// whose sandbox is gone (nri GetIPs on a nil sandbox), so nothing is
+		// removed then: the step fails and the restart is abandoned.
+		if ready, err := m.sandboxReady(ctx, sandboxID); err != nil || !ready {
+			return "", fmt.Errorf("start of %s failed and sandbox %s is not ready (%v)", existing, sandboxID, err)
+		}
+		m.log.Info("podstate: replayed start was interrupted; creating the container once more", "container", name)
+		if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: existing}); err != nil && status.Code(err) != codes.NotFound {
+			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
+		}
+		m.mu.Lock()
+		delete(p.New, existing)
+		delete(p.IDs, existing)
+		delete(m.byID, existing)
+		if p.Retried == nil {
+			p.Retried = map[string]bool{}
+		}
+		p.Retried[name] = true
+		// Not recorded: the retry finds the removed instance NotFound
+		// (interrupted) and goes on from there; nothing is created before
+		// the create's intent below is recorded.
+		err = m.save(p)
+		m.mu.Unlock()
+		if err != nil {
+			return "", err
+		}
+	}
+	m.mu.Lock()
+	raw, logDir, req := p.Creates[name], p.LogDirectory, p.createReq[name]
+	m.mu.Unlock()
+	if req == nil {
+		if raw == nil {
+			return "", fmt.Errorf("no recorded CreateContainer for %q", name)
+		}
+		req = &runtimeapi.CreateContainerRequest{}
+		if err := proto.Unmarshal(raw, req); err != nil {
+			return "", fmt.Errorf("recorded CreateContainer for %q: %w", name, err)
+		}
+	} else {
+		// The request kept from this shim's own last create of the
+		// container: no other create of it happened since (the kubelet's
+		// drops the kept request), so its attempt is the newest log file's
+		// and the directory need not be read.
+		logDir = ""
+	}
+	n := nextRestartCount(req, logDir)
+	cfg := req.GetConfig()
+	cfg.Metadata.Attempt = uint32(n)
+	if cfg.Annotations == nil {
+		cfg.Annotations = map[string]string{}
+	}
+	cfg.Annotations[annotationRestartCount] = strconv.Itoa(n)
+	cfg.LogPath = filepath.Join(name, fmt.Sprintf("%d.log", n))
+	intent := fmt.Sprintf("%s/%d", name, n)
+	m.mu.Lock()
+	creating := p.Creating
+	p.Creating = intent
+	err := m.save(p)
+	if err != nil {
+		p.Creating = creating
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	resp, err := m.rt.CreateContainer(ctx, req)
+	if err != nil {
+		// req now carries this attempt; the retry starts again from the
+		// recorded request, so a failed create does not skip an attempt.
+		m.mu.Lock()
+		delete(p.createReq, name)
+		m.mu.Unlock()
+		return "", fmt.Errorf("create %q again: %w", name, err)
+	}
+	id := resp.ContainerId
+	reason := string(ActionRestartAllContainers)
+	m.mu.Lock()
+	if p.Scope != "" {
+		reason = string(corev1.ContainerRestartRuleActionRestart)
+	}
+	m.mu.Unlock()
+	m.metrics.containers.WithLabelValues(reason).Inc()
+	m.mu.Lock()
+	if p.New == nil {
+		p.New = map[string]string{}
+	}
+	p.New[id] = name
+	p.IDs[id] = name
+	m.byID[id] = sandboxID
+	if b, err := proto.Marshal(req); err == nil {
+		p.Creates[name] = b
+		if p.createReq == nil {
+			p.createReq = map[string]*runtimeapi.CreateContainerRequest{}
+		}
+		p.createReq[name] = req
+	}
+	// Not saved here: the saved intent (p.Creating) lets a restarted shim
+	// adopt this instance by name and attempt (adoptCreated); the next
+	// intent or the swap saves it.
+	m.mu.Unlock()
+	// Just created: no need to ask its state before starting it.
+	if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		return id, fmt.Errorf("start restarted container %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// sandboxReady reports whether the runtime lists the sandbox as ready; err
+// when the runtime does not answer.
+func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) (bool, error) {
+	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sandboxID}})
+	if err != nil {
+		return false, fmt.Errorf("sandbox %s: %w", sandboxID, err)
+	}
+	for _, sb := range resp.Items {
+		if sb.Id == sandboxID && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// adoptCreated takes over the container of a replay create whose intent was
+// saved (p.Creating = "name/attempt") but whose ID was not: the shim was
+// killed during or after the create. It may even have been started since, so
+// it is found by name and attempt, not by a recomputed restart count.
+func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) error {
+	m.mu.Lock()
+	p := m.pods[sandboxID]
+	a, pending := strings.CutPrefix(p.Creating, name+"/")
+	m.mu.Unlock()
+	attempt, err := strconv.ParseUint(a, 10, 32)
+	if !pending || err != nil {
+		return nil
+	}
+	resp, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID}})
+	if err != nil {
+		return fmt.Errorf("looking for an interrupted create of %q: %w", name, err)
+	}
+	for _, c := range resp.Containers {
+		if c.GetMetadata().GetName() != name || c.GetMetadata().GetAttempt() != uint32(attempt) {
+			continue
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		snap := p.snapshot()
+		_, known := m.byID[c.Id]
+		if p.New == nil {
+			p.New = map[string]string{}
+		}
+		p.New[c.Id] = name
+		p.IDs[c.Id] = name
+		m.byID[c.Id] = sandboxID
+		p.Creating = ""
+		if err := m.save(p); err != nil {
+			// Not adopted until recorded: the saved intent still finds it.
+			*p = snap
+			if !known {
+				delete(m.byID, c.Id)
+			}
+			return err
+		}
+		break
+	}
+	return nil
+}
+
+// waitFor waits until a started container runs (or, with exit, has exited).
+func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
+	deadline := m.clock.Now().Add(30 * time.Second)
+	for {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			return nil, fmt.Errorf("status of %s: %w", id, err)
+		}
+		s := st.GetStatus()
+		switch {
+		case !m.inPhase(m.sandboxOf(id), PhaseStartup):
+			return s, nil
+		case s.State == runtimeapi.ContainerState_CONTAINER_EXITED:
+			return s, nil
+		case !exit && s.State == runtimeapi.ContainerState_CONTAINER_RUNNING:
+			return s, nil
+		case !exit && m.clock.Now().After(deadline):
+			return s, nil // up or not, the kubelet will judge it once it is shown
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (m *Manager) inPhase(sandboxID string, ph Phase) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[sandboxID]
+	return p != nil && p.Phase == ph
+}
+
+func (m *Manager) sandboxOf(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.byID[id]
+}

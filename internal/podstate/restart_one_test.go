@@ -1,0 +1,260 @@
+package podstate
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// A Restart rule restarts only its container, on its own backoff curve; the
+// other containers keep running and the kubelet never sees the exit.
+func TestRestartRuleRestartsOneContainer(t *testing.T) {
+	rt := newFakeRT()
+	rt.exitOnStart["init"] = 0
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	ids := map[string]string{}
+	for _, n := range []string{"init", "sidecar", "main"} {
+		ids[n] = k.start(sb, n)
+	}
+	p := k.m.pods[sb]
+	for i, wantDelay := range []time.Duration{testCurve.Delay(1), testCurve.Delay(2), testCurve.Delay(3)} {
+		cur := p.Latest["main"]
+		exited := time.Now()
+		k.rt.exit(cur, 1)
+		if s := k.status(cur); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Fatalf("restart %d: the kubelet saw the exit: %v", i+1, s.State)
+		}
+		if p.Scope != "main" || p.Trigger.Delay != wantDelay {
+			t.Fatalf("restart %d: scope %q delay %s, want main and %s", i+1, p.Scope, p.Trigger.Delay, wantDelay)
+		}
+		if err := k.m.execute(context.Background(), sb); err != nil {
+			t.Fatal(err)
+		}
+		// The executor waited out the delay, counted from the exit.
+		if took := time.Since(exited); took < wantDelay {
+			t.Fatalf("restart %d: replayed %s after the exit, before its backoff delay %s", i+1, took, wantDelay)
+		}
+		if p.Phase != PhaseRunning || p.ContainerRestarts["main"] != i+1 || p.Restarts != 0 {
+			t.Fatalf("restart %d: phase %s, container restarts %v, pod restarts %d", i+1, p.Phase, p.ContainerRestarts, p.Restarts)
+		}
+	}
+	if got := fmt.Sprint(rt.created[3:]); got != "[main main main]" {
+		t.Fatalf("replayed %s, want only main, three times", got)
+	}
+	if len(rt.stopped) != 0 {
+		t.Fatalf("stopped %v: a Restart rule must not touch other containers", rt.stopped)
+	}
+	if s, _ := rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["sidecar"]}); s.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatal("sidecar disturbed")
+	}
+	if a := rt.cs[p.Latest["main"]].Metadata.Attempt; a != 3 {
+		t.Fatalf("third restart has attempt %d, want 3", a)
+	}
+}
+
+// A container that crashes again at once is classified in the swap itself:
+// the kubelet never sees the new instance's exit, even for an instant.
+func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	id := k.start(sb, "main")
+	rt.exitOnStart["main"] = 1 // every replayed instance exits as soon as it starts
+	rt.exit(id, 1)
+	k.status(id)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	p := k.m.pods[sb]
+	newID := p.Latest["main"]
+	if newID == id || p.Phase != PhaseTerminating || p.Trigger.ContainerID != newID {
+		t.Fatalf("after the swap: phase %s, trigger %+v, latest %s", p.Phase, p.Trigger, newID)
+	}
+	if st := k.list()[newID]; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("the new instance's instant exit is visible to the kubelet: %v", st)
+	}
+	if p.Trigger.Delay != testCurve.Delay(2) {
+		t.Fatalf("second restart delay %s, want %s", p.Trigger.Delay, testCurve.Delay(2))
+	}
+}
+
+// The kubelet reads pods as one full ListContainers and then, seconds later
+// under load, the status of each listed container, with other lists in
+// between. A swap between the two must not show it the old instance exited
+// without the new one: an instance the last full list showed running, and
+// replaced by the swap, reads running until the next full list.
+func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	old := k.start(sb, "main")
+	// The kubelet's PLEG relist: one unfiltered list, then the statuses.
+	listPod := k.list
+	k.rt.exit(old, 1)
+	if got := listPod(); len(got) != 1 || got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("pod list during the restart: %v, want only the old instance, running", got)
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	// Another caller's list of running containers only (the kubelet's
+	// GetPods(false)) does not show the old instance either way.
+	if _, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}},
+		func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+			return k.rt.ListContainers(ctx, r)
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("status after the swap, before a new list: %v, want running as listed", s.State)
+	}
+	got := listPod()
+	nw := k.m.pods[sb].Latest["main"]
+	if got[old] != runtimeapi.ContainerState_CONTAINER_EXITED || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("pod list after the swap: %v, want old exited and new %s running", got, nw)
+	}
+	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
+		t.Fatalf("status after the next full list: %v/%d, want exited 1", s.State, s.ExitCode)
+	}
+
+	// Again, with the new instance crashing at once: the swap starts the
+	// next restart right away, and the instance the kubelet listed last
+	// must still read running.
+	k.rt.exitOnStart["main"] = 1
+	listPod()
+	k.rt.exit(nw, 1)
+	k.status(nw)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if p := k.m.pods[sb]; p.Phase != PhaseTerminating || p.Trigger.ContainerID == nw {
+		t.Fatalf("phase %s: the instantly crashed instance should be the next trigger", p.Phase)
+	}
+	if s := k.status(nw); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("listed instance after an instant re-crash: %v, want running as listed", s.State)
+	}
+}
+
+// A container the kubelet stops itself, or any exit after the kubelet stopped
+// the sandbox, is the kubelet's decision: no rule restarts it (a restart there
+// would leave a running container behind a finished KillPod).
+func TestKubeletStopsAreNotRestarted(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`,
+		RulesAnnotationPrefix + "side": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	main, side := k.start(sb, "main"), k.start(sb, "side")
+	if _, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: main},
+		func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+			k.rt.exit(r.ContainerId, 137)
+			return &runtimeapi.StopContainerResponse{}, nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 137 || k.m.pods[sb].Phase != PhaseRunning {
+		t.Fatalf("kubelet-stopped container: %v/%d, phase %s; want its real exit and no restart", s.State, s.ExitCode, k.m.pods[sb].Phase)
+	}
+	if _, err := k.m.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
+		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+			return &runtimeapi.StopPodSandboxResponse{}, nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	k.rt.exit(side, 1)
+	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || k.m.pods[sb].Phase != PhaseRunning {
+		t.Fatalf("exit after StopPodSandbox: %v, phase %s; want its real exit and no restart", s.State, k.m.pods[sb].Phase)
+	}
+	if len(rt.created) != 2 {
+		t.Fatalf("created %v: nothing may be restarted", rt.created)
+	}
+}
+
+// Restarts on command (the pod management channel): a pod without rules,
+// tracked because TrackAlso says so, restarts one container and then the
+// whole pod through the same machinery as the rules.
+func TestRestartOnCommand(t *testing.T) {
+	rt := newFakeRT()
+	rt.exitOnStart["init"] = 0
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	ctx := context.Background()
+	// Untracked: refused.
+	sb := k.runPod(map[string]string{"orchestrated": "yes"})
+	if err := k.m.RestartPod(ctx, sb, "x"); err == nil {
+		t.Fatal("an untracked pod was restarted")
+	}
+	k.m.TrackAlso(func(a map[string]string) bool { return a["orchestrated"] == "yes" })
+	sb = k.runPod(map[string]string{"orchestrated": "yes"})
+	for _, n := range []string{"init", "sidecar", "main"} {
+		k.start(sb, n)
+	}
+	p := k.m.pods[sb]
+	if err := k.m.RestartContainer(ctx, sb, "nope", "x"); err == nil {
+		t.Fatal("restart of an unknown container accepted")
+	}
+	main := p.Latest["main"]
+	if err := k.m.RestartContainer(ctx, sb, "main", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.status(main); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || p.Scope != "main" {
+		t.Fatalf("after the command: kubelet sees %v, scope %q; want the restart under way", s.State, p.Scope)
+	}
+	if err := k.m.RestartPod(ctx, sb, "busy"); err == nil {
+		t.Fatal("a second restart accepted while one is in progress")
+	}
+	if err := k.m.execute(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if p.ContainerRestarts["main"] != 1 || p.Restarts != 0 || len(p.Forced) != 0 {
+		t.Fatalf("container restarts %v, pod restarts %d, forced %v", p.ContainerRestarts, p.Restarts, p.Forced)
+	}
+	if err := k.m.RestartPod(ctx, sb, "job restart"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := rt.stopped[len(rt.stopped)-1]
+	if s := k.status(stopped); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || p.Scope != "" {
+		t.Fatalf("after RestartPod: kubelet sees %v, scope %q; want a pod restart under way", s.State, p.Scope)
+	}
+	if err := k.m.execute(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if p.Restarts != 1 || p.Phase != PhaseRunning {
+		t.Fatalf("pod restarts %d, phase %s", p.Restarts, p.Phase)
+	}
+}
+
+// A crash-looping container's record stays the size of its live instances:
+// instances the kubelet removes are forgotten (they were kept for ever, and
+// the record is written at every restart step).
+func TestCrashLoopRecordStaysBounded(t *testing.T) {
+	k, sb, p := crashingMainPod(t)
+	for i := range 30 {
+		cur := p.Latest["main"]
+		k.rt.exit(cur, 1)
+		k.status(cur)
+		if i%2 == 1 {
+			// Removed while the next restart is pending: the trigger is kept.
+			k.remove(cur)
+			if _, ok := p.IDs[cur]; !ok {
+				t.Fatalf("restart %d: the trigger of the restart in progress was forgotten", i+1)
+			}
+		}
+		if err := k.m.execute(context.Background(), sb); err != nil {
+			t.Fatal(err)
+		}
+		k.remove(cur) // the kubelet's GC removes the previous instance
+	}
+	if n := len(p.IDs) + len(p.Dead) + len(p.Settled) + len(p.Old); n > 6 {
+		t.Fatalf("after 30 restarts the record holds %d ids, %d dead, %d settled, %d old", len(p.IDs), len(p.Dead), len(p.Settled), len(p.Old))
+	}
+	if p.ContainerRestarts["main"] != 30 || p.Phase != PhaseRunning {
+		t.Fatalf("restarts %d phase %s", p.ContainerRestarts["main"], p.Phase)
+	}
+	if len(k.m.byID) != len(p.IDs) {
+		t.Fatalf("byID %d entries, pod %d", len(k.m.byID), len(p.IDs))
+	}
+}

@@ -1,0 +1,124 @@
+package podstate
+
+// Sandbox calls: a pod with restart rules is tracked from its RunPodSandbox;
+// its restart is abandoned when the kubelet stops it and forgotten when it is
+// removed.
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	cfg := req.GetConfig()
+	rules, problems := ParseRules(cfg.GetAnnotations())
+	md := cfg.GetMetadata()
+	for _, pr := range problems {
+		m.metrics.problems.Inc()
+		m.log.Warn("podstate: "+pr, "pod", md.GetNamespace()+"/"+md.GetName())
+	}
+	if len(rules) == 0 && (m.trackAlso == nil || !m.trackAlso(cfg.GetAnnotations())) {
+		if len(problems) > 0 {
+			if err := m.st.saveProblems(&Pod{SandboxID: resp.PodSandboxId, UID: md.GetUid(), Name: md.GetName(),
+				Namespace: md.GetNamespace(), Problems: problems, Phase: PhaseRunning}); err != nil {
+				m.log.Error("podstate: recording annotation problems", "err", err)
+			}
+		}
+		return resp, nil
+	}
+	p := &Pod{
+		SandboxID: resp.PodSandboxId, UID: md.GetUid(), Name: md.GetName(), Namespace: md.GetNamespace(),
+		LogDirectory: cfg.GetLogDirectory(), Rules: rules, Problems: problems, Phase: PhaseRunning,
+		PhaseSince: m.clock.Now(),
+	}
+	m.mu.Lock()
+	m.adopt(p)
+	err = m.save(p)
+	if err != nil {
+		delete(m.pods, p.SandboxID)
+		m.tracked.Store(int32(len(m.pods)))
+	}
+	m.mu.Unlock()
+	if err != nil {
+		// A pod whose rules could not be recorded would run without them
+		// after a restart of the shim: its sandbox is taken down again and
+		// the kubelet retries.
+		m.rollbackSandbox(ctx, resp.PodSandboxId)
+		return nil, unavailable(err)
+	}
+	m.log.Info("podstate: pod has restart rules", "pod", p.Namespace+"/"+p.Name, "sandbox", p.SandboxID, "containers", len(rules))
+	return resp, nil
+}
+
+// stopPodSandbox: the kubelet is stopping the pod (deleted, or terminal); a
+// restart in progress is abandoned, the pod is shown as it really is, and no
+// rule restarts anything in it any more.
+func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
+	m.mu.Lock()
+	if p := m.pods[req.PodSandboxId]; p != nil && !p.Stopped {
+		phase := p.Phase
+		if err := m.abandon(p); err != nil {
+			m.mu.Unlock()
+			return nil, unavailable(err)
+		}
+		if phase != PhaseRunning {
+			m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase)
+		}
+	}
+	m.mu.Unlock()
+	return next(ctx, req)
+}
+
+func (m *Manager) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
+	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return nil, err
+	}
+	m.mu.Lock()
+	// The state file, or a problems-only record, of this sandbox: under the
+	// lock, as every save is, so that no save of the pod runs meanwhile
+	// (the store's sequence map is not safe for concurrent writes) and none
+	// recreates the file afterwards (save skips pods no longer tracked).
+	if rerr := m.st.remove(req.PodSandboxId); rerr != nil {
+		m.log.Error("podstate: removing state file", "err", rerr)
+	}
+	if p := m.pods[req.PodSandboxId]; p != nil {
+		for id := range p.IDs {
+			delete(m.byID, id)
+		}
+		delete(m.pods, req.PodSandboxId)
+		m.stopExecutor(req.PodSandboxId)
+		m.tracked.Store(int32(len(m.pods)))
+		// Only the curve keys this sandbox owns: another (live) sandbox
+		// of the same pod keeps its position (backoff.Tracker).
+		m.bo.Forget(p.UID, req.PodSandboxId)
+	}
+	m.mu.Unlock()
+	return resp, err
+}
+
+// rollbackSandbox stops and removes a sandbox this call created, under a
+// fresh context (the caller's may be the reason it failed).
+func (m *Manager) rollbackSandbox(ctx context.Context, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.rt.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		m.log.Error("podstate: stopping the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
+	}
+	if _, err := m.rt.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		m.log.Error("podstate: removing the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
+	}
+}

@@ -1,0 +1,104 @@
+package podstate
+
+// The swap: the new instances shown at once, the old ones gone.
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// swap ends a restart: the new instances become visible and the old ones show
+// their real (exited) state, as the previous instance of each container.
+// A new instance that already exited again (a container that crashes at
+// once) is classified in the same locked step, so the kubelet never sees its
+// exit unclassified between the swap and the next scan. A swap that cannot be
+// recorded is not made: the replay is retried and swaps again.
+func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Phase != PhaseStartup {
+		for _, s := range exited {
+			if _, err := m.classifyLocked(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	snap, saves := p.snapshot(), m.saves
+	for id, name := range p.New {
+		p.Latest[name] = id
+	}
+	if p.Scope != "" {
+		if p.ContainerRestarts == nil {
+			p.ContainerRestarts = map[string]int{}
+		}
+		p.ContainerRestarts[p.Scope]++
+	} else {
+		p.Restarts++
+	}
+	p.Scope = ""
+	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
+	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
+	// Hold the instances the last full list showed running whose container
+	// gets a new instance now (see Pod.held).
+	replaced := map[string]bool{}
+	for _, name := range p.New {
+		replaced[name] = true
+	}
+	for id := range p.shownRunning {
+		if replaced[p.IDs[id]] {
+			if p.held == nil {
+				p.held = map[string]time.Time{}
+			}
+			p.held[id] = m.clock.Now().Add(maxHold)
+		}
+	}
+	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""
+	var err error
+	for _, s := range exited {
+		if _, err = m.classifyLocked(s); err != nil {
+			break
+		}
+	}
+	if err == nil && m.saves == saves {
+		err = m.save(p) // one save for the swap and what it classified
+	}
+	if err != nil && m.saves == saves {
+		*p = snap
+		return err
+	}
+	// Recorded (a classification's save carried the swap; an exit whose
+	// verdict could not be recorded is classified at the next look).
+	m.metrics.latency.Observe(took.Seconds())
+	m.log.Info("podstate: pod restarted in place", "pod", p.Namespace+"/"+p.Name, "restarts", p.Restarts, "sinceExit", took.Round(time.Millisecond))
+	return nil
+}
+
+var logFileRe = regexp.MustCompile(`^(\d+)\.log`)
+
+// nextRestartCount is one more than both the recorded request's count and the
+// highest N.log in the container's log directory, as the kubelet computes it
+// when a container has no status left (calcRestartCountByLogDir).
+func nextRestartCount(req *runtimeapi.CreateContainerRequest, logDir string) int {
+	n := int(req.GetConfig().GetMetadata().GetAttempt()) + 1
+	if v, err := strconv.Atoi(req.GetConfig().GetAnnotations()[annotationRestartCount]); err == nil && v+1 > n {
+		n = v + 1
+	}
+	if logDir != "" {
+		entries, _ := os.ReadDir(filepath.Join(logDir, req.GetConfig().GetMetadata().GetName()))
+		for _, e := range entries {
+			if mm := logFileRe.FindStringSubmatch(e.Name()); mm != nil {
+				if v, err := strconv.Atoi(mm[1]); err == nil && v+1 > n {
+					n = v + 1
+				}
+			}
+		}
+	}
+	return n
+}
