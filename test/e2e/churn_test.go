@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -375,7 +376,15 @@ func TestChurnFakeRuntime(t *testing.T) {
 	if sbs, cs := fake.Counts(); sbs != 0 || cs != 0 {
 		t.Errorf("%d sandboxes and %d containers left in the runtime", sbs, cs)
 	}
-	left, _ := filepath.Glob(filepath.Join(dir, "state", "*", "*"))
+	// Every file a pod left, at any depth (the state store's bucket
+	// directories themselves stay).
+	var left []string
+	_ = filepath.WalkDir(filepath.Join(dir, "state"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left = append(left, p)
+		}
+		return nil
+	})
 	grew := heapDiff(t, metrics, heapBase, filepath.Join(dir, "heap-end.pb.gz"))
 	summary := checkChurn(t, samples, churnBounds{goroutines: 10, heapBytes: 2 << 20, rssKiB: 16 << 10})
 	summary += "live heap growth by allocation site (go tool pprof -top -base, warm-up to end):\n" + grew + "\n"
