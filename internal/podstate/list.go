@@ -5,8 +5,6 @@ package podstate
 
 import (
 	"context"
-	"errors"
-	"io"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -50,21 +48,11 @@ func (m *Manager) StreamContainers(ctx context.Context, req *runtimeapi.StreamCo
 	if err != nil {
 		return err
 	}
-	for {
-		r, err := cs.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if r.Containers, err = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter())); err != nil {
-			return err
-		}
-		if err := send(r); err != nil {
-			return err
-		}
-	}
+	return proxy.Relay(cs, send, func(r *runtimeapi.StreamContainersResponse) (bool, error) {
+		var verr error
+		r.Containers, verr = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter()))
+		return true, verr
+	})
 }
 
 // isFull says whether a list (its state filter already taken out) shows every

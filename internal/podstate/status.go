@@ -4,8 +4,6 @@ package podstate
 
 import (
 	"context"
-	"errors"
-	"io"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -142,21 +140,9 @@ func (m *Manager) GetContainerEvents(ctx context.Context, req *runtimeapi.GetEve
 	if err != nil {
 		return err
 	}
-	for {
-		e, err := cs.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if m.Tracked() > 0 && m.dropEvent(e) {
-			continue
-		}
-		if err := send(e); err != nil {
-			return err
-		}
-	}
+	return proxy.Relay(cs, send, func(e *runtimeapi.ContainerEventResponse) (bool, error) {
+		return m.Tracked() == 0 || !m.dropEvent(e), nil
+	})
 }
 
 // dropEvent says whether an event is kept from the kubelet. An exit whose

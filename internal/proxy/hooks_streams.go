@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"io"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -11,6 +13,32 @@ import (
 // Stream hooks: one feature per method. The hook gets the kubelet's request,
 // send (a response to the kubelet) and next (opens the call on the runtime),
 // and relays what it wants of the runtime's stream.
+
+// Relay sends the kubelet every response of the runtime's stream cs that
+// edit keeps (edit may change it; an error ends the call), until the runtime
+// ends the stream: io.EOF is a clean end (nil), any other error the
+// runtime's status.
+func Relay[Resp any](cs grpc.ServerStreamingClient[Resp], send func(*Resp) error, edit func(*Resp) (keep bool, err error)) error {
+	for {
+		r, err := cs.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		keep, err := edit(r)
+		if err != nil {
+			return err
+		}
+		if !keep {
+			continue
+		}
+		if err := send(r); err != nil {
+			return err
+		}
+	}
+}
 
 // StreamNext opens a server-streaming call on the runtime.
 type StreamNext[Req, Resp any] func(ctx context.Context, req *Req) (grpc.ServerStreamingClient[Resp], error)

@@ -195,11 +195,7 @@ func (d *dropB) StreamContainers(ctx context.Context, req *runtimeapi.StreamCont
 	if err != nil {
 		return err
 	}
-	for {
-		r, err := cs.Recv()
-		if err != nil {
-			return err
-		}
+	return Relay(cs, send, func(r *runtimeapi.StreamContainersResponse) (bool, error) {
 		var keep []*runtimeapi.Container
 		for _, c := range r.Containers {
 			if c.Id != "b" {
@@ -207,10 +203,8 @@ func (d *dropB) StreamContainers(ctx context.Context, req *runtimeapi.StreamCont
 			}
 		}
 		r.Containers = keep
-		if err := send(r); err != nil {
-			return err
-		}
-	}
+		return true, nil
+	})
 }
 
 func TestStreamHook(t *testing.T) {
