@@ -128,14 +128,30 @@ func TestBackoffNodeMax(t *testing.T) {
 }
 
 // Backoff acceptance 3: a pod that keeps triggering RestartAllContainers has
-// its restarts spaced by the same curve (1, 2, 4 s, plus the restart itself).
+// its restarts spaced by the same curve. The hold is measured from main's exit
+// to the init container's run (the restart's first step after the hold); the
+// rest of the restart (stopping the sidecar, creating and starting three
+// containers) is reported but bounded only loosely, since it is the runtime's
+// work and grows with the machine's load, not the curve.
 func TestBackoffSpacesPodRestarts(t *testing.T) {
 	needKubelet(t)
-	got := inPlaceBlock(t, "backoff-pod", node.env["MANIFESTS"], "annotation", 3)
+	name := "backoff-pod"
+	got := inPlaceBlock(t, name, node.env["MANIFESTS"], "annotation", 3)
+	_, exits := stamps(name)
+	inits := initStarts(name)
+	if len(inits) < 4 {
+		t.Fatalf("init ran %d times, want 4 (first start and 3 restarts)", len(inits))
+	}
+	var holds []float64
 	for i, want := range []float64{1, 2, 4} {
-		if d := got[i] - want; d < 0 || d > 0.75 {
-			t.Fatalf("pod restart gaps %v: want 1, 2, 4 s plus under 0.75 s of restart work", got)
+		hold := math.Round((inits[i+1]-exits[i+1])*100) / 100
+		holds = append(holds, hold)
+		if d := hold - want; d < 0 || d > 0.5 {
+			t.Fatalf("exit to restart (hold) %v: want 1, 2, 4 s (+0.5 s); exit to main running %v", holds, got)
+		}
+		if d := got[i] - want; d < 0 || d > 3 {
+			t.Fatalf("exit to main running %v: want 1, 2, 4 s plus the restart's work (under 3 s)", got)
 		}
 	}
-	t.Logf("pod restart gaps %v", got)
+	t.Logf("pod restart holds %v, exit to main running %v", holds, got)
 }

@@ -32,7 +32,7 @@ spec:
   - name: init
     image: docker.io/library/busybox:cri-shim
     imagePullPolicy: Never
-    command: ["sh", "-c", "echo init >> /t/init.log"]
+    command: ["sh", "-c", "echo init $(cut -d' ' -f1 /proc/uptime) >> /t/init.log"]
     volumeMounts: [{name: t, mountPath: /t}]
   - name: sidecar
     image: docker.io/library/busybox:cri-shim
@@ -79,6 +79,21 @@ func stamps(name string) (starts, exits map[int]float64) {
 		}
 	}
 	return starts, exits
+}
+
+// initStarts returns the times the pod's init container ran, in order: the
+// first step of each in-place restart once its hold is over.
+func initStarts(name string) []float64 {
+	b, _ := os.ReadFile(filepath.Join(node.env["NODE_DATA"], "bench", name, "init.log"))
+	var out []float64
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "init" {
+			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
 }
 
 func hostUptime() float64 {
