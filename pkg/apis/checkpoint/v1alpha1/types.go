@@ -1,0 +1,189 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// PodCheckpoint asks the node that runs a pod to checkpoint it, and records
+// the result (KEP-5823's object, in cri-shim's own group).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=pcp,categories=checkpoint
+// +kubebuilder:selectablefield:JSONPath=`.spec.sourcePodName`
+// +kubebuilder:selectablefield:JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Source Pod",type=string,JSONPath=`.spec.sourcePodName`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Size",type=integer,format=int64,JSONPath=`.status.sizeBytes`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type PodCheckpoint struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec names the pod to checkpoint. It is immutable after creation.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+	Spec PodCheckpointSpec `json:"spec"`
+
+	// status is written by the node that runs the source pod; read-only for users.
+	// +optional
+	Status PodCheckpointStatus `json:"status,omitempty"`
+}
+
+// PodCheckpointList is a list of PodCheckpoint objects.
+//
+// +kubebuilder:object:root=true
+type PodCheckpointList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PodCheckpoint `json:"items"`
+}
+
+// PodCheckpointSpec names the pod to checkpoint and bounds the operation.
+type PodCheckpointSpec struct {
+	// sourcePodName is the name of the running pod, in the PodCheckpoint's
+	// namespace, to checkpoint. Required (KEP-5823 alpha).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	SourcePodName string `json:"sourcePodName"`
+
+	// sourcePodUID, if set, pins the checkpoint to that pod instance: a live
+	// pod of the same name with another UID fails it (SourcePodReplaced).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	SourcePodUID *types.UID `json:"sourcePodUID,omitempty"`
+
+	// timeoutSeconds bounds the checkpoint; nil or 0 uses the node's default.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// PodCheckpointStatus is the observed state of the checkpoint.
+type PodCheckpointStatus struct {
+	// nodeName is the node that runs (ran) the source pod and holds the data.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
+
+	// sourcePodUID is the UID of the pod instance checkpointed (or being checkpointed).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	SourcePodUID *types.UID `json:"sourcePodUID,omitempty"`
+
+	// checkpointLocation is where the data is; set when the checkpoint is Ready.
+	// +optional
+	CheckpointLocation *CheckpointSource `json:"checkpointLocation,omitempty"`
+
+	// completionTime is when the checkpoint was written and became Ready.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// checkpointedPodTemplate is the source pod's metadata and spec at
+	// checkpoint time, less node-local and cluster-specific fields (KEP-5823,
+	// "Pod Specification and Metadata"). A restoring pod's spec must match it.
+	// Kept without a schema: the full PodTemplateSpec schema would make the
+	// CRD several hundred KiB, and only nodes (checked by the admission
+	// policy) write status.
+	// +optional
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	CheckpointedPodTemplate *corev1.PodTemplateSpec `json:"checkpointedPodTemplate,omitempty"`
+
+	// checkpointedContainers lists the regular containers captured.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	CheckpointedContainers []PodCheckpointContainerStatus `json:"checkpointedContainers,omitempty"`
+
+	// checkpointedInitContainers lists the init containers captured: completed
+	// ones and running sidecars.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	CheckpointedInitContainers []PodCheckpointContainerStatus `json:"checkpointedInitContainers,omitempty"`
+
+	// sizeBytes is the size of the checkpoint data on the node.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+
+	// conditions: the Ready condition is the single source of truth for the
+	// checkpoint's progress (reasons below).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PodCheckpointContainerStatus identifies a container captured in the checkpoint.
+type PodCheckpointContainerStatus struct {
+	// name of the container.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// image the container ran at checkpoint time.
+	// +kubebuilder:validation:MaxLength=4096
+	Image string `json:"image"`
+}
+
+// CheckpointSource says where a checkpoint's data is: a union keyed by type.
+//
+// +union
+// +kubebuilder:validation:XValidation:rule="self.type == 'NodeLocal' ? has(self.nodeLocal) : !has(self.nodeLocal)",message="nodeLocal is set exactly when type is NodeLocal"
+type CheckpointSource struct {
+	// type is the backend holding the data; only NodeLocal exists.
+	// +unionDiscriminator
+	// +kubebuilder:validation:Enum=NodeLocal
+	Type CheckpointSourceType `json:"type"`
+	// nodeLocal locates data kept on status.nodeName.
+	// +optional
+	NodeLocal *NodeLocalCheckpointSource `json:"nodeLocal,omitempty"`
+}
+
+// CheckpointSourceType enumerates the checkpoint storage backends.
+type CheckpointSourceType string
+
+// CheckpointSourceTypeNodeLocal: the data is on the node that took it.
+const CheckpointSourceTypeNodeLocal CheckpointSourceType = "NodeLocal"
+
+// NodeLocalCheckpointSource locates a checkpoint on the node that took it.
+type NodeLocalCheckpointSource struct {
+	// path is the checkpoint's directory relative to the node's checkpoint
+	// root (cri-shim's [checkpoint] root): one path element, never absolute.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+$`
+	// +kubebuilder:validation:XValidation:rule="self != '.' && self != '..'",message="path must name a directory under the checkpoint root"
+	Path string `json:"path"`
+}
+
+// ConditionReady is the type of the summary condition of a PodCheckpoint.
+const ConditionReady = "Ready"
+
+// Reasons of the Ready condition.
+const (
+	// ReasonPending: status False, nothing done yet.
+	ReasonPending = "Pending"
+	// ReasonInProgress: status False, the node is checkpointing.
+	ReasonInProgress = "CheckpointInProgress"
+	// ReasonCompleted: status True, the data is written.
+	ReasonCompleted = "CheckpointCompleted"
+	// ReasonFailed: status False, terminal; the message says why.
+	ReasonFailed = "CheckpointFailed"
+	// ReasonSourcePodReplaced: status False, terminal; the live pod's UID is
+	// not spec.sourcePodUID (or not the UID the node pinned).
+	ReasonSourcePodReplaced = "SourcePodReplaced"
+)
