@@ -300,6 +300,17 @@ start_apiserver() {
 	wait_for 90 kube-apiserver curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
 		"https://127.0.0.1:$APISERVER_PORT/readyz" ||
 		{ tail -n 30 "$NODE_RUN/kube-apiserver.log" >&2; return 1; }
+	apply_deploy
+}
+
+# apply_deploy: the cluster-wide objects cri-shim ships (CRD, RBAC, admission
+# policies), as an operator applies them; waits until the CRD is served.
+apply_deploy() {
+	local kc=("$STACK/bin/kubectl" --kubeconfig "$ADMIN_KUBECONFIG")
+	"${kc[@]}" apply -f "$REPO/deploy/crd" >/dev/null &&
+		"${kc[@]}" wait --for condition=Established --timeout 30s -f "$REPO/deploy/crd" >/dev/null &&
+		"${kc[@]}" apply -f "$REPO/deploy/rbac" -f "$REPO/deploy/admission" >/dev/null ||
+		{ log "applying deploy/ to the API server failed"; return 1; }
 }
 
 # start_kubelet [native|reduced|api]: one kubelet at a time (same ports, same

@@ -1,0 +1,90 @@
+package podcheckpoint
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// Client reads and writes PodCheckpoints: a REST client over the generated
+// types. One resource needs no generated clientset (docs/podcheckpoint.md).
+type Client struct {
+	rc rest.Interface
+}
+
+// NewClient makes a Client from a client-go config (copied, not changed).
+func NewClient(cfg *rest.Config) (*Client, error) {
+	scheme := runtime.NewScheme()
+	if err := cpv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &cpv1.SchemeGroupVersion
+	c.APIPath = "/apis"
+	c.ContentType = runtime.ContentTypeJSON
+	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("podcheckpoint client: %w", err)
+	}
+	return &Client{rc: rc}, nil
+}
+
+// Get reads one object.
+func (c *Client) Get(ctx context.Context, ns, name string) (*cpv1.PodCheckpoint, error) {
+	out := &cpv1.PodCheckpoint{}
+	err := c.rc.Get().Namespace(ns).Resource(cpv1.Resource).Name(name).Do(ctx).Into(out)
+	return out, err
+}
+
+// List lists the objects of ns ("" for all namespaces) that opts selects.
+func (c *Client) List(ctx context.Context, ns string, opts metav1.ListOptions) (*cpv1.PodCheckpointList, error) {
+	out := &cpv1.PodCheckpointList{}
+	err := c.rc.Get().Namespace(ns).Resource(cpv1.Resource).
+		VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+	return out, err
+}
+
+// Watch watches the objects of ns ("" for all namespaces) that opts selects.
+func (c *Client) Watch(ctx context.Context, ns string, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return c.rc.Get().Namespace(ns).Resource(cpv1.Resource).
+		VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+}
+
+// Create creates pc.
+func (c *Client) Create(ctx context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error) {
+	out := &cpv1.PodCheckpoint{}
+	err := c.rc.Post().Namespace(pc.Namespace).Resource(cpv1.Resource).Body(pc).Do(ctx).Into(out)
+	return out, err
+}
+
+// Update writes pc's metadata and spec (optimistic: pc.ResourceVersion must be current).
+func (c *Client) Update(ctx context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error) {
+	out := &cpv1.PodCheckpoint{}
+	err := c.rc.Put().Namespace(pc.Namespace).Resource(cpv1.Resource).Name(pc.Name).Body(pc).Do(ctx).Into(out)
+	return out, err
+}
+
+// UpdateStatus writes pc's status through the status subresource (optimistic).
+func (c *Client) UpdateStatus(ctx context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error) {
+	out := &cpv1.PodCheckpoint{}
+	err := c.rc.Put().Namespace(pc.Namespace).Resource(cpv1.Resource).Name(pc.Name).
+		SubResource("status").Body(pc).Do(ctx).Into(out)
+	return out, err
+}
+
+// Delete deletes the object.
+func (c *Client) Delete(ctx context.Context, ns, name string) error {
+	return c.rc.Delete().Namespace(ns).Resource(cpv1.Resource).Name(name).Do(ctx).Error()
+}

@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// podCheckpoints is a PodCheckpoint client with the credentials of kubeconfig.
+func podCheckpoints(t testing.TB, kubeconfig string) *podcheckpoint.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := podcheckpoint.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newPodCheckpoint(ns, name, pod string, timeout int32) *cpv1.PodCheckpoint {
+	return &cpv1.PodCheckpoint{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       cpv1.PodCheckpointSpec{SourcePodName: pod, TimeoutSeconds: &timeout},
+	}
+}
+
+func wantInvalid(t *testing.T, what string, err error, says string) {
+	t.Helper()
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), says) {
+		t.Errorf("%s: got %v, want Invalid saying %q", what, err, says)
+	}
+}
+
+func wantForbidden(t *testing.T, what string, err error, says string) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), says) {
+		t.Errorf("%s: got %v, want a denial saying %q", what, err, says)
+	}
+}
+
+// The CRD, RBAC and admission policies of deploy/ as the test stack applies
+// them: a PodCheckpoint is accepted and labelled with its source pod's key,
+// invalid ones are refused by the schema, the spec (timeoutSeconds) is
+// immutable, and a node's identity writes only the status of objects it holds.
+func TestPodCheckpointAPI(t *testing.T) {
+	cs := needAPIServer(t)
+	ns := testNamespace(t, cs, "e2e-pcp")
+	admin := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
+	nodeID := podCheckpoints(t, node.env["KUBELET_KUBECONFIG"])
+	self := node.env["NODE_NAME"]
+
+	// The policies are loaded by the API server shortly after they are applied.
+	var pc *cpv1.PodCheckpoint
+	eventually(t, 30*time.Second, "the source-pod label set on create", func() error {
+		var err error
+		_ = admin.Delete(ctxT(t, 10*time.Second), ns, "cp")
+		pc, err = admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "cp", "web-0", 30))
+		if err != nil {
+			return err
+		}
+		if got := pc.Labels[cpv1.SourcePodLabel]; got != "web-0" {
+			return fmt.Errorf("label %s = %q", cpv1.SourcePodLabel, got)
+		}
+		// A node may not write a status naming another node.
+		other := pc.DeepCopy()
+		other.Status.NodeName = "other-node"
+		_, err = nodeID.UpdateStatus(ctxT(t, 10*time.Second), other)
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "its own name") {
+			return fmt.Errorf("node writes status.nodeName of another node: %v, want a denial saying %q", err, "its own name")
+		}
+		return nil
+	})
+	long := strings.Repeat("a", 70)
+	lp, err := admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "long", long, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lp.Labels[cpv1.SourcePodLabel], cpv1.SourcePodKey(long); got != want {
+		t.Errorf("label of a 70-character pod name: %q, want %q", got, want)
+	}
+
+	_, err = admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "no-pod", "", 0))
+	wantInvalid(t, "no sourcePodName", err, "spec.sourcePodName")
+	_, err = admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "bad-pod", "Web_0", 0))
+	wantInvalid(t, "sourcePodName not a pod name", err, "spec.sourcePodName")
+	_, err = admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "neg", "web-0", -1))
+	wantInvalid(t, "negative timeoutSeconds", err, "spec.timeoutSeconds")
+
+	upd := pc.DeepCopy()
+	*upd.Spec.TimeoutSeconds = 60
+	_, err = admin.Update(ctxT(t, 10*time.Second), upd)
+	wantInvalid(t, "timeoutSeconds changed", err, "spec is immutable")
+	upd = pc.DeepCopy()
+	upd.Labels[cpv1.SourcePodLabel] = "other"
+	if got, err := admin.Update(ctxT(t, 10*time.Second), upd); err != nil {
+		t.Errorf("label update: %v", err)
+	} else if got.Labels[cpv1.SourcePodLabel] != "web-0" {
+		t.Errorf("a user changed the source-pod label to %q", got.Labels[cpv1.SourcePodLabel])
+	}
+
+	// A node may not create objects (RBAC) ...
+	_, err = nodeID.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "by-node", "web-0", 0))
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("node creates a PodCheckpoint: %v, want Forbidden", err)
+	}
+	// ... nor write a status naming another node (above), but holds one by
+	// writing its own name, and may then set its finalizer.
+	cur, err := nodeID.Get(ctxT(t, 10*time.Second), ns, "cp")
+	if err != nil {
+		t.Fatalf("node reads a PodCheckpoint: %v", err)
+	}
+	mine := cur.DeepCopy()
+	mine.Status.NodeName = self
+	mine.Status.Conditions = []metav1.Condition{{Type: cpv1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: cpv1.ReasonPending, Message: "e2e", LastTransitionTime: metav1.Now()}}
+	held, err := nodeID.UpdateStatus(ctxT(t, 10*time.Second), mine)
+	if err != nil {
+		t.Fatalf("node writes the status of its object: %v", err)
+	}
+	held.Finalizers = []string{cpv1.NodeDataFinalizer}
+	if held, err = nodeID.Update(ctxT(t, 10*time.Second), held); err != nil {
+		t.Fatalf("node sets its finalizer: %v", err)
+	}
+	relabel := held.DeepCopy()
+	relabel.Annotations = map[string]string{"x": "y"}
+	_, err = nodeID.Update(ctxT(t, 10*time.Second), relabel)
+	wantForbidden(t, "node changes annotations", err, "only the finalizers")
+	held.Finalizers = nil
+	if _, err = nodeID.Update(ctxT(t, 10*time.Second), held); err != nil {
+		t.Fatalf("node removes its finalizer: %v", err)
+	}
+
+	// An object another node holds is not the node's to write.
+	theirs, err := admin.Get(ctxT(t, 10*time.Second), ns, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs.Status.NodeName = "other-node"
+	if _, err = admin.UpdateStatus(ctxT(t, 10*time.Second), theirs); err != nil {
+		t.Fatalf("admin writes status: %v", err)
+	}
+	theirs, err = nodeID.Get(ctxT(t, 10*time.Second), ns, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs.Status.NodeName = self
+	_, err = nodeID.UpdateStatus(ctxT(t, 10*time.Second), theirs)
+	wantForbidden(t, "node takes over another node's object", err, "held by node other-node")
+	theirs.Status.NodeName = "other-node"
+	theirs.Status.SizeBytes = 1
+	_, err = nodeID.UpdateStatus(ctxT(t, 10*time.Second), theirs)
+	wantForbidden(t, "node writes another node's status", err, "held by node other-node")
+
+	// The status schema confines the node-local path to one element.
+	bad, _ := admin.Get(ctxT(t, 10*time.Second), ns, "long")
+	bad.Status.CheckpointLocation = &cpv1.CheckpointSource{Type: cpv1.CheckpointSourceTypeNodeLocal,
+		NodeLocal: &cpv1.NodeLocalCheckpointSource{Path: "../etc"}}
+	_, err = admin.UpdateStatus(ctxT(t, 10*time.Second), bad)
+	wantInvalid(t, "nodeLocal.path escaping the root", err, "nodeLocal.path")
+}
