@@ -1,0 +1,111 @@
+package podcheckpoint
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// checkpoint takes the checkpoint into the object's data directory and
+// writes the outcome; a status write the API server does not take is
+// retried until it is (the data stays, held by the finalizer) or the object
+// is gone (the data is removed).
+func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod *corev1.Pod, sandbox string, ids []string, timeout time.Duration) {
+	dir := filepath.Join(r.cfg.Root, DataDir(pc))
+	m, err := r.capture(ctx, dir, sandbox, ids, timeout)
+	var edit func(*cpv1.PodCheckpointStatus)
+	if err != nil {
+		if rerr := r.removeData(pc); rerr != nil {
+			r.log.Warn("podcheckpoint: removing partial data", "object", key(pc.Namespace, pc.Name), "err", rerr)
+		}
+		r.log.Info("podcheckpoint: checkpoint failed", "object", key(pc.Namespace, pc.Name), "err", err)
+		edit = func(s *cpv1.PodCheckpointStatus) {
+			setReady(s, metav1.ConditionFalse, cpv1.ReasonFailed, err.Error(), pc.Generation, r.now())
+		}
+	} else {
+		now := metav1.NewTime(r.now())
+		tmpl := Template(pod)
+		init, regular := containerLists(m, pod)
+		edit = func(s *cpv1.PodCheckpointStatus) {
+			s.CheckpointLocation = &cpv1.CheckpointSource{Type: cpv1.CheckpointSourceTypeNodeLocal,
+				NodeLocal: &cpv1.NodeLocalCheckpointSource{Path: DataDir(pc)}}
+			s.CompletionTime = &now
+			s.CheckpointedPodTemplate = tmpl
+			s.CheckpointedContainers = regular
+			s.CheckpointedInitContainers = init
+			s.SizeBytes = m.SizeBytes
+			setReady(s, metav1.ConditionTrue, cpv1.ReasonCompleted,
+				fmt.Sprintf("%d containers, %d bytes; pod paused %.3f s", len(m.Containers), m.SizeBytes, m.FrozenSeconds), pc.Generation, r.now())
+		}
+	}
+	for {
+		err := r.setStatus(ctx, pc, edit)
+		if err == nil {
+			return
+		}
+		if apierrors.IsNotFound(err) {
+			r.removeData(pc)
+			return
+		}
+		r.log.Warn("podcheckpoint: writing status, retrying", "object", key(pc.Namespace, pc.Name), "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.retryEvery):
+		}
+	}
+}
+
+// capture runs internal/criu's CheckpointPod into dir, made afresh.
+func (r *Reconciler) capture(ctx context.Context, dir, sandbox string, ids []string, timeout time.Duration) (*criu.Manifest, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(r.cfg.Root, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := r.ckpt.CheckpointPod(cctx, &runtimeapi.CheckpointPodRequest{
+		PodSandboxId: sandbox, OutputPath: dir, ContainerIds: ids}); err != nil {
+		return nil, fmt.Errorf("checkpoint (%s): %s", status.Code(err), status.Convert(err).Message())
+	}
+	return criu.ReadManifest(dir)
+}
+
+// containerLists splits the manifest's containers (and completed init
+// containers) into init and regular by the pod's spec.
+func containerLists(m *criu.Manifest, pod *corev1.Pod) (init, regular []cpv1.PodCheckpointContainerStatus) {
+	isInit := map[string]bool{}
+	for _, c := range pod.Spec.InitContainers {
+		isInit[c.Name] = true
+	}
+	for _, e := range m.Exited { // never also in Containers (Manifest.Validate)
+		if isInit[e.Name] {
+			init = append(init, cpv1.PodCheckpointContainerStatus{Name: e.Name, Image: e.Image})
+		}
+	}
+	for _, c := range m.Containers {
+		st := cpv1.PodCheckpointContainerStatus{Name: c.Name, Image: c.Image}
+		if isInit[c.Name] {
+			init = append(init, st)
+		} else {
+			regular = append(regular, st)
+		}
+	}
+	return init, regular
+}

@@ -1,0 +1,211 @@
+package podcheckpoint
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+var gr = schema.GroupResource{Group: cpv1.GroupName, Resource: cpv1.Resource}
+
+// fakeAPI keeps objects as the API server does for what the reconciler
+// uses: a resource version per write, Conflict on a stale one, NotFound,
+// status and object written separately, and a deleted object with
+// finalizers kept until they are gone.
+type fakeAPI struct {
+	mu      sync.Mutex
+	rv      int
+	objs    map[string]*cpv1.PodCheckpoint
+	history []string // Ready reasons written, in order
+	down    bool     // every call fails as if the server did not answer
+}
+
+func newFakeAPI() *fakeAPI { return &fakeAPI{objs: map[string]*cpv1.PodCheckpoint{}} }
+
+func (f *fakeAPI) put(pc *cpv1.PodCheckpoint) *cpv1.PodCheckpoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rv++
+	pc = pc.DeepCopy()
+	pc.ResourceVersion = strconv.Itoa(f.rv)
+	f.objs[key(pc.Namespace, pc.Name)] = pc
+	return pc.DeepCopy()
+}
+
+func (f *fakeAPI) Get(_ context.Context, ns, name string) (*cpv1.PodCheckpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, apierrors.NewServiceUnavailable("down")
+	}
+	pc := f.objs[key(ns, name)]
+	if pc == nil {
+		return nil, apierrors.NewNotFound(gr, name)
+	}
+	return pc.DeepCopy(), nil
+}
+
+func (f *fakeAPI) write(pc *cpv1.PodCheckpoint, statusOnly bool) (*cpv1.PodCheckpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, apierrors.NewServiceUnavailable("down")
+	}
+	cur := f.objs[key(pc.Namespace, pc.Name)]
+	if cur == nil {
+		return nil, apierrors.NewNotFound(gr, pc.Name)
+	}
+	if cur.ResourceVersion != pc.ResourceVersion {
+		return nil, apierrors.NewConflict(gr, pc.Name, fmt.Errorf("stale %s, now %s", pc.ResourceVersion, cur.ResourceVersion))
+	}
+	next := cur.DeepCopy()
+	if statusOnly {
+		next.Status = *pc.Status.DeepCopy()
+		if c := ready(next); c != nil {
+			f.history = append(f.history, c.Reason)
+		}
+	} else {
+		next.Finalizers = append([]string(nil), pc.Finalizers...)
+	}
+	f.rv++
+	next.ResourceVersion = strconv.Itoa(f.rv)
+	if next.DeletionTimestamp != nil && len(next.Finalizers) == 0 {
+		delete(f.objs, key(pc.Namespace, pc.Name))
+	} else {
+		f.objs[key(pc.Namespace, pc.Name)] = next
+	}
+	return next.DeepCopy(), nil
+}
+
+func (f *fakeAPI) Update(_ context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error) {
+	return f.write(pc, false)
+}
+
+func (f *fakeAPI) UpdateStatus(_ context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error) {
+	return f.write(pc, true)
+}
+
+func (f *fakeAPI) reasons() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.history...)
+}
+
+// fakePods serves pods by namespace/name.
+type fakePods map[string]*corev1.Pod
+
+func (p fakePods) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	if pod := p[key(ns, name)]; pod != nil {
+		return pod.DeepCopy(), nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
+}
+
+// fakeRuntime lists ready sandboxes (by the kubelet's labels) and their
+// running containers, as containerd's CRI does.
+type fakeRuntime struct {
+	sandboxes  []*runtimeapi.PodSandbox
+	containers []*runtimeapi.Container
+}
+
+func (r *fakeRuntime) ListPodSandbox(_ context.Context, in *runtimeapi.ListPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	out := &runtimeapi.ListPodSandboxResponse{}
+	for _, sb := range r.sandboxes {
+		ok := true
+		for k, v := range in.GetFilter().GetLabelSelector() {
+			ok = ok && sb.Labels[k] == v
+		}
+		if ok {
+			out.Items = append(out.Items, sb)
+		}
+	}
+	return out, nil
+}
+
+func (r *fakeRuntime) ListContainers(_ context.Context, in *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	out := &runtimeapi.ListContainersResponse{}
+	for _, c := range r.containers {
+		if c.PodSandboxId == in.GetFilter().GetPodSandboxId() {
+			out.Containers = append(out.Containers, c)
+		}
+	}
+	return out, nil
+}
+
+func (r *fakeRuntime) addPod(p *corev1.Pod) {
+	sb := "sb-" + string(p.UID)
+	r.sandboxes = append(r.sandboxes, &runtimeapi.PodSandbox{Id: sb,
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: string(p.UID)},
+		State:    runtimeapi.PodSandboxState_SANDBOX_READY,
+		Labels:   map[string]string{"io.kubernetes.pod.namespace": p.Namespace, "io.kubernetes.pod.name": p.Name}})
+	for _, c := range p.Spec.Containers {
+		r.containers = append(r.containers, &runtimeapi.Container{Id: sb + "-" + c.Name, PodSandboxId: sb,
+			Metadata: &runtimeapi.ContainerMetadata{Name: c.Name}, Image: &runtimeapi.ImageSpec{Image: c.Image},
+			State: runtimeapi.ContainerState_CONTAINER_RUNNING})
+	}
+}
+
+// fakeCheckpointer writes a manifest for the containers it is asked for,
+// after release is closed (nil: at once); fail makes it fail instead,
+// leaving a partial file behind as a failed capture may before cleanup.
+type fakeCheckpointer struct {
+	mu      sync.Mutex
+	calls   int
+	release chan struct{}
+	fail    error
+	rt      *fakeRuntime
+}
+
+func (c *fakeCheckpointer) CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error) {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	if _, ok := ctx.Deadline(); !ok {
+		return nil, status.Error(codes.InvalidArgument, "no deadline")
+	}
+	if c.release != nil {
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+			return nil, status.Error(codes.DeadlineExceeded, "deadline")
+		}
+	}
+	if err := os.WriteFile(filepath.Join(req.OutputPath, "partial"), []byte("x"), 0o600); err != nil {
+		return nil, err
+	}
+	if c.fail != nil {
+		return nil, c.fail
+	}
+	m := criu.Manifest{FormatVersion: criu.FormatVersion, SizeBytes: 4096}
+	for _, id := range req.ContainerIds {
+		for _, ct := range c.rt.containers {
+			if ct.Id == id {
+				n := ct.Metadata.Name
+				m.Containers = append(m.Containers, criu.ContainerEntry{Name: n, ID: id, Archive: "containers/" + n + ".tar", Image: ct.Image.Image})
+			}
+		}
+	}
+	b, _ := json.Marshal(m)
+	return &runtimeapi.CheckpointPodResponse{}, os.WriteFile(filepath.Join(req.OutputPath, "manifest.json"), b, 0o600)
+}
+
+func (c *fakeCheckpointer) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}

@@ -1,0 +1,408 @@
+package podcheckpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// Checkpointer takes a pod checkpoint: internal/criu's Service.
+type Checkpointer interface {
+	CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error)
+}
+
+// Runtime lists the node's sandboxes and containers (the runtime's CRI client).
+type Runtime interface {
+	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
+}
+
+// Objects writes PodCheckpoints (Client).
+type Objects interface {
+	Get(ctx context.Context, ns, name string) (*cpv1.PodCheckpoint, error)
+	Update(ctx context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error)
+	UpdateStatus(ctx context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error)
+}
+
+// Pods reads a live Pod object.
+type Pods interface {
+	GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error)
+}
+
+// Config is what the reconciler needs to know of the node.
+type Config struct {
+	// Node is this node's name (status.nodeName of the objects it holds).
+	Node string
+	// Root is the checkpoint root; an object's data is Root/DataDir(object).
+	Root string
+	// DefaultTimeout bounds a checkpoint whose spec has no timeoutSeconds.
+	DefaultTimeout time.Duration
+}
+
+// Reconciler checkpoints the pods of this node that PodCheckpoints name and
+// writes the outcome into their status. It is level-triggered: Observe and
+// Forget feed it the objects the watches see; a queue of keys serializes the
+// work per object, and a per-pod guard keeps one checkpoint per pod in flight.
+type Reconciler struct {
+	cfg  Config
+	ckpt Checkpointer
+	rt   Runtime
+	objs Objects
+	pods Pods
+	log  *slog.Logger
+	now  func() time.Time
+	// retryEvery paces status writes the API server refused or did not answer.
+	retryEvery time.Duration
+
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	objects map[string]*cpv1.PodCheckpoint // ns/name -> newest seen
+	running map[types.UID]bool             // objects whose checkpoint runs here
+	byPod   map[string]types.UID           // ns/pod -> object checkpointing it
+	wg      sync.WaitGroup
+}
+
+// NewReconciler builds a reconciler; Run starts it.
+func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods Pods, log *slog.Logger) *Reconciler {
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = 10 * time.Minute
+	}
+	return &Reconciler{
+		cfg: cfg, ckpt: ckpt, rt: rt, objs: objs, pods: pods, log: log, now: time.Now,
+		retryEvery: 2 * time.Second,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "podcheckpoint"}),
+		objects: make(map[string]*cpv1.PodCheckpoint),
+		running: make(map[types.UID]bool),
+		byPod:   make(map[string]types.UID),
+	}
+}
+
+// DataDir is an object's directory under the checkpoint root: named by the
+// object's UID, so a restarted shim finds the partial data of an object it
+// was checkpointing.
+func DataDir(pc *cpv1.PodCheckpoint) string { return "pcp-" + string(pc.UID) }
+
+func key(ns, name string) string { return ns + "/" + name }
+
+// Observe records an object a watch saw and queues it.
+func (r *Reconciler) Observe(pc *cpv1.PodCheckpoint) {
+	k := key(pc.Namespace, pc.Name)
+	r.mu.Lock()
+	if old := r.objects[k]; old == nil || old.UID != pc.UID || newer(pc, old) {
+		r.objects[k] = pc
+	}
+	r.mu.Unlock()
+	r.queue.Add(k)
+}
+
+// newer reports whether a is a later version of the same object than b.
+// Resource versions are opaque; the generation of an immutable spec never
+// moves, so the one the API server returned last wins (both watches and
+// the reconciler's own writes feed Observe in order per source).
+func newer(a, b *cpv1.PodCheckpoint) bool {
+	return a.ResourceVersion != b.ResourceVersion
+}
+
+// Forget drops an object a watch saw deleted (or no longer selects).
+func (r *Reconciler) Forget(ns, name string) {
+	r.mu.Lock()
+	delete(r.objects, key(ns, name))
+	r.mu.Unlock()
+}
+
+// Lookup returns the newest copy seen of an object, nil if none: the
+// restore path's view, never a call to the API server.
+func (r *Reconciler) Lookup(ns, name string) *cpv1.PodCheckpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pc := r.objects[key(ns, name)]; pc != nil {
+		return pc.DeepCopy()
+	}
+	return nil
+}
+
+// Run works the queue until ctx ends, then waits for checkpoints in flight.
+func (r *Reconciler) Run(ctx context.Context) {
+	go func() { <-ctx.Done(); r.queue.ShutDown() }()
+	for {
+		k, quit := r.queue.Get()
+		if quit {
+			break
+		}
+		if err := r.reconcile(ctx, k); err != nil {
+			r.log.Warn("podcheckpoint: reconcile", "object", k, "err", err)
+			r.queue.AddRateLimited(k)
+		} else {
+			r.queue.Forget(k)
+		}
+		r.queue.Done(k)
+	}
+	r.wg.Wait()
+}
+
+func (r *Reconciler) get(k string) *cpv1.PodCheckpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pc := r.objects[k]; pc != nil {
+		return pc.DeepCopy()
+	}
+	return nil
+}
+
+// ready is the object's Ready condition, nil before any.
+func ready(pc *cpv1.PodCheckpoint) *metav1.Condition {
+	return meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionReady)
+}
+
+// terminal: Ready True, or False with a reason nothing follows.
+func terminal(pc *cpv1.PodCheckpoint) bool {
+	c := ready(pc)
+	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == cpv1.ReasonFailed || c.Reason == cpv1.ReasonSourcePodReplaced)
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, k string) error {
+	pc := r.get(k)
+	if pc == nil {
+		return nil
+	}
+	if h := pc.Status.NodeName; h != "" && h != r.cfg.Node {
+		return nil // another node's
+	}
+	r.mu.Lock()
+	busy := r.running[pc.UID]
+	r.mu.Unlock()
+	if pc.DeletionTimestamp != nil {
+		if busy {
+			return nil // requeued when the checkpoint ends
+		}
+		return r.finalize(ctx, pc)
+	}
+	if terminal(pc) || busy {
+		return nil
+	}
+	if c := ready(pc); pc.Status.NodeName == r.cfg.Node && c != nil && c.Reason == cpv1.ReasonInProgress {
+		// This node was checkpointing it and no checkpoint runs: an earlier
+		// shim died mid-checkpoint (KEP-5823: not resumable; finalise as failed).
+		r.removeData(pc)
+		return r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+			setReady(s, metav1.ConditionFalse, cpv1.ReasonFailed,
+				"the node's cri-shim restarted during the checkpoint; partial data removed", pc.Generation, r.now())
+		})
+	}
+	sb, err := r.sandbox(ctx, pc.Namespace, pc.Spec.SourcePodName)
+	if err != nil || sb == nil {
+		return err // not (or not yet) a pod of this node
+	}
+	uid := types.UID(sb.GetMetadata().GetUid())
+	if want := pc.Spec.SourcePodUID; want != nil && *want != uid {
+		return r.replaced(ctx, pc, uid, fmt.Sprintf("spec.sourcePodUID is %s, the live pod %s has UID %s", *want, pc.Spec.SourcePodName, uid))
+	}
+	if pinned := pc.Status.SourcePodUID; pinned != nil && *pinned != uid {
+		return r.replaced(ctx, pc, uid, fmt.Sprintf("the pod %s was %s when this node took the object, it is now %s", pc.Spec.SourcePodName, *pinned, uid))
+	}
+	if pc.Status.NodeName == "" {
+		// Hold it: from now on no other node may write it (deploy/admission).
+		return r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+			s.NodeName = r.cfg.Node
+			s.SourcePodUID = &uid
+			setReady(s, metav1.ConditionFalse, cpv1.ReasonPending, "pod "+pc.Spec.SourcePodName+" runs on node "+r.cfg.Node, pc.Generation, r.now())
+		})
+	}
+	if !slices.Contains(pc.Finalizers, cpv1.NodeDataFinalizer) {
+		pc.Finalizers = append(pc.Finalizers, cpv1.NodeDataFinalizer)
+		out, err := r.objs.Update(ctx, pc)
+		if err != nil {
+			return err
+		}
+		r.Observe(out)
+		return nil
+	}
+	return r.start(ctx, pc, sb)
+}
+
+// start runs the checkpoint in the background once the pod is ready for one.
+func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *runtimeapi.PodSandbox) error {
+	pod, err := r.pods.GetPod(ctx, pc.Namespace, pc.Spec.SourcePodName)
+	if err != nil {
+		return fmt.Errorf("reading pod %s/%s: %w", pc.Namespace, pc.Spec.SourcePodName, err)
+	}
+	if pod.UID != types.UID(sb.GetMetadata().GetUid()) {
+		return fmt.Errorf("pod %s/%s: API has UID %s, the node's sandbox %s", pod.Namespace, pod.Name, pod.UID, sb.GetMetadata().GetUid())
+	}
+	ids, missing, err := r.runningContainers(ctx, sb.Id, pod)
+	if err != nil {
+		return err
+	}
+	if missing != "" {
+		r.queue.AddAfter(key(pc.Namespace, pc.Name), 2*time.Second)
+		return nil // KEP-5823: every regular container and sidecar running first
+	}
+	podKey := key(pc.Namespace, pc.Spec.SourcePodName)
+	r.mu.Lock()
+	if other, ok := r.byPod[podKey]; ok && other != pc.UID {
+		r.mu.Unlock()
+		r.queue.AddAfter(key(pc.Namespace, pc.Name), 2*time.Second)
+		return nil // one checkpoint per pod at a time
+	}
+	r.running[pc.UID] = true
+	r.byPod[podKey] = pc.UID
+	r.mu.Unlock()
+	err = r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+		setReady(s, metav1.ConditionFalse, cpv1.ReasonInProgress, "checkpointing "+fmt.Sprint(len(ids))+" containers", pc.Generation, r.now())
+	})
+	if err != nil {
+		r.done(pc, podKey)
+		return err
+	}
+	timeout := r.cfg.DefaultTimeout
+	if t := pc.Spec.TimeoutSeconds; t != nil && *t > 0 {
+		timeout = time.Duration(*t) * time.Second
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.done(pc, podKey)
+		r.checkpoint(context.WithoutCancel(ctx), pc, pod, sb.Id, ids, timeout)
+	}()
+	return nil
+}
+
+func (r *Reconciler) done(pc *cpv1.PodCheckpoint, podKey string) {
+	r.mu.Lock()
+	delete(r.running, pc.UID)
+	if r.byPod[podKey] == pc.UID {
+		delete(r.byPod, podKey)
+	}
+	r.mu.Unlock()
+	r.queue.Add(key(pc.Namespace, pc.Name))
+}
+
+// runningContainers returns the IDs of the sandbox's running containers, or the name
+// of a container of the pod's spec (or a sidecar) that is not running.
+func (r *Reconciler) runningContainers(ctx context.Context, sandbox string, pod *corev1.Pod) ([]string, string, error) {
+	cs, err := r.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		PodSandboxId: sandbox, State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+	if err != nil {
+		return nil, "", fmt.Errorf("listing containers: %w", err)
+	}
+	names := map[string]bool{}
+	var ids []string
+	for _, c := range cs.Containers {
+		names[c.GetMetadata().GetName()] = true
+		ids = append(ids, c.Id)
+	}
+	for _, c := range pod.Spec.Containers {
+		if !names[c.Name] {
+			return nil, c.Name, nil
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways && !names[c.Name] {
+			return nil, c.Name, nil
+		}
+	}
+	return ids, "", nil
+}
+
+// sandbox is the ready sandbox of the pod on this node, nil if none.
+func (r *Reconciler) sandbox(ctx context.Context, ns, pod string) (*runtimeapi.PodSandbox, error) {
+	sbs, err := r.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	if len(sbs.Items) == 0 {
+		return nil, nil
+	}
+	return sbs.Items[0], nil
+}
+
+func (r *Reconciler) replaced(ctx context.Context, pc *cpv1.PodCheckpoint, uid types.UID, msg string) error {
+	return r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+		s.NodeName = r.cfg.Node
+		s.SourcePodUID = &uid
+		setReady(s, metav1.ConditionFalse, cpv1.ReasonSourcePodReplaced, msg, pc.Generation, r.now())
+	})
+}
+
+// finalize removes the node's data of a deleted object, then its finalizer.
+func (r *Reconciler) finalize(ctx context.Context, pc *cpv1.PodCheckpoint) error {
+	if !slices.Contains(pc.Finalizers, cpv1.NodeDataFinalizer) {
+		return nil
+	}
+	if err := r.removeData(pc); err != nil {
+		return err
+	}
+	pc.Finalizers = slices.DeleteFunc(pc.Finalizers, func(f string) bool { return f == cpv1.NodeDataFinalizer })
+	out, err := r.objs.Update(ctx, pc)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.Observe(out)
+	return nil
+}
+
+func (r *Reconciler) removeData(pc *cpv1.PodCheckpoint) error {
+	dir := filepath.Join(r.cfg.Root, DataDir(pc))
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// setStatus applies edit to the newest status of pc and writes it. A
+// conflict re-reads the object and applies edit again.
+func (r *Reconciler) setStatus(ctx context.Context, pc *cpv1.PodCheckpoint, edit func(*cpv1.PodCheckpointStatus)) error {
+	cur := pc.DeepCopy()
+	for attempt := 0; ; attempt++ {
+		edit(&cur.Status)
+		out, err := r.objs.UpdateStatus(ctx, cur)
+		if err == nil {
+			r.Observe(out)
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 3 {
+			return err
+		}
+		if cur, err = r.objs.Get(ctx, pc.Namespace, pc.Name); err != nil {
+			return err
+		}
+		if cur.UID != pc.UID {
+			return errors.New("object replaced")
+		}
+	}
+}
+
+// setReady sets the Ready condition (its transition time moves only when
+// its status does).
+func setReady(s *cpv1.PodCheckpointStatus, st metav1.ConditionStatus, reason, msg string, gen int64, now time.Time) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: cpv1.ConditionReady, Status: st, Reason: reason, Message: msg,
+		ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now),
+	})
+}

@@ -1,0 +1,278 @@
+package podcheckpoint
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+type env struct {
+	api  *fakeAPI
+	rt   *fakeRuntime
+	pods fakePods
+	ck   *fakeCheckpointer
+	r    *Reconciler
+	root string
+}
+
+func newEnv(t *testing.T) *env {
+	e := &env{api: newFakeAPI(), rt: &fakeRuntime{}, pods: fakePods{}, root: t.TempDir()}
+	e.ck = &fakeCheckpointer{rt: e.rt}
+	e.r = NewReconciler(Config{Node: "node-a", Root: e.root, DefaultTimeout: 10 * time.Second},
+		e.ck, e.rt, e.api, e.pods, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.r.retryEvery = 10 * time.Millisecond
+	return e
+}
+
+func (e *env) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func (e *env) pod(ns, name, uid string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{
+			{Name: "main", Image: "busybox"}, {Name: "side", Image: "nginx"}}},
+	}
+	e.pods[key(ns, name)] = p
+	e.rt.addPod(p)
+	return p
+}
+
+func (e *env) create(pc *cpv1.PodCheckpoint) {
+	if pc.UID == "" {
+		pc.UID = types.UID("obj-" + pc.Name)
+	}
+	e.r.Observe(e.api.put(pc))
+}
+
+func object(ns, name, pod string) *cpv1.PodCheckpoint {
+	return &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1},
+		Spec: cpv1.PodCheckpointSpec{SourcePodName: pod}}
+}
+
+func (e *env) waitReason(t *testing.T, ns, name, reason string) *cpv1.PodCheckpoint {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pc, err := e.api.Get(context.Background(), ns, name)
+		if err == nil {
+			if c := ready(pc); c != nil && c.Reason == reason {
+				return pc
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s never reached %s: %+v (%v); reasons written %v", ns, name, reason, pc, err, e.api.reasons())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An object for a pod of this node goes Pending -> CheckpointInProgress ->
+// CheckpointCompleted, held by the node with its finalizer, and the status
+// carries what KEP-5823 asks.
+func TestCheckpointOfALocalPod(t *testing.T) {
+	e := newEnv(t)
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "cp", "web"))
+	pc := e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
+	if got, want := e.api.reasons(), []string{cpv1.ReasonPending, cpv1.ReasonInProgress, cpv1.ReasonCompleted}; !slices.Equal(got, want) {
+		t.Errorf("reasons written %v, want %v", got, want)
+	}
+	s := pc.Status
+	if s.NodeName != "node-a" || s.SourcePodUID == nil || *s.SourcePodUID != "uid-1" {
+		t.Errorf("node %q, source UID %v", s.NodeName, s.SourcePodUID)
+	}
+	if ready(pc).Status != metav1.ConditionTrue || ready(pc).ObservedGeneration != 1 {
+		t.Errorf("Ready %+v", ready(pc))
+	}
+	if s.CheckpointLocation == nil || s.CheckpointLocation.Type != cpv1.CheckpointSourceTypeNodeLocal ||
+		s.CheckpointLocation.NodeLocal.Path != "pcp-obj-cp" {
+		t.Errorf("location %+v", s.CheckpointLocation)
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "pcp-obj-cp", "manifest.json")); err != nil {
+		t.Errorf("data not at the location: %v", err)
+	}
+	if s.CompletionTime == nil || s.SizeBytes != 4096 || len(s.CheckpointedContainers) != 2 ||
+		s.CheckpointedContainers[1] != (cpv1.PodCheckpointContainerStatus{Name: "side", Image: "nginx"}) {
+		t.Errorf("completion %v, size %d, containers %+v", s.CompletionTime, s.SizeBytes, s.CheckpointedContainers)
+	}
+	if tp := s.CheckpointedPodTemplate; tp == nil || tp.Spec.NodeName != "" || tp.Labels["app"] != "web" || len(tp.Spec.Containers) != 2 {
+		t.Errorf("template %+v", tp)
+	}
+	if !slices.Contains(pc.Finalizers, cpv1.NodeDataFinalizer) {
+		t.Errorf("finalizers %v", pc.Finalizers)
+	}
+}
+
+// An object naming a pod this node does not run is left alone, as is an
+// object another node holds.
+func TestOthersObjectsLeftAlone(t *testing.T) {
+	e := newEnv(t)
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "elsewhere", "not-here"))
+	e.create(object("other-ns", "same-name", "web")) // same pod name, other namespace
+	theirs := object("ns", "theirs", "web")
+	theirs.Status.NodeName = "node-b"
+	e.create(theirs)
+	time.Sleep(200 * time.Millisecond)
+	if r := e.api.reasons(); len(r) != 0 || e.ck.count() != 0 {
+		t.Errorf("wrote %v, checkpointed %d times", r, e.ck.count())
+	}
+}
+
+// A live pod whose UID is not spec.sourcePodUID fails the object with
+// SourcePodReplaced and is not checkpointed; so does one whose UID changed
+// after the node pinned it.
+func TestSourcePodReplaced(t *testing.T) {
+	e := newEnv(t)
+	e.run(t)
+	e.pod("ns", "web", "uid-2")
+	pinned := object("ns", "pinned", "web")
+	old := types.UID("uid-1")
+	pinned.Spec.SourcePodUID = &old
+	e.create(pinned)
+	pc := e.waitReason(t, "ns", "pinned", cpv1.ReasonSourcePodReplaced)
+	if pc.Status.SourcePodUID == nil || *pc.Status.SourcePodUID != "uid-2" || pc.Status.NodeName != "node-a" {
+		t.Errorf("status %+v", pc.Status)
+	}
+	held := object("ns", "held", "web")
+	held.Status.NodeName = "node-a"
+	held.Status.SourcePodUID = &old
+	setReady(&held.Status, metav1.ConditionFalse, cpv1.ReasonPending, "", 1, time.Now())
+	e.create(held)
+	e.waitReason(t, "ns", "held", cpv1.ReasonSourcePodReplaced)
+	if e.ck.count() != 0 {
+		t.Errorf("checkpointed %d times", e.ck.count())
+	}
+}
+
+// However often the object is seen while its checkpoint runs, one runs.
+func TestOneCheckpointInFlight(t *testing.T) {
+	e := newEnv(t)
+	e.ck.release = make(chan struct{})
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "cp", "web"))
+	pc := e.waitReason(t, "ns", "cp", cpv1.ReasonInProgress)
+	e.create(object("ns", "cp2", "web")) // a second object for the same pod waits
+	for range 50 {
+		e.r.Observe(pc)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := e.ck.count(); n != 1 {
+		t.Fatalf("%d checkpoints in flight, want 1", n)
+	}
+	close(e.ck.release)
+	e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
+	e.waitReason(t, "ns", "cp2", cpv1.ReasonCompleted)
+	if n := e.ck.count(); n != 2 {
+		t.Errorf("%d checkpoints, want 2", n)
+	}
+}
+
+// An object this node held in progress when its shim died is finalised as
+// CheckpointFailed and its partial data removed (KEP-5823).
+func TestRestartMidCheckpointFails(t *testing.T) {
+	e := newEnv(t)
+	e.pod("ns", "web", "uid-1")
+	pc := object("ns", "cp", "web")
+	pc.UID = "obj-cp"
+	pc.Status.NodeName = "node-a"
+	pc.Finalizers = []string{cpv1.NodeDataFinalizer}
+	setReady(&pc.Status, metav1.ConditionFalse, cpv1.ReasonInProgress, "", 1, time.Now())
+	dir := filepath.Join(e.root, DataDir(pc))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "half"), []byte("x"), 0o600)
+	e.run(t)
+	e.create(pc)
+	got := e.waitReason(t, "ns", "cp", cpv1.ReasonFailed)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("partial data left: %v", err)
+	}
+	if ready(got).Message == "" || e.ck.count() != 0 {
+		t.Errorf("message %q, checkpoints %d", ready(got).Message, e.ck.count())
+	}
+}
+
+// A failed checkpoint leaves no data and says why.
+func TestFailedCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	e.ck.fail = errors.New("criu: dump failed")
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "cp", "web"))
+	pc := e.waitReason(t, "ns", "cp", cpv1.ReasonFailed)
+	if _, err := os.Stat(filepath.Join(e.root, DataDir(pc))); !os.IsNotExist(err) {
+		t.Errorf("data left: %v", err)
+	}
+	if m := ready(pc).Message; m == "" || !strings.Contains(m, "dump failed") {
+		t.Errorf("message %q", m)
+	}
+}
+
+// Deleting an object removes the node's data, then the finalizer.
+func TestDeleteRemovesData(t *testing.T) {
+	e := newEnv(t)
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "cp", "web"))
+	pc := e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
+	dir := filepath.Join(e.root, DataDir(pc))
+	now := metav1.Now()
+	pc.DeletionTimestamp = &now
+	e.r.Observe(e.api.put(pc))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := e.api.Get(context.Background(), "ns", "cp"); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("object never released")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("data left after delete: %v", err)
+	}
+}
+
+// The outcome of a checkpoint taken while the API server does not answer is
+// written once it answers again.
+func TestStatusCatchesUp(t *testing.T) {
+	e := newEnv(t)
+	e.ck.release = make(chan struct{})
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "cp", "web"))
+	e.waitReason(t, "ns", "cp", cpv1.ReasonInProgress)
+	e.api.mu.Lock()
+	e.api.down = true
+	e.api.mu.Unlock()
+	close(e.ck.release)
+	time.Sleep(100 * time.Millisecond)
+	e.api.mu.Lock()
+	e.api.down = false
+	e.api.mu.Unlock()
+	e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
+}

@@ -1,0 +1,163 @@
+package podcheckpoint
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// Watches feeds the reconciler the PodCheckpoints this node has to do with,
+// and no others (docs/podcheckpoint.md, "What a node watches"):
+//
+//   - held: status.nodeName=<node> (a selectable field of the CRD): the
+//     objects this node holds, for their finalizer and for restores by name.
+//   - sources: label checkpoint.cri-shim.io/source-pod in (keys of the
+//     pods whose sandboxes are ready on this node), restarted when that set
+//     changes; none while the node runs no pod.
+type Watches struct {
+	client *Client
+	rt     Runtime
+	r      *Reconciler
+	node   string
+	log    *slog.Logger
+	// pollEvery paces the look at the node's sandboxes (the runtime, not the API).
+	pollEvery time.Duration
+}
+
+// NewWatches builds the watches of node for r.
+func NewWatches(c *Client, rt Runtime, r *Reconciler, node string, log *slog.Logger) *Watches {
+	return &Watches{client: c, rt: rt, r: r, node: node, log: log, pollEvery: 2 * time.Second}
+}
+
+// Run keeps the watches until ctx ends.
+func (w *Watches) Run(ctx context.Context) {
+	held := fields.OneTermEqualSelector("status.nodeName", w.node).String()
+	go w.informer(func(o *metav1.ListOptions) { o.FieldSelector = held }).Run(ctx.Done())
+
+	var keys []string
+	var stop context.CancelFunc = func() {}
+	defer func() { stop() }()
+	t := time.NewTicker(w.pollEvery)
+	defer t.Stop()
+	for {
+		now, err := w.localKeys(ctx)
+		if err != nil {
+			w.log.Warn("podcheckpoint: listing the node's sandboxes", "err", err)
+		} else if !slices.Equal(now, keys) {
+			stop()
+			keys = now
+			stop = w.sources(ctx, keys)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sources runs the informer of the objects whose source pods are keys
+// until the returned function is called; none for no keys.
+func (w *Watches) sources(ctx context.Context, keys []string) context.CancelFunc {
+	if len(keys) == 0 {
+		return func() {}
+	}
+	sel := sourceSelector(keys)
+	ctx, cancel := context.WithCancel(ctx)
+	go w.informer(func(o *metav1.ListOptions) { o.LabelSelector = sel }).Run(ctx.Done())
+	return cancel
+}
+
+// sourceSelector selects the objects whose source-pod key is one of keys.
+func sourceSelector(keys []string) string {
+	req, err := labels.NewRequirement(cpv1.SourcePodLabel, selection.In, keys)
+	if err != nil {
+		// A key is always a valid label value (SourcePodKey); never here.
+		return cpv1.SourcePodLabel + " in (" + strings.Join(keys, ",") + ")"
+	}
+	return labels.NewSelector().Add(*req).String()
+}
+
+// localKeys are the sorted, distinct source-pod keys of the pods whose
+// sandboxes are ready on this node.
+func (w *Watches) localKeys(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sbs, err := w.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var keys []string
+	for _, sb := range sbs.Items {
+		k := cpv1.SourcePodKey(sb.GetMetadata().GetName())
+		if k != "" && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// informer lists and watches PodCheckpoints of all namespaces as opts
+// selects, feeding the reconciler. Its periodic resync requeues every
+// object it holds (a checkpoint waiting for its pod's containers, a status
+// write that failed).
+func (w *Watches) informer(opts func(*metav1.ListOptions)) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			opts(&o)
+			return w.client.List(ctx, "", o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			opts(&o)
+			return w.client.Watch(ctx, "", o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &cpv1.PodCheckpoint{}, time.Minute, cache.Indexers{})
+	observe := func(o any) {
+		if pc, ok := o.(*cpv1.PodCheckpoint); ok {
+			w.r.Observe(pc)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, o any) { observe(o) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if pc, ok := o.(*cpv1.PodCheckpoint); ok {
+				w.r.Forget(pc.Namespace, pc.Name)
+			}
+		},
+	})
+	return inf
+}
+
+// PodGetter reads live Pod objects through a clientset (the node's identity
+// may read the pods bound to it).
+type PodGetter struct{ Clientset kubernetes.Interface }
+
+// GetPod reads one pod.
+func (p PodGetter) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	return p.Clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+}

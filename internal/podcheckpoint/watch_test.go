@@ -1,0 +1,35 @@
+package podcheckpoint
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// The node selects by the keys of its ready sandboxes' pod names, each once,
+// in one set-based label selector.
+func TestSourceSelectorOfLocalPods(t *testing.T) {
+	rt := &fakeRuntime{}
+	long := strings.Repeat("x", 80)
+	for i, p := range []struct{ ns, name string }{{"a", "web"}, {"b", "web"}, {"a", "db"}, {"a", long}} {
+		rt.addPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.ns, Name: p.name, UID: types.UID(string(rune('0' + i)))}})
+	}
+	w := &Watches{rt: rt}
+	keys, err := w.localKeys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"db", "web", cpv1.SourcePodKey(long)}; !slices.Equal(keys, slices.Sorted(slices.Values(want))) {
+		t.Errorf("keys %v", keys)
+	}
+	if got, want := sourceSelector([]string{"db", "web"}), cpv1.SourcePodLabel+" in (db,web)"; got != want {
+		t.Errorf("selector %q, want %q", got, want)
+	}
+}
