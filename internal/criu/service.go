@@ -43,6 +43,12 @@ type Config struct {
 	// restoreAllowed): it reports whether pods of namespace to may restore
 	// checkpoints of pods of namespace from. nil allows none.
 	RestoreAcrossNamespaces func(from, to string) bool
+	// ResolveRestore, when set, is asked for the checkpoint directory of a
+	// restore-from name that is no directory under Root: a PodCheckpoint
+	// object of the pod's namespace (internal/podcheckpoint). It answers
+	// from memory, never waiting on the API server, with the directory's
+	// name under Root, or an error the pod's RunPodSandbox fails with.
+	ResolveRestore func(namespace, pod, uid, name string) (string, error)
 }
 
 // Service serves CheckpointPod and RestorePod and the warm-start routes.

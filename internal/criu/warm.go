@@ -164,8 +164,20 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err := CheckName(name); err != nil {
 		return nil, fail(errdefs.ErrInvalidArgument, "%v", err)
 	}
-	ns := req.GetConfig().GetMetadata().GetNamespace()
-	dir, m, err := s.openCheckpoint(filepath.Join(s.cfg.Root, name), ns)
+	md := req.GetConfig().GetMetadata()
+	ns := md.GetNamespace()
+	dirName := name
+	if s.cfg.ResolveRestore != nil && !isDir(filepath.Join(s.cfg.Root, name)) {
+		d, err := s.cfg.ResolveRestore(ns, md.GetName(), md.GetUid(), name)
+		if err != nil {
+			return nil, fail(errdefs.ErrFailedPrecondition, "%v; the pod stays pending and the kubelet retries", err)
+		}
+		if err := CheckName(d); err != nil {
+			return nil, fail(errdefs.ErrFailedPrecondition, "PodCheckpoint location: %v", err)
+		}
+		dirName = d
+	}
+	dir, m, err := s.openCheckpoint(filepath.Join(s.cfg.Root, dirName), ns)
 	if err != nil {
 		return nil, fail(err, "%v; the pod stays pending and the kubelet retries", err)
 	}
@@ -176,7 +188,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err != nil {
 		return nil, err
 	}
-	w := &warmPod{SandboxID: resp.GetPodSandboxId(), Checkpoint: name, Dir: dir, Namespace: ns, Done: map[string]bool{}, m: m}
+	w := &warmPod{SandboxID: resp.GetPodSandboxId(), Checkpoint: dirName, Dir: dir, Namespace: ns, Done: map[string]bool{}, m: m}
 	if err := s.saveWarm(w); err != nil {
 		// Not recorded, not acted on (statefile's rule): a sandbox whose
 		// warm start a restarted shim would not know is removed again, and
@@ -197,9 +209,8 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	s.warm[w.SandboxID] = w
 	s.mu.Unlock()
 	s.metrics.warmStarts.WithLabelValues("success").Inc()
-	md := req.GetConfig().GetMetadata()
 	s.log.Info("checkpoint: warm-starting a pod from a checkpoint", "pod", md.GetNamespace()+"/"+md.GetName(),
-		"sandbox", w.SandboxID, "checkpoint", name, "containers", len(m.Containers))
+		"sandbox", w.SandboxID, "checkpoint", name, "dir", dirName, "containers", len(m.Containers))
 	return resp, nil
 }
 
@@ -380,4 +391,10 @@ func (s *Service) sweepWarm(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// isDir reports whether p is a directory (or a symlink to one: confine judges it).
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

@@ -209,3 +209,5 @@ func (c *fakeCheckpointer) count() int {
 	defer c.mu.Unlock()
 	return c.calls
 }
+
+func errNotFound(name string) error { return apierrors.NewNotFound(gr, name) }

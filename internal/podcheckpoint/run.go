@@ -5,8 +5,12 @@ import (
 	"log/slog"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Conn is the shim's API connection (internal/kubeapi's Client): ready once
@@ -18,9 +22,10 @@ type Conn interface {
 }
 
 // Run waits for the API connection, then reconciles the PodCheckpoints of
-// node until ctx ends. It never holds up the shim: it runs beside the CRI
-// server and only its own goroutines wait on the API server.
-func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, rt Runtime, log *slog.Logger) {
+// node until ctx ends, and answers restores (may be nil) from what it
+// watches. It never holds up the shim: it runs beside the CRI server and
+// only its own goroutines wait on the API server.
+func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, rt Runtime, restores *Restores, log *slog.Logger) {
 	log = log.With("component", "podcheckpoint")
 	select {
 	case <-ctx.Done():
@@ -34,6 +39,38 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 	}
 	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute},
 		ckpt, rt, c, PodGetter{Clientset: conn.Clientset()}, log)
+	pods := podInformer(conn.Clientset(), node)
+	go pods.Run(ctx.Done())
+	if restores != nil {
+		restores.connect(&restoreView{object: r.Lookup, pod: cachedPod(pods.GetStore()), get: c.Get})
+	}
 	go NewWatches(c, rt, r, node, log).Run(ctx)
 	r.Run(ctx)
+}
+
+// podInformer caches the pods bound to node (the kubelet's own watch, and
+// what the Node authorizer lets a node list), less their managed fields.
+func podInformer(cs kubernetes.Interface, node string) cache.SharedIndexInformer {
+	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", metav1.NamespaceAll,
+		func(o *metav1.ListOptions) { o.FieldSelector = sel })
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	_ = inf.SetTransform(func(o any) (any, error) {
+		if p, ok := o.(*corev1.Pod); ok {
+			p.ManagedFields = nil
+		}
+		return o, nil
+	})
+	return inf
+}
+
+func cachedPod(s cache.Store) func(ns, name string) *corev1.Pod {
+	return func(ns, name string) *corev1.Pod {
+		o, ok, err := s.GetByKey(key(ns, name))
+		if err != nil || !ok {
+			return nil
+		}
+		p, _ := o.(*corev1.Pod)
+		return p
+	}
 }

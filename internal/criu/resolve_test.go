@@ -1,0 +1,56 @@
+package criu
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+// A restore-from name that is no directory is resolved (a PodCheckpoint's
+// location); the resolver's refusal fails RunPodSandbox with its reason; a
+// directory name is used as before; and a resolved directory is still bound
+// to its namespace.
+func TestWarmStartResolvesRestoreNames(t *testing.T) {
+	fx := newFixture(t)
+	cp := filepath.Join(fx.root, "pcp-0001")
+	os.Mkdir(cp, 0o700)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(cp, "c1", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	fx.svc.cfg.ResolveRestore = func(ns, pod, uid, name string) (string, error) {
+		asked = append(asked, ns+"/"+name)
+		if name == "my-cp" {
+			return "pcp-0001", nil
+		}
+		return "", errors.New("PodSpecMismatch: spec.containers[0].image differs")
+	}
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "my-cp"})
+	if err != nil {
+		t.Fatalf("resolved name: %v", err)
+	}
+	if w := fx.svc.warm[sb.PodSandboxId]; w == nil || w.Checkpoint != "pcp-0001" {
+		t.Fatalf("warm record %+v, want the resolved directory", w)
+	}
+	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "other"})
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "PodSpecMismatch: spec.containers[0].image") {
+		t.Errorf("resolver's refusal: %v", err)
+	}
+	asked = nil
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "pcp-0001"}); err != nil || len(asked) != 0 {
+		t.Errorf("a directory name: %v, resolver asked %v", err, asked)
+	}
+	// The namespace binding holds for what a resolver answers.
+	_, err = runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{RestoreFromAnnotation: "my-cp"})
+	if status.Code(proxy.Status(err)) != codes.NotFound || !strings.Contains(err.Error(), "own namespace") {
+		t.Errorf("resolved into another namespace's checkpoint: %v", err)
+	}
+}

@@ -1,0 +1,131 @@
+package podcheckpoint
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// fetchTTL is how long the answer of a background read of an object the
+// watches do not hold is used before it is read again.
+const fetchTTL = 10 * time.Second
+
+// Restores answers the restore-from names that name PodCheckpoints (the
+// criu service's ResolveRestore) from memory: the reconciler's objects and
+// the node's pod cache. An object the node does not watch (held by another
+// node) is read in the background; until that answer is in, the pod's
+// RunPodSandbox fails and the kubelet retries. Nothing here waits on the
+// API server.
+type Restores struct {
+	node string
+	view atomic.Pointer[restoreView]
+
+	mu      sync.Mutex
+	fetched map[string]fetchResult
+	pending map[string]bool
+}
+
+type restoreView struct {
+	object func(ns, name string) *cpv1.PodCheckpoint
+	pod    func(ns, name string) *corev1.Pod
+	get    func(ctx context.Context, ns, name string) (*cpv1.PodCheckpoint, error)
+}
+
+type fetchResult struct {
+	pc  *cpv1.PodCheckpoint // nil: no such object
+	at  time.Time
+	err error
+}
+
+// NewRestores makes the resolver of node; it answers "not yet" until Run
+// has connected.
+func NewRestores(node string) *Restores {
+	return &Restores{node: node, fetched: map[string]fetchResult{}, pending: map[string]bool{}}
+}
+
+func (r *Restores) connect(v *restoreView) { r.view.Store(v) }
+
+// Resolve returns the checkpoint directory (under the checkpoint root) of the
+// PodCheckpoint name in namespace ns for the pod ns/pod with UID uid, or why
+// the pod cannot be restored from it yet, starting with KEP-5823's reason.
+func (r *Restores) Resolve(ns, pod, uid, name string) (string, error) {
+	v := r.view.Load()
+	if v == nil {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: the node's API connection is not up yet", name)
+	}
+	pc := v.object(ns, name)
+	if pc == nil {
+		var err error
+		if pc, err = r.fetch(v, ns, name); err != nil {
+			return "", err
+		}
+	}
+	if pc.Status.NodeName != r.node && pc.Status.NodeName != "" {
+		return "", fmt.Errorf("CheckpointWrongNode: PodCheckpoint %q is on node %q, this is node %q", name, pc.Status.NodeName, r.node)
+	}
+	c := ready(pc)
+	if c == nil || c.Status != metav1.ConditionTrue || pc.Status.NodeName == "" {
+		why := "no Ready condition"
+		if c != nil {
+			why = c.Reason
+		}
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q is not Ready (%s)", name, why)
+	}
+	loc := pc.Status.CheckpointLocation
+	if loc == nil || loc.Type != cpv1.CheckpointSourceTypeNodeLocal || loc.NodeLocal == nil || pc.Status.CheckpointedPodTemplate == nil {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q has no node-local location or template", name)
+	}
+	p := v.pod(ns, pod)
+	if p == nil || string(p.UID) != uid {
+		return "", fmt.Errorf("CheckpointNotReady: pod %s/%s (UID %s) is not in the node's pod cache yet", ns, pod, uid)
+	}
+	field, err := SpecMismatch(p, pc.Status.CheckpointedPodTemplate)
+	if err != nil {
+		return "", fmt.Errorf("PodSpecMismatch: comparing with PodCheckpoint %q: %v", name, err)
+	}
+	if field != "" {
+		return "", fmt.Errorf("PodSpecMismatch: %s differs from PodCheckpoint %q's checkpointedPodTemplate", field, name)
+	}
+	return loc.NodeLocal.Path, nil
+}
+
+// fetch returns the last background read of ns/name, starting one when
+// there is none or it is old.
+func (r *Restores) fetch(v *restoreView, ns, name string) (*cpv1.PodCheckpoint, error) {
+	k := key(ns, name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res, ok := r.fetched[k]
+	if (!ok || time.Since(res.at) > fetchTTL) && !r.pending[k] {
+		r.pending[k] = true
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			pc, err := v.get(ctx, ns, name)
+			if apierrors.IsNotFound(err) {
+				pc, err = nil, nil
+			}
+			r.mu.Lock()
+			r.fetched[k] = fetchResult{pc: pc, at: time.Now(), err: err}
+			delete(r.pending, k)
+			r.mu.Unlock()
+		}()
+	}
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("CheckpointNotReady: PodCheckpoint %q of namespace %q is being looked up", name, ns)
+	case res.err != nil:
+		return nil, fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: %v", name, res.err)
+	case res.pc == nil:
+		return nil, fmt.Errorf("CheckpointNotReady: no PodCheckpoint %q in namespace %q", name, ns)
+	}
+	return res.pc, nil
+}
