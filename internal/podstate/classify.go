@@ -114,7 +114,7 @@ func (m *Manager) forget(p *Pod, id string) bool {
 	delete(p.IDs, id)
 	delete(p.Old, id)
 	delete(p.shownRunning, id)
-	delete(p.held, id)
+	delete(p.KeepShown, id)
 	delete(p.Settled, id)
 	delete(p.Dead, id)
 	delete(m.byID, id)

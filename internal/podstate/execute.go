@@ -45,6 +45,9 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 			case <-ctx.Done():
 				t.Stop()
 				return ctx.Err()
+			case <-m.quit:
+				t.Stop()
+				return errStopping // resumed in Terminating by the next process
 			case <-t.C:
 			}
 		}

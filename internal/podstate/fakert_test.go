@@ -38,6 +38,11 @@ type fakeRT struct {
 	failCreates int
 	// logPaths records each created container's log path.
 	logPaths map[string]string
+	// startGate, when set, holds every StartContainer until it is closed
+	// (or the call's context ends, as a gRPC call would); startHeld is told
+	// each time a start waits on it.
+	startGate chan struct{}
+	startHeld chan string
 }
 
 func newFakeRT() *fakeRT {
@@ -121,7 +126,15 @@ func (f *fakeRT) CreateContainer(_ context.Context, in *runtimeapi.CreateContain
 // (Unknown, "container is in ... state") and left as it is; a start in a
 // sandbox that is not ready fails after the container was marked starting,
 // which leaves it EXITED with code 128 (StartError) and no start time.
-func (f *fakeRT) StartContainer(_ context.Context, in *runtimeapi.StartContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
+func (f *fakeRT) StartContainer(ctx context.Context, in *runtimeapi.StartContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
+	if f.startGate != nil {
+		f.startHeld <- in.ContainerId
+		select {
+		case <-f.startGate:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	f.mu.Lock()
 	s, ok := f.cs[in.ContainerId]
 	if !ok {

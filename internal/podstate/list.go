@@ -126,13 +126,13 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 		return nil, unavailable(err)
 	}
 	// Only the PLEG's relist releases holds and records what was shown: the
-	// kubelet's next statuses follow it (see Pod.held).
+	// kubelet's next statuses follow it (see Pod.KeepShown).
 	full = full && m.isRelist()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if full {
 		for _, p := range m.pods {
-			p.held = nil
+			p.KeepShown = nil
 			clear(p.shownRunning)
 		}
 	}
@@ -142,7 +142,7 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 		p := m.pods[c.sandbox]
 		if p != nil {
 			hide, fake := m.view(p, c.id)
-			if hide {
+			if hide || pendingCreate(p, c) {
 				out[i].hide = true
 				continue
 			}

@@ -58,9 +58,13 @@ type Manager struct {
 	pods        map[string]*Pod   // by sandbox ID
 	byID        map[string]string // container ID -> sandbox ID
 
-	work    chan string
-	active  map[string]context.CancelFunc // sandboxes with an executor running, and its stop (stopExecutor)
-	metrics *metrics
+	work   chan string
+	active map[string]context.CancelFunc // sandboxes with an executor running, and its stop (stopExecutor)
+	// quit is closed when Run ends: executors stop at their next wait or
+	// step, after the runtime call they are in (drain.go).
+	quit     chan struct{}
+	quitOnce sync.Once
+	metrics  *metrics
 
 	// sandboxListAt is when the kubelet last listed every sandbox (0 once a
 	// container list consumed it); sandboxListSeen when it last did at all.
@@ -100,7 +104,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	m := &Manager{
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
 		pods: map[string]*Pod{}, byID: map[string]string{},
-		work: make(chan string, 64), active: map[string]context.CancelFunc{},
+		work: make(chan string, 64), active: map[string]context.CancelFunc{}, quit: make(chan struct{}),
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 },
 	}
 	pods, errs := st.load()
@@ -120,6 +124,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	})
 	for _, p := range pods {
 		m.adopt(p)
+		resumeShown(p)
 		if p.Trigger != nil && p.Scope == "" {
 			bo.Restore(backoff.Key{PodUID: p.UID}, p.SandboxID, backoff.State{Restarts: p.Restarts, NotBefore: p.NotBefore})
 		}
@@ -191,7 +196,7 @@ func (p *Pod) snapshot() Pod {
 	c.Seq, c.ContainerRestarts = slices.Clone(p.Seq), maps.Clone(p.ContainerRestarts)
 	c.Old, c.Fake, c.New, c.Retried = maps.Clone(p.Old), maps.Clone(p.Fake), maps.Clone(p.New), maps.Clone(p.Retried)
 	c.Settled, c.Dead, c.Latest = maps.Clone(p.Settled), maps.Clone(p.Dead), maps.Clone(p.Latest)
-	c.shownRunning, c.held, c.createReq = maps.Clone(p.shownRunning), maps.Clone(p.held), maps.Clone(p.createReq)
+	c.shownRunning, c.KeepShown, c.createReq = maps.Clone(p.shownRunning), maps.Clone(p.KeepShown), maps.Clone(p.createReq)
 	if p.Trigger != nil {
 		t := *p.Trigger
 		c.Trigger = &t
@@ -211,7 +216,7 @@ func (m *Manager) kick(sandboxID string) {
 // rescans, so nothing depends on a single event (OnEvent sees exits at once).
 func (m *Manager) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer m.drain(&wg)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	m.reconcile(ctx)
@@ -257,7 +262,9 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 		m.mu.Unlock()
 		return
 	}
-	ectx, cancel := context.WithCancel(ctx)
+	// Not cancelled when Run ends: drain lets the runtime call in progress
+	// finish (stopExecutor and drain's deadline cancel it).
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.active[sandboxID] = cancel
 	m.mu.Unlock()
 	wg.Add(1)
@@ -269,7 +276,7 @@ func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandbox
 			delete(m.active, sandboxID)
 			m.mu.Unlock()
 		}()
-		if err := m.execute(ectx, sandboxID); err != nil && ectx.Err() == nil {
+		if err := m.execute(ectx, sandboxID); err != nil && ectx.Err() == nil && !errors.Is(err, errStopping) {
 			if m.abandonIfSandboxGone(ctx, sandboxID, err) {
 				return
 			}

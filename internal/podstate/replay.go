@@ -41,6 +41,9 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 	}
 	var exited []*runtimeapi.ContainerStatus
 	for _, e := range seq {
+		if m.stopping() {
+			return errStopping
+		}
 		if !m.inPhase(sandboxID, PhaseStartup) {
 			return nil // abandoned (the kubelet stopped the pod)
 		}
@@ -286,6 +289,8 @@ func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeap
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-m.quit:
+			return nil, errStopping
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

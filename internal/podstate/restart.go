@@ -12,6 +12,6 @@ const (
 	annotationRestartCount = "io.kubernetes.container.restartCount"
 	defaultGracePeriod     = 30 * time.Second
 	// maxHold caps how long an instance stays held after a swap when no
-	// full list releases it (see Pod.held).
+	// full list releases it (see Pod.KeepShown).
 	maxHold = time.Minute
 )

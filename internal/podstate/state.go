@@ -103,6 +103,12 @@ type Pod struct {
 	// Stopped: the kubelet stopped the sandbox; nothing in it is restarted any more.
 	Stopped bool `json:"stopped,omitempty"`
 
+	// KeepShown are old instances a swap replaced while the kubelet's last
+	// full list showed them running: ContainerStatus shows each running until
+	// its time or the next full list (see shownRunning). Recorded with the
+	// swap, so a shim restarted in between keeps to the same picture.
+	KeepShown map[string]time.Time `json:"keepShown,omitempty"`
+
 	// In memory only. The kubelet reads pods as a full ListContainers (its
 	// PLEG relist, kuberuntime GetPods(true)) and then, up to seconds later
 	// under load, ContainerStatus of each container that list showed
@@ -110,12 +116,11 @@ type Pod struct {
 	// swap in between would show it the old instance exited and not the new
 	// one: a terminated container that then "becomes" running, which its
 	// status manager refuses. shownRunning are the instances the last full
-	// list showed running; a swap that replaces one holds it: ContainerStatus
+	// list showed running; a swap that replaces one keeps it (KeepShown): ContainerStatus
 	// shows it running until the next full list is served (the PLEG is
 	// serial, so the statuses of the earlier list have been read by then) or
 	// maxHold passes.
 	shownRunning map[string]bool
-	held         map[string]time.Time
 	// createReq is Creates decoded, per name, for replays (decoding the
 	// kubelet's request cost a tenth of a millisecond per restart). Only the
 	// pod's executor reads and changes the requests; recordCreate drops an

@@ -69,7 +69,7 @@ func (m *Manager) statusMayChangeLocked(v cview) bool {
 		return true
 	}
 	_, fake := m.view(p, v.id)
-	_, held := p.held[v.id]
+	_, held := p.KeepShown[v.id]
 	return fake || held
 }
 
@@ -104,11 +104,11 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 		return nil
 	}
 	_, fake := m.view(p, s.Id)
-	if until, ok := p.held[s.Id]; ok {
+	if until, ok := p.KeepShown[s.Id]; ok {
 		if m.clock.Now().Before(until) && !p.Stopped {
 			fake = true // listed running before a swap: keep to that list's picture
 		} else {
-			delete(p.held, s.Id)
+			delete(p.KeepShown, s.Id)
 		}
 	}
 	if fake {

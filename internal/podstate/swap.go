@@ -46,17 +46,17 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
 	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
 	// Hold the instances the last full list showed running whose container
-	// gets a new instance now (see Pod.held).
+	// gets a new instance now (see Pod.KeepShown).
 	replaced := map[string]bool{}
 	for _, name := range p.New {
 		replaced[name] = true
 	}
 	for id := range p.shownRunning {
 		if replaced[p.IDs[id]] {
-			if p.held == nil {
-				p.held = map[string]time.Time{}
+			if p.KeepShown == nil {
+				p.KeepShown = map[string]time.Time{}
 			}
-			p.held[id] = m.clock.Now().Add(maxHold)
+			p.KeepShown[id] = m.clock.Now().Add(maxHold)
 		}
 	}
 	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""

@@ -150,6 +150,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	feed.Subscribe(channels.OnEvent)
 	pods.EventsFrom(feed.Live)
 
+	// The records in step with the runtime before the first call is
+	// answered (an in-place upgrade's calls are already waiting).
+	pods.Resume(ctx)
+
 	var wg sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()

@@ -1,0 +1,68 @@
+package podstate
+
+// What a new shim process does before it answers the kubelet.
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// Resume brings the records in step with the runtime before the shim answers
+// its first call: a create the previous process made but had not recorded is
+// adopted, pods whose sandbox went away are dropped, and exits that happened
+// while no shim ran are judged against the rules. After an in-place upgrade
+// the kubelet's calls wait on the socket that stayed open and reach the new
+// process the moment it serves; without this, its first list could show an
+// instance a restart created but had not recorded, beside the old one shown
+// exited, and the kubelet would stop the pod. A runtime that does not answer
+// leaves the work to Run.
+func (m *Manager) Resume(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	type create struct{ sandbox, name string }
+	var pending []create
+	m.mu.Lock()
+	for id, p := range m.pods {
+		if name, _, ok := strings.Cut(p.Creating, "/"); ok && p.Phase == PhaseStartup {
+			pending = append(pending, create{id, name})
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range pending {
+		if err := m.adoptCreated(ctx, c.sandbox, c.name); err != nil {
+			m.log.Warn("podstate: an interrupted create is adopted later, by the pod's restart", "sandbox", c.sandbox, "container", c.name, "err", err)
+		}
+	}
+	m.reconcile(ctx)
+	m.scan(ctx)
+}
+
+// resumeShown is what a loaded record says the kubelet may have seen: the
+// instances a restart in progress shows running. The previous process's last
+// full list may have shown them, so a swap before the next full list keeps
+// them shown (KeepShown), as it would have in that process.
+func resumeShown(p *Pod) {
+	if p.Phase == PhaseRunning || len(p.Fake) == 0 {
+		return
+	}
+	p.shownRunning = make(map[string]bool, len(p.Fake))
+	for id := range p.Fake {
+		p.shownRunning[id] = true
+	}
+}
+
+// pendingCreate reports whether a listed instance the pod's record does not
+// know is the replayed create in flight (Creating): the runtime has it, the
+// record does not yet, and until it does it is hidden like the rest of New.
+// m.mu held.
+func pendingCreate(p *Pod, c cview) bool {
+	if p.Phase != PhaseStartup || p.Creating == "" {
+		return false
+	}
+	if _, known := p.IDs[c.id]; known {
+		return false
+	}
+	name, _, _ := strings.Cut(p.Creating, "/")
+	return name == c.name
+}

@@ -1,0 +1,82 @@
+package podstate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// A shim that died between the runtime creating a replayed container and the
+// record naming it: the new process's first list shows neither that instance
+// nor the trigger as exited (the kubelet would stop the pod), and Resume
+// adopts the instance before any call is answered.
+func TestResumeAdoptsAnUnrecordedCreateBeforeServing(t *testing.T) {
+	dir := t.TempDir()
+	k, sb, ids := setup(t, dir)
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	p := k.m.pods[sb]
+	if err := k.m.refineFake(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	p.Phase, p.Creating = PhaseStartup, "main/1"
+	if err := k.m.save(p); err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := k.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "main", Attempt: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: orphan.ContainerId}); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := newTestManager(t, k.rt, dir)
+	k2 := kubelet{t: t, m: m2, rt: k.rt}
+	got := k2.list()
+	if _, shown := got[orphan.ContainerId]; shown {
+		t.Fatalf("the unrecorded instance %s is listed before Resume: %v", orphan.ContainerId, got)
+	}
+	if got[ids["main"]] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("the trigger is listed %v during the restart, want RUNNING", got[ids["main"]])
+	}
+	m2.Resume(context.Background())
+	m2.mu.Lock()
+	n, adopted := m2.pods[sb].New[orphan.ContainerId]
+	creating := m2.pods[sb].Creating
+	m2.mu.Unlock()
+	if !adopted || n != "main" || creating != "" {
+		t.Fatalf("after Resume: New[%s]=%q (%v), Creating %q; want the instance adopted", orphan.ContainerId, n, adopted, creating)
+	}
+}
+
+// A swap that replaced an instance the kubelet's last full list showed
+// running keeps it shown running in ContainerStatus; a shim restarted in
+// between keeps to that picture.
+func TestKeepShownSurvivesARestartOfTheShim(t *testing.T) {
+	dir := t.TempDir()
+	k, sb, ids := setup(t, dir)
+	k.list() // the kubelet's relist: main shown running
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	k.m.mu.Lock()
+	phase, until := k.m.pods[sb].Phase, k.m.pods[sb].KeepShown[ids["main"]]
+	k.m.mu.Unlock()
+	if phase != PhaseRunning || until.IsZero() {
+		t.Fatalf("after the swap: phase %s, main kept shown until %v; want Running and kept", phase, until)
+	}
+	m2 := newTestManager(t, k.rt, dir)
+	k2 := kubelet{t: t, m: m2, rt: k.rt}
+	if s := k2.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("restarted shim shows the replaced instance %v before the next full list, want RUNNING", s.State)
+	}
+	if !until.After(time.Now()) {
+		t.Fatal("test setup: hold already over")
+	}
+}
