@@ -20,7 +20,11 @@ import (
 func TestCheckpointPodDeadlineMidCapture(t *testing.T) {
 	fx := newFixture(t)
 	fx.rt.holdDump = make(chan struct{})
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	// The margin the service keeps to resume before the deadline: wide
+	// enough that resuming two containers fits in it on a loaded machine
+	// under -race (the fixture's 20 ms did not).
+	fx.svc.marginBase = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, err := fx.svc.CheckpointPod(ctx, cpReq(fx.dir, "c1", "c2"))
 	if status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
