@@ -76,6 +76,10 @@ type Reconciler struct {
 	mu      sync.Mutex
 	objects map[string]*cpv1.PodCheckpoint // ns/name -> newest seen
 	running map[types.UID]bool             // objects whose checkpoint runs here
+	// started holds the objects this process checkpointed: a copy of one
+	// that a watch delivers late (still InProgress or Pending) is not taken
+	// for the leftover of an earlier shim, nor started again.
+	started map[types.UID]bool
 	byPod   map[string]types.UID           // ns/pod -> object checkpointing it
 	wg      sync.WaitGroup
 }
@@ -93,6 +97,7 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "podcheckpoint"}),
 		objects: make(map[string]*cpv1.PodCheckpoint),
 		running: make(map[types.UID]bool),
+		started: make(map[types.UID]bool),
 		byPod:   make(map[string]types.UID),
 	}
 }
@@ -189,7 +194,7 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 		return nil // another node's
 	}
 	r.mu.Lock()
-	busy := r.running[pc.UID]
+	busy, ours := r.running[pc.UID], r.started[pc.UID]
 	r.mu.Unlock()
 	if pc.DeletionTimestamp != nil {
 		if busy {
@@ -197,7 +202,7 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 		}
 		return r.finalize(ctx, pc)
 	}
-	if terminal(pc) || busy {
+	if terminal(pc) || busy || ours {
 		return nil
 	}
 	if c := ready(pc); pc.Status.NodeName == r.cfg.Node && c != nil && c.Reason == cpv1.ReasonInProgress {
@@ -265,6 +270,7 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *runt
 		return nil // one checkpoint per pod at a time
 	}
 	r.running[pc.UID] = true
+	r.started[pc.UID] = true
 	r.byPod[podKey] = pc.UID
 	r.mu.Unlock()
 	err = r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {

@@ -276,3 +276,27 @@ func TestStatusCatchesUp(t *testing.T) {
 	e.api.mu.Unlock()
 	e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
 }
+
+// A copy of an object a watch delivers after its checkpoint ended here (still
+// in progress) is neither failed as an earlier shim's leftover nor started
+// again: the outcome and the data stay.
+func TestLateCopyAfterCompletion(t *testing.T) {
+	e := newEnv(t)
+	e.ck.release = make(chan struct{})
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "cp", "web"))
+	stale := e.waitReason(t, "ns", "cp", cpv1.ReasonInProgress)
+	close(e.ck.release)
+	done := e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
+	time.Sleep(50 * time.Millisecond)
+	e.r.Observe(stale)
+	time.Sleep(200 * time.Millisecond)
+	pc, _ := e.api.Get(context.Background(), "ns", "cp")
+	if c := ready(pc); c.Reason != cpv1.ReasonCompleted || e.ck.count() != 1 {
+		t.Errorf("after a late copy: %s, %d checkpoints", c.Reason, e.ck.count())
+	}
+	if _, err := os.Stat(filepath.Join(e.root, DataDir(done), "manifest.json")); err != nil {
+		t.Errorf("data: %v", err)
+	}
+}
