@@ -39,6 +39,44 @@ type Config struct {
 	// Checkpoint is pod checkpoint/restore (KEP-5823): where checkpoints may live
 	// and how many are kept.
 	Checkpoint CheckpointConfig `toml:"checkpoint"`
+	// Kubernetes is the shim's connection to the API server (pod conditions,
+	// events); without a kubeconfig the shim runs standalone.
+	Kubernetes KubernetesConfig `toml:"kubernetes"`
+}
+
+// KubernetesConfig connects the shim to the API server with the node's own
+// identity (docs/kubernetes-api.md). Everything the shim writes there is
+// queued and written when the API answers; no CRI call waits for it.
+type KubernetesConfig struct {
+	// Kubeconfig is the kubelet's kubeconfig (its rotated client certificate
+	// makes the shim system:node:<node>, confined by the Node authorizer and
+	// NodeRestriction). Empty: standalone, the shim never talks to the API.
+	Kubeconfig string `toml:"kubeconfig" comment:"The kubelet's kubeconfig (e.g. /etc/kubernetes/kubelet.conf); the shim acts as the node. Empty: standalone, no API server."`
+	// NodeName is this node's name in the API; empty means the hostname,
+	// trimmed and lowercased, as the kubelet picks it without --hostname-override.
+	NodeName string `toml:"node_name" comment:"This node's name in the API (the kubelet's --hostname-override); empty = the hostname, lowercased."`
+	// QPS and Burst limit the shim's requests to the API server.
+	QPS   float32 `toml:"qps" comment:"Sustained requests per second to the API server."`
+	Burst int     `toml:"burst" comment:"Requests allowed in a burst above qps."`
+}
+
+// Enabled reports whether the shim talks to an API server.
+func (k KubernetesConfig) Enabled() bool { return k.Kubeconfig != "" }
+
+// Node is the node name the shim acts for: node_name, or the hostname as
+// the kubelet defaults it (k8s.io/component-helpers/node/util.GetHostname).
+func (k KubernetesConfig) Node() (string, error) {
+	if k.NodeName != "" {
+		return k.NodeName, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("kubernetes.node_name is empty and the hostname is unknown: %w", err)
+	}
+	if h = strings.ToLower(strings.TrimSpace(h)); h == "" {
+		return "", errors.New("kubernetes.node_name is empty and so is the hostname")
+	}
+	return h, nil
 }
 
 // CheckpointConfig confines and retains pod checkpoints.
@@ -186,6 +224,7 @@ func DefaultConfig() Config {
 			MaxPerPod:     3,
 			MaxTotalBytes: 20 << 30,
 		},
+		Kubernetes: KubernetesConfig{QPS: 5, Burst: 10},
 	}
 }
 
@@ -303,6 +342,20 @@ func (c *Config) Validate() error {
 			bad(field, "{from = %q, to = %q} is listed twice", p.From, p.To)
 		}
 		seen[p] = true
+	}
+	if k := c.Kubernetes; k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
+		bad("kubernetes.kubeconfig", "must be an absolute path or empty (standalone), got %q", k.Kubeconfig)
+	}
+	if n := c.Kubernetes.NodeName; n != "" {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			bad("kubernetes.node_name", "must be a node name (a DNS-1123 subdomain), got %q: %s", n, strings.Join(errs, "; "))
+		}
+	}
+	if q := c.Kubernetes.QPS; q <= 0 || q > 1000 {
+		bad("kubernetes.qps", "must be above 0 and at most 1000, got %g", q)
+	}
+	if b := c.Kubernetes.Burst; b < 1 || b > 10000 {
+		bad("kubernetes.burst", "must be from 1 to 10000, got %d", b)
 	}
 	if n := c.Backoff.MaxContainerRestartPeriod; n != nil && (*n < 1 || *n > 300) {
 		bad("backoff.max_container_restart_period", "must be whole seconds from 1 to 300, got %d", *n)

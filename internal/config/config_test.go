@@ -58,6 +58,11 @@ func TestDecodeAndValidate(t *testing.T) {
 		{"timer slack not a duration", "[server]\ntimer_slack = \"soon\"\n", "timer_slack"},
 		{"reconnect too fast", "[runtime]\nreconnect_max_delay = \"1ms\"\n", "runtime.reconnect_max_delay"},
 		{"bad level", "[log]\nlevel = \"loud\"\n", "log.level"},
+		{"kubeconfig set", "[kubernetes]\nkubeconfig = \"/etc/kubernetes/kubelet.conf\"\nnode_name = \"node-1.example\"\n", ""},
+		{"relative kubeconfig", "[kubernetes]\nkubeconfig = \"kubelet.conf\"\n", "kubernetes.kubeconfig: must be an absolute path"},
+		{"bad node name", "[kubernetes]\nnode_name = \"Node_1\"\n", "kubernetes.node_name: must be a node name"},
+		{"qps zero", "[kubernetes]\nqps = 0.0\n", "kubernetes.qps"},
+		{"burst zero", "[kubernetes]\nburst = 0\n", "kubernetes.burst"},
 		{"bad format", "[log]\nformat = \"xml\"\n", "log.format"},
 		{"relative state dir", "state_dir = \"state\"\n", "state_dir"},
 		{"node max 4", "[backoff]\nmax_container_restart_period = 4\n", ""},
@@ -204,4 +209,20 @@ func FuzzDecode(f *testing.F) {
 		}
 		_ = c.Validate()
 	})
+}
+
+func TestKubernetesNode(t *testing.T) {
+	if n, err := (KubernetesConfig{NodeName: "node-a"}).Node(); err != nil || n != "node-a" {
+		t.Fatalf("node_name set: %q, %v", n, err)
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		t.Skip("no hostname")
+	}
+	if n, err := (KubernetesConfig{}).Node(); err != nil || n != strings.ToLower(strings.TrimSpace(h)) {
+		t.Fatalf("node_name empty: %q, %v; hostname %q", n, err, h)
+	}
+	if (KubernetesConfig{}).Enabled() || !(KubernetesConfig{Kubeconfig: "/k"}).Enabled() {
+		t.Fatal("Enabled must follow kubeconfig")
+	}
 }

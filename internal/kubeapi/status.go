@@ -1,0 +1,91 @@
+package kubeapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// PodRef names one incarnation of a pod.
+type PodRef struct {
+	Namespace, Name, UID string
+}
+
+func (p PodRef) String() string { return p.Namespace + "/" + p.Name }
+
+// Condition is a pod condition the shim owns.
+type Condition struct {
+	Type   corev1.PodConditionType
+	Status corev1.ConditionStatus
+	Reason string
+	// Message is for humans; the API keeps it whole, so it is bounded here.
+	Message string
+	// At is when the shim saw the transition (lastTransitionTime); a write
+	// delayed by an unreachable API server still carries it.
+	At time.Time
+}
+
+// SetPodCondition queues c for pod. Conditions of one pod coalesce: only
+// the newest of each type is written, in one patch with the others.
+func (w *Writer) SetPodCondition(pod PodRef, c Condition) {
+	if w == nil {
+		return
+	}
+	if c.At.IsZero() {
+		c.At = time.Now()
+	}
+	w.q.put(&item{key: "pod/" + pod.UID, kind: kindStatus, pod: pod, conds: map[string]Condition{string(c.Type): c}})
+}
+
+// maxMessage bounds a condition message (the API has no limit of its own
+// short of the object size; a container's output may end up in one).
+const maxMessage = 1024
+
+// patchConditions writes conds into the pod's status with a strategic
+// merge patch: conditions merge by type, so the kubelet's and others'
+// conditions are left as they are. The patch carries the pod's UID, which
+// the API server checks against the stored pod: a pod of the same name
+// created since is not touched (the patch is refused and dropped).
+func (w *Writer) patchConditions(ctx context.Context, pod PodRef, conds map[string]Condition) error {
+	b, err := conditionsPatch(pod, conds)
+	if err != nil {
+		return err
+	}
+	_, err = w.cs.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patch status of pod %s: %w", pod, err)
+	}
+	return nil
+}
+
+func conditionsPatch(pod PodRef, conds map[string]Condition) ([]byte, error) {
+	list := make([]corev1.PodCondition, 0, len(conds))
+	for _, c := range conds {
+		list = append(list, corev1.PodCondition{
+			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: truncate(c.Message, maxMessage),
+			LastTransitionTime: metav1.NewTime(c.At.UTC().Truncate(time.Second)),
+		})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Type < list[j].Type })
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID},
+		"status":   map[string]any{"conditions": list},
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut at a rune boundary.
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,236 @@
+package kubeapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+)
+
+// ReportingController names the shim in the events it writes.
+const ReportingController = "cri-shim"
+
+// Op is a write queued under a key with Writer.Do; of the ops queued under
+// one key only the newest runs. An error that Retryable accepts is retried
+// with backoff; any other drops the op (counted and logged).
+type Op func(ctx context.Context) error
+
+// WriterOptions tune a Writer; zero values take the defaults.
+type WriterOptions struct {
+	// MaxQueue bounds the pending writes (default 4096); beyond it the
+	// oldest are dropped and counted.
+	MaxQueue int
+	// Recorder replaces the events recorder built on the clientset (tests).
+	Recorder events.EventRecorder
+	// MinDelay and MaxDelay bound the backoff between failed attempts
+	// (defaults 200ms and 30s).
+	MinDelay, MaxDelay time.Duration
+	// MaxTries drops an item after this many failed writes while the API
+	// server answers probes (default 10); while it does not, items wait.
+	MaxTries int
+	Log      *slog.Logger
+}
+
+// Writer queues the shim's writes to the API server and writes them from
+// one goroutine (Run) when the server answers. Its enqueueing methods never
+// block and never fail; a nil *Writer (standalone, no API) drops everything.
+type Writer struct {
+	c           *Client
+	cs          kubernetes.Interface // c's, once ready
+	rec         events.EventRecorder
+	broadcaster events.EventBroadcaster
+	q           *queue
+	log         *slog.Logger
+	o           WriterOptions
+	up          atomic.Bool
+
+	dropped *prometheus.CounterVec
+	writes  *prometheus.CounterVec
+	upGauge prometheus.Gauge
+	pending prometheus.GaugeFunc
+}
+
+// NewWriter makes a writer on c; call Run to start writing.
+func NewWriter(c *Client, o WriterOptions) *Writer {
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 4096
+	}
+	if o.MinDelay <= 0 {
+		o.MinDelay = 200 * time.Millisecond
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 30 * time.Second
+	}
+	if o.MaxTries <= 0 {
+		o.MaxTries = 10
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	w := &Writer{c: c, log: o.Log, o: o}
+	w.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cri_shim_kubeapi_dropped_total",
+		Help: "Writes to the API server dropped before they were made, by kind (status, event, op) and why (queue_full, failed).",
+	}, []string{"kind", "reason"})
+	w.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cri_shim_kubeapi_writes_total",
+		Help: "Attempts to write to the API server, by kind and result (ok, retry, failed). Events count when handed to the events recorder.",
+	}, []string{"kind", "result"})
+	w.upGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cri_shim_kubeapi_up",
+		Help: "1 while the API server answers the shim, 0 while its writes wait for it.",
+	})
+	w.q = newQueue(o.MaxQueue, func(k kind) { w.dropped.WithLabelValues(k.String(), "queue_full").Inc() })
+	w.pending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cri_shim_kubeapi_queue_items",
+		Help: "Writes waiting for the API server.",
+	}, func() float64 { return float64(w.q.len()) })
+	return w
+}
+
+// Collectors are the writer's metrics, for the shim's registry.
+func (w *Writer) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{w.dropped, w.writes, w.upGauge, w.pending}
+}
+
+// Do queues op under key, replacing an op of that key not yet run.
+func (w *Writer) Do(key string, op Op) {
+	if w == nil {
+		return
+	}
+	w.q.put(&item{key: "op/" + key, kind: kindOp, op: op})
+}
+
+// Up reports whether the last contact with the API server succeeded.
+func (w *Writer) Up() bool { return w != nil && w.up.Load() }
+
+// Run writes queued items until ctx is done; until the client is ready
+// they wait in the queue.
+func (w *Writer) Run(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-w.c.Ready():
+	}
+	w.cs = w.c.Clientset()
+	w.rec = w.o.Recorder
+	if w.rec == nil {
+		w.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: w.cs.EventsV1()})
+		w.rec = w.broadcaster.NewRecorder(scheme.Scheme, ReportingController)
+		if err := w.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+			w.log.Error("events recorder did not start; events are not written", "err", err)
+		}
+		defer w.broadcaster.Shutdown()
+	}
+	delay := time.Duration(0)
+	fail := func() {
+		delay = min(max(2*delay, w.o.MinDelay), w.o.MaxDelay)
+		// Jitter, so that the nodes of a cluster do not retry in step.
+		sleep(ctx, delay/2+rand.N(delay/2+1))
+	}
+	for ctx.Err() == nil {
+		if w.q.len() == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.q.wake:
+			}
+			continue
+		}
+		if !w.up.Load() {
+			pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			err := w.c.Probe(pctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.Debug("API server not answering; writes wait", "err", err, "pending", w.q.len())
+				}
+				fail()
+				continue
+			}
+			w.setUp(true)
+		}
+		it := w.q.take()
+		if it == nil {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		err := w.write(wctx, it)
+		cancel()
+		switch {
+		case err == nil:
+			w.writes.WithLabelValues(it.kind.String(), "ok").Inc()
+			delay = 0
+		case ctx.Err() != nil:
+			w.q.putBack(it)
+			return
+		case Retryable(err) && it.tries+1 < w.o.MaxTries:
+			it.tries++
+			w.writes.WithLabelValues(it.kind.String(), "retry").Inc()
+			w.log.Info("API write failed; retrying", "key", it.key, "try", it.tries, "err", err)
+			w.q.putBack(it)
+			w.setUp(false)
+			fail()
+		default:
+			w.writes.WithLabelValues(it.kind.String(), "failed").Inc()
+			w.dropped.WithLabelValues(it.kind.String(), "failed").Inc()
+			w.log.Warn("API write failed; dropped", "key", it.key, "tries", it.tries+1, "err", err)
+		}
+	}
+}
+
+func (w *Writer) setUp(up bool) {
+	if w.up.Swap(up) != up {
+		if up {
+			w.upGauge.Set(1)
+			w.log.Info("API server answers; writing queued status and events", "pending", w.q.len())
+		} else {
+			w.upGauge.Set(0)
+			w.log.Warn("API server not answering; status and events are queued", "pending", w.q.len())
+		}
+	}
+}
+
+func (w *Writer) write(ctx context.Context, it *item) error {
+	switch it.kind {
+	case kindStatus:
+		return w.patchConditions(ctx, it.pod, it.conds)
+	case kindEvent:
+		e := it.event
+		w.rec.Eventf(&e.Regarding, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
+		return nil
+	default:
+		return it.op(ctx)
+	}
+}
+
+// Retryable reports whether a failed write may succeed later unchanged: the
+// server was unreachable, overloaded or failing, not refusing the request.
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return true // transport: connection refused, reset, timeout
+	}
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || se.Status().Code >= 500
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
