@@ -20,7 +20,7 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 		m.mu.Unlock()
 		return nil
 	}
-	phase, notBefore := p.Phase, p.NotBefore
+	phase, notBefore, term := p.Phase, p.NotBefore, p.Termination
 	// Only instances not yet seen exited need stopping: a CRI container
 	// never runs again once it has exited.
 	old := make(map[string]string, len(p.Old))
@@ -36,7 +36,7 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 		if err := m.refineFake(ctx, sandboxID); err != nil {
 			return err
 		}
-		if err := m.stopAll(ctx, old); err != nil {
+		if err := m.stopAll(ctx, old, term); err != nil {
 			return err
 		}
 		if wait := notBefore.Sub(m.clock.Now()); wait > 0 {

@@ -21,12 +21,16 @@ import (
 // exitOnStart makes a named container exit with that code as soon as it starts
 // (an init container), as a real one would shortly after.
 type fakeRT struct {
-	mu          sync.Mutex
-	n           int
-	cs          map[string]*runtimeapi.ContainerStatus
-	sandboxOf   map[string]string
-	created     []string // names, in creation order
-	stopped     []string // ids
+	mu        sync.Mutex
+	n         int
+	cs        map[string]*runtimeapi.ContainerStatus
+	sandboxOf map[string]string
+	created   []string // names, in creation order
+	stopped   []string // ids
+	// stopTimeouts are the StopContainer timeouts, by container id.
+	stopTimeouts map[string]int64
+	// execs are the ids of the containers ExecSync ran in (preStop hooks).
+	execs       []string
 	exitOnStart map[string]int32
 	sandboxGone bool
 	// sandboxDead: the sandbox is listed NOTREADY and starts fail, as after
@@ -90,6 +94,10 @@ func (f *fakeRT) exit(id string, code int32) {
 func (f *fakeRT) StopContainer(_ context.Context, in *runtimeapi.StopContainerRequest, _ ...grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
 	f.mu.Lock()
 	f.stopped = append(f.stopped, in.ContainerId)
+	if f.stopTimeouts == nil {
+		f.stopTimeouts = map[string]int64{}
+	}
+	f.stopTimeouts[in.ContainerId] = in.Timeout
 	s, ok := f.cs[in.ContainerId]
 	running := ok && (s.State == runtimeapi.ContainerState_CONTAINER_RUNNING || s.State == runtimeapi.ContainerState_CONTAINER_UNKNOWN)
 	f.mu.Unlock()
@@ -184,7 +192,10 @@ func (f *fakeRT) RemoveContainer(_ context.Context, in *runtimeapi.RemoveContain
 	return &runtimeapi.RemoveContainerResponse{}, nil
 }
 
-func (f *fakeRT) ExecSync(context.Context, *runtimeapi.ExecSyncRequest, ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
+func (f *fakeRT) ExecSync(_ context.Context, in *runtimeapi.ExecSyncRequest, _ ...grpc.CallOption) (*runtimeapi.ExecSyncResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.execs = append(f.execs, in.ContainerId)
 	return &runtimeapi.ExecSyncResponse{}, nil
 }
 

@@ -32,7 +32,7 @@ func newMetrics() *metrics {
 			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 60, 120, 300},
 		}),
 		problems: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cri_shim_restart_rule_problems_total", Help: "Malformed restart-rules annotations (the pod runs with plain kubelet behaviour).",
+			Name: "cri_shim_restart_rule_problems_total", Help: "Malformed restart-rules annotations (the pod runs with plain kubelet behaviour) and unknown restart.cri-shim.io/termination values (graceful applies).",
 		}),
 		reused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_exited_status_reused_total", Help: "ContainerStatus calls for exited instances of governed containers answered with the runtime's kept answer, without a round trip.",

@@ -65,18 +65,31 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+// FuzzParseRules feeds hostile values to the pod annotations podstate reads:
+// a container's restart rules and the pod's termination choice.
 func FuzzParseRules(f *testing.F) {
-	f.Add(`[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]`)
-	f.Add(`[]`)
-	f.Add(`[{"action":"RestartAllContainers","exitCodes":{"operator":"NotIn","values":[-1]}}]`)
-	f.Add(`null`)
-	f.Fuzz(func(t *testing.T, v string) {
+	f.Add(`[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]`, "immediate")
+	f.Add(`[]`, "graceful")
+	f.Add(`[{"action":"RestartAllContainers","exitCodes":{"operator":"NotIn","values":[-1]}}]`, "")
+	f.Add(`null`, "Immediate\x00")
+	f.Fuzz(func(t *testing.T, v, term string) {
 		rules, problems := ParseRules(map[string]string{RulesAnnotationPrefix + "c": v})
 		if (len(rules) == 0) == (len(problems) == 0) {
 			t.Fatalf("exactly one of rules/problems must be set: %v %v", rules, problems)
 		}
 		for i := int32(-1); i < 257; i += 64 {
 			_ = rules.Match("c", i)
+		}
+		got, problem := ParseTermination(map[string]string{TerminationAnnotation: term})
+		switch {
+		case term == string(TerminationGraceful) || term == string(TerminationImmediate):
+			if got != Termination(term) || problem != "" {
+				t.Fatalf("%q: termination %q problem %q", term, got, problem)
+			}
+		case got != TerminationGraceful || !strings.HasPrefix(problem, "annotation "+TerminationAnnotation+": unknown value "):
+			t.Fatalf("%q: termination %q problem %q, want graceful and the annotation named", term, got, problem)
+		case len(problem) > 200+10*maxQuoted: // a rune quotes to 10 bytes at most (\U0010ffff)
+			t.Fatalf("%q: a problem of %d bytes", term, len(problem))
 		}
 	})
 }

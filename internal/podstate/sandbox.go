@@ -23,6 +23,10 @@ func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	}
 	cfg := req.GetConfig()
 	rules, problems := ParseRules(cfg.GetAnnotations())
+	term, problem := ParseTermination(cfg.GetAnnotations())
+	if problem != "" {
+		problems = append(problems, problem)
+	}
 	md := cfg.GetMetadata()
 	for _, pr := range problems {
 		m.metrics.problems.Inc()
@@ -39,7 +43,7 @@ func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	}
 	p := &Pod{
 		SandboxID: resp.PodSandboxId, UID: md.GetUid(), Name: md.GetName(), Namespace: md.GetNamespace(),
-		LogDirectory: cfg.GetLogDirectory(), Rules: rules, Problems: problems, Phase: PhaseRunning,
+		LogDirectory: cfg.GetLogDirectory(), Rules: rules, Problems: problems, Termination: term, Phase: PhaseRunning,
 		PhaseSince: m.clock.Now(),
 	}
 	m.mu.Lock()

@@ -45,6 +45,10 @@ type Pod struct {
 	LogDirectory string   `json:"logDirectory"`
 	Rules        Rules    `json:"rules"`
 	Problems     []string `json:"problems,omitempty"`
+	// Termination is how a restart stops the pod's containers
+	// (TerminationAnnotation); empty in state written before it existed,
+	// which is graceful.
+	Termination Termination `json:"termination,omitempty"`
 	// Forced holds, per container name, the action a command asked for (the
 	// pod management channel's RestartContainer / RestartAllContainers): the
 	// container's next exit is classified with it instead of the rules.

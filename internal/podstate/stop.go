@@ -18,16 +18,17 @@ import (
 )
 
 // stopAll stops every old instance that still runs, in parallel, as the
-// kubelet would: the preStop exec hook, then SIGTERM and SIGKILL after the
-// pod's grace period (StopContainer's timeout).
-func (m *Manager) stopAll(ctx context.Context, old map[string]string) error {
+// kubelet would: for a graceful termination the preStop exec hook, then
+// SIGTERM and SIGKILL after the pod's grace period (StopContainer's timeout);
+// for an immediate one no hook and upstream's 2 s window (termination.go).
+func (m *Manager) stopAll(ctx context.Context, old map[string]string, term Termination) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(old))
 	for id := range old {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := m.stopOne(ctx, id); err != nil {
+			if err := m.stopOne(ctx, id, term); err != nil {
 				errs <- err
 			}
 		}()
@@ -45,7 +46,7 @@ func collect(ch <-chan error) []error {
 	return out
 }
 
-func (m *Manager) stopOne(ctx context.Context, id string) error {
+func (m *Manager) stopOne(ctx context.Context, id string, term Termination) error {
 	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if status.Code(err) == codes.NotFound {
 		return nil
@@ -62,14 +63,11 @@ func (m *Manager) stopOne(ctx context.Context, id string) error {
 		grace = time.Duration(v) * time.Second
 	}
 	start := m.clock.Now()
-	if h := s.Annotations[annotationPreStop]; h != "" {
+	if h := s.Annotations[annotationPreStop]; h != "" && term != TerminationImmediate {
 		m.runPreStop(ctx, id, h, grace)
 	}
-	left := grace - m.clock.Now().Sub(start)
-	if left < 0 {
-		left = 0
-	}
-	_, err = m.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(left / time.Second)})
+	timeout := stopTimeout(term, grace, m.clock.Now().Sub(start))
+	_, err = m.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(timeout / time.Second)})
 	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("stop %s: %w", id, err)
 	}

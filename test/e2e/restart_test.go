@@ -26,7 +26,14 @@ const rule88 = `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","
 
 func placeManifest(t testing.TB, name, body string) {
 	t.Helper()
-	p := filepath.Join(node.env["MANIFESTS"], name+".yaml")
+	placeManifestIn(t, node.env["MANIFESTS"], name, body)
+}
+
+// placeManifestIn places a static pod in a kubelet's manifest directory
+// until the test ends.
+func placeManifestIn(t testing.TB, dir, name, body string) {
+	t.Helper()
+	p := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,150 @@
+package podstate
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestParseTermination(t *testing.T) {
+	long := strings.Repeat("x", 10000)
+	for _, tc := range []struct {
+		name    string
+		ann     map[string]string
+		want    Termination
+		problem string
+	}{
+		{"absent", map[string]string{"other": "immediate"}, TerminationGraceful, ""},
+		{"graceful", map[string]string{TerminationAnnotation: "graceful"}, TerminationGraceful, ""},
+		{"immediate", map[string]string{TerminationAnnotation: "immediate"}, TerminationImmediate, ""},
+		{"empty", map[string]string{TerminationAnnotation: ""}, TerminationGraceful, `restart.cri-shim.io/termination: unknown value ""`},
+		{"case differs", map[string]string{TerminationAnnotation: "Immediate"}, TerminationGraceful, `unknown value "Immediate" (want "graceful" or "immediate"; graceful termination applies)`},
+		{"padded", map[string]string{TerminationAnnotation: " immediate"}, TerminationGraceful, `unknown value " immediate"`},
+		{"long", map[string]string{TerminationAnnotation: long}, TerminationGraceful, "(truncated, 10000 bytes)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, problem := ParseTermination(tc.ann)
+			if got != tc.want {
+				t.Errorf("termination %q, want %q", got, tc.want)
+			}
+			if tc.problem == "" && problem != "" {
+				t.Errorf("unexpected problem %q", problem)
+			}
+			if tc.problem != "" && !strings.Contains(problem, tc.problem) {
+				t.Errorf("problem %q does not contain %q", problem, tc.problem)
+			}
+			if len(problem) > 300 {
+				t.Errorf("problem of %d bytes repeats the pod's value: %.80s...", len(problem), problem)
+			}
+		})
+	}
+}
+
+// terminationPod runs the setup pod with the termination annotation value
+// (none when empty); its sidecar has a preStop exec hook and a 30 s grace
+// period, and main exits 88, so the restart is about to stop the sidecar.
+func terminationPod(t *testing.T, dir, value string) (kubelet, string, map[string]string) {
+	t.Helper()
+	rt := newFakeRT()
+	rt.exitOnStart["init"] = 0
+	k := kubelet{t: t, m: newTestManager(t, rt, dir), rt: rt}
+	ann := map[string]string{RulesAnnotationPrefix + "main": rules88}
+	if value != "" {
+		ann[TerminationAnnotation] = value
+	}
+	sb := k.runPod(ann)
+	ids := map[string]string{}
+	for _, n := range []string{"init", "sidecar", "main"} {
+		req := &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: n},
+			Annotations: map[string]string{annotationRestartCount: "0", annotationGracePeriod: "30",
+				annotationPreStop: `{"exec":{"command":["sh","-c","flush"]}}`},
+			LogPath: n + "/0.log",
+		}}
+		resp, err := k.m.CreateContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+			return k.rt.CreateContainer(ctx, r)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
+			t.Fatal(err)
+		}
+		ids[n] = resp.ContainerId
+	}
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	if p := k.m.pods[sb]; p.Phase != PhaseTerminating {
+		t.Fatalf("main's exit 88 did not start a restart: phase %s", p.Phase)
+	}
+	return k, sb, ids
+}
+
+func TestRestartStopsByTermination(t *testing.T) {
+	for _, tc := range []struct {
+		value       string
+		wantTimeout int64
+		wantPreStop bool
+	}{
+		// The kubelet's own stop: preStop, then what is left of the 30 s
+		// (the fake's hook returns at once).
+		{"", 30, true},
+		{"graceful", 30, true},
+		// Upstream RestartAllContainers: no preStop, the kubelet's 2 s minimum window.
+		{"immediate", 2, false},
+		// An unknown value is a problem, not a choice: graceful applies.
+		{"now", 30, true},
+	} {
+		t.Run("value="+tc.value, func(t *testing.T) {
+			k, sb, ids := terminationPod(t, t.TempDir(), tc.value)
+			if err := k.m.execute(context.Background(), sb); err != nil {
+				t.Fatal(err)
+			}
+			if p := k.m.pods[sb]; p.Phase != PhaseRunning || p.Restarts != 1 {
+				t.Fatalf("after the restart: phase %s restarts %d (%s)", p.Phase, p.Restarts, p.LastError)
+			}
+			side := ids["sidecar"]
+			if got, ok := k.rt.stopTimeouts[side]; !ok || got != tc.wantTimeout {
+				t.Errorf("sidecar stopped (%v) with timeout %d s, want %d s", ok, got, tc.wantTimeout)
+			}
+			ranPreStop := strings.Contains(strings.Join(k.rt.execs, " "), side)
+			if ranPreStop != tc.wantPreStop {
+				t.Errorf("preStop hook ran in the sidecar: %v, want %v (execs %v)", ranPreStop, tc.wantPreStop, k.rt.execs)
+			}
+		})
+	}
+}
+
+// The choice is part of the pod's record: a shim restarted in the middle of
+// a restart stops the remaining containers the way the pod chose.
+func TestTerminationSurvivesShimRestart(t *testing.T) {
+	dir := t.TempDir()
+	k, sb, ids := terminationPod(t, dir, "immediate")
+	m2 := newTestManager(t, k.rt, dir)
+	if p := m2.pods[sb]; p == nil || p.Termination != TerminationImmediate {
+		t.Fatalf("pod record after a shim restart: %v", p != nil && p.Termination == TerminationImmediate)
+	}
+	if err := m2.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.rt.stopTimeouts[ids["sidecar"]]; got != 2 || len(k.rt.execs) != 0 {
+		t.Fatalf("resumed restart stopped the sidecar with timeout %d s and execs %v, want 2 s and none", got, k.rt.execs)
+	}
+}
+
+// An unknown value is reported like a malformed rule: on the pod's record
+// (`cri-shim pods`) and in the problems counter; the rules still apply.
+func TestUnknownTerminationIsAProblem(t *testing.T) {
+	k, sb, _ := terminationPod(t, t.TempDir(), "kill -9")
+	p := k.m.pods[sb]
+	if p.Termination != TerminationGraceful || len(p.Problems) != 1 ||
+		!strings.Contains(p.Problems[0], `annotation restart.cri-shim.io/termination: unknown value "kill -9"`) {
+		t.Fatalf("termination %q problems %q", p.Termination, p.Problems)
+	}
+	if n := testutil.ToFloat64(k.m.metrics.problems); n != 1 {
+		t.Fatalf("problems counter %v, want 1", n)
+	}
+}
