@@ -74,7 +74,7 @@ func (m *Manager) stopOne(ctx context.Context, id string, term Termination) erro
 	return nil
 }
 
-// runPreStop runs an exec preStop hook; HTTP and sleep hooks are not run by the
+// runPreStop runs an exec or sleep preStop hook; HTTP hooks are not run by the
 // shim (logged), the container is then stopped with its full grace period.
 func (m *Manager) runPreStop(ctx context.Context, id, handlerJSON string, grace time.Duration) {
 	var h corev1.LifecycleHandler
