@@ -74,6 +74,13 @@ func TestUpgradeInPlaceUnderCrashLoops(t *testing.T) {
 	pid := pidOf("cri-shim")
 	kOff, sOff := logOffset(kubeletLog), logOffset(shimLog)
 	refused0 := refusedTransitions()
+	// Kept before the cleanups restart the daemons (which rewrites their logs).
+	t.Cleanup(func() {
+		if t.Failed() {
+			keepLog(t, kubeletLog, kOff, "kubelet")
+			keepLog(t, shimLog, sOff, "cri-shim")
+		}
+	})
 	started := map[string]int{}
 	for _, name := range names {
 		s, _ := stamps(name)
@@ -117,14 +124,20 @@ func TestUpgradeInPlaceUnderCrashLoops(t *testing.T) {
 		s, _ := stamps(name)
 		last[name] = len(s)
 	}
-	eventually(t, 20*time.Second, "every pod started again after the last upgrade", func() error {
-		for _, name := range names {
+	stuck := names
+	for deadline := time.Now().Add(20 * time.Second); len(stuck) > 0 && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		var still []string
+		for _, name := range stuck {
 			if s, _ := stamps(name); len(s) <= last[name] {
-				return fmt.Errorf("%s not started again", name)
+				still = append(still, name)
 			}
 		}
-		return nil
-	})
+		stuck = still
+	}
+	for _, name := range stuck {
+		t.Errorf("%s not started again in the 20 s after the last upgrade", name)
+		upgradeDiagnostics(t, name, shimLog, sOff)
+	}
 	errs := kubeletCRIErrors.FindAllString(since(kubeletLog, kOff), -1)
 	if len(errs) > 0 {
 		t.Errorf("%d CRI errors in the kubelet's log during the upgrades (%d in the same time before): %q", len(errs), len(baseline), errs)
@@ -135,7 +148,8 @@ func TestUpgradeInPlaceUnderCrashLoops(t *testing.T) {
 	for _, name := range names {
 		p, err := kubeletPod(t, name+"-"+envOr("CRI_SHIM_NODE_NAME", "cri-shim-node"))
 		if err == nil && p.Status.Phase == corev1.PodFailed {
-			t.Errorf("%s failed: %s", name, p.Status.Message)
+			t.Errorf("%s failed: %s %s", name, p.Status.Reason, p.Status.Message)
+			upgradeDiagnostics(t, name, shimLog, sOff)
 		}
 	}
 	t.Logf("%d upgrades in %v under %d crash-looping pods: %d restarts, %d kubelet CRI errors (baseline %d in 10 s), pid %d kept",
@@ -146,27 +160,55 @@ func TestUpgradeInPlaceUnderCrashLoops(t *testing.T) {
 // say of a pod that stopped restarting.
 func upgradeDiagnostics(t *testing.T, name, shimLog string, off int64) {
 	t.Helper()
-	out, _ := crictl(t, node.env["CONTAINERD_SOCK"], "ps", "-a", "--name", "main", "--label", "io.kubernetes.pod.name="+name+"-"+envOr("CRI_SHIM_NODE_NAME", "cri-shim-node"))
-	t.Logf("%s: containers in containerd:\n%s", name, out)
-	b, _ := exec.Command(node.env["SHIM_BIN"], "pods", "-o", "json", "--config", node.env["SHIM_CONFIG"]).CombinedOutput()
+	full := fullName(name)
+	out, err := crictl(t, node.env["CONTAINERD_SOCK"], "ps", "-a", "--label", "io.kubernetes.pod.name="+full)
+	t.Logf("%s: containers in containerd (%v):\n%s", full, err, out)
+	b, err := exec.Command(node.env["SHIM_BIN"], "pods", "-o", "json", "--config", filepath.Join(node.env["NODE_RUN"], "cri-shim", "config.toml")).CombinedOutput()
+	if err != nil {
+		t.Logf("cri-shim pods: %v: %s", err, b)
+	}
 	var pods struct {
 		Pods []map[string]any `json:"pods"`
 	}
-	_ = json.Unmarshal(b, &pods)
+	if err := json.Unmarshal(b, &pods); err != nil {
+		t.Logf("cri-shim pods -o json: %v", err)
+	}
+	keys := []string{full}
 	for _, p := range pods.Pods {
-		if fmt.Sprint(p["name"]) == name {
+		if fmt.Sprint(p["name"]) == full {
 			j, _ := json.Marshal(p)
 			t.Logf("cri-shim pods: %s", j)
+			if id := fmt.Sprint(p["sandboxId"]); len(id) >= 13 {
+				keys = append(keys, id[:13])
+			}
 		}
 	}
 	b, _ = os.ReadFile(shimLog)
 	if int64(len(b)) > off {
 		var lines []string
 		for _, l := range strings.Split(string(b[off:]), "\n") {
-			if strings.Contains(l, name) || strings.Contains(l, "upgrad") || strings.Contains(l, "ERROR") || strings.Contains(l, "WARN") {
+			match := strings.Contains(l, "upgrading in place") || strings.Contains(l, `"ERROR"`) || strings.Contains(l, `"WARN"`)
+			for _, k := range keys {
+				match = match || strings.Contains(l, k)
+			}
+			if match {
 				lines = append(lines, l)
 			}
 		}
-		t.Logf("shim log:\n%s", lastLines(strings.Join(lines, "\n"), 40))
+		t.Logf("shim log:\n%s", lastLines(strings.Join(lines, "\n"), 60))
+	}
+}
+
+// keepLog copies what a daemon logged since off to the temporary directory
+// (the node's logs are rewritten when the test's cleanup restarts it).
+func keepLog(t *testing.T, path string, off int64, what string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) <= off {
+		return
+	}
+	keep := filepath.Join(os.TempDir(), "cri-shim-upgrade-test."+what+".log")
+	if os.WriteFile(keep, b[off:], 0o600) == nil {
+		t.Logf("the %s log of the upgrades: %s", what, keep)
 	}
 }
