@@ -1,5 +1,6 @@
 # cri-shim. Two commands set up everything on a fresh machine:
-#   make run    containerd + cri-shim + a standalone kubelet with a demo pod
+#   make run    containerd + cri-shim + kubelet and API server, with demo pods
+#               that exercise each feature (test/stack/demo.sh prints how to see each)
 #   make test   vet, unit tests (with -race) and the end-to-end suite on the real
 #               stack; as root only: it FAILS, saying why, when the stack cannot
 #               be installed or the node does not come up (a skipped suite is not a pass)
@@ -33,7 +34,7 @@ vet:
 	$(GO) vet ./...
 
 unit: vet
-	$(GO) test -race -count=1 ./cmd/... ./internal/... ./pkg/...
+	$(GO) test -race -count=1 ./cmd/... ./internal/... ./pkg/... ./docs/
 
 # As root: `make unit` again as nobody on a copy of the tree, then the
 # end-to-end suite as nobody, which must fail (and pass only with
@@ -67,8 +68,8 @@ e2e: build stack
 test: unit e2e
 
 run: build stack
-	test/stack/up.sh --kubelet --apiserver --manifest deploy/examples/demo-pod.yaml
-	@test/stack/demo-info.sh
+	test/stack/up.sh --kubelet --apiserver --shim-config deploy/examples/demo/cri-shim.toml
+	@GO=$(GO) test/stack/demo.sh
 
 stop:
 	test/stack/down.sh

@@ -26,7 +26,7 @@ tar -C "$repo" --exclude=./_output --exclude=./.stack --exclude=./.git -cf - . |
 (cd "$tmp/src" && GOFLAGS=-mod=mod "$go" mod vendor)
 chown -R "$user" "$tmp"
 chmod -R a+rX "$tmp"
-pkgs=(./cmd/... ./internal/...)
+pkgs=(./cmd/... ./internal/... ./docs/)
 run() {
 	setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups \
 		env -i PATH="$(dirname "$go"):/usr/bin:/bin" HOME="$tmp/home" GOCACHE="$cache" \

@@ -2,22 +2,25 @@
 # Starts a test node: containerd, cri-shim and (with --kubelet) a standalone
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
-#   up.sh [--kubelet] [--apiserver] [--manifest FILE]...
+#   up.sh [--kubelet] [--apiserver] [--manifest FILE]... [--shim-config FILE]
 #   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry
 #         (re)start one component of a running node
 # --apiserver also starts etcd and kube-apiserver on loopback ports, and the
 # kubelet (with --kubelet) registers with it as node $NODE_NAME.
+# --shim-config appends FILE (TOML) to the shim's config (make run: the demo's).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 KUBELET=
 APISERVER=
 ONLY=
 MANIFEST_FILES=()
+SHIM_EXTRA=
 while (($#)); do
 	case $1 in
 	--kubelet) KUBELET=1 ;;
 	--apiserver) APISERVER=1 ;;
 	--manifest) MANIFEST_FILES+=("$2"); shift ;;
+	--shim-config) SHIM_EXTRA=$2; shift ;;
 	--start) ONLY=$2; shift ;;
 	*) echo "up.sh: unknown flag $1" >&2; exit 2 ;;
 	esac
@@ -159,6 +162,9 @@ state_dir = "$NODE_DATA/cri-shim"
 [checkpoint]
   root = "$NODE_DATA/checkpoints"
 TOML
+	if [[ -n $SHIM_EXTRA ]]; then
+		{ echo; cat "$SHIM_EXTRA"; } >>"$NODE_RUN/cri-shim/config.toml"
+	fi
 	cat >"$NODE_RUN/crictl.yaml" <<YAML
 runtime-endpoint: unix://$SHIM_SOCK
 image-endpoint: unix://$SHIM_SOCK

@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// demoCommands runs test/stack/demo.sh (what `make run` ends with) on the
+// running node and returns the commands it printed, one per feature, in order.
+func demoCommands(t *testing.T) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(node.repo, "test", "stack", "demo.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("demo.sh: %v\n%s", err, out)
+	}
+	t.Logf("demo.sh printed:\n%s", out)
+	var cmds []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if c, ok := strings.CutPrefix(l, "   $ "); ok {
+			cmds = append(cmds, c)
+		}
+	}
+	if len(cmds) != 4 {
+		t.Fatalf("demo.sh printed %d commands, want one for each of the 4 features", len(cmds))
+	}
+	return cmds
+}
+
+// sh runs one printed command as a user pasting it would.
+func sh(t *testing.T, c string) string {
+	t.Helper()
+	out, err := exec.Command("bash", "-c", c).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s\n(exit: %v)", out, err)
+	}
+	return string(out)
+}
+
+// table parses column output (crictl, cri-shim pods): columns are separated
+// by two or more spaces; one map per row, keyed by the header.
+func table(out string) []map[string]string {
+	cols := regexp.MustCompile(`\s{2,}`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) == 0 {
+		return nil
+	}
+	head := cols.Split(strings.TrimSpace(lines[0]), -1)
+	var rows []map[string]string
+	for _, l := range lines[1:] {
+		if strings.TrimSpace(l) == "" {
+			break // cri-shim pods: the channel table follows
+		}
+		f := cols.Split(strings.TrimSpace(l), -1)
+		r := map[string]string{}
+		for i := range min(len(f), len(head)) {
+			r[head[i]] = f[i]
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// inPlaceRestarted: the crictl listing of demo-restart shows every instance in
+// one sandbox, and init and main started again (attempt 1 or more).
+func inPlaceRestarted(out string) error {
+	rows := table(out)
+	pods := map[string]bool{}
+	again := map[string]bool{}
+	for _, r := range rows {
+		pods[r["POD ID"]] = true
+		if n, err := strconv.Atoi(r["ATTEMPT"]); err == nil && n >= 1 {
+			again[r["NAME"]] = true
+		}
+	}
+	if len(rows) == 0 || len(pods) != 1 {
+		return fmt.Errorf("want the containers of one sandbox, got %d sandboxes:\n%s", len(pods), out)
+	}
+	if !again["init"] || !again["main"] || !again["sidecar"] {
+		return fmt.Errorf("init, sidecar and main not all started again in place yet:\n%s", out)
+	}
+	return nil
+}
+
+// crashLoopOnCurve: cri-shim pods shows demo-crashloop's container restarted
+// by its Restart rule, with a delay within the demo node's 5 s cap (the
+// kubelet's own CrashLoopBackOff starts at 10 s).
+func crashLoopOnCurve(out string) error {
+	for _, r := range table(out) {
+		if !strings.HasPrefix(r["POD"], "default/demo-crashloop-") {
+			continue
+		}
+		n := 0
+		fmt.Sscanf(r["CONTAINER RESTARTS"], "crash=%d", &n)
+		d, err := time.ParseDuration(r["DELAY"])
+		switch {
+		case n < 3:
+			return fmt.Errorf("crash restarted %d times, want 3 or more:\n%s", n, out)
+		case r["LAST TRIGGER"] != "crash exit 1 (Restart)":
+			return fmt.Errorf("last trigger %q:\n%s", r["LAST TRIGGER"], out)
+		case err != nil || d < time.Second || d > 5*time.Second:
+			return fmt.Errorf("delay %q, want 1s to 5s:\n%s", r["DELAY"], out)
+		}
+		return nil
+	}
+	return fmt.Errorf("no demo-crashloop row:\n%s", out)
+}
+
+var countLine = regexp.MustCompile(`count (\d+) in (\S+), counting since (\S+)`)
+
+// warmStarted: the last line demo-warm's main printed in demo-counter (its log
+// was restored with it) and the first it printed in demo-warm: the next count
+// (or the one after, if the log had not caught up when the checkpoint was
+// cut), the same start time: one process that went on where it was checkpointed.
+func warmStarted(out string) error {
+	var lines [][]string
+	for _, l := range strings.Split(out, "\n") {
+		if m := countLine.FindStringSubmatch(l); m != nil {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 2 {
+		return fmt.Errorf("want the last line in demo-counter and the first in demo-warm:\n%s", out)
+	}
+	src, dst := lines[0], lines[1]
+	n, _ := strconv.Atoi(src[1])
+	m, _ := strconv.Atoi(dst[1])
+	if !strings.HasPrefix(src[2], "demo-counter-") || !strings.HasPrefix(dst[2], "demo-warm-") || n < 3 || m <= n || m > n+2 || src[3] != dst[3] {
+		return fmt.Errorf("not one process going on from a count of 3 or more in demo-counter to the next in demo-warm:\n%s", out)
+	}
+	return nil
+}
+
+// orchestrated: the orchestrator's log ends with worker's EXITED and STARTED
+// again after its "restart worker" command.
+func orchestrated(out string) error {
+	if !strings.Contains(out, "container=worker type=EXITED") || !regexp.MustCompile(`container=worker type=STARTED .*restarts=1`).MatchString(out) {
+		return fmt.Errorf("no EXITED and STARTED (restarts=1) of worker:\n%s", out)
+	}
+	return nil
+}
+
+// TestDemo runs `make run`'s demo on the test node (its shim config, its
+// script, its manifests) and each command it prints, checking that each
+// shows its feature working: an in-place restart, a crash loop on the shim's
+// curve, a warm start from a checkpoint and an orchestrator sidecar.
+func TestDemo(t *testing.T) {
+	needKubelet(t)
+	extra, err := os.ReadFile(filepath.Join(node.repo, "deploy", "examples", "demo", "cri-shim.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withShimConfig(t, string(extra))
+	t.Cleanup(func() {
+		pauseKubelet(t) // the demo's static pods and their containers
+		os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], "demo-counter-warm"))
+	})
+	start := time.Now()
+	cmds := demoCommands(t)
+	t.Logf("demo up in %.1fs", time.Since(start).Seconds())
+	checks := []struct {
+		feature string
+		ok      func(string) error
+		timeout time.Duration
+	}{
+		// main works 55 s, then the restart waits out the pod's first delay.
+		{"in-place restart", inPlaceRestarted, 100 * time.Second},
+		{"crash loop on the shim's curve", crashLoopOnCurve, 30 * time.Second},
+		{"warm start from a checkpoint", warmStarted, 10 * time.Second},
+		{"orchestrator sidecar", orchestrated, 10 * time.Second},
+	}
+	for i, c := range checks {
+		var out string
+		eventually(t, c.timeout, c.feature+" shown by "+cmds[i], func() error {
+			out = sh(t, cmds[i])
+			return c.ok(out)
+		})
+		t.Logf("%s: $ %s\n%s", c.feature, cmds[i], out)
+	}
+}
