@@ -148,7 +148,8 @@ func TestUpgradeInPlaceUnderCrashLoops(t *testing.T) {
 	for _, name := range names {
 		p, err := kubeletPod(t, name+"-"+envOr("CRI_SHIM_NODE_NAME", "cri-shim-node"))
 		if err == nil && p.Status.Phase == corev1.PodFailed {
-			t.Errorf("%s failed: %s %s", name, p.Status.Reason, p.Status.Message)
+			cs, _ := json.Marshal(p.Status.ContainerStatuses)
+			t.Errorf("%s failed: %s %s; the kubelet's container statuses: %s", name, p.Status.Reason, p.Status.Message, cs)
 			upgradeDiagnostics(t, name, shimLog, sOff)
 		}
 	}
