@@ -23,7 +23,9 @@ import (
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/metrics"
+	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	"github.com/cri-shim/cri-shim/internal/podmgmt"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -62,6 +64,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	defer backend.Close()
 
 	mc := metrics.New(proxy.CRIMethods())
+	// The API server connection, nil when standalone. What the features
+	// write there is queued and written when it answers; nothing here
+	// waits for it.
+	api, err := kubeapi.Open(cfg.Kubernetes, log)
+	if err != nil {
+		return fmt.Errorf("kubernetes: %w", err)
+	}
+	mc.Registry.MustRegister(api.Collectors()...)
 	curve, err := cfg.BackoffCurve()
 	if err != nil {
 		return fmt.Errorf("backoff: %w", err)
@@ -88,10 +98,19 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		log.Warn("cannot find the shim's own binary; warm-started pods will run completed init containers again", "err", err)
 		exe = ""
 	}
+	// With an API connection, restore-from may name a PodCheckpoint object
+	// (docs/podcheckpoint.md), answered from the node's watches.
+	var restores *podcheckpoint.Restores
+	var resolve func(ns, pod, uid, name string) (string, error)
+	if api != nil {
+		restores = podcheckpoint.NewRestores(api.Client.Node)
+		resolve = restores.Resolve
+	}
 	checkpoints, err := criu.New(criu.Config{
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
+		ResolveRestore: resolve,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -169,6 +188,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	go func() { defer wg.Done(); channels.Run(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); feed.Run(watchCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); api.Run(watchCtx) }()
+	if api != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			podcheckpoint.Run(watchCtx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
+				runtimeapi.NewRuntimeServiceClient(backend), restores, log)
+		}()
+	}
 
 	var hs *http.Server
 	if cfg.Metrics.Address != "" {

@@ -1,0 +1,299 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// shimAsNode restarts the shim connected to the API server as the node (the
+// kubelet's kubeconfig) and runs the API kubelet; both are undone after the test.
+func shimAsNode(t *testing.T) (kubernetes.Interface, *podcheckpoint.Client) {
+	t.Helper()
+	cs := needAPIServer(t)
+	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n", node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"]))
+	apiKubelet(t, cs)
+	return cs, podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
+}
+
+// secretAPIPod is secretPod's process as an API pod.
+func secretAPIPod(name, restoreFrom string) *corev1.Pod {
+	var ann map[string]string
+	if restoreFrom != "" {
+		ann = map[string]string{criu.RestoreFromAnnotation: restoreFrom}
+	}
+	return apiPod(name, ann, "sh", "-c", "S=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'); i=0; while true; do echo secret=$S n=$i; i=$((i+1)); sleep 0.1; done")
+}
+
+// reasonsOf records every Ready reason of ns/name a watch shows, in order.
+func reasonsOf(t *testing.T, c *podcheckpoint.Client, ns, name string) func() []string {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := c.Watch(ctx, ns, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan string, 100)
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if pc, ok := ev.Object.(*cpv1.PodCheckpoint); ok {
+				if c := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionReady); c != nil {
+					ch <- c.Reason
+				}
+			}
+		}
+	}()
+	var seen []string
+	return func() []string {
+		for {
+			select {
+			case r := <-ch:
+				if len(seen) == 0 || seen[len(seen)-1] != r {
+					seen = append(seen, r)
+				}
+			default:
+				return seen
+			}
+		}
+	}
+}
+
+func waitCheckpoint(t *testing.T, c *podcheckpoint.Client, ns, name, reason string, timeout time.Duration) *cpv1.PodCheckpoint {
+	t.Helper()
+	var pc *cpv1.PodCheckpoint
+	eventually(t, timeout, name+" "+reason, func() error {
+		var err error
+		if pc, err = c.Get(ctxT(t, 10*time.Second), ns, name); err != nil {
+			return err
+		}
+		if r := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionReady); r == nil || r.Reason != reason {
+			return fmt.Errorf("Ready %+v", r)
+		}
+		return nil
+	})
+	return pc
+}
+
+// sandboxEvent waits for an event of pod ns/name whose message has want
+// (the kubelet reports a failed RunPodSandbox so) and returns it.
+func sandboxEvent(t *testing.T, cs kubernetes.Interface, ns, name, want string) string {
+	t.Helper()
+	var msg string
+	eventually(t, 90*time.Second, name+": an event saying "+want, func() error {
+		evs, err := cs.CoreV1().Events(ns).List(ctxT(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, want) {
+				msg = e.Message
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none saying %q", len(evs.Items), want)
+	})
+	return msg
+}
+
+func stillPending(t *testing.T, cs kubernetes.Interface, ns, name, secret string) {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Get(ctxT(t, 10*time.Second), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodPending {
+		t.Errorf("%s/%s is %s, want Pending", ns, name, p.Status.Phase)
+	}
+	if s, _, _ := secretLog(t, ns, name); s[secret] {
+		t.Errorf("%s/%s runs the checkpointed process", ns, name)
+	}
+}
+
+// Issue 16, acceptance 2, on the real single-node cluster: a PodCheckpoint
+// goes Pending -> CheckpointInProgress -> CheckpointCompleted with its status
+// filled; a pod naming it comes up Running with the source's memory; a pod
+// whose spec differs stays Pending with PodSpecMismatch naming the field; an
+// object pinned to another UID ends SourcePodReplaced; a pod of another
+// namespace cannot name it; deleting the object removes the node's data.
+func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
+	cs, pcs := shimAsNode(t)
+	ns := testNamespace(t, cs, "e2e-pcp")
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src := waitPod(t, cs, ns, "src", 2*time.Minute, "source Ready", podReady)
+	var secret string
+	eventually(t, 30*time.Second, "the source logging its secret", func() error {
+		s, last, _ := secretLog(t, ns, "src")
+		if len(s) != 1 || last < 20 {
+			return fmt.Errorf("secrets %v, counter %d", s, last)
+		}
+		for k := range s {
+			secret = k
+		}
+		return nil
+	})
+
+	reasons := reasonsOf(t, pcs, ns, "cp")
+	if _, err := pcs.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "cp", "src", 120)); err != nil {
+		t.Fatal(err)
+	}
+	pc := waitCheckpoint(t, pcs, ns, "cp", cpv1.ReasonCompleted, 2*time.Minute)
+	time.Sleep(500 * time.Millisecond)
+	got := reasons()
+	if i, j, k := slices.Index(got, cpv1.ReasonPending), slices.Index(got, cpv1.ReasonInProgress), slices.Index(got, cpv1.ReasonCompleted); i < 0 || j < i || k < j {
+		t.Errorf("Ready reasons seen %v, want Pending, CheckpointInProgress, CheckpointCompleted in order", got)
+	}
+	s := pc.Status
+	if s.NodeName != node.env["NODE_NAME"] || s.SourcePodUID == nil || *s.SourcePodUID != src.UID {
+		t.Errorf("status node %q, source UID %v (pod %s)", s.NodeName, s.SourcePodUID, src.UID)
+	}
+	if s.CheckpointLocation == nil || s.CheckpointLocation.NodeLocal == nil || s.CompletionTime == nil || s.SizeBytes <= 0 ||
+		len(s.CheckpointedContainers) != 1 || s.CheckpointedContainers[0].Name != "main" {
+		t.Fatalf("status %+v", s)
+	}
+	data := filepath.Join(node.env["CHECKPOINTS"], s.CheckpointLocation.NodeLocal.Path)
+	if _, err := criu.ReadManifest(data); err != nil {
+		t.Errorf("checkpoint data: %v", err)
+	}
+	if tp := s.CheckpointedPodTemplate; tp == nil || tp.Spec.NodeName != "" || len(tp.Spec.Containers) != 1 {
+		t.Errorf("template %+v", tp)
+	}
+	t.Logf("checkpoint %s: %d bytes in %s, reasons %v", s.CheckpointLocation.NodeLocal.Path, s.SizeBytes, data, got)
+
+	// Restore by name.
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", "cp"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, cs, ns, "restored", 2*time.Minute, "restored Running", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, "the restored pod logging the source's secret", func() error {
+		if s, _, _ := secretLog(t, ns, "restored"); !s[secret] || len(s) != 1 {
+			return fmt.Errorf("secrets %v, want only %s", s, secret)
+		}
+		return nil
+	})
+
+	// A spec that differs: PodSpecMismatch naming the field, Pending.
+	mis := secretAPIPod("mismatch", "cp")
+	mis.Spec.Containers[0].Command = []string{"sh", "-c", "sleep 3600"}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), mis, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	msg := sandboxEvent(t, cs, ns, "mismatch", "PodSpecMismatch")
+	if !strings.Contains(msg, "spec.containers[0].command") {
+		t.Errorf("PodSpecMismatch does not name the field: %s", msg)
+	}
+	stillPending(t, cs, ns, "mismatch", secret)
+
+	// Another namespace cannot name it.
+	other := testNamespace(t, cs, "e2e-pcp-other")
+	if _, err := cs.CoreV1().Pods(other).Create(ctxT(t, 10*time.Second), secretAPIPod("thief", "cp"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sandboxEvent(t, cs, other, "thief", "no PodCheckpoint")
+	stillPending(t, cs, other, "thief", secret)
+
+	// Pinned to a UID that is not the live pod's: SourcePodReplaced.
+	pinned := newPodCheckpoint(ns, "pinned", "src", 0)
+	bogus := types.UID("00000000-0000-0000-0000-000000000000")
+	pinned.Spec.SourcePodUID = &bogus
+	if _, err := pcs.Create(ctxT(t, 10*time.Second), pinned); err != nil {
+		t.Fatal(err)
+	}
+	pp := waitCheckpoint(t, pcs, ns, "pinned", cpv1.ReasonSourcePodReplaced, time.Minute)
+	if pp.Status.SourcePodUID == nil || *pp.Status.SourcePodUID != src.UID {
+		t.Errorf("SourcePodReplaced status UID %v, want the live %s", pp.Status.SourcePodUID, src.UID)
+	}
+
+	// Deleting the object removes the node's data (the finalizer).
+	for _, p := range []string{"restored", "mismatch"} {
+		_ = cs.CoreV1().Pods(ns).Delete(ctxT(t, 10*time.Second), p, metav1.DeleteOptions{})
+	}
+	if err := pcs.Delete(ctxT(t, 10*time.Second), ns, "cp"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the object and its data gone", func() error {
+		if _, err := pcs.Get(ctxT(t, 10*time.Second), ns, "cp"); err == nil {
+			return fmt.Errorf("object still there")
+		}
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			return fmt.Errorf("data still there: %v", err)
+		}
+		return nil
+	})
+}
+
+// Issue 16, acceptance 3: kill -9 of the shim while it checkpoints for a
+// PodCheckpoint: the restarted shim ends the object CheckpointFailed, no
+// data of it is left, and the pod runs on, unpaused.
+func TestPodCheckpointShimKilledMidCheckpoint(t *testing.T) {
+	cs, pcs := shimAsNode(t)
+	ns := testNamespace(t, cs, "e2e-pcp-kill")
+	big := apiPod("big", nil, "sh", "-c", "x=$(head -c 314572800 /dev/zero | tr '\\0' a); echo ready; i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done")
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), big, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, cs, ns, "big", 3*time.Minute, "big Ready", podReady)
+	eventually(t, 2*time.Minute, "big holding its memory", func() error {
+		files, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "pod-logs", ns+"_big_*", "main", "*.log"))
+		for _, f := range files {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), "ready") {
+				return nil
+			}
+		}
+		return fmt.Errorf("not ready")
+	})
+	pc, err := pcs.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "cp", "big", 300))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(node.env["CHECKPOINTS"], podcheckpoint.DataDir(pc))
+	// Mid-capture: the object in progress and criu's incomplete mark written.
+	eventually(t, 2*time.Minute, "the capture under way", func() error {
+		if _, err := os.Stat(filepath.Join(data, ".cri-shim-incomplete")); err != nil {
+			return err
+		}
+		return nil
+	})
+	killPidFile(t, "cri-shim", syscall.SIGKILL)
+	t.Log("shim killed during the capture")
+	if err := script("up.sh", "--start", "cri-shim"); err != nil {
+		t.Fatal(err)
+	}
+	got := waitCheckpoint(t, pcs, ns, "cp", cpv1.ReasonFailed, 2*time.Minute)
+	t.Logf("after the restart: %s", meta.FindStatusCondition(got.Status.Conditions, cpv1.ConditionReady).Message)
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		entries, _ := os.ReadDir(data)
+		t.Errorf("data of the failed checkpoint left: %v (%d entries)", err, len(entries))
+	}
+	p := waitPod(t, cs, ns, "big", time.Minute, "big Running and Ready", podReady)
+	id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	eventually(t, 30*time.Second, "big's container running, not paused", func() error {
+		if st := taskStates(t)[id]; st != "RUNNING" {
+			return fmt.Errorf("container %s is %q in containerd", id, st)
+		}
+		return nil
+	})
+}
