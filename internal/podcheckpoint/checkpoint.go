@@ -25,6 +25,7 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 	dir := filepath.Join(r.cfg.Root, DataDir(pc))
 	m, err := r.capture(ctx, dir, sandbox, ids, timeout)
 	var edit func(*cpv1.PodCheckpointStatus)
+	var event func()
 	if err != nil {
 		if rerr := r.removeData(pc); rerr != nil {
 			r.log.Warn("podcheckpoint: removing partial data", "object", key(pc.Namespace, pc.Name), "err", rerr)
@@ -33,10 +34,13 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 		edit = func(s *cpv1.PodCheckpointStatus) {
 			setReady(s, metav1.ConditionFalse, cpv1.ReasonFailed, err.Error(), pc.Generation, r.now())
 		}
+		event = func() { r.ev.emit(objectRef(pc), corev1.EventTypeWarning, EventCheckpointFailed, err.Error()) }
 	} else {
 		now := metav1.NewTime(r.now())
 		tmpl := Template(pod)
 		init, regular := containerLists(m, pod)
+		note := fmt.Sprintf("%d containers, %d bytes; pod paused %.3f s", len(m.Containers), m.SizeBytes, m.FrozenSeconds)
+		event = func() { r.ev.emit(objectRef(pc), corev1.EventTypeNormal, EventCheckpointSucceeded, note) }
 		edit = func(s *cpv1.PodCheckpointStatus) {
 			s.CheckpointLocation = &cpv1.CheckpointSource{Type: cpv1.CheckpointSourceTypeNodeLocal,
 				NodeLocal: &cpv1.NodeLocalCheckpointSource{Path: DataDir(pc)}}
@@ -45,13 +49,13 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 			s.CheckpointedContainers = regular
 			s.CheckpointedInitContainers = init
 			s.SizeBytes = m.SizeBytes
-			setReady(s, metav1.ConditionTrue, cpv1.ReasonCompleted,
-				fmt.Sprintf("%d containers, %d bytes; pod paused %.3f s", len(m.Containers), m.SizeBytes, m.FrozenSeconds), pc.Generation, r.now())
+			setReady(s, metav1.ConditionTrue, cpv1.ReasonCompleted, note, pc.Generation, r.now())
 		}
 	}
 	for {
 		err := r.setStatus(ctx, pc, edit)
 		if err == nil {
+			event()
 			return
 		}
 		if apierrors.IsNotFound(err) {

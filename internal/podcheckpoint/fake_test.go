@@ -211,3 +211,21 @@ func (c *fakeCheckpointer) count() int {
 }
 
 func errNotFound(name string) error { return apierrors.NewNotFound(gr, name) }
+
+// fakeEvents records the reasons of the events reported, per object name.
+type fakeEvents struct {
+	mu  sync.Mutex
+	got []string // "<kind>/<name> <type> <reason>"
+}
+
+func (f *fakeEvents) sink(ref corev1.ObjectReference, eventType, reason, _ string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.got = append(f.got, ref.Kind+"/"+ref.Name+" "+eventType+" "+reason)
+}
+
+func (f *fakeEvents) list() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.got...)
+}

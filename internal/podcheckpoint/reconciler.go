@@ -67,6 +67,7 @@ type Reconciler struct {
 	objs Objects
 	pods Pods
 	log  *slog.Logger
+	ev   EventSink
 	now  func() time.Time
 	// retryEvery paces status writes the API server refused or did not answer.
 	retryEvery time.Duration
@@ -80,17 +81,17 @@ type Reconciler struct {
 	// that a watch delivers late (still InProgress or Pending) is not taken
 	// for the leftover of an earlier shim, nor started again.
 	started map[types.UID]bool
-	byPod   map[string]types.UID           // ns/pod -> object checkpointing it
+	byPod   map[string]types.UID // ns/pod -> object checkpointing it
 	wg      sync.WaitGroup
 }
 
 // NewReconciler builds a reconciler; Run starts it.
-func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods Pods, log *slog.Logger) *Reconciler {
+func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods Pods, ev EventSink, log *slog.Logger) *Reconciler {
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = 10 * time.Minute
 	}
 	return &Reconciler{
-		cfg: cfg, ckpt: ckpt, rt: rt, objs: objs, pods: pods, log: log, now: time.Now,
+		cfg: cfg, ckpt: ckpt, rt: rt, objs: objs, pods: pods, ev: ev, log: log, now: time.Now,
 		retryEvery: 2 * time.Second,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 30*time.Second),
@@ -209,14 +210,17 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 		// This node was checkpointing it and no checkpoint runs: an earlier
 		// shim died mid-checkpoint (KEP-5823: not resumable; finalise as failed).
 		r.removeData(pc)
-		return r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
-			setReady(s, metav1.ConditionFalse, cpv1.ReasonFailed,
-				"the node's cri-shim restarted during the checkpoint; partial data removed", pc.Generation, r.now())
-		})
+		return r.fail(ctx, pc, "the node's cri-shim restarted during the checkpoint; partial data removed")
 	}
 	sb, err := r.sandbox(ctx, pc.Namespace, pc.Spec.SourcePodName)
-	if err != nil || sb == nil {
-		return err // not (or not yet) a pod of this node
+	if err != nil {
+		return err
+	}
+	if sb == nil {
+		if pc.Status.NodeName == r.cfg.Node {
+			return r.fail(ctx, pc, "pod "+pc.Spec.SourcePodName+" no longer runs on node "+r.cfg.Node)
+		}
+		return nil // not a pod of this node
 	}
 	uid := types.UID(sb.GetMetadata().GetUid())
 	if want := pc.Spec.SourcePodUID; want != nil && *want != uid {
@@ -273,13 +277,15 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *runt
 	r.started[pc.UID] = true
 	r.byPod[podKey] = pc.UID
 	r.mu.Unlock()
+	msg := fmt.Sprintf("checkpointing %d containers of pod %s", len(ids), pc.Spec.SourcePodName)
 	err = r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
-		setReady(s, metav1.ConditionFalse, cpv1.ReasonInProgress, "checkpointing "+fmt.Sprint(len(ids))+" containers", pc.Generation, r.now())
+		setReady(s, metav1.ConditionFalse, cpv1.ReasonInProgress, msg, pc.Generation, r.now())
 	})
 	if err != nil {
 		r.done(pc, podKey)
 		return err
 	}
+	r.ev.emit(objectRef(pc), corev1.EventTypeNormal, EventCheckpointStarted, msg)
 	timeout := r.cfg.DefaultTimeout
 	if t := pc.Spec.TimeoutSeconds; t != nil && *t > 0 {
 		timeout = time.Duration(*t) * time.Second
@@ -346,11 +352,26 @@ func (r *Reconciler) sandbox(ctx context.Context, ns, pod string) (*runtimeapi.P
 }
 
 func (r *Reconciler) replaced(ctx context.Context, pc *cpv1.PodCheckpoint, uid types.UID, msg string) error {
-	return r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+	err := r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
 		s.NodeName = r.cfg.Node
 		s.SourcePodUID = &uid
 		setReady(s, metav1.ConditionFalse, cpv1.ReasonSourcePodReplaced, msg, pc.Generation, r.now())
 	})
+	if err == nil {
+		r.ev.emit(objectRef(pc), corev1.EventTypeWarning, cpv1.ReasonSourcePodReplaced, msg)
+	}
+	return err
+}
+
+// fail ends an object this node holds with CheckpointFailed.
+func (r *Reconciler) fail(ctx context.Context, pc *cpv1.PodCheckpoint, msg string) error {
+	err := r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+		setReady(s, metav1.ConditionFalse, cpv1.ReasonFailed, msg, pc.Generation, r.now())
+	})
+	if err == nil {
+		r.ev.emit(objectRef(pc), corev1.EventTypeWarning, EventCheckpointFailed, msg)
+	}
+	return err
 }
 
 // finalize removes the node's data of a deleted object, then its finalizer.

@@ -20,19 +20,20 @@ import (
 )
 
 type env struct {
-	api  *fakeAPI
-	rt   *fakeRuntime
-	pods fakePods
-	ck   *fakeCheckpointer
-	r    *Reconciler
-	root string
+	events *fakeEvents
+	api    *fakeAPI
+	rt     *fakeRuntime
+	pods   fakePods
+	ck     *fakeCheckpointer
+	r      *Reconciler
+	root   string
 }
 
 func newEnv(t *testing.T) *env {
-	e := &env{api: newFakeAPI(), rt: &fakeRuntime{}, pods: fakePods{}, root: t.TempDir()}
+	e := &env{api: newFakeAPI(), rt: &fakeRuntime{}, pods: fakePods{}, root: t.TempDir(), events: &fakeEvents{}}
 	e.ck = &fakeCheckpointer{rt: e.rt}
 	e.r = NewReconciler(Config{Node: "node-a", Root: e.root, DefaultTimeout: 10 * time.Second},
-		e.ck, e.rt, e.api, e.pods, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		e.ck, e.rt, e.api, e.pods, e.events.sink, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e.r.retryEvery = 10 * time.Millisecond
 	return e
 }
@@ -119,6 +120,26 @@ func TestCheckpointOfALocalPod(t *testing.T) {
 	}
 	if !slices.Contains(pc.Finalizers, cpv1.NodeDataFinalizer) {
 		t.Errorf("finalizers %v", pc.Finalizers)
+	}
+	if got, want := e.events.list(), []string{"PodCheckpoint/cp Normal CheckpointStarted", "PodCheckpoint/cp Normal CheckpointSucceeded"}; !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+}
+
+// An object this node holds whose pod no longer runs here fails.
+func TestSourcePodGone(t *testing.T) {
+	e := newEnv(t)
+	e.run(t)
+	pc := object("ns", "cp", "gone")
+	pc.Status.NodeName = "node-a"
+	setReady(&pc.Status, metav1.ConditionFalse, cpv1.ReasonPending, "", 1, time.Now())
+	e.create(pc)
+	got := e.waitReason(t, "ns", "cp", cpv1.ReasonFailed)
+	if !strings.Contains(ready(got).Message, "no longer runs") {
+		t.Errorf("message %q", ready(got).Message)
+	}
+	if ev := e.events.list(); !slices.Equal(ev, []string{"PodCheckpoint/cp Warning CheckpointFailed"}) {
+		t.Errorf("events %v", ev)
 	}
 }
 

@@ -3,6 +3,7 @@ package podcheckpoint
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ const fetchTTL = 10 * time.Second
 // API server.
 type Restores struct {
 	node string
+	ev   EventSink
 	view atomic.Pointer[restoreView]
 
 	mu      sync.Mutex
@@ -47,16 +49,26 @@ type fetchResult struct {
 
 // NewRestores makes the resolver of node; it answers "not yet" until Run
 // has connected.
-func NewRestores(node string) *Restores {
-	return &Restores{node: node, fetched: map[string]fetchResult{}, pending: map[string]bool{}}
+func NewRestores(node string, ev EventSink) *Restores {
+	return &Restores{node: node, ev: ev, fetched: map[string]fetchResult{}, pending: map[string]bool{}}
 }
 
 func (r *Restores) connect(v *restoreView) { r.view.Store(v) }
 
 // Resolve returns the checkpoint directory (under the checkpoint root) of the
 // PodCheckpoint name in namespace ns for the pod ns/pod with UID uid, or why
-// the pod cannot be restored from it yet, starting with KEP-5823's reason.
+// the pod cannot be restored from it yet, starting with KEP-5823's reason,
+// which is also reported as a Warning event of the pod.
 func (r *Restores) Resolve(ns, pod, uid, name string) (string, error) {
+	dir, err := r.resolve(ns, pod, uid, name)
+	if err != nil {
+		reason, note, _ := strings.Cut(err.Error(), ": ")
+		r.ev.emit(podRef(ns, pod, uid), corev1.EventTypeWarning, reason, note)
+	}
+	return dir, err
+}
+
+func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
 	v := r.view.Load()
 	if v == nil {
 		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: the node's API connection is not up yet", name)

@@ -37,7 +37,8 @@ func TestResolveRestore(t *testing.T) {
 	objs := map[string]*cpv1.PodCheckpoint{}
 	remote := map[string]*cpv1.PodCheckpoint{}
 	pods := map[string]*corev1.Pod{}
-	r := NewRestores("node-a")
+	ev := &fakeEvents{}
+	r := NewRestores("node-a", ev.sink)
 	_, err := r.Resolve("ns", "restored", "u2", "cp")
 	wantReason(t, "before the API connection", err, "CheckpointNotReady")
 	r.connect(&restoreView{
@@ -73,6 +74,9 @@ func TestResolveRestore(t *testing.T) {
 	wantReason(t, "image changed", err, "PodSpecMismatch")
 	if err != nil && !strings.Contains(err.Error(), "spec.containers[0].image") {
 		t.Errorf("mismatch does not name the field: %v", err)
+	}
+	if got := ev.list(); len(got) == 0 || got[len(got)-1] != "Pod/restored Warning PodSpecMismatch" {
+		t.Errorf("events %v, want the last a PodSpecMismatch of the pod", got)
 	}
 
 	// Not watched here: read in the background, then answered.

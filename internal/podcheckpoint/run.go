@@ -25,7 +25,7 @@ type Conn interface {
 // node until ctx ends, and answers restores (may be nil) from what it
 // watches. It never holds up the shim: it runs beside the CRI server and
 // only its own goroutines wait on the API server.
-func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, rt Runtime, restores *Restores, log *slog.Logger) {
+func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, rt Runtime, restores *Restores, ev EventSink, log *slog.Logger) {
 	log = log.With("component", "podcheckpoint")
 	select {
 	case <-ctx.Done():
@@ -38,7 +38,7 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 		return
 	}
 	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute},
-		ckpt, rt, c, PodGetter{Clientset: conn.Clientset()}, log)
+		ckpt, rt, c, PodGetter{Clientset: conn.Clientset()}, ev, log)
 	pods := podInformer(conn.Clientset(), node)
 	go pods.Run(ctx.Done())
 	if restores != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
@@ -102,8 +103,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// (docs/podcheckpoint.md), answered from the node's watches.
 	var restores *podcheckpoint.Restores
 	var resolve func(ns, pod, uid, name string) (string, error)
+	var checkpointEvents podcheckpoint.EventSink
 	if api != nil {
-		restores = podcheckpoint.NewRestores(api.Client.Node)
+		checkpointEvents = func(ref corev1.ObjectReference, eventType, reason, note string) {
+			action := "Checkpoint"
+			if ref.Kind == "Pod" {
+				action = "Restore"
+			}
+			api.Writes().Event(kubeapi.Event{Regarding: ref, Type: eventType, Reason: reason, Action: action, Note: note})
+		}
+		restores = podcheckpoint.NewRestores(api.Client.Node, checkpointEvents)
 		resolve = restores.Resolve
 	}
 	checkpoints, err := criu.New(criu.Config{
@@ -195,7 +204,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		go func() {
 			defer wg.Done()
 			podcheckpoint.Run(watchCtx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
-				runtimeapi.NewRuntimeServiceClient(backend), restores, log)
+				runtimeapi.NewRuntimeServiceClient(backend), restores, checkpointEvents, log)
 		}()
 	}
 

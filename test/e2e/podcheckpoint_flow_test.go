@@ -91,25 +91,38 @@ func waitCheckpoint(t *testing.T, c *podcheckpoint.Client, ns, name, reason stri
 	return pc
 }
 
-// sandboxEvent waits for an event of pod ns/name whose message has want
-// (the kubelet reports a failed RunPodSandbox so) and returns it.
-func sandboxEvent(t *testing.T, cs kubernetes.Interface, ns, name, want string) string {
+// eventOf waits for an event about ns/name (of any kind) that ok accepts
+// and returns its message.
+func eventOf(t *testing.T, cs kubernetes.Interface, ns, name, what string, ok func(corev1.Event) bool) string {
 	t.Helper()
 	var msg string
-	eventually(t, 90*time.Second, name+": an event saying "+want, func() error {
+	eventually(t, 90*time.Second, name+": "+what, func() error {
 		evs, err := cs.CoreV1().Events(ns).List(ctxT(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 		if err != nil {
 			return err
 		}
 		for _, e := range evs.Items {
-			if strings.Contains(e.Message, want) {
+			if ok(e) {
 				msg = e.Message
 				return nil
 			}
 		}
-		return fmt.Errorf("%d events, none saying %q", len(evs.Items), want)
+		return fmt.Errorf("%d events, none %s", len(evs.Items), what)
 	})
 	return msg
+}
+
+// sandboxEvent waits for an event of pod ns/name whose message has want
+// (the kubelet reports a failed RunPodSandbox so) and returns it.
+func sandboxEvent(t *testing.T, cs kubernetes.Interface, ns, name, want string) string {
+	t.Helper()
+	return eventOf(t, cs, ns, name, "saying "+want, func(e corev1.Event) bool { return strings.Contains(e.Message, want) })
+}
+
+// reasonEvent waits for an event with reason about ns/name and returns its message.
+func reasonEvent(t *testing.T, cs kubernetes.Interface, ns, name, reason string) string {
+	t.Helper()
+	return eventOf(t, cs, ns, name, "with reason "+reason, func(e corev1.Event) bool { return e.Reason == reason })
 }
 
 func stillPending(t *testing.T, cs kubernetes.Interface, ns, name, secret string) {
@@ -177,6 +190,8 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 		t.Errorf("template %+v", tp)
 	}
 	t.Logf("checkpoint %s: %d bytes in %s, reasons %v", s.CheckpointLocation.NodeLocal.Path, s.SizeBytes, data, got)
+	reasonEvent(t, cs, ns, "cp", "CheckpointStarted")
+	t.Logf("event CheckpointSucceeded: %s", reasonEvent(t, cs, ns, "cp", "CheckpointSucceeded"))
 
 	// Restore by name.
 	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", "cp"), metav1.CreateOptions{}); err != nil {
@@ -205,6 +220,9 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 	if !strings.Contains(msg, "spec.containers[0].command") {
 		t.Errorf("PodSpecMismatch does not name the field: %s", msg)
 	}
+	if msg := reasonEvent(t, cs, ns, "mismatch", "PodSpecMismatch"); !strings.Contains(msg, "spec.containers[0].command") {
+		t.Errorf("the shim's PodSpecMismatch event does not name the field: %s", msg)
+	}
 	stillPending(t, cs, ns, "mismatch", secret)
 
 	// Another namespace cannot name it.
@@ -223,6 +241,7 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	pp := waitCheckpoint(t, pcs, ns, "pinned", cpv1.ReasonSourcePodReplaced, time.Minute)
+	reasonEvent(t, cs, ns, "pinned", cpv1.ReasonSourcePodReplaced)
 	if pp.Status.SourcePodUID == nil || *pp.Status.SourcePodUID != src.UID {
 		t.Errorf("SourcePodReplaced status UID %v, want the live %s", pp.Status.SourcePodUID, src.UID)
 	}
