@@ -65,18 +65,31 @@ func (w *Writer) patchConditions(ctx context.Context, pod PodRef, conds map[stri
 }
 
 func conditionsPatch(pod PodRef, conds map[string]Condition) ([]byte, error) {
-	list := make([]corev1.PodCondition, 0, len(conds))
+	list := make([]map[string]any, 0, len(conds))
 	for _, c := range conds {
-		list = append(list, corev1.PodCondition{
-			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: truncate(c.Message, maxMessage),
-			LastTransitionTime: metav1.NewTime(c.At.UTC().Truncate(time.Second)),
+		list = append(list, map[string]any{
+			"type": c.Type, "status": c.Status,
+			// An empty reason or message is written as null, which deletes
+			// the field: a merge patch keeps the fields it does not name,
+			// and the reason of the condition's previous status would stay.
+			"reason": orNull(c.Reason), "message": orNull(truncate(c.Message, maxMessage)),
+			"lastTransitionTime": metav1.NewTime(c.At.UTC().Truncate(time.Second)),
 		})
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Type < list[j].Type })
+	sort.Slice(list, func(i, j int) bool {
+		return list[i]["type"].(corev1.PodConditionType) < list[j]["type"].(corev1.PodConditionType)
+	})
 	return json.Marshal(map[string]any{
 		"metadata": map[string]any{"uid": pod.UID},
 		"status":   map[string]any{"conditions": list},
 	})
+}
+
+func orNull(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 func truncate(s string, n int) string {

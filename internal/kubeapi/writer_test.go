@@ -336,3 +336,24 @@ func TestConnectWaitsForTheKubeconfig(t *testing.T) {
 		t.Fatalf("the queued write is gone before the API was reachable")
 	}
 }
+
+// A condition written again without a reason or message loses the old ones.
+func TestEmptyReasonClearsTheOldOne(t *testing.T) {
+	cs := fake.NewClientset(kubeletPod())
+	w := NewWriter(NewFor(cs, "node-1"), fastOptions())
+	startWriter(t, w)
+	w.SetPodCondition(podA, Condition{Type: "X", Status: corev1.ConditionFalse, Reason: "Hold", Message: "held"})
+	eventually(t, "first write", func() error {
+		if c := conditions(t, cs)["X"]; c.Reason != "Hold" {
+			return fmt.Errorf("X %+v", c)
+		}
+		return nil
+	})
+	w.SetPodCondition(podA, Condition{Type: "X", Status: corev1.ConditionTrue})
+	eventually(t, "second write", func() error {
+		if c := conditions(t, cs)["X"]; c.Status != corev1.ConditionTrue || c.Reason != "" || c.Message != "" {
+			return fmt.Errorf("X %+v", c)
+		}
+		return nil
+	})
+}

@@ -227,6 +227,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		m.metrics.restarts.Inc()
 	}
 	m.metrics.delay.Observe(bst.LastDelay.Seconds())
+	m.observer.RestartStarted(refOf(p), *p.Trigger)
 	m.log.Info("podstate: restart rule matched", "action", action,
 		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
 	m.kick(p.SandboxID)

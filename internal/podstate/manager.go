@@ -84,6 +84,9 @@ type Manager struct {
 	// exited instances of tracked pods, container ID -> *exitedStatus (see
 	// exitedstatus.go). A sync.Map so a lookup that misses takes no lock.
 	exited sync.Map
+
+	// observer hears of restarts (observer.go); noObserver when none.
+	observer Observer
 }
 
 // EventsFrom tells the manager which event feed delivers exits to OnEvent, so
@@ -105,7 +108,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
 		pods: map[string]*Pod{}, byID: map[string]string{},
 		work: make(chan string, 64), active: map[string]context.CancelFunc{}, quit: make(chan struct{}),
-		metrics: newMetrics(), eventsLive: func() uint64 { return 0 },
+		metrics: newMetrics(), eventsLive: func() uint64 { return 0 }, observer: noObserver{},
 	}
 	pods, errs := st.load()
 	for _, err := range errs {

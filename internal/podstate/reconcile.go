@@ -14,7 +14,7 @@ import (
 // really is and no rule restarts anything in it any more. When that cannot be
 // recorded nothing changes. m.mu held.
 func (m *Manager) abandon(p *Pod) error {
-	snap := p.snapshot()
+	snap, restarting := p.snapshot(), p.Phase != PhaseRunning && p.Trigger != nil
 	p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
 	p.Old, p.Fake, p.New, p.shownRunning, p.KeepShown = nil, nil, nil, nil, nil
 	p.Stopped = true
@@ -23,6 +23,9 @@ func (m *Manager) abandon(p *Pod) error {
 		return err
 	}
 	m.stopExecutor(p.SandboxID)
+	if restarting {
+		m.observer.RestartEnded(refOf(p), *p.Trigger, Abandoned)
+	}
 	return nil
 }
 

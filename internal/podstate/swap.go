@@ -43,7 +43,7 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 		p.Restarts++
 	}
 	p.Scope = ""
-	took := m.clock.Now().Sub(p.Trigger.FinishedAt)
+	took, trigger := m.clock.Now().Sub(p.Trigger.FinishedAt), *p.Trigger
 	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
 	// Hold the instances the last full list showed running whose container
 	// gets a new instance now (see Pod.KeepShown).
@@ -76,6 +76,11 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 	// Recorded (a classification's save carried the swap; an exit whose
 	// verdict could not be recorded is classified at the next look).
 	m.metrics.latency.Observe(took.Seconds())
+	if p.Phase == PhaseRunning {
+		m.observer.RestartEnded(refOf(p), trigger, Restarted)
+	} else {
+		m.observer.RestartEnded(refOf(p), trigger, RestartedAgain)
+	}
 	m.log.Info("podstate: pod restarted in place", "pod", p.Namespace+"/"+p.Name, "restarts", p.Restarts, "sinceExit", took.Round(time.Millisecond))
 	return nil
 }

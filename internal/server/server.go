@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	"github.com/cri-shim/cri-shim/internal/podmgmt"
 	"github.com/cri-shim/cri-shim/internal/podstate"
+	"github.com/cri-shim/cri-shim/internal/podstatus"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 	"github.com/cri-shim/cri-shim/internal/store"
@@ -139,7 +141,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// the channel adds its token mount before the restart state records the
 	// kubelet's CreateContainer (so replays carry it too); the restart state
 	// sees the kubelet's calls before warm start rewrites them.
-	features := append(o.Features, st, channels, pods, checkpoints)
+	// With an API server the pod status reporter comes first: podstate
+	// tells it of each restart, and it sees RunPodSandbox answered after
+	// every other feature took the sandbox.
+	shim := []any{st, channels, pods, checkpoints}
+	var reporter *podstatus.Reporter
+	if api != nil {
+		reporter = podstatus.New(api, log)
+		pods.Observe(reporter)
+		shim = append([]any{reporter}, shim...)
+	}
+	features := append(slices.Clone(o.Features), shim...)
 	p, err := proxy.New(backend, mc, features...)
 	if err != nil {
 		return err
@@ -206,6 +218,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			podcheckpoint.Run(watchCtx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
 				runtimeapi.NewRuntimeServiceClient(backend), restores, checkpointEvents, log)
 		}()
+		wg.Add(1)
+		go func() { defer wg.Done(); reporter.Run(watchCtx) }()
 	}
 
 	var hs *http.Server

@@ -1,0 +1,44 @@
+package podstate
+
+// Observer hears of the in-place restarts the manager carries out, so that
+// the pod's status and events in the API server can tell them
+// (internal/podstatus). Its methods are called with the manager's lock held,
+// once the step is recorded: they must return at once (queue, never wait)
+// and must not call the manager.
+type Observer interface {
+	// RestartStarted: t's exit matched a rule (or a command); the pod's
+	// containers, or t.Container alone for a Restart rule, are restarted in
+	// place after t.Delay of backoff.
+	RestartStarted(pod PodRef, t Trigger)
+	// RestartEnded: the restart t started is over, with outcome.
+	RestartEnded(pod PodRef, t Trigger, outcome Outcome)
+}
+
+// PodRef names the pod an Observer hears about.
+type PodRef struct {
+	Namespace, Name, UID string
+}
+
+// Outcome is how a restart ended.
+type Outcome int
+
+const (
+	// Restarted: the new instances run and are shown.
+	Restarted Outcome = iota
+	// RestartedAgain: the new instances are shown, and one of them already
+	// exited and started the next restart (RestartStarted came first).
+	RestartedAgain
+	// Abandoned: the pod is being stopped (or its sandbox is gone); the
+	// restart was given up.
+	Abandoned
+)
+
+// Observe sets the observer of restarts. Call before serving.
+func (m *Manager) Observe(o Observer) { m.observer = o }
+
+func refOf(p *Pod) PodRef { return PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID} }
+
+type noObserver struct{}
+
+func (noObserver) RestartStarted(PodRef, Trigger)        {}
+func (noObserver) RestartEnded(PodRef, Trigger, Outcome) {}

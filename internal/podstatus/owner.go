@@ -1,0 +1,100 @@
+package podstatus
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cri-shim/cri-shim/internal/kubeapi"
+)
+
+// KubeletFeatureRestartAll is the node-declared feature of a kubelet whose
+// RestartAllContainersOnContainerExits gate is on
+// (k8s.io/component-helpers/nodedeclaredfeatures/features/restartallcontainers).
+// That kubelet owns the AllContainersRestarting condition: it is in its
+// list of kubelet conditions (pkg/kubelet/types/pod_status.go,
+// PodConditionByKubelet), so its status manager drops any other writer's
+// value on its next write (pkg/kubelet/status/status_manager.go,
+// mergePodStatus), and a True value would tell it a restart of its own is
+// under way (pkg/kubelet/container/helpers.go, ShouldAllContainersRestart).
+const KubeletFeatureRestartAll = "RestartAllContainersOnContainerExits"
+
+// How often the node's declared features are read: the kubelet declares
+// them at its start, so they change only when it restarts.
+const (
+	ownerRefresh = 10 * time.Minute
+	ownerRetry   = 5 * time.Second
+)
+
+// ownerCheck knows whether the kubelet owns AllContainersRestarting, from
+// the node's status.declaredFeatures.
+type ownerCheck struct {
+	c     *kubeapi.Client
+	log   *slog.Logger
+	state atomic.Int32 // ownerUnknown, ownerKubelet, ownerShim
+}
+
+const (
+	ownerUnknown int32 = iota
+	ownerKubelet
+	ownerShim
+)
+
+func newOwnerCheck(c *kubeapi.Client, log *slog.Logger) *ownerCheck {
+	return &ownerCheck{c: c, log: log}
+}
+
+// mayWrite reports whether the shim may write AllContainersRestarting:
+// only when it knows the kubelet does not own it. Until the node has been
+// read it does not; the readiness gate is written regardless.
+func (o *ownerCheck) mayWrite() bool { return o.state.Load() == ownerShim }
+
+func (o *ownerCheck) run(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-o.c.Ready():
+	}
+	for {
+		wait := ownerRefresh
+		if err := o.check(ctx); err != nil {
+			if o.state.Load() == ownerUnknown {
+				wait = ownerRetry
+			}
+			o.log.Debug("podstatus: reading the node's declared features", "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (o *ownerCheck) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	n, err := o.c.Clientset().CoreV1().Nodes().Get(ctx, o.c.Node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	owned := slices.Contains(n.Status.DeclaredFeatures, KubeletFeatureRestartAll)
+	next := ownerShim
+	if owned {
+		next = ownerKubelet
+	}
+	if prev := o.state.Swap(next); prev != next {
+		if owned {
+			o.log.Info("podstatus: the kubelet declares " + KubeletFeatureRestartAll + " and owns the AllContainersRestarting condition; the shim writes only its readiness gate " + string(ReadyCondition))
+		} else {
+			o.log.Info("podstatus: the kubelet does not own AllContainersRestarting; the shim writes it during in-place restarts")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package podstatus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/kubeapi"
+	"github.com/cri-shim/cri-shim/internal/podstate"
+)
+
+// fakeWriter keeps what the reporter queues: the newest condition per type
+// (as the writer's coalescing does) and every event.
+type fakeWriter struct {
+	conds  map[corev1.PodConditionType]kubeapi.Condition
+	events []kubeapi.Event
+}
+
+func (f *fakeWriter) SetPodCondition(_ kubeapi.PodRef, c kubeapi.Condition) { f.conds[c.Type] = c }
+func (f *fakeWriter) Event(e kubeapi.Event)                                 { f.events = append(f.events, e) }
+
+func (f *fakeWriter) reasons() string {
+	var r []string
+	for _, e := range f.events {
+		r = append(r, e.Type+"/"+e.Reason)
+	}
+	return strings.Join(r, " ")
+}
+
+var (
+	pod     = podstate.PodRef{Namespace: "ns", Name: "web", UID: "uid-1"}
+	exited  = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	trigger = podstate.Trigger{Container: "main", ExitCode: 3, Action: string(podstate.ActionRestartAllContainers),
+		Delay: 2 * time.Second, FinishedAt: exited}
+)
+
+func reporter(owner int32) (*Reporter, *fakeWriter) {
+	w := &fakeWriter{conds: map[corev1.PodConditionType]kubeapi.Condition{}}
+	o := &ownerCheck{log: slog.New(slog.DiscardHandler)}
+	o.state.Store(owner)
+	return &Reporter{w: w, owner: o, log: slog.New(slog.DiscardHandler), now: func() time.Time { return exited.Add(3 * time.Second) }}, w
+}
+
+func TestRestartOfAllContainers(t *testing.T) {
+	r, w := reporter(ownerShim)
+	r.RestartStarted(pod, trigger)
+	ready, restarting := w.conds[ReadyCondition], w.conds[corev1.AllContainersRestarting]
+	if ready.Status != corev1.ConditionFalse || ready.Reason != "BackoffHold" || !strings.Contains(ready.Message, "2s backoff") {
+		t.Fatalf("readiness gate during the hold: %+v", ready)
+	}
+	if restarting.Status != corev1.ConditionTrue || restarting.Reason != ReasonAllContainersRestarting ||
+		!strings.Contains(restarting.Message, "container main exited with code 3") {
+		t.Fatalf("AllContainersRestarting: %+v", restarting)
+	}
+	if got := w.reasons(); got != "Normal/RestartAllContainersInPlace Warning/BackOff" {
+		t.Fatalf("events %s", got)
+	}
+	if n := w.events[1].Note; n != "Back-off 2s restarting failed container main (exit code 3)" {
+		t.Fatalf("hold event note %q", n)
+	}
+	r.RestartEnded(pod, trigger, podstate.Restarted)
+	ready, restarting = w.conds[ReadyCondition], w.conds[corev1.AllContainersRestarting]
+	if ready.Status != corev1.ConditionTrue || ready.Reason != "" || restarting.Status != corev1.ConditionFalse || restarting.Reason != "" {
+		t.Fatalf("after the restart: ready %+v, restarting %+v", ready, restarting)
+	}
+	if e := w.events[2]; e.Reason != "RestartedInPlace" || !strings.Contains(e.Note, "3s after container main exited with code 3") {
+		t.Fatalf("end event %+v", e)
+	}
+}
+
+// A kubelet that owns AllContainersRestarting (its gate on), or one not yet
+// known, never gets it written; the readiness gate is written regardless.
+func TestAllContainersRestartingOnlyWhenTheKubeletDoesNotOwnIt(t *testing.T) {
+	for _, owner := range []int32{ownerKubelet, ownerUnknown} {
+		r, w := reporter(owner)
+		r.RestartStarted(pod, trigger)
+		r.RestartEnded(pod, trigger, podstate.Restarted)
+		if _, ok := w.conds[corev1.AllContainersRestarting]; ok {
+			t.Fatalf("owner %d: AllContainersRestarting written", owner)
+		}
+		if w.conds[ReadyCondition].Status != corev1.ConditionTrue {
+			t.Fatalf("owner %d: readiness gate %+v", owner, w.conds[ReadyCondition])
+		}
+	}
+}
+
+// A Restart rule (one container) with no backoff: not Ready, no
+// AllContainersRestarting, no hold event.
+func TestRestartOfOneContainer(t *testing.T) {
+	r, w := reporter(ownerShim)
+	one := trigger
+	one.Action, one.Delay = string(corev1.ContainerRestartRuleActionRestart), 0
+	r.RestartStarted(pod, one)
+	if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionFalse || c.Reason != "RestartInProgress" {
+		t.Fatalf("readiness gate %+v", c)
+	}
+	if _, ok := w.conds[corev1.AllContainersRestarting]; ok {
+		t.Fatal("AllContainersRestarting written for a one-container restart")
+	}
+	if got := w.reasons(); got != "Normal/RestartContainerInPlace" {
+		t.Fatalf("events %s", got)
+	}
+}
+
+// A restart whose new container exits at once, or one given up because the
+// pod stops, leaves the pod not Ready.
+func TestRestartEndedWithoutReadiness(t *testing.T) {
+	for _, out := range []podstate.Outcome{podstate.RestartedAgain, podstate.Abandoned} {
+		r, w := reporter(ownerShim)
+		r.RestartStarted(pod, trigger)
+		r.RestartEnded(pod, trigger, out)
+		if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionFalse {
+			t.Fatalf("outcome %d: readiness gate %+v", out, c)
+		}
+	}
+}
+
+func TestSandboxOfAnnotatedPod(t *testing.T) {
+	r, w := reporter(ownerShim)
+	next := func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: "sb"}, nil
+	}
+	run := func(ann map[string]string) {
+		t.Helper()
+		if _, err := r.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+			Metadata: &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: "uid-1"}, Annotations: ann}}, next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(map[string]string{"other": "x"})
+	if len(w.conds)+len(w.events) != 0 {
+		t.Fatalf("an unannotated pod got %v %v", w.conds, w.events)
+	}
+	run(map[string]string{
+		podstate.RulesAnnotationPrefix + "main": `[{"action":"Explode"}]`,
+		"pod-management.cri-shim.io/main":       `{"port": -1}`,
+	})
+	if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionTrue {
+		t.Fatalf("readiness gate of a new sandbox: %+v", c)
+	}
+	if got := w.reasons(); got != "Warning/InvalidRestartRules Warning/InvalidPodManagement" {
+		t.Fatalf("events %s", got)
+	}
+	if !strings.Contains(w.events[0].Note, podstate.RulesAnnotationPrefix+"main") {
+		t.Fatalf("event does not name the annotation: %q", w.events[0].Note)
+	}
+}
+
+func TestOwnerFromDeclaredFeatures(t *testing.T) {
+	for _, tc := range []struct {
+		features []string
+		want     int32
+	}{
+		{nil, ownerShim},
+		{[]string{"GuaranteedQoSPodCPUResize"}, ownerShim},
+		{[]string{"GuaranteedQoSPodCPUResize", KubeletFeatureRestartAll}, ownerKubelet},
+	} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{DeclaredFeatures: tc.features}}
+		o := newOwnerCheck(kubeapi.NewFor(fake.NewClientset(node), "node-1"), slog.New(slog.DiscardHandler))
+		if err := o.check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := o.state.Load(); got != tc.want {
+			t.Fatalf("features %v: owner %d, want %d", tc.features, got, tc.want)
+		}
+	}
+	o := newOwnerCheck(kubeapi.NewFor(fake.NewClientset(), "node-1"), slog.New(slog.DiscardHandler))
+	if err := o.check(context.Background()); err == nil || o.mayWrite() {
+		t.Fatal(fmt.Sprint("node not registered yet: want an error and no writing, got ", err, o.mayWrite()))
+	}
+}
