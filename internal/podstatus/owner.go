@@ -36,6 +36,8 @@ type ownerCheck struct {
 	c     *kubeapi.Client
 	log   *slog.Logger
 	state atomic.Int32 // ownerUnknown, ownerKubelet, ownerShim
+	// known is called once the first answer is in (with it).
+	known func(owner int32)
 }
 
 const (
@@ -47,11 +49,6 @@ const (
 func newOwnerCheck(c *kubeapi.Client, log *slog.Logger) *ownerCheck {
 	return &ownerCheck{c: c, log: log}
 }
-
-// mayWrite reports whether the shim may write AllContainersRestarting:
-// only when it knows the kubelet does not own it. Until the node has been
-// read it does not; the readiness gate is written regardless.
-func (o *ownerCheck) mayWrite() bool { return o.state.Load() == ownerShim }
 
 func (o *ownerCheck) run(ctx context.Context) {
 	select {
@@ -90,6 +87,9 @@ func (o *ownerCheck) check(ctx context.Context) error {
 		next = ownerKubelet
 	}
 	if prev := o.state.Swap(next); prev != next {
+		if prev == ownerUnknown && o.known != nil {
+			o.known(next)
+		}
 		if owned {
 			o.log.Info("podstatus: the kubelet declares " + KubeletFeatureRestartAll + " and owns the AllContainersRestarting condition; the shim writes only its readiness gate " + string(ReadyCondition))
 		} else {

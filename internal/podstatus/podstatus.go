@@ -12,7 +12,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,12 +50,60 @@ type Reporter struct {
 	owner *ownerCheck
 	log   *slog.Logger
 	now   func() time.Time
+
+	// mu guards waiting: the newest AllContainersRestarting of each pod
+	// while it is not yet known whether the kubelet owns the condition
+	// (the API server was not reachable since the shim started). They are
+	// written once it is known that the kubelet does not.
+	mu      sync.Mutex
+	waiting map[string]restartingCond
 }
+
+type restartingCond struct {
+	pod kubeapi.PodRef
+	c   kubeapi.Condition
+}
+
+// maxWaiting bounds the conditions kept while ownership is unknown.
+const maxWaiting = 1024
 
 // New reports through api's writer; it asks api's client whether the
 // kubelet owns AllContainersRestarting (Run).
 func New(api *kubeapi.API, log *slog.Logger) *Reporter {
-	return &Reporter{w: api.Writer, owner: newOwnerCheck(api.Client, log), log: log, now: time.Now}
+	r := &Reporter{w: api.Writer, owner: newOwnerCheck(api.Client, log), log: log, now: time.Now}
+	r.owner.known = r.ownerKnown
+	return r
+}
+
+// setRestarting writes AllContainersRestarting unless the kubelet owns it;
+// while that is unknown, the newest value per pod waits.
+func (r *Reporter) setRestarting(pod kubeapi.PodRef, c kubeapi.Condition) {
+	c.Type = corev1.AllContainersRestarting
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.owner.state.Load() {
+	case ownerShim:
+		r.w.SetPodCondition(pod, c)
+	case ownerUnknown:
+		if r.waiting == nil {
+			r.waiting = map[string]restartingCond{}
+		}
+		if _, ok := r.waiting[pod.UID]; ok || len(r.waiting) < maxWaiting {
+			r.waiting[pod.UID] = restartingCond{pod, c}
+		}
+	}
+}
+
+// ownerKnown writes the waiting conditions if the shim may, else drops them.
+func (r *Reporter) ownerKnown(owner int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if owner == ownerShim {
+		for _, w := range r.waiting {
+			r.w.SetPodCondition(w.pod, w.c)
+		}
+	}
+	r.waiting = nil
 }
 
 // Run keeps the answer to "does the kubelet own AllContainersRestarting"
@@ -65,6 +116,18 @@ func ref(p podstate.PodRef) kubeapi.PodRef {
 	return kubeapi.PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 }
 
+// Events of one kind for one pod are aggregated by client-go's events
+// recorder into a series by type, reason and action: the note of a series
+// is its first one's (k8s.io/client-go/tools/events, getKey). So what tells
+// occurrences apart (container, exit code, delay) is in the action too, and
+// a series never shows one hold's delay for another's.
+
+func (r *Reporter) event(pod kubeapi.PodRef, typ, reason, action, note string) {
+	r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: typ, Reason: reason, Action: action, Note: note})
+}
+
+func exitOf(t podstate.Trigger) string { return fmt.Sprintf("%s exited %d", t.Container, t.ExitCode) }
+
 // RestartStarted: the pod goes not Ready, AllContainersRestarting True for
 // a whole-pod restart, and events for the restart and its backoff hold.
 func (r *Reporter) RestartStarted(p podstate.PodRef, t podstate.Trigger) {
@@ -75,23 +138,22 @@ func (r *Reporter) RestartStarted(p podstate.PodRef, t podstate.Trigger) {
 	if !all {
 		what = "restarting it in place"
 	}
-	reason, note := "RestartInProgress", exit+"; "+what
+	reason, msg := "RestartInProgress", exit+"; "+what
 	if t.Delay > 0 {
-		reason, note = "BackoffHold", fmt.Sprintf("%s; %s after a %s backoff", exit, what, t.Delay)
+		reason, msg = "BackoffHold", fmt.Sprintf("%s; %s after a %s backoff", exit, what, t.Delay)
 	}
-	r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionFalse, Reason: reason, Message: note, At: now})
-	if all && r.owner.mayWrite() {
-		r.w.SetPodCondition(pod, kubeapi.Condition{Type: corev1.AllContainersRestarting, Status: corev1.ConditionTrue,
-			Reason: ReasonAllContainersRestarting, Message: note, At: now})
+	r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionFalse, Reason: reason, Message: msg, At: now})
+	if all {
+		r.setRestarting(pod, kubeapi.Condition{Status: corev1.ConditionTrue, Reason: ReasonAllContainersRestarting, Message: msg, At: now})
 	}
 	evReason := "RestartContainerInPlace"
 	if all {
 		evReason = "RestartAllContainersInPlace"
 	}
-	r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: corev1.EventTypeNormal, Reason: evReason, Action: "Restart", Note: exit + "; " + what})
+	r.event(pod, corev1.EventTypeNormal, evReason, "Restart ("+exitOf(t)+")", exit+"; "+what)
 	if t.Delay > 0 {
-		r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: corev1.EventTypeWarning, Reason: "BackOff", Action: "Hold",
-			Note: fmt.Sprintf("Back-off %s restarting failed container %s (exit code %d)", t.Delay, t.Container, t.ExitCode)})
+		r.event(pod, corev1.EventTypeWarning, "BackOff", fmt.Sprintf("Hold %s (%s)", t.Delay, exitOf(t)),
+			fmt.Sprintf("Back-off %s restarting failed container %s (exit code %d)", t.Delay, t.Container, t.ExitCode))
 	}
 }
 
@@ -100,29 +162,27 @@ func (r *Reporter) RestartStarted(p podstate.PodRef, t podstate.Trigger) {
 func (r *Reporter) RestartEnded(p podstate.PodRef, t podstate.Trigger, out podstate.Outcome) {
 	pod, now := ref(p), r.now()
 	all := t.Action == string(podstate.ActionRestartAllContainers)
-	took := now.Sub(t.FinishedAt).Round(time.Millisecond)
 	switch out {
 	case podstate.RestartedAgain:
 		// The next restart's RestartStarted already set the conditions.
-		r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: corev1.EventTypeNormal, Reason: "RestartedInPlace", Action: "Restart",
-			Note: fmt.Sprintf("restarted in place after container %s exited with code %d; a restarted container exited again", t.Container, t.ExitCode)})
+		r.event(pod, corev1.EventTypeNormal, "RestartedInPlace", "Restarted ("+exitOf(t)+")",
+			fmt.Sprintf("restarted in place after container %s exited with code %d; a restarted container exited again", t.Container, t.ExitCode))
 		return
 	case podstate.Abandoned:
 		// The pod is being stopped: it stays not Ready.
-		if all && r.owner.mayWrite() {
-			r.w.SetPodCondition(pod, kubeapi.Condition{Type: corev1.AllContainersRestarting, Status: corev1.ConditionFalse,
-				Reason: "RestartAbandoned", Message: "the pod is being stopped", At: now})
+		if all {
+			r.setRestarting(pod, kubeapi.Condition{Status: corev1.ConditionFalse, Reason: "RestartAbandoned", Message: "the pod is being stopped", At: now})
 		}
-		r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: corev1.EventTypeNormal, Reason: "RestartAbandoned", Action: "Restart",
-			Note: fmt.Sprintf("in-place restart after container %s exited with code %d given up: the pod is being stopped", t.Container, t.ExitCode)})
+		r.event(pod, corev1.EventTypeNormal, "RestartAbandoned", "Abandon ("+exitOf(t)+")",
+			fmt.Sprintf("in-place restart after container %s exited with code %d given up: the pod is being stopped", t.Container, t.ExitCode))
 		return
 	}
 	r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionTrue, At: now})
-	if all && r.owner.mayWrite() {
-		r.w.SetPodCondition(pod, kubeapi.Condition{Type: corev1.AllContainersRestarting, Status: corev1.ConditionFalse, At: now})
+	if all {
+		r.setRestarting(pod, kubeapi.Condition{Status: corev1.ConditionFalse, At: now})
 	}
-	r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: corev1.EventTypeNormal, Reason: "RestartedInPlace", Action: "Restart",
-		Note: fmt.Sprintf("containers running again %s after container %s exited with code %d", took, t.Container, t.ExitCode)})
+	r.event(pod, corev1.EventTypeNormal, "RestartedInPlace", "Restarted ("+exitOf(t)+")",
+		fmt.Sprintf("containers running again after container %s exited with code %d", t.Container, t.ExitCode))
 }
 
 // annotated reports whether the pod carries annotations the admission
@@ -145,13 +205,37 @@ func (r *Reporter) sandboxStarted(pod kubeapi.PodRef, ann map[string]string) {
 		return
 	}
 	r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionTrue, At: r.now()})
-	_, problems := podstate.ParseRules(ann)
-	for _, pr := range problems {
-		r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: corev1.EventTypeWarning, Reason: "InvalidRestartRules", Action: "IgnoreRules", Note: pr})
+	// One annotation at a time, so that each event's action names its key.
+	channel := map[string]bool{} // pod management problems of single keys
+	for _, k := range slices.Sorted(maps.Keys(ann)) {
+		one := map[string]string{k: ann[k]}
+		var problems []string
+		reason := "InvalidRestartRules"
+		switch {
+		case strings.HasPrefix(k, podstate.RulesAnnotationPrefix):
+			_, problems = podstate.ParseRules(one)
+		case k == podstate.TerminationAnnotation:
+			if _, pr := podstate.ParseTermination(one); pr != "" {
+				problems = []string{pr}
+			}
+		case strings.HasPrefix(k, podmgmt.AnnotationPrefix):
+			reason = "InvalidPodManagement"
+			_, problems = podmgmt.ParseAnnotations(one)
+		}
+		for _, pr := range problems {
+			if reason == "InvalidPodManagement" {
+				channel[pr] = true
+				pr += "; the pod runs without a pod management channel"
+			}
+			r.event(pod, corev1.EventTypeWarning, reason, "Ignore "+k, pr)
+		}
 	}
-	_, problems = podmgmt.ParseAnnotations(ann)
+	// What is wrong only of several together (two orchestrators).
+	_, problems := podmgmt.ParseAnnotations(ann)
 	for _, pr := range problems {
-		r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: corev1.EventTypeWarning, Reason: "InvalidPodManagement", Action: "IgnoreChannel",
-			Note: pr + "; the pod runs without a pod management channel"})
+		if !channel[pr] {
+			r.event(pod, corev1.EventTypeWarning, "InvalidPodManagement", "Ignore "+podmgmt.AnnotationPrefix+"*",
+				pr+"; the pod runs without a pod management channel")
+		}
 	}
 }

@@ -46,7 +46,9 @@ func reporter(owner int32) (*Reporter, *fakeWriter) {
 	w := &fakeWriter{conds: map[corev1.PodConditionType]kubeapi.Condition{}}
 	o := &ownerCheck{log: slog.New(slog.DiscardHandler)}
 	o.state.Store(owner)
-	return &Reporter{w: w, owner: o, log: slog.New(slog.DiscardHandler), now: func() time.Time { return exited.Add(3 * time.Second) }}, w
+	r := &Reporter{w: w, owner: o, log: slog.New(slog.DiscardHandler), now: func() time.Time { return exited.Add(3 * time.Second) }}
+	o.known = r.ownerKnown
+	return r, w
 }
 
 func TestRestartOfAllContainers(t *testing.T) {
@@ -71,23 +73,51 @@ func TestRestartOfAllContainers(t *testing.T) {
 	if ready.Status != corev1.ConditionTrue || ready.Reason != "" || restarting.Status != corev1.ConditionFalse || restarting.Reason != "" {
 		t.Fatalf("after the restart: ready %+v, restarting %+v", ready, restarting)
 	}
-	if e := w.events[2]; e.Reason != "RestartedInPlace" || !strings.Contains(e.Note, "3s after container main exited with code 3") {
+	if e := w.events[2]; e.Reason != "RestartedInPlace" || e.Note != "containers running again after container main exited with code 3" {
 		t.Fatalf("end event %+v", e)
+	}
+	// What tells occurrences apart is in the action, which the recorder's
+	// series key holds (the note is not in it).
+	for i, want := range []string{"Restart (main exited 3)", "Hold 2s (main exited 3)", "Restarted (main exited 3)"} {
+		if w.events[i].Action != want {
+			t.Errorf("event %d action %q, want %q", i, w.events[i].Action, want)
+		}
 	}
 }
 
-// A kubelet that owns AllContainersRestarting (its gate on), or one not yet
-// known, never gets it written; the readiness gate is written regardless.
-func TestAllContainersRestartingOnlyWhenTheKubeletDoesNotOwnIt(t *testing.T) {
-	for _, owner := range []int32{ownerKubelet, ownerUnknown} {
-		r, w := reporter(owner)
+// A kubelet that owns AllContainersRestarting (its gate on) never gets it
+// written; the readiness gate is written regardless.
+func TestAllContainersRestartingNotWrittenWhenTheKubeletOwnsIt(t *testing.T) {
+	r, w := reporter(ownerKubelet)
+	r.RestartStarted(pod, trigger)
+	r.RestartEnded(pod, trigger, podstate.Restarted)
+	if _, ok := w.conds[corev1.AllContainersRestarting]; ok {
+		t.Fatal("AllContainersRestarting written")
+	}
+	if w.conds[ReadyCondition].Status != corev1.ConditionTrue {
+		t.Fatalf("readiness gate %+v", w.conds[ReadyCondition])
+	}
+}
+
+// While the owner is unknown (no answer from the API server yet) the newest
+// AllContainersRestarting of each pod waits, and is written once the node
+// shows the kubelet does not own it, or dropped if it does.
+func TestAllContainersRestartingWaitsForTheOwner(t *testing.T) {
+	for _, owner := range []int32{ownerShim, ownerKubelet} {
+		r, w := reporter(ownerUnknown)
 		r.RestartStarted(pod, trigger)
-		r.RestartEnded(pod, trigger, podstate.Restarted)
 		if _, ok := w.conds[corev1.AllContainersRestarting]; ok {
-			t.Fatalf("owner %d: AllContainersRestarting written", owner)
+			t.Fatal("written before the owner is known")
 		}
-		if w.conds[ReadyCondition].Status != corev1.ConditionTrue {
-			t.Fatalf("owner %d: readiness gate %+v", owner, w.conds[ReadyCondition])
+		r.RestartEnded(pod, trigger, podstate.Restarted)
+		r.owner.state.Store(owner)
+		r.ownerKnown(owner)
+		c, ok := w.conds[corev1.AllContainersRestarting]
+		if owner == ownerShim && (!ok || c.Status != corev1.ConditionFalse) {
+			t.Fatalf("owner shim: the newest value (False) not written: %+v %v", c, ok)
+		}
+		if owner == ownerKubelet && ok {
+			t.Fatal("owner kubelet: written")
 		}
 	}
 }
@@ -142,15 +172,24 @@ func TestSandboxOfAnnotatedPod(t *testing.T) {
 	run(map[string]string{
 		podstate.RulesAnnotationPrefix + "main": `[{"action":"Explode"}]`,
 		"pod-management.cri-shim.io/main":       `{"port": -1}`,
+		podstate.TerminationAnnotation:          "sudden",
 	})
 	if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionTrue {
 		t.Fatalf("readiness gate of a new sandbox: %+v", c)
 	}
-	if got := w.reasons(); got != "Warning/InvalidRestartRules Warning/InvalidPodManagement" {
+	if got := w.reasons(); got != "Warning/InvalidPodManagement Warning/InvalidRestartRules Warning/InvalidRestartRules" {
 		t.Fatalf("events %s", got)
 	}
-	if !strings.Contains(w.events[0].Note, podstate.RulesAnnotationPrefix+"main") {
-		t.Fatalf("event does not name the annotation: %q", w.events[0].Note)
+	for i, key := range []string{"pod-management.cri-shim.io/main", podstate.RulesAnnotationPrefix + "main", podstate.TerminationAnnotation} {
+		if e := w.events[i]; e.Action != "Ignore "+key || !strings.Contains(e.Note, key) {
+			t.Errorf("event %d %+v does not name %s", i, e, key)
+		}
+	}
+	// Two orchestrators: a problem of the pair, not of either key.
+	w.events = nil
+	run(map[string]string{"pod-management.cri-shim.io/a": `{"port": 8080, "version": "1.0"}`, "pod-management.cri-shim.io/b": `{"port": 8081, "version": "1.0"}`})
+	if len(w.events) != 1 || w.events[0].Action != "Ignore pod-management.cri-shim.io/*" || !strings.Contains(w.events[0].Note, "only one may") {
+		t.Fatalf("two orchestrators: %+v", w.events)
 	}
 }
 
@@ -173,7 +212,7 @@ func TestOwnerFromDeclaredFeatures(t *testing.T) {
 		}
 	}
 	o := newOwnerCheck(kubeapi.NewFor(fake.NewClientset(), "node-1"), slog.New(slog.DiscardHandler))
-	if err := o.check(context.Background()); err == nil || o.mayWrite() {
-		t.Fatal(fmt.Sprint("node not registered yet: want an error and no writing, got ", err, o.mayWrite()))
+	if err := o.check(context.Background()); err == nil || o.state.Load() != ownerUnknown {
+		t.Fatal(fmt.Sprint("node not registered yet: want an error and the owner unknown, got ", err, o.state.Load()))
 	}
 }
