@@ -1,5 +1,7 @@
 package podstate
 
+import "time"
+
 // Observer hears of the in-place restarts the manager carries out, so that
 // the pod's status and events in the API server can tell them
 // (internal/podstatus). Its methods are called with the manager's lock held,
@@ -42,3 +44,35 @@ type noObserver struct{}
 
 func (noObserver) RestartStarted(PodRef, Trigger)        {}
 func (noObserver) RestartEnded(PodRef, Trigger, Outcome) {}
+
+// PodState is a tracked pod's restart state, for an observer that catches
+// up (Snapshot): what it heard before the shim restarted may not have
+// reached the API server.
+type PodState struct {
+	Pod PodRef
+	// Restarting: a restart is in progress, started by Trigger.
+	Restarting bool
+	Trigger    Trigger
+	// Since is when the pod entered its current phase.
+	Since time.Time
+	// RestartedAll: the pod restarted all its containers in place before.
+	RestartedAll bool
+}
+
+// Snapshot is the restart state of every tracked pod whose sandbox runs.
+func (m *Manager) Snapshot() []PodState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]PodState, 0, len(m.pods))
+	for _, p := range m.pods {
+		if p.Stopped {
+			continue
+		}
+		s := PodState{Pod: refOf(p), Since: p.PhaseSince, RestartedAll: p.Restarts > 0}
+		if p.Phase != PhaseRunning && p.Trigger != nil {
+			s.Restarting, s.Trigger = true, *p.Trigger
+		}
+		out = append(out, s)
+	}
+	return out
+}

@@ -59,3 +59,21 @@ func TestObserverHearsAbandonedRestart(t *testing.T) {
 		t.Fatalf("heard %s", got)
 	}
 }
+
+func TestSnapshotTellsRestartState(t *testing.T) {
+	k, sb, ids := setup(t, t.TempDir())
+	if s := k.m.Snapshot(); len(s) != 1 || s[0].Restarting || s[0].RestartedAll || s[0].Pod.UID != "uid-1" {
+		t.Fatalf("before a restart: %+v", s)
+	}
+	k.rt.exit(ids["main"], 88)
+	k.status(ids["main"])
+	if s := k.m.Snapshot(); len(s) != 1 || !s[0].Restarting || s[0].Trigger.ExitCode != 88 {
+		t.Fatalf("during a restart: %+v", s)
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.m.Snapshot(); len(s) != 1 || s[0].Restarting || !s[0].RestartedAll {
+		t.Fatalf("after a restart: %+v", s)
+	}
+}

@@ -57,6 +57,8 @@ type Reporter struct {
 	// written once it is known that the kubelet does not.
 	mu      sync.Mutex
 	waiting map[string]restartingCond
+
+	snapshot func() []podstate.PodState
 }
 
 type restartingCond struct {
@@ -106,9 +108,48 @@ func (r *Reporter) ownerKnown(owner int32) {
 	r.waiting = nil
 }
 
-// Run keeps the answer to "does the kubelet own AllContainersRestarting"
+// CatchUpFrom sets where Run reads the restart state of the node's pods
+// (podstate.Manager.Snapshot). Call before Run.
+func (r *Reporter) CatchUpFrom(snapshot func() []podstate.PodState) { r.snapshot = snapshot }
+
+// Run writes the conditions of every pod podstate tracks once the client is
+// ready (writes queued by an earlier shim process are lost with it), then
+// keeps the answer to "does the kubelet own AllContainersRestarting"
 // current until ctx is done.
-func (r *Reporter) Run(ctx context.Context) { r.owner.run(ctx) }
+func (r *Reporter) Run(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-r.owner.c.Ready():
+	}
+	if r.snapshot != nil {
+		r.catchUp(r.snapshot())
+	}
+	r.owner.run(ctx)
+}
+
+// catchUp writes each pod's conditions as they are now, with the time its
+// restart state last changed (so a condition already written keeps its
+// lastTransitionTime). No events: they were told when it happened.
+func (r *Reporter) catchUp(pods []podstate.PodState) {
+	for _, s := range pods {
+		pod := ref(s.Pod)
+		if s.Restarting {
+			t := s.Trigger
+			r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionFalse, Reason: "RestartInProgress",
+				Message: fmt.Sprintf("container %s exited with code %d; restarting in place", t.Container, t.ExitCode), At: s.Since})
+			if t.Action == string(podstate.ActionRestartAllContainers) {
+				r.setRestarting(pod, kubeapi.Condition{Status: corev1.ConditionTrue, Reason: ReasonAllContainersRestarting,
+					Message: fmt.Sprintf("container %s exited with code %d; restarting all containers in place", t.Container, t.ExitCode), At: s.Since})
+			}
+			continue
+		}
+		r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionTrue, At: s.Since})
+		if s.RestartedAll {
+			r.setRestarting(pod, kubeapi.Condition{Status: corev1.ConditionFalse, At: s.Since})
+		}
+	}
+}
 
 var _ podstate.Observer = (*Reporter)(nil)
 

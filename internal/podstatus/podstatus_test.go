@@ -216,3 +216,30 @@ func TestOwnerFromDeclaredFeatures(t *testing.T) {
 		t.Fatal(fmt.Sprint("node not registered yet: want an error and the owner unknown, got ", err, o.state.Load()))
 	}
 }
+
+// A new shim process writes every tracked pod's conditions as they are,
+// stamped with when its state last changed, and no events.
+func TestCatchUpWritesConditionsOfTrackedPods(t *testing.T) {
+	r, w := reporter(ownerShim)
+	since := exited.Add(time.Minute)
+	r.catchUp([]podstate.PodState{{Pod: pod, Since: since, RestartedAll: true}})
+	if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionTrue || !c.At.Equal(since) {
+		t.Fatalf("running pod's gate %+v", c)
+	}
+	if c := w.conds[corev1.AllContainersRestarting]; c.Status != corev1.ConditionFalse {
+		t.Fatalf("running pod's AllContainersRestarting %+v", c)
+	}
+	r, w = reporter(ownerShim)
+	r.catchUp([]podstate.PodState{{Pod: pod, Since: since, Restarting: true, Trigger: trigger}})
+	if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionFalse || !strings.Contains(c.Message, "main exited with code 3") {
+		t.Fatalf("restarting pod's gate %+v", c)
+	}
+	if c := w.conds[corev1.AllContainersRestarting]; c.Status != corev1.ConditionTrue {
+		t.Fatalf("restarting pod's AllContainersRestarting %+v", c)
+	}
+	r, w = reporter(ownerShim)
+	r.catchUp([]podstate.PodState{{Pod: pod, Since: since}})
+	if _, ok := w.conds[corev1.AllContainersRestarting]; ok || len(w.events) != 0 {
+		t.Fatalf("a pod that never restarted all: %v, events %v", w.conds, w.events)
+	}
+}

@@ -149,6 +149,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	if api != nil {
 		reporter = podstatus.New(api, log)
 		pods.Observe(reporter)
+		reporter.CatchUpFrom(pods.Snapshot)
 		shim = append([]any{reporter}, shim...)
 	}
 	features := append(slices.Clone(o.Features), shim...)

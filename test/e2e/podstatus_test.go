@@ -231,7 +231,16 @@ func TestPodStatusDuringInPlaceRestart(t *testing.T) {
 // An API server that is down does not stop restarts: the shim starts
 // without it and restarts the pod in place meanwhile, and once the server
 // is back the pod's status catches up and the events arrive.
-func TestPodStatusCatchesUpAfterAPIServerOutage(t *testing.T) {
+func TestPodStatusCatchesUpAfterAPIServerOutage(t *testing.T) { apiOutage(t, false) }
+
+// A shim restarted during the outage loses the writes its predecessor
+// queued (the queue is in memory); the new process writes every tracked
+// pod's conditions as they are once the server answers. The pod had no
+// AllContainersRestarting before the outage: it appears (False) only
+// through that catch-up.
+func TestPodStatusCatchesUpAfterShimRestartDuringOutage(t *testing.T) { apiOutage(t, true) }
+
+func apiOutage(t *testing.T, restartShimAfter bool) {
 	cs := needAPIServer(t)
 	apiShim(t)
 	apiKubelet(t, cs)
@@ -285,6 +294,12 @@ func TestPodStatusCatchesUpAfterAPIServerOutage(t *testing.T) {
 	if up, q := metricValue(m, "cri_shim_kubeapi_up"), metricValue(m, "cri_shim_kubeapi_queue_items"); up != 0 || q < 1 {
 		t.Fatalf("with the API server down: cri_shim_kubeapi_up %v, queue %v; want 0 and writes waiting", up, q)
 	}
+	if restartShimAfter {
+		killPidFile(t, "cri-shim", 15)
+		if err := script("up.sh", "--start", "cri-shim"); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	if err := script("up.sh", "--start", "apiserver"); err != nil {
 		t.Fatal(err)
@@ -296,6 +311,9 @@ func TestPodStatusCatchesUpAfterAPIServerOutage(t *testing.T) {
 		}
 		return nil
 	})
+	if restartShimAfter {
+		return // the events went with the process that queued them
+	}
 	eventually(t, time.Minute, "the outage's events written", func() error {
 		counts, _ := shimEvents(t, cs, ns, "outage")
 		if counts["RestartAllContainersInPlace"] != 2 || counts["RestartedInPlace"] != 2 {
