@@ -25,6 +25,11 @@ func TestWarmStartResolvesRestoreNames(t *testing.T) {
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(cp, "c1", "c2")); err != nil {
 		t.Fatal(err)
 	}
+	plain := filepath.Join(fx.root, "plain")
+	os.Mkdir(plain, 0o700)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(plain, "c1", "c2")); err != nil {
+		t.Fatal(err)
+	}
 	var asked []string
 	fx.svc.cfg.ResolveRestore = func(ns, pod, uid, name string) (string, error) {
 		asked = append(asked, ns+"/"+name)
@@ -45,8 +50,13 @@ func TestWarmStartResolvesRestoreNames(t *testing.T) {
 		t.Errorf("resolver's refusal: %v", err)
 	}
 	asked = nil
-	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "pcp-0001"}); err != nil || len(asked) != 0 {
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "plain"}); err != nil || len(asked) != 0 {
 		t.Errorf("a directory name: %v, resolver asked %v", err, asked)
+	}
+	// An object's data named directly would skip the object's checks.
+	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "pcp-0001"})
+	if status.Code(proxy.Status(err)) != codes.InvalidArgument || len(asked) != 0 {
+		t.Errorf("PodCheckpoint data named directly: %v, resolver asked %v", err, asked)
 	}
 	// The namespace binding holds for what a resolver answers.
 	_, err = runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{RestoreFromAnnotation: "my-cp"})

@@ -166,14 +166,19 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	}
 	md := req.GetConfig().GetMetadata()
 	ns := md.GetNamespace()
+	if strings.HasPrefix(name, ObjectDirPrefix) {
+		// A PodCheckpoint's data: restored only by the object's name, so
+		// its Ready and PodSpecMismatch checks cannot be stepped around.
+		return nil, fail(errdefs.ErrInvalidArgument, "names beginning %q are PodCheckpoint data; name the PodCheckpoint object instead", ObjectDirPrefix)
+	}
 	dirName := name
 	if s.cfg.ResolveRestore != nil && !isDir(filepath.Join(s.cfg.Root, name)) {
 		d, err := s.cfg.ResolveRestore(ns, md.GetName(), md.GetUid(), name)
 		if err != nil {
 			return nil, fail(errdefs.ErrFailedPrecondition, "%v; the pod stays pending and the kubelet retries", err)
 		}
-		if err := CheckName(d); err != nil {
-			return nil, fail(errdefs.ErrFailedPrecondition, "PodCheckpoint location: %v", err)
+		if err := CheckName(d); err != nil || !strings.HasPrefix(d, ObjectDirPrefix) {
+			return nil, fail(errdefs.ErrFailedPrecondition, "PodCheckpoint location %q: not a PodCheckpoint's data directory (%v)", d, err)
 		}
 		dirName = d
 	}

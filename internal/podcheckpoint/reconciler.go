@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/criu"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -106,7 +107,7 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 // DataDir is an object's directory under the checkpoint root: named by the
 // object's UID, so a restarted shim finds the partial data of an object it
 // was checkpointing.
-func DataDir(pc *cpv1.PodCheckpoint) string { return "pcp-" + string(pc.UID) }
+func DataDir(pc *cpv1.PodCheckpoint) string { return criu.ObjectDirPrefix + string(pc.UID) }
 
 func key(ns, name string) string { return ns + "/" + name }
 

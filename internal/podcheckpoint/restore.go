@@ -106,7 +106,13 @@ func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
 	if field != "" {
 		return "", fmt.Errorf("PodSpecMismatch: %s differs from PodCheckpoint %q's checkpointedPodTemplate", field, name)
 	}
-	return loc.NodeLocal.Path, nil
+	// The data directory follows from the object's UID; a status naming
+	// another (any status writer can set it) would restore other data than
+	// the template just compared.
+	if loc.NodeLocal.Path != DataDir(pc) {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q names location %q, not its own data directory", name, loc.NodeLocal.Path)
+	}
+	return DataDir(pc), nil
 }
 
 // fetch returns the last background read of ns/name, starting one when

@@ -8,15 +8,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
 func readyObject(ns, name, node string, src *corev1.Pod) *cpv1.PodCheckpoint {
 	pc := object(ns, name, src.Name)
+	pc.UID = types.UID("uid-" + name)
 	pc.Status.NodeName = node
 	pc.Status.CheckpointLocation = &cpv1.CheckpointSource{Type: cpv1.CheckpointSourceTypeNodeLocal,
-		NodeLocal: &cpv1.NodeLocalCheckpointSource{Path: "pcp-" + name}}
+		NodeLocal: &cpv1.NodeLocalCheckpointSource{Path: DataDir(pc)}}
 	pc.Status.CheckpointedPodTemplate = Template(src)
 	setReady(&pc.Status, metav1.ConditionTrue, cpv1.ReasonCompleted, "", 1, time.Now())
 	return pc
@@ -56,9 +58,16 @@ func TestResolveRestore(t *testing.T) {
 	pods["ns/restored"] = restoring
 
 	objs["ns/cp"] = readyObject("ns", "cp", "node-a", src)
-	if dir, err := r.Resolve("ns", "restored", "u2", "cp"); err != nil || dir != "pcp-cp" {
+	if dir, err := r.Resolve("ns", "restored", "u2", "cp"); err != nil || dir != DataDir(objs["ns/cp"]) {
 		t.Errorf("ready, here, matching: %q, %v", dir, err)
 	}
+	// A status naming another object's data is refused.
+	other := readyObject("ns", "cp", "node-a", src)
+	other.Status.CheckpointLocation.NodeLocal.Path = "pcp-another-uid"
+	objs["ns/cp"] = other
+	_, err = r.Resolve("ns", "restored", "u2", "cp")
+	wantReason(t, "location not the object's own", err, "CheckpointNotReady")
+	objs["ns/cp"] = readyObject("ns", "cp", "node-a", src)
 	_, err = r.Resolve("ns", "restored", "u-other", "cp")
 	wantReason(t, "pod of another UID in the cache", err, "CheckpointNotReady")
 
