@@ -19,11 +19,14 @@ import (
 
 // checkpoint takes the checkpoint into the object's data directory and
 // writes the outcome; a status write the API server does not take is
-// retried until it is (the data stays, held by the finalizer) or the object
-// is gone (the data is removed).
+// retried until it is (the data stays, held by the finalizer), the object is
+// gone (the data is removed), or the shim stops (ctx: the next process finds
+// the object in progress and fails it, as after a kill). The capture itself
+// is not cut short by the stop: it leaves no pod paused either way, and a
+// finished capture is what the status then records.
 func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod *corev1.Pod, sandbox string, ids []string, timeout time.Duration) {
 	dir := filepath.Join(r.cfg.Root, DataDir(pc))
-	m, err := r.capture(ctx, dir, sandbox, ids, timeout)
+	m, err := r.capture(context.WithoutCancel(ctx), dir, sandbox, ids, timeout)
 	var edit func(*cpv1.PodCheckpointStatus)
 	var event func()
 	if err != nil {

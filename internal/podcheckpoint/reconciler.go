@@ -295,7 +295,7 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *runt
 	go func() {
 		defer r.wg.Done()
 		defer r.done(pc, podKey)
-		r.checkpoint(context.WithoutCancel(ctx), pc, pod, sb.Id, ids, timeout)
+		r.checkpoint(ctx, pc, pod, sb.Id, ids, timeout)
 	}()
 	return nil
 }
