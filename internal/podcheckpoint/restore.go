@@ -132,6 +132,13 @@ func (r *Restores) fetch(v *restoreView, ns, name string) (*cpv1.PodCheckpoint, 
 				pc, err = nil, nil
 			}
 			r.mu.Lock()
+			// Names come from pods' annotations: answers past their use
+			// are dropped, so the map holds what was asked within fetchTTL.
+			for old, res := range r.fetched {
+				if time.Since(res.at) > fetchTTL {
+					delete(r.fetched, old)
+				}
+			}
 			r.fetched[k] = fetchResult{pc: pc, at: time.Now(), err: err}
 			delete(r.pending, k)
 			r.mu.Unlock()
