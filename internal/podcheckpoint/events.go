@@ -2,7 +2,6 @@ package podcheckpoint
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -27,8 +26,4 @@ func (e EventSink) emit(ref corev1.ObjectReference, eventType, reason, note stri
 func objectRef(pc *cpv1.PodCheckpoint) corev1.ObjectReference {
 	return corev1.ObjectReference{APIVersion: cpv1.SchemeGroupVersion.String(), Kind: "PodCheckpoint",
 		Namespace: pc.Namespace, Name: pc.Name, UID: pc.UID}
-}
-
-func podRef(ns, name, uid string) corev1.ObjectReference {
-	return corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name, UID: types.UID(uid)}
 }

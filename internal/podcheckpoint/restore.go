@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -63,7 +64,7 @@ func (r *Restores) Resolve(ns, pod, uid, name string) (string, error) {
 	dir, err := r.resolve(ns, pod, uid, name)
 	if err != nil {
 		reason, note, _ := strings.Cut(err.Error(), ": ")
-		r.ev.emit(podRef(ns, pod, uid), corev1.EventTypeWarning, reason, note)
+		r.ev.emit(kubeapi.PodObject(kubeapi.PodRef{Namespace: ns, Name: pod, UID: uid}), corev1.EventTypeWarning, reason, note)
 	}
 	return dir, err
 }
