@@ -77,7 +77,6 @@ type Reconciler struct {
 
 	mu      sync.Mutex
 	objects map[string]*cpv1.PodCheckpoint // ns/name -> newest seen
-	running map[types.UID]bool             // objects whose checkpoint runs here
 	// started holds the objects this process checkpointed: a copy of one
 	// that a watch delivers late (still InProgress or Pending) is not taken
 	// for the leftover of an earlier shim, nor started again.
@@ -98,7 +97,6 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "podcheckpoint"}),
 		objects: make(map[string]*cpv1.PodCheckpoint),
-		running: make(map[types.UID]bool),
 		started: make(map[types.UID]bool),
 		byPod:   make(map[string]types.UID),
 	}
@@ -196,7 +194,8 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 		return nil // another node's
 	}
 	r.mu.Lock()
-	busy, ours := r.running[pc.UID], r.started[pc.UID]
+	// The pod's checkpoint in flight is this object's (spec is immutable).
+	busy, ours := r.byPod[key(pc.Namespace, pc.Spec.SourcePodName)] == pc.UID, r.started[pc.UID]
 	r.mu.Unlock()
 	if pc.DeletionTimestamp != nil {
 		if busy {
@@ -274,7 +273,6 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *runt
 		r.queue.AddAfter(key(pc.Namespace, pc.Name), 2*time.Second)
 		return nil // one checkpoint per pod at a time
 	}
-	r.running[pc.UID] = true
 	r.started[pc.UID] = true
 	r.byPod[podKey] = pc.UID
 	r.mu.Unlock()
@@ -302,7 +300,6 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *runt
 
 func (r *Reconciler) done(pc *cpv1.PodCheckpoint, podKey string) {
 	r.mu.Lock()
-	delete(r.running, pc.UID)
 	if r.byPod[podKey] == pc.UID {
 		delete(r.byPod, podKey)
 	}
