@@ -1,0 +1,164 @@
+package ociartifact
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/docker/cli/cli/config"
+	"github.com/docker/cli/cli/config/configfile"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Registry says how to reach a registry. The zero value uses the node's
+// docker-style credentials (authn.DefaultKeychain: $DOCKER_CONFIG or
+// ~/.docker/config.json) and TLS verified against the system roots.
+type Registry struct {
+	// Config is a docker config.json whose "auths" (and credential helpers)
+	// are used instead of the default keychain (e.g. the kubelet's
+	// /var/lib/kubelet/config.json).
+	Config string
+	// CAFile is a PEM bundle trusted in addition to the system roots.
+	CAFile string
+	// PlainHTTP allows plain HTTP, only to a loopback registry.
+	PlainHTTP bool
+	// Transport replaces the HTTP transport (tests); TLS settings above are
+	// then not applied, the plain-HTTP guard is.
+	Transport http.RoundTripper
+	// Progress, if not nil, receives go-containerregistry's byte counts.
+	Progress chan<- v1.Update
+}
+
+// parseRef parses an operator-given reference. A plain-HTTP reference must
+// name a loopback registry.
+func (r Registry) parseRef(s string) (name.Reference, error) {
+	var opts []name.Option
+	if r.PlainHTTP {
+		opts = append(opts, name.Insecure)
+	}
+	ref, err := name.ParseReference(s, append(opts, name.StrictValidation)...)
+	if err != nil {
+		return nil, fmt.Errorf("reference %q: %w", s, err)
+	}
+	if r.PlainHTTP && !loopback(ref.Context().RegistryStr()) {
+		return nil, fmt.Errorf("plain HTTP is allowed only to a loopback registry, not %s", ref.Context().RegistryStr())
+	}
+	return ref, nil
+}
+
+// loopback reports whether a registry host[:port] is localhost or a
+// loopback address.
+func loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// connect parses ref and returns the options of every request to its
+// registry.
+func (r Registry) connect(ctx context.Context, ref string) (name.Reference, []remote.Option, error) {
+	parsed, err := r.parseRef(ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := r.options(ctx)
+	return parsed, opts, err
+}
+
+func (r Registry) options(ctx context.Context) ([]remote.Option, error) {
+	var kc authn.Keychain = authn.DefaultKeychain
+	if r.Config != "" {
+		f, err := os.Open(r.Config)
+		if err != nil {
+			return nil, fmt.Errorf("registry config: %w", err)
+		}
+		cf, err := config.LoadFromReader(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("registry config %s: %w", r.Config, err)
+		}
+		kc = fileKeychain{cf: cf}
+	}
+	rt := r.Transport
+	if rt == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if r.CAFile != "" {
+			pem, err := os.ReadFile(r.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("CA file: %w", err)
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("CA file %s holds no PEM certificate", r.CAFile)
+			}
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		rt = t
+	}
+	opts := []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithAuthFromKeychain(kc),
+		remote.WithTransport(plainGuard{rt: rt, allow: r.PlainHTTP}),
+		remote.WithUserAgent("cri-shim"),
+	}
+	if r.Progress != nil {
+		opts = append(opts, remote.WithProgress(r.Progress))
+	}
+	return opts, nil
+}
+
+// plainGuard refuses plain HTTP unless allowed, and then only to loopback.
+// go-containerregistry falls back to HTTP by itself for loopback and private
+// (RFC 1918) registries; this keeps that from happening unasked.
+type plainGuard struct {
+	rt    http.RoundTripper
+	allow bool
+}
+
+var errPlainHTTP = errors.New("plain HTTP refused (use --plain-http, for a loopback registry only)")
+
+func (g plainGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" && (!g.allow || !loopback(req.URL.Host)) {
+		return nil, fmt.Errorf("%s: %w", req.URL.Host, errPlainHTTP)
+	}
+	return g.rt.RoundTrip(req)
+}
+
+// fileKeychain resolves credentials from one docker config file (its
+// "auths" and credential helpers), the way authn.DefaultKeychain reads the
+// default one.
+type fileKeychain struct{ cf *configfile.ConfigFile }
+
+func (k fileKeychain) Resolve(target authn.Resource) (authn.Authenticator, error) {
+	for _, key := range []string{target.String(), target.RegistryStr()} {
+		if key == name.DefaultRegistry {
+			key = authn.DefaultAuthKey
+		}
+		c, err := k.cf.GetAuthConfig(key)
+		if err != nil {
+			return nil, err
+		}
+		if c.Username != "" || c.Password != "" || c.Auth != "" || c.IdentityToken != "" || c.RegistryToken != "" {
+			return authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password, Auth: c.Auth,
+				IdentityToken: c.IdentityToken, RegistryToken: c.RegistryToken}), nil
+		}
+	}
+	return authn.Anonymous, nil
+}
