@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -30,8 +29,8 @@ const requestTimeout = 15 * time.Second
 // bootstrapping, and the kubelet needs the shim's socket first.
 const loadRetry = 5 * time.Second
 
-// Client is the shim's API connection, acting as the node. Its clientset
-// exists once Ready is closed.
+// Client is the shim's API connection, acting as the node. Its Resources
+// exist once Ready is closed.
 type Client struct {
 	// Node is the node the shim acts for.
 	Node string
@@ -39,7 +38,7 @@ type Client struct {
 	cfg   config.KubernetesConfig
 	log   *slog.Logger
 	ready chan struct{}
-	cs    kubernetes.Interface
+	res   Resources
 	rc    *rest.Config
 	probe func(context.Context) error
 }
@@ -55,10 +54,10 @@ func New(cfg config.KubernetesConfig, log *slog.Logger) (*Client, error) {
 	return &Client{Node: node, cfg: cfg, log: log, ready: make(chan struct{})}, nil
 }
 
-// NewFor is a client that is ready at once on cs (tests, fakes); its probe
+// NewFor is a client that is ready at once on res (tests, fakes); its probe
 // always succeeds.
-func NewFor(cs kubernetes.Interface, node string) *Client {
-	c := &Client{Node: node, cs: cs, ready: make(chan struct{}), log: slog.New(slog.DiscardHandler),
+func NewFor(res Resources, node string) *Client {
+	c := &Client{Node: node, res: res, ready: make(chan struct{}), log: slog.New(slog.DiscardHandler),
 		probe: func(context.Context) error { return nil }}
 	close(c.ready)
 	return c
@@ -98,32 +97,32 @@ func (c *Client) load() error {
 	rc.QPS, rc.Burst = c.cfg.QPS, c.cfg.Burst
 	rc.Timeout = requestTimeout
 	rc.UserAgent = "cri-shim/" + version.Version + " (node " + c.Node + ")"
-	cs, err := kubernetes.NewForConfig(rc)
+	res, err := newRESTResources(rc)
 	if err != nil {
 		return fmt.Errorf("kubernetes.kubeconfig %s: %w", c.cfg.Kubeconfig, err)
 	}
-	c.cs, c.rc = cs, rc
+	c.res, c.rc = res, rc
 	// /readyz may be read by every identity (the system:public-info-viewer role).
 	c.probe = func(ctx context.Context) error {
-		return cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+		return res.core.Get().AbsPath("/readyz").Do(ctx).Error()
 	}
 	return nil
 }
 
-// Ready is closed once the clientset exists.
+// Ready is closed once the Resources exist.
 func (c *Client) Ready() <-chan struct{} { return c.ready }
 
-// Clientset is the typed client for built-in resources; nil before Ready.
-func (c *Client) Clientset() kubernetes.Interface {
+// Resources are the calls on built-in resources; nil before Ready.
+func (c *Client) Resources() Resources {
 	select {
 	case <-c.ready:
-		return c.cs
+		return c.res
 	default:
 		return nil
 	}
 }
 
-// REST is the configuration of the clientset, for clients of other types
+// REST is the client's configuration, for clients of other types
 // (the PodCheckpoint CRD) with the same identity and limits; nil before
 // Ready or for a client made by NewFor.
 func (c *Client) REST() *rest.Config {

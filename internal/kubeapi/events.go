@@ -27,9 +27,9 @@ const maxNote = 1024
 
 var eventSeq atomic.Uint64
 
-// Event queues e. Events are never coalesced in the queue; the events
-// recorder aggregates repeats of the same regarding, reason, action and
-// note into one Event with a series count, as the kubelet's do.
+// Event queues e. Events are never coalesced in the queue; the recorder
+// aggregates repeats of the same object, type, reason and action into one
+// Event with a series count, as the kubelet's recorder does (recorder.go).
 func (w *Writer) Event(e Event) {
 	if w == nil {
 		return

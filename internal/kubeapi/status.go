@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // PodRef names one incarnation of a pod.
@@ -57,8 +56,7 @@ func (w *Writer) patchConditions(ctx context.Context, pod PodRef, conds map[stri
 	if err != nil {
 		return err
 	}
-	_, err = w.cs.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status")
-	if err != nil {
+	if err := w.res.PatchPodStatus(ctx, pod.Namespace, pod.Name, b); err != nil {
 		return fmt.Errorf("patch status of pod %s: %w", pod, err)
 	}
 	return nil

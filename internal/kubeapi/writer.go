@@ -10,9 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
 )
 
 // ReportingController names the shim in the events it writes.
@@ -28,8 +25,6 @@ type WriterOptions struct {
 	// MaxQueue bounds the pending writes (default 4096); beyond it the
 	// oldest are dropped and counted.
 	MaxQueue int
-	// Recorder replaces the events recorder built on the clientset (tests).
-	Recorder events.EventRecorder
 	// MinDelay and MaxDelay bound the backoff between failed attempts
 	// (defaults 200ms and 30s).
 	MinDelay, MaxDelay time.Duration
@@ -43,14 +38,13 @@ type WriterOptions struct {
 // one goroutine (Run) when the server answers. Its enqueueing methods never
 // block and never fail; a nil *Writer (standalone, no API) drops everything.
 type Writer struct {
-	c           *Client
-	cs          kubernetes.Interface // c's, once ready
-	rec         events.EventRecorder
-	broadcaster events.EventBroadcaster
-	q           *queue
-	log         *slog.Logger
-	o           WriterOptions
-	up          atomic.Bool
+	c   *Client
+	res Resources // c's, once ready
+	rec *recorder
+	q   *queue
+	log *slog.Logger
+	o   WriterOptions
+	up  atomic.Bool
 
 	dropped *prometheus.CounterVec
 	writes  *prometheus.CounterVec
@@ -120,16 +114,11 @@ func (w *Writer) Run(ctx context.Context) {
 		return
 	case <-w.c.Ready():
 	}
-	w.cs = w.c.Clientset()
-	w.rec = w.o.Recorder
-	if w.rec == nil {
-		w.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: w.cs.EventsV1()})
-		w.rec = w.broadcaster.NewRecorder(scheme.Scheme, ReportingController)
-		if err := w.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-			w.log.Error("events recorder did not start; events are not written", "err", err)
-		}
-		defer w.broadcaster.Shutdown()
-	}
+	w.res = w.c.Resources()
+	w.rec = newRecorder(w.res, w.log)
+	recDone := make(chan struct{})
+	go func() { w.rec.run(ctx); close(recDone) }()
+	defer func() { <-recDone }()
 	delay := time.Duration(0)
 	fail := func() {
 		delay = min(max(2*delay, w.o.MinDelay), w.o.MaxDelay)
@@ -163,7 +152,7 @@ func (w *Writer) Run(ctx context.Context) {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		err := w.write(wctx, it)
+		err := w.write(wctx, ctx, it)
 		cancel()
 		switch {
 		case err == nil:
@@ -199,13 +188,14 @@ func (w *Writer) setUp(up bool) {
 	}
 }
 
-func (w *Writer) write(ctx context.Context, it *item) error {
+// write makes one write under ctx; an event is handed to the recorder,
+// which writes it in the background under bg (Run's context).
+func (w *Writer) write(ctx, bg context.Context, it *item) error {
 	switch it.kind {
 	case kindStatus:
 		return w.patchConditions(ctx, it.pod, it.conds)
 	case kindEvent:
-		e := it.event
-		w.rec.Eventf(&e.Regarding, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
+		w.rec.record(bg, it.event)
 		return nil
 	default:
 		return it.op(ctx)

@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cri-shim/cri-shim/internal/config"
+	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
 )
 
 var podA = PodRef{Namespace: "ns", Name: "a", UID: "uid-a"}
@@ -87,7 +88,7 @@ func counter(t *testing.T, v *prometheus.CounterVec, labels ...string) float64 {
 // kubelet's conditions stay as they are.
 func TestSetPodConditionMergesIntoStatus(t *testing.T) {
 	cs := fake.NewClientset(kubeletPod())
-	w := NewWriter(NewFor(cs, "node-1"), fastOptions())
+	w := NewWriter(NewFor(kubeapitest.Clientset{Interface: cs}, "node-1"), fastOptions())
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	w.SetPodCondition(podA, Condition{Type: "example.com/held", Status: corev1.ConditionFalse, Reason: "Hold", Message: "main exited 1", At: at})
 	w.SetPodCondition(podA, Condition{Type: corev1.AllContainersRestarting, Status: corev1.ConditionTrue, Reason: "R", At: at})
@@ -122,7 +123,7 @@ func TestEnqueueNeverBlocks(t *testing.T) {
 	defer close(block)
 	o := fastOptions()
 	o.MaxQueue = 10
-	c := NewFor(fake.NewClientset(), "node-1")
+	c := NewFor(kubeapitest.Clientset{Interface: fake.NewClientset()}, "node-1")
 	c.probe = func(ctx context.Context) error {
 		select { // a server that does not answer
 		case <-block:
@@ -156,7 +157,7 @@ func TestWritesWaitForTheAPIServer(t *testing.T) {
 	down.Store(true)
 	var probes atomic.Int32
 	o := fastOptions()
-	c := NewFor(cs, "node-1")
+	c := NewFor(kubeapitest.Clientset{Interface: cs}, "node-1")
 	c.probe = func(context.Context) error {
 		probes.Add(1)
 		if down.Load() {
@@ -201,7 +202,7 @@ func TestWritesWaitForTheAPIServer(t *testing.T) {
 // A refusal (the pod is gone) is not retried.
 func TestRefusedWriteIsDropped(t *testing.T) {
 	cs := fake.NewClientset()
-	w := NewWriter(NewFor(cs, "node-1"), fastOptions())
+	w := NewWriter(NewFor(kubeapitest.Clientset{Interface: cs}, "node-1"), fastOptions())
 	startWriter(t, w)
 	w.SetPodCondition(podA, Condition{Type: "X", Status: corev1.ConditionTrue})
 	eventually(t, "dropped", func() error {
@@ -241,7 +242,7 @@ func TestRetryable(t *testing.T) {
 // events.k8s.io Event with a series.
 func TestEventsAreRecordedAndAggregated(t *testing.T) {
 	cs := fake.NewClientset()
-	w := NewWriter(NewFor(cs, "node-1"), fastOptions())
+	w := NewWriter(NewFor(kubeapitest.Clientset{Interface: cs}, "node-1"), fastOptions())
 	startWriter(t, w)
 	e := Event{Regarding: PodObject(podA), Type: corev1.EventTypeWarning, Reason: "BackOff", Action: "Hold", Note: "held 2s"}
 	w.Event(e)
@@ -311,7 +312,7 @@ func TestConnectWaitsForTheKubeconfig(t *testing.T) {
 	}
 	w := NewWriter(c, fastOptions())
 	w.SetPodCondition(podA, Condition{Type: "X", Status: corev1.ConditionTrue})
-	if c.Clientset() != nil || c.REST() != nil || c.Probe(context.Background()) == nil {
+	if c.Resources() != nil || c.REST() != nil || c.Probe(context.Background()) == nil {
 		t.Fatal("client ready without a kubeconfig")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -340,7 +341,7 @@ func TestConnectWaitsForTheKubeconfig(t *testing.T) {
 // A condition written again without a reason or message loses the old ones.
 func TestEmptyReasonClearsTheOldOne(t *testing.T) {
 	cs := fake.NewClientset(kubeletPod())
-	w := NewWriter(NewFor(cs, "node-1"), fastOptions())
+	w := NewWriter(NewFor(kubeapitest.Clientset{Interface: cs}, "node-1"), fastOptions())
 	startWriter(t, w)
 	w.SetPodCondition(podA, Condition{Type: "X", Status: corev1.ConditionFalse, Reason: "Hold", Message: "held"})
 	eventually(t, "first write", func() error {

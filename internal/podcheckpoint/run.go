@@ -8,16 +8,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/cri-shim/cri-shim/internal/kubeapi"
 )
 
 // Conn is the shim's API connection (internal/kubeapi's Client): ready once
 // the node's kubeconfig is loaded, which may be long after the shim starts.
 type Conn interface {
 	Ready() <-chan struct{}
-	Clientset() kubernetes.Interface
+	Resources() kubeapi.Resources
 	REST() *rest.Config
 }
 
@@ -38,8 +41,8 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 		return
 	}
 	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute},
-		ckpt, rt, c, PodGetter{Clientset: conn.Clientset()}, ev, log)
-	pods := podInformer(conn.Clientset(), node)
+		ckpt, rt, c, conn.Resources(), ev, log)
+	pods := podInformer(conn.Resources(), node)
 	go pods.Run(ctx.Done())
 	if restores != nil {
 		restores.connect(&restoreView{object: r.Lookup, pod: cachedPod(pods.GetStore()), get: c.Get})
@@ -50,10 +53,18 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 
 // podInformer caches the pods bound to node (the kubelet's own watch, and
 // what the Node authorizer lets a node list), less their managed fields.
-func podInformer(cs kubernetes.Interface, node string) cache.SharedIndexInformer {
+func podInformer(res kubeapi.Resources, node string) cache.SharedIndexInformer {
 	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", metav1.NamespaceAll,
-		func(o *metav1.ListOptions) { o.FieldSelector = sel })
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return res.ListPods(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return res.WatchPods(ctx, o)
+		},
+	}
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
 	_ = inf.SetTransform(func(o any) (any, error) {
 		if p, ok := o.(*corev1.Pod); ok {

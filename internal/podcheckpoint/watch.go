@@ -8,14 +8,12 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -151,13 +149,4 @@ func (w *Watches) informer(opts func(*metav1.ListOptions)) cache.SharedIndexInfo
 		},
 	})
 	return inf
-}
-
-// PodGetter reads live Pod objects through a clientset (the node's identity
-// may read the pods bound to it).
-type PodGetter struct{ Clientset kubernetes.Interface }
-
-// GetPod reads one pod.
-func (p PodGetter) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
-	return p.Clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 }

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 )
 
@@ -77,7 +75,7 @@ func (o *ownerCheck) run(ctx context.Context) {
 func (o *ownerCheck) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	n, err := o.c.Clientset().CoreV1().Nodes().Get(ctx, o.c.Node, metav1.GetOptions{})
+	n, err := o.c.Resources().GetNode(ctx, o.c.Node)
 	if err != nil {
 		return err
 	}

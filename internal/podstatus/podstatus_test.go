@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
+	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 )
 
@@ -203,7 +204,7 @@ func TestOwnerFromDeclaredFeatures(t *testing.T) {
 		{[]string{"GuaranteedQoSPodCPUResize", KubeletFeatureRestartAll}, ownerKubelet},
 	} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{DeclaredFeatures: tc.features}}
-		o := newOwnerCheck(kubeapi.NewFor(fake.NewClientset(node), "node-1"), slog.New(slog.DiscardHandler))
+		o := newOwnerCheck(kubeapi.NewFor(kubeapitest.Clientset{Interface: fake.NewClientset(node)}, "node-1"), slog.New(slog.DiscardHandler))
 		if err := o.check(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +212,7 @@ func TestOwnerFromDeclaredFeatures(t *testing.T) {
 			t.Fatalf("features %v: owner %d, want %d", tc.features, got, tc.want)
 		}
 	}
-	o := newOwnerCheck(kubeapi.NewFor(fake.NewClientset(), "node-1"), slog.New(slog.DiscardHandler))
+	o := newOwnerCheck(kubeapi.NewFor(kubeapitest.Clientset{Interface: fake.NewClientset()}, "node-1"), slog.New(slog.DiscardHandler))
 	if err := o.check(context.Background()); err == nil || o.state.Load() != ownerUnknown {
 		t.Fatal(fmt.Sprint("node not registered yet: want an error and the owner unknown, got ", err, o.state.Load()))
 	}

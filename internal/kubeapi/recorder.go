@@ -1,0 +1,227 @@
+package kubeapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record/util"
+)
+
+// The recorder writes events as client-go's k8s.io/client-go/tools/events
+// recorder does (that package imports the full clientset, which the shim
+// does not link: see Resources), with its constants and its series rules.
+const (
+	// recordTries bounds the attempts at one write that fails in transport.
+	recordTries = 12
+	// recordRetry is the pause between them (jittered by up to a quarter).
+	recordRetry = 10 * time.Second
+	// seriesFinish: a series not seen for this long is written a last time
+	// and forgotten, as is an event seen once.
+	seriesFinish = 6 * time.Minute
+	// seriesRefresh: open series are written again this often, so that the
+	// API server's TTL does not remove them.
+	seriesRefresh = 30 * time.Minute
+)
+
+// seriesKey is what makes two events one series (tools/events, getKey):
+// the note is not part of it, so a series shows its first note.
+type seriesKey struct {
+	eventType, action, reason string
+	regarding                 corev1.ObjectReference
+}
+
+// recorder aggregates the shim's events into events.k8s.io/v1 Events with
+// series, and writes them in the background.
+type recorder struct {
+	res      Resources
+	instance string // reportingInstance
+	log      *slog.Logger
+	retry    time.Duration
+	now      func() time.Time
+
+	mu    sync.Mutex
+	cache map[seriesKey]*eventsv1.Event
+	wg    sync.WaitGroup
+}
+
+func newRecorder(res Resources, log *slog.Logger) *recorder {
+	host, _ := os.Hostname()
+	return &recorder{res: res, instance: ReportingController + "-" + host, log: log, retry: recordRetry,
+		now: time.Now, cache: map[seriesKey]*eventsv1.Event{}}
+}
+
+// run finishes and refreshes series until ctx ends, then waits for the
+// writes in flight (which end with ctx).
+func (r *recorder) run(ctx context.Context) {
+	finish, refresh := time.NewTicker(seriesFinish), time.NewTicker(seriesRefresh)
+	defer finish.Stop()
+	defer refresh.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.wg.Wait()
+			return
+		case <-finish.C:
+			r.finishSeries(ctx)
+		case <-refresh.C:
+			r.refreshSeries(ctx)
+		}
+	}
+}
+
+// record starts writing e: a new Event, or the next count of its series.
+// It does not wait for the API server.
+func (r *recorder) record(ctx context.Context, e *Event) {
+	if e.Type != corev1.EventTypeNormal && e.Type != corev1.EventTypeWarning {
+		r.log.Error("event of an unsupported type not written", "type", e.Type, "reason", e.Reason)
+		return
+	}
+	now := r.now()
+	ns := e.Regarding.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(e.Regarding.Name, now.UnixNano()), Namespace: ns},
+		EventTime:           metav1.MicroTime{Time: now},
+		ReportingController: ReportingController,
+		ReportingInstance:   r.instance,
+		Action:              e.Action,
+		Reason:              e.Reason,
+		Regarding:           e.Regarding,
+		Note:                e.Note,
+		Type:                e.Type,
+	}
+	if ev = r.aggregate(ev, now); ev == nil {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.write(ctx, ev)
+	}()
+}
+
+// aggregate puts ev in the cache and returns what to write: ev itself when
+// new, the cached Event with its series count raised when not, or nil when
+// the series is already being counted (its next refresh or finish writes it).
+func (r *recorder) aggregate(ev *eventsv1.Event, now time.Time) *eventsv1.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := seriesKey{eventType: ev.Type, action: ev.Action, reason: ev.Reason, regarding: ev.Regarding}
+	cached, ok := r.cache[key]
+	if !ok {
+		r.cache[key] = ev
+		return ev.DeepCopy()
+	}
+	if cached.Series != nil {
+		cached.Series.Count++
+		cached.Series.LastObservedTime = metav1.MicroTime{Time: now}
+		return nil
+	}
+	cached.Series = &eventsv1.EventSeries{Count: 2, LastObservedTime: metav1.MicroTime{Time: now}}
+	return cached.DeepCopy()
+}
+
+// write writes ev, retrying what failed in transport.
+func (r *recorder) write(ctx context.Context, ev *eventsv1.Event) {
+	for try := 1; ; try++ {
+		if _, retry := r.writeOnce(ctx, ev); !retry {
+			return
+		}
+		if try >= recordTries {
+			r.log.Error("event not written (retry limit reached)", "reason", ev.Reason, "regarding", ev.Regarding.Name)
+			return
+		}
+		t := time.NewTimer(r.retry + rand.N(r.retry/4+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// writeOnce patches the series of ev, or creates ev when it has none or
+// its Event is gone (expired); it reports whether a failure may pass.
+func (r *recorder) writeOnce(ctx context.Context, ev *eventsv1.Event) (*eventsv1.Event, bool) {
+	var out *eventsv1.Event
+	var err error
+	series := ev.Series != nil
+	if series {
+		patch, perr := json.Marshal(map[string]any{"series": ev.Series})
+		if perr != nil {
+			r.log.Error("event series not written", "err", perr)
+			return nil, false
+		}
+		out, err = r.res.PatchEvent(ctx, ev.Namespace, ev.Name, patch)
+	}
+	if !series || util.IsKeyNotFoundError(err) {
+		ev.ResourceVersion = ""
+		out, err = r.res.CreateEvent(ctx, ev)
+	}
+	if err == nil {
+		return out, false
+	}
+	var construct *rest.RequestConstructionError
+	var status *apierrors.StatusError
+	switch {
+	case errors.As(err, &construct):
+		r.log.Error("event not written (will not retry)", "reason", ev.Reason, "err", err)
+		return nil, false
+	case errors.As(err, &status):
+		// A create racing the first write of the same series: its
+		// patch will find the Event.
+		if apierrors.IsAlreadyExists(err) && series {
+			return nil, true
+		}
+		r.log.Warn("event refused by the API server (will not retry)", "reason", ev.Reason, "err", err)
+		return nil, false
+	}
+	r.log.Warn("event not written (will retry)", "reason", ev.Reason, "err", err)
+	return nil, true
+}
+
+// finishSeries writes the last count of the series not seen for
+// seriesFinish, and forgets them and the single events as old.
+func (r *recorder) finishSeries(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cut := r.now().Add(-seriesFinish)
+	for k, ev := range r.cache {
+		switch {
+		case ev.Series != nil && ev.Series.LastObservedTime.Time.Before(cut):
+			if _, retry := r.writeOnce(ctx, ev); !retry {
+				delete(r.cache, k)
+			}
+		case ev.Series == nil && ev.EventTime.Time.Before(cut):
+			delete(r.cache, k)
+		}
+	}
+}
+
+// refreshSeries writes every open series again.
+func (r *recorder) refreshSeries(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, ev := range r.cache {
+		if ev.Series == nil {
+			continue
+		}
+		if out, retry := r.writeOnce(ctx, ev); !retry && out != nil {
+			r.cache[k] = out
+		}
+	}
+}

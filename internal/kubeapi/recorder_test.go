@@ -1,0 +1,133 @@
+package kubeapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
+)
+
+var backOff = Event{Regarding: PodObject(podA), Type: corev1.EventTypeWarning, Reason: "BackOff", Action: "Hold", Note: "held 2s"}
+
+func testRecorder(t *testing.T, cs *fake.Clientset) (*recorder, context.Context) {
+	r := newRecorder(kubeapitest.Clientset{Interface: cs}, slog.New(slog.DiscardHandler))
+	r.retry = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); r.wg.Wait() })
+	return r, ctx
+}
+
+func events(t *testing.T, cs *fake.Clientset) []eventsv1.Event {
+	l, err := cs.EventsV1().Events(podA.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// A series whose Event the API server has dropped (its TTL) is written
+// again as a new Event carrying the count.
+func TestSeriesOfAGoneEventIsCreatedAgain(t *testing.T) {
+	cs := fake.NewClientset()
+	r, ctx := testRecorder(t, cs)
+	e := backOff
+	r.record(ctx, &e)
+	r.wg.Wait()
+	ev := events(t, cs)
+	if len(ev) != 1 || ev[0].Series != nil || ev[0].ReportingInstance != r.instance {
+		t.Fatalf("first event %+v", ev)
+	}
+	if err := cs.EventsV1().Events(podA.Namespace).Delete(ctx, ev[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e = backOff
+	r.record(ctx, &e)
+	r.wg.Wait()
+	ev = events(t, cs)
+	if len(ev) != 1 || ev[0].Series == nil || ev[0].Series.Count != 2 || ev[0].Note != backOff.Note {
+		t.Fatalf("after the Event was gone: %+v", ev)
+	}
+}
+
+// A write the API server refuses is dropped; one that fails in transport
+// is retried until it goes through.
+func TestRecorderRetriesTransportFailuresOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		err   error
+		tries int32
+		kept  int
+	}{
+		{"refused", apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "", errors.New("no")), 1, 0},
+		{"transport", errors.New("connection refused"), 3, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			var tries atomic.Int32
+			cs.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if tries.Add(1) < 3 {
+					return true, nil, tc.err
+				}
+				return false, nil, nil
+			})
+			r, ctx := testRecorder(t, cs)
+			e := backOff
+			r.record(ctx, &e)
+			r.wg.Wait()
+			if n := tries.Load(); n != tc.tries || len(events(t, cs)) != tc.kept {
+				t.Fatalf("%d tries, %d events; want %d, %d", n, len(events(t, cs)), tc.tries, tc.kept)
+			}
+		})
+	}
+}
+
+// Occurrences after the second are counted in memory; the count is
+// written when the series ends, and the series is then forgotten.
+func TestFinishedSeriesIsWrittenAndForgotten(t *testing.T) {
+	cs := fake.NewClientset()
+	r, ctx := testRecorder(t, cs)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.now = func() time.Time { return now }
+	for range 4 {
+		e := backOff
+		r.record(ctx, &e)
+		r.wg.Wait()
+	}
+	if s := events(t, cs)[0].Series; s == nil || s.Count != 2 {
+		t.Fatalf("series written %+v, want the count of 2 only", s)
+	}
+	now = now.Add(seriesFinish + time.Second)
+	r.finishSeries(ctx)
+	if s := events(t, cs)[0].Series; s == nil || s.Count != 4 {
+		t.Fatalf("finished series %+v, want 4", s)
+	}
+	if n := len(r.cache); n != 0 {
+		t.Fatalf("%d series still cached", n)
+	}
+}
+
+func TestEventOfUnknownTypeIsNotWritten(t *testing.T) {
+	cs := fake.NewClientset()
+	r, ctx := testRecorder(t, cs)
+	e := backOff
+	e.Type = "Fatal"
+	r.record(ctx, &e)
+	r.wg.Wait()
+	if ev := events(t, cs); len(ev) != 0 {
+		t.Fatal(fmt.Sprint("written: ", ev))
+	}
+}
