@@ -32,7 +32,8 @@ func newCheckpointCmd() *cobra.Command {
 		Short: "Checkpoint a running pod through the shim (CheckpointPod)",
 		Long: `Checkpoint a running pod through the shim's own CRI socket (CheckpointPod) into
 a new directory under checkpoint.root. The shim must be running. Progress is
-shown in place on a terminal and as one line per step otherwise.`,
+shown in place on a terminal and as one line per step otherwise.
+'push' and 'pull' move a checkpoint to and from an OCI registry.`,
 		Example: "  cri-shim checkpoint --namespace default --pod web\n  cri-shim checkpoint --pod web --name web-before-upgrade --timeout 5m",
 	}
 	configFlag(cmd.Flags(), &path, config.DefaultPath, defaultConfigUsage)
@@ -42,6 +43,7 @@ shown in place on a terminal and as one line per step otherwise.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "deadline of the CheckpointPod call")
 	cmd.Flags().BoolVar(&sequential, "sequential", false, "capture the containers one after another instead of in parallel")
 	_ = cmd.MarkFlagRequired("pod")
+	cmd.AddCommand(newCheckpointPushCmd(), newCheckpointPullCmd())
 	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
 		cfg, err := loadConfig(cmd, path, true)
 		if err != nil {

@@ -50,7 +50,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 // Unknown commands, flags and extra arguments are refused with exit 2 and
 // one clear line, whatever the command.
 func TestRejectsUnknownFlagsAndArguments(t *testing.T) {
-	takesArgs := map[string]bool{"help": true, "config check": true, "checkpoints rm": true}
+	takesArgs := map[string]bool{"help": true, "config check": true, "checkpoints rm": true, "checkpoint push": true, "checkpoint pull": true}
 	for _, path := range commands(newRootCmd(io.Discard, io.Discard)) {
 		name := strings.Join(path, " ")
 		if name == "help" {
@@ -84,6 +84,9 @@ func TestRejectsUnknownFlagsAndArguments(t *testing.T) {
 		{[]string{"config", "check", "a.toml", "b.toml"}, "accepts at most 1 arg"},
 		{[]string{"checkpoints", "rm"}, "requires at least 1 arg"},
 		{[]string{"checkpoint"}, `required flag(s) "pod" not set`},
+		{[]string{"checkpoint", "push", "a"}, "accepts 2 arg(s), received 1"},
+		{[]string{"checkpoint", "pull"}, "accepts between 1 and 2 arg(s), received 0"},
+		{[]string{"checkpoint", "pull", "r", "n", "x"}, "accepts between 1 and 2 arg(s), received 3"},
 		{[]string{"checkpoint", "--pod", "p", "--timeout", "soon"}, "invalid argument"},
 		{[]string{"pods", "-o", "xml"}, `unknown output format "xml"`},
 		{[]string{"checkpoints", "-o", "wide"}, `unknown output format "wide"`},
