@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real node stack the end-to-end tests and `make run` use:
 # containerd (+ runc shim, ctr), runc, CRIU 4, CNI plugins, crictl, critest,
+# checkpointctl,
 # kubelet, the control plane (etcd, kube-apiserver, kubectl) and the locally
 # built test images. Idempotent: each component is
 # rebuilt only when its pinned inputs change (stamp files under $STACK/stamps).
@@ -150,6 +151,7 @@ main() {
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
 	build_etcd
 	build_tools registry "$TOOLS/registry" github.com/distribution/distribution/v3/cmd/registry
+	build_tools checkpointctl "$TOOLS/checkpointctl" github.com/checkpoint-restore/checkpointctl
 	install_criu
 	build_images
 	log "stack ready in $STACK ($((SECONDS - t0))s)"
