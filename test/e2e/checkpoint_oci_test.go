@@ -139,10 +139,12 @@ func TestCheckpointPushPullRestore(t *testing.T) {
 			t.Errorf("index annotation %s = %q, want %q", k, im.Annotations[k], want)
 		}
 	}
+	images := map[string]string{} // container: its checkpoint image by digest
 	for _, d := range im.Manifests {
 		if d.Annotations[ociartifact.AnnotationRole] != ociartifact.RoleContainer {
 			continue
 		}
+		images[d.Annotations[ociartifact.AnnotationContainer]] = r.Context().Digest(d.Digest.String()).String()
 		img, err := idx.Image(d.Digest)
 		if err != nil {
 			t.Fatal(err)
@@ -219,5 +221,40 @@ func TestCheckpointPushPullRestore(t *testing.T) {
 	}
 	if got := blobSum(t, rt, restored["disk"]); got != sum {
 		t.Fatalf("restored writable layer: /tmp/blob md5 %s, checkpointed %s", got, sum)
+	}
+
+	// containerd's CRI restores one container from its checkpoint image
+	// alone, pulled from the registry by digest (containerd v2.2
+	// container_checkpoint_linux.go: checkIfCheckpointOCIImage, CRImportCheckpoint).
+	imgs := runtimeapi.NewImageServiceClient(dial(t, node.env["SHIM_SOCK"]))
+	if _, err := imgs.PullImage(ctxT(t, 2*time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: images["a"]}}); err != nil {
+		t.Fatalf("pull the checkpoint image of a: %v", err)
+	}
+	t.Cleanup(func() {
+		imgs.RemoveImage(ctxT(t, time.Minute), &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: images["a"]}})
+	})
+	soloLogs := filepath.Join(t.TempDir(), "logs")
+	os.MkdirAll(soloLogs, 0o755)
+	soloCfg := sandboxCfg("oci-solo", "oci-solo-uid", soloLogs)
+	sb, err := rt.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: soloCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removePod(rt, sb.PodSandboxId) })
+	c := counterCfg("a")
+	c.Image = &runtimeapi.ImageSpec{Image: images["a"]}
+	cr, err := rt.CreateContainer(ctxT(t, 2*time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, Config: c, SandboxConfig: soloCfg})
+	if err != nil {
+		t.Fatalf("containerd's CRI did not take the checkpoint image: %v", err)
+	}
+	t0 = time.Now()
+	if _, err := rt.StartContainer(ctxT(t, 2*time.Minute), &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId}); err != nil {
+		t.Fatalf("start a from its checkpoint image: %v", err)
+	}
+	time.Sleep(time.Second)
+	if _, first := countersSince(t, filepath.Join(soloLogs, "a.log"), t0); first < before["a"] {
+		t.Fatalf("a restored from its image alone logged %d first; it was at %d before the checkpoint", first, before["a"])
+	} else {
+		t.Logf("a restored by containerd from %s alone: went on from %d", images["a"], first)
 	}
 }
