@@ -115,6 +115,7 @@ func (m *Manager) forget(p *Pod, id string) bool {
 	delete(p.Old, id)
 	delete(p.shownRunning, id)
 	delete(p.KeepShown, id)
+	delete(p.keptAt, id)
 	delete(p.Settled, id)
 	delete(p.Dead, id)
 	delete(m.byID, id)
@@ -228,7 +229,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	}
 	m.metrics.delay.Observe(bst.LastDelay.Seconds())
 	m.observer.RestartStarted(refOf(p), *p.Trigger)
-	m.log.Info("podstate: restart rule matched", "action", action,
+	m.log.Info("podstate: restart rule matched", "action", action, "trigger", s.Id,
 		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
 	m.kick(p.SandboxID)
 	return true, nil

@@ -64,7 +64,10 @@ func (f *fakeRT) ListContainers(_ context.Context, in *runtimeapi.ListContainers
 		if sb := in.GetFilter().GetPodSandboxId(); sb != "" && f.sandboxOf[id] != sb {
 			continue
 		}
-		out = append(out, &runtimeapi.Container{Id: id, PodSandboxId: f.sandboxOf[id], Metadata: s.Metadata, State: s.State, CreatedAt: s.CreatedAt})
+		if !hasLabels(s.Labels, in.GetFilter().GetLabelSelector()) {
+			continue
+		}
+		out = append(out, &runtimeapi.Container{Id: id, PodSandboxId: f.sandboxOf[id], Metadata: s.Metadata, State: s.State, CreatedAt: s.CreatedAt, Labels: s.Labels})
 	}
 	return &runtimeapi.ListContainersResponse{Containers: out}, nil
 }
@@ -123,7 +126,7 @@ func (f *fakeRT) CreateContainer(_ context.Context, in *runtimeapi.CreateContain
 	}
 	f.logPaths[id] = in.Config.LogPath
 	f.cs[id] = &runtimeapi.ContainerStatus{Id: id, Metadata: in.Config.Metadata, State: runtimeapi.ContainerState_CONTAINER_CREATED,
-		CreatedAt: time.Now().UnixNano(), Annotations: in.Config.Annotations, LogPath: in.Config.LogPath}
+		CreatedAt: time.Now().UnixNano(), Annotations: in.Config.Annotations, Labels: in.Config.Labels, LogPath: in.Config.LogPath}
 	f.sandboxOf[id] = in.PodSandboxId
 	f.created = append(f.created, in.Config.Metadata.Name)
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
@@ -236,4 +239,14 @@ func TestFakeRuntimeStartStopLikeContainerd(t *testing.T) {
 	if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); status.Code(err) != codes.Unknown {
 		t.Fatalf("start of an exited container: %v, want Unknown", err)
 	}
+}
+
+// hasLabels is containerd's label selector match: every key present with its value.
+func hasLabels(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }

@@ -42,6 +42,7 @@ func (k kubelet) runPod(annotations map[string]string) string {
 func (k kubelet) start(sb, name string) string {
 	req := &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: name},
+		Labels:      map[string]string{podUIDLabel: "uid-1"},
 		Annotations: map[string]string{annotationRestartCount: "0", annotationGracePeriod: "0"},
 		LogPath:     name + "/0.log",
 	}}
@@ -94,10 +95,16 @@ func (k kubelet) callBytes(fn func(context.Context, []byte, proxy.BytesNext) ([]
 	}
 }
 
-// list lists containers through the manager's view.
+// list lists containers through the manager's view, as the kubelet's global
+// relist does (no filter).
 func (k kubelet) list() map[string]runtimeapi.ContainerState {
+	return k.listWith(&runtimeapi.ListContainersRequest{})
+}
+
+// listWith lists containers with req through the manager's view.
+func (k kubelet) listWith(req *runtimeapi.ListContainersRequest) map[string]runtimeapi.ContainerState {
 	var resp runtimeapi.ListContainersResponse
-	k.callBytes(k.m.ListContainersBytes, &runtimeapi.ListContainersRequest{}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+	k.callBytes(k.m.ListContainersBytes, req, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
 		var r runtimeapi.ListContainersRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
 			return nil, err
@@ -107,6 +114,31 @@ func (k kubelet) list() map[string]runtimeapi.ContainerState {
 	out := map[string]runtimeapi.ContainerState{}
 	for _, c := range resp.Containers {
 		out[c.Id] = c.State
+	}
+	return out
+}
+
+// podUIDLabel is the label the kubelet puts on every container of a pod
+// (kuberuntime labels.go) and lists one pod's containers by.
+const podUIDLabel = "io.kubernetes.pod.uid"
+
+// listPod lists one pod's containers as the kubelet's relist of a single pod
+// does (kuberuntime GetPod: a label-filtered ListContainers).
+func (k kubelet) listPod(uid string) map[string]runtimeapi.ContainerState {
+	return k.listWith(&runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{podUIDLabel: uid}}})
+}
+
+// readPod reads a pod as the kubelet's PLEG does after a list: the sandbox's
+// status, then the status of each of ids.
+func (k kubelet) readPod(sb string, ids ...string) map[string]*runtimeapi.ContainerStatus {
+	req, err := proto.Marshal(&runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	k.m.ObservePodSandboxStatus(req)
+	out := map[string]*runtimeapi.ContainerStatus{}
+	for _, id := range ids {
+		out[id] = k.status(id)
 	}
 	return out
 }

@@ -5,7 +5,6 @@ package podstate
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,7 +28,7 @@ func (m *Manager) listContainers(ctx context.Context, req *runtimeapi.ListContai
 	if err != nil {
 		return nil, err
 	}
-	if resp.Containers, err = m.viewContainers(ctx, resp.Containers, want, want == nil && isFull(req.GetFilter())); err != nil {
+	if resp.Containers, err = m.viewContainers(ctx, resp.Containers, want); err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -50,56 +49,19 @@ func (m *Manager) StreamContainers(ctx context.Context, req *runtimeapi.StreamCo
 	}
 	return proxy.Relay(cs, send, func(r *runtimeapi.StreamContainersResponse) (bool, error) {
 		var verr error
-		r.Containers, verr = m.viewContainers(ctx, r.Containers, want, want == nil && isFull(req.GetFilter()))
+		r.Containers, verr = m.viewContainers(ctx, r.Containers, want)
 		return true, verr
 	})
 }
 
-// isFull says whether a list (its state filter already taken out) shows every
-// container, as the kubelet's PLEG relist does.
-func isFull(f *runtimeapi.ContainerFilter) bool {
-	return f.GetState() == nil && f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0
-}
-
-// sawSandboxList notes a ListPodSandbox without a filter: an encoded request
-// of at most 2 bytes (no filter, or an empty one, as the kubelet sends).
-func (m *Manager) sawSandboxList(reqLen int) {
-	if reqLen > 2 || m.Tracked() == 0 {
-		return
-	}
-	now := time.Now().UnixNano()
-	m.sandboxListAt.Store(now)
-	m.sandboxListSeen.Store(now)
-}
-
-// relistWindow is how soon after its sandbox list the PLEG lists containers.
-const relistWindow = 500 * time.Millisecond
-
-// isRelist says whether a full container list is the PLEG's relist, which
-// the kubelet's next status reads follow, rather than the stats provider's,
-// which nothing follows. The PLEG lists every sandbox and then every
-// container (kuberuntime_manager.go, GetPods); the CRI stats provider lists
-// every container and then every sandbox (stats/cri_stats_provider.go,
-// getPodAndContainerMaps), with the same empty filters. A container list
-// that closely follows a sandbox list is the relist. A caller that never
-// lists sandboxes (not a kubelet v1.36) has every full list taken as one.
-func (m *Manager) isRelist() bool {
-	seen := m.sandboxListSeen.Load()
-	if seen == 0 || time.Since(time.Unix(0, seen)) > 10*time.Second {
-		return true
-	}
-	at := m.sandboxListAt.Swap(0)
-	return at != 0 && time.Since(time.Unix(0, at)) < relistWindow
-}
-
 // viewContainers classifies unseen exits, then applies the restart view and
 // the caller's state filter to a list of containers.
-func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue, full bool) ([]*runtimeapi.Container, error) {
+func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue) ([]*runtimeapi.Container, error) {
 	vs := make([]cview, len(cs))
 	for i, c := range cs {
 		vs[i] = viewOf(c)
 	}
-	verdicts, err := m.viewList(ctx, vs, want, full)
+	verdicts, err := m.viewList(ctx, vs, want)
 	if err != nil {
 		return nil, err
 	}
@@ -121,21 +83,19 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 // given to a container that is not running. When an exit's verdict could not
 // be recorded the list is not answered (Unavailable): shown as it is, the
 // exit would have the kubelet restart the container itself.
-func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.ContainerStateValue, full bool) ([]verdict, error) {
+//
+// Every list records the instances it shows running (shownRunning), and a
+// list without a state filter shows a held instance running (Pod.KeepShown):
+// the kubelet's PLEG reads the statuses of what its unfiltered lists showed.
+// A state-filtered list shows held instances as they are: a list of running
+// containers is how other callers (housekeeping, the log manager) find what
+// still runs, and a replaced instance does not.
+func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.ContainerStateValue) ([]verdict, error) {
 	if err := m.classifyExited(ctx, vs); err != nil {
 		return nil, unavailable(err)
 	}
-	// Only the PLEG's relist releases holds and records what was shown: the
-	// kubelet's next statuses follow it (see Pod.KeepShown).
-	full = full && m.isRelist()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if full {
-		for _, p := range m.pods {
-			p.KeepShown = nil
-			clear(p.shownRunning)
-		}
-	}
 	out := make([]verdict, len(vs))
 	for i, c := range vs {
 		state := c.state
@@ -146,6 +106,9 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 				out[i].hide = true
 				continue
 			}
+			if !fake && want == nil && m.heldLocked(p, c.id) {
+				fake = true
+			}
 			if fake && state != runtimeapi.ContainerState_CONTAINER_RUNNING {
 				out[i].fake = true
 				state = runtimeapi.ContainerState_CONTAINER_RUNNING
@@ -155,7 +118,7 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 			out[i].hide = true
 			continue
 		}
-		if full && p != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if p != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			if p.shownRunning == nil {
 				p.shownRunning = map[string]bool{}
 			}
@@ -188,9 +151,9 @@ func (m *Manager) ListContainersBytes(ctx context.Context, req []byte, next prox
 		vs = append(vs, v)
 		return err
 	}); err != nil {
-		return m.viewDecoded(ctx, resp, true)
+		return m.viewDecoded(ctx, resp)
 	}
-	verdicts, err := m.viewList(ctx, vs, nil, true)
+	verdicts, err := m.viewList(ctx, vs, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -228,12 +191,12 @@ func (m *Manager) listContainersDecoded(ctx context.Context, req []byte, next pr
 }
 
 // viewDecoded applies the view to an unfiltered list response it decodes.
-func (m *Manager) viewDecoded(ctx context.Context, resp []byte, full bool) ([]byte, error) {
+func (m *Manager) viewDecoded(ctx context.Context, resp []byte) ([]byte, error) {
 	var r runtimeapi.ListContainersResponse
 	if err := proto.Unmarshal(resp, &r); err != nil {
 		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ListContainersResponse: %v", err)
 	}
-	cs, err := m.viewContainers(ctx, r.Containers, nil, full)
+	cs, err := m.viewContainers(ctx, r.Containers, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -66,11 +66,6 @@ type Manager struct {
 	quitOnce sync.Once
 	metrics  *metrics
 
-	// sandboxListAt is when the kubelet last listed every sandbox (0 once a
-	// container list consumed it); sandboxListSeen when it last did at all.
-	// They tell the PLEG's relist from the stats provider's list (isRelist).
-	sandboxListAt, sandboxListSeen atomic.Int64
-
 	// trackAlso, when set, makes pods without restart rules tracked too when
 	// it reports true for their annotations (pods that declare an
 	// orchestrator may be restarted on its command).
@@ -199,7 +194,7 @@ func (p *Pod) snapshot() Pod {
 	c.Seq, c.ContainerRestarts = slices.Clone(p.Seq), maps.Clone(p.ContainerRestarts)
 	c.Old, c.Fake, c.New, c.Retried = maps.Clone(p.Old), maps.Clone(p.Fake), maps.Clone(p.New), maps.Clone(p.Retried)
 	c.Settled, c.Dead, c.Latest = maps.Clone(p.Settled), maps.Clone(p.Dead), maps.Clone(p.Latest)
-	c.shownRunning, c.KeepShown, c.createReq = maps.Clone(p.shownRunning), maps.Clone(p.KeepShown), maps.Clone(p.createReq)
+	c.shownRunning, c.KeepShown, c.keptAt, c.createReq = maps.Clone(p.shownRunning), maps.Clone(p.KeepShown), maps.Clone(p.keptAt), maps.Clone(p.createReq)
 	if p.Trigger != nil {
 		t := *p.Trigger
 		c.Trigger = &t

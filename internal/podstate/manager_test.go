@@ -90,34 +90,6 @@ func TestEventsOfRestartingPodAreDropped(t *testing.T) {
 	}
 }
 
-// The PLEG's relist (a full container list right after a full sandbox list)
-// is told from the stats provider's (a full container list with no sandbox
-// list before it); a kubelet that never lists sandboxes has every full list
-// taken as a relist.
-func TestRelistToldFromStatsList(t *testing.T) {
-	k, _, _ := setup(t, t.TempDir())
-	m := k.m
-	if !m.isRelist() {
-		t.Fatal("no sandbox list ever seen: a full list must count as the relist")
-	}
-	m.sawSandboxList(2)
-	if !m.isRelist() {
-		t.Fatal("container list right after the sandbox list: not taken as the relist")
-	}
-	if m.isRelist() {
-		t.Fatal("a second full list (the stats provider's) taken as a relist")
-	}
-	m.sawSandboxList(40) // a filtered sandbox list
-	if m.isRelist() {
-		t.Fatal("a filtered sandbox list made the next container list a relist")
-	}
-	m.sawSandboxList(0)
-	m.sandboxListAt.Store(time.Now().Add(-time.Second).UnixNano())
-	if m.isRelist() {
-		t.Fatal("a container list a second after the sandbox list taken as the relist")
-	}
-}
-
 // An exit delivered by the shim's event feed starts the restart before any
 // kubelet call; events of other types or other containers change nothing.
 func TestExitSeenThroughEventFeed(t *testing.T) {

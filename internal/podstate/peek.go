@@ -20,18 +20,19 @@ func viewOf(c *runtimeapi.Container) cview {
 
 // Field numbers in cri-api's api.proto.
 const (
-	fContainerID      = 1 // Container.id, ContainerStatus.id
-	fContainerSandbox = 2 // Container.pod_sandbox_id
-	fContainerMeta    = 3 // Container.metadata
-	fContainerState   = 6 // Container.state
-	fStatusMeta       = 2 // ContainerStatus.metadata
-	fStatusState      = 3 // ContainerStatus.state
-	fMetaName         = 1 // ContainerMetadata.name
-	fListContainers   = 1 // ListContainersResponse.containers
-	fListFilter       = 1 // ListContainersRequest.filter
-	fStatusStatus     = 1 // ContainerStatusResponse.status
-	fStatusReqID      = 1 // ContainerStatusRequest.container_id
-	fStatusReqVerbose = 2 // ContainerStatusRequest.verbose
+	fContainerID        = 1 // Container.id, ContainerStatus.id
+	fContainerSandbox   = 2 // Container.pod_sandbox_id
+	fContainerMeta      = 3 // Container.metadata
+	fContainerState     = 6 // Container.state
+	fStatusMeta         = 2 // ContainerStatus.metadata
+	fStatusState        = 3 // ContainerStatus.state
+	fMetaName           = 1 // ContainerMetadata.name
+	fListContainers     = 1 // ListContainersResponse.containers
+	fListFilter         = 1 // ListContainersRequest.filter
+	fStatusStatus       = 1 // ContainerStatusResponse.status
+	fStatusReqID        = 1 // ContainerStatusRequest.container_id
+	fStatusReqVerbose   = 2 // ContainerStatusRequest.verbose
+	fSandboxStatusReqID = 1 // PodSandboxStatusRequest.pod_sandbox_id
 )
 
 // peekStatusRequest reads an encoded ContainerStatusRequest: the container
@@ -104,6 +105,18 @@ func peekStatus(b []byte) (v cview, ok bool, err error) {
 		})
 	})
 	return v, ok, err
+}
+
+// peekSandboxStatusID reads the sandbox ID of an encoded
+// PodSandboxStatusRequest (the last occurrence wins).
+func peekSandboxStatusID(b []byte) (id string, err error) {
+	err = wire.Each(b, func(f wire.Field) error {
+		if f.Num == fSandboxStatusReqID && f.Type == protowire.BytesType {
+			id = string(f.Bytes)
+		}
+		return nil
+	})
+	return id, err
 }
 
 // peekListFilter reports whether an encoded ListContainersRequest has a

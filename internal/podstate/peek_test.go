@@ -43,10 +43,17 @@ func checkPeeks(t *testing.T, b []byte) {
 			t.Fatalf("peekStatusRequest(%x) = %q %v %v; proto %q verbose %v", b, id, plain, err, q.ContainerId, q.Verbose)
 		}
 	}
+	var sr runtimeapi.PodSandboxStatusRequest
+	if proto.Unmarshal(b, &sr) == nil {
+		if id, err := peekSandboxStatusID(b); err != nil || id != sr.PodSandboxId {
+			t.Fatalf("peekSandboxStatusID(%x) = %q, %v; proto %q", b, id, err, sr.PodSandboxId)
+		}
+	}
 	var r runtimeapi.ListContainersRequest
 	if proto.Unmarshal(b, &r) == nil {
 		filtered, err := peekListFilter(b)
-		if err != nil || (!filtered && (r.GetFilter().GetState() != nil || !isFull(r.GetFilter()))) {
+		f := r.GetFilter()
+		if err != nil || (!filtered && (f.GetState() != nil || f.GetId() != "" || f.GetPodSandboxId() != "" || len(f.GetLabelSelector()) > 0)) {
 			t.Fatalf("peekListFilter(%x) = %v, %v; proto filter %v", b, filtered, err, r.GetFilter())
 		}
 	}

@@ -16,7 +16,7 @@ import (
 func (m *Manager) abandon(p *Pod) error {
 	snap, restarting := p.snapshot(), p.Phase != PhaseRunning && p.Trigger != nil
 	p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
-	p.Old, p.Fake, p.New, p.shownRunning, p.KeepShown = nil, nil, nil, nil, nil
+	p.Old, p.Fake, p.New, p.shownRunning, p.KeepShown, p.keptAt = nil, nil, nil, nil, nil, nil
 	p.Stopped = true
 	if err := m.save(p); err != nil {
 		*p = snap

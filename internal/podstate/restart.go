@@ -11,7 +11,7 @@ const (
 	annotationPreStop      = "io.kubernetes.container.preStopHandler"
 	annotationRestartCount = "io.kubernetes.container.restartCount"
 	defaultGracePeriod     = 30 * time.Second
-	// maxHold caps how long an instance stays held after a swap when no
-	// full list releases it (see Pod.KeepShown).
+	// maxHold caps how long an instance stays held after a swap when the
+	// kubelet does not read it (see Pod.KeepShown).
 	maxHold = time.Minute
 )

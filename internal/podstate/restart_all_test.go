@@ -42,7 +42,11 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 	if len(k.rt.stopped) != 1 || k.rt.stopped[0] != ids["sidecar"] {
 		t.Fatalf("stopped %v, want only the running sidecar", k.rt.stopped)
 	}
-	// New instances carry the next restart count and log file; the old main shows its real exit.
+	// New instances carry the next restart count and log file; once no read
+	// of the pod can belong to a list from before the swap (a second read
+	// began), the old main shows its real exit.
+	k.readPod(sb, ids["main"])
+	k.readPod(sb)
 	st := k.list()
 	if st[ids["main"]] != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Fatalf("old main after the swap: %v", st[ids["main"]])

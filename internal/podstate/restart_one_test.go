@@ -82,44 +82,98 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	}
 }
 
-// The kubelet reads pods as one full ListContainers and then, seconds later
-// under load, the status of each listed container, with other lists in
-// between. A swap between the two must not show it the old instance exited
-// without the new one: an instance the last full list showed running, and
-// replaced by the swap, reads running until the next full list.
+// After a sync the kubelet relists the one pod (pleg/generic.go relistPod: a
+// label-filtered list) and then reads the status of each listed container,
+// seconds later under load. A swap in between must keep the listed picture as
+// it does for the global relist: the old instance read exited with the new
+// one unseen is a terminated container the kubelet's status manager then
+// refuses to see running again.
+func TestStatusAfterSwapHoldsAPodRelistPicture(t *testing.T) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	old := k.start(sb, "main")
+	k.rt.exit(old, 1)
+	if got := k.listPod("uid-1"); len(got) != 1 || got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("pod relist during the restart: %v, want only the old instance, running", got)
+	}
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	// The read of that relist's pod status, after the swap.
+	if s := k.readPod(sb, old)[old]; s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("status after the swap, in the read of the list before it: %v/%d, want running as listed", s.State, s.ExitCode)
+	}
+	// The next read begins: that list was read. The list after shows the old
+	// instance's real end, and the read after it too.
+	k.readPod(sb)
+	if got := k.listPod("uid-1"); got[old] != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("pod relist after the read: %v, want the old instance exited", got)
+	}
+	if s := k.readPod(sb, old)[old]; s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
+		t.Fatalf("status in the next read: %v/%d, want exited 1", s.State, s.ExitCode)
+	}
+}
+
+// The kubelet reads pods as one list and then, seconds later under load,
+// the status of each listed container (after the pod's sandbox status), with
+// other lists in between. A swap between the two must not show it the old
+// instance exited without the new one: an instance a list showed running,
+// and replaced by the swap, reads running (and lists running) until the
+// kubelet has read the pod once after the swap.
 func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	rt := newFakeRT()
 	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	old := k.start(sb, "main")
-	// The kubelet's PLEG relist: one unfiltered list, then the statuses.
 	listPod := k.list
 	k.rt.exit(old, 1)
 	if got := listPod(); len(got) != 1 || got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod list during the restart: %v, want only the old instance, running", got)
 	}
+	// The read of that list begins (sandbox status) before the swap and
+	// reaches the old instance after it.
+	k.readPod(sb)
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	// Another caller's list of running containers only (the kubelet's
-	// GetPods(false)) does not show the old instance either way.
-	if _, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+	// A list of running containers only (the log manager's, which reads the
+	// status of each) shows the held instance as it is.
+	resp, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}},
 		func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 			return k.rt.ListContainers(ctx, r)
-		}); err != nil {
+		})
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, c := range resp.Containers {
+		if c.Id == old {
+			t.Fatalf("running-only list after the swap shows the held instance")
+		}
+	}
 	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		t.Fatalf("status after the swap, before a new list: %v, want running as listed", s.State)
+		t.Fatalf("status after the swap, in the read begun before it: %v, want running as listed", s.State)
 	}
-	got := listPod()
+	// The next list may still be served before the kubelet's next read,
+	// which may belong to a list from before the swap: still held.
 	nw := k.m.pods[sb].Latest["main"]
-	if got[old] != runtimeapi.ContainerState_CONTAINER_EXITED || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		t.Fatalf("pod list after the swap: %v, want old exited and new %s running", got, nw)
+	if got := listPod(); got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("pod list after the swap, before the next read: %v, want old held running and new %s running", got, nw)
 	}
-	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
-		t.Fatalf("status after the next full list: %v/%d, want exited 1", s.State, s.ExitCode)
+	if s := k.readPod(sb, old)[old]; s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("status in the first read begun after the swap: %v, want running", s.State)
+	}
+	// That read was the last that can belong to a list from before the swap;
+	// once it is done (readWindow after it began), the hold ends.
+	k.m.mu.Lock()
+	k.m.pods[sb].lastSandboxRead = time.Now().Add(-readWindow)
+	k.m.mu.Unlock()
+	if got := listPod(); got[old] != runtimeapi.ContainerState_CONTAINER_EXITED || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("pod list after the read: %v, want old exited and new %s running", got, nw)
+	}
+	if s := k.readPod(sb, old)[old]; s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
+		t.Fatalf("status in the next read: %v/%d, want exited 1", s.State, s.ExitCode)
 	}
 
 	// Again, with the new instance crashing at once: the swap starts the

@@ -6,6 +6,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Resume brings the records in step with the runtime before the shim answers
@@ -36,11 +38,31 @@ func (m *Manager) Resume(ctx context.Context) {
 	}
 	m.reconcile(ctx)
 	m.scan(ctx)
+	m.recordShown(ctx)
+}
+
+// recordShown takes what the view shows running now as what the previous
+// process's last lists showed: the kubelet may still read the statuses of
+// such a list from this process, and a swap before its next relist must keep
+// that picture (Pod.KeepShown). Nothing is released here.
+func (m *Manager) recordShown(ctx context.Context) {
+	if m.Tracked() == 0 {
+		return
+	}
+	resp, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return // the records' own picture (resumeShown) stands
+	}
+	vs := make([]cview, len(resp.Containers))
+	for i, c := range resp.Containers {
+		vs[i] = viewOf(c)
+	}
+	_, _ = m.viewList(ctx, vs, nil)
 }
 
 // resumeShown is what a loaded record says the kubelet may have seen: the
-// instances a restart in progress shows running. The previous process's last
-// full list may have shown them, so a swap before the next full list keeps
+// instances a restart in progress shows running. The previous process's
+// lists may have shown them, so a swap before the kubelet's next read keeps
 // them shown (KeepShown), as it would have in that process.
 func resumeShown(p *Pod) {
 	if p.Phase == PhaseRunning || len(p.Fake) == 0 {

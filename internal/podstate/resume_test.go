@@ -80,3 +80,33 @@ func TestKeepShownSurvivesARestartOfTheShim(t *testing.T) {
 		t.Fatal("test setup: hold already over")
 	}
 }
+
+// The previous process's last list showed main running; main exited while no
+// shim ran. The new process judges the exit before it serves and may swap the
+// restart in before the kubelet's next relist: the kubelet, still reading
+// the statuses of that last list, must read main running, as listed.
+func TestResumeKeepsThePreviousProcessesListedPicture(t *testing.T) {
+	dir := t.TempDir()
+	k, sb, ids := setup(t, dir)
+	k.list() // the kubelet's relist, served by the previous process
+	k.rt.exit(ids["main"], 88)
+
+	m2 := newTestManager(t, k.rt, dir)
+	k2 := kubelet{t: t, m: m2, rt: k.rt}
+	m2.Resume(context.Background())
+	if err := m2.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	m2.mu.Lock()
+	phase := m2.pods[sb].Phase
+	m2.mu.Unlock()
+	if phase != PhaseRunning {
+		t.Fatalf("phase %s after the restart, want Running (swapped)", phase)
+	}
+	if s := k2.readPod(sb, ids["main"])[ids["main"]]; s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("the replaced instance reads %v/%d in the read of the earlier list, want running as listed", s.State, s.ExitCode)
+	}
+	if s := k2.readPod(sb, ids["main"])[ids["main"]]; s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("in the next read the replaced instance reads %v, want exited", s.State)
+	}
+}

@@ -23,7 +23,7 @@ var (
 	_ proxy.RemoveContainerHook      = (*Manager)(nil)
 	_ proxy.StopPodSandboxHook       = (*Manager)(nil)
 	_ proxy.RemovePodSandboxHook     = (*Manager)(nil)
-	_ proxy.ListPodSandboxObserver   = (*Manager)(nil)
+	_ proxy.PodSandboxStatusObserver = (*Manager)(nil)
 	_ proxy.ListContainersBytesHook  = (*Manager)(nil)
 	_ proxy.ContainerStatusBytesHook = (*Manager)(nil)
 	_ proxy.GetContainerEventsHook   = (*Manager)(nil)
@@ -39,9 +39,6 @@ func (m *Manager) HookActive(method proxy.Method) bool {
 	}
 	return m.Tracked() > 0
 }
-
-// ObserveListPodSandbox notes a ListPodSandbox call (see sawSandboxList).
-func (m *Manager) ObserveListPodSandbox(reqLen int) { m.sawSandboxList(reqLen) }
 
 // unavailable is the CRI answer to a call whose step was not carried out
 // because its record could not be made durable: the kubelet retries it.

@@ -107,24 +107,29 @@ type Pod struct {
 	// Stopped: the kubelet stopped the sandbox; nothing in it is restarted any more.
 	Stopped bool `json:"stopped,omitempty"`
 
-	// KeepShown are old instances a swap replaced while the kubelet's last
-	// full list showed them running: ContainerStatus shows each running until
-	// its time or the next full list (see shownRunning). Recorded with the
-	// swap, so a shim restarted in between keeps to the same picture.
+	// KeepShown are old instances a swap replaced after a list showed them
+	// running, until when they are held. The kubelet reads a pod as one list
+	// and then, seconds later under load, the status of each container that
+	// list showed (kuberuntime_container.go getPodContainerStatuses). A swap
+	// in between would show it the old instance exited and not the new one: a
+	// terminated container that then "becomes" running, which its status
+	// manager refuses ("attempted illegal transition"), failing a
+	// restartPolicy Never pod. A held instance is shown running, in
+	// ContainerStatus and in lists without a state filter, until no read of
+	// the pod can belong to a list from before the swap (heldLocked). Recorded with the swap, so a shim restarted in between
+	// keeps to the same picture.
 	KeepShown map[string]time.Time `json:"keepShown,omitempty"`
 
-	// In memory only. The kubelet reads pods as a full ListContainers (its
-	// PLEG relist, kuberuntime GetPods(true)) and then, up to seconds later
-	// under load, ContainerStatus of each container that list showed
-	// (GetPodStatus, kuberuntime_container.go getPodContainerStatuses). A
-	// swap in between would show it the old instance exited and not the new
-	// one: a terminated container that then "becomes" running, which its
-	// status manager refuses. shownRunning are the instances the last full
-	// list showed running; a swap that replaces one keeps it (KeepShown): ContainerStatus
-	// shows it running until the next full list is served (the PLEG is
-	// serial, so the statuses of the earlier list have been read by then) or
-	// maxHold passes.
+	// In memory only. shownRunning are the instances some list showed
+	// running (any caller, any filter): a swap holds those it replaces.
 	shownRunning map[string]bool
+	// sandboxReads counts the kubelet's PodSandboxStatus calls for this pod
+	// (ObservePodSandboxStatus); keptAt is its value when each hold began.
+	// A hold loaded from disk has none and counts from this process's start.
+	// lastSandboxRead is when the latest of those calls came.
+	sandboxReads    uint64
+	lastSandboxRead time.Time
+	keptAt          map[string]uint64
 	// createReq is Creates decoded, per name, for replays (decoding the
 	// kubelet's request cost a tenth of a millisecond per restart). Only the
 	// pod's executor reads and changes the requests; recordCreate drops an

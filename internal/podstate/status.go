@@ -86,8 +86,8 @@ func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.Container
 }
 
 // fixStatus classifies an exit it is the first to see and shows an old
-// instance of a restarting pod as still running. An error: the exit's
-// verdict could not be recorded, and the status must not be shown.
+// instance of a restarting pod, or a held one, as still running. An error:
+// the exit's verdict could not be recorded, and the status must not be shown.
 func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 	if s == nil {
 		return nil
@@ -104,12 +104,8 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 		return nil
 	}
 	_, fake := m.view(p, s.Id)
-	if until, ok := p.KeepShown[s.Id]; ok {
-		if m.clock.Now().Before(until) && !p.Stopped {
-			fake = true // listed running before a swap: keep to that list's picture
-		} else {
-			delete(p.KeepShown, s.Id)
-		}
+	if !fake && m.heldLocked(p, s.Id) {
+		fake = true // listed running before a swap: keep to that list's picture
 	}
 	if fake {
 		s.State = runtimeapi.ContainerState_CONTAINER_RUNNING

@@ -45,8 +45,8 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 	p.Scope = ""
 	took, trigger := m.clock.Now().Sub(p.Trigger.FinishedAt), *p.Trigger
 	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
-	// Hold the instances the last full list showed running whose container
-	// gets a new instance now (see Pod.KeepShown).
+	// Hold the instances a list showed running whose container gets a new
+	// instance now (see Pod.KeepShown).
 	replaced := map[string]bool{}
 	for _, name := range p.New {
 		replaced[name] = true
@@ -57,6 +57,11 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 				p.KeepShown = map[string]time.Time{}
 			}
 			p.KeepShown[id] = m.clock.Now().Add(maxHold)
+			if p.keptAt == nil {
+				p.keptAt = map[string]uint64{}
+			}
+			p.keptAt[id] = p.sandboxReads
+			delete(p.shownRunning, id)
 		}
 	}
 	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""

@@ -28,7 +28,7 @@ const (
 	RemoveContainer
 	ContainerStatus
 	ListContainers
-	ListPodSandbox
+	PodSandboxStatus
 	StreamContainers
 	GetContainerEvents
 	CheckpointPod
@@ -46,7 +46,7 @@ var methodNames = [numMethods]string{
 	RemoveContainer:    "RemoveContainer",
 	ContainerStatus:    "ContainerStatus",
 	ListContainers:     "ListContainers",
-	ListPodSandbox:     "ListPodSandbox",
+	PodSandboxStatus:   "PodSandboxStatus",
 	StreamContainers:   "StreamContainers",
 	GetContainerEvents: "GetContainerEvents",
 	CheckpointPod:      "CheckpointPod",

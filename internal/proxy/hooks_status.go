@@ -29,11 +29,10 @@ type ListContainersBytesHook interface {
 	ListContainersBytes(ctx context.Context, req []byte, next BytesNext) ([]byte, error)
 }
 
-// ListPodSandboxObserver is told of every ListPodSandbox call with the size
-// of its encoded request (a rough sign of its filter); the call itself is
-// forwarded raw.
-type ListPodSandboxObserver interface {
-	ObserveListPodSandbox(reqLen int)
+// PodSandboxStatusObserver is shown every PodSandboxStatus request, encoded,
+// before it is forwarded raw. req is only valid during the call.
+type PodSandboxStatusObserver interface {
+	ObservePodSandboxStatus(req []byte)
 }
 
 func statusHooks() []binder {
@@ -41,12 +40,12 @@ func statusHooks() []binder {
 		bindUnary(ContainerStatus, ContainerStatusHook.ContainerStatus),
 		bindBytes(ContainerStatus, ContainerStatusBytesHook.ContainerStatusBytes),
 		bindBytes(ListContainers, ListContainersBytesHook.ListContainersBytes),
-		{ListPodSandbox, func(f any, _ func() bool) (hookRoute, bool) {
-			h, ok := f.(ListPodSandboxObserver)
+		{PodSandboxStatus, func(f any, _ func() bool) (hookRoute, bool) {
+			h, ok := f.(PodSandboxStatusObserver)
 			if !ok {
 				return hookRoute{}, false
 			}
-			return observeUnary(ListPodSandbox.FullName(), h.ObserveListPodSandbox), true
+			return observeUnary(PodSandboxStatus.FullName(), h.ObservePodSandboxStatus), true
 		}},
 	}
 }

@@ -52,15 +52,19 @@ func forwardUnary(ss grpc.ServerStream, method string, backend grpc.ClientConnIn
 	return forwardUnaryObserved(ss, method, backend, nil)
 }
 
-// forwardUnaryObserved is forwardUnary that first hands the request's encoded
-// size to observe, when set.
-func forwardUnaryObserved(ss grpc.ServerStream, method string, backend grpc.ClientConnInterface, observe func(reqLen int)) error {
+// forwardUnaryObserved is forwardUnary that first shows the encoded request
+// to observe, when set.
+func forwardUnaryObserved(ss grpc.ServerStream, method string, backend grpc.ClientConnInterface, observe func(req []byte)) error {
 	var in, out frame
 	if err := ss.RecvMsg(&in); err != nil {
 		return err
 	}
 	if observe != nil {
-		observe(in.data.Len())
+		if len(in.data) == 1 {
+			observe(in.data[0].ReadOnlyData())
+		} else {
+			observe(in.data.Materialize())
+		}
 	}
 	if err := invokeFrames(ss.Context(), ss, method, backend, &in, &out); err != nil {
 		// The runtime's status (code, message, details) is returned as is.

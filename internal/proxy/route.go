@@ -89,10 +89,10 @@ func unaryIf[Req, Resp any, PReq interface {
 }
 
 // observeUnary is a route that forwards a unary call raw, exactly as a method
-// without a route, after telling observe the size of the encoded request (no
-// decode, no copy): for a feature that only needs to know that a call was made
-// and, by its size, roughly with which filter.
-func observeUnary(method string, observe func(reqLen int)) hookRoute {
+// without a route, after showing observe the encoded request (no decode, and
+// no copy when it arrived in one buffer): for a feature that only needs to
+// know that a call was made, and about what.
+func observeUnary(method string, observe func(req []byte)) hookRoute {
 	return hookRoute{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 		return forwardUnaryObserved(ss, method, backend, observe)
 	}}

@@ -1,0 +1,59 @@
+package podstate
+
+import "time"
+
+// Holds: what the kubelet was shown running stays running for the reads
+// that follow that showing, across a swap.
+
+// ObservePodSandboxStatus counts the kubelet's reads of a tracked pod: its
+// PLEG reads a pod as PodSandboxStatus and then ContainerStatus of every
+// container its last list showed (kuberuntime_manager.go GetPodStatus), one
+// pod at a time, one list at a time (pleg/generic.go: Relist and relistPod
+// run in one goroutine). So the ContainerStatus calls that follow the n-th
+// PodSandboxStatus of a pod belong to one list, and that list was served
+// before the n-th PodSandboxStatus arrived.
+func (m *Manager) ObservePodSandboxStatus(req []byte) {
+	if m.Tracked() == 0 {
+		return
+	}
+	id, err := peekSandboxStatusID(req)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	if p := m.pods[id]; p != nil {
+		p.sandboxReads++
+		p.lastSandboxRead = m.clock.Now()
+	}
+	m.mu.Unlock()
+}
+
+// readWindow bounds how long the kubelet takes to read one pod: from its
+// PodSandboxStatus to the last ContainerStatus of that pod's read (a few
+// calls in a row; well under a second even on a loaded node).
+const readWindow = 5 * time.Second
+
+// heldLocked says whether a replaced instance is still shown running (see
+// Pod.KeepShown), dropping a hold that is over. A hold lasts while a read of
+// the pod may still belong to a list served before the swap: a read in
+// progress at the swap began at or before keptAt, the first read after it is
+// the last that can. So it ends once a second read has begun since the swap,
+// or the first one began readWindow ago (its reads are done), or maxHold
+// passed. Lists show the instance running for as long as the hold lasts, so
+// the list after it shows it exited: that change makes the kubelet read the
+// pod again and record the instance's real end. m.mu held.
+func (m *Manager) heldLocked(p *Pod, id string) bool {
+	until, ok := p.KeepShown[id]
+	if !ok {
+		return false
+	}
+	now := m.clock.Now()
+	at := p.keptAt[id]
+	if p.Stopped || !now.Before(until) || p.sandboxReads >= at+2 ||
+		(p.sandboxReads == at+1 && now.Sub(p.lastSandboxRead) >= readWindow) {
+		delete(p.KeepShown, id)
+		delete(p.keptAt, id)
+		return false
+	}
+	return true
+}
