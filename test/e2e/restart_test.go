@@ -69,6 +69,11 @@ func tryExec(t testing.TB, pod *corev1.Pod, container, cmd string) (string, erro
 	return out, nil
 }
 
+// lastStateWithin is how soon after main shows running again the kubelet
+// records the replaced instance's end as main's last state: the hold's read
+// window (2 s) and a relist.
+const lastStateWithin = 5 * time.Second
+
 // restartOutcome is what a user can observe of the acceptance-1 workload.
 type restartOutcome struct {
 	sandboxes, ips        map[string]bool
@@ -108,8 +113,19 @@ func observeRestarts(t testing.TB, name, dir, manifest string) restartOutcome {
 			if m := statusOf(pod, "main"); m != nil {
 				if m.RestartCount >= 2 && m.State.Running != nil && pod.Status.Phase == corev1.PodRunning {
 					o.mainRestarts = m.RestartCount
-					o.lastTermination = m.LastTerminationState.Terminated != nil
 					o.phase = pod.Status.Phase
+					// The replaced instance reads running for a moment after
+					// the swap, until no read of the pod can belong to a list
+					// from before it (docs/in-place-restart.md); then the
+					// kubelet records its end as main's last state.
+					deadline := time.Now().Add(lastStateWithin)
+					for m != nil && m.LastTerminationState.Terminated == nil && time.Now().Before(deadline) {
+						time.Sleep(200 * time.Millisecond)
+						if p, err := kubeletPod(t, full); err == nil {
+							m = statusOf(p, "main")
+						}
+					}
+					o.lastTermination = m != nil && m.LastTerminationState.Terminated != nil
 					eventually(t, 10*time.Second, "the sidecar's third start", func() error {
 						n, err := tryRunsOf(t, pod, "main", "init", "sidecar")
 						if err != nil {
