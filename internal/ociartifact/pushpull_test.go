@@ -74,8 +74,8 @@ func TestSecondPushUploadsNothing(t *testing.T) {
 	}
 }
 
-// A blob or manifest that does not match its digest is refused, and nothing
-// is left under the root.
+// A blob or manifest that does not match its digest, or a manifest larger
+// than any of a checkpoint, is refused, and nothing is left under the root.
 func TestTamperedContentIsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -88,6 +88,7 @@ func TestTamperedContentIsRefused(t *testing.T) {
 		{"container manifest", func(p string, b []byte) bool {
 			return strings.Contains(p, "/manifests/sha256:") && bytes.Contains(b, []byte(AnnotationCRIUContainerName))
 		}},
+		{"oversized index", func(p string, b []byte) bool { return strings.Contains(p, "/manifests/v1") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newTestRegistry(t)
@@ -99,6 +100,9 @@ func TestTamperedContentIsRefused(t *testing.T) {
 			r.tr.rewrite = func(req *http.Request, b []byte) []byte {
 				if tc.match(req.URL.Path, b) {
 					hit = true
+					if strings.HasPrefix(tc.name, "oversized") {
+						return append(bytes.Clone(b), bytes.Repeat([]byte(" "), maxIndexBytes)...)
+					}
 					b = bytes.Clone(b)
 					b[len(b)/2] ^= 1
 				}

@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/docker/cli/cli/config"
 	"github.com/docker/cli/cli/config/configfile"
@@ -138,8 +140,39 @@ func (g plainGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme == "http" && (!g.allow || !loopback(req.URL.Host)) {
 		return nil, fmt.Errorf("%s: %w", req.URL.Host, errPlainHTTP)
 	}
-	return g.rt.RoundTrip(req)
+	resp, err := g.rt.RoundTrip(req)
+	if err == nil && strings.Contains(req.URL.Path, "/manifests/") {
+		// go-containerregistry reads a manifest whole (up to 100 MiB)
+		// before its digest is checked; no manifest of a checkpoint is
+		// larger than an index may be.
+		resp.Body = &cappedBody{rc: resp.Body, left: maxIndexBytes}
+	}
+	return resp, err
 }
+
+// cappedBody fails a response body longer than left bytes.
+type cappedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.left < 0 {
+		return 0, errManifestTooLarge
+	}
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1]
+	}
+	n, err := c.rc.Read(p)
+	if c.left -= int64(n); c.left < 0 {
+		return 0, errManifestTooLarge
+	}
+	return n, err
+}
+
+func (c *cappedBody) Close() error { return c.rc.Close() }
+
+var errManifestTooLarge = fmt.Errorf("manifest response larger than %d bytes", maxIndexBytes)
 
 // fileKeychain resolves credentials from one docker config file (its
 // "auths" and credential helpers), the way authn.DefaultKeychain reads the
