@@ -1,9 +1,5 @@
-//go:build upgrade
-
-// The acceptance test of in-place upgrades under crash loops. It fails today
-// (some pods restart far less across the upgrades; docs/operations.md), so it is
-// kept out of `make test` until that is fixed: go test -tags upgrade -run
-// TestUpgradeInPlaceUnderCrashLoops ./test/e2e/
+// The acceptance test of in-place upgrades under crash loops
+// (docs/operations.md, "Restart and upgrade").
 
 package e2e
 
