@@ -3,6 +3,7 @@ package kubeapi
 import (
 	"context"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -50,6 +51,11 @@ var codecs = sync.OnceValues(func() (serializer.CodecFactory, error) {
 // restResources is Resources on two REST clients with the node's config.
 type restResources struct {
 	core, events rest.Interface
+	// coreWatch is core without the config's request timeout, which client-go
+	// applies to the whole HTTP exchange (rest/transport.go, http.Client
+	// Timeout) and so would cut every watch after it; a watch ends with its
+	// context or the server's timeoutSeconds.
+	coreWatch rest.Interface
 }
 
 func newRESTResources(cfg *rest.Config) (*restResources, error) {
@@ -57,8 +63,9 @@ func newRESTResources(cfg *rest.Config) (*restResources, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := func(apiPath string, gv schema.GroupVersion) (rest.Interface, error) {
+	client := func(apiPath string, gv schema.GroupVersion, timeout time.Duration) (rest.Interface, error) {
 		c := rest.CopyConfig(cfg)
+		c.Timeout = timeout
 		c.APIPath = apiPath
 		c.GroupVersion = &gv
 		c.ContentType = runtime.ContentTypeJSON
@@ -68,15 +75,19 @@ func newRESTResources(cfg *rest.Config) (*restResources, error) {
 		}
 		return rest.RESTClientFor(c)
 	}
-	core, err := client("/api", corev1.SchemeGroupVersion)
+	core, err := client("/api", corev1.SchemeGroupVersion, cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
-	events, err := client("/apis", eventsv1.SchemeGroupVersion)
+	coreWatch, err := client("/api", corev1.SchemeGroupVersion, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &restResources{core: core, events: events}, nil
+	events, err := client("/apis", eventsv1.SchemeGroupVersion, cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &restResources{core: core, coreWatch: coreWatch, events: events}, nil
 }
 
 func (r *restResources) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
@@ -96,7 +107,7 @@ func (r *restResources) ListPods(ctx context.Context, opts metav1.ListOptions) (
 
 func (r *restResources) WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	return r.core.Get().Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+	return r.coreWatch.Get().Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
 }
 
 func (r *restResources) PatchPodStatus(ctx context.Context, ns, name string, patch []byte) error {

@@ -12,12 +12,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	"github.com/cri-shim/cri-shim/internal/config"
 )
@@ -127,13 +129,14 @@ func TestResourcesRequests(t *testing.T) {
 		t.Fatalf("missing pod: %v (want a NotFound, not retryable)", err)
 	}
 
-	// Every request carries the client's timeout (requestTimeout).
+	// Every request but the watch carries the client's timeout (requestTimeout):
+	// a watch ends with its context or the server's timeoutSeconds.
 	want := []apiRequest{
 		{method: "GET", path: "/readyz"},
 		{method: "GET", path: "/api/v1/nodes/node-1"},
 		{method: "GET", path: "/api/v1/namespaces/ns/pods/a"},
 		{method: "GET", path: "/api/v1/pods", query: "fieldSelector=spec.nodeName%3Dnode-1&timeout=15s"},
-		{method: "GET", path: "/api/v1/pods", query: "fieldSelector=spec.nodeName%3Dnode-1&timeout=15s&watch=true"},
+		{method: "GET", path: "/api/v1/pods", query: "fieldSelector=spec.nodeName%3Dnode-1&watch=true"},
 		{method: "PATCH", path: "/api/v1/namespaces/ns/pods/a/status", contentType: "application/strategic-merge-patch+json", body: `{"status":{}}`},
 		{method: "POST", path: "/apis/events.k8s.io/v1/namespaces/ns/events", contentType: "application/json"},
 		{method: "PATCH", path: "/apis/events.k8s.io/v1/namespaces/ns/events/a.1", contentType: "application/strategic-merge-patch+json", body: `{"series":{"count":2}}`},
@@ -157,5 +160,49 @@ func TestResourcesRequests(t *testing.T) {
 	if err := json.Unmarshal([]byte(got[6].body), &posted); err != nil || posted.Kind != "Event" ||
 		posted.APIVersion != "events.k8s.io/v1" || posted.Reason != "R" {
 		t.Fatalf("posted event %s: %+v, %v", got[6].body, posted, err)
+	}
+}
+
+// A watch lives past the config's request timeout: client-go applies that
+// timeout to the whole HTTP exchange, which would cut every watch after it
+// and have the informers re-open them over and over.
+func TestWatchOutlivesRequestTimeout(t *testing.T) {
+	pod := func(name string) string {
+		return `{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"` + name + `","namespace":"ns"}}}` + "\n"
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(pod("first")))
+		w.(http.Flusher).Flush()
+		select {
+		case <-time.After(600 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write([]byte(pod("second")))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	res, err := newRESTResources(&rest.Config{Host: srv.URL, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wi, err := res.WatchPods(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wi.Stop()
+	for _, want := range []string{"first", "second"} {
+		select {
+		case ev, ok := <-wi.ResultChan():
+			if !ok || ev.Type != watch.Added || ev.Object.(*corev1.Pod).Name != want {
+				t.Fatalf("watch gave %+v (open %v), want %s added", ev, ok, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s event", want)
+		}
 	}
 }

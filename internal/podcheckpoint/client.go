@@ -17,6 +17,10 @@ import (
 // types. One resource needs no generated clientset (docs/podcheckpoint.md).
 type Client struct {
 	rc rest.Interface
+	// watch is rc without the config's request timeout, which client-go
+	// applies to the whole HTTP exchange (rest/transport.go, http.Client
+	// Timeout) and so would cut every watch after it.
+	watch rest.Interface
 }
 
 // NewClient makes a Client from a client-go config (copied, not changed).
@@ -37,7 +41,12 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("podcheckpoint client: %w", err)
 	}
-	return &Client{rc: rc}, nil
+	c.Timeout = 0
+	wc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("podcheckpoint client: %w", err)
+	}
+	return &Client{rc: rc, watch: wc}, nil
 }
 
 // Get reads one object.
@@ -58,7 +67,7 @@ func (c *Client) List(ctx context.Context, ns string, opts metav1.ListOptions) (
 // Watch watches the objects of ns ("" for all namespaces) that opts selects.
 func (c *Client) Watch(ctx context.Context, ns string, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	return c.rc.Get().Namespace(ns).Resource(cpv1.Resource).
+	return c.watch.Get().Namespace(ns).Resource(cpv1.Resource).
 		VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
 }
 
