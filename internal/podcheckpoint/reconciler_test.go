@@ -68,6 +68,19 @@ func object(ns, name, pod string) *cpv1.PodCheckpoint {
 		Spec: cpv1.PodCheckpointSpec{SourcePodName: pod}}
 }
 
+// waitEvents waits for exactly want to have been emitted: an outcome's event
+// follows its status write, which the test may see first.
+func (e *env) waitEvents(t *testing.T, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for got := e.events.list(); !slices.Equal(got, want); got = e.events.list() {
+		if time.Now().After(deadline) {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (e *env) waitReason(t *testing.T, ns, name, reason string) *cpv1.PodCheckpoint {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -121,9 +134,7 @@ func TestCheckpointOfALocalPod(t *testing.T) {
 	if !slices.Contains(pc.Finalizers, cpv1.NodeDataFinalizer) {
 		t.Errorf("finalizers %v", pc.Finalizers)
 	}
-	if got, want := e.events.list(), []string{"PodCheckpoint/cp Normal CheckpointStarted", "PodCheckpoint/cp Normal CheckpointSucceeded"}; !slices.Equal(got, want) {
-		t.Errorf("events %v, want %v", got, want)
-	}
+	e.waitEvents(t, "PodCheckpoint/cp Normal CheckpointStarted", "PodCheckpoint/cp Normal CheckpointSucceeded")
 }
 
 // An object this node holds whose pod no longer runs here fails.
@@ -138,9 +149,7 @@ func TestSourcePodGone(t *testing.T) {
 	if !strings.Contains(ready(got).Message, "no longer runs") {
 		t.Errorf("message %q", ready(got).Message)
 	}
-	if ev := e.events.list(); !slices.Equal(ev, []string{"PodCheckpoint/cp Warning CheckpointFailed"}) {
-		t.Errorf("events %v", ev)
-	}
+	e.waitEvents(t, "PodCheckpoint/cp Warning CheckpointFailed")
 }
 
 // An object naming a pod this node does not run is left alone, as is an
