@@ -48,6 +48,9 @@ type Manager struct {
 	clock backoff.Clock
 
 	tracked atomic.Int32
+	// reads are the tracked pods' read counters by sandbox ID (Pod.reads),
+	// for ObservePodSandboxStatus, which takes no lock.
+	reads sync.Map
 
 	mu sync.Mutex
 	// saves counts state writes that succeeded (under mu), so a step can
@@ -147,6 +150,10 @@ func (m *Manager) adopt(p *Pod) {
 		p.Phase = PhaseRunning
 	}
 	m.pods[p.SandboxID] = p
+	if p.reads == nil {
+		p.reads = &podReads{}
+	}
+	m.reads.Store(p.SandboxID, p.reads)
 	for id := range p.IDs {
 		m.byID[id] = p.SandboxID
 	}

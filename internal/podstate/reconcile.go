@@ -106,6 +106,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 			delete(m.byID, cid)
 		}
 		delete(m.pods, id)
+		m.reads.Delete(id)
 		m.stopExecutor(id)
 		m.bo.Forget(p.UID, id)
 		_ = m.st.remove(id)

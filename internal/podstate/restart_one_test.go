@@ -167,7 +167,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	// That read was the last that can belong to a list from before the swap;
 	// once it is done (readWindow after it began), the hold ends.
 	k.m.mu.Lock()
-	k.m.pods[sb].lastSandboxRead = time.Now().Add(-readWindow)
+	k.m.pods[sb].reads.at.Store(time.Now().Add(-readWindow).UnixNano())
 	k.m.mu.Unlock()
 	if got := listPod(); got[old] != runtimeapi.ContainerState_CONTAINER_EXITED || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod list after the read: %v, want old exited and new %s running", got, nw)

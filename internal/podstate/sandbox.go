@@ -51,6 +51,7 @@ func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	err = m.save(p)
 	if err != nil {
 		delete(m.pods, p.SandboxID)
+		m.reads.Delete(p.SandboxID)
 		m.tracked.Store(int32(len(m.pods)))
 	}
 	m.mu.Unlock()
@@ -104,6 +105,7 @@ func (m *Manager) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 			delete(m.byID, id)
 		}
 		delete(m.pods, req.PodSandboxId)
+		m.reads.Delete(req.PodSandboxId)
 		m.stopExecutor(req.PodSandboxId)
 		m.tracked.Store(int32(len(m.pods)))
 		// Only the curve keys this sandbox owns: another (live) sandbox

@@ -1,6 +1,17 @@
 package podstate
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
+
+// podReads counts one pod's PodSandboxStatus calls, and when the latest came
+// (Unix ns). Atomic: the kubelet's reads do not wait for m.mu, which a step
+// holds across its state write.
+type podReads struct {
+	n  atomic.Uint64
+	at atomic.Int64
+}
 
 // Holds: what the kubelet was shown running stays running for the reads
 // that follow that showing, across a swap.
@@ -20,20 +31,19 @@ func (m *Manager) ObservePodSandboxStatus(req []byte) {
 	if err != nil {
 		return
 	}
-	m.mu.Lock()
-	if p := m.pods[id]; p != nil {
-		p.sandboxReads++
-		p.lastSandboxRead = m.clock.Now()
+	if v, ok := m.reads.Load(id); ok {
+		r := v.(*podReads)
+		r.at.Store(m.clock.Now().UnixNano())
+		r.n.Add(1)
 	}
-	m.mu.Unlock()
 }
 
 // readWindow bounds how long the kubelet takes to read one pod: from its
 // PodSandboxStatus to the last ContainerStatus of that pod's read, a few
-// calls in a row (under 0.1 s seen at a load average of 15 on 2 vCPUs).
-// Until it passes, the kubelet's status shows the replaced instance running
-// as the container's last state.
-const readWindow = 2 * time.Second
+// calls in a row (under 0.1 s seen at a load average of 15 on 2 vCPUs; each
+// may wait for a step's state write). Until it passes, the kubelet's status
+// shows the replaced instance running as the container's last state.
+const readWindow = 5 * time.Second
 
 // heldLocked says whether a replaced instance is still shown running (see
 // Pod.KeepShown), dropping a hold that is over. A hold lasts while a read of
@@ -50,9 +60,9 @@ func (m *Manager) heldLocked(p *Pod, id string) bool {
 		return false
 	}
 	now := m.clock.Now()
-	at := p.keptAt[id]
-	if p.Stopped || !now.Before(until) || p.sandboxReads >= at+2 ||
-		(p.sandboxReads == at+1 && now.Sub(p.lastSandboxRead) >= readWindow) {
+	at, reads := p.keptAt[id], p.reads.n.Load()
+	if p.Stopped || !now.Before(until) || reads >= at+2 ||
+		(reads == at+1 && now.Sub(time.Unix(0, p.reads.at.Load())) >= readWindow) {
 		delete(p.KeepShown, id)
 		delete(p.keptAt, id)
 		return false

@@ -123,13 +123,11 @@ type Pod struct {
 	// In memory only. shownRunning are the instances some list showed
 	// running (any caller, any filter): a swap holds those it replaces.
 	shownRunning map[string]bool
-	// sandboxReads counts the kubelet's PodSandboxStatus calls for this pod
-	// (ObservePodSandboxStatus); keptAt is its value when each hold began.
+	// reads counts the kubelet's PodSandboxStatus calls for this pod
+	// (ObservePodSandboxStatus); keptAt is its count when each hold began.
 	// A hold loaded from disk has none and counts from this process's start.
-	// lastSandboxRead is when the latest of those calls came.
-	sandboxReads    uint64
-	lastSandboxRead time.Time
-	keptAt          map[string]uint64
+	reads  *podReads
+	keptAt map[string]uint64
 	// createReq is Creates decoded, per name, for replays (decoding the
 	// kubelet's request cost a tenth of a millisecond per restart). Only the
 	// pod's executor reads and changes the requests; recordCreate drops an

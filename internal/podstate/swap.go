@@ -60,7 +60,7 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 			if p.keptAt == nil {
 				p.keptAt = map[string]uint64{}
 			}
-			p.keptAt[id] = p.sandboxReads
+			p.keptAt[id] = p.reads.n.Load()
 			delete(p.shownRunning, id)
 		}
 	}

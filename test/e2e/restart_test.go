@@ -71,8 +71,8 @@ func tryExec(t testing.TB, pod *corev1.Pod, container, cmd string) (string, erro
 
 // lastStateWithin is how soon after main shows running again the kubelet
 // records the replaced instance's end as main's last state: the hold's read
-// window (2 s) and a relist.
-const lastStateWithin = 5 * time.Second
+// window (5 s) and a relist.
+const lastStateWithin = 10 * time.Second
 
 // restartOutcome is what a user can observe of the acceptance-1 workload.
 type restartOutcome struct {
