@@ -22,11 +22,9 @@ type podReads struct {
 // pod at a time, one list at a time (pleg/generic.go: Relist and relistPod
 // run in one goroutine). So the ContainerStatus calls that follow the n-th
 // PodSandboxStatus of a pod belong to one list, and that list was served
-// before the n-th PodSandboxStatus arrived.
+// before the n-th PodSandboxStatus arrived. The proxy calls it only while a
+// pod is tracked (HookActive).
 func (m *Manager) ObservePodSandboxStatus(req []byte) {
-	if m.Tracked() == 0 {
-		return
-	}
 	id, err := peekSandboxStatusID(req)
 	if err != nil {
 		return

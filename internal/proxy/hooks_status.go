@@ -40,12 +40,12 @@ func statusHooks() []binder {
 		bindUnary(ContainerStatus, ContainerStatusHook.ContainerStatus),
 		bindBytes(ContainerStatus, ContainerStatusBytesHook.ContainerStatusBytes),
 		bindBytes(ListContainers, ListContainersBytesHook.ListContainersBytes),
-		{PodSandboxStatus, func(f any, _ func() bool) (hookRoute, bool) {
+		{PodSandboxStatus, func(f any, active func() bool) (hookRoute, bool) {
 			h, ok := f.(PodSandboxStatusObserver)
 			if !ok {
 				return hookRoute{}, false
 			}
-			return observeUnary(PodSandboxStatus.FullName(), h.ObservePodSandboxStatus), true
+			return observeUnary(PodSandboxStatus.FullName(), orAlways(active), h.ObservePodSandboxStatus), true
 		}},
 	}
 }

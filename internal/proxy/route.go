@@ -90,10 +90,13 @@ func unaryIf[Req, Resp any, PReq interface {
 
 // observeUnary is a route that forwards a unary call raw, exactly as a method
 // without a route, after showing observe the encoded request (no decode, and
-// no copy when it arrived in one buffer): for a feature that only needs to
-// know that a call was made, and about what.
-func observeUnary(method string, observe func(req []byte)) hookRoute {
+// no copy when it arrived in one buffer) while active() reports true: for a
+// feature that only needs to know that a call was made, and about what.
+func observeUnary(method string, active func() bool, observe func(req []byte)) hookRoute {
 	return hookRoute{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+		if !active() {
+			return forwardUnaryObserved(ss, method, backend, nil)
+		}
 		return forwardUnaryObserved(ss, method, backend, observe)
 	}}
 }
