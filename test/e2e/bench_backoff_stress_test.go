@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/procstat"
 )
@@ -85,6 +87,10 @@ type stressRun struct {
 	refusedPods      map[string]int
 	failed           map[string]time.Duration // pod -> when first seen Failed, from the window's start
 	shimCPU, kubeCPU float64                  // share of one core
+	// containers are the runtime's containers at the end, and the most
+	// seen at a report: exited instances pile up when the kubelet's
+	// removal falls behind the restarts.
+	containers, maxContainers int
 }
 
 // runStress starts n crashing pods under the running kubelet and shim, waits
@@ -127,6 +133,14 @@ func runStress(b *testing.B, n int, d, every time.Duration) stressRun {
 	shimPID, kubeletPID := pidOf("cri-shim"), pidOf("kubelet")
 	s0, k0 := procstat.CPUSeconds(shimPID), procstat.CPUSeconds(kubeletPID)
 	m0 := metricSum(scrapeMetrics(b), "cri_shim_container_restarts_total")
+	direct := runtimeClient(b, node.env["CONTAINERD_SOCK"])
+	containers := func() int {
+		resp, err := direct.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{})
+		if err != nil {
+			return -1
+		}
+		return len(resp.GetContainers())
+	}
 	r := stressRun{refusedPods: map[string]int{}, failed: map[string]time.Duration{}}
 	count := func() {
 		r.restarts, r.minPod, r.maxPod = 0, -1, 0
@@ -164,8 +178,10 @@ func runStress(b *testing.B, n int, d, every time.Duration) stressRun {
 		if time.Now().After(nextReport) || time.Since(t0) >= d {
 			count()
 			el := time.Since(t0).Seconds()
-			fmt.Printf("stress %6.0f s: %6d restarts (%.1f/s), per pod %d-%d; %d refused status updates; %d pods Failed\n",
-				el, r.restarts, float64(r.restarts)/el, r.minPod, r.maxPod, r.refusals, len(r.failed))
+			r.containers = containers()
+			r.maxContainers = max(r.maxContainers, r.containers)
+			fmt.Printf("stress %6.0f s: %6d restarts (%.1f/s), per pod %d-%d; %d refused status updates; %d pods Failed; %d containers in the runtime\n",
+				el, r.restarts, float64(r.restarts)/el, r.minPod, r.maxPod, r.refusals, len(r.failed), r.containers)
 			nextReport = nextReport.Add(every)
 		}
 	}
@@ -196,6 +212,7 @@ func (r stressRun) markdown(d time.Duration) string {
 	fmt.Fprintf(&sb, "| pods the kubelet reported Failed (each wrongly: every exit is the rule's) | %d |\n", len(r.failed))
 	fmt.Fprintf(&sb, "| cri-shim CPU | %.1f%% of one core (%.2f ms per restart) |\n", r.shimCPU*100, r.shimCPU*r.elapsed*1000/float64(max(r.restarts, 1)))
 	fmt.Fprintf(&sb, "| kubelet CPU | %.1f%% of one core |\n", r.kubeCPU*100)
+	fmt.Fprintf(&sb, "| containers in the runtime at the end / most seen | %d / %d |\n", r.containers, r.maxContainers)
 	if len(r.refusedPods) > 0 {
 		sb.WriteString("\nRefusals by pod: ")
 		sb.WriteString(sortedCounts(r.refusedPods))
