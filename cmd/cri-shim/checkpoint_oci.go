@@ -176,7 +176,7 @@ stopped.`,
 		name := ""
 		if len(args) == 2 {
 			name = args[1]
-			if err := criu.CheckName(name); err != nil {
+			if err := criu.CheckNewName(name); err != nil {
 				return exitError{2, err}
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+	"github.com/google/go-containerregistry/pkg/name"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
@@ -95,6 +97,31 @@ type CheckpointConfig struct {
 	// that pod's memory (docs/checkpoint.md). Each pair lets pods of To
 	// restore checkpoints taken in From; one direction only.
 	RestoreNamespaceAllow []NamespacePair `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)."`
+	// Registries is the allow-list of registries a restore-from image
+	// reference (which a pod names) may make the node pull from; empty
+	// refuses every image reference (docs/checkpoint-oci.md).
+	Registries []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused)."`
+	// RegistryAuthFile is the node's docker config.json, used after a pod's
+	// image pull secrets; empty: the default keychain ($DOCKER_CONFIG or
+	// ~/.docker/config.json of the shim's user).
+	RegistryAuthFile string `toml:"registry_auth_file" comment:"The node's docker config.json for registry credentials after the pod's image pull secrets (e.g. /var/lib/kubelet/config.json); empty: ~/.docker/config.json."`
+	// PullMaxBytes caps the archives of a checkpoint pulled for a restore.
+	PullMaxBytes int64 `toml:"pull_max_bytes" comment:"Largest checkpoint (archive bytes) a restore from an image reference pulls."`
+	// PullTimeout bounds one such pull (it runs in the background).
+	PullTimeout Duration `toml:"pull_timeout" comment:"How long one pull for a restore may take (it runs in the background)."`
+	// PullWait is how long the kubelet's RunPodSandbox waits for its pull
+	// before it is answered Unavailable and retried.
+	PullWait Duration `toml:"pull_wait" comment:"How long RunPodSandbox waits for its pull before answering Unavailable (the kubelet retries; at most 3m, under the kubelet's 4m sandbox timeout)."`
+}
+
+// RegistryConfig is one entry of checkpoint.registries.
+type RegistryConfig struct {
+	// Host is the registry as image references spell it: host or host:port.
+	Host string `toml:"host"`
+	// PlainHTTP allows plain HTTP; only for a loopback host.
+	PlainHTTP bool `toml:"plain_http,omitempty"`
+	// CAFile is a PEM bundle trusted for this registry besides the system roots.
+	CAFile string `toml:"ca_file,omitempty"`
 }
 
 // NamespacePair is one entry of checkpoint.restore_namespace_allow.
@@ -223,6 +250,9 @@ func DefaultConfig() Config {
 			Root:          "/var/lib/cri-shim/checkpoints",
 			MaxPerPod:     3,
 			MaxTotalBytes: 20 << 30,
+			PullMaxBytes:  16 << 30,
+			PullTimeout:   Duration{30 * time.Minute},
+			PullWait:      Duration{time.Minute},
 		},
 		Kubernetes: KubernetesConfig{QPS: 5, Burst: 10},
 	}
@@ -343,6 +373,32 @@ func (c *Config) Validate() error {
 		}
 		seen[p] = true
 	}
+	hosts := map[string]bool{}
+	for i, r := range c.Checkpoint.Registries {
+		field := fmt.Sprintf("checkpoint.registries[%d]", i)
+		if err := checkRegistry(r); err != nil {
+			bad(field, "%v", err)
+		}
+		if r.CAFile != "" && !filepath.IsAbs(r.CAFile) {
+			bad(field+".ca_file", "must be an absolute path, got %q", r.CAFile)
+		}
+		if hosts[strings.ToLower(r.Host)] {
+			bad(field, "host %q is listed twice", r.Host)
+		}
+		hosts[strings.ToLower(r.Host)] = true
+	}
+	if f := c.Checkpoint.RegistryAuthFile; f != "" && !filepath.IsAbs(f) {
+		bad("checkpoint.registry_auth_file", "must be an absolute path or empty, got %q", f)
+	}
+	if c.Checkpoint.PullMaxBytes <= 0 {
+		bad("checkpoint.pull_max_bytes", "must be above 0, got %d", c.Checkpoint.PullMaxBytes)
+	}
+	if d := c.Checkpoint.PullTimeout.Duration; d < time.Second {
+		bad("checkpoint.pull_timeout", "must be at least 1s, got %s", d)
+	}
+	if d := c.Checkpoint.PullWait.Duration; d < 0 || d > 3*time.Minute {
+		bad("checkpoint.pull_wait", "must be from 0 to 3m (the kubelet gives RunPodSandbox 4m), got %s", d)
+	}
 	if k := c.Kubernetes; k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
 		bad("kubernetes.kubeconfig", "must be an absolute path or empty (standalone), got %q", k.Kubeconfig)
 	}
@@ -398,4 +454,30 @@ func (c *Config) SocketModeBits() os.FileMode {
 // Marshal renders cfg as commented TOML (used by `cri-shim config default`).
 func Marshal(cfg Config) ([]byte, error) {
 	return toml.Marshal(cfg)
+}
+
+// checkRegistry checks an entry of checkpoint.registries: a registry host as
+// image references spell it, plain HTTP only for a loopback one.
+func checkRegistry(r RegistryConfig) error {
+	if r.Host == "" || strings.ContainsAny(r.Host, "/@ ") {
+		return fmt.Errorf("host %q must be a registry host or host:port", r.Host)
+	}
+	reg, err := name.NewRegistry(r.Host, name.StrictValidation)
+	if err != nil {
+		return fmt.Errorf("host %q: %v", r.Host, err)
+	}
+	if reg.RegistryStr() != r.Host {
+		return fmt.Errorf("host %q is known to image references as %q; list that", r.Host, reg.RegistryStr())
+	}
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	if host == "" {
+		return fmt.Errorf("host %q has no host name", r.Host)
+	}
+	if ip := net.ParseIP(host); r.PlainHTTP && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("plain_http is allowed only for a loopback registry (localhost, 127.0.0.0/8, ::1), not %q", r.Host)
+	}
+	return nil
 }

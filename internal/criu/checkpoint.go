@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -139,6 +140,12 @@ func (s *Service) outputDir(p string) (string, error) {
 	out, err := confine(s.cfg.Root, p)
 	if err != nil {
 		return "", errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path: %v", err)
+	}
+	// A pulled checkpoint's directory is named after its digest and
+	// trusted as that content: nothing else writes there.
+	realRoot, _ := filepath.EvalSymlinks(s.cfg.Root)
+	if rel, err := filepath.Rel(realRoot, out); err == nil && strings.HasPrefix(rel, PulledDirPrefix) {
+		return "", errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path %q: directories beginning %q hold checkpoints pulled from a registry", p, PulledDirPrefix)
 	}
 	fi, err := os.Stat(out)
 	if err != nil {

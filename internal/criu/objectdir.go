@@ -1,6 +1,56 @@
 package criu
 
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
 // ObjectDirPrefix begins the name of every checkpoint directory a PodCheckpoint
 // object holds (podcheckpoint.DataDir). Such a directory is restored only
 // through its object, never by a restore-from name given directly.
 const ObjectDirPrefix = "pcp-"
+
+// PulledDirPrefix begins the name of every checkpoint directory a restore
+// from an image reference pulled: "oci-" and the 64 hex digits of the image
+// index's sha256 digest (PulledDir). Such a directory is restored only
+// through its image reference (which the registry allow-list judges), and
+// the shim removes it when no pod uses it (pulled.go).
+const PulledDirPrefix = "oci-"
+
+// PulledDir is the directory name of the image index with sha256 hex digest hex.
+func PulledDir(hex string) string { return PulledDirPrefix + hex }
+
+// reservedPrefix returns the reserved prefix name begins with, or "".
+func reservedPrefix(name string) string {
+	for _, p := range []string{ObjectDirPrefix, PulledDirPrefix} {
+		if strings.HasPrefix(name, p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// CheckNewName is CheckName for the name of a checkpoint a user makes
+// ('cri-shim checkpoint --name', 'cri-shim checkpoint pull'): names
+// beginning with a reserved prefix belong to the shim's own directories.
+func CheckNewName(name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if p := reservedPrefix(name); p != "" {
+		return fmt.Errorf("checkpoint name %q: names beginning %q are reserved (%q: PodCheckpoint objects' data, %q: checkpoints pulled for a restore from an image reference)",
+			name, p, ObjectDirPrefix, PulledDirPrefix)
+	}
+	return nil
+}
+
+// IsImageRef reports whether a restore-from value is an image reference
+// rather than a checkpoint or PodCheckpoint name: names never hold '/',
+// ':' or '@' (CheckName), every reference with a registry holds '/'.
+func IsImageRef(s string) bool { return strings.ContainsAny(s, "/:@") }
+
+// ErrForeignCheckpoint is a pulled checkpoint of a pod in a namespace the
+// restoring pod may not restore from (the namespace binding): a PullRestore
+// error of this class is answered as a missing checkpoint (noCheckpoint).
+var ErrForeignCheckpoint = errors.New("checkpoint of a namespace the pod may not restore from")

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -53,7 +54,7 @@ func (s *Service) retain(keep string) {
 	s.mu.Unlock()
 	var managed []Stored
 	for _, c := range all {
-		if c.Manifest.Managed {
+		if c.Manifest.Managed && !strings.HasPrefix(c.Name, PulledDirPrefix) {
 			managed = append(managed, c)
 		}
 	}

@@ -48,7 +48,16 @@ type Config struct {
 	// object of the pod's namespace (internal/podcheckpoint). It answers
 	// from memory, never waiting on the API server, with the directory's
 	// name under Root, or an error the pod's RunPodSandbox fails with.
+	// It may answer with an image reference instead (a PodCheckpoint whose
+	// spec names one), which is then pulled as if the pod named it.
 	ResolveRestore func(namespace, pod, uid, name string) (string, error)
+	// PullRestore, when set, is asked for the checkpoint of a restore-from
+	// image reference (internal/ociartifact's RestorePuller): it returns
+	// the directory under Root it pulled it into (PulledDirPrefix), or an
+	// error of an errdefs class (ErrForeignCheckpoint: refused by the
+	// namespace binding). It waits for a pull only a bounded time. nil
+	// refuses image references.
+	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
 }
 
 // Service serves CheckpointPod and RestorePod and the warm-start routes.

@@ -161,26 +161,11 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 		s.metrics.warmStarts.WithLabelValues(code(err).String()).Inc()
 		return err
 	}
-	if err := CheckName(name); err != nil {
-		return nil, fail(errdefs.ErrInvalidArgument, "%v", err)
-	}
 	md := req.GetConfig().GetMetadata()
 	ns := md.GetNamespace()
-	if strings.HasPrefix(name, ObjectDirPrefix) {
-		// A PodCheckpoint's data: restored only by the object's name, so
-		// its Ready and PodSpecMismatch checks cannot be stepped around.
-		return nil, fail(errdefs.ErrInvalidArgument, "names beginning %q are PodCheckpoint data; name the PodCheckpoint object instead", ObjectDirPrefix)
-	}
-	dirName := name
-	if s.cfg.ResolveRestore != nil && !isDir(filepath.Join(s.cfg.Root, name)) {
-		d, err := s.cfg.ResolveRestore(ns, md.GetName(), md.GetUid(), name)
-		if err != nil {
-			return nil, fail(errdefs.ErrFailedPrecondition, "%v; the pod stays pending and the kubelet retries", err)
-		}
-		if err := CheckName(d); err != nil || !strings.HasPrefix(d, ObjectDirPrefix) {
-			return nil, fail(errdefs.ErrFailedPrecondition, "PodCheckpoint location %q: not a PodCheckpoint's data directory (%v)", d, err)
-		}
-		dirName = d
+	dirName, err := s.restoreDir(ctx, md, name)
+	if err != nil {
+		return nil, fail(err, "%s", message(err))
 	}
 	dir, m, err := s.openCheckpoint(filepath.Join(s.cfg.Root, dirName), ns)
 	if err != nil {
@@ -217,6 +202,67 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	s.log.Info("checkpoint: warm-starting a pod from a checkpoint", "pod", md.GetNamespace()+"/"+md.GetName(),
 		"sandbox", w.SandboxID, "checkpoint", name, "dir", dirName, "containers", len(m.Containers))
 	return resp, nil
+}
+
+// restoreDir is the directory under the root a restore-from value names:
+// a checkpoint name, a PodCheckpoint object's data (ResolveRestore), or the
+// checkpoint an image reference was pulled into (PullRestore). Its error is
+// the classified message the pod's RunPodSandbox fails with.
+func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetadata, name string) (string, error) {
+	ns := md.GetNamespace()
+	if IsImageRef(name) {
+		return s.pullRestore(ctx, md, name)
+	}
+	if err := CheckName(name); err != nil {
+		return "", errorf(errdefs.ErrInvalidArgument, "%v", err)
+	}
+	switch reservedPrefix(name) {
+	case ObjectDirPrefix:
+		// A PodCheckpoint's data: restored only by the object's name, so
+		// its Ready and PodSpecMismatch checks cannot be stepped around.
+		return "", errorf(errdefs.ErrInvalidArgument, "names beginning %q are PodCheckpoint data; name the PodCheckpoint object instead", ObjectDirPrefix)
+	case PulledDirPrefix:
+		// Pulled for an image reference: restored only through it, so the
+		// registry allow-list judges every restore.
+		return "", errorf(errdefs.ErrInvalidArgument, "names beginning %q are checkpoints pulled from a registry; name the image reference instead", PulledDirPrefix)
+	}
+	if s.cfg.ResolveRestore == nil || isDir(filepath.Join(s.cfg.Root, name)) {
+		return name, nil
+	}
+	d, err := s.cfg.ResolveRestore(ns, md.GetName(), md.GetUid(), name)
+	if err != nil {
+		return "", errorf(errdefs.ErrFailedPrecondition, "%v; the pod stays pending and the kubelet retries", err)
+	}
+	if IsImageRef(d) {
+		return s.pullRestore(ctx, md, d)
+	}
+	if err := CheckName(d); err != nil || !strings.HasPrefix(d, ObjectDirPrefix) {
+		return "", errorf(errdefs.ErrFailedPrecondition, "PodCheckpoint location %q: not a PodCheckpoint's data directory (%v)", d, err)
+	}
+	return d, nil
+}
+
+// pullRestore is the directory an image reference was pulled into.
+func (s *Service) pullRestore(ctx context.Context, md *runtimeapi.PodSandboxMetadata, ref string) (string, error) {
+	ns := md.GetNamespace()
+	if s.cfg.PullRestore == nil {
+		return "", errorf(errdefs.ErrInvalidArgument, "image reference %q: this shim restores no image references (it has no [checkpoint] registries)", ref)
+	}
+	d, err := s.cfg.PullRestore(ctx, ns, md.GetName(), md.GetUid(), ref)
+	switch {
+	case errors.Is(err, ErrForeignCheckpoint):
+		return "", errorf(errdefs.ErrNotFound, "image %s: %s; the pod stays pending and the kubelet retries", ref, message(s.noCheckpoint(ref, ns, err)))
+	case err != nil:
+		kind := err
+		if !errdefs.IsInvalidArgument(err) && !errdefs.IsPermissionDenied(err) && !errdefs.IsUnavailable(err) && !errdefs.IsFailedPrecondition(err) {
+			kind = errdefs.ErrUnavailable
+		}
+		return "", errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
+	}
+	if CheckName(d) != nil || !strings.HasPrefix(d, PulledDirPrefix) {
+		return "", errorf(errdefs.ErrInternal, "image %s: pulled into %q, not a pulled checkpoint's directory", ref, d)
+	}
+	return d, nil
 }
 
 // CreateContainer answers the kubelet's first CreateContainer of each
@@ -321,11 +367,12 @@ func (w *warmPod) exited(name string) *ExitedEntry {
 // service's subscriber to the state store's lifecycle.
 func (s *Service) forgetWarm(id string) {
 	s.mu.Lock()
-	_, ok := s.warm[id]
+	w, ok := s.warm[id]
 	delete(s.warm, id)
 	s.mu.Unlock()
 	if ok {
 		s.removeWarmRecord(id)
+		s.releasePulled(w.Dir)
 	}
 }
 
@@ -350,6 +397,7 @@ var warmSweepEvery, warmSweepRetry = 5 * time.Minute, 10 * time.Second
 func (s *Service) SweepWarm(ctx context.Context) {
 	for {
 		wait := warmSweepEvery
+		s.sweepPulled()
 		if err := s.sweepWarm(ctx); err != nil {
 			s.log.Warn("checkpoint: listing sandboxes to clean warm-start records; will retry", "err", err)
 			wait = warmSweepRetry

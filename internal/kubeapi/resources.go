@@ -25,6 +25,9 @@ import (
 type Resources interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 	GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error)
+	// GetSecret reads a secret; the Node authorizer allows only those the
+	// node's pods reference (a restore's image pull secrets).
+	GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error)
 	// ListPods and WatchPods cover all namespaces.
 	ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
 	WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
@@ -98,6 +101,11 @@ func (r *restResources) GetNode(ctx context.Context, name string) (*corev1.Node,
 func (r *restResources) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 	out := &corev1.Pod{}
 	return out, r.core.Get().Namespace(ns).Resource("pods").Name(name).Do(ctx).Into(out)
+}
+
+func (r *restResources) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	out := &corev1.Secret{}
+	return out, r.core.Get().Namespace(ns).Resource("secrets").Name(name).Do(ctx).Into(out)
 }
 
 func (r *restResources) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {

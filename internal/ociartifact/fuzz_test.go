@@ -73,3 +73,53 @@ func FuzzParseIndex(f *testing.F) {
 		}
 	})
 }
+
+// A pod names the reference: whatever it is, an accepted one pins a sha256
+// digest, spells out an allow-listed registry and has a clean repository.
+func FuzzParseRestoreRef(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:5000/cp/web@" + zeroDigest, "reg.example/a/b:v1@" + zeroDigest,
+		"evil.example/x@" + zeroDigest, "127.0.0.1:5000/../x@" + zeroDigest, "busybox", "127.0.0.1:5000/x:v1", "a/b@sha256:zz"} {
+		f.Add(s)
+	}
+	allow := []Allowed{{Host: "127.0.0.1:5000", PlainHTTP: true}, {Host: "reg.example"}}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, a, err := ParseRestoreRef(s, allow)
+		if err != nil {
+			return
+		}
+		if a.Host != "127.0.0.1:5000" && a.Host != "reg.example" {
+			t.Fatalf("%q accepted for registry %q", s, a.Host)
+		}
+		if !strings.EqualFold(d.Context().RegistryStr(), a.Host) || !strings.HasPrefix(s, d.Context().RegistryStr()+"/") && !strings.HasPrefix(strings.ToLower(s), strings.ToLower(a.Host)+"/") {
+			t.Fatalf("%q accepted as %s of %s", s, d, a.Host)
+		}
+		hex, ok := strings.CutPrefix(d.DigestStr(), "sha256:")
+		if !ok || len(hex) != 64 || criu.CheckName(criu.PulledDir(hex)) != nil {
+			t.Fatalf("%q accepted with digest %q", s, d.DigestStr())
+		}
+		for _, c := range strings.Split(d.Context().RepositoryStr(), "/") {
+			if c == "" || c == "." || c == ".." {
+				t.Fatalf("%q accepted with repository %q", s, d.Context().RepositoryStr())
+			}
+		}
+	})
+}
+
+// A namespace's secret is hostile: any bytes either fail or give
+// credentials keyed by a registry host, never a credential helper.
+func FuzzParseDockerConfigJSON(f *testing.F) {
+	f.Add([]byte(`{"auths":{"https://index.docker.io/v1/":{"auth":"dTpw"},"127.0.0.1:5000":{"username":"u","password":"p"}}}`))
+	f.Add([]byte(`{"auths":{"":{}},"credsStore":"x","credHelpers":{"a":"b"}}`))
+	f.Add([]byte(`{"auths":{"h/../x":{"username":"u"}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseDockerConfigJSON(b)
+		if err != nil {
+			return
+		}
+		for k := range m {
+			if k == "" || strings.ContainsAny(k, "/@ ") || RegistryKey(k) != k {
+				t.Fatalf("credentials keyed %q", k)
+			}
+		}
+	})
+}

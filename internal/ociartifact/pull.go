@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -30,10 +29,16 @@ type PullOptions struct {
 	// Name is the new checkpoint's name; empty: <namespace>-<pod>-<time> of
 	// the pulled checkpoint (what 'cri-shim checkpoint' names it).
 	Name string
+	// reserved lets Name be a reserved name (restore pulls, restorepull.go).
+	reserved bool
 	// MaxBytes caps the sum of the archives' sizes (0: DefaultMaxBytes).
 	MaxBytes int64
 	// Written, if not nil, is told of every chunk of archive written.
 	Written func(n int64)
+	// Check, if not nil, judges the pulled manifest.json (parsed, and in
+	// agreement with the index) before an archive byte is fetched; its
+	// error ends the pull.
+	Check func(*criu.Manifest) error
 	// Planned, if not nil, is told the checkpoint's total archive bytes
 	// once the images are checked, before the archives are fetched.
 	Planned func(total int64)
@@ -101,6 +106,11 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	if err := checkAgrees(idx, m); err != nil {
 		return nil, err
 	}
+	if o.Check != nil {
+		if err := o.Check(m); err != nil {
+			return nil, err
+		}
+	}
 	rawSandbox, err := f.smallBlob(sbDesc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", criu.SandboxFile, err)
@@ -144,7 +154,7 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	if nm == "" {
 		nm = fmt.Sprintf("%s-%s-%s", m.Pod.Namespace, m.Pod.Name, m.CheckpointedAt.UTC().Format("20060102T150405Z"))
 	}
-	if err := checkPullName(nm); err != nil {
+	if err := checkPullName(nm, o.reserved); err != nil {
 		return nil, err
 	}
 	w, err := newPullDir(o.Root, nm)
@@ -170,17 +180,14 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	return &Pulled{Name: nm, Dir: dir, Digest: desc.Digest, Bytes: total, Manifest: m}, nil
 }
 
-// checkPullName refuses names criu would not restore by and the names of
-// PodCheckpoint objects' directories, which are restored only through their
-// object.
-func checkPullName(n string) error {
-	if err := criu.CheckName(n); err != nil {
-		return err
+// checkPullName refuses names criu would not restore by and the reserved
+// names (criu.CheckNewName), unless reserved: a restore's own pull into
+// its oci- directory.
+func checkPullName(n string, reserved bool) error {
+	if reserved {
+		return criu.CheckName(n)
 	}
-	if strings.HasPrefix(n, criu.ObjectDirPrefix) {
-		return fmt.Errorf("checkpoint name %q: names beginning %q belong to PodCheckpoint objects", n, criu.ObjectDirPrefix)
-	}
-	return nil
+	return criu.CheckNewName(n)
 }
 
 // fetcher reads manifests and blobs of one repository by digest.

@@ -28,6 +28,9 @@ type Registry struct {
 	// are used instead of the default keychain (e.g. the kubelet's
 	// /var/lib/kubelet/config.json).
 	Config string
+	// Keychain, when set, resolves credentials instead of Config and the
+	// default keychain (a restore's pod secrets before the node's).
+	Keychain authn.Keychain
 	// CAFile is a PEM bundle trusted in addition to the system roots.
 	CAFile string
 	// PlainHTTP allows plain HTTP, only to a loopback registry.
@@ -81,19 +84,33 @@ func (r Registry) connect(ctx context.Context, ref string) (name.Reference, []re
 	return parsed, opts, err
 }
 
+// LoadKeychain is the keychain of a docker config.json file (its "auths"
+// and credential helpers); "" is authn.DefaultKeychain ($DOCKER_CONFIG or
+// ~/.docker/config.json). The file is operator-given: its credential helpers
+// run.
+func LoadKeychain(path string) (authn.Keychain, error) {
+	if path == "" {
+		return authn.DefaultKeychain, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("registry config: %w", err)
+	}
+	cf, err := config.LoadFromReader(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("registry config %s: %w", path, err)
+	}
+	return fileKeychain{cf: cf}, nil
+}
+
 func (r Registry) options(ctx context.Context) ([]remote.Option, error) {
-	var kc authn.Keychain = authn.DefaultKeychain
-	if r.Config != "" {
-		f, err := os.Open(r.Config)
-		if err != nil {
-			return nil, fmt.Errorf("registry config: %w", err)
+	kc := r.Keychain
+	if kc == nil {
+		var err error
+		if kc, err = LoadKeychain(r.Config); err != nil {
+			return nil, err
 		}
-		cf, err := config.LoadFromReader(f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("registry config %s: %w", r.Config, err)
-		}
-		kc = fileKeychain{cf: cf}
 	}
 	rt := r.Transport
 	if rt == nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	gocriu "github.com/checkpoint-restore/go-criu/v7"
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -27,6 +28,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/metrics"
+	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	"github.com/cri-shim/cri-shim/internal/podmgmt"
 	"github.com/cri-shim/cri-shim/internal/podstate"
@@ -117,11 +119,31 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		restores = podcheckpoint.NewRestores(api.Client.Node, checkpointEvents)
 		resolve = restores.Resolve
 	}
+	// Restores from image references: pulled from the allow-listed
+	// registries only, with the pod's image pull secrets read as the node.
+	var pullRestore func(ctx context.Context, ns, pod, uid, ref string) (string, error)
+	if len(cfg.Checkpoint.Registries) > 0 {
+		pc := ociartifact.RestorePullConfig{
+			Root: cfg.Checkpoint.Root, NodeAuthFile: cfg.Checkpoint.RegistryAuthFile,
+			MaxBytes: cfg.Checkpoint.PullMaxBytes, Timeout: cfg.Checkpoint.PullTimeout.Duration, Wait: cfg.Checkpoint.PullWait.Duration,
+			RestoreAllowed: func(from, to string) bool { return from == to || cfg.Checkpoint.RestoreAllowed(from, to) },
+			Log:            log,
+		}
+		for _, r := range cfg.Checkpoint.Registries {
+			pc.Registries = append(pc.Registries, ociartifact.Allowed{Host: r.Host, PlainHTTP: r.PlainHTTP, CAFile: r.CAFile})
+		}
+		if api != nil {
+			pc.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
+				return ociartifact.PodKeychain(ctx, api.Client.Resources(), api.Client.Node, ns, pod, uid, log)
+			}
+		}
+		pullRestore = ociartifact.NewRestorePuller(pc).Pull
+	}
 	checkpoints, err := criu.New(criu.Config{
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
-		ResolveRestore: resolve,
+		ResolveRestore: resolve, PullRestore: pullRestore,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)

@@ -152,17 +152,7 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := waitPod(t, cs, ns, "src", 2*time.Minute, "source Ready", podReady)
-	var secret string
-	eventually(t, 30*time.Second, "the source logging its secret", func() error {
-		s, last, _ := secretLog(t, ns, "src")
-		if len(s) != 1 || last < 20 {
-			return fmt.Errorf("secrets %v, counter %d", s, last)
-		}
-		for k := range s {
-			secret = k
-		}
-		return nil
-	})
+	secret := loggedSecret(t, ns, "src", 20)
 
 	reasons := reasonsOf(t, pcs, ns, "cp")
 	if _, err := pcs.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "cp", "src", 120)); err != nil {

@@ -98,17 +98,7 @@ func TestWarmStartStaysInItsNamespace(t *testing.T) {
 	placeManifest(t, "ns-src", secretPod("ns-src", nsA, ""))
 	waitRunning(t, "ns-src", 90*time.Second, 0, "main")
 	src := fullName("ns-src")
-	var secret string
-	eventually(t, 30*time.Second, "the source logging its secret 20 times", func() error {
-		s, last, _ := secretLog(t, nsA, src)
-		if len(s) != 1 || last < 20 {
-			return fmt.Errorf("secrets %v, counter %d", s, last)
-		}
-		for k := range s {
-			secret = k
-		}
-		return nil
-	})
+	secret := loggedSecret(t, nsA, src, 20)
 	_, before, _ := secretLog(t, nsA, src) // the checkpoint is taken after this
 	out, err := exec.Command(node.env["SHIM_BIN"], "checkpoint", "--config", node.env["SHIM_CONFIG"],
 		"--namespace", nsA, "--pod", src, "--name", cp, "--timeout", "60s").CombinedOutput()

@@ -29,6 +29,11 @@ func (c Clientset) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, er
 	return c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
+// GetSecret reads a secret.
+func (c Clientset) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	return c.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
 // ListPods lists the pods of all namespaces.
 func (c Clientset) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
 	return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)

@@ -1,0 +1,73 @@
+package criu
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// pulledUnusedFor is how long a pulled checkpoint no warm start uses is kept
+// (a pod refused after the pull, or gone before the kubelet's retry).
+var pulledUnusedFor = 30 * time.Minute
+
+// Pulled checkpoints (PulledDirPrefix) are a cache of registry content for
+// the pods that name it, outside retention (max_per_pod, max_total_bytes):
+// one is removed when the last warm start using it ends (its sandbox is
+// removed: releasePulled), and one no warm start uses is removed by the
+// sweep once it is pulledUnusedFor old (sweepPulled). A later pod naming
+// the same reference pulls it again.
+
+// releasePulled removes the pulled checkpoint dir once no warm start uses it.
+func (s *Service) releasePulled(dir string) {
+	if !strings.HasPrefix(filepath.Base(dir), PulledDirPrefix) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.warm {
+		if w.Dir == dir {
+			return
+		}
+	}
+	s.removePulled(dir, "its last warm-started pod is gone")
+}
+
+// sweepPulled removes the pulled checkpoints no warm start uses that are
+// older than pulledUnusedFor.
+func (s *Service) sweepPulled() {
+	ents, err := os.ReadDir(s.cfg.Root)
+	if err != nil {
+		return
+	}
+	root, err := filepath.EvalSymlinks(s.cfg.Root)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inUse := map[string]bool{}
+	for _, w := range s.warm {
+		inUse[w.Dir] = true
+	}
+	for _, e := range ents {
+		dir := filepath.Join(root, e.Name())
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), PulledDirPrefix) || inUse[dir] {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < pulledUnusedFor {
+			continue
+		}
+		s.removePulled(dir, "no pod used it")
+	}
+}
+
+// removePulled removes a pulled checkpoint; s.mu is held, so no warm start
+// begins using it meanwhile.
+func (s *Service) removePulled(dir, why string) {
+	if err := os.RemoveAll(dir); err != nil {
+		s.log.Warn("checkpoint: removing a pulled checkpoint", "path", dir, "err", err)
+		return
+	}
+	s.log.Info("checkpoint: removed a pulled checkpoint", "path", dir, "why", why)
+}

@@ -1,0 +1,134 @@
+package criu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+const testDigest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// A restore-from image reference is handed to PullRestore and the pulled
+// directory warm-starts the pod under the namespace binding; its refusals
+// keep their class (a foreign namespace reads as a missing checkpoint);
+// without PullRestore, and for an oci- name given directly, it is refused;
+// the pulled directory goes with the last sandbox using it.
+func TestWarmStartFromImageReference(t *testing.T) {
+	fx := newFixture(t)
+	pulled := filepath.Join(fx.root, PulledDir(testDigest))
+	os.Mkdir(pulled, 0o700)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(pulled, "c1", "c2")); status.Code(proxy.Status(err)) != codes.InvalidArgument {
+		t.Fatalf("CheckpointPod into an oci- directory: %v, want InvalidArgument", err)
+	}
+	src := filepath.Join(fx.root, "src")
+	os.Mkdir(src, 0o700)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(src, "c1", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(pulled)
+	ref := "reg.example:5000/cp/web@sha256:" + testDigest
+	ann := map[string]string{RestoreFromAnnotation: ref}
+
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann); status.Code(proxy.Status(err)) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "restores no image references") {
+		t.Fatalf("no PullRestore: %v", err)
+	}
+
+	var asked []string
+	answer := func(ctx context.Context, ns, pod, uid, r string) (string, error) {
+		asked = append(asked, ns+" "+r)
+		if _, err := os.Stat(pulled); err != nil {
+			if err := os.Rename(src, pulled); err != nil {
+				return "", err
+			}
+		}
+		return PulledDir(testDigest), nil
+	}
+	fx.svc.cfg.PullRestore = answer
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann)
+	if err != nil {
+		t.Fatalf("warm start from %s: %v", ref, err)
+	}
+	if w := fx.svc.warm[sb.PodSandboxId]; w == nil || w.Checkpoint != PulledDir(testDigest) {
+		t.Fatalf("warm record %+v, want the pulled directory", w)
+	}
+	if len(asked) != 1 || asked[0] != "ns "+ref {
+		t.Fatalf("PullRestore asked %v", asked)
+	}
+	// The binding holds for what was pulled.
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "evil", ann); status.Code(proxy.Status(err)) != codes.NotFound || !strings.Contains(err.Error(), "own namespace") {
+		t.Errorf("pulled checkpoint of another namespace: %v", err)
+	}
+	// Named directly, a pulled directory would skip the allow-list.
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: PulledDir(testDigest)}); status.Code(proxy.Status(err)) != codes.InvalidArgument {
+		t.Errorf("oci- directory named directly: %v", err)
+	}
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+		says string
+	}{
+		{fmt.Errorf("%w: taken of pod x/y", ErrForeignCheckpoint), codes.NotFound, "no checkpoint that a pod of namespace \"ns\" may restore"},
+		{fmt.Errorf("%w: pulling: 3 of 9 bytes", errdefs.ErrUnavailable), codes.Unavailable, "3 of 9 bytes"},
+		{fmt.Errorf("%w: registry not allowed", errdefs.ErrPermissionDenied), codes.PermissionDenied, "registry not allowed"},
+		{fmt.Errorf("connection reset"), codes.Unavailable, "connection reset"},
+	} {
+		fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string) (string, error) { return "", tc.err }
+		_, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann)
+		if status.Code(proxy.Status(err)) != tc.code || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "kubelet retries") {
+			t.Errorf("PullRestore answering %v: %v, want %s saying %q", tc.err, err, tc.code, tc.says)
+		}
+	}
+	// A second pod on the same pull keeps it while the first goes.
+	fx.svc.cfg.PullRestore = answer
+	sb2, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.svc.forgetWarm(sb.PodSandboxId)
+	if _, err := os.Stat(pulled); err != nil {
+		t.Fatalf("pulled checkpoint removed while a pod uses it: %v", err)
+	}
+	fx.svc.forgetWarm(sb2.PodSandboxId)
+	if _, err := os.Stat(pulled); !os.IsNotExist(err) {
+		t.Fatalf("pulled checkpoint kept after its last pod: %v", err)
+	}
+}
+
+// A pulled checkpoint no pod uses is swept once old; a fresh one, one in
+// use and a user's checkpoint are not.
+func TestUnusedPulledCheckpointsAreSwept(t *testing.T) {
+	fx := newFixture(t)
+	old := time.Now().Add(-2 * pulledUnusedFor)
+	mk := func(name string, mtime time.Time) string {
+		d := filepath.Join(fx.root, name)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(d, mtime, mtime)
+		return d
+	}
+	stale := mk(PulledDir(testDigest), old)
+	fresh := mk(PulledDir(strings.Repeat("1", 64)), time.Now())
+	used := mk(PulledDir(strings.Repeat("2", 64)), old)
+	user := mk("mine", old)
+	fx.svc.mu.Lock()
+	fx.svc.warm["sbx"] = &warmPod{SandboxID: "sbx", Dir: used}
+	fx.svc.mu.Unlock()
+	fx.svc.sweepPulled()
+	for d, want := range map[string]bool{stale: false, fresh: true, used: true, user: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s: exists=%v after the sweep, want %v", filepath.Base(d), err == nil, want)
+		}
+	}
+}

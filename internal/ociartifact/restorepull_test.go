@@ -1,0 +1,345 @@
+package ociartifact
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
+)
+
+const zeroDigest = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+// Image references a pod names are refused unless they spell out an
+// allow-listed registry and pin a sha256 digest.
+func TestRestoreRefRules(t *testing.T) {
+	allow := []Allowed{{Host: "127.0.0.1:5000", PlainHTTP: true}, {Host: "reg.example"}}
+	for _, tc := range []struct {
+		ref   string
+		allow []Allowed
+		kind  error
+		says  string
+	}{
+		{"127.0.0.1:5000/cp/web@" + zeroDigest, allow, nil, ""},
+		{"reg.example/cp/web:v1@" + zeroDigest, allow, nil, ""},
+		{"127.0.0.1:5000/cp/web@" + zeroDigest, nil, errdefs.ErrPermissionDenied, "allow-list is empty"},
+		{"evil.example:443/cp/web@" + zeroDigest, allow, errdefs.ErrPermissionDenied, `registry "evil.example:443" is not in this node's [checkpoint] registries`},
+		{"127.0.0.1:5001/cp/web@" + zeroDigest, allow, errdefs.ErrPermissionDenied, "not in this node's"},
+		{"127.0.0.1:5000/cp/web:v1", allow, errdefs.ErrInvalidArgument, "by digest"},
+		{"cp/web@" + zeroDigest, allow, errdefs.ErrInvalidArgument, "must begin with its registry host"},
+		{"busybox@" + zeroDigest, allow, errdefs.ErrInvalidArgument, "must begin with its registry host"},
+		{"docker.io/library/busybox@" + zeroDigest, []Allowed{{Host: "index.docker.io"}}, errdefs.ErrInvalidArgument, "is spelt"},
+		{"127.0.0.1:5000/cp/web@sha256:abc", allow, errdefs.ErrInvalidArgument, "by digest"},
+		{"127.0.0.1:5000/cp/web@sha512:" + strings.Repeat("0", 128), allow, errdefs.ErrInvalidArgument, ""},
+		{"127.0.0.1:5000/" + strings.Repeat("a", 600) + "@" + zeroDigest, allow, errdefs.ErrInvalidArgument, "characters"},
+		{"127.0.0.1:5000/../x@" + zeroDigest, allow, errdefs.ErrInvalidArgument, ""},
+	} {
+		d, a, err := ParseRestoreRef(tc.ref, tc.allow)
+		if tc.kind == nil {
+			if err != nil || d.DigestStr() != zeroDigest || a.Host == "" {
+				t.Errorf("%s: %v (%v, %+v), want accepted", tc.ref, err, d, a)
+			}
+			continue
+		}
+		if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want %v saying %q", tc.ref, err, tc.kind, tc.says)
+		}
+	}
+}
+
+// A kubernetes.io/dockerconfigjson secret gives credentials per registry
+// host however the key is spelt, and never names a credential helper.
+func TestParseDockerConfigJSON(t *testing.T) {
+	b := []byte(`{"auths":{"https://index.docker.io/v1/":{"auth":"dTpw"},"127.0.0.1:5000":{"username":"u","password":"p"},
+		"http://Reg.Example/path":{"identitytoken":"tok"},"":{"username":"x"}},"credsStore":"evil","credHelpers":{"127.0.0.1:5000":"evil"}}`)
+	got, err := ParseDockerConfigJSON(b)
+	must(t, err)
+	want := map[string]authn.AuthConfig{"index.docker.io": {Auth: "dTpw"}, "127.0.0.1:5000": {Username: "u", Password: "p"}, "reg.example": {IdentityToken: "tok"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: %+v, want %+v", k, got[k], w)
+		}
+	}
+	for _, bad := range []string{`{"auths":[]}`, `not json`, `{"auths":{"h":{"username":1}}}`} {
+		if _, err := ParseDockerConfigJSON([]byte(bad)); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+	if _, err := ParseDockerConfigJSON(bytes.Repeat([]byte(" "), maxDockerConfigBytes+1)); err == nil {
+		t.Error("an oversized config was accepted")
+	}
+}
+
+// podAPI is a fake API server with a pod of node "n1" and its secrets.
+func podAPI(t *testing.T, secrets ...*corev1.Secret) *fake.Clientset {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-new"},
+		Spec: corev1.PodSpec{NodeName: "n1"}}
+	objs := []runtime.Object{pod}
+	for _, s := range secrets {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s.Name})
+		objs = append(objs, s)
+	}
+	pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: "missing"})
+	return fake.NewClientset(objs...)
+}
+
+func dockerSecret(name, host, user, pass string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(fmt.Sprintf(`{"auths":{%q:{"username":%q,"password":%q}}}`, host, user, pass))}}
+}
+
+// The pod's image pull secrets are read as the node: the pod must be the
+// sandbox's (UID) and on this node; missing and foreign-typed secrets are
+// skipped; an API server that fails is Unavailable, not a wait.
+func TestPodKeychain(t *testing.T) {
+	opaque := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "opaque", Namespace: "default"}, Type: corev1.SecretTypeOpaque}
+	cs := podAPI(t, dockerSecret("first", "127.0.0.1:5000", "u", "p"), dockerSecret("second", "127.0.0.1:5000", "other", "x"), opaque)
+	res := kubeapitest.Clientset{Interface: cs}
+	ctx := context.Background()
+	kc, err := PodKeychain(ctx, res, "n1", "default", "web", "uid-new", discard())
+	must(t, err)
+	auth := resolve(t, kc, "127.0.0.1:5000/cp/web")
+	if auth.Username != "u" || auth.Password != "p" {
+		t.Errorf("credentials %+v, want the first secret's", auth)
+	}
+	if a := resolve(t, kc, "reg.example/cp"); a.Username != "" {
+		t.Errorf("another registry got %+v", a)
+	}
+	for _, tc := range []struct {
+		node, uid string
+		kind      error
+	}{{"n2", "uid-new", errdefs.ErrFailedPrecondition}, {"n1", "uid-old", errdefs.ErrFailedPrecondition}} {
+		if _, err := PodKeychain(ctx, res, tc.node, "default", "web", tc.uid, discard()); !errors.Is(err, tc.kind) {
+			t.Errorf("node %s uid %s: %v, want %v", tc.node, tc.uid, err, tc.kind)
+		}
+	}
+	if _, err := PodKeychain(ctx, res, "n1", "default", "gone", "uid-new", discard()); !errdefs.IsUnavailable(err) {
+		t.Errorf("pod not in the API: %v", err)
+	}
+	if _, err := PodKeychain(ctx, nil, "n1", "default", "web", "uid-new", discard()); !errdefs.IsUnavailable(err) {
+		t.Errorf("no API connection: %v", err)
+	}
+	cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+	})
+	if _, err := PodKeychain(ctx, res, "n1", "default", "web", "uid-new", discard()); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("API server down: %v", err)
+	}
+}
+
+func resolve(t *testing.T, kc authn.Keychain, repo string) authn.AuthConfig {
+	t.Helper()
+	r, err := registryResource(repo)
+	must(t, err)
+	a, err := kc.Resolve(r)
+	must(t, err)
+	c, err := a.Authorization()
+	must(t, err)
+	return *c
+}
+
+// pushed pushes a two-container checkpoint (namespace "default") to r.
+func pushed(t *testing.T, r *testRegistry) (root, ref string) {
+	root = t.TempDir()
+	src := twoContainers(t, t.TempDir(), "src")
+	p, err := Push(context.Background(), src, r.ref("cp/web:v1"), r.reg(), nil)
+	must(t, err)
+	return root, p.Ref
+}
+
+func puller(r *testRegistry, root string, mod func(*RestorePullConfig)) *RestorePuller {
+	cfg := RestorePullConfig{Root: root, Registries: []Allowed{{Host: r.host, PlainHTTP: true}},
+		NodeAuthFile: filepath.Join(root, "..", "no-such-config.json"), Timeout: time.Minute, Wait: 10 * time.Second,
+		RestoreAllowed: func(from, to string) bool { return from == to }, Transport: r.tr}
+	cfg.NodeAuthFile = ""
+	if mod != nil {
+		mod(&cfg)
+	}
+	return NewRestorePuller(cfg)
+}
+
+// A reference is pulled into oci-<digest>, verified, and then answered from
+// disk without asking the registry again.
+func TestRestorePullByDigest(t *testing.T) {
+	r := newTestRegistry(t)
+	root, ref := pushed(t, r)
+	p := puller(r, root, nil)
+	dir, err := p.Pull(context.Background(), "default", "web", "uid", ref)
+	must(t, err)
+	if want := criu.PulledDir(ref[len(ref)-64:]); dir != want {
+		t.Fatalf("pulled into %q, want %q", dir, want)
+	}
+	if _, err := criu.ReadManifest(filepath.Join(root, dir)); err != nil {
+		t.Fatal(err)
+	}
+	r.tr.rewrite = func(*http.Request, []byte) []byte { t.Error("the registry was asked again"); return nil }
+	if again, err := p.Pull(context.Background(), "default", "web", "uid", ref); err != nil || again != dir {
+		t.Fatalf("second pull: %q %v", again, err)
+	}
+}
+
+// A checkpoint of another namespace is refused once its manifest.json is
+// read, before an archive byte is fetched, and nothing is written.
+func TestRestorePullRefusesAnotherNamespace(t *testing.T) {
+	r := newTestRegistry(t)
+	root, ref := pushed(t, r)
+	var big int
+	r.tr.rewrite = func(req *http.Request, b []byte) []byte {
+		if len(b) > 200<<10 {
+			big++
+		}
+		return b
+	}
+	_, err := puller(r, root, nil).Pull(context.Background(), "other", "web", "uid", ref)
+	if !errors.Is(err, criu.ErrForeignCheckpoint) {
+		t.Fatalf("checkpoint of namespace default for a pod of other: %v", err)
+	}
+	if big != 0 {
+		t.Errorf("%d archives fetched before the refusal", big)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("left under the root: %v", ents)
+	}
+}
+
+// An index whose content does not match the digest the pod named is refused.
+func TestRestorePullDigestMismatch(t *testing.T) {
+	r := newTestRegistry(t)
+	root, ref := pushed(t, r)
+	r.tr.rewrite = func(req *http.Request, b []byte) []byte {
+		if strings.Contains(req.URL.Path, "/manifests/") && bytes.Contains(b, []byte(AnnotationFormat)) {
+			return bytes.Replace(b, []byte(`"default"`), []byte(`"defaulu"`), 1)
+		}
+		return b
+	}
+	_, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid", ref)
+	if err == nil || !strings.Contains(err.Error(), "digest") {
+		t.Fatalf("tampered index: %v", err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("left under the root: %v", ents)
+	}
+	r.tr.rewrite = nil
+	if _, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid", ref[:len(ref)-64]+strings.Repeat("0", 64)); err == nil {
+		t.Fatal("a digest the registry does not hold was pulled")
+	}
+}
+
+// An API server that fails answers the kubelet Unavailable at once (the
+// pull needs the pod's secrets first); nothing is fetched.
+func TestRestorePullAPIDown(t *testing.T) {
+	r := newTestRegistry(t)
+	root, ref := pushed(t, r)
+	cs := podAPI(t)
+	cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	p := puller(r, root, func(c *RestorePullConfig) {
+		c.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
+			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, "n1", ns, pod, uid, discard())
+		}
+	})
+	t0 := time.Now()
+	_, err := p.Pull(context.Background(), "default", "web", "uid-new", ref)
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "connection refused") || time.Since(t0) > 5*time.Second {
+		t.Fatalf("API down: %v after %s", err, time.Since(t0))
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("left under the root: %v", ents)
+	}
+}
+
+// A pull slower than Wait answers Unavailable with its progress and goes
+// on; the kubelet's retry finds it done.
+func TestRestorePullAnswersRetryableWhileSlow(t *testing.T) {
+	r := newTestRegistry(t)
+	root, ref := pushed(t, r)
+	release := make(chan struct{})
+	var once sync.Once
+	r.tr.rewrite = func(req *http.Request, b []byte) []byte {
+		if len(b) > 200<<10 {
+			<-release
+		}
+		return b
+	}
+	p := puller(r, root, func(c *RestorePullConfig) { c.Wait = 200 * time.Millisecond })
+	defer once.Do(func() { close(release) })
+	_, err := p.Pull(context.Background(), "default", "web", "uid", ref)
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "kubelet retries") {
+		t.Fatalf("slow pull: %v", err)
+	}
+	once.Do(func() { close(release) })
+	var dir string
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if dir, err = p.Pull(context.Background(), "default", "web", "uid", ref); err == nil {
+			break
+		}
+	}
+	if err != nil || !strings.HasPrefix(dir, criu.PulledDirPrefix) {
+		t.Fatalf("retry after the pull: %q %v", dir, err)
+	}
+}
+
+// A registry that wants credentials gets the pod's secret's, and refuses
+// a pull without them.
+func TestRestorePullUsesPodSecret(t *testing.T) {
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("u:p")) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	r := &testRegistry{host: strings.TrimPrefix(srv.URL, "http://"), tr: &countingTransport{rt: http.DefaultTransport}}
+	src := twoContainers(t, t.TempDir(), "src")
+	creds := authsKeychain{r.host: {Username: "u", Password: "p"}}
+	p0, err := Push(context.Background(), src, r.ref("cp/web:v1"), Registry{PlainHTTP: true, Transport: r.tr, Keychain: creds}, nil)
+	must(t, err)
+	root := t.TempDir()
+	cs := podAPI(t, dockerSecret("pull", r.host, "u", "p"))
+	withSecret := puller(r, root, func(c *RestorePullConfig) {
+		c.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
+			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, "n1", ns, pod, uid, discard())
+		}
+	})
+	if _, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid-new", p0.Ref); err == nil {
+		t.Fatal("pulled without credentials")
+	}
+	if _, err := withSecret.Pull(context.Background(), "default", "web", "uid-new", p0.Ref); err != nil {
+		t.Fatalf("with the pod's secret: %v", err)
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func registryResource(repo string) (authn.Resource, error) { return name.NewRepository(repo) }

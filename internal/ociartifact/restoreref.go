@@ -1,0 +1,71 @@
+package ociartifact
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+// Allowed is one registry of the operator's allow-list ([checkpoint]
+// registries): the only registries a restore from an image reference, which
+// a pod names, may make the node connect to.
+type Allowed struct {
+	// Host is the registry as references spell it: host or host:port.
+	Host string
+	// PlainHTTP allows plain HTTP; only for a loopback host.
+	PlainHTTP bool
+	// CAFile is a PEM bundle trusted for this registry besides the system roots.
+	CAFile string
+}
+
+// repoComponent is a path component of a repository name (OCI distribution
+// spec, "Pulling manifests").
+var repoComponent = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
+
+// maxRefLen bounds a reference a pod names (a registry host, a repository of
+// up to 255 characters, a digest).
+const maxRefLen = 512
+
+// ParseRestoreRef parses a restore's image reference, which a pod controls:
+// it must spell out its registry host, name the image index by sha256
+// digest (a tag may move; the digest is what is verified and what names
+// the pulled directory), and its registry must be in allow. The error is
+// of errdefs' InvalidArgument (malformed) or PermissionDenied (not allowed).
+func ParseRestoreRef(s string, allow []Allowed) (name.Digest, Allowed, error) {
+	if len(s) > maxRefLen {
+		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference of %d characters, at most %d", errdefs.ErrInvalidArgument, len(s), maxRefLen)
+	}
+	host, _, ok := strings.Cut(s, "/")
+	if !ok || !(strings.ContainsAny(host, ".:") || host == "localhost") {
+		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q must begin with its registry host (host[:port]/repository@sha256:<digest>)", errdefs.ErrInvalidArgument, s)
+	}
+	d, err := name.NewDigest(s, name.StrictValidation)
+	if err != nil {
+		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q must name the image by digest (host[:port]/repository@sha256:<64 hex digits>): %v", errdefs.ErrInvalidArgument, s, err)
+	}
+	hex, ok := strings.CutPrefix(d.DigestStr(), "sha256:")
+	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: the digest must be sha256:<64 lowercase hex digits>", errdefs.ErrInvalidArgument, s)
+	}
+	for _, c := range strings.Split(d.Context().RepositoryStr(), "/") {
+		if !repoComponent.MatchString(c) {
+			return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: repository component %q is not of the distribution spec's form [a-z0-9]+((.|_|__|-+)[a-z0-9]+)*", errdefs.ErrInvalidArgument, s, c)
+		}
+	}
+	reg := d.Context().RegistryStr()
+	if !strings.EqualFold(reg, host) {
+		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: registry %q is spelt %q (use the registry's own name)", errdefs.ErrInvalidArgument, s, reg, host)
+	}
+	for _, a := range allow {
+		if strings.EqualFold(a.Host, reg) {
+			return d, a, nil
+		}
+	}
+	if len(allow) == 0 {
+		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: this node restores from no registry (its [checkpoint] registries allow-list is empty)", errdefs.ErrPermissionDenied, s)
+	}
+	return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: registry %q is not in this node's [checkpoint] registries allow-list", errdefs.ErrPermissionDenied, s, reg)
+}

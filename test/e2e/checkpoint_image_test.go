@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+)
+
+// shimAsNodeWithRegistry is shimAsNode with the loopback registry in the
+// shim's allow-list; it returns the clients and the registry's address.
+func shimAsNodeWithRegistry(t *testing.T) (kubernetes.Interface, string) {
+	t.Helper()
+	cs := needAPIServer(t)
+	addr := startRegistry(t)
+	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nplain_http = true\n",
+		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"], addr))
+	apiKubelet(t, cs)
+	return cs, addr
+}
+
+// runningSecret waits for ns/name to run and log one secret, and returns it.
+func runningSecret(t *testing.T, cs kubernetes.Interface, ns, name string, timeout time.Duration) string {
+	t.Helper()
+	waitPod(t, cs, ns, name, timeout, name+" Running", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	return loggedSecret(t, ns, name, 5)
+}
+
+// loggedSecret waits until pod ns/name has logged one secret at least n
+// times and returns it.
+func loggedSecret(t *testing.T, ns, name string, n int) string {
+	t.Helper()
+	var secret string
+	eventually(t, 30*time.Second, fmt.Sprintf("%s logging its secret %d times", name, n), func() error {
+		s, last, _ := secretLog(t, ns, name)
+		if len(s) != 1 || last < n {
+			return fmt.Errorf("secrets %v, counter %d", s, last)
+		}
+		for k := range s {
+			secret = k
+		}
+		return nil
+	})
+	return secret
+}
+
+// pushedPod checkpoints the running pod ns/name with the CLI, pushes it to
+// the loopback registry and returns the pushed reference by digest.
+func pushedPod(t *testing.T, addr, ns, name, repo string) string {
+	t.Helper()
+	cp := "e2e-img-" + strings.ReplaceAll(ns, ".", "-")
+	shimRun(t, "checkpoint", "--namespace", ns, "--pod", name, "--name", cp)
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp)) })
+	out, _, _ := shimRun(t, "checkpoint", "push", cp, addr+"/"+repo+":v1", "--plain-http", "-o", "json")
+	var pushed struct{ Ref string }
+	if err := json.Unmarshal([]byte(out), &pushed); err != nil || !strings.Contains(pushed.Ref, "@sha256:") {
+		t.Fatalf("push -o json: %v: %q", err, out)
+	}
+	return pushed.Ref
+}
+
+// Issue 17, item 2, on the real node: a pod whose restore-from is an image
+// reference by digest comes up with the checkpointed process (the node
+// pulls it into oci-<digest>, reading the pod's image pull secrets as the
+// node); a pod of another namespace naming it and a reference to a registry
+// outside the allow-list stay Pending with precise events; the pulled
+// directory goes with the pod.
+func TestRestoreFromImageReference(t *testing.T) {
+	cs, addr := shimAsNodeWithRegistry(t)
+	ns := testNamespace(t, cs, "e2e-img")
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	secret := runningSecret(t, cs, ns, "src", 2*time.Minute)
+	ref := pushedPod(t, addr, ns, "src", "e2e/img-"+ns)
+	t.Logf("pushed %s", ref)
+
+	// An image pull secret the pod names is read as the node (Node authorizer).
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctxT(t, 10*time.Second), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "regcred"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(fmt.Sprintf(`{"auths":{%q:{"username":"u","password":"p"}}}`, addr))},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	restored := secretAPIPod("restored", ref)
+	restored.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
+	t0 := time.Now()
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), restored, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := runningSecret(t, cs, ns, "restored", 3*time.Minute); got != secret {
+		t.Fatalf("restored pod logs secret %s, the source's is %s", got, secret)
+	}
+	t.Logf("restored from %s: Running with the source's memory %.1fs after it was created", ref, time.Since(t0).Seconds())
+	pulled := filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(ref[len(ref)-64:]))
+	if _, err := criu.ReadManifest(pulled); err != nil {
+		t.Fatalf("pulled checkpoint: %v", err)
+	}
+
+	// Another namespace: the binding holds for the pulled manifest.
+	other := testNamespace(t, cs, "e2e-img-other")
+	if _, err := cs.CoreV1().Pods(other).Create(ctxT(t, 10*time.Second), secretAPIPod("thief", ref), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("other namespace: %s", sandboxEvent(t, cs, other, "thief", "no checkpoint that a pod of namespace"))
+	stillPending(t, cs, other, "thief", secret)
+
+	// A registry outside the allow-list is never contacted.
+	far := "127.0.0.2:5999/e2e/img@" + ref[strings.LastIndex(ref, "@")+1:]
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("far", far), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("registry not allowed: %s", sandboxEvent(t, cs, ns, "far", "is not in this node's [checkpoint] registries allow-list"))
+	stillPending(t, cs, ns, "far", secret)
+
+	// The pulled checkpoint goes with the last pod using it.
+	if err := cs.CoreV1().Pods(ns).Delete(ctxT(t, 10*time.Second), "restored", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the pulled checkpoint removed with its pod", func() error {
+		if _, err := os.Stat(pulled); !os.IsNotExist(err) {
+			return fmt.Errorf("%s: %v", pulled, err)
+		}
+		return nil
+	})
+}
