@@ -190,8 +190,8 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 	if pc == nil {
 		return nil
 	}
-	if h := pc.Status.NodeName; h != "" && h != r.cfg.Node {
-		return nil // another node's
+	if h := pc.Status.NodeName; h != "" && h != r.cfg.Node || pc.Spec.SourcePodName == "" {
+		return nil // another node's, or a registry's (spec.sourceImage)
 	}
 	r.mu.Lock()
 	// The pod's checkpoint in flight is this object's (spec is immutable).

@@ -153,7 +153,7 @@ func TestSourcePodGone(t *testing.T) {
 }
 
 // An object naming a pod this node does not run is left alone, as is an
-// object another node holds.
+// object another node holds and one naming a registry's checkpoint.
 func TestOthersObjectsLeftAlone(t *testing.T) {
 	e := newEnv(t)
 	e.run(t)
@@ -163,6 +163,10 @@ func TestOthersObjectsLeftAlone(t *testing.T) {
 	theirs := object("ns", "theirs", "web")
 	theirs.Status.NodeName = "node-b"
 	e.create(theirs)
+	img := object("ns", "img", "")
+	img.Spec.SourceImage = "127.0.0.1:5000/cp/web@sha256:" + strings.Repeat("a", 64)
+	img.Status.NodeName = "node-a"
+	e.create(img)
 	time.Sleep(200 * time.Millisecond)
 	if r := e.api.reasons(); len(r) != 0 || e.ck.count() != 0 {
 		t.Errorf("wrote %v, checkpointed %d times", r, e.ck.count())

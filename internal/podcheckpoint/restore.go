@@ -57,7 +57,7 @@ func NewRestores(node string, ev EventSink) *Restores {
 func (r *Restores) connect(v *restoreView) { r.view.Store(v) }
 
 // Resolve returns the checkpoint directory (under the checkpoint root) of the
-// PodCheckpoint name in namespace ns for the pod ns/pod with UID uid, or why
+// PodCheckpoint name in namespace ns, or its spec.sourceImage, for the pod ns/pod with UID uid, or why
 // the pod cannot be restored from it yet, starting with KEP-5823's reason,
 // which is also reported as a Warning event of the pod.
 func (r *Restores) Resolve(ns, pod, uid, name string) (string, error) {
@@ -80,6 +80,12 @@ func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
 		if pc, err = r.fetch(v, ns, name); err != nil {
 			return "", err
 		}
+	}
+	if pc.Spec.SourceImage != "" {
+		// A checkpoint in a registry: the criu service pulls it under the
+		// node's registry allow-list and the namespace binding; there is no
+		// template to compare.
+		return pc.Spec.SourceImage, nil
 	}
 	if pc.Status.NodeName != r.node && pc.Status.NodeName != "" {
 		return "", fmt.Errorf("CheckpointWrongNode: PodCheckpoint %q is on node %q, this is node %q", name, pc.Status.NodeName, r.node)

@@ -104,4 +104,14 @@ func TestResolveRestore(t *testing.T) {
 	// Another namespace's object is not found from this one.
 	_, err = r.Resolve("other", "restored", "u2", "cp")
 	wantReason(t, "other namespace", err, "CheckpointNotReady")
+
+	// An object naming an image resolves to the reference, whatever its
+	// status, on any node: the pull applies the registry and namespace rules.
+	img := "127.0.0.1:5000/cp/web@sha256:" + strings.Repeat("a", 64)
+	fromImage := &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "img"}, Spec: cpv1.PodCheckpointSpec{SourceImage: img}}
+	fromImage.Status.NodeName = "node-b"
+	objs["ns/img"] = fromImage
+	if got, err := r.Resolve("ns", "restored", "u2", "img"); err != nil || got != img {
+		t.Errorf("object with sourceImage: %q, %v, want %s", got, err, img)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
 // shimAsNodeWithRegistry is shimAsNode with the loopback registry in the
@@ -77,8 +78,9 @@ func pushedPod(t *testing.T, addr, ns, name, repo string) string {
 // reference by digest comes up with the checkpointed process (the node
 // pulls it into oci-<digest>, reading the pod's image pull secrets as the
 // node); a pod of another namespace naming it and a reference to a registry
-// outside the allow-list stay Pending with precise events; the pulled
-// directory goes with the pod.
+// outside the allow-list stay Pending with precise events; a PodCheckpoint
+// whose spec.sourceImage is the reference restores a pod by its name; the
+// pulled directory goes with the pods.
 func TestRestoreFromImageReference(t *testing.T) {
 	cs, addr := shimAsNodeWithRegistry(t)
 	ns := testNamespace(t, cs, "e2e-img")
@@ -127,9 +129,33 @@ func TestRestoreFromImageReference(t *testing.T) {
 	t.Logf("registry not allowed: %s", sandboxEvent(t, cs, ns, "far", "is not in this node's [checkpoint] registries allow-list"))
 	stillPending(t, cs, ns, "far", secret)
 
-	// The pulled checkpoint goes with the last pod using it.
-	if err := cs.CoreV1().Pods(ns).Delete(ctxT(t, 10*time.Second), "restored", metav1.DeleteOptions{}); err != nil {
+	// A PodCheckpoint naming the image is restored by name.
+	pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
+	fromImage := &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "from-img"}, Spec: cpv1.PodCheckpointSpec{SourceImage: ref}}
+	if _, err := pcs.Create(ctxT(t, 10*time.Second), fromImage); err != nil {
 		t.Fatal(err)
+	}
+	bad := fromImage.DeepCopy()
+	bad.Name, bad.Spec.SourceImage = "by-tag", addr+"/e2e/img:v1"
+	_, err := pcs.Create(ctxT(t, 10*time.Second), bad)
+	wantInvalid(t, "sourceImage by tag", err, "spec.sourceImage")
+	bad.Name, bad.Spec.SourceImage, bad.Spec.SourcePodName = "both", ref, "src"
+	_, err = pcs.Create(ctxT(t, 10*time.Second), bad)
+	wantInvalid(t, "sourceImage and sourcePodName", err, "exactly one of spec.sourcePodName and spec.sourceImage")
+	t0 = time.Now()
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("by-name", "from-img"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := runningSecret(t, cs, ns, "by-name", 3*time.Minute); got != secret {
+		t.Fatalf("pod restored from PodCheckpoint from-img logs secret %s, the source's is %s", got, secret)
+	}
+	t.Logf("restored by the name of a PodCheckpoint with spec.sourceImage: Running %.1fs after it was created", time.Since(t0).Seconds())
+
+	// The pulled checkpoint goes with the last pod using it.
+	for _, p := range []string{"restored", "by-name"} {
+		if err := cs.CoreV1().Pods(ns).Delete(ctxT(t, 10*time.Second), p, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	eventually(t, 3*time.Minute, "the pulled checkpoint removed with its pod", func() error {
 		if _, err := os.Stat(pulled); !os.IsNotExist(err) {

@@ -25,9 +25,12 @@ type PodCheckpoint struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec names the pod to checkpoint. It is immutable after creation.
+	// spec names the pod to checkpoint, or a checkpoint in a registry. It is
+	// immutable after creation.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+	// +kubebuilder:validation:XValidation:rule="has(self.sourcePodName) != has(self.sourceImage)",message="exactly one of spec.sourcePodName and spec.sourceImage must be set"
+	// +kubebuilder:validation:XValidation:rule="!has(self.sourceImage) || (!has(self.sourcePodUID) && !has(self.timeoutSeconds))",message="spec.sourcePodUID and spec.timeoutSeconds belong to spec.sourcePodName"
 	Spec PodCheckpointSpec `json:"spec"`
 
 	// status is written by the node that runs the source pod; read-only for users.
@@ -45,15 +48,29 @@ type PodCheckpointList struct {
 	Items           []PodCheckpoint `json:"items"`
 }
 
-// PodCheckpointSpec names the pod to checkpoint and bounds the operation.
+// PodCheckpointSpec names the pod to checkpoint and bounds the operation,
+// or names a pod checkpoint in a registry.
 type PodCheckpointSpec struct {
 	// sourcePodName is the name of the running pod, in the PodCheckpoint's
-	// namespace, to checkpoint. Required (KEP-5823 alpha).
-	// +required
+	// namespace, to checkpoint (KEP-5823). Exactly one of sourcePodName and
+	// sourceImage is set.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	SourcePodName string `json:"sourcePodName"`
+	SourcePodName string `json:"sourcePodName,omitempty"`
+
+	// sourceImage names a pod checkpoint in a registry, by digest
+	// (host[:port]/repository@sha256:<64 hex>), instead of a pod to
+	// checkpoint: no node takes a checkpoint for it, and a pod naming the
+	// object in checkpoint.cri-shim.io/restore-from is restored from the
+	// image by the node that runs it (docs/checkpoint-oci.md: that node's
+	// registry allow-list, the pod's image pull secrets, the namespace
+	// binding).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[a-z0-9.:\[\]-]+/[^@\s]+@sha256:[0-9a-f]{64}$`
+	SourceImage string `json:"sourceImage,omitempty"`
 
 	// sourcePodUID, if set, pins the checkpoint to that pod instance: a live
 	// pod of the same name with another UID fails it (SourcePodReplaced).
