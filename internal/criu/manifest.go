@@ -144,6 +144,17 @@ func (m *Manifest) Container(name string) (ContainerEntry, bool) {
 	return ContainerEntry{}, false
 }
 
+// exitedEntry is the entry of a container that had exited when the pod was
+// captured, nil if name is not one.
+func (m *Manifest) exitedEntry(name string) *ExitedEntry {
+	for i := range m.Exited {
+		if m.Exited[i].Name == name {
+			return &m.Exited[i]
+		}
+	}
+	return nil
+}
+
 // archiveName is where a container's archive lives inside the checkpoint.
 // The name is a DNS-1123 label (CheckContainerName, at checkpoint time and in
 // Validate), so it is one safe path element; openArchive still confines the

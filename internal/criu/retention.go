@@ -40,7 +40,7 @@ func List(root string) (out []Stored, problems []string) {
 
 // retain applies max_per_pod and max_total_bytes to the managed checkpoints,
 // oldest first, never removing keep (the one just written) nor a checkpoint a
-// warm start is still reading.
+// warm start or a warm restart is still reading.
 func (s *Service) retain(keep string) {
 	if s.cfg.MaxPerPod == 0 && s.cfg.MaxTotalBytes == 0 {
 		return
@@ -50,6 +50,9 @@ func (s *Service) retain(keep string) {
 	inUse := map[string]bool{}
 	for _, w := range s.warm {
 		inUse[w.Dir] = true
+	}
+	for dir := range s.restoring {
+		inUse[dir] = true
 	}
 	s.mu.Unlock()
 	var managed []Stored

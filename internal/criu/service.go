@@ -92,6 +92,9 @@ type Service struct {
 
 	mu   sync.Mutex
 	warm map[string]*warmPod // sandbox ID -> warm start in progress
+	// restoring counts the warm restarts reading each checkpoint directory
+	// (warm_restart.go); retention leaves those alone.
+	restoring map[string]int
 	// jobs and jobsByOut hold the sandboxes and output directories of
 	// checkpoints in progress or still finishing after their call returned
 	// (jobs.go).

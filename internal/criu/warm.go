@@ -290,35 +290,15 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		err := s.noCheckpoint(w.Dir, ns, fmt.Errorf("warm start of sandbox %s: checkpoint of namespace %q", short(w.SandboxID), w.m.Pod.Namespace))
 		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %s %q: %v", name, RestoreFromAnnotation, w.Checkpoint, err)
 	}
-	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
-	how := ""
-	if e, ok := w.m.Container(name); ok {
-		if !s.imageMatches(ctx, req.GetConfig().GetImage(), e) {
-			return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
-				name, req.GetConfig().GetImage().GetImage(), e.Image, w.Checkpoint)
-		}
-		archive, err := archivePath(w.Dir, e)
-		if err != nil {
-			return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q cannot warm-start it: %v", name, w.Checkpoint, err)
-		}
-		r.Config = restoredConfig(req.GetConfig(), archive, e)
-		how = "restored"
-	} else if x := w.exited(name); x != nil && x.ExitCode == 0 && s.cfg.ShimBinary != "" {
-		c := r.Config
-		c.Mounts = append(c.Mounts, &runtimeapi.Mount{ContainerPath: CompletedMountPath, HostPath: s.cfg.ShimBinary, Readonly: true})
-		c.Command = []string{CompletedMountPath}
-		c.Args = []string{"completed", name, w.Checkpoint}
-		c.WorkingDir = "/"
-		if restartCount(c.Annotations) < x.RestartCount {
-			if c.Annotations == nil {
-				c.Annotations = map[string]string{}
-			}
-			c.Annotations[restartCountAnnotation] = strconv.Itoa(x.RestartCount)
-		}
-		how = "completed before the checkpoint; run as a no-op"
-	} else {
+	cfg, how, err := s.warmConfig(ctx, req.GetConfig(), name, w.Checkpoint, w.Dir, w.m)
+	if err != nil {
+		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %v", name, err)
+	}
+	if cfg == nil {
 		return next(ctx, req)
 	}
+	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
+	r.Config = cfg
 	resp, err := next(ctx, r)
 	if err != nil {
 		return nil, err
@@ -344,6 +324,42 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	return resp, nil
 }
 
+// warmConfig is cfg rewritten to start container name from checkpoint cp (in
+// dir, already confined; m its manifest): restored from its archive, or, for
+// a container that had completed before the checkpoint, run as a no-op
+// through the shim's own binary. It is nil when the checkpoint has nothing
+// for the container (it starts fresh), and an error when it has but cannot
+// be used. how says which, for the log.
+func (s *Service) warmConfig(ctx context.Context, cfg *runtimeapi.ContainerConfig, name, cp, dir string, m *Manifest) (*runtimeapi.ContainerConfig, string, error) {
+	if e, ok := m.Container(name); ok {
+		if !s.imageMatches(ctx, cfg.GetImage(), e) {
+			return nil, "", fmt.Errorf("image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
+				cfg.GetImage().GetImage(), e.Image, cp)
+		}
+		archive, err := archivePath(dir, e)
+		if err != nil {
+			return nil, "", fmt.Errorf("checkpoint %q cannot warm-start it: %v", cp, err)
+		}
+		return restoredConfig(cfg, archive, e), "restored", nil
+	}
+	x := m.exitedEntry(name)
+	if x == nil || x.ExitCode != 0 || s.cfg.ShimBinary == "" {
+		return nil, "", nil
+	}
+	c := proto.Clone(cfg).(*runtimeapi.ContainerConfig)
+	c.Mounts = append(c.Mounts, &runtimeapi.Mount{ContainerPath: CompletedMountPath, HostPath: s.cfg.ShimBinary, Readonly: true})
+	c.Command = []string{CompletedMountPath}
+	c.Args = []string{"completed", name, cp}
+	c.WorkingDir = "/"
+	if restartCount(c.Annotations) < x.RestartCount {
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[restartCountAnnotation] = strconv.Itoa(x.RestartCount)
+	}
+	return c, "completed before the checkpoint; run as a no-op", nil
+}
+
 // undoUnrecorded removes what a warm-start step created when its record could
 // not be made durable, under a fresh context (the caller's may be ending).
 func (s *Service) undoUnrecorded(what, id string, undo func(context.Context) error) {
@@ -352,15 +368,6 @@ func (s *Service) undoUnrecorded(what, id string, undo func(context.Context) err
 	if err := undo(ctx); err != nil && !isNotFound(err) {
 		s.log.Error("checkpoint: removing a warm-start "+what+" whose record could not be written", what, id, "err", err)
 	}
-}
-
-func (w *warmPod) exited(name string) *ExitedEntry {
-	for i := range w.m.Exited {
-		if w.m.Exited[i].Name == name {
-			return &w.m.Exited[i]
-		}
-	}
-	return nil
 }
 
 // forgetWarm drops the warm-start record of a sandbox, if it has one: the

@@ -85,6 +85,9 @@ type Manager struct {
 
 	// observer hears of restarts (observer.go); noObserver when none.
 	observer Observer
+
+	// warm restores replayed containers of pods that ask for it (warm.go); nil: none.
+	warm WarmSource
 }
 
 // EventsFrom tells the manager which event feed delivers exits to OnEvent, so

@@ -13,6 +13,7 @@ type metrics struct {
 	delay      prometheus.Histogram
 	problems   prometheus.Counter
 	reused     prometheus.Counter
+	warm       *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -37,10 +38,13 @@ func newMetrics() *metrics {
 		reused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_exited_status_reused_total", Help: "ContainerStatus calls for exited instances of governed containers answered with the runtime's kept answer, without a round trip.",
 		}),
+		warm: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_warm_restarts_total", Help: "Containers of pods asking for warm restarts started again in place, by result: restored from the pod's checkpoint, or cold.",
+		}, []string{"result"}),
 	}
 }
 
 // Collectors are the manager's metrics, for the shim's registry.
 func (m *Manager) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers, m.metrics.reused}
+	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers, m.metrics.reused, m.metrics.warm}
 }

@@ -14,6 +14,9 @@ type Observer interface {
 	RestartStarted(pod PodRef, t Trigger)
 	// RestartEnded: the restart t started is over, with outcome.
 	RestartEnded(pod PodRef, t Trigger, outcome Outcome)
+	// WarmRestart: a container of a pod that asks for warm restarts was
+	// restored from a checkpoint, or started cold (r.Cold says why).
+	WarmRestart(pod PodRef, r WarmResult)
 }
 
 // PodRef names the pod an Observer hears about.
@@ -44,6 +47,7 @@ type noObserver struct{}
 
 func (noObserver) RestartStarted(PodRef, Trigger)        {}
 func (noObserver) RestartEnded(PodRef, Trigger, Outcome) {}
+func (noObserver) WarmRestart(PodRef, WarmResult)        {}
 
 // PodState is a tracked pod's restart state, for an observer that catches
 // up (Snapshot): what it heard before the shim restarted may not have

@@ -165,13 +165,21 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	if err != nil {
 		return "", err
 	}
-	resp, err := m.rt.CreateContainer(ctx, req)
+	create, ws := m.warmRequest(ctx, p, name, req)
+	if ws != nil {
+		defer ws.Release()
+	}
+	resp, err := m.rt.CreateContainer(ctx, create)
 	if err != nil {
 		// req now carries this attempt; the retry starts again from the
 		// recorded request, so a failed create does not skip an attempt.
 		m.mu.Lock()
 		delete(p.createReq, name)
 		m.mu.Unlock()
+		if ws != nil && ctx.Err() == nil && !m.stopping() {
+			m.warmCold(p, name, "creating the container from checkpoint "+ws.Checkpoint+" failed: "+err.Error())
+			return m.replayOne(ctx, sandboxID, name)
+		}
 		return "", fmt.Errorf("create %q again: %w", name, err)
 	}
 	id := resp.ContainerId
@@ -202,9 +210,32 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	m.mu.Unlock()
 	// Just created: no need to ask its state before starting it.
 	if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		if ws != nil && ctx.Err() == nil && !m.stopping() {
+			return m.coldAfterFailedRestore(ctx, p, sandboxID, name, id, ws, err)
+		}
 		return id, fmt.Errorf("start restarted container %s: %w", id, err)
 	}
+	if ws != nil {
+		m.warmStarted(p, name, ws)
+	}
 	return id, nil
+}
+
+// coldAfterFailedRestore removes a container whose restore from a checkpoint
+// failed at its start and creates it again cold. The failed instance never
+// ran and was never shown; once it is gone and forgotten, the replay goes on
+// as if it had not been made.
+func (m *Manager) coldAfterFailedRestore(ctx context.Context, p *Pod, sandboxID, name, id string, ws *WarmStart, startErr error) (string, error) {
+	if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && status.Code(err) != codes.NotFound {
+		return id, fmt.Errorf("restore of %s from checkpoint %s failed (%v); removing it: %w", name, ws.Checkpoint, startErr, err)
+	}
+	m.mu.Lock()
+	delete(p.New, id)
+	delete(p.IDs, id)
+	delete(m.byID, id)
+	m.mu.Unlock()
+	m.warmCold(p, name, "restoring from checkpoint "+ws.Checkpoint+" failed: "+startErr.Error())
+	return m.replayOne(ctx, sandboxID, name)
 }
 
 // sandboxReady reports whether the runtime lists the sandbox as ready; err

@@ -133,6 +133,9 @@ type Pod struct {
 	// pod's executor reads and changes the requests; recordCreate drops an
 	// entry when the kubelet creates the container again.
 	createReq map[string]*runtimeapi.CreateContainerRequest
+	// warmFailed are the containers whose warm restart failed in the
+	// restart in progress: they start cold (warm.go). Cleared at the swap.
+	warmFailed map[string]bool
 }
 
 // SeqEntry is one container of the pod's start order.

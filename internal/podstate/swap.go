@@ -64,7 +64,7 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 			delete(p.shownRunning, id)
 		}
 	}
-	p.Old, p.Fake, p.New, p.LastError, p.Creating = nil, nil, nil, "", ""
+	p.Old, p.Fake, p.New, p.LastError, p.Creating, p.warmFailed = nil, nil, nil, "", "", nil
 	var err error
 	for _, s := range exited {
 		if _, err = m.classifyLocked(s); err != nil {

@@ -226,6 +226,20 @@ func (r *Reporter) RestartEnded(p podstate.PodRef, t podstate.Trigger, out podst
 		fmt.Sprintf("containers running again after container %s exited with code %d", t.Container, t.ExitCode))
 }
 
+// WarmRestart: an event for each container of a pod asking for warm
+// restarts, restored from its checkpoint (Normal) or started cold (Warning,
+// with the reason).
+func (r *Reporter) WarmRestart(p podstate.PodRef, w podstate.WarmResult) {
+	pod := ref(p)
+	if w.Cold != "" {
+		r.event(pod, corev1.EventTypeWarning, "WarmRestartFallback", "Cold start ("+w.Container+")",
+			fmt.Sprintf("container %s started cold: %s", w.Container, w.Cold))
+		return
+	}
+	r.event(pod, corev1.EventTypeNormal, "WarmRestarted", "Restore ("+w.Container+")",
+		fmt.Sprintf("container %s restored from checkpoint %s, taken %s before", w.Container, w.Checkpoint, w.Age.Round(time.Second)))
+}
+
 // annotated reports whether the pod carries annotations the admission
 // policy adds the readiness gate for.
 func annotated(ann map[string]string) bool {

@@ -244,3 +244,23 @@ func TestCatchUpWritesConditionsOfTrackedPods(t *testing.T) {
 		t.Fatalf("a pod that never restarted all: %v, events %v", w.conds, w.events)
 	}
 }
+
+// A warm restart is told as an event: Normal with the checkpoint and its
+// age when restored, Warning with the reason when the container started cold.
+func TestWarmRestartEvents(t *testing.T) {
+	r, w := reporter(ownerShim)
+	r.WarmRestart(pod, podstate.WarmResult{Container: "main", Checkpoint: "cp1", Age: 90 * time.Second})
+	r.WarmRestart(pod, podstate.WarmResult{Container: "main", Cold: "the pod has no checkpoint"})
+	if got := w.reasons(); got != "Normal/WarmRestarted Warning/WarmRestartFallback" {
+		t.Fatalf("events %s", got)
+	}
+	if n := w.events[0].Note; n != "container main restored from checkpoint cp1, taken 1m30s before" {
+		t.Errorf("note %q", n)
+	}
+	if n := w.events[1].Note; n != "container main started cold: the pod has no checkpoint" {
+		t.Errorf("note %q", n)
+	}
+	if len(w.conds) != 0 {
+		t.Errorf("conditions written: %v", w.conds)
+	}
+}

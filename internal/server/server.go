@@ -149,6 +149,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	mc.Registry.MustRegister(checkpoints.Collectors()...)
+	// In-place restarts of pods that ask for it start from their latest checkpoint.
+	pods.WarmFrom(func(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*podstate.WarmStart, error) {
+		w, err := checkpoints.WarmRestartRequest(ctx, req)
+		if w == nil {
+			return nil, err
+		}
+		return &podstate.WarmStart{Request: w.Request, Checkpoint: w.Checkpoint, CheckpointedAt: w.CheckpointedAt, Release: w.Release}, nil
+	})
 	channels, err := podmgmt.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, st, pods, log)
 	if err != nil {
 		return fmt.Errorf("pod management: %w", err)

@@ -1,0 +1,132 @@
+package podstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// warmSource answers every replayed container with a restore from
+// checkpoint "cp" (its image "archive:<name>"), or with err; it counts
+// releases.
+type warmSource struct {
+	err      error
+	asked    []string
+	released int
+}
+
+func (s *warmSource) source(_ context.Context, req *runtimeapi.CreateContainerRequest) (*WarmStart, error) {
+	s.asked = append(s.asked, req.GetConfig().GetMetadata().GetName())
+	if s.err != nil {
+		return nil, s.err
+	}
+	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
+	r.Config.Image = &runtimeapi.ImageSpec{Image: "archive:" + req.GetConfig().GetMetadata().GetName()}
+	r.Config.Annotations["test.restored-from"] = "cp" // kept by the fake runtime's status, unlike the image
+	return &WarmStart{Request: r, Checkpoint: "cp", CheckpointedAt: time.Now().Add(-time.Minute), Release: func() { s.released++ }}, nil
+}
+
+func (o *recordingObserver) WarmRestart(p PodRef, r WarmResult) {
+	if r.Cold != "" {
+		o.heard = append(o.heard, fmt.Sprintf("cold %s %s: %s", p.Name, r.Container, r.Cold))
+		return
+	}
+	o.heard = append(o.heard, fmt.Sprintf("warm %s %s from %s", p.Name, r.Container, r.Checkpoint))
+}
+
+// warmPod: a pod whose main container has a Restart rule, with src as the
+// manager's warm source; main has exited with 1 and been classified.
+func warmPod(t *testing.T, src *warmSource) (kubelet, string, *recordingObserver) {
+	rt := newFakeRT()
+	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	o := &recordingObserver{}
+	k.m.Observe(o)
+	k.m.WarmFrom(src.source)
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	id := k.start(sb, "main")
+	k.rt.exit(id, 1)
+	k.status(id)
+	return k, sb, o
+}
+
+// The replayed container is created from the warm request, the record keeps
+// the cold one (the next restart asks again), and the observer hears it.
+func TestWarmRestartCreatesFromTheCheckpoint(t *testing.T) {
+	src := &warmSource{}
+	k, sb, o := warmPod(t, src)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	p := k.m.pods[sb]
+	id := p.Latest["main"]
+	if from := k.rt.cs[id].GetAnnotations()["test.restored-from"]; from != "cp" {
+		t.Fatalf("the replayed instance was not created from the warm request (restored-from %q)", from)
+	}
+	var rec runtimeapi.CreateContainerRequest
+	if err := proto.Unmarshal(p.Creates["main"], &rec); err != nil || strings.HasPrefix(rec.GetConfig().GetImage().GetImage(), "archive:") {
+		t.Fatalf("recorded request %v (%v): the warm request replaced the kubelet's", rec.GetConfig().GetImage(), err)
+	}
+	if src.released != 1 || len(src.asked) != 1 {
+		t.Fatalf("asked %v, released %d", src.asked, src.released)
+	}
+	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "warm p main from cp") {
+		t.Fatalf("observer heard %q", got)
+	}
+	if p.Phase != PhaseRunning {
+		t.Fatalf("phase %s", p.Phase)
+	}
+}
+
+// No usable checkpoint: the container starts cold and the observer hears why.
+func TestWarmRestartWithoutACheckpointStartsCold(t *testing.T) {
+	src := &warmSource{err: errors.New("the pod has no checkpoint")}
+	k, sb, o := warmPod(t, src)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: the pod has no checkpoint") {
+		t.Fatalf("observer heard %q", got)
+	}
+	if p := k.m.pods[sb]; p.Phase != PhaseRunning || len(k.rt.created) != 2 {
+		t.Fatalf("phase %s, created %v", p.Phase, k.rt.created)
+	}
+}
+
+// The runtime refuses the warm create: the container is created cold in the
+// same restart, and the next restart tries warm again.
+func TestWarmCreateRefusedStartsColdThenWarmAgain(t *testing.T) {
+	src := &warmSource{}
+	k, sb, o := warmPod(t, src)
+	k.rt.failCreates = 1
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	p := k.m.pods[sb]
+	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: creating the container from checkpoint cp failed") {
+		t.Fatalf("observer heard %q", got)
+	}
+	if p.Phase != PhaseRunning || src.released != 1 {
+		t.Fatalf("phase %s, released %d", p.Phase, src.released)
+	}
+	if from := k.rt.cs[p.Latest["main"]].GetAnnotations()["test.restored-from"]; from != "" {
+		t.Fatal("the cold instance carries the warm request")
+	}
+	if a := k.rt.cs[p.Latest["main"]].Metadata.Attempt; a != 1 {
+		t.Fatalf("cold instance has attempt %d, want 1 (the failed create takes none)", a)
+	}
+	cur := p.Latest["main"]
+	k.rt.exit(cur, 1)
+	k.status(cur)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if len(src.asked) != 2 || !strings.Contains(o.heard[len(o.heard)-2]+o.heard[len(o.heard)-1], "warm p main from cp") {
+		t.Fatalf("second restart: asked %v, heard %v", src.asked, o.heard)
+	}
+}

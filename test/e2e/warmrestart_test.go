@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+)
+
+// warmRestartPod builds its state for 10 s (100 steps of 0.1 s), says
+// "ready", then counts every 0.1 s; a file /tmp/exit makes it exit 42, which
+// its Restart rule turns into an in-place restart of main. It asks for warm
+// restarts.
+func warmRestartPod(name string) string {
+	script := `if [ -f /tmp/ready ]; then echo state-already-built; fi; echo building; i=0; ` +
+		`while [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done; touch /tmp/ready; echo ready; ` +
+		`while true; do i=$((i+1)); echo $i; if [ -f /tmp/exit ]; then rm -f /tmp/exit; echo exiting; exit 42; fi; sleep 0.1; done`
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: default
+  annotations:
+    restart-rules.cri-shim.io/main: '[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]'
+    %s: "true"
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", %q]
+`, name, criu.WarmRestartAnnotation, script)
+}
+
+// logLine is one line of a CRI log file: its time and its text.
+type logLine struct {
+	at   time.Time
+	text string
+}
+
+// logLines reads the log file of the nth instance (0: the kubelet's first)
+// of a pod's container c, whatever its attempt number.
+func logLines(t testing.TB, pod, c string, nth int) []logLine {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "pod-logs", "default_"+pod+"_*", c, "*.log"))
+	attempts := map[int]string{}
+	var ns []int
+	for _, f := range m {
+		if n, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(f), ".log")); err == nil {
+			attempts[n] = f
+			ns = append(ns, n)
+		}
+	}
+	slices.Sort(ns)
+	if nth >= len(ns) {
+		return nil
+	}
+	f, err := os.Open(attempts[ns[nth]])
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []logLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.SplitN(sc.Text(), " ", 4)
+		if len(fs) < 4 {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, fs[0])
+		if err != nil {
+			continue
+		}
+		out = append(out, logLine{at, fs[3]})
+	}
+	return out
+}
+
+func findLine(ls []logLine, pred func(string) bool) (logLine, bool) {
+	for _, l := range ls {
+		if pred(l.text) {
+			return l, true
+		}
+	}
+	return logLine{}, false
+}
+
+func isText(s string) func(string) bool { return func(t string) bool { return t == s } }
+func isNumber(t string) bool            { _, err := strconv.Atoi(t); return err == nil }
+func lastNumber(ls []logLine) (n int) {
+	n = -1
+	for _, l := range ls {
+		if v, err := strconv.Atoi(l.text); err == nil {
+			n = v
+		}
+	}
+	return n
+}
+
+// lastDelay is the backoff delay of the pod's latest restart, from the shim's log.
+func lastDelay(t testing.TB, full string) time.Duration {
+	b, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
+	re := regexp.MustCompile(`"msg":"podstate: restart rule matched".*"pod":"default/` + regexp.QuoteMeta(full) + `".*"delay":(\d+)`)
+	var d time.Duration
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		d = time.Duration(n)
+	}
+	return d
+}
+
+// Issue 17, warm restart, on the real stack: a pod that needs 10 s to build
+// its state and asks for warm restarts. Its first in-place restart has no
+// checkpoint: it starts cold (rebuilding its state) and the shim says why.
+// After 'cri-shim checkpoint', its next restart is restored from that
+// checkpoint: the counter goes on from the checkpointed state, without
+// rebuilding, within a second of the backoff delay.
+func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
+	needKubelet(t)
+	// A name of its own: a static pod's logs outlive a test that failed.
+	name, cp := fmt.Sprintf("warm-rs-%d", time.Now().Unix()%100000), "e2e-warm-restart"
+	full := fullName(name)
+	os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp))
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp)) })
+	m0 := scrapeMetrics(t)
+	placeManifest(t, name, warmRestartPod(name))
+	p := waitRunning(t, name, 90*time.Second, 0, "main")
+	ready := func(attempt int) logLine {
+		var l logLine
+		eventually(t, 60*time.Second, fmt.Sprintf("instance %d of main saying ready", attempt), func() error {
+			var ok bool
+			if l, ok = findLine(logLines(t, full, "main", attempt), isText("ready")); !ok {
+				return fmt.Errorf("not ready")
+			}
+			return nil
+		})
+		return l
+	}
+	first := ready(0)
+	built, _ := findLine(logLines(t, full, "main", 0), isText("building"))
+	t.Logf("first start: state built in %.1fs", first.at.Sub(built.at).Seconds())
+
+	// No checkpoint yet: the restart is cold.
+	execIn(t, p, "main", "touch /tmp/exit")
+	coldReady := ready(1)
+	exit0, ok := findLine(logLines(t, full, "main", 0), isText("exiting"))
+	if !ok {
+		t.Fatal("the first instance of main logged no exit")
+	}
+	coldDelay := lastDelay(t, full)
+	if _, rebuilt := findLine(logLines(t, full, "main", 1), isText("building")); !rebuilt {
+		t.Fatal("the cold restart did not rebuild its state")
+	}
+	b, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
+	if !regexp.MustCompile(`warm restart not possible.*` + regexp.QuoteMeta(full) + `.*has no checkpoint`).Match(b) {
+		t.Fatal("the shim's log does not say why the restart was cold")
+	}
+
+	// A checkpoint of the running pod, well into its counting (a cold start
+	// would count from 101), then the next restart.
+	eventually(t, 30*time.Second, "main counting past 140", func() error {
+		if n := lastNumber(logLines(t, full, "main", 1)); n < 140 {
+			return fmt.Errorf("at %d", n)
+		}
+		return nil
+	})
+	out, err := exec.Command(node.env["SHIM_BIN"], "checkpoint", "--config", node.env["SHIM_CONFIG"],
+		"--namespace", "default", "--pod", full, "--name", cp, "--timeout", "60s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cri-shim checkpoint: %v\n%s", err, out)
+	}
+	atCheckpoint := lastNumber(logLines(t, full, "main", 1))
+	time.Sleep(2 * time.Second)
+	p = waitRunning(t, name, 30*time.Second, 1, "main")
+	execIn(t, p, "main", "touch /tmp/exit")
+	var exit1 logLine
+	eventually(t, 30*time.Second, "the second instance of main exiting", func() error {
+		var ok bool
+		if exit1, ok = findLine(logLines(t, full, "main", 1), isText("exiting")); !ok {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	// containerd's restore copies the checkpointed container's log into the
+	// new instance's log file first: only what comes after the exit is the
+	// restored process's.
+	after := func() []logLine {
+		var out []logLine
+		for _, l := range logLines(t, full, "main", 2) {
+			if l.at.After(exit1.at) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	var resumed logLine
+	eventually(t, 60*time.Second, "the third instance of main counting", func() error {
+		var ok bool
+		if resumed, ok = findLine(after(), isNumber); !ok {
+			return fmt.Errorf("no count yet")
+		}
+		return nil
+	})
+	warmDelay := lastDelay(t, full)
+	atExit := lastNumber(logLines(t, full, "main", 1))
+	got, _ := strconv.Atoi(resumed.text)
+	t.Cleanup(func() {
+		if t.Failed() {
+			m, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "pod-logs", "default_"+full+"_*", "main", "*"))
+			for _, f := range m {
+				b, _ := os.ReadFile(f)
+				ls := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("%s: %d lines, first %q, last %q", filepath.Base(f), len(ls), ls[0], ls[len(ls)-1])
+			}
+			b, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, full) && (strings.Contains(l, "warm") || strings.Contains(l, "checkpoint") || strings.Contains(l, "restore")) {
+					t.Logf("cri-shim.log: %s", l)
+				}
+			}
+		}
+	})
+	if got < 140 || got < atCheckpoint-5 || got >= atExit {
+		t.Fatalf("the restored process counts from %d; the checkpoint was taken at about %d and the instance exited at %d", got, atCheckpoint, atExit)
+	}
+	if _, rebuilt := findLine(after(), func(s string) bool { return s == "building" || s == "state-already-built" }); rebuilt {
+		t.Fatal("the warm restart ran the program from its start")
+	}
+	cold := coldReady.at.Sub(exit0.at)
+	warm := resumed.at.Sub(exit1.at)
+	t.Logf("cold restart: exit to ready %.2fs (backoff %s); warm restart: exit to counting %.2fs (backoff %s), from counter %d (checkpointed at %d, exited at %d)",
+		cold.Seconds(), coldDelay, warm.Seconds(), warmDelay, got, atCheckpoint, atExit)
+	if warm-warmDelay >= time.Second {
+		t.Errorf("warm restart took %.2fs beyond its %s backoff, want under 1 s", (warm - warmDelay).Seconds(), warmDelay)
+	}
+	m1 := scrapeMetrics(t)
+	for res, want := range map[string]float64{"cold": 1, "restored": 1} {
+		k := `cri_shim_warm_restarts_total{result="` + res + `"}`
+		if d := metricValue(m1, k) - max(metricValue(m0, k), 0); d != want {
+			t.Errorf("%s increased by %v, want %v", k, d, want)
+		}
+	}
+}
