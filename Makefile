@@ -52,7 +52,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./internal/events
 	$(GO) test -run '^$$' -fuzz FuzzCheckKey -fuzztime 10s ./internal/store
 	$(GO) test -run '^$$' -fuzz FuzzCheckKubelet -fuzztime 10s ./cmd/cri-shim
-	for f in FuzzParseManifest FuzzConfine FuzzCheckpointOptions FuzzCheckName; do \
+	for f in FuzzParseManifest FuzzConfine FuzzCheckpointOptions FuzzCheckName FuzzParseWarmRestart FuzzParseSchedule; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/criu || exit 1; done
 
 stack:

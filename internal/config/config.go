@@ -91,6 +91,13 @@ type CheckpointConfig struct {
 	MaxPerPod int `toml:"max_per_pod" comment:"Checkpoints kept per pod (those made by 'cri-shim checkpoint'), oldest removed first; 0 keeps all."`
 	// MaxTotalBytes bounds the size of the managed checkpoints; 0 means no bound.
 	MaxTotalBytes int64 `toml:"max_total_bytes" comment:"Total bytes of managed checkpoints, oldest removed first; 0 means no bound."`
+	// MaxBytesPerNamespace bounds the managed checkpoints of each namespace; 0 means no bound.
+	MaxBytesPerNamespace int64 `toml:"max_bytes_per_namespace" comment:"Bytes of managed checkpoints per namespace, oldest removed first; 0 means no bound."`
+	// MinInterval is the shortest checkpoint schedule a pod's
+	// checkpoint.cri-shim.io/interval annotation gets (a pod asking more
+	// often is checkpointed at this interval): each checkpoint freezes the pod
+	// and writes its memory to disk.
+	MinInterval Duration `toml:"min_interval" comment:"Shortest schedule of a pod's checkpoint.cri-shim.io/interval annotation (10s to 24h); shorter requests get this."`
 	// RestoreNamespaceAllow widens the namespace binding of restores: by
 	// default a pod may warm-start (or be restored by RestorePod) only from a
 	// checkpoint of a pod in its own namespace, because a checkpoint holds
@@ -250,6 +257,7 @@ func DefaultConfig() Config {
 			Root:          "/var/lib/cri-shim/checkpoints",
 			MaxPerPod:     3,
 			MaxTotalBytes: 20 << 30,
+			MinInterval:   Duration{5 * time.Minute},
 			PullMaxBytes:  16 << 30,
 			PullTimeout:   Duration{30 * time.Minute},
 			PullWait:      Duration{time.Minute},
@@ -356,6 +364,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Checkpoint.MaxTotalBytes < 0 {
 		bad("checkpoint.max_total_bytes", "must be 0 (no bound) or more, got %d", c.Checkpoint.MaxTotalBytes)
+	}
+	if c.Checkpoint.MaxBytesPerNamespace < 0 {
+		bad("checkpoint.max_bytes_per_namespace", "must be 0 (no bound) or more, got %d", c.Checkpoint.MaxBytesPerNamespace)
+	}
+	if d := c.Checkpoint.MinInterval.Duration; d < 10*time.Second || d > 24*time.Hour {
+		bad("checkpoint.min_interval", "must be from 10s to 24h, got %s", d)
 	}
 	seen := map[NamespacePair]bool{}
 	for i, p := range c.Checkpoint.RestoreNamespaceAllow {

@@ -11,6 +11,7 @@ type metrics struct {
 	restores        *prometheus.CounterVec
 	restoreTime     prometheus.Histogram
 	warmStarts      *prometheus.CounterVec
+	scheduled       *prometheus.CounterVec
 	retentionRemove prometheus.Counter
 }
 
@@ -48,14 +49,18 @@ func newMetrics() *metrics {
 			Name: "cri_shim_pod_warm_starts_total",
 			Help: "Sandboxes the kubelet asked for with the restore-from annotation, by result.",
 		}, []string{"result"}),
+		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_pod_scheduled_checkpoints_total",
+			Help: "Checkpoints taken for pods' checkpoint.cri-shim.io/interval schedules, by result.",
+		}, []string{"result"}),
 		retentionRemove: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_pod_checkpoints_removed_total",
-			Help: "Managed checkpoints removed by retention (max_per_pod, max_total_bytes).",
+			Help: "Managed checkpoints removed by retention (max_per_pod, max_bytes_per_namespace, max_total_bytes, a pod's checkpoint.cri-shim.io/keep).",
 		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.warmStarts, m.retentionRemove}
+		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.retentionRemove}
 }

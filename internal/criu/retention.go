@@ -38,22 +38,17 @@ func List(root string) (out []Stored, problems []string) {
 	return out, problems
 }
 
-// retain applies max_per_pod and max_total_bytes to the managed checkpoints,
+// retain applies max_per_pod, max_bytes_per_namespace and max_total_bytes to
+// the managed checkpoints,
 // oldest first, never removing keep (the one just written) nor a checkpoint a
 // warm start or a warm restart is still reading.
 func (s *Service) retain(keep string) {
-	if s.cfg.MaxPerPod == 0 && s.cfg.MaxTotalBytes == 0 {
+	if s.cfg.MaxPerPod == 0 && s.cfg.MaxTotalBytes == 0 && s.cfg.MaxBytesPerNamespace == 0 {
 		return
 	}
 	all, _ := List(s.cfg.Root)
 	s.mu.Lock()
-	inUse := map[string]bool{}
-	for _, w := range s.warm {
-		inUse[w.Dir] = true
-	}
-	for dir := range s.restoring {
-		inUse[dir] = true
-	}
+	inUse := s.inUseLocked()
 	s.mu.Unlock()
 	var managed []Stored
 	for _, c := range all {
@@ -87,6 +82,32 @@ func (s *Service) retain(keep string) {
 			}
 		}
 	}
+	if max := s.cfg.MaxBytesPerNamespace; max > 0 {
+		perNS := map[string][]Stored{}
+		for _, c := range managed {
+			perNS[c.Manifest.Pod.Namespace] = append(perNS[c.Manifest.Pod.Namespace], c)
+		}
+		for _, cs := range perNS {
+			var total int64
+			for _, c := range cs {
+				if !removed[c.Dir] {
+					total += c.Manifest.SizeBytes
+				}
+			}
+			for _, c := range cs {
+				if total <= max {
+					break
+				}
+				if removed[c.Dir] || c.Dir == keep || inUse[c.Dir] {
+					continue
+				}
+				remove(c, "max_bytes_per_namespace")
+				if removed[c.Dir] {
+					total -= c.Manifest.SizeBytes
+				}
+			}
+		}
+	}
 	if max := s.cfg.MaxTotalBytes; max > 0 {
 		var total int64
 		for _, c := range managed {
@@ -107,4 +128,17 @@ func (s *Service) retain(keep string) {
 			}
 		}
 	}
+}
+
+// inUseLocked are the checkpoint directories a warm start or a warm restart
+// is reading, which retention leaves alone. s.mu held.
+func (s *Service) inUseLocked() map[string]bool {
+	inUse := map[string]bool{}
+	for _, w := range s.warm {
+		inUse[w.Dir] = true
+	}
+	for dir := range s.restoring {
+		inUse[dir] = true
+	}
+	return inUse
 }

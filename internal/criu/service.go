@@ -33,6 +33,10 @@ type Config struct {
 	// MaxPerPod and MaxTotalBytes are the retention of managed checkpoints (0: unbounded).
 	MaxPerPod     int
 	MaxTotalBytes int64
+	// MaxBytesPerNamespace bounds the managed checkpoints of each namespace (0: unbounded).
+	MaxBytesPerNamespace int64
+	// MinInterval is the shortest schedule a pod's IntervalAnnotation gets (schedule.go).
+	MinInterval time.Duration
 	// ShimBinary is the shim's own executable, mounted into a warm-started
 	// init container that had completed, so that it completes again at once
 	// without running its image's code (see warm.go). Empty disables that.

@@ -46,13 +46,13 @@ func ParseWarmRestart(ann map[string]string) (bool, time.Duration, error) {
 	case "false", "":
 		return false, 0, nil
 	default:
-		return false, 0, fmt.Errorf("%s: %q is not true or false", WarmRestartAnnotation, truncate(v, 64))
+		return false, 0, fmt.Errorf("%s: %q is not true or false", WarmRestartAnnotation, truncate(v, 32))
 	}
 	age := DefaultWarmRestartMaxAge
 	if a, ok := ann[WarmRestartMaxAgeAnnotation]; ok {
 		d, err := time.ParseDuration(strings.TrimSpace(a))
 		if err != nil || d < time.Second || d > maxWarmRestartMaxAge {
-			return false, 0, fmt.Errorf("%s: %q is not a duration from 1s to %s", WarmRestartMaxAgeAnnotation, truncate(a, 64), maxWarmRestartMaxAge)
+			return false, 0, fmt.Errorf("%s: %q is not a duration from 1s to %s", WarmRestartMaxAgeAnnotation, truncate(a, 32), maxWarmRestartMaxAge)
 		}
 		age = d
 	}

@@ -142,6 +142,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	checkpoints, err := criu.New(criu.Config{
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
+		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 		ResolveRestore: resolve, PullRestore: pullRestore,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
@@ -236,6 +237,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	go func() { defer wg.Done(); checkpoints.Run(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); checkpoints.SweepWarm(watchCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); checkpoints.RunSchedule(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); channels.Run(watchCtx) }()
 	wg.Add(1)

@@ -19,8 +19,8 @@ import (
 // warmRestartPod builds its state for 10 s (100 steps of 0.1 s), says
 // "ready", then counts every 0.1 s; a file /tmp/exit makes it exit 42, which
 // its Restart rule turns into an in-place restart of main. It asks for warm
-// restarts.
-func warmRestartPod(name string) string {
+// restarts; extra are more annotation lines.
+func warmRestartPod(name, extra string) string {
 	script := `if [ -f /tmp/ready ]; then echo state-already-built; fi; echo building; i=0; ` +
 		`while [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done; touch /tmp/ready; echo ready; ` +
 		`while true; do i=$((i+1)); echo $i; if [ -f /tmp/exit ]; then rm -f /tmp/exit; echo exiting; exit 42; fi; sleep 0.1; done`
@@ -32,7 +32,7 @@ metadata:
   annotations:
     restart-rules.cri-shim.io/main: '[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]'
     %s: "true"
-spec:
+%sspec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
   containers:
@@ -40,7 +40,7 @@ spec:
     image: docker.io/library/busybox:cri-shim
     imagePullPolicy: Never
     command: ["sh", "-c", %q]
-`, name, criu.WarmRestartAnnotation, script)
+`, name, criu.WarmRestartAnnotation, extra, script)
 }
 
 // logLine is one line of a CRI log file: its time and its text.
@@ -134,7 +134,7 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 	os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp))
 	t.Cleanup(func() { os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp)) })
 	m0 := scrapeMetrics(t)
-	placeManifest(t, name, warmRestartPod(name))
+	placeManifest(t, name, warmRestartPod(name, ""))
 	p := waitRunning(t, name, 90*time.Second, 0, "main")
 	ready := func(attempt int) logLine {
 		var l logLine
@@ -251,4 +251,67 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 			t.Errorf("%s increased by %v, want %v", k, d, want)
 		}
 	}
+}
+
+// Scheduled checkpoints keep a warm restart's checkpoint fresh: a pod with a
+// 10 s interval (the node's minimum lowered to 10 s) gets a checkpoint every
+// 10 s, only its newest two kept, and its in-place restart is restored from
+// the newest.
+func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
+	needKubelet(t)
+	withShimConfigEdit(t, func(b []byte) []byte {
+		return []byte(strings.Replace(string(b), "[checkpoint]\n", "[checkpoint]\n  min_interval = \"10s\"\n", 1))
+	})
+	name := fmt.Sprintf("sched-rs-%d", time.Now().Unix()%100000)
+	full := fullName(name)
+	placeManifest(t, name, warmRestartPod(name, fmt.Sprintf("    %s: 10s\n    %s: \"2\"\n", criu.IntervalAnnotation, criu.KeepAnnotation)))
+	p := waitRunning(t, name, 90*time.Second, 0, "main")
+	var uid string
+	eventually(t, 60*time.Second, "the pod's log directory", func() error {
+		m, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "pod-logs", "default_"+full+"_*"))
+		if len(m) != 1 {
+			return fmt.Errorf("%d", len(m))
+		}
+		uid = strings.TrimPrefix(filepath.Base(m[0]), "default_"+full+"_")
+		return nil
+	})
+	scheduled := func() []string {
+		m, _ := filepath.Glob(filepath.Join(node.env["CHECKPOINTS"], criu.ScheduledPrefix+uid+"-*"))
+		var out []string
+		for _, d := range m {
+			if _, err := os.Stat(filepath.Join(d, "manifest.json")); err == nil {
+				out = append(out, filepath.Base(d))
+			}
+		}
+		return out
+	}
+	t.Cleanup(func() {
+		for _, d := range scheduled() {
+			os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], d))
+		}
+	})
+	var seen []string
+	eventually(t, 90*time.Second, "three scheduled checkpoints taken", func() error {
+		for _, d := range scheduled() {
+			if !slices.Contains(seen, d) {
+				seen = append(seen, d)
+			}
+		}
+		if len(seen) < 3 {
+			return fmt.Errorf("seen %v", seen)
+		}
+		return nil
+	})
+	if got := scheduled(); len(got) > 2 {
+		t.Fatalf("kept %v, want the newest 2", got)
+	}
+	execIn(t, p, "main", "touch /tmp/exit")
+	eventually(t, 60*time.Second, "main restored from a scheduled checkpoint", func() error {
+		b, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
+		if !regexp.MustCompile(`restored from its pod's checkpoint.*` + regexp.QuoteMeta(full) + `.*"checkpoint":"` + criu.ScheduledPrefix).Match(b) {
+			return fmt.Errorf("not in the shim's log yet")
+		}
+		return nil
+	})
+	t.Logf("scheduled checkpoints seen: %v; the restart was restored from a scheduled one", seen)
 }

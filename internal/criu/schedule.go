@@ -1,0 +1,221 @@
+package criu
+
+// Scheduled checkpoints: a pod annotated with an interval is checkpointed
+// that often, so that its warm restarts (warm_restart.go) find a fresh
+// checkpoint. The schedule keeps no state of its own: every scheduleTick the
+// service lists the ready sandboxes (their annotations come with the list)
+// and checkpoints those whose newest checkpoint under the root is older than
+// their interval. A restarted shim, or one that was down for a while, picks
+// up where the checkpoints on disk say it is.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const (
+	// IntervalAnnotation on a pod (a Go duration) asks for a checkpoint of
+	// it that often; the node's checkpoint.min_interval is the least.
+	IntervalAnnotation = "checkpoint.cri-shim.io/interval"
+	// KeepAnnotation on a pod (1 to 100) is how many of its scheduled
+	// checkpoints are kept, oldest removed first (default 2); the node's
+	// max_per_pod and byte bounds apply as well.
+	KeepAnnotation = "checkpoint.cri-shim.io/keep"
+	// ScheduledPrefix begins the directory name of a scheduled checkpoint:
+	// sched-<pod UID>-<UTC time>.
+	ScheduledPrefix = "sched-"
+
+	defaultKeep  = 2
+	maxKeep      = 100
+	maxInterval  = 7 * 24 * time.Hour
+	scheduleTick = 10 * time.Second
+	// scheduleTimeout bounds one scheduled checkpoint.
+	scheduleTimeout = 5 * time.Minute
+)
+
+// Schedule is a pod's checkpoint schedule.
+type Schedule struct {
+	Interval time.Duration
+	Keep     int
+}
+
+// ParseSchedule reads a pod's schedule annotations: nil without an interval.
+// An interval under minInterval is raised to it. A malformed value is an
+// error naming the annotation; the pod is then not checkpointed.
+func ParseSchedule(ann map[string]string, minInterval time.Duration) (*Schedule, error) {
+	v, ok := ann[IntervalAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 || d > maxInterval {
+		return nil, fmt.Errorf("%s: %q is not a duration from 1s to %s", IntervalAnnotation, truncate(v, 32), maxInterval)
+	}
+	s := &Schedule{Interval: max(d, minInterval), Keep: defaultKeep}
+	if k, ok := ann[KeepAnnotation]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(k))
+		if err != nil || n < 1 || n > maxKeep {
+			return nil, fmt.Errorf("%s: %q is not a count from 1 to %d", KeepAnnotation, truncate(k, 32), maxKeep)
+		}
+		s.Keep = n
+	}
+	return s, nil
+}
+
+// RunSchedule checkpoints the pods that ask for it until ctx ends.
+func (s *Service) RunSchedule(ctx context.Context) {
+	t := time.NewTicker(scheduleTick)
+	defer t.Stop()
+	bad := map[string]string{} // sandbox -> the annotation error logged for it
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.scheduleOnce(ctx, bad)
+		}
+	}
+}
+
+// scheduleOnce checkpoints, one at a time, every ready sandbox whose
+// schedule is due.
+func (s *Service) scheduleOnce(ctx context.Context, bad map[string]string) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	resp, err := s.rt.ListPodSandbox(lctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
+	cancel()
+	if err != nil {
+		return
+	}
+	var stored []Stored
+	listed := false
+	for _, sb := range resp.GetItems() {
+		sched, err := ParseSchedule(sb.GetAnnotations(), s.cfg.MinInterval)
+		if err != nil {
+			if bad[sb.GetId()] != err.Error() {
+				bad[sb.GetId()] = err.Error()
+				s.log.Warn("checkpoint: schedule annotation refused; the pod is not checkpointed on a schedule", "pod", podName(sb), "err", err)
+			}
+			continue
+		}
+		if sched == nil || sb.GetMetadata().GetUid() == "" {
+			continue
+		}
+		if !listed {
+			stored, _ = List(s.cfg.Root)
+			listed = true
+		}
+		if newest := newestOf(stored, sb.GetMetadata()); !newest.IsZero() && s.now().Sub(newest) < sched.Interval {
+			continue
+		}
+		if err := s.checkpointScheduled(ctx, sb, sched); err != nil {
+			s.metrics.scheduled.WithLabelValues("failed").Inc()
+			s.log.Warn("checkpoint: scheduled checkpoint failed; tried again at the next tick", "pod", podName(sb), "err", err)
+			continue
+		}
+		s.metrics.scheduled.WithLabelValues("success").Inc()
+		stored, _ = List(s.cfg.Root)
+	}
+}
+
+func podName(sb *runtimeapi.PodSandbox) string {
+	return sb.GetMetadata().GetNamespace() + "/" + sb.GetMetadata().GetName()
+}
+
+// newestOf is when the newest checkpoint of the sandbox's pod (by UID and
+// namespace) was taken; zero if it has none.
+func newestOf(stored []Stored, md *runtimeapi.PodSandboxMetadata) time.Time {
+	var t time.Time
+	for _, c := range stored {
+		if c.Manifest.Pod.UID == md.GetUid() && c.Manifest.Pod.Namespace == md.GetNamespace() && c.Manifest.CheckpointedAt.After(t) {
+			t = c.Manifest.CheckpointedAt
+		}
+	}
+	return t
+}
+
+// checkpointScheduled checkpoints every running container of the sandbox
+// into a new sched-<uid>-<time> directory (a managed checkpoint, under the
+// node's retention), then keeps only the pod's newest sched.Keep scheduled
+// checkpoints. A pod with a container not running (a restart in progress)
+// is left for the next tick: its checkpoint would not be the pod's state.
+func (s *Service) checkpointScheduled(ctx context.Context, sb *runtimeapi.PodSandbox, sched *Schedule) error {
+	ctx, cancel := context.WithTimeout(ctx, scheduleTimeout)
+	defer cancel()
+	cs, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb.GetId()}})
+	if err != nil {
+		return err
+	}
+	newest := map[string]*runtimeapi.Container{}
+	for _, c := range cs.GetContainers() {
+		n := c.GetMetadata().GetName()
+		if o := newest[n]; o == nil || c.GetCreatedAt() > o.GetCreatedAt() {
+			newest[n] = c
+		}
+	}
+	var ids []string
+	for _, c := range newest {
+		switch c.GetState() {
+		case runtimeapi.ContainerState_CONTAINER_RUNNING:
+			ids = append(ids, c.GetId())
+		case runtimeapi.ContainerState_CONTAINER_EXITED:
+			// A completed init container: recorded as exited by the checkpoint.
+		default:
+			return fmt.Errorf("container %s is %s; not checkpointed until every container runs", c.GetMetadata().GetName(), c.GetState())
+		}
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("no running container")
+	}
+	uid := sb.GetMetadata().GetUid()
+	if err := CheckName(ScheduledPrefix + uid); err != nil {
+		return fmt.Errorf("pod UID %q cannot name a checkpoint: %v", truncate(uid, 32), err)
+	}
+	dir := filepath.Join(s.cfg.Root, ScheduledPrefix+uid+"-"+s.now().UTC().Format("20060102T150405Z"))
+	if err := os.MkdirAll(s.cfg.Root, 0o700); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	_, err = s.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: sb.GetId(), OutputPath: dir, ContainerIds: ids,
+		Options: map[string]string{OptionManaged: "true"}})
+	if err != nil {
+		os.Remove(dir) // emptied by the failed call; the directory is ours
+		return err
+	}
+	s.keepScheduled(ScheduledPrefix+uid+"-", sched.Keep)
+	return nil
+}
+
+// keepScheduled removes a pod's scheduled checkpoints (names beginning with
+// prefix) beyond the newest keep, leaving any a restore still reads.
+func (s *Service) keepScheduled(prefix string, keep int) {
+	all, _ := List(s.cfg.Root)
+	var mine []Stored
+	for _, c := range all {
+		if strings.HasPrefix(c.Name, prefix) {
+			mine = append(mine, c)
+		}
+	}
+	s.mu.Lock()
+	inUse := s.inUseLocked()
+	s.mu.Unlock()
+	for i := 0; i < len(mine)-keep; i++ { // oldest first
+		if inUse[mine[i].Dir] {
+			continue
+		}
+		if err := os.RemoveAll(mine[i].Dir); err != nil {
+			s.log.Warn("checkpoint: could not remove an old scheduled checkpoint", "path", mine[i].Dir, "err", err)
+			continue
+		}
+		s.metrics.retentionRemove.Inc()
+	}
+}

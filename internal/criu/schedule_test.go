@@ -1,0 +1,162 @@
+package criu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// scheduledPod adds sandbox id (pod UID uid-<id>) with the given
+// annotations and a running container.
+func scheduledPod(t *testing.T, fx *fixture, id string, ann map[string]string, state runtimeapi.ContainerState) {
+	t.Helper()
+	fx.rt.rt.NextIDs(id)
+	if _, err := fx.rt.rt.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p-" + id, Namespace: "ns", Uid: "uid-" + id}, Annotations: ann,
+		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	fx.rt.addContainer(t, id, "c-"+id, "app", state, 60, 0)
+}
+
+func scheduled(t *testing.T, fx *fixture, id string) []string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(fx.root, ScheduledPrefix+"uid-"+id+"-*"))
+	var out []string
+	for _, d := range m {
+		if _, err := ReadManifest(d); err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		out = append(out, filepath.Base(d))
+	}
+	return out
+}
+
+// A pod with an interval is checkpointed when it has no checkpoint, not
+// again until the interval passed, then again, keeping its newest `keep`.
+// Pods without the annotation, with a malformed one, or with a container
+// not running are left alone.
+func TestScheduledCheckpoints(t *testing.T) {
+	fx := newFixture(t)
+	fx.svc.cfg.MinInterval = time.Minute
+	scheduledPod(t, fx, "sa", map[string]string{IntervalAnnotation: "10s", KeepAnnotation: "1"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	scheduledPod(t, fx, "sb", map[string]string{IntervalAnnotation: "soon"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	scheduledPod(t, fx, "sc", map[string]string{IntervalAnnotation: "1h"}, runtimeapi.ContainerState_CONTAINER_CREATED)
+	now := time.Now()
+	fx.svc.now = func() time.Time { return now }
+	bad := map[string]string{}
+	fx.svc.scheduleOnce(context.Background(), bad)
+	first := scheduled(t, fx, "sa")
+	if len(first) != 1 {
+		t.Fatalf("first tick: %v, want one checkpoint of the scheduled pod", first)
+	}
+	if len(scheduled(t, fx, "sb"))+len(scheduled(t, fx, "sc")) != 0 || !strings.Contains(bad["sb"], IntervalAnnotation) {
+		t.Fatalf("malformed or not-running pods checkpointed, or the refusal not noted: %v", bad)
+	}
+	if _, err := os.Stat(filepath.Join(fx.root, "cp1")); err != nil {
+		t.Fatal("an unrelated directory under the root was touched")
+	}
+	// 10s asked, the node's minimum is a minute: not due after 30 s.
+	now = now.Add(30 * time.Second)
+	fx.svc.scheduleOnce(context.Background(), bad)
+	if got := scheduled(t, fx, "sa"); len(got) != 1 {
+		t.Fatalf("after 30s: %v, want no second checkpoint before the 1m minimum", got)
+	}
+	now = now.Add(31 * time.Second)
+	fx.svc.scheduleOnce(context.Background(), bad)
+	got := scheduled(t, fx, "sa")
+	if len(got) != 1 || got[0] == first[0] {
+		t.Fatalf("after 61s: %v, want only a new one (keep 1), not %s", got, first[0])
+	}
+	m, _ := ReadManifest(filepath.Join(fx.root, got[0]))
+	if !m.Managed || m.Pod.UID != "uid-sa" {
+		t.Fatalf("manifest %+v: want a managed checkpoint of uid-sa", m.Pod)
+	}
+}
+
+// A scheduled checkpoint a warm restart reads is not removed by keep.
+func TestKeepLeavesACheckpointInUse(t *testing.T) {
+	fx := newFixture(t)
+	fx.svc.cfg.MinInterval = time.Second
+	scheduledPod(t, fx, "sa", map[string]string{IntervalAnnotation: "1s", KeepAnnotation: "1"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	now := time.Now()
+	fx.svc.now = func() time.Time { return now }
+	fx.svc.scheduleOnce(context.Background(), map[string]string{})
+	first := scheduled(t, fx, "sa")
+	fx.svc.mu.Lock()
+	fx.svc.restoring = map[string]int{filepath.Join(fx.root, first[0]): 1}
+	fx.svc.mu.Unlock()
+	now = now.Add(2 * time.Second)
+	fx.svc.scheduleOnce(context.Background(), map[string]string{})
+	if got := scheduled(t, fx, "sa"); len(got) != 2 {
+		t.Fatalf("%v: want the one in use kept beside the new one", got)
+	}
+}
+
+// max_bytes_per_namespace removes a namespace's oldest managed checkpoints.
+func TestRetentionPerNamespace(t *testing.T) {
+	fx := newFixture(t)
+	fx.svc.cfg.MaxBytesPerNamespace = 1
+	for _, n := range []string{"ma", "mb"} {
+		d := filepath.Join(fx.root, n)
+		os.Mkdir(d, 0o700)
+		if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: d,
+			ContainerIds: []string{"c1"}, Options: map[string]string{OptionManaged: "true"}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(fx.root, "ma")); !os.IsNotExist(err) {
+		t.Fatalf("the namespace's older checkpoint kept past max_bytes_per_namespace: %v", err)
+	}
+	if _, err := ReadManifest(filepath.Join(fx.root, "mb")); err != nil {
+		t.Fatalf("the newest (just written) removed: %v", err)
+	}
+}
+
+func TestParseSchedule(t *testing.T) {
+	for _, c := range []struct {
+		ann  map[string]string
+		want *Schedule
+		fail bool
+	}{
+		{nil, nil, false},
+		{map[string]string{KeepAnnotation: "3"}, nil, false},
+		{map[string]string{IntervalAnnotation: "10m"}, &Schedule{10 * time.Minute, defaultKeep}, false},
+		{map[string]string{IntervalAnnotation: "1s"}, &Schedule{5 * time.Minute, defaultKeep}, false},
+		{map[string]string{IntervalAnnotation: "1h", KeepAnnotation: " 4 "}, &Schedule{time.Hour, 4}, false},
+		{map[string]string{IntervalAnnotation: "0s"}, nil, true},
+		{map[string]string{IntervalAnnotation: "169h"}, nil, true},
+		{map[string]string{IntervalAnnotation: "1h", KeepAnnotation: "0"}, nil, true},
+		{map[string]string{IntervalAnnotation: "1h", KeepAnnotation: "101"}, nil, true},
+	} {
+		got, err := ParseSchedule(c.ann, 5*time.Minute)
+		if (err != nil) != c.fail || (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
+			t.Errorf("%v: %+v, %v", c.ann, got, err)
+		}
+	}
+}
+
+func FuzzParseSchedule(f *testing.F) {
+	f.Add("5m", "2")
+	f.Add("-1h", "x")
+	f.Add("9999999h", "99999999999999999999")
+	f.Fuzz(func(t *testing.T, interval, keep string) {
+		s, err := ParseSchedule(map[string]string{IntervalAnnotation: interval, KeepAnnotation: keep}, time.Minute)
+		if err != nil {
+			if s != nil || len(err.Error()) > 300 {
+				t.Fatalf("%+v with %v", s, err)
+			}
+			return
+		}
+		if s.Interval < time.Minute || s.Interval > maxInterval || s.Keep < 1 || s.Keep > maxKeep {
+			t.Fatalf("out of range: %+v", s)
+		}
+	})
+}
