@@ -82,51 +82,37 @@ func (s *Service) retain(keep string) {
 			}
 		}
 	}
+	// trim removes the oldest of cs (oldest first) until the rest fit in max bytes.
+	trim := func(cs []Stored, max int64, why string) {
+		var total int64
+		for _, c := range cs {
+			if !removed[c.Dir] {
+				total += c.Manifest.SizeBytes
+			}
+		}
+		for _, c := range cs {
+			if total <= max {
+				return
+			}
+			if removed[c.Dir] {
+				continue
+			}
+			if remove(c, why); removed[c.Dir] {
+				total -= c.Manifest.SizeBytes
+			}
+		}
+	}
 	if max := s.cfg.MaxBytesPerNamespace; max > 0 {
 		perNS := map[string][]Stored{}
 		for _, c := range managed {
 			perNS[c.Manifest.Pod.Namespace] = append(perNS[c.Manifest.Pod.Namespace], c)
 		}
 		for _, cs := range perNS {
-			var total int64
-			for _, c := range cs {
-				if !removed[c.Dir] {
-					total += c.Manifest.SizeBytes
-				}
-			}
-			for _, c := range cs {
-				if total <= max {
-					break
-				}
-				if removed[c.Dir] || c.Dir == keep || inUse[c.Dir] {
-					continue
-				}
-				remove(c, "max_bytes_per_namespace")
-				if removed[c.Dir] {
-					total -= c.Manifest.SizeBytes
-				}
-			}
+			trim(cs, max, "max_bytes_per_namespace")
 		}
 	}
 	if max := s.cfg.MaxTotalBytes; max > 0 {
-		var total int64
-		for _, c := range managed {
-			if !removed[c.Dir] {
-				total += c.Manifest.SizeBytes
-			}
-		}
-		for _, c := range managed {
-			if total <= max {
-				break
-			}
-			if removed[c.Dir] || c.Dir == keep || inUse[c.Dir] {
-				continue
-			}
-			remove(c, "max_total_bytes")
-			if removed[c.Dir] {
-				total -= c.Manifest.SizeBytes
-			}
-		}
+		trim(managed, max, "max_total_bytes")
 	}
 }
 
