@@ -93,15 +93,18 @@ type ckptResult struct {
 	shimFrozen               time.Duration
 	shimRestore, baseRestore time.Duration
 	failures                 []string
+	oci                      ociResult
 }
 
 // BenchmarkCheckpoint (make bench-checkpoint): a two-container pod (main
-// allocates and touches 64 MiB, then 512 MiB; a sidecar 16 MiB) checkpointed
+// allocates and touches 64 MiB, 512 MiB, then 2 GiB; a sidecar 16 MiB) checkpointed
 // and restored to running through cri-shim (CheckpointPod, RestorePod +
 // StartContainer), against containerd's own CheckpointContainer and restore,
 // container by container; then the cold start of a workload that needs 10 s
-// to become ready against its warm start from a checkpoint; and the disk's
-// sequential write bandwidth, measured in the same run.
+// to become ready against its warm start from a checkpoint; each checkpoint
+// pushed to and pulled from the stack's registry against the registry's raw
+// blob throughput; and the disk's sequential write bandwidth, measured in the
+// same run.
 func BenchmarkCheckpoint(b *testing.B) {
 	needNode(b)
 	pauseKubelet(b)
@@ -112,7 +115,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	disk := ddBandwidth(b, root)
 
 	var results []ckptResult
-	for _, mib := range []int{64, 512} {
+	for _, mib := range []int{64, 512, 2048} {
 		r := ckptResult{mib: mib}
 		name := fmt.Sprintf("bench-cp-%d", mib)
 		sb, ids, logs := startPod(b, shim, name, loadCfg("main", mib, 0), loadCfg("sidecar", 16, 0))
@@ -134,6 +137,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		}
 		r.size = m.SizeBytes
 		r.shimFrozen = time.Duration(m.FrozenSeconds * float64(time.Second))
+		r.oci = registryFigures(b, dir, m.SizeBytes, fmt.Sprintf("%d-%d", mib, time.Now().Unix()))
 		var fails []string
 		r.shimRestore, fails = restoreAndStart(b, shim, name+"-r", func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
 			rr, err := shim.RestorePod(ctxT(b, 5*time.Minute), &runtimeapi.RestorePodRequest{CheckpointPath: dir, Config: cfg, ContainerConfigs: cfgs})
@@ -231,6 +235,14 @@ func BenchmarkCheckpoint(b *testing.B) {
 			r.shimCP.Seconds(), r.shimFrozen.Seconds(), r.baseCP.Seconds(), r.shimCP.Seconds()/r.baseCP.Seconds(), tp/1e6, 100*tp/disk, ctp/1e6, 100*ctp/disk,
 			secs(r.shimRestore), secs(r.baseRestore), len(r.failures))
 		failures = append(failures, r.failures...)
+	}
+	md.WriteString("\nThrough the stack's registry (distribution, loopback, plain HTTP): `cri-shim checkpoint push` of the checkpoint and `pull` of it into a new directory (the CLI, process start included), against one blob of the same size of random bytes written and read straight through go-containerregistry in the same run.\n\n")
+	md.WriteString("| main | checkpoint size | push | raw blob write | push / raw | pull | raw blob read | pull / raw |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range results {
+		o := r.oci
+		fmt.Fprintf(&md, "| %d MiB | %.0f MiB | %.2f s, %s | %.2f s, %s | %.2f | %.2f s, %s | %.2f s, %s | %.2f |\n", r.mib, float64(o.bytes)/(1<<20),
+			o.push.Seconds(), mbps(o.bytes, o.push), o.rawPush.Seconds(), mbps(o.bytes, o.rawPush), o.rawPush.Seconds()/o.push.Seconds(),
+			o.pull.Seconds(), mbps(o.bytes, o.pull), o.rawPull.Seconds(), mbps(o.bytes, o.rawPull), o.rawPull.Seconds()/o.pull.Seconds())
 	}
 	fmt.Fprintf(&md, "\nWarm start: a workload that needs 10 s to become ready (64 MiB) took %.2f s from RunPodSandbox to ready cold; restored from its checkpoint it answered %s after RestorePod was called (%d failed starts before).\n", cold.Seconds(), secs(warm), len(warmFails))
 	failures = append(failures, warmFails...)
