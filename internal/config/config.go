@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pelletier/go-toml/v2"
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/pelletier/go-toml/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
@@ -114,7 +114,8 @@ type CheckpointConfig struct {
 	RegistryAuthFile string `toml:"registry_auth_file" comment:"The node's docker config.json for registry credentials after the pod's image pull secrets (e.g. /var/lib/kubelet/config.json); empty: ~/.docker/config.json."`
 	// PullMaxBytes caps the archives of a checkpoint pulled for a restore.
 	PullMaxBytes int64 `toml:"pull_max_bytes" comment:"Largest checkpoint (archive bytes) a restore from an image reference pulls."`
-	// PullTimeout bounds one such pull (it runs in the background).
+	// PullTimeout bounds one such pull (it runs in the background), and one
+	// PodCheckpoint export's push.
 	PullTimeout Duration `toml:"pull_timeout" comment:"How long one pull for a restore may take (it runs in the background)."`
 	// PullWait is how long the kubelet's RunPodSandbox waits for its pull
 	// before it is answered Unavailable and retried.

@@ -123,3 +123,21 @@ func FuzzParseDockerConfigJSON(f *testing.F) {
 		}
 	})
 }
+
+// A namespace names where an export pushes: an accepted one names an
+// allow-listed registry, a tag and no digest.
+func FuzzParseExportRef(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:5000/cp/web:v1", "127.0.0.1:5000/cp/web", "evil.example/x:v1", "127.0.0.1:5000/x@" + zeroDigest, "a/b:c"} {
+		f.Add(s)
+	}
+	allow := []Allowed{{Host: "127.0.0.1:5000", PlainHTTP: true}}
+	f.Fuzz(func(t *testing.T, s string) {
+		tag, a, err := ParseExportRef(s, allow)
+		if err != nil {
+			return
+		}
+		if a.Host != "127.0.0.1:5000" || tag.Context().RegistryStr() != a.Host || tag.TagStr() == "" || strings.Contains(s, "@") {
+			t.Fatalf("%q accepted as %s for %q", s, tag, a.Host)
+		}
+	})
+}

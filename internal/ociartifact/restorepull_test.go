@@ -3,14 +3,10 @@ package ociartifact
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +17,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -310,17 +305,7 @@ func TestRestorePullAnswersRetryableWhileSlow(t *testing.T) {
 // A registry that wants credentials gets the pod's secret's, and refuses
 // a pull without them.
 func TestRestorePullUsesPodSecret(t *testing.T) {
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Header.Get("Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("u:p")) {
-			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		reg.ServeHTTP(w, req)
-	}))
-	t.Cleanup(srv.Close)
-	r := &testRegistry{host: strings.TrimPrefix(srv.URL, "http://"), tr: &countingTransport{rt: http.DefaultTransport}}
+	r := authRegistry(t)
 	src := twoContainers(t, t.TempDir(), "src")
 	creds := authsKeychain{r.host: {Username: "u", Password: "p"}}
 	p0, err := Push(context.Background(), src, r.ref("cp/web:v1"), Registry{PlainHTTP: true, Transport: r.tr, Keychain: creds}, nil)

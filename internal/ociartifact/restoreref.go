@@ -50,22 +50,36 @@ func ParseRestoreRef(s string, allow []Allowed) (name.Digest, Allowed, error) {
 	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
 		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: the digest must be sha256:<64 lowercase hex digits>", errdefs.ErrInvalidArgument, s)
 	}
-	for _, c := range strings.Split(d.Context().RepositoryStr(), "/") {
+	if err := checkRepository(s, d.Context()); err != nil {
+		return name.Digest{}, Allowed{}, err
+	}
+	a, err := allowed(s, host, d.Context().RegistryStr(), allow)
+	return d, a, err
+}
+
+// checkRepository refuses repository components outside the distribution
+// spec's form (no "..", no empty component).
+func checkRepository(s string, repo name.Repository) error {
+	for _, c := range strings.Split(repo.RepositoryStr(), "/") {
 		if !repoComponent.MatchString(c) {
-			return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: repository component %q is not of the distribution spec's form [a-z0-9]+((.|_|__|-+)[a-z0-9]+)*", errdefs.ErrInvalidArgument, s, c)
+			return fmt.Errorf("%w: image reference %q: repository component %q is not of the distribution spec's form [a-z0-9]+((.|_|__|-+)[a-z0-9]+)*", errdefs.ErrInvalidArgument, s, c)
 		}
 	}
-	reg := d.Context().RegistryStr()
+	return nil
+}
+
+// allowed is the allow-list's entry of registry reg, which s spells host.
+func allowed(s, host, reg string, allow []Allowed) (Allowed, error) {
 	if !strings.EqualFold(reg, host) {
-		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: registry %q is spelt %q (use the registry's own name)", errdefs.ErrInvalidArgument, s, reg, host)
+		return Allowed{}, fmt.Errorf("%w: image reference %q: registry %q is spelt %q (use the registry's own name)", errdefs.ErrInvalidArgument, s, reg, host)
 	}
 	for _, a := range allow {
 		if strings.EqualFold(a.Host, reg) {
-			return d, a, nil
+			return a, nil
 		}
 	}
 	if len(allow) == 0 {
-		return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: this node restores from no registry (its [checkpoint] registries allow-list is empty)", errdefs.ErrPermissionDenied, s)
+		return Allowed{}, fmt.Errorf("%w: image reference %q: this node restores from and exports to no registry (its [checkpoint] registries allow-list is empty)", errdefs.ErrPermissionDenied, s)
 	}
-	return name.Digest{}, Allowed{}, fmt.Errorf("%w: image reference %q: registry %q is not in this node's [checkpoint] registries allow-list", errdefs.ErrPermissionDenied, s, reg)
+	return Allowed{}, fmt.Errorf("%w: image reference %q: registry %q is not in this node's [checkpoint] registries allow-list", errdefs.ErrPermissionDenied, s, reg)
 }

@@ -2,7 +2,6 @@ package podcheckpoint
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -55,6 +54,8 @@ type Config struct {
 	Root string
 	// DefaultTimeout bounds a checkpoint whose spec has no timeoutSeconds.
 	DefaultTimeout time.Duration
+	// Exporter pushes objects with spec.export (export.go); nil fails them.
+	Exporter Exporter
 }
 
 // Reconciler checkpoints the pods of this node that PodCheckpoints name and
@@ -82,7 +83,10 @@ type Reconciler struct {
 	// for the leftover of an earlier shim, nor started again.
 	started map[types.UID]bool
 	byPod   map[string]types.UID // ns/pod -> object checkpointing it
-	wg      sync.WaitGroup
+	// exporting holds the objects being pushed (export.go).
+	exporting map[types.UID]bool
+	exporter  Exporter
+	wg        sync.WaitGroup
 }
 
 // NewReconciler builds a reconciler; Run starts it.
@@ -99,6 +103,9 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 		objects: make(map[string]*cpv1.PodCheckpoint),
 		started: make(map[types.UID]bool),
 		byPod:   make(map[string]types.UID),
+
+		exporting: make(map[types.UID]bool),
+		exporter:  cfg.Exporter,
 	}
 }
 
@@ -202,6 +209,11 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 			return nil // requeued when the checkpoint ends
 		}
 		return r.finalize(ctx, pc)
+	}
+	if ok, wait := r.needsExport(pc); ok && !busy {
+		return r.startExport(ctx, pc)
+	} else if wait > 0 {
+		r.queue.AddAfter(k, wait)
 	}
 	if terminal(pc) || busy || ours {
 		return nil
@@ -398,36 +410,4 @@ func (r *Reconciler) removeData(pc *cpv1.PodCheckpoint) error {
 		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	return nil
-}
-
-// setStatus applies edit to the newest status of pc and writes it. A
-// conflict re-reads the object and applies edit again.
-func (r *Reconciler) setStatus(ctx context.Context, pc *cpv1.PodCheckpoint, edit func(*cpv1.PodCheckpointStatus)) error {
-	cur := pc.DeepCopy()
-	for attempt := 0; ; attempt++ {
-		edit(&cur.Status)
-		out, err := r.objs.UpdateStatus(ctx, cur)
-		if err == nil {
-			r.Observe(out)
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= 3 {
-			return err
-		}
-		if cur, err = r.objs.Get(ctx, pc.Namespace, pc.Name); err != nil {
-			return err
-		}
-		if cur.UID != pc.UID {
-			return errors.New("object replaced")
-		}
-	}
-}
-
-// setReady sets the Ready condition (its transition time moves only when
-// its status does).
-func setReady(s *cpv1.PodCheckpointStatus, st metav1.ConditionStatus, reason, msg string, gen int64, now time.Time) {
-	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
-		Type: cpv1.ConditionReady, Status: st, Reason: reason, Message: msg,
-		ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now),
-	})
 }

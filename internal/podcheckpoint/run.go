@@ -25,10 +25,10 @@ type Conn interface {
 }
 
 // Run waits for the API connection, then reconciles the PodCheckpoints of
-// node until ctx ends, and answers restores (may be nil) from what it
-// watches. It never holds up the shim: it runs beside the CRI server and
+// node until ctx ends, pushes those with spec.export through exp (nil: they
+// fail), and answers restores (may be nil) from what it watches. It never holds up the shim: it runs beside the CRI server and
 // only its own goroutines wait on the API server.
-func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, rt Runtime, restores *Restores, ev EventSink, log *slog.Logger) {
+func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, rt Runtime, restores *Restores, exp Exporter, ev EventSink, log *slog.Logger) {
 	log = log.With("component", "podcheckpoint")
 	select {
 	case <-ctx.Done():
@@ -40,7 +40,7 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 		log.Error("PodCheckpoint objects are not reconciled", "err", err)
 		return
 	}
-	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute},
+	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute, Exporter: exp},
 		ckpt, rt, c, conn.Resources(), ev, log)
 	pods := podInformer(conn.Resources(), node)
 	go pods.Run(ctx.Done())

@@ -122,6 +122,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// Restores from image references: pulled from the allow-listed
 	// registries only, with the pod's image pull secrets read as the node.
 	var pullRestore func(ctx context.Context, ns, pod, uid, ref string) (string, error)
+	var exporter podcheckpoint.Exporter
 	if len(cfg.Checkpoint.Registries) > 0 {
 		pc := ociartifact.RestorePullConfig{
 			Root: cfg.Checkpoint.Root, NodeAuthFile: cfg.Checkpoint.RegistryAuthFile,
@@ -136,6 +137,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			pc.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
 				return ociartifact.PodKeychain(ctx, api.Client.Resources(), api.Client.Node, ns, pod, uid, log)
 			}
+			exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
+				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
 		}
 		pullRestore = ociartifact.NewRestorePuller(pc).Pull
 	}
@@ -250,7 +253,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		go func() {
 			defer wg.Done()
 			podcheckpoint.Run(watchCtx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
-				runtimeapi.NewRuntimeServiceClient(backend), restores, checkpointEvents, log)
+				runtimeapi.NewRuntimeServiceClient(backend), restores, exporter, checkpointEvents, log)
 		}()
 		wg.Add(1)
 		go func() { defer wg.Done(); reporter.Run(watchCtx) }()

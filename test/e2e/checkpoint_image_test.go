@@ -9,11 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -163,4 +167,77 @@ func TestRestoreFromImageReference(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// waitExported waits for the Exported condition of ns/name to have reason.
+func waitExported(t *testing.T, pcs *podcheckpoint.Client, ns, name, reason string) *cpv1.PodCheckpoint {
+	t.Helper()
+	var pc *cpv1.PodCheckpoint
+	eventually(t, 2*time.Minute, name+" Exported "+reason, func() error {
+		var err error
+		if pc, err = pcs.Get(ctxT(t, 10*time.Second), ns, name); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionExported); c == nil || c.Reason != reason {
+			return fmt.Errorf("Exported %+v", c)
+		}
+		return nil
+	})
+	return pc
+}
+
+// Issue 17, item 2: a PodCheckpoint with spec.export is pushed by the node
+// that holds it once Ready; status.export has the reference by digest and
+// the digest, which the registry serves; a pod restored from that reference
+// has the source's memory. An export to a registry outside the allow-list
+// fails with why.
+func TestPodCheckpointExport(t *testing.T) {
+	cs, addr := shimAsNodeWithRegistry(t)
+	pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
+	ns := testNamespace(t, cs, "e2e-exp")
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	secret := runningSecret(t, cs, ns, "src", 2*time.Minute)
+	pc := newPodCheckpoint(ns, "cp", "src", 120)
+	pc.Spec.Export = &cpv1.PodCheckpointExport{Image: addr + "/e2e/exp-" + ns + ":v1"}
+	if _, err := pcs.Create(ctxT(t, 10*time.Second), pc); err != nil {
+		t.Fatal(err)
+	}
+	far := newPodCheckpoint(ns, "far", "src", 120)
+	far.Spec.Export = &cpv1.PodCheckpointExport{Image: "127.0.0.2:5999/e2e/exp:v1"}
+	if _, err := pcs.Create(ctxT(t, 10*time.Second), far); err != nil {
+		t.Fatal(err)
+	}
+	waitCheckpoint(t, pcs, ns, "cp", cpv1.ReasonCompleted, 2*time.Minute)
+	t0 := time.Now()
+	got := waitExported(t, pcs, ns, "cp", cpv1.ReasonExported)
+	s := got.Status.Export
+	if s == nil || !strings.HasPrefix(s.Image, addr+"/e2e/exp-"+ns+"@sha256:") || !strings.HasSuffix(s.Image, s.Digest) || s.CompletionTime == nil {
+		t.Fatalf("status.export %+v", s)
+	}
+	t.Logf("exported %s (%d bytes) within %.1fs of being seen Ready", s.Image, got.Status.SizeBytes, time.Since(t0).Seconds())
+	r, err := name.ParseReference(addr+"/e2e/exp-"+ns+":v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := remote.Get(r); err != nil || d.Digest.String() != s.Digest {
+		t.Fatalf("the registry's tag: %v %v, status digest %s", d, err, s.Digest)
+	}
+	reasonEvent(t, cs, ns, "cp", "ExportSucceeded")
+
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", s.Image), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := runningSecret(t, cs, ns, "restored", 3*time.Minute); got != secret {
+		t.Fatalf("pod restored from the export logs %s, the source's is %s", got, secret)
+	}
+
+	waitCheckpoint(t, pcs, ns, "far", cpv1.ReasonCompleted, 2*time.Minute)
+	f := waitExported(t, pcs, ns, "far", cpv1.ReasonExportFailed)
+	if c := meta.FindStatusCondition(f.Status.Conditions, cpv1.ConditionExported); !strings.Contains(c.Message, "is not in this node's [checkpoint] registries allow-list") {
+		t.Errorf("export to an unlisted registry: %+v", c)
+	} else {
+		t.Logf("unlisted registry: %s", c.Message)
+	}
 }

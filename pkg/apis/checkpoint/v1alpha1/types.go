@@ -30,7 +30,7 @@ type PodCheckpoint struct {
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
 	// +kubebuilder:validation:XValidation:rule="has(self.sourcePodName) != has(self.sourceImage)",message="exactly one of spec.sourcePodName and spec.sourceImage must be set"
-	// +kubebuilder:validation:XValidation:rule="!has(self.sourceImage) || (!has(self.sourcePodUID) && !has(self.timeoutSeconds))",message="spec.sourcePodUID and spec.timeoutSeconds belong to spec.sourcePodName"
+	// +kubebuilder:validation:XValidation:rule="!has(self.sourceImage) || (!has(self.sourcePodUID) && !has(self.timeoutSeconds) && !has(self.export))",message="spec.sourcePodUID, spec.timeoutSeconds and spec.export belong to spec.sourcePodName"
 	Spec PodCheckpointSpec `json:"spec"`
 
 	// status is written by the node that runs the source pod; read-only for users.
@@ -85,6 +85,32 @@ type PodCheckpointSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=86400
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+
+	// export, if set, makes the node holding the checkpoint push it to a
+	// registry once it is Ready; status.export records where.
+	// +optional
+	Export *PodCheckpointExport `json:"export,omitempty"`
+}
+
+// PodCheckpointExport says where the node pushes the checkpoint.
+type PodCheckpointExport struct {
+	// image is the repository, with an optional tag, pushed to:
+	// host[:port]/repository[:tag]. Its registry must be in the node's
+	// [checkpoint] registries allow-list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[a-z0-9.:\[\]-]+/[^@\s]+$`
+	Image string `json:"image"`
+
+	// secretName, if set, is a kubernetes.io/dockerconfigjson secret of the
+	// object's namespace whose credentials the push uses; the source pod
+	// must list it in imagePullSecrets (a node reads only the secrets of its
+	// pods). Unset: the push is anonymous (never with the node's own
+	// credentials).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName,omitempty"`
 }
 
 // PodCheckpointStatus is the observed state of the checkpoint.
@@ -138,12 +164,29 @@ type PodCheckpointStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
 
+	// export records the push of spec.export once it succeeded.
+	// +optional
+	Export *PodCheckpointExportStatus `json:"export,omitempty"`
+
 	// conditions: the Ready condition is the single source of truth for the
-	// checkpoint's progress (reasons below).
+	// checkpoint's progress (reasons below); Exported that of spec.export.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PodCheckpointExportStatus is the pushed checkpoint.
+type PodCheckpointExportStatus struct {
+	// image is the pushed image index by digest: repository@sha256:...
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+	// digest is the image index's digest.
+	// +kubebuilder:validation:MaxLength=128
+	Digest string `json:"digest"`
+	// completionTime is when the push ended.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 }
 
 // PodCheckpointContainerStatus identifies a container captured in the checkpoint.
@@ -189,6 +232,19 @@ type NodeLocalCheckpointSource struct {
 
 // ConditionReady is the type of the summary condition of a PodCheckpoint.
 const ConditionReady = "Ready"
+
+// ConditionExported is the type of the condition of spec.export.
+const ConditionExported = "Exported"
+
+// Reasons of the Exported condition.
+const (
+	// ReasonExportInProgress: status False, the node is pushing.
+	ReasonExportInProgress = "ExportInProgress"
+	// ReasonExported: status True, status.export is set.
+	ReasonExported = "ExportCompleted"
+	// ReasonExportFailed: status False; the node tries again a minute later.
+	ReasonExportFailed = "ExportFailed"
+)
 
 // Reasons of the Ready condition.
 const (

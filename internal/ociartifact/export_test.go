@@ -1,0 +1,105 @@
+package ociartifact
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cri-shim/cri-shim/internal/kubeapi"
+	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
+)
+
+// Where an export pushes is refused unless it spells out an allow-listed
+// registry, names no digest and has a clean repository.
+func TestExportRefRules(t *testing.T) {
+	allow := []Allowed{{Host: "127.0.0.1:5000", PlainHTTP: true}}
+	for ref, kind := range map[string]error{
+		"127.0.0.1:5000/cp/web:v1":                   nil,
+		"127.0.0.1:5000/cp/web":                      nil,
+		"127.0.0.1:5000/cp/web@" + zeroDigest:        errdefs.ErrInvalidArgument,
+		"evil.example/cp/web:v1":                     errdefs.ErrPermissionDenied,
+		"cp/web:v1":                                  errdefs.ErrInvalidArgument,
+		"127.0.0.1:5000/cp/../web:v1":                errdefs.ErrInvalidArgument,
+		"127.0.0.1:5000/" + strings.Repeat("a", 600): errdefs.ErrInvalidArgument,
+	} {
+		_, _, err := ParseExportRef(ref, allow)
+		if kind == nil && err != nil || kind != nil && !errors.Is(err, kind) {
+			t.Errorf("%s: %v, want %v", ref, err, kind)
+		}
+	}
+}
+
+// authRegistry is an in-process registry that wants basic auth u:p.
+func authRegistry(t *testing.T) *testRegistry {
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("u:p")) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	return &testRegistry{host: strings.TrimPrefix(srv.URL, "http://"), tr: &countingTransport{rt: http.DefaultTransport}}
+}
+
+// An export pushes with the secret named in spec.export only when the
+// source pod lists it (the only secrets a node reads), anonymously without
+// one (never with the node's credentials), and returns the index's digest.
+func TestExportCredentials(t *testing.T) {
+	r := authRegistry(t)
+	src := twoContainers(t, t.TempDir(), "src")
+	cs := podAPI(t, dockerSecret("pull", r.host, "u", "p"))
+	unlisted := dockerSecret("unlisted", r.host, "u", "p")
+	if _, err := cs.CoreV1().Secrets("default").Create(context.Background(), unlisted, metav1CreateOptions); err != nil {
+		t.Fatal(err)
+	}
+	x := &Exporter{Registries: []Allowed{{Host: r.host, PlainHTTP: true}}, Node: "n1", Timeout: time.Minute, Transport: r.tr,
+		Resources: func() kubeapi.Resources { return kubeapitest.Clientset{Interface: cs} }}
+	img := r.ref("cp/web:v1")
+	if _, _, err := x.Export(context.Background(), "default", "web", "uid-new", "", img, src); err == nil {
+		t.Fatal("pushed anonymously to a registry that wants credentials")
+	}
+	if _, _, err := x.Export(context.Background(), "default", "web", "uid-new", "unlisted", img, src); !errdefs.IsFailedPrecondition(err) ||
+		!strings.Contains(err.Error(), "not in the source pod's imagePullSecrets") {
+		t.Fatalf("a secret the pod does not list: %v", err)
+	}
+	if _, _, err := x.Export(context.Background(), "default", "web", "uid-old", "pull", img, src); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("the source pod replaced: %v", err)
+	}
+	ref, digest, err := x.Export(context.Background(), "default", "web", "uid-new", "pull", img, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(ref, r.host+"/cp/web@sha256:") || !strings.HasSuffix(ref, digest) {
+		t.Fatalf("pushed %s, digest %s", ref, digest)
+	}
+	creds := remote.WithAuthFromKeychain(authsKeychain{r.host: {Username: "u", Password: "p"}})
+	got, err := remote.Get(mustRef(t, r.ref("cp/web:v1")), creds, remote.WithTransport(r.tr))
+	if err != nil || got.Digest.String() != digest {
+		t.Fatalf("the registry's cp/web:v1: %v, %v; pushed %s", got, err, digest)
+	}
+}
+
+var metav1CreateOptions = metav1.CreateOptions{}
+
+func mustRef(t *testing.T, s string) name.Reference {
+	t.Helper()
+	r, err := name.ParseReference(s, name.Insecure)
+	must(t, err)
+	return r
+}

@@ -1,0 +1,130 @@
+package podcheckpoint
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// Exporter pushes an object's data to a registry (internal/ociartifact's
+// Exporter): the source pod ns/pod with UID uid, the secret named in
+// spec.export (may be empty), the image to push to and the data directory.
+// It returns the pushed reference by digest and the digest.
+type Exporter interface {
+	Export(ctx context.Context, ns, pod, uid, secret, image, dir string) (ref, digest string, err error)
+}
+
+// exportRetry is how long after a failed push the node tries again.
+var exportRetry = time.Minute
+
+// Event reasons of an export.
+const (
+	EventExportSucceeded = "ExportSucceeded"
+	EventExportFailed    = "ExportFailed"
+)
+
+// needsExport reports whether the node holding pc should push it now: Ready,
+// spec.export set, not exported yet, not pushing, and not failed within
+// exportRetry (it returns how long to wait then).
+func (r *Reconciler) needsExport(pc *cpv1.PodCheckpoint) (bool, time.Duration) {
+	if pc.Spec.Export == nil || pc.Status.NodeName != r.cfg.Node || pc.DeletionTimestamp != nil {
+		return false, 0
+	}
+	if c := ready(pc); c == nil || c.Status != metav1.ConditionTrue {
+		return false, 0
+	}
+	r.mu.Lock()
+	busy := r.exporting[pc.UID]
+	r.mu.Unlock()
+	c := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionExported)
+	switch {
+	case busy || c != nil && c.Status == metav1.ConditionTrue:
+		return false, 0
+	case c != nil && c.Reason == cpv1.ReasonExportFailed:
+		if wait := exportRetry - r.now().Sub(c.LastTransitionTime.Time); wait > 0 {
+			return false, wait
+		}
+	}
+	return true, 0
+}
+
+// startExport pushes pc's data in the background and records the outcome.
+func (r *Reconciler) startExport(ctx context.Context, pc *cpv1.PodCheckpoint) error {
+	if r.exporter == nil {
+		return r.exported(ctx, pc, "", "", fmt.Errorf("this node's cri-shim exports to no registry (no [checkpoint] registries)"))
+	}
+	r.mu.Lock()
+	r.exporting[pc.UID] = true
+	r.mu.Unlock()
+	err := r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+		setCondition(s, cpv1.ConditionExported, metav1.ConditionFalse, cpv1.ReasonExportInProgress, "pushing to "+pc.Spec.Export.Image, pc.Generation, r.now())
+	})
+	if err != nil {
+		r.endExport(pc)
+		return err
+	}
+	uid := ""
+	if pc.Status.SourcePodUID != nil {
+		uid = string(*pc.Status.SourcePodUID)
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.endExport(pc)
+		ref, digest, err := r.exporter.Export(ctx, pc.Namespace, pc.Spec.SourcePodName, uid, pc.Spec.Export.SecretName,
+			pc.Spec.Export.Image, filepath.Join(r.cfg.Root, DataDir(pc)))
+		for ctx.Err() == nil {
+			werr := r.exported(ctx, pc, ref, digest, err)
+			if werr == nil || apierrors.IsNotFound(werr) {
+				return
+			}
+			r.log.Warn("podcheckpoint: writing the export's status, retrying", "object", key(pc.Namespace, pc.Name), "err", werr)
+			select {
+			case <-ctx.Done():
+			case <-time.After(r.retryEvery):
+			}
+		}
+	}()
+	return nil
+}
+
+func (r *Reconciler) endExport(pc *cpv1.PodCheckpoint) {
+	r.mu.Lock()
+	delete(r.exporting, pc.UID)
+	r.mu.Unlock()
+	r.queue.Add(key(pc.Namespace, pc.Name))
+}
+
+// exported writes the outcome of a push: status.export and Exported True,
+// or Exported False ExportFailed (tried again after exportRetry).
+func (r *Reconciler) exported(ctx context.Context, pc *cpv1.PodCheckpoint, ref, digest string, perr error) error {
+	now := metav1.NewTime(r.now())
+	if perr != nil {
+		msg := perr.Error()
+		err := r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+			setCondition(s, cpv1.ConditionExported, metav1.ConditionFalse, cpv1.ReasonExportFailed, msg, pc.Generation, now.Time)
+		})
+		if err == nil {
+			r.ev.emit(objectRef(pc), corev1.EventTypeWarning, EventExportFailed, msg)
+			r.queue.AddAfter(key(pc.Namespace, pc.Name), exportRetry)
+		}
+		return err
+	}
+	msg := "pushed " + ref
+	err := r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
+		s.Export = &cpv1.PodCheckpointExportStatus{Image: ref, Digest: digest, CompletionTime: &now}
+		setCondition(s, cpv1.ConditionExported, metav1.ConditionTrue, cpv1.ReasonExported, msg, pc.Generation, now.Time)
+	})
+	if err == nil {
+		r.ev.emit(objectRef(pc), corev1.EventTypeNormal, EventExportSucceeded, msg)
+	}
+	return err
+}

@@ -1,0 +1,108 @@
+package podcheckpoint
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// fakeExporter answers pushes with errs in turn, then success.
+type fakeExporter struct {
+	mu    sync.Mutex
+	calls []string
+	errs  []error
+}
+
+func (f *fakeExporter) Export(_ context.Context, ns, pod, uid, secret, image, dir string) (string, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, ns+" "+pod+" "+uid+" "+secret+" "+image+" "+dir)
+	if len(f.errs) > 0 {
+		err := f.errs[0]
+		f.errs = f.errs[1:]
+		return "", "", err
+	}
+	return "reg.example/cp/web@sha256:abc", "sha256:abc", nil
+}
+
+func (f *fakeExporter) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+func (e *env) waitExported(t *testing.T, ns, name, reason string) *cpv1.PodCheckpoint {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pc, err := e.api.Get(context.Background(), ns, name)
+		if err == nil {
+			if c := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionExported); c != nil && c.Reason == reason {
+				return pc
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s never Exported %s: %+v", ns, name, reason, pc)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An object with spec.export is pushed once Ready, with its secret and the
+// node's data directory; status.export records the reference and digest. A
+// failed push is ExportFailed and tried again after exportRetry; an object
+// without spec.export is never pushed.
+func TestExportOnceReady(t *testing.T) {
+	old := exportRetry
+	exportRetry = 300 * time.Millisecond
+	t.Cleanup(func() { exportRetry = old })
+	e := newEnv(t)
+	x := &fakeExporter{errs: []error{errors.New("registry said 503")}}
+	e.r.exporter = x
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "plain", "web"))
+	e.waitReason(t, "ns", "plain", cpv1.ReasonCompleted)
+	pc := object("ns", "cp", "web")
+	pc.Spec.Export = &cpv1.PodCheckpointExport{Image: "reg.example/cp/web:v1", SecretName: "regcred"}
+	e.create(pc)
+	failed := e.waitExported(t, "ns", "cp", cpv1.ReasonExportFailed)
+	if c := meta.FindStatusCondition(failed.Status.Conditions, cpv1.ConditionExported); c.Message != "registry said 503" || failed.Status.Export != nil {
+		t.Errorf("failed export: %+v, %+v", c, failed.Status.Export)
+	}
+	done := e.waitExported(t, "ns", "cp", cpv1.ReasonExported)
+	if s := done.Status.Export; s == nil || s.Image != "reg.example/cp/web@sha256:abc" || s.Digest != "sha256:abc" || s.CompletionTime == nil {
+		t.Fatalf("status.export %+v", s)
+	}
+	if c := ready(done); c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready changed by the export: %+v", c)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if n := x.count(); n != 2 {
+		t.Fatalf("%d pushes, want 2 (one failed, one retried): %v", n, x.calls)
+	}
+	if want := "ns web uid-1 regcred reg.example/cp/web:v1 " + e.root + "/pcp-obj-cp"; x.calls[1] != want {
+		t.Errorf("push %q, want %q", x.calls[1], want)
+	}
+}
+
+// Without an exporter (no registries configured) the export fails with why.
+func TestExportWithoutRegistries(t *testing.T) {
+	e := newEnv(t)
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	pc := object("ns", "cp", "web")
+	pc.Spec.Export = &cpv1.PodCheckpointExport{Image: "reg.example/cp/web:v1"}
+	e.create(pc)
+	got := e.waitExported(t, "ns", "cp", cpv1.ReasonExportFailed)
+	if c := meta.FindStatusCondition(got.Status.Conditions, cpv1.ConditionExported); c.Message != "this node's cri-shim exports to no registry (no [checkpoint] registries)" {
+		t.Errorf("Exported %+v", c)
+	}
+}
