@@ -408,8 +408,8 @@ func (c *Config) Validate() error {
 	if c.Checkpoint.PullMaxBytes <= 0 {
 		bad("checkpoint.pull_max_bytes", "must be above 0, got %d", c.Checkpoint.PullMaxBytes)
 	}
-	if d := c.Checkpoint.PullTimeout.Duration; d < time.Second {
-		bad("checkpoint.pull_timeout", "must be at least 1s, got %s", d)
+	if d := c.Checkpoint.PullTimeout.Duration; d < time.Second || d > 6*time.Hour {
+		bad("checkpoint.pull_timeout", "must be from 1s to 6h (an older unfinished pull is taken for a leftover), got %s", d)
 	}
 	if d := c.Checkpoint.PullWait.Duration; d < 0 || d > 3*time.Minute {
 		bad("checkpoint.pull_wait", "must be from 0 to 3m (the kubelet gives RunPodSandbox 4m), got %s", d)

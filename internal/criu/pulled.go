@@ -11,6 +11,15 @@ import (
 // (a pod refused after the pull, or gone before the kubelet's retry).
 var pulledUnusedFor = 30 * time.Minute
 
+// pulledTempFor is how old the temporary directory of a pull must be before
+// the sweep takes it for the leftover of a shim killed mid-pull (longer than
+// [checkpoint] pull_timeout may be).
+var pulledTempFor = 6 * time.Hour
+
+// pulledTempPrefix begins the temporary directory of a pull for a restore
+// (internal/ociartifact writes ".pull-<name>-*").
+const pulledTempPrefix = ".pull-" + PulledDirPrefix
+
 // Pulled checkpoints (PulledDirPrefix) are a cache of registry content for
 // the pods that name it, outside retention (max_per_pod, max_total_bytes):
 // one is removed when the last warm start using it ends (its sandbox is
@@ -34,7 +43,8 @@ func (s *Service) releasePulled(dir string) {
 }
 
 // sweepPulled removes the pulled checkpoints no warm start uses that are
-// older than pulledUnusedFor.
+// older than pulledUnusedFor, and pulls' temporary directories older than
+// pulledTempFor.
 func (s *Service) sweepPulled() {
 	ents, err := os.ReadDir(s.cfg.Root)
 	if err != nil {
@@ -52,13 +62,17 @@ func (s *Service) sweepPulled() {
 	}
 	for _, e := range ents {
 		dir := filepath.Join(root, e.Name())
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), PulledDirPrefix) || inUse[dir] {
+		age := pulledUnusedFor
+		why := "no pod used it"
+		if strings.HasPrefix(e.Name(), pulledTempPrefix) {
+			age, why = pulledTempFor, "left by a pull that did not finish"
+		} else if !strings.HasPrefix(e.Name(), PulledDirPrefix) || inUse[dir] {
 			continue
 		}
-		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < pulledUnusedFor {
+		if fi, err := e.Info(); !e.IsDir() || err != nil || time.Since(fi.ModTime()) < age {
 			continue
 		}
-		s.removePulled(dir, "no pod used it")
+		s.removePulled(dir, why)
 	}
 }
 

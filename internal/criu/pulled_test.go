@@ -105,8 +105,9 @@ func TestWarmStartFromImageReference(t *testing.T) {
 	}
 }
 
-// A pulled checkpoint no pod uses is swept once old; a fresh one, one in
-// use and a user's checkpoint are not.
+// A pulled checkpoint no pod uses is swept once old, and a pull's temporary
+// directory once much older (a shim killed mid-pull); a fresh one, one in
+// use, a pull that may still run and a user's checkpoint are not.
 func TestUnusedPulledCheckpointsAreSwept(t *testing.T) {
 	fx := newFixture(t)
 	old := time.Now().Add(-2 * pulledUnusedFor)
@@ -122,11 +123,13 @@ func TestUnusedPulledCheckpointsAreSwept(t *testing.T) {
 	fresh := mk(PulledDir(strings.Repeat("1", 64)), time.Now())
 	used := mk(PulledDir(strings.Repeat("2", 64)), old)
 	user := mk("mine", old)
+	tmpOld := mk(pulledTempPrefix+testDigest+"-1", time.Now().Add(-2*pulledTempFor))
+	tmpNew := mk(pulledTempPrefix+testDigest+"-2", old)
 	fx.svc.mu.Lock()
 	fx.svc.warm["sbx"] = &warmPod{SandboxID: "sbx", Dir: used}
 	fx.svc.mu.Unlock()
 	fx.svc.sweepPulled()
-	for d, want := range map[string]bool{stale: false, fresh: true, used: true, user: true} {
+	for d, want := range map[string]bool{stale: false, fresh: true, used: true, user: true, tmpOld: false, tmpNew: true} {
 		if _, err := os.Stat(d); (err == nil) != want {
 			t.Errorf("%s: exists=%v after the sweep, want %v", filepath.Base(d), err == nil, want)
 		}

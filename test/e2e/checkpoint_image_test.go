@@ -33,6 +33,34 @@ func shimAsNodeWithRegistry(t *testing.T) (kubernetes.Interface, string) {
 	return cs, addr
 }
 
+// bigSecretAPIPod is secretAPIPod writing 160 MiB of random data into its
+// writable layer first, so its checkpoint is as large as
+// TestCheckpointPushPullRestore's.
+func bigSecretAPIPod(name, restoreFrom string) *corev1.Pod {
+	p := secretAPIPod(name, restoreFrom)
+	c := &p.Spec.Containers[0]
+	c.Command[len(c.Command)-1] = "dd if=/dev/urandom of=/tmp/blob bs=1048576 count=160 2>/dev/null; " + c.Command[len(c.Command)-1]
+	return p
+}
+
+// shimLogLine returns the fields of the shim's last log line with msg that
+// mentions what.
+func shimLogLine(t *testing.T, msg, what string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], msg) && strings.Contains(lines[i], what) {
+			return lines[i]
+		}
+	}
+	t.Fatalf("no shim log line %q about %s", msg, what)
+	return ""
+}
+
 // runningSecret waits for ns/name to run and log one secret, and returns it.
 func runningSecret(t *testing.T, cs kubernetes.Interface, ns, name string, timeout time.Duration) string {
 	t.Helper()
@@ -88,7 +116,7 @@ func pushedPod(t *testing.T, addr, ns, name, repo string) string {
 func TestRestoreFromImageReference(t *testing.T) {
 	cs, addr := shimAsNodeWithRegistry(t)
 	ns := testNamespace(t, cs, "e2e-img")
-	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), bigSecretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	secret := runningSecret(t, cs, ns, "src", 2*time.Minute)
@@ -102,7 +130,7 @@ func TestRestoreFromImageReference(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	restored := secretAPIPod("restored", ref)
+	restored := bigSecretAPIPod("restored", ref)
 	restored.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
 	t0 := time.Now()
 	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), restored, metav1.CreateOptions{}); err != nil {
@@ -113,9 +141,11 @@ func TestRestoreFromImageReference(t *testing.T) {
 	}
 	t.Logf("restored from %s: Running with the source's memory %.1fs after it was created", ref, time.Since(t0).Seconds())
 	pulled := filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(ref[len(ref)-64:]))
-	if _, err := criu.ReadManifest(pulled); err != nil {
+	m, err := criu.ReadManifest(pulled)
+	if err != nil {
 		t.Fatalf("pulled checkpoint: %v", err)
 	}
+	t.Logf("the shim pulled %d MiB: %s", m.SizeBytes>>20, shimLogLine(t, "pulled for a restore", ref))
 
 	// Another namespace: the binding holds for the pulled manifest.
 	other := testNamespace(t, cs, "e2e-img-other")
@@ -141,13 +171,13 @@ func TestRestoreFromImageReference(t *testing.T) {
 	}
 	bad := fromImage.DeepCopy()
 	bad.Name, bad.Spec.SourceImage = "by-tag", addr+"/e2e/img:v1"
-	_, err := pcs.Create(ctxT(t, 10*time.Second), bad)
+	_, err = pcs.Create(ctxT(t, 10*time.Second), bad)
 	wantInvalid(t, "sourceImage by tag", err, "spec.sourceImage")
 	bad.Name, bad.Spec.SourceImage, bad.Spec.SourcePodName = "both", ref, "src"
 	_, err = pcs.Create(ctxT(t, 10*time.Second), bad)
 	wantInvalid(t, "sourceImage and sourcePodName", err, "exactly one of spec.sourcePodName and spec.sourceImage")
 	t0 = time.Now()
-	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("by-name", "from-img"), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), bigSecretAPIPod("by-name", "from-img"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := runningSecret(t, cs, ns, "by-name", 3*time.Minute); got != secret {
