@@ -7,14 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/pelletier/go-toml/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -79,77 +77,6 @@ func (k KubernetesConfig) Node() (string, error) {
 		return "", errors.New("kubernetes.node_name is empty and so is the hostname")
 	}
 	return h, nil
-}
-
-// CheckpointConfig confines and retains pod checkpoints.
-type CheckpointConfig struct {
-	// Root is the only directory under which CheckpointPod writes and RestorePod
-	// and the restore-from annotation read (KEP-5823 path traversal protection).
-	Root string `toml:"root" comment:"Every checkpoint path must resolve inside this directory; created if missing."`
-	// MaxPerPod keeps at most this many checkpoints per pod among those cri-shim
-	// manages (made by 'cri-shim checkpoint'); 0 keeps all.
-	MaxPerPod int `toml:"max_per_pod" comment:"Checkpoints kept per pod (those made by 'cri-shim checkpoint'), oldest removed first; 0 keeps all."`
-	// MaxTotalBytes bounds the size of the managed checkpoints; 0 means no bound.
-	MaxTotalBytes int64 `toml:"max_total_bytes" comment:"Total bytes of managed checkpoints, oldest removed first; 0 means no bound."`
-	// MaxBytesPerNamespace bounds the managed checkpoints of each namespace; 0 means no bound.
-	MaxBytesPerNamespace int64 `toml:"max_bytes_per_namespace" comment:"Bytes of managed checkpoints per namespace, oldest removed first; 0 means no bound."`
-	// MinInterval is the shortest checkpoint schedule a pod's
-	// checkpoint.cri-shim.io/interval annotation gets (a pod asking more
-	// often is checkpointed at this interval): each checkpoint freezes the pod
-	// and writes its memory to disk.
-	MinInterval Duration `toml:"min_interval" comment:"Shortest schedule of a pod's checkpoint.cri-shim.io/interval annotation (10s to 24h); shorter requests get this."`
-	// RestoreNamespaceAllow widens the namespace binding of restores: by
-	// default a pod may warm-start (or be restored by RestorePod) only from a
-	// checkpoint of a pod in its own namespace, because a checkpoint holds
-	// that pod's memory (docs/checkpoint.md). Each pair lets pods of To
-	// restore checkpoints taken in From; one direction only.
-	RestoreNamespaceAllow []NamespacePair `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)."`
-	// Registries is the allow-list of registries a restore-from image
-	// reference (which a pod names) may make the node pull from; empty
-	// refuses every image reference (docs/checkpoint-oci.md).
-	Registries []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused)."`
-	// RegistryAuthFile is the node's docker config.json, used after a pod's
-	// image pull secrets; empty: the default keychain ($DOCKER_CONFIG or
-	// ~/.docker/config.json of the shim's user).
-	RegistryAuthFile string `toml:"registry_auth_file" comment:"The node's docker config.json for registry credentials after the pod's image pull secrets (e.g. /var/lib/kubelet/config.json); empty: ~/.docker/config.json."`
-	// PullMaxBytes caps the archives of a checkpoint pulled for a restore.
-	PullMaxBytes int64 `toml:"pull_max_bytes" comment:"Largest checkpoint (archive bytes) a restore from an image reference pulls."`
-	// PullTimeout bounds one such pull (it runs in the background), and one
-	// PodCheckpoint export's push.
-	PullTimeout Duration `toml:"pull_timeout" comment:"How long one pull for a restore may take (it runs in the background)."`
-	// PullWait is how long the kubelet's RunPodSandbox waits for its pull
-	// before it is answered Unavailable and retried.
-	PullWait Duration `toml:"pull_wait" comment:"How long RunPodSandbox waits for its pull before answering Unavailable (the kubelet retries; at most 3m, under the kubelet's 4m sandbox timeout)."`
-}
-
-// RegistryConfig is one entry of checkpoint.registries.
-type RegistryConfig struct {
-	// Host is the registry as image references spell it: host or host:port.
-	Host string `toml:"host"`
-	// PlainHTTP allows plain HTTP; only for a loopback host.
-	PlainHTTP bool `toml:"plain_http,omitempty"`
-	// CAFile is a PEM bundle trusted for this registry besides the system roots.
-	CAFile string `toml:"ca_file,omitempty"`
-}
-
-// NamespacePair is one entry of checkpoint.restore_namespace_allow.
-type NamespacePair struct {
-	// From is the namespace of the checkpointed pod.
-	From string `toml:"from"`
-	// To is the namespace of the pod that may start from it.
-	To string `toml:"to"`
-}
-
-// RestoreAllowed reports whether restore_namespace_allow lets pods of
-// namespace to restore checkpoints of pods of namespace from (the same
-// namespace is always allowed by the restore itself, not by this list).
-func (c CheckpointConfig) RestoreAllowed(from, to string) bool {
-	for _, p := range c.RestoreNamespaceAllow {
-		if p.From == from && p.To == to {
-			return true
-		}
-	}
-	return false
 }
 
 // BackoffConfig is the KEP-4603 restart curve: initial_delay doubling up to
@@ -357,63 +284,7 @@ func (c *Config) Validate() error {
 	if c.Log.Format != "json" && c.Log.Format != "text" {
 		bad("log.format", "must be json or text, got %q", c.Log.Format)
 	}
-	if !filepath.IsAbs(c.Checkpoint.Root) || filepath.Clean(c.Checkpoint.Root) == "/" {
-		bad("checkpoint.root", "must be an absolute directory other than /, got %q", c.Checkpoint.Root)
-	}
-	if c.Checkpoint.MaxPerPod < 0 {
-		bad("checkpoint.max_per_pod", "must be 0 (keep all) or more, got %d", c.Checkpoint.MaxPerPod)
-	}
-	if c.Checkpoint.MaxTotalBytes < 0 {
-		bad("checkpoint.max_total_bytes", "must be 0 (no bound) or more, got %d", c.Checkpoint.MaxTotalBytes)
-	}
-	if c.Checkpoint.MaxBytesPerNamespace < 0 {
-		bad("checkpoint.max_bytes_per_namespace", "must be 0 (no bound) or more, got %d", c.Checkpoint.MaxBytesPerNamespace)
-	}
-	if d := c.Checkpoint.MinInterval.Duration; d < 10*time.Second || d > 24*time.Hour {
-		bad("checkpoint.min_interval", "must be from 10s to 24h, got %s", d)
-	}
-	seen := map[NamespacePair]bool{}
-	for i, p := range c.Checkpoint.RestoreNamespaceAllow {
-		field := fmt.Sprintf("checkpoint.restore_namespace_allow[%d]", i)
-		for _, v := range []struct{ key, ns string }{{"from", p.From}, {"to", p.To}} {
-			if errs := validation.IsDNS1123Label(v.ns); len(errs) > 0 {
-				bad(field+"."+v.key, "must be a namespace name (a DNS-1123 label), got %q: %s", v.ns, strings.Join(errs, "; "))
-			}
-		}
-		switch {
-		case p.From == p.To:
-			bad(field, "from and to are both %q: a pod may always restore from its own namespace; remove the entry", p.From)
-		case seen[p]:
-			bad(field, "{from = %q, to = %q} is listed twice", p.From, p.To)
-		}
-		seen[p] = true
-	}
-	hosts := map[string]bool{}
-	for i, r := range c.Checkpoint.Registries {
-		field := fmt.Sprintf("checkpoint.registries[%d]", i)
-		if err := checkRegistry(r); err != nil {
-			bad(field, "%v", err)
-		}
-		if r.CAFile != "" && !filepath.IsAbs(r.CAFile) {
-			bad(field+".ca_file", "must be an absolute path, got %q", r.CAFile)
-		}
-		if hosts[strings.ToLower(r.Host)] {
-			bad(field, "host %q is listed twice", r.Host)
-		}
-		hosts[strings.ToLower(r.Host)] = true
-	}
-	if f := c.Checkpoint.RegistryAuthFile; f != "" && !filepath.IsAbs(f) {
-		bad("checkpoint.registry_auth_file", "must be an absolute path or empty, got %q", f)
-	}
-	if c.Checkpoint.PullMaxBytes <= 0 {
-		bad("checkpoint.pull_max_bytes", "must be above 0, got %d", c.Checkpoint.PullMaxBytes)
-	}
-	if d := c.Checkpoint.PullTimeout.Duration; d < time.Second || d > 6*time.Hour {
-		bad("checkpoint.pull_timeout", "must be from 1s to 6h (an older unfinished pull is taken for a leftover), got %s", d)
-	}
-	if d := c.Checkpoint.PullWait.Duration; d < 0 || d > 3*time.Minute {
-		bad("checkpoint.pull_wait", "must be from 0 to 3m (the kubelet gives RunPodSandbox 4m), got %s", d)
-	}
+	c.Checkpoint.validate(bad)
 	if k := c.Kubernetes; k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
 		bad("kubernetes.kubeconfig", "must be an absolute path or empty (standalone), got %q", k.Kubeconfig)
 	}
@@ -473,26 +344,3 @@ func Marshal(cfg Config) ([]byte, error) {
 
 // checkRegistry checks an entry of checkpoint.registries: a registry host as
 // image references spell it, plain HTTP only for a loopback one.
-func checkRegistry(r RegistryConfig) error {
-	if r.Host == "" || strings.ContainsAny(r.Host, "/@ ") {
-		return fmt.Errorf("host %q must be a registry host or host:port", r.Host)
-	}
-	reg, err := name.NewRegistry(r.Host, name.StrictValidation)
-	if err != nil {
-		return fmt.Errorf("host %q: %v", r.Host, err)
-	}
-	if reg.RegistryStr() != r.Host {
-		return fmt.Errorf("host %q is known to image references as %q; list that", r.Host, reg.RegistryStr())
-	}
-	host, _, err := net.SplitHostPort(r.Host)
-	if err != nil {
-		host = r.Host
-	}
-	if host == "" {
-		return fmt.Errorf("host %q has no host name", r.Host)
-	}
-	if ip := net.ParseIP(host); r.PlainHTTP && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("plain_http is allowed only for a loopback registry (localhost, 127.0.0.0/8, ::1), not %q", r.Host)
-	}
-	return nil
-}
