@@ -42,16 +42,15 @@ func (r *Reconciler) needsExport(pc *cpv1.PodCheckpoint) (bool, time.Duration) {
 		return false, 0
 	}
 	r.mu.Lock()
-	busy := r.exporting[pc.UID]
+	busy, failed := r.exporting[pc.UID], r.exportFailed[pc.UID]
 	r.mu.Unlock()
-	c := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionExported)
-	switch {
-	case busy || c != nil && c.Status == metav1.ConditionTrue:
+	if c := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionExported); busy || c != nil && c.Status == metav1.ConditionTrue {
 		return false, 0
-	case c != nil && c.Reason == cpv1.ReasonExportFailed:
-		if wait := exportRetry - r.now().Sub(c.LastTransitionTime.Time); wait > 0 {
-			return false, wait
-		}
+	}
+	// The failure time is kept here: the condition's transition time does
+	// not move while it stays False.
+	if wait := exportRetry - r.now().Sub(failed); !failed.IsZero() && wait > 0 {
+		return false, wait
 	}
 	return true, 0
 }
@@ -107,6 +106,13 @@ func (r *Reconciler) endExport(pc *cpv1.PodCheckpoint) {
 // or Exported False ExportFailed (tried again after exportRetry).
 func (r *Reconciler) exported(ctx context.Context, pc *cpv1.PodCheckpoint, ref, digest string, perr error) error {
 	now := metav1.NewTime(r.now())
+	r.mu.Lock()
+	if perr != nil {
+		r.exportFailed[pc.UID] = now.Time
+	} else {
+		delete(r.exportFailed, pc.UID)
+	}
+	r.mu.Unlock()
 	if perr != nil {
 		msg := perr.Error()
 		err := r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {

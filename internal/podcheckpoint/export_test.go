@@ -3,6 +3,7 @@ package podcheckpoint
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 type fakeExporter struct {
 	mu    sync.Mutex
 	calls []string
+	at    []time.Time
 	errs  []error
 }
 
@@ -24,6 +26,7 @@ func (f *fakeExporter) Export(_ context.Context, ns, pod, uid, secret, image, di
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, ns+" "+pod+" "+uid+" "+secret+" "+image+" "+dir)
+	f.at = append(f.at, time.Now())
 	if len(f.errs) > 0 {
 		err := f.errs[0]
 		f.errs = f.errs[1:]
@@ -64,7 +67,7 @@ func TestExportOnceReady(t *testing.T) {
 	exportRetry = 300 * time.Millisecond
 	t.Cleanup(func() { exportRetry = old })
 	e := newEnv(t)
-	x := &fakeExporter{errs: []error{errors.New("registry said 503")}}
+	x := &fakeExporter{errs: []error{errors.New("registry said 503"), errors.New("registry said 503")}}
 	e.r.exporter = x
 	e.run(t)
 	e.pod("ns", "web", "uid-1")
@@ -85,11 +88,19 @@ func TestExportOnceReady(t *testing.T) {
 		t.Errorf("Ready changed by the export: %+v", c)
 	}
 	time.Sleep(400 * time.Millisecond)
-	if n := x.count(); n != 2 {
-		t.Fatalf("%d pushes, want 2 (one failed, one retried): %v", n, x.calls)
+	if n := x.count(); n != 3 {
+		t.Fatalf("%d pushes, want 3 (two failed, each retried after exportRetry): %v", n, x.calls)
 	}
-	if want := "ns web uid-1 regcred reg.example/cp/web:v1 " + e.root + "/pcp-obj-cp"; x.calls[1] != want {
-		t.Errorf("push %q, want %q", x.calls[1], want)
+	if want := "ns web uid-1 regcred reg.example/cp/web:v1 " + e.root + "/pcp-obj-cp"; x.calls[2] != want {
+		t.Errorf("push %q, want %q", x.calls[2], want)
+	}
+	x.mu.Lock()
+	at := slices.Clone(x.at)
+	x.mu.Unlock()
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < exportRetry {
+			t.Errorf("push %d came %s after the failed one, before exportRetry %s", i, gap, exportRetry)
+		}
 	}
 }
 

@@ -83,10 +83,12 @@ type Reconciler struct {
 	// for the leftover of an earlier shim, nor started again.
 	started map[types.UID]bool
 	byPod   map[string]types.UID // ns/pod -> object checkpointing it
-	// exporting holds the objects being pushed (export.go).
-	exporting map[types.UID]bool
-	exporter  Exporter
-	wg        sync.WaitGroup
+	// exporting holds the objects being pushed (export.go), exportFailed
+	// when the last push of an object failed.
+	exporting    map[types.UID]bool
+	exportFailed map[types.UID]time.Time
+	exporter     Exporter
+	wg           sync.WaitGroup
 }
 
 // NewReconciler builds a reconciler; Run starts it.
@@ -104,8 +106,9 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 		started: make(map[types.UID]bool),
 		byPod:   make(map[string]types.UID),
 
-		exporting: make(map[types.UID]bool),
-		exporter:  cfg.Exporter,
+		exporting:    make(map[types.UID]bool),
+		exportFailed: make(map[types.UID]time.Time),
+		exporter:     cfg.Exporter,
 	}
 }
 
@@ -319,48 +322,6 @@ func (r *Reconciler) done(pc *cpv1.PodCheckpoint, podKey string) {
 	r.queue.Add(key(pc.Namespace, pc.Name))
 }
 
-// runningContainers returns the IDs of the sandbox's running containers, or the name
-// of a container of the pod's spec (or a sidecar) that is not running.
-func (r *Reconciler) runningContainers(ctx context.Context, sandbox string, pod *corev1.Pod) ([]string, string, error) {
-	cs, err := r.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		PodSandboxId: sandbox, State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
-	if err != nil {
-		return nil, "", fmt.Errorf("listing containers: %w", err)
-	}
-	names := map[string]bool{}
-	var ids []string
-	for _, c := range cs.Containers {
-		names[c.GetMetadata().GetName()] = true
-		ids = append(ids, c.Id)
-	}
-	for _, c := range pod.Spec.Containers {
-		if !names[c.Name] {
-			return nil, c.Name, nil
-		}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways && !names[c.Name] {
-			return nil, c.Name, nil
-		}
-	}
-	return ids, "", nil
-}
-
-// sandbox is the ready sandbox of the pod on this node, nil if none.
-func (r *Reconciler) sandbox(ctx context.Context, ns, pod string) (*runtimeapi.PodSandbox, error) {
-	sbs, err := r.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
-		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod},
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("listing sandboxes: %w", err)
-	}
-	if len(sbs.Items) == 0 {
-		return nil, nil
-	}
-	return sbs.Items[0], nil
-}
-
 func (r *Reconciler) replaced(ctx context.Context, pc *cpv1.PodCheckpoint, uid types.UID, msg string) error {
 	err := r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
 		s.NodeName = r.cfg.Node
@@ -392,6 +353,9 @@ func (r *Reconciler) finalize(ctx context.Context, pc *cpv1.PodCheckpoint) error
 	if err := r.removeData(pc); err != nil {
 		return err
 	}
+	r.mu.Lock()
+	delete(r.exportFailed, pc.UID)
+	r.mu.Unlock()
 	pc.Finalizers = slices.DeleteFunc(pc.Finalizers, func(f string) bool { return f == cpv1.NodeDataFinalizer })
 	out, err := r.objs.Update(ctx, pc)
 	if apierrors.IsNotFound(err) {
