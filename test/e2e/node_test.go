@@ -57,6 +57,9 @@ var node struct {
 
 	registryOnce sync.Once
 	registryErr  error
+	// the TLS registry (checkpoint_tls_test.go)
+	registryTLSOnce sync.Once
+	registryTLSErr  error
 
 	apiOnce sync.Once
 	apiErr  error

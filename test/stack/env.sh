@@ -15,6 +15,8 @@ MANIFESTS_NATIVE=$NODE_DATA/manifests-native
 SHIM_BIN=${CRI_SHIM_BIN:-$REPO/_output/cri-shim}
 NODE_NAME=${CRI_SHIM_NODE_NAME:-cri-shim-node}
 REGISTRY_ADDR=${CRI_SHIM_REGISTRY:-127.0.0.1:5000}
+# The same registry program over TLS (certificate by pki.sh), for checkpoint images.
+REGISTRY_TLS_ADDR=${CRI_SHIM_REGISTRY_TLS:-127.0.0.1:5443}
 # Control plane (up.sh --apiserver / --start apiserver): private loopback ports.
 ETCD_PORT=${CRI_SHIM_ETCD_PORT:-12379}
 ETCD_PEER_PORT=${CRI_SHIM_ETCD_PEER_PORT:-12380}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Certificates and kubeconfigs of the test control plane, made with openssl:
-# a CA; the API server's serving certificate (127.0.0.1, localhost); an admin
+# a CA; the API server's and the TLS registry's serving certificates
+# (127.0.0.1, localhost); an admin
 # client (O=system:masters); the kubelet's client (system:node:<node>, so the
 # Node authorizer and NodeRestriction confine it to its node); the shim's
 # client for when it talks to the API; the service-account key pair.
@@ -32,6 +33,7 @@ cert() {
 	rm -f "$name.csr" "$ext"
 }
 cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"
+cert registry "/CN=cri-shim-test-registry" "IP:127.0.0.1,DNS:localhost"
 cert admin "/O=system:masters/CN=cri-shim-test-admin"
 cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
 if [[ ! -f sa.key ]]; then

@@ -3,7 +3,7 @@
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
 #   up.sh [--kubelet] [--apiserver] [--manifest FILE]... [--shim-config FILE]
-#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry
+#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry|registry-tls
 #         (re)start one component of a running node
 # --apiserver also starts etcd and kube-apiserver on loopback ports, and the
 # kubelet (with --kubelet) registers with it as node $NODE_NAME.
@@ -197,6 +197,8 @@ KUBELET_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT
 MANIFESTS=$MANIFESTS
 MANIFESTS_NATIVE=$MANIFESTS_NATIVE
 REGISTRY_ADDR=$REGISTRY_ADDR
+REGISTRY_TLS_ADDR=$REGISTRY_TLS_ADDR
+PKI=$PKI
 CRICTL_CONFIG=$NODE_RUN/crictl.yaml
 CHECKPOINTS=$NODE_DATA/checkpoints
 SHIM_CONFIG=$NODE_RUN/cri-shim/config.toml
@@ -279,6 +281,27 @@ host_address() {
 	echo "${a:-127.0.0.1}"
 }
 
+# start_registry_tls: an empty registry on REGISTRY_TLS_ADDR serving HTTPS
+# with pki.sh's certificate (clients trust $PKI/ca.crt), for pushes and
+# pulls of checkpoint images over TLS.
+start_registry_tls() {
+	[[ -x $STACK/bin/registry ]] || { log "missing registry: run test/stack/install.sh"; return 1; }
+	"$(dirname "${BASH_SOURCE[0]}")/pki.sh"
+	mkdir -p "$NODE_DATA/registry-tls"
+	cat >"$NODE_RUN/registry-tls.yaml" <<YAML
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: $NODE_DATA/registry-tls}
+  delete: {enabled: true}
+http:
+  addr: $REGISTRY_TLS_ADDR
+  tls: {certificate: $PKI/registry.crt, key: $PKI/registry.key}
+YAML
+	spawn registry-tls registry serve "$NODE_RUN/registry-tls.yaml"
+	wait_for 30 registry-tls curl -sf --cacert "$PKI/ca.crt" "https://$REGISTRY_TLS_ADDR/v2/"
+}
+
 # start_apiserver: etcd and kube-apiserver on loopback, certificates by pki.sh.
 start_apiserver() {
 	for b in etcd kube-apiserver kubectl; do
@@ -346,6 +369,7 @@ if [[ -n $ONLY ]]; then
 	kubelet-dropin) start_kubelet dropin ;;
 	apiserver) start_apiserver ;;
 	registry) start_registry ;;
+	registry-tls) start_registry_tls ;;
 	*) log "--start: unknown component $ONLY"; exit 2 ;;
 	esac
 	exit 0
