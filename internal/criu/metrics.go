@@ -12,6 +12,7 @@ type metrics struct {
 	restoreTime     prometheus.Histogram
 	warmStarts      *prometheus.CounterVec
 	scheduled       *prometheus.CounterVec
+	kubeletWarm     *prometheus.CounterVec
 	retentionRemove prometheus.Counter
 }
 
@@ -53,6 +54,10 @@ func newMetrics() *metrics {
 			Name: "cri_shim_pod_scheduled_checkpoints_total",
 			Help: "Checkpoints taken for pods' checkpoint.cri-shim.io/interval schedules, by result.",
 		}, []string{"result"}),
+		kubeletWarm: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_kubelet_warm_restarts_total",
+			Help: "Containers the kubelet restarted in pods asking for warm restarts, by result: restored from the pod's checkpoint, or cold.",
+		}, []string{"result"}),
 		retentionRemove: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_pod_checkpoints_removed_total",
 			Help: "Managed checkpoints removed by retention (max_per_pod, max_bytes_per_namespace, max_total_bytes, a pod's checkpoint.cri-shim.io/keep).",
@@ -62,5 +67,5 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.retentionRemove}
+		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove}
 }

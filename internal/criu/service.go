@@ -55,6 +55,9 @@ type Config struct {
 	// It may answer with an image reference instead (a PodCheckpoint whose
 	// spec names one), which is then pulled as if the pod named it.
 	ResolveRestore func(namespace, pod, uid, name string) (string, error)
+	// PodEvent, when set, records an event on a pod (the API connection's
+	// writer; never waits).
+	PodEvent func(namespace, pod, uid, eventType, reason, action, note string)
 	// PullRestore, when set, is asked for the checkpoint of a restore-from
 	// image reference (internal/ociartifact's RestorePuller): it returns
 	// the directory under Root it pulled it into (PulledDirPrefix), or an
@@ -99,6 +102,13 @@ type Service struct {
 	// restoring counts the warm restarts reading each checkpoint directory
 	// (warm_restart.go); retention leaves those alone.
 	restoring map[string]int
+	// warmRestartPods are the sandboxes whose pods ask for warm restarts;
+	// pendingWarm the containers created from a checkpoint for the kubelet
+	// and not started yet (by ID); coldNext the sandbox/name whose restore
+	// failed, created cold next (warm_kubelet.go).
+	warmRestartPods map[string]bool
+	pendingWarm     map[string]pendingWarm
+	coldNext        map[string]bool
 	// jobs and jobsByOut hold the sandboxes and output directories of
 	// checkpoints in progress or still finishing after their call returned
 	// (jobs.go).
@@ -151,6 +161,7 @@ func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collect
 // its unfinished checkpoints removed) and keeps retrying resumes that failed,
 // until ctx ends.
 func (s *Service) Run(ctx context.Context) {
+	s.adoptWarmRestartPods(ctx)
 	// Records first: a directory whose capture containerd still runs is
 	// emptied by resumeRecorded once that capture ends, not now.
 	s.cleanIncomplete(s.resumeRecorded(ctx))

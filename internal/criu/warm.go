@@ -50,16 +50,22 @@ var (
 	_ proxy.Activity            = (*Service)(nil)
 )
 
-// HookActive: RunPodSandbox is always seen (a pod may ask for a warm start);
-// CreateContainer only while a warm start is under way. A removed sandbox's
-// warm start is forgotten when the state store announces it gone
-// (forgetWarm).
+// HookActive: RunPodSandbox is always seen (a pod may ask for a warm start,
+// or for warm restarts); CreateContainer only while a warm start is under
+// way or a pod asking for warm restarts runs; StartContainer only while a
+// container created from a checkpoint for the kubelet awaits its start. A
+// removed sandbox's warm start and warm restarts are forgotten when the state
+// store announces it gone (forgetWarm).
 func (s *Service) HookActive(method proxy.Method) bool {
 	switch method {
 	case proxy.CreateContainer:
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return len(s.warm) > 0
+		return len(s.warm) > 0 || len(s.warmRestartPods) > 0
+	case proxy.StartContainer:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.pendingWarm) > 0
 	}
 	return true
 }
@@ -72,7 +78,13 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
 	name, ok := req.GetConfig().GetAnnotations()[RestoreFromAnnotation]
 	if !ok {
-		return next(ctx, req)
+		resp, err := next(ctx, req)
+		if err == nil {
+			s.mu.Lock()
+			s.noteWarmRestartPod(resp.GetPodSandboxId(), req.GetConfig().GetAnnotations())
+			s.mu.Unlock()
+		}
+		return resp, err
 	}
 	fail := func(kind error, format string, a ...any) error {
 		err := errorf(kind, "cri-shim: %s %q: %s", RestoreFromAnnotation, name, fmt.Sprintf(format, a...))
@@ -115,6 +127,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	}
 	s.mu.Lock()
 	s.warm[w.SandboxID] = w
+	s.noteWarmRestartPod(w.SandboxID, req.GetConfig().GetAnnotations())
 	s.mu.Unlock()
 	s.metrics.warmStarts.WithLabelValues("success").Inc()
 	s.log.Info("checkpoint: warm-starting a pod from a checkpoint", "pod", md.GetNamespace()+"/"+md.GetName(),
@@ -192,7 +205,11 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	w := s.warm[req.GetPodSandboxId()]
 	name := req.GetConfig().GetMetadata().GetName()
 	if w == nil || w.Done[name] {
+		restart := s.warmRestartPods[req.GetPodSandboxId()] && req.GetConfig().GetMetadata().GetAttempt() > 0
 		s.mu.Unlock()
+		if restart {
+			return s.kubeletWarmRestart(ctx, req, next)
+		}
 		return next(ctx, req)
 	}
 	s.mu.Unlock()

@@ -104,7 +104,11 @@ func (s *Service) forgetWarm(id string) {
 	s.mu.Lock()
 	w, ok := s.warm[id]
 	delete(s.warm, id)
+	release := s.forgetWarmRestart(id)
 	s.mu.Unlock()
+	for _, r := range release {
+		r()
+	}
 	if ok {
 		s.removeWarmRecord(id)
 		s.releasePulled(w.Dir)

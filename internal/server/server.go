@@ -142,12 +142,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		}
 		pullRestore = ociartifact.NewRestorePuller(pc).Pull
 	}
+	// Events on pods (warm restarts the kubelet drives), with an API connection.
+	var podEvent func(ns, pod, uid, eventType, reason, action, note string)
+	if api != nil {
+		podEvent = func(ns, pod, uid, eventType, reason, action, note string) {
+			api.Writes().Event(kubeapi.Event{Regarding: kubeapi.PodObject(kubeapi.PodRef{Namespace: ns, Name: pod, UID: uid}),
+				Type: eventType, Reason: reason, Action: action, Note: note})
+		}
+	}
 	checkpoints, err := criu.New(criu.Config{
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
-		ResolveRestore: resolve, PullRestore: pullRestore,
+		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)

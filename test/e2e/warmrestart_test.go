@@ -315,3 +315,81 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 	})
 	t.Logf("scheduled checkpoints seen: %v; the restart was restored from a scheduled one", seen)
 }
+
+// A container the kubelet itself restarts (restartPolicy Always, no restart
+// rule: its own crash-loop backoff) in a pod asking for warm restarts: cold
+// while the pod has no checkpoint, restored from the checkpoint after one.
+func TestKubeletRestartIsWarm(t *testing.T) {
+	needKubelet(t)
+	name, cp := fmt.Sprintf("kwarm-%d", time.Now().Unix()%100000), "e2e-kubelet-warm"
+	full := fullName(name)
+	os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp))
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp)) })
+	manifest := strings.Replace(warmRestartPod(name, ""), "    restart-rules.cri-shim.io/main: '[{\"action\":\"Restart\",\"exitCodes\":{\"operator\":\"In\",\"values\":[42]}}]'\n", "", 1)
+	manifest = strings.Replace(manifest, "restartPolicy: Never", "restartPolicy: Always", 1)
+	if strings.Contains(manifest, "restart-rules") || !strings.Contains(manifest, "restartPolicy: Always") {
+		t.Fatalf("manifest not rewritten:\n%s", manifest)
+	}
+	placeManifest(t, name, manifest)
+	p := waitRunning(t, name, 90*time.Second, 0, "main")
+	ready := func(nth int) {
+		eventually(t, 90*time.Second, fmt.Sprintf("instance %d of main ready", nth), func() error {
+			if _, ok := findLine(logLines(t, full, "main", nth), isText("ready")); !ok {
+				return fmt.Errorf("not ready")
+			}
+			return nil
+		})
+	}
+	ready(0)
+	execIn(t, p, "main", "touch /tmp/exit")
+	ready(1) // the kubelet's restart, cold: it builds its state again
+	b, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
+	if !regexp.MustCompile(`the kubelet's restart of the container starts cold.*` + regexp.QuoteMeta(full) + `.*has no checkpoint`).Match(b) {
+		t.Fatal("the shim's log does not say why the kubelet's restart was cold")
+	}
+	eventually(t, 30*time.Second, "main counting past 140", func() error {
+		if n := lastNumber(logLines(t, full, "main", 1)); n < 140 {
+			return fmt.Errorf("at %d", n)
+		}
+		return nil
+	})
+	out, err := exec.Command(node.env["SHIM_BIN"], "checkpoint", "--config", node.env["SHIM_CONFIG"],
+		"--namespace", "default", "--pod", full, "--name", cp, "--timeout", "60s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cri-shim checkpoint: %v\n%s", err, out)
+	}
+	atCheckpoint := lastNumber(logLines(t, full, "main", 1))
+	time.Sleep(2 * time.Second)
+	p = waitRunning(t, name, 30*time.Second, 1, "main")
+	execIn(t, p, "main", "touch /tmp/exit")
+	var exit1 logLine
+	eventually(t, 30*time.Second, "the second instance exiting", func() error {
+		var ok bool
+		if exit1, ok = findLine(logLines(t, full, "main", 1), isText("exiting")); !ok {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	atExit := lastNumber(logLines(t, full, "main", 1))
+	var resumed logLine
+	eventually(t, 90*time.Second, "the kubelet's next restart counting", func() error {
+		for _, l := range logLines(t, full, "main", 2) {
+			if l.at.After(exit1.at) && isNumber(l.text) {
+				resumed = l
+				return nil
+			}
+		}
+		return fmt.Errorf("no count yet")
+	})
+	got, _ := strconv.Atoi(resumed.text)
+	if got < 140 || got < atCheckpoint-5 || got >= atExit {
+		t.Fatalf("the restarted process counts from %d; checkpointed at about %d, exited at %d", got, atCheckpoint, atExit)
+	}
+	for _, l := range logLines(t, full, "main", 2) {
+		if l.at.After(exit1.at) && (l.text == "building" || l.text == "state-already-built") {
+			t.Fatal("the kubelet's restart ran the program from its start")
+		}
+	}
+	t.Logf("kubelet restart after the checkpoint: counting %.2fs after the exit (the kubelet's backoff included), from %d (checkpointed at %d, exited at %d)",
+		resumed.at.Sub(exit1.at).Seconds(), got, atCheckpoint, atExit)
+}

@@ -1,0 +1,164 @@
+package criu
+
+// Warm restarts the kubelet drives: a pod asking for warm restarts
+// (WarmRestartAnnotation) whose container the kubelet itself starts again
+// after a crash (its restartPolicy, no restart rule of cri-shim's) has that
+// new instance restored from the pod's latest checkpoint, like the in-place
+// restarts podstate carries out (warm_restart.go). The kubelet's
+// CreateContainer of an attempt above 0 is answered by the restored
+// container; if its restore fails at StartContainer, the kubelet sees the
+// start fail as with any container, and its next CreateContainer of that
+// container starts cold.
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+// pendingWarm is a container created from a checkpoint and not started yet.
+type pendingWarm struct {
+	sandbox, name string
+	w             *WarmRestart
+}
+
+var _ proxy.StartContainerHook = (*Service)(nil)
+
+// noteWarmRestartPod records a sandbox whose pod asks for warm restarts, so
+// the CreateContainer hook is active for it. s.mu held.
+func (s *Service) noteWarmRestartPod(sandboxID string, ann map[string]string) {
+	if on, _, _ := ParseWarmRestart(ann); !on || sandboxID == "" {
+		return
+	}
+	if s.warmRestartPods == nil {
+		s.warmRestartPods = map[string]bool{}
+	}
+	s.warmRestartPods[sandboxID] = true
+}
+
+// adoptWarmRestartPods finds, at start, the running sandboxes whose pods ask
+// for warm restarts (their annotations come with the runtime's list).
+func (s *Service) adoptWarmRestartPods(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := s.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sb := range resp.GetItems() {
+		s.noteWarmRestartPod(sb.GetId(), sb.GetAnnotations())
+	}
+}
+
+// kubeletWarmRestart answers the kubelet's CreateContainer of a restarted
+// container of a pod asking for warm restarts.
+func (s *Service) kubeletWarmRestart(ctx context.Context, req *runtimeapi.CreateContainerRequest,
+	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
+	sb, name := req.GetPodSandboxId(), req.GetConfig().GetMetadata().GetName()
+	key := sb + "/" + name
+	s.mu.Lock()
+	cold := s.coldNext[key]
+	delete(s.coldNext, key)
+	s.mu.Unlock()
+	if cold {
+		return next(ctx, req)
+	}
+	w, err := s.WarmRestartRequest(ctx, req)
+	if err != nil {
+		s.kubeletWarmCold(req, err.Error())
+		return next(ctx, req)
+	}
+	if w == nil {
+		return next(ctx, req)
+	}
+	resp, err := next(ctx, w.Request)
+	if err != nil {
+		w.Release()
+		s.kubeletWarmCold(req, "creating the container from checkpoint "+w.Checkpoint+" failed: "+err.Error())
+		return next(ctx, req)
+	}
+	s.mu.Lock()
+	if s.pendingWarm == nil {
+		s.pendingWarm = map[string]pendingWarm{}
+	}
+	s.pendingWarm[resp.GetContainerId()] = pendingWarm{sandbox: sb, name: name, w: w}
+	s.mu.Unlock()
+	return resp, nil
+}
+
+// StartContainer ends a kubelet-driven warm restart: a restore that fails
+// at start makes the kubelet's next create of the container cold.
+func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest,
+	next proxy.UnaryNext[runtimeapi.StartContainerRequest, runtimeapi.StartContainerResponse]) (*runtimeapi.StartContainerResponse, error) {
+	s.mu.Lock()
+	p, ok := s.pendingWarm[req.GetContainerId()]
+	delete(s.pendingWarm, req.GetContainerId())
+	s.mu.Unlock()
+	resp, err := next(ctx, req)
+	if !ok {
+		return resp, err
+	}
+	p.w.Release()
+	sbCfg := p.w.Request.GetSandboxConfig()
+	if err != nil {
+		s.mu.Lock()
+		if s.coldNext == nil {
+			s.coldNext = map[string]bool{}
+		}
+		s.coldNext[p.sandbox+"/"+p.name] = true
+		s.mu.Unlock()
+		s.kubeletWarmCold(p.w.Request, "restoring from checkpoint "+p.w.Checkpoint+" failed: "+message(err)+"; its next start is cold")
+		return resp, err
+	}
+	age := s.now().Sub(p.w.CheckpointedAt).Round(time.Second)
+	s.metrics.kubeletWarm.WithLabelValues("restored").Inc()
+	s.log.Info("checkpoint: container the kubelet restarted was restored from its pod's checkpoint",
+		"pod", sbCfg.GetMetadata().GetNamespace()+"/"+sbCfg.GetMetadata().GetName(), "container", p.name, "checkpoint", p.w.Checkpoint, "age", age)
+	s.podEvent(sbCfg, "Normal", "WarmRestarted", "Restore ("+p.name+")", "container "+p.name+" restored from checkpoint "+p.w.Checkpoint+", taken "+age.String()+" before")
+	return resp, nil
+}
+
+func (s *Service) kubeletWarmCold(req *runtimeapi.CreateContainerRequest, why string) {
+	sb, name := req.GetSandboxConfig(), req.GetConfig().GetMetadata().GetName()
+	s.metrics.kubeletWarm.WithLabelValues("cold").Inc()
+	s.log.Warn("checkpoint: warm restart not possible; the kubelet's restart of the container starts cold",
+		"pod", sb.GetMetadata().GetNamespace()+"/"+sb.GetMetadata().GetName(), "container", name,
+		"attempt", strconv.Itoa(int(req.GetConfig().GetMetadata().GetAttempt())), "why", why)
+	s.podEvent(sb, "Warning", "WarmRestartFallback", "Cold start ("+name+")", "container "+name+" started cold: "+why)
+}
+
+// podEvent tells the pod's events, when the shim has an API connection.
+func (s *Service) podEvent(sb *runtimeapi.PodSandboxConfig, eventType, reason, action, note string) {
+	if s.cfg.PodEvent == nil {
+		return
+	}
+	md := sb.GetMetadata()
+	s.cfg.PodEvent(md.GetNamespace(), md.GetName(), md.GetUid(), eventType, reason, action, note)
+}
+
+// forgetWarmRestart drops what the service keeps of a removed sandbox's
+// warm restarts; it returns the releases of the checkpoints its pending
+// restores held, to be called once s.mu is released. s.mu held.
+func (s *Service) forgetWarmRestart(sandboxID string) []func() {
+	delete(s.warmRestartPods, sandboxID)
+	var release []func()
+	for id, p := range s.pendingWarm {
+		if p.sandbox == sandboxID {
+			release = append(release, p.w.Release)
+			delete(s.pendingWarm, id)
+		}
+	}
+	for k := range s.coldNext {
+		if strings.HasPrefix(k, sandboxID+"/") {
+			delete(s.coldNext, k)
+		}
+	}
+	return release
+}

@@ -1,0 +1,99 @@
+package criu
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+// kubeletCreate is the kubelet's CreateContainer of container app, attempt
+// n, in sandbox sb, through the service's hook; it returns the created
+// container's image.
+func kubeletCreate(t *testing.T, fx *fixture, sb string, attempt uint32) (string, string) {
+	t.Helper()
+	cfg := ctrCfg("app")
+	cfg.Metadata.Attempt = attempt
+	req := &runtimeapi.CreateContainerRequest{PodSandboxId: sb, SandboxConfig: fx.rt.sandboxConfig(t, sb), Config: cfg}
+	resp, err := fx.svc.CreateContainer(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+		return fx.rt.CreateContainer(ctx, r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetContainerId(), fx.rt.container(t, resp.GetContainerId()).config.GetImage().GetImage()
+}
+
+// A pod asking for warm restarts whose container the kubelet restarts
+// (attempt above 0) gets the container restored from its checkpoint; a
+// first start (attempt 0) is cold. A restore that fails at start makes the
+// next create cold, and the one after warm again.
+func TestKubeletRestartIsWarm(t *testing.T) {
+	fx := newFixture(t)
+	scheduledPod(t, fx, "sw", map[string]string{WarmRestartAnnotation: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	fx.svc.adoptWarmRestartPods(context.Background())
+	if !fx.svc.HookActive(proxy.CreateContainer) || fx.svc.HookActive(proxy.StartContainer) {
+		t.Fatal("hooks: CreateContainer must be active for a warm-restart pod, StartContainer not yet")
+	}
+	dir := filepath.Join(fx.root, "sw-cp")
+	os.Mkdir(dir, 0o700)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sw", OutputPath: dir, ContainerIds: []string{"c-sw"}}); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, archiveName("app"))
+	// The checkpointed instance goes (its name and attempt 0 are free again).
+	if _, err := fx.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: "c-sw"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, img := kubeletCreate(t, fx, "sw", 0); img == archive {
+		t.Fatal("a first start (attempt 0) was restored")
+	}
+	id, img := kubeletCreate(t, fx, "sw", 1)
+	if img != archive {
+		t.Fatalf("the kubelet's restart created from %q, want the checkpoint's archive", img)
+	}
+	if !fx.svc.HookActive(proxy.StartContainer) || len(fx.svc.restoring) != 1 {
+		t.Fatal("the restore's start is not awaited, or the checkpoint not held")
+	}
+	// The restore fails at start: the error reaches the kubelet, the next
+	// create is cold, the one after warm again.
+	failStart := func(context.Context, *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+		return nil, errors.New("criu restore failed")
+	}
+	if _, err := fx.svc.StartContainer(ctxT(t, 5*time.Second), &runtimeapi.StartContainerRequest{ContainerId: id}, failStart); err == nil || !strings.Contains(err.Error(), "criu restore failed") {
+		t.Fatalf("start error %v not passed on", err)
+	}
+	if len(fx.svc.restoring) != 0 {
+		t.Fatal("a failed restore still holds its checkpoint")
+	}
+	if _, img := kubeletCreate(t, fx, "sw", 2); img == archive {
+		t.Fatal("the create after a failed restore was restored again")
+	}
+	if _, img := kubeletCreate(t, fx, "sw", 3); img != archive {
+		t.Fatal("the next restart after the cold one was not warm")
+	}
+	fx.svc.forgetWarm("sw")
+	if fx.svc.HookActive(proxy.CreateContainer) || fx.svc.HookActive(proxy.StartContainer) || len(fx.svc.restoring) != 0 {
+		t.Fatal("a removed sandbox's warm restarts are still kept")
+	}
+}
+
+// Without a checkpoint the kubelet's restart is created cold.
+func TestKubeletRestartWithoutCheckpointIsCold(t *testing.T) {
+	fx := newFixture(t)
+	scheduledPod(t, fx, "sw", map[string]string{WarmRestartAnnotation: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	fx.svc.adoptWarmRestartPods(context.Background())
+	if _, img := kubeletCreate(t, fx, "sw", 1); img != "docker.io/library/busybox:latest" {
+		t.Fatalf("created from %q without a checkpoint", img)
+	}
+	if fx.svc.HookActive(proxy.StartContainer) {
+		t.Fatal("a cold create is awaited at start")
+	}
+}
