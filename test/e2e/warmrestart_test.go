@@ -49,24 +49,9 @@ type logLine struct {
 	text string
 }
 
-// logLines reads the log file of the nth instance (0: the kubelet's first)
-// of a pod's container c, whatever its attempt number.
-func logLines(t testing.TB, pod, c string, nth int) []logLine {
-	t.Helper()
-	m, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "pod-logs", "default_"+pod+"_*", c, "*.log"))
-	attempts := map[int]string{}
-	var ns []int
-	for _, f := range m {
-		if n, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(f), ".log")); err == nil {
-			attempts[n] = f
-			ns = append(ns, n)
-		}
-	}
-	slices.Sort(ns)
-	if nth >= len(ns) {
-		return nil
-	}
-	f, err := os.Open(attempts[ns[nth]])
+// readLogLines reads a CRI log file: each line's time and text.
+func readLogLines(path string) []logLine {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
@@ -85,6 +70,18 @@ func logLines(t testing.TB, pod, c string, nth int) []logLine {
 		out = append(out, logLine{at, fs[3]})
 	}
 	return out
+}
+
+// attemptLines reads the log of a container's attempt n (n.log: the
+// kubelet's restarts and the shim's replays number them 0, 1, 2...). The
+// kubelet's container GC removes old instances' logs as it goes.
+func attemptLines(t testing.TB, pod, c string, n int) []logLine {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "pod-logs", "default_"+pod+"_*", c, strconv.Itoa(n)+".log"))
+	if len(m) != 1 {
+		return nil
+	}
+	return readLogLines(m[0])
 }
 
 func findLine(ls []logLine, pred func(string) bool) (logLine, bool) {
@@ -140,7 +137,7 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 		var l logLine
 		eventually(t, 60*time.Second, fmt.Sprintf("instance %d of main saying ready", attempt), func() error {
 			var ok bool
-			if l, ok = findLine(logLines(t, full, "main", attempt), isText("ready")); !ok {
+			if l, ok = findLine(attemptLines(t, full, "main", attempt), isText("ready")); !ok {
 				return fmt.Errorf("not ready")
 			}
 			return nil
@@ -148,18 +145,18 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 		return l
 	}
 	first := ready(0)
-	built, _ := findLine(logLines(t, full, "main", 0), isText("building"))
+	built, _ := findLine(attemptLines(t, full, "main", 0), isText("building"))
 	t.Logf("first start: state built in %.1fs", first.at.Sub(built.at).Seconds())
 
 	// No checkpoint yet: the restart is cold.
 	execIn(t, p, "main", "touch /tmp/exit")
 	coldReady := ready(1)
-	exit0, ok := findLine(logLines(t, full, "main", 0), isText("exiting"))
+	exit0, ok := findLine(attemptLines(t, full, "main", 0), isText("exiting"))
 	if !ok {
 		t.Fatal("the first instance of main logged no exit")
 	}
 	coldDelay := lastDelay(t, full)
-	if _, rebuilt := findLine(logLines(t, full, "main", 1), isText("building")); !rebuilt {
+	if _, rebuilt := findLine(attemptLines(t, full, "main", 1), isText("building")); !rebuilt {
 		t.Fatal("the cold restart did not rebuild its state")
 	}
 	b, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
@@ -170,7 +167,7 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 	// A checkpoint of the running pod, well into its counting (a cold start
 	// would count from 101), then the next restart.
 	eventually(t, 30*time.Second, "main counting past 140", func() error {
-		if n := lastNumber(logLines(t, full, "main", 1)); n < 140 {
+		if n := lastNumber(attemptLines(t, full, "main", 1)); n < 140 {
 			return fmt.Errorf("at %d", n)
 		}
 		return nil
@@ -180,14 +177,14 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cri-shim checkpoint: %v\n%s", err, out)
 	}
-	atCheckpoint := lastNumber(logLines(t, full, "main", 1))
+	atCheckpoint := lastNumber(attemptLines(t, full, "main", 1))
 	time.Sleep(2 * time.Second)
 	p = waitRunning(t, name, 30*time.Second, 1, "main")
 	execIn(t, p, "main", "touch /tmp/exit")
 	var exit1 logLine
 	eventually(t, 30*time.Second, "the second instance of main exiting", func() error {
 		var ok bool
-		if exit1, ok = findLine(logLines(t, full, "main", 1), isText("exiting")); !ok {
+		if exit1, ok = findLine(attemptLines(t, full, "main", 1), isText("exiting")); !ok {
 			return fmt.Errorf("not yet")
 		}
 		return nil
@@ -197,7 +194,7 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 	// restored process's.
 	after := func() []logLine {
 		var out []logLine
-		for _, l := range logLines(t, full, "main", 2) {
+		for _, l := range attemptLines(t, full, "main", 2) {
 			if l.at.After(exit1.at) {
 				out = append(out, l)
 			}
@@ -213,7 +210,7 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 		return nil
 	})
 	warmDelay := lastDelay(t, full)
-	atExit := lastNumber(logLines(t, full, "main", 1))
+	atExit := lastNumber(attemptLines(t, full, "main", 1))
 	got, _ := strconv.Atoi(resumed.text)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -334,7 +331,7 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 	p := waitRunning(t, name, 90*time.Second, 0, "main")
 	ready := func(nth int) {
 		eventually(t, 90*time.Second, fmt.Sprintf("instance %d of main ready", nth), func() error {
-			if _, ok := findLine(logLines(t, full, "main", nth), isText("ready")); !ok {
+			if _, ok := findLine(attemptLines(t, full, "main", nth), isText("ready")); !ok {
 				return fmt.Errorf("not ready")
 			}
 			return nil
@@ -348,7 +345,7 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 		t.Fatal("the shim's log does not say why the kubelet's restart was cold")
 	}
 	eventually(t, 30*time.Second, "main counting past 140", func() error {
-		if n := lastNumber(logLines(t, full, "main", 1)); n < 140 {
+		if n := lastNumber(attemptLines(t, full, "main", 1)); n < 140 {
 			return fmt.Errorf("at %d", n)
 		}
 		return nil
@@ -358,22 +355,22 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cri-shim checkpoint: %v\n%s", err, out)
 	}
-	atCheckpoint := lastNumber(logLines(t, full, "main", 1))
+	atCheckpoint := lastNumber(attemptLines(t, full, "main", 1))
 	time.Sleep(2 * time.Second)
 	p = waitRunning(t, name, 30*time.Second, 1, "main")
 	execIn(t, p, "main", "touch /tmp/exit")
 	var exit1 logLine
 	eventually(t, 30*time.Second, "the second instance exiting", func() error {
 		var ok bool
-		if exit1, ok = findLine(logLines(t, full, "main", 1), isText("exiting")); !ok {
+		if exit1, ok = findLine(attemptLines(t, full, "main", 1), isText("exiting")); !ok {
 			return fmt.Errorf("not yet")
 		}
 		return nil
 	})
-	atExit := lastNumber(logLines(t, full, "main", 1))
+	atExit := lastNumber(attemptLines(t, full, "main", 1))
 	var resumed logLine
 	eventually(t, 90*time.Second, "the kubelet's next restart counting", func() error {
-		for _, l := range logLines(t, full, "main", 2) {
+		for _, l := range attemptLines(t, full, "main", 2) {
 			if l.at.After(exit1.at) && isNumber(l.text) {
 				resumed = l
 				return nil
@@ -385,7 +382,7 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 	if got < 140 || got < atCheckpoint-5 || got >= atExit {
 		t.Fatalf("the restarted process counts from %d; checkpointed at about %d, exited at %d", got, atCheckpoint, atExit)
 	}
-	for _, l := range logLines(t, full, "main", 2) {
+	for _, l := range attemptLines(t, full, "main", 2) {
 		if l.at.After(exit1.at) && (l.text == "building" || l.text == "state-already-built") {
 			t.Fatal("the kubelet's restart ran the program from its start")
 		}
