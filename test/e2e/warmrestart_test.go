@@ -164,54 +164,6 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 		t.Fatal("the shim's log does not say why the restart was cold")
 	}
 
-	// A checkpoint of the running pod, well into its counting (a cold start
-	// would count from 101), then the next restart.
-	eventually(t, 30*time.Second, "main counting past 140", func() error {
-		if n := lastNumber(attemptLines(t, full, "main", 1)); n < 140 {
-			return fmt.Errorf("at %d", n)
-		}
-		return nil
-	})
-	out, err := exec.Command(node.env["SHIM_BIN"], "checkpoint", "--config", node.env["SHIM_CONFIG"],
-		"--namespace", "default", "--pod", full, "--name", cp, "--timeout", "60s").CombinedOutput()
-	if err != nil {
-		t.Fatalf("cri-shim checkpoint: %v\n%s", err, out)
-	}
-	atCheckpoint := lastNumber(attemptLines(t, full, "main", 1))
-	time.Sleep(2 * time.Second)
-	p = waitRunning(t, name, 30*time.Second, 1, "main")
-	execIn(t, p, "main", "touch /tmp/exit")
-	var exit1 logLine
-	eventually(t, 30*time.Second, "the second instance of main exiting", func() error {
-		var ok bool
-		if exit1, ok = findLine(attemptLines(t, full, "main", 1), isText("exiting")); !ok {
-			return fmt.Errorf("not yet")
-		}
-		return nil
-	})
-	// containerd's restore copies the checkpointed container's log into the
-	// new instance's log file first: only what comes after the exit is the
-	// restored process's.
-	after := func() []logLine {
-		var out []logLine
-		for _, l := range attemptLines(t, full, "main", 2) {
-			if l.at.After(exit1.at) {
-				out = append(out, l)
-			}
-		}
-		return out
-	}
-	var resumed logLine
-	eventually(t, 60*time.Second, "the third instance of main counting", func() error {
-		var ok bool
-		if resumed, ok = findLine(after(), isNumber); !ok {
-			return fmt.Errorf("no count yet")
-		}
-		return nil
-	})
-	warmDelay := lastDelay(t, full)
-	atExit := lastNumber(attemptLines(t, full, "main", 1))
-	got, _ := strconv.Atoi(resumed.text)
 	t.Cleanup(func() {
 		if t.Failed() {
 			m, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "pod-logs", "default_"+full+"_*", "main", "*"))
@@ -228,16 +180,12 @@ func TestWarmRestartFromTheLatestCheckpoint(t *testing.T) {
 			}
 		}
 	})
-	if got < 140 || got < atCheckpoint-5 || got >= atExit {
-		t.Fatalf("the restored process counts from %d; the checkpoint was taken at about %d and the instance exited at %d", got, atCheckpoint, atExit)
-	}
-	if _, rebuilt := findLine(after(), func(s string) bool { return s == "building" || s == "state-already-built" }); rebuilt {
-		t.Fatal("the warm restart ran the program from its start")
-	}
+	r := checkpointAndRestart(t, name, full, cp, 60*time.Second)
+	warmDelay := lastDelay(t, full)
 	cold := coldReady.at.Sub(exit0.at)
-	warm := resumed.at.Sub(exit1.at)
+	warm := r.resumed.at.Sub(r.exit.at)
 	t.Logf("cold restart: exit to ready %.2fs (backoff %s); warm restart: exit to counting %.2fs (backoff %s), from counter %d (checkpointed at %d, exited at %d)",
-		cold.Seconds(), coldDelay, warm.Seconds(), warmDelay, got, atCheckpoint, atExit)
+		cold.Seconds(), coldDelay, warm.Seconds(), warmDelay, r.first, r.atCheckpoint, r.atExit)
 	if warm-warmDelay >= time.Second {
 		t.Errorf("warm restart took %.2fs beyond its %s backoff, want under 1 s", (warm - warmDelay).Seconds(), warmDelay)
 	}
@@ -344,6 +292,27 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 	if !regexp.MustCompile(`the kubelet's restart of the container starts cold.*` + regexp.QuoteMeta(full) + `.*has no checkpoint`).Match(b) {
 		t.Fatal("the shim's log does not say why the kubelet's restart was cold")
 	}
+	r := checkpointAndRestart(t, name, full, cp, 90*time.Second)
+	t.Logf("kubelet restart after the checkpoint: counting %.2fs after the exit (the kubelet's backoff included), from %d (checkpointed at %d, exited at %d)",
+		r.resumed.at.Sub(r.exit.at).Seconds(), r.first, r.atCheckpoint, r.atExit)
+}
+
+// restartFromCheckpoint is an instance restarted after a checkpoint, as the
+// logs show it: the counters at the checkpoint and at the exit, the exit
+// line of attempt 1 and the first count of attempt 2.
+type restartFromCheckpoint struct {
+	atCheckpoint, atExit, first int
+	exit, resumed               logLine
+}
+
+// checkpointAndRestart checkpoints pod full into cp once attempt 1 of main
+// counts past 140 (a cold start counts from 101), makes it exit, and waits up
+// to wait for attempt 2 to count. containerd's restore copies the
+// checkpointed log into the new instance's file first, so only lines after
+// the exit are attempt 2's own. It fails the test unless attempt 2 goes on
+// from the checkpointed counter without rebuilding its state.
+func checkpointAndRestart(t *testing.T, name, full, cp string, wait time.Duration) restartFromCheckpoint {
+	t.Helper()
 	eventually(t, 30*time.Second, "main counting past 140", func() error {
 		if n := lastNumber(attemptLines(t, full, "main", 1)); n < 140 {
 			return fmt.Errorf("at %d", n)
@@ -355,38 +324,41 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cri-shim checkpoint: %v\n%s", err, out)
 	}
-	atCheckpoint := lastNumber(attemptLines(t, full, "main", 1))
+	var r restartFromCheckpoint
+	r.atCheckpoint = lastNumber(attemptLines(t, full, "main", 1))
 	time.Sleep(2 * time.Second)
-	p = waitRunning(t, name, 30*time.Second, 1, "main")
+	p := waitRunning(t, name, 30*time.Second, 1, "main")
 	execIn(t, p, "main", "touch /tmp/exit")
-	var exit1 logLine
-	eventually(t, 30*time.Second, "the second instance exiting", func() error {
+	eventually(t, 30*time.Second, "attempt 1 of main exiting", func() error {
 		var ok bool
-		if exit1, ok = findLine(attemptLines(t, full, "main", 1), isText("exiting")); !ok {
+		if r.exit, ok = findLine(attemptLines(t, full, "main", 1), isText("exiting")); !ok {
 			return fmt.Errorf("not yet")
 		}
 		return nil
 	})
-	atExit := lastNumber(attemptLines(t, full, "main", 1))
-	var resumed logLine
-	eventually(t, 90*time.Second, "the kubelet's next restart counting", func() error {
+	r.atExit = lastNumber(attemptLines(t, full, "main", 1))
+	after := func() []logLine {
+		var own []logLine
 		for _, l := range attemptLines(t, full, "main", 2) {
-			if l.at.After(exit1.at) && isNumber(l.text) {
-				resumed = l
-				return nil
+			if l.at.After(r.exit.at) {
+				own = append(own, l)
 			}
 		}
-		return fmt.Errorf("no count yet")
-	})
-	got, _ := strconv.Atoi(resumed.text)
-	if got < 140 || got < atCheckpoint-5 || got >= atExit {
-		t.Fatalf("the restarted process counts from %d; checkpointed at about %d, exited at %d", got, atCheckpoint, atExit)
+		return own
 	}
-	for _, l := range attemptLines(t, full, "main", 2) {
-		if l.at.After(exit1.at) && (l.text == "building" || l.text == "state-already-built") {
-			t.Fatal("the kubelet's restart ran the program from its start")
+	eventually(t, wait, "attempt 2 of main counting", func() error {
+		var ok bool
+		if r.resumed, ok = findLine(after(), isNumber); !ok {
+			return fmt.Errorf("no count yet")
 		}
+		return nil
+	})
+	r.first, _ = strconv.Atoi(r.resumed.text)
+	if r.first < 140 || r.first < r.atCheckpoint-5 || r.first >= r.atExit {
+		t.Fatalf("the restarted process counts from %d; the checkpoint was taken at about %d and the instance exited at %d", r.first, r.atCheckpoint, r.atExit)
 	}
-	t.Logf("kubelet restart after the checkpoint: counting %.2fs after the exit (the kubelet's backoff included), from %d (checkpointed at %d, exited at %d)",
-		resumed.at.Sub(exit1.at).Seconds(), got, atCheckpoint, atExit)
+	if _, rebuilt := findLine(after(), func(s string) bool { return s == "building" || s == "state-already-built" }); rebuilt {
+		t.Fatal("the restart ran the program from its start")
+	}
+	return r
 }
