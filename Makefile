@@ -102,6 +102,7 @@ bench-backoff: build stack
 # CRI_SHIM_BENCH_STRESS; default 25m, about 25,000 restarts here): restarts,
 # status updates the kubelet refused and pods wrongly Failed, written to
 # bench/results/backoff-stress-*.md (test/e2e). Raise STRESS_TIMEOUT past 2 h runs.
+# CRI_SHIM_BENCH_STRESS_STOP_AT=N ends the run once it has counted N restarts.
 STRESS ?= $(or $(CRI_SHIM_BENCH_STRESS),25m)
 STRESS_TIMEOUT ?= 3h
 bench-backoff-stress: build stack

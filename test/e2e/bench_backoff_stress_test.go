@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,11 @@ import (
 
 // stressEnv sets how long BenchmarkBackoffStress runs (a Go duration).
 const stressEnv = "CRI_SHIM_BENCH_STRESS"
+
+// stressStopEnv, when set to a number of restarts, ends BenchmarkBackoffStress
+// at the first report that counts at least that many (CRI_SHIM_BENCH_STRESS
+// then bounds the run): the bar reached, the node is freed for other work.
+const stressStopEnv = "CRI_SHIM_BENCH_STRESS_STOP_AT"
 
 // stressTarget is issue 15's bar: at least this many restarts with no
 // refused status update and no pod wrongly failed.
@@ -58,14 +64,21 @@ func BenchmarkBackoffStress(b *testing.B) {
 			b.Fatalf("%s=%q: want a positive duration such as 20m", stressEnv, v)
 		}
 	}
+	stopAt := 0
+	if v := os.Getenv(stressStopEnv); v != "" {
+		var err error
+		if stopAt, err = strconv.Atoi(v); err != nil || stopAt <= 0 {
+			b.Fatalf("%s=%q: want a positive number of restarts", stressStopEnv, v)
+		}
+	}
 	defer shimAtNodeMaxOne(b)()
 	defer func() { // the standalone kubelet back, with no pod of this run
 		killPidFile(b, "kubelet", 15)
 		clearRuntime(b)
 		_ = script("up.sh", "--start", "kubelet")
 	}()
-	r := runStress(b, 20, d, time.Minute)
-	md := r.markdown(d)
+	r := runStress(b, 20, d, time.Minute, stopAt)
+	md := r.markdown(time.Duration(r.elapsed * float64(time.Second)).Round(time.Second))
 	fmt.Print("\n" + md)
 	path := filepath.Join(node.repo, "bench", "results", "backoff-stress-"+time.Now().UTC().Format("20060102-150405")+".md")
 	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
@@ -95,8 +108,9 @@ type stressRun struct {
 
 // runStress starts n crashing pods under the running kubelet and shim, waits
 // until each has restarted twice, then watches them for d, checking the
-// kubelet's view every 10 s and printing progress every `every`.
-func runStress(b *testing.B, n int, d, every time.Duration) stressRun {
+// kubelet's view every 10 s and printing progress every `every`; it ends
+// early at a report that counts stopAt restarts or more (0: never).
+func runStress(b *testing.B, n int, d, every time.Duration, stopAt int) stressRun {
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("bo-stress-%02d", i)
@@ -183,6 +197,9 @@ func runStress(b *testing.B, n int, d, every time.Duration) stressRun {
 			fmt.Printf("stress %6.0f s: %6d restarts (%.1f/s), per pod %d-%d; %d refused status updates; %d pods Failed; %d containers in the runtime\n",
 				el, r.restarts, float64(r.restarts)/el, r.minPod, r.maxPod, r.refusals, len(r.failed), r.containers)
 			nextReport = nextReport.Add(every)
+			if stopAt > 0 && r.restarts >= stopAt {
+				break
+			}
 		}
 	}
 	r.elapsed = time.Since(t0).Seconds()
