@@ -46,7 +46,7 @@ unit-nonroot:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/config
 	$(GO) test -run '^$$' -fuzz FuzzParseRules -fuzztime 20s ./internal/podstate
-	$(GO) test -run '^$$' -fuzz FuzzDecodeSlot -fuzztime 20s ./internal/podstate
+	$(GO) test -run '^$$' -fuzz FuzzDecodeSlot -fuzztime 20s ./internal/store
 	$(GO) test -run '^$$' -fuzz FuzzPeeks -fuzztime 20s ./internal/podstate
 	$(GO) test -run '^$$' -fuzz FuzzParseAnnotations -fuzztime 20s ./internal/podmgmt
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./internal/events

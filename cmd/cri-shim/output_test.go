@@ -97,7 +97,7 @@ func writeManifest(t *testing.T, dir, pod string, at time.Time) {
 func fixtures(t *testing.T, dir string) {
 	t.Helper()
 	state := filepath.Join(dir, "state")
-	for _, d := range []string{"problems", "store/podmgmt", "store/podmgmt-state"} {
+	for _, d := range []string{"store/podstate-problems", "store/podmgmt", "store/podmgmt-state"} {
 		if err := os.MkdirAll(filepath.Join(state, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func fixtures(t *testing.T, dir string) {
 		"trigger":{"container":"app","exitCode":42,"action":"RestartAllContainers","delay":10000000000},
 		"notBefore":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
 	orch := `{"sandboxId":"sb-2","namespace":"jobs","name":"train","uid":"u2","declaration":{"container":"orch","port":7070,"version":"1.0"}}`
-	for p, body := range map[string]string{"problems/sb-1.json": pod, "store/podmgmt/sb-2": orch, "store/podmgmt-state/sb-2": "connected\n"} {
+	for p, body := range map[string]string{"store/podstate-problems/sb-1": pod, "store/podmgmt/sb-2": orch, "store/podmgmt-state/sb-2": "connected\n"} {
 		if err := os.WriteFile(filepath.Join(state, p), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -102,17 +102,10 @@ func (m *Manager) reconcile(ctx context.Context) {
 		if live[id] {
 			continue
 		}
-		for cid := range p.IDs {
-			delete(m.byID, cid)
-		}
-		delete(m.pods, id)
-		m.reads.Delete(id)
-		m.stopExecutor(id)
-		m.bo.Forget(p.UID, id)
+		m.dropLocked(id)
 		_ = m.st.remove(id)
 		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
 	}
-	m.tracked.Store(int32(len(m.pods)))
 	m.pruneExited(exists)
 	m.st.pruneProblems(live)
 }

@@ -26,7 +26,7 @@ func TestRemovedPodIsNotSavedAgain(t *testing.T) {
 	if !errors.Is(err, errPodRemoved) {
 		t.Fatalf("save of a removed pod: %v, want errPodRemoved", err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(dir, "pods", "sb-gone*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(recordsDir(dir), "sb-gone*")); len(left) > 0 {
 		t.Fatalf("record of the removed sandbox written again: %v", left)
 	}
 
@@ -48,7 +48,7 @@ func TestRemovedPodIsNotSavedAgain(t *testing.T) {
 		k.removeSandbox(sb)
 	}
 	wg.Wait()
-	if _, err := os.Stat(filepath.Join(dir, "pods")); err != nil {
+	if _, err := os.Stat(recordsDir(dir)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -100,20 +100,40 @@ func (m *Manager) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	if rerr := m.st.remove(req.PodSandboxId); rerr != nil {
 		m.log.Error("podstate: removing state file", "err", rerr)
 	}
-	if p := m.pods[req.PodSandboxId]; p != nil {
-		for id := range p.IDs {
-			delete(m.byID, id)
-		}
-		delete(m.pods, req.PodSandboxId)
-		m.reads.Delete(req.PodSandboxId)
-		m.stopExecutor(req.PodSandboxId)
-		m.tracked.Store(int32(len(m.pods)))
-		// Only the curve keys this sandbox owns: another (live) sandbox
-		// of the same pod keeps its position (backoff.Tracker).
-		m.bo.Forget(p.UID, req.PodSandboxId)
-	}
+	m.dropLocked(req.PodSandboxId)
 	m.mu.Unlock()
 	return resp, err
+}
+
+// SandboxGone forgets a sandbox the state store announced gone (removed, or
+// no longer listed by the runtime): the server subscribes it to the store's
+// lifecycle, which removes the pod's records right after.
+func (m *Manager) SandboxGone(id string) {
+	m.mu.Lock()
+	if p := m.dropLocked(id); p != nil {
+		m.log.Info("podstate: sandbox gone; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
+	}
+	m.mu.Unlock()
+}
+
+// dropLocked forgets a sandbox's pod, if tracked, and stops its executor;
+// it returns the pod forgotten. The caller holds m.mu.
+func (m *Manager) dropLocked(id string) *Pod {
+	p := m.pods[id]
+	if p == nil {
+		return nil
+	}
+	for cid := range p.IDs {
+		delete(m.byID, cid)
+	}
+	delete(m.pods, id)
+	m.reads.Delete(id)
+	m.stopExecutor(id)
+	m.tracked.Store(int32(len(m.pods)))
+	// Only the curve keys this sandbox owns: another (live) sandbox of the
+	// same pod keeps its position (backoff.Tracker).
+	m.bo.Forget(p.UID, id)
+	return p
 }
 
 // rollbackSandbox stops and removes a sandbox this call created, under a

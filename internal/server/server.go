@@ -93,6 +93,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	if err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
+	st.Subscribe(pods.SandboxGone)
 	tasks, err := criu.DialTasks(cfg.Runtime.Endpoint)
 	if err != nil {
 		return fmt.Errorf("runtime.endpoint: %w", err)

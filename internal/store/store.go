@@ -4,11 +4,13 @@
 //
 // A Store is rooted in a directory the shim owns (state_dir/store). Each
 // feature has a bucket, a directory under the root ("podmgmt", "warm", ...),
-// and each sandbox at most one file in it, named by its key (the sandbox ID).
-// Every write follows statefile's rule (temporary file, fsync, rename, fsync
-// of the directory), so a crash leaves the old record or the new one, and
+// and each sandbox at most one record in it, named by its key (the sandbox
+// ID). A Bucket writes a record as one file by statefile's rule (temporary
+// file, fsync, rename, fsync of the directory); Slots, for records rewritten
+// several times a second, as two checksummed slots written alternately in
+// place (slots.go). Either way a crash leaves the old record or the new one,
 // every failure is reported to statefile's health and metrics and wraps
-// statefile.ErrNotDurable. Files are created 0600 in directories 0700.
+// statefile.ErrNotDurable, and files are created 0600 in directories 0700.
 //
 // The lifecycle (Subscribe, Gone) replaces a tracker per feature: whoever
 // learns that a sandbox is gone (RemovePodSandbox answered, or the runtime
@@ -161,7 +163,14 @@ func (b *Bucket) GetJSON(key string, v any) error {
 // behind are removed; other names that are not keys are skipped. A missing
 // bucket lists empty.
 func (b *Bucket) List() ([]string, error) {
-	ents, err := os.ReadDir(b.dir)
+	return keysIn(b.dir)
+}
+
+// keysIn lists the keys that have a record in dir, of either kind (a file
+// named by the key, or a slot <key>.0 or <key>.1), sorted, removing the
+// temporary files a crash left.
+func keysIn(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -169,16 +178,27 @@ func (b *Bucket) List() ([]string, error) {
 		return nil, err
 	}
 	var keys []string
+	seen := map[string]bool{}
 	for _, e := range ents {
 		name := e.Name()
 		if isTemp(name) {
-			_ = os.Remove(filepath.Join(b.dir, name))
+			_ = os.Remove(filepath.Join(dir, name))
 			continue
 		}
-		if CheckKey(name) != nil || !e.Type().IsRegular() {
+		if !e.Type().IsRegular() {
 			continue
 		}
-		keys = append(keys, name)
+		key := name
+		if k, ok := strings.CutSuffix(name, ".0"); ok {
+			key = k
+		} else if k, ok := strings.CutSuffix(name, ".1"); ok {
+			key = k
+		}
+		if CheckKey(key) != nil || seen[key] {
+			continue
+		}
+		seen[key] = true
+		keys = append(keys, key)
 	}
 	sort.Strings(keys)
 	return keys, nil
@@ -192,11 +212,10 @@ func isTemp(name string) bool {
 
 // Remove deletes key's record durably; a missing record is not an error.
 func (b *Bucket) Remove(key string) error {
-	p, err := b.path(key)
-	if err != nil {
+	if err := CheckKey(key); err != nil {
 		return err
 	}
-	return statefile.Remove(p)
+	return removeKey(b.dir, key)
 }
 
 // Adopt moves a record kept elsewhere by an earlier version of the shim (old)

@@ -154,7 +154,7 @@ func podSlots(t *testing.T, full string) []string {
 	var slots []string
 	eventually(t, 10*time.Second, "the state slots of "+full, func() error {
 		slots = nil
-		files, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "cri-shim", "pods", "*.[01]"))
+		files, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "cri-shim", "store", "podstate", "*.[01]"))
 		for _, f := range files {
 			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), `"name":"`+full+`"`) {
 				slots = append(slots, f)
