@@ -176,9 +176,12 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		// One container: its own curve, and only its instances take part.
 		key.Container, scope = name, name
 	}
+	if err := m.enter(p, eventMatched); err != nil {
+		return false, err
+	}
 	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
 	bst := m.bo.Exited(key, p.SandboxID, started, finished)
-	p.Phase, p.PhaseSince, p.Scope = PhaseTerminating, now, scope
+	p.PhaseSince, p.Scope = now, scope
 	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
 	p.Old = maps.Clone(p.IDs)
 	if scope != "" {

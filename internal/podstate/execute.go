@@ -56,7 +56,7 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 			// Not saved here: the first create's intent is saved with it
 			// before anything is created. A shim killed in between resumes
 			// in Terminating, whose steps are all done and repeat as no-ops.
-			p.Phase, p.PhaseSince = PhaseStartup, m.clock.Now()
+			_ = m.enter(p, eventStopped) // allowed: the phase was just checked
 		}
 		m.mu.Unlock()
 		return m.replay(ctx, sandboxID)

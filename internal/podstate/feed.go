@@ -16,17 +16,22 @@ func (m *Manager) OnEvent(e *events.Event) {
 	if m.Tracked() == 0 {
 		return
 	}
-	if e.Type == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT {
+	switch e.Type {
+	case runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
 		m.dropExited(e.ContainerID) // removed, maybe behind the shim
 		return
-	}
-	if e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+	case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
+	default:
 		return
 	}
 	m.mu.Lock()
 	_, known := m.byID[e.ContainerID]
+	if w := m.stateWaits[e.ContainerID]; w != nil {
+		close(w)
+		delete(m.stateWaits, e.ContainerID)
+	}
 	m.mu.Unlock()
-	if !known {
+	if !known || e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
 		return
 	}
 	s, err := e.Status()

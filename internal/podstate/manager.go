@@ -88,6 +88,14 @@ type Manager struct {
 
 	// warm restores replayed containers of pods that ask for it (warm.go); nil: none.
 	warm WarmSource
+
+	// phaseChanged is closed and replaced at every phase change (under mu;
+	// machine.go), so a wait for a restart to end needs no polling.
+	phaseChanged chan struct{}
+	// stateWaits are the replay's waits for a container's state to change,
+	// by container ID, closed by the event feed's start and stop events
+	// (under mu; waitFor).
+	stateWaits map[string]chan struct{}
 }
 
 // EventsFrom tells the manager which event feed delivers exits to OnEvent, so

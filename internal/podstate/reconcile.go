@@ -15,7 +15,10 @@ import (
 // recorded nothing changes. m.mu held.
 func (m *Manager) abandon(p *Pod) error {
 	snap, restarting := p.snapshot(), p.Phase != PhaseRunning && p.Trigger != nil
-	p.Phase, p.PhaseSince, p.Scope = PhaseRunning, m.clock.Now(), ""
+	if err := m.enter(p, eventAbandoned); err != nil {
+		return err
+	}
+	p.Scope = ""
 	p.Old, p.Fake, p.New, p.shownRunning, p.KeepShown, p.keptAt = nil, nil, nil, nil, nil, nil
 	p.Stopped = true
 	if err := m.save(p); err != nil {

@@ -299,9 +299,14 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 }
 
 // waitFor waits until a started container runs (or, with exit, has exited).
+// It looks again when the event feed reports the container started or
+// stopped, or a pod's phase changes; without a live feed (or should an
+// event be lost) it looks every stateRecheck.
 func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
 	deadline := m.clock.Now().Add(30 * time.Second)
+	defer m.endStateWait(id)
 	for {
+		changed, phase := m.stateWait(id) // before the look, so no event falls between
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 		if err != nil {
 			return nil, fmt.Errorf("status of %s: %w", id, err)
@@ -317,14 +322,55 @@ func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeap
 		case !exit && m.clock.Now().After(deadline):
 			return s, nil // up or not, the kubelet will judge it once it is shown
 		}
+		recheck := stateRecheck
+		if m.eventsLive() == 0 {
+			recheck = stateRecheckNoEvents
+		}
+		t := time.NewTimer(recheck)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil, ctx.Err()
 		case <-m.quit:
+			t.Stop()
 			return nil, errStopping
-		case <-time.After(50 * time.Millisecond):
+		case <-changed:
+		case <-phase:
+		case <-t.C:
 		}
+		t.Stop()
 	}
+}
+
+// How often waitFor looks at a container's state with no event about it:
+// with the event feed subscribed the look only covers a lost event;
+// without it, it is the wait's resolution.
+const (
+	stateRecheck         = time.Second
+	stateRecheckNoEvents = 50 * time.Millisecond
+)
+
+// stateWait returns a channel the event feed closes at the container's next
+// start or stop event (OnEvent), and one closed at the next phase change.
+func (m *Manager) stateWait(id string) (changed, phase <-chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.stateWaits[id]
+	if w == nil {
+		if m.stateWaits == nil {
+			m.stateWaits = map[string]chan struct{}{}
+		}
+		w = make(chan struct{})
+		m.stateWaits[id] = w
+	}
+	return w, m.phaseWait()
+}
+
+// endStateWait drops a wait no event closed.
+func (m *Manager) endStateWait(id string) {
+	m.mu.Lock()
+	delete(m.stateWaits, id)
+	m.mu.Unlock()
 }
 
 func (m *Manager) inPhase(sandboxID string, ph Phase) bool {

@@ -2,7 +2,6 @@ package podstate
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,12 +48,14 @@ func unavailable(err error) error {
 	return status.Error(codes.Unavailable, "cri-shim: "+err.Error()+"; not carried out")
 }
 
-// waitIdle returns once the sandbox has no restart in progress.
+// waitIdle returns once the sandbox has no restart in progress, woken by
+// each phase change (machine.go).
 func (m *Manager) waitIdle(ctx context.Context, sandboxID string) error {
 	for {
 		m.mu.Lock()
 		p := m.pods[sandboxID]
 		busy := p != nil && p.Phase != PhaseRunning
+		changed := m.phaseWait()
 		m.mu.Unlock()
 		if !busy {
 			return nil
@@ -62,7 +63,7 @@ func (m *Manager) waitIdle(ctx context.Context, sandboxID string) error {
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-changed:
 		}
 	}
 }

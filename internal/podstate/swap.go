@@ -44,7 +44,10 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 	}
 	p.Scope = ""
 	took, trigger := m.clock.Now().Sub(p.Trigger.FinishedAt), *p.Trigger
-	p.Phase, p.PhaseSince = PhaseRunning, m.clock.Now()
+	if err := m.enter(p, eventSwapped); err != nil {
+		*p = snap
+		return err
+	}
 	// Hold the instances a list showed running whose container gets a new
 	// instance now (see Pod.KeepShown).
 	replaced := map[string]bool{}
