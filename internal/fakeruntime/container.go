@@ -134,7 +134,7 @@ func (r *Runtime) CreateContainer(_ context.Context, req *runtimeapi.CreateConta
 }
 
 // StartContainer starts a CREATED container only (container_start.go).
-func (r *Runtime) StartContainer(_ context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+func (r *Runtime) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
 	r.mu.Lock()
 	c := r.containers[lookup(r.containers, req.ContainerId)]
 	if c == nil {
@@ -151,10 +151,17 @@ func (r *Runtime) StartContainer(_ context.Context, req *runtimeapi.StartContain
 		startErr = fmt.Errorf("sandbox %q not found: not found", c.sandboxID)
 	} else if !sb.ready {
 		startErr = fmt.Errorf("sandbox container %q is not running", c.sandboxID)
+	} else if err := ctx.Err(); err != nil {
+		// The caller is gone (a shim killed mid-call): containerd creates
+		// and starts the task under the call's context, so both fail.
+		startErr = fmt.Errorf("failed to create containerd task: %w", err)
 	}
 	if startErr != nil {
 		c.finishedAt, c.exitCode, c.reason, c.message = r.now(), errorStartExitCode, errorStartReason, startErr.Error()
 		r.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
 		return nil, status.Error(codes.Unknown, startErr.Error())
 	}
 	c.startedAt = r.now()

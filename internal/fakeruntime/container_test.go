@@ -1,9 +1,13 @@
 package fakeruntime_test
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
@@ -91,6 +95,35 @@ func TestStartInSandboxNotReadyLeavesStartError(t *testing.T) {
 		Config:        &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "late"}},
 		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: podMeta}})
 	wantErr(t, err, codes.Unknown, `sandbox container "`+sb+`" is not running`)
+}
+
+// A start whose caller has gone by the time the runtime carries it out (a
+// shim killed mid-call) fails as containerd's does: the container is EXITED
+// with StartError and was never started.
+func TestStartWhoseCallEndedLeavesStartError(t *testing.T) {
+	rt := fakeruntime.Start(t)
+	sb := runPod(t, rt, nil)
+	id := create(t, rt, sb, "main", 0)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	rt.OnCall("StartContainer", func(call context.Context, _ string, _ any) error {
+		cancel()
+		<-call.Done()
+		return nil
+	})
+	_, err := rt.Client().StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+	if status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled start: %v, want Canceled", err)
+	}
+	// The runtime goes on with the call after its caller has gone.
+	s := cstatus(t, rt, id)
+	for deadline := time.Now().Add(5 * time.Second); s.State == runtimeapi.ContainerState_CONTAINER_CREATED && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		s = cstatus(t, rt, id)
+	}
+	if s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 128 || s.Reason != "StartError" || s.StartedAt != 0 ||
+		!strings.Contains(s.Message, "context canceled") {
+		t.Fatalf("after a start whose call ended: %v", s)
+	}
 }
 
 func TestStopContainerKillsOnlyRunningAndKeepsFirstExit(t *testing.T) {

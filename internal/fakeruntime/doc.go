@@ -30,7 +30,10 @@
 //     in CONTAINER_RUNNING state" and the container is unchanged. A start
 //     in a sandbox that is not ready fails after the container was marked
 //     starting, which leaves it EXITED with 128 "StartError" and no start
-//     time. A STARTED event follows a start.
+//     time; so does a start whose call has ended (the caller cancelled
+//     it) by the time the runtime carries it out, as the task is created
+//     and started under the call's context. A STARTED event follows a
+//     start.
 //   - container_stop.go: StopContainer of an unknown container succeeds;
 //     only a RUNNING container is killed (143 after SIGTERM with a timeout,
 //     137 with none); an exited one keeps its first exit code and time.

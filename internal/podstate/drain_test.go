@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // The shim stopping (an in-place upgrade, a restart) while a restart's
@@ -12,15 +15,26 @@ import (
 // and Run returns once it has.
 func TestRunEndsAfterTheRuntimeCallInProgress(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
-	k.rt.startGate, k.rt.startHeld = make(chan struct{}), make(chan string, 8)
-	k.rt.exit(ids["main"], 88)
+	// Every StartContainer is held in the runtime until gate is closed (or
+	// its call ends, as a gRPC call's would).
+	gate, held := make(chan struct{}), make(chan string, 8)
+	k.rt.OnCall("StartContainer", func(ctx context.Context, _ string, req any) error {
+		held <- req.(*runtimeapi.StartContainerRequest).ContainerId
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	})
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { k.m.Run(ctx); close(done) }()
-	var held string
+	var id string
 	select {
-	case held = <-k.rt.startHeld:
+	case id = <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the restart never reached a StartContainer")
 	}
@@ -30,18 +44,14 @@ func TestRunEndsAfterTheRuntimeCallInProgress(t *testing.T) {
 		t.Fatal("Run ended while its StartContainer was still in the runtime")
 	case <-time.After(200 * time.Millisecond):
 	}
-	close(k.rt.startGate)
+	close(gate)
 	select {
 	case <-done:
 	case <-time.After(drainTimeout):
 		t.Fatal("Run did not end after the call in progress finished")
 	}
-	k.rt.mu.Lock()
-	s := k.rt.cs[held]
-	started := s != nil && s.StartedAt != 0
-	k.rt.mu.Unlock()
-	if !started {
-		t.Fatalf("the start of %s was cut short", held)
+	if s := k.container(id); s.StartedAt == 0 {
+		t.Fatalf("the start of %s was cut short: %v", id, s)
 	}
 	k.m.mu.Lock()
 	defer k.m.mu.Unlock()

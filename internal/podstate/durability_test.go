@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -17,30 +17,6 @@ import (
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
-
-func (f *fakeRT) StopPodSandbox(context.Context, *runtimeapi.StopPodSandboxRequest, ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
-	return &runtimeapi.StopPodSandboxResponse{}, nil
-}
-
-func (f *fakeRT) RemovePodSandbox(context.Context, *runtimeapi.RemovePodSandboxRequest, ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
-	return &runtimeapi.RemovePodSandboxResponse{}, nil
-}
-
-// sandboxCalls records the StopPodSandbox and RemovePodSandbox calls made.
-type sandboxCalls struct {
-	*fakeRT
-	calls []string
-}
-
-func (s *sandboxCalls) StopPodSandbox(_ context.Context, in *runtimeapi.StopPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
-	s.calls = append(s.calls, "stop "+in.PodSandboxId)
-	return &runtimeapi.StopPodSandboxResponse{}, nil
-}
-
-func (s *sandboxCalls) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
-	s.calls = append(s.calls, "remove "+in.PodSandboxId)
-	return &runtimeapi.RemovePodSandboxResponse{}, nil
-}
 
 // failWrites makes the pod store's writes fail, as on a full or read-only
 // disk, while fail reports true for the record about to be written.
@@ -64,7 +40,7 @@ func (k kubelet) tryStatus(id string) (*runtimeapi.ContainerStatus, error) {
 		if err := proto.Unmarshal(req, &r); err != nil {
 			return nil, err
 		}
-		resp, err := k.rt.ContainerStatus(ctx, &r)
+		resp, err := k.cri.ContainerStatus(ctx, &r)
 		if err != nil {
 			return nil, err
 		}
@@ -81,7 +57,7 @@ func (k kubelet) tryStatus(id string) (*runtimeapi.ContainerStatus, error) {
 func (k kubelet) tryList() error {
 	b, _ := proto.Marshal(&runtimeapi.ListContainersRequest{})
 	_, err := k.m.ListContainersBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
-		resp, err := k.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		resp, err := k.cri.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 		if err != nil {
 			return nil, err
 		}
@@ -106,12 +82,12 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 	p := k.m.pods[sb]
 	failing := true
 	failWrites(k.m, func([]byte) bool { return failing })
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	_, err := k.tryStatus(ids["main"])
 	wantUnavailable(t, "ContainerStatus of the exit", err)
 	wantUnavailable(t, "ListContainers", k.tryList())
 	if !k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: ids["main"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
-		ContainersStatuses: []*runtimeapi.ContainerStatus{k.rt.cs[ids["main"]]}}) {
+		ContainersStatuses: []*runtimeapi.ContainerStatus{k.container(ids["main"])}}) {
 		t.Fatal("the exit's event reached the kubelet")
 	}
 	if p.Phase != PhaseRunning || p.Trigger != nil || p.Settled[ids["main"]] {
@@ -123,8 +99,8 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 	if statefile.Healthy() == nil {
 		t.Fatal("statefile reports healthy after a failed write")
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil || len(k.rt.stopped) != 0 || len(k.rt.created) != 3 {
-		t.Fatalf("acted on the unrecorded exit: stopped %v created %v (%v)", k.rt.stopped, k.rt.created, err)
+	if err := k.m.execute(context.Background(), sb); err != nil || len(k.stopped()) != 0 || len(k.created()) != 3 {
+		t.Fatalf("acted on the unrecorded exit: stopped %v created %v (%v)", k.stopped(), k.created(), err)
 	}
 
 	failing = false
@@ -148,36 +124,38 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 	ctx := context.Background()
 	t.Run("RunPodSandbox", func(t *testing.T) {
-		rt := newFakeRT()
-		k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
-		calls := &sandboxCalls{fakeRT: rt}
-		k.m.rt = calls
+		k := newKubelet(t, t.TempDir())
+		var mu sync.Mutex
+		var calls []string
+		record := func(_ context.Context, method string, req any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, method+" "+req.(interface{ GetPodSandboxId() string }).GetPodSandboxId())
+			return nil
+		}
+		k.rt.OnCall("StopPodSandbox", record)
+		k.rt.OnCall("RemovePodSandbox", record)
 		failWrites(k.m, always)
-		_, err := k.m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-			Metadata:    &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
-			Annotations: map[string]string{RulesAnnotationPrefix + "main": rules88},
-		}}, func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
-			return &runtimeapi.RunPodSandboxResponse{PodSandboxId: "sb1"}, nil
-		})
+		k.rt.NextIDs("sb1")
+		_, err := k.m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: k.podConfig(map[string]string{RulesAnnotationPrefix + "main": rules88})},
+			fwd(k.cri.RunPodSandbox))
 		wantUnavailable(t, "RunPodSandbox", err)
-		if k.m.Tracked() != 0 || fmt.Sprint(calls.calls) != "[stop sb1 remove sb1]" {
-			t.Fatalf("tracked %d, sandbox calls %v: want the sandbox taken down and untracked", k.m.Tracked(), calls.calls)
+		mu.Lock()
+		defer mu.Unlock()
+		if _, left := k.rt.Sandbox("sb1"); left || k.m.Tracked() != 0 || fmt.Sprint(calls) != "[StopPodSandbox sb1 RemovePodSandbox sb1]" {
+			t.Fatalf("tracked %d, sandbox calls %v, left %v: want the sandbox taken down and untracked", k.m.Tracked(), calls, left)
 		}
 	})
 	t.Run("CreateContainer", func(t *testing.T) {
-		rt := newFakeRT()
-		k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+		k := newKubelet(t, t.TempDir())
 		sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": rules88})
 		failWrites(k.m, always)
-		_, err := k.m.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "main"}}},
-			func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
-				return rt.CreateContainer(ctx, r)
-			})
+		_, err := k.m.CreateContainer(ctx, k.createReq(sb, "main", 0), fwd(k.cri.CreateContainer))
 		wantUnavailable(t, "CreateContainer", err)
 		p := k.m.pods[sb]
-		if len(rt.removed) != 1 || len(rt.cs) != 0 || len(p.IDs) != 0 || len(p.Seq) != 0 || len(k.m.byID) != 0 {
-			t.Fatalf("removed %v, left %v, recorded %v %v", rt.removed, rt.cs, p.IDs, p.Seq)
+		removed := k.rt.Requests("RemoveContainer")
+		if _, left := k.rt.Counts(); len(removed) != 1 || left != 0 || len(p.IDs) != 0 || len(p.Seq) != 0 || len(k.m.byID) != 0 {
+			t.Fatalf("removed %v, left %d, recorded %v %v", removed, left, p.IDs, p.Seq)
 		}
 	})
 	t.Run("StopContainer", func(t *testing.T) {
@@ -196,7 +174,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 	})
 	t.Run("StopPodSandbox", func(t *testing.T) {
 		k, sb, ids := setup(t, t.TempDir())
-		k.rt.exit(ids["main"], 88)
+		k.exit(ids["main"], 88)
 		k.status(ids["main"])
 		failWrites(k.m, always)
 		forwarded := false
@@ -212,18 +190,18 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 	})
 	t.Run("restart steps", func(t *testing.T) {
 		k, sb, ids := setup(t, t.TempDir())
-		k.rt.exit(ids["main"], 88)
+		k.exit(ids["main"], 88)
 		k.status(ids["main"])
 		failWrites(k.m, always)
 		err := k.m.execute(ctx, sb)
-		if !errors.Is(err, statefile.ErrNotDurable) || len(k.rt.stopped) != 0 || len(k.rt.created) != 3 {
-			t.Fatalf("step not recorded: %v, stopped %v, created %v", err, k.rt.stopped, k.rt.created)
+		if !errors.Is(err, statefile.ErrNotDurable) || len(k.stopped()) != 0 || len(k.created()) != 3 {
+			t.Fatalf("step not recorded: %v, stopped %v, created %v", err, k.stopped(), k.created())
 		}
 	})
 	t.Run("swap", func(t *testing.T) {
 		k, sb, ids := setup(t, t.TempDir())
 		p := k.m.pods[sb]
-		k.rt.exit(ids["main"], 88)
+		k.exit(ids["main"], 88)
 		k.status(ids["main"])
 		failing := true
 		failWrites(k.m, func(b []byte) bool { return failing && strings.Contains(string(b), `"phase":"Running"`) })
@@ -236,8 +214,8 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 			}
 		}
 		failing = false
-		if err := k.m.execute(ctx, sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 || len(k.rt.created) != 6 {
-			t.Fatalf("retried swap: %v, phase %s, restarts %d, created %v", err, p.Phase, p.Restarts, k.rt.created)
+		if err := k.m.execute(ctx, sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 || len(k.created()) != 6 {
+			t.Fatalf("retried swap: %v, phase %s, restarts %d, created %v", err, p.Phase, p.Restarts, k.created())
 		}
 	})
 }

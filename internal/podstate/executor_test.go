@@ -17,20 +17,20 @@ import (
 func TestRemovedPodStopsItsExecutor(t *testing.T) {
 	for _, how := range []string{"StopPodSandbox", "RemovePodSandbox"} {
 		t.Run(how, func(t *testing.T) {
-			rt := newFakeRT()
-			m, err := New(rt, t.TempDir(), backoff.NewTracker(backoff.Curve{Initial: time.Minute, Max: time.Minute}, nil),
+			k := newKubelet(t, t.TempDir())
+			m, err := New(k.cri, t.TempDir(), backoff.NewTracker(backoff.Curve{Initial: time.Minute, Max: time.Minute}, nil),
 				slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			k := kubelet{t: t, m: m, rt: rt}
-			sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+			k.m = m
+			sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": restartNotIn0})
 			id := k.start(sb, "main")
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { m.Run(ctx); close(done) }()
 			defer func() { cancel(); <-done }()
-			rt.exit(id, 1)
+			k.exit(id, 1)
 			k.status(id)
 			executors := func() int {
 				m.mu.Lock()

@@ -19,30 +19,25 @@ func (k kubelet) rawStatus(id string, verbose bool) ([]byte, int, error) {
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	k.rt.mu.Lock()
-	before := k.rt.statusCalls
-	k.rt.mu.Unlock()
+	before := k.rt.Calls("ContainerStatus")
 	out, err := k.m.ContainerStatusBytes(context.Background(), req, func(ctx context.Context, b []byte) ([]byte, error) {
 		var r runtimeapi.ContainerStatusRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
 			return nil, err
 		}
-		resp, err := k.rt.ContainerStatus(ctx, &r)
+		resp, err := k.cri.ContainerStatus(ctx, &r)
 		if err != nil {
 			return nil, err
 		}
 		return proto.Marshal(resp)
 	})
-	k.rt.mu.Lock()
-	calls := k.rt.statusCalls - before
-	k.rt.mu.Unlock()
-	return out, calls, err
+	return out, k.rt.Calls("ContainerStatus") - before, err
 }
 
 // runtimeAnswer is what the runtime itself answers for id, encoded.
 func (k kubelet) runtimeAnswer(id string) []byte {
 	k.t.Helper()
-	resp, err := k.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	resp, err := k.cri.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if err != nil {
 		k.t.Fatal(err)
 	}
@@ -59,7 +54,7 @@ func crashedOnce(t *testing.T, sub *uint64) (kubelet, string, string) {
 	k, sb, p := crashingMainPod(t)
 	k.m.EventsFrom(func() uint64 { return *sub })
 	prev := p.Latest["main"]
-	k.rt.exit(prev, 1)
+	k.exit(prev, 1)
 	k.status(prev)
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
@@ -74,7 +69,7 @@ func crashedOnce(t *testing.T, sub *uint64) (kubelet, string, string) {
 // again, byte for byte, without a round trip, while nothing can have changed.
 func TestExitedStatusAnsweredAgain(t *testing.T) {
 	sub := uint64(1)
-	k, _, prev := crashedOnce(t, &sub)
+	k, sb, prev := crashedOnce(t, &sub)
 	var want, got runtimeapi.ContainerStatusResponse
 	if err := proto.Unmarshal(k.runtimeAnswer(prev), &want); err != nil {
 		t.Fatal(err)
@@ -98,7 +93,7 @@ func TestExitedStatusAnsweredAgain(t *testing.T) {
 		t.Fatalf("verbose call: %d runtime calls, want 1", calls)
 	}
 	// The running instance is never kept.
-	cur := k.m.pods["sb1"].Latest["main"]
+	cur := k.m.pods[sb].Latest["main"]
 	for range 2 {
 		if _, calls, _ := k.rawStatus(cur, false); calls != 1 {
 			t.Fatalf("running instance: %d runtime calls, want 1", calls)
@@ -134,7 +129,7 @@ func TestExitedStatusDropped(t *testing.T) {
 		remove func(k kubelet, sb, id string)
 	}{
 		{"removed behind the shim", func(k kubelet, sb, id string) {
-			_, _ = k.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+			_, _ = k.cri.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id})
 			k.event(sb, id, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 		}},
 		{"removed by the kubelet", func(k kubelet, _, id string) { k.remove(id) }},
@@ -153,7 +148,7 @@ func TestExitedStatusDropped(t *testing.T) {
 		sub := uint64(1)
 		k, _, prev := crashedOnce(t, &sub)
 		k.rawStatus(prev, false)
-		_, _ = k.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: prev})
+		_, _ = k.cri.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: prev})
 		k.m.reconcile(context.Background())
 		if _, kept := k.m.exited.Load(prev); kept {
 			t.Fatal("reconcile kept the answer of a container the runtime no longer lists")
@@ -161,12 +156,11 @@ func TestExitedStatusDropped(t *testing.T) {
 	})
 	t.Run("untracked pod", func(t *testing.T) {
 		sub := uint64(1)
-		rt := newFakeRT()
-		k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+		k := newKubelet(t, t.TempDir())
 		k.m.EventsFrom(func() uint64 { return sub })
 		sb := k.runPod(nil)
 		id := k.start(sb, "main")
-		rt.exit(id, 1)
+		k.exit(id, 1)
 		for range 2 {
 			if _, calls, _ := k.rawStatus(id, false); calls != 1 {
 				t.Fatalf("untracked container: %d runtime calls, want 1", calls)

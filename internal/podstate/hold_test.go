@@ -15,9 +15,8 @@ const restartNotIn0 = `[{"action":"Restart","exitCodes":{"operator":"NotIn","val
 // orchestrator restarts it; then the rule applies again.
 func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 	dir := t.TempDir()
-	rt := newFakeRT()
-	rt.exitOnStart["init"] = 0
-	k := kubelet{t: t, m: newTestManager(t, rt, dir), rt: rt}
+	k := newKubelet(t, dir)
+	k.rt.ExitOnStart("init", 0)
 	ctx := context.Background()
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": restartNotIn0})
 	for _, n := range []string{"init", "sidecar", "main"} {
@@ -29,13 +28,13 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 	if err := k.m.HoldContainer(ctx, sb, "main", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: main}); err != nil {
+	if _, err := k.cri.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: main}); err != nil {
 		t.Fatal(err)
 	}
 	held := func(m *Manager, when string) {
 		t.Helper()
 		m.scan(ctx)
-		if s := (kubelet{t: t, m: m, rt: rt}).status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		if s := (kubelet{t: t, m: m, cri: k.cri}).status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 			t.Fatalf("%s: the kubelet sees the terminated main as %v", when, s.State)
 		}
 		if p := m.pods[sb]; p.Phase != PhaseRunning || p.Trigger != nil || !p.Held["main"] {
@@ -44,9 +43,9 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 	}
 	held(k.m, "after the stop")
 	// A restarted shim keeps the hold.
-	k.m = newTestManager(t, rt, dir)
+	k = k.restarted(dir)
 	held(k.m, "after a shim restart")
-	if n := len(rt.created); n != 3 {
+	if n := len(k.created()); n != 3 {
 		t.Fatalf("%d containers created, want 3 (no restart)", n)
 	}
 	// The orchestrator restarts it: in place, the exited instance not shown running again.
@@ -64,11 +63,11 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := p.Latest["main"]
-	if now == main || p.ContainerRestarts["main"] != 1 || rt.cs[now].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		t.Fatalf("after the command: main %s (was %s) state %v, restarts %v", now, main, rt.cs[now].State, p.ContainerRestarts)
+	if now == main || p.ContainerRestarts["main"] != 1 || k.container(now).State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("after the command: main %s (was %s) state %v, restarts %v", now, main, k.container(now).State, p.ContainerRestarts)
 	}
 	// Released: the rule applies to its next exit again.
-	rt.exit(now, 1)
+	k.exit(now, 1)
 	k.m.scan(ctx)
 	if p.Phase == PhaseRunning || p.Scope != "main" {
 		t.Fatalf("phase %s scope %q: the rule no longer applies after the orchestrator's restart", p.Phase, p.Scope)
@@ -78,8 +77,7 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 // A hold that cannot be written is not in force (the caller then stops nothing).
 func TestHoldNotWrittenIsNotHeld(t *testing.T) {
 	dir := t.TempDir()
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, dir), rt: rt}
+	k := newKubelet(t, dir)
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": restartNotIn0})
 	k.start(sb, "main")
 	// Both slots unwritable (directories where the files go).

@@ -8,32 +8,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// runSandbox is RunPodSandbox of pod uid-1 answered with sandbox id sb, as
-// when the kubelet creates a pod's sandbox again.
-func (k kubelet) runSandbox(sb string, annotations map[string]string) {
-	k.t.Helper()
-	_, err := k.m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-		Metadata:    &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
-		Annotations: annotations,
-	}}, func(context.Context, *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
-		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: sb}, nil
-	})
-	if err != nil {
-		k.t.Fatal(err)
-	}
-}
-
-// removeSandbox is the kubelet's RemovePodSandbox of sb.
-func (k kubelet) removeSandbox(sb string) {
-	k.t.Helper()
-	if _, err := k.m.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
-		func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-			return &runtimeapi.RemovePodSandboxResponse{}, nil
-		}); err != nil {
-		k.t.Fatal(err)
-	}
-}
-
 // Removing the old sandbox of a pod leaves the backoff curve of the pod's
 // live sandbox where it is (item 7 of issue 14): its next restart waits the
 // next step of the curve, not the initial delay again.
@@ -43,14 +17,13 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 		{"RestartAllContainers", `[{"action":"RestartAllContainers","exitCodes":{"operator":"NotIn","values":[0]}}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := newFakeRT()
-			k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+			k := newKubelet(t, t.TempDir())
 			ann := map[string]string{RulesAnnotationPrefix + "main": tc.rules}
 			exit := func(sb string, want time.Duration) {
 				t.Helper()
 				p := k.m.pods[sb]
 				id := p.Latest["main"]
-				rt.exit(id, 1)
+				k.exit(id, 1)
 				k.status(id)
 				if p.Phase != PhaseTerminating || p.Trigger.Delay != want {
 					t.Fatalf("%s: phase %s, delay %s, want a restart after %s", sb, p.Phase, p.Trigger.Delay, want)

@@ -20,7 +20,7 @@ const rules88 = `[{"action":"RestartAllContainers","exitCodes":{"operator":"In",
 
 func TestStopPodSandboxAbandonsRestart(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	_, err := k.m.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
 		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
@@ -32,20 +32,19 @@ func TestStopPodSandboxAbandonsRestart(t *testing.T) {
 	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 88 {
 		t.Fatalf("after StopPodSandbox the real exit must show: %+v", s)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil || len(k.rt.created) != 3 {
-		t.Fatalf("abandoned restart still replayed: %v %v", k.rt.created, err)
+	if err := k.m.execute(context.Background(), sb); err != nil || len(k.created()) != 3 {
+		t.Fatalf("abandoned restart still replayed: %v %v", k.created(), err)
 	}
 }
 
 func TestUntrackedPodsAreNotTouched(t *testing.T) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
-	k.runPod(map[string]string{RulesAnnotationPrefix + "main": "not json"})
+	k := newKubelet(t, t.TempDir())
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": "not json"})
 	if k.m.Tracked() != 0 {
 		t.Fatal("a pod whose only rules are malformed is tracked")
 	}
-	id := k.start("sb1", "main")
-	rt.exit(id, 88)
+	id := k.start(sb, "main")
+	k.exit(id, 88)
 	if s := k.status(id); s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Fatalf("untracked pod's exit changed: %v", s.State)
 	}
@@ -58,7 +57,10 @@ func TestReconcileDropsGoneSandboxes(t *testing.T) {
 	if k.m.Tracked() != 1 {
 		t.Fatal("a live sandbox was dropped")
 	}
-	k.rt.sandboxGone = true
+	// Removed behind the shim's back: the runtime removes its containers with it.
+	if _, err := k.cri.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb}); err != nil {
+		t.Fatal(err)
+	}
 	k.m.reconcile(context.Background())
 	if k.m.Tracked() != 0 || k.m.pods[sb] != nil {
 		t.Fatal("state of a removed sandbox kept")
@@ -72,15 +74,15 @@ func TestReconcileDropsGoneSandboxes(t *testing.T) {
 // old instances while a restart is in progress.
 func TestEventsOfRestartingPodAreDropped(t *testing.T) {
 	k, _, ids := setup(t, t.TempDir())
-	k.rt.exit(ids["main"], 88)
-	st, _ := k.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["main"]})
+	k.exit(ids["main"], 88)
+	st, _ := k.cri.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["main"]})
 	ev := &runtimeapi.ContainerEventResponse{ContainerId: ids["main"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
 		ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}}
 	if !k.m.dropEvent(ev) {
 		t.Fatal("the triggering exit's event was relayed")
 	}
-	k.rt.exit(ids["sidecar"], 137)
-	st, _ = k.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["sidecar"]})
+	k.exit(ids["sidecar"], 137)
+	st, _ = k.cri.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["sidecar"]})
 	if !k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: ids["sidecar"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
 		ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}}) {
 		t.Fatal("an old instance's stop event was relayed during the restart")
@@ -95,7 +97,7 @@ func TestEventsOfRestartingPodAreDropped(t *testing.T) {
 func TestExitSeenThroughEventFeed(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
 	feed := func(id string, typ runtimeapi.ContainerEventType) { k.event(sb, id, typ) }
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	feed(ids["main"], runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	feed("unrelated", runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	k.m.mu.Lock()
@@ -118,11 +120,10 @@ func TestExitSeenThroughEventFeed(t *testing.T) {
 // the pod is restarting (a crash-looping pod is hardly ever Running).
 func TestReconcilePrunesDuringRestart(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
-	rt := k.rt
 	var gone []string
 	for range 5 {
 		cur := p.Latest["main"]
-		k.rt.exit(cur, 1)
+		k.exit(cur, 1)
 		k.status(cur)
 		if err := k.m.execute(context.Background(), sb); err != nil {
 			t.Fatal(err)
@@ -130,13 +131,13 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 		gone = append(gone, cur)
 	}
 	trigger := p.Latest["main"]
-	k.rt.exit(trigger, 1)
+	k.exit(trigger, 1)
 	k.status(trigger)
 	if p.Phase == PhaseRunning {
 		t.Fatal("test setup: the pod should be restarting")
 	}
 	for _, id := range append(gone, trigger) {
-		_, _ = rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+		_, _ = k.cri.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id})
 	}
 	k.m.reconcile(context.Background())
 	for _, id := range gone {
@@ -154,20 +155,23 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 // removed: containerd 2.2.1 panics removing one whose sandbox is gone).
 func TestRestartAbandonedWhenSandboxDies(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
-	rt := k.rt
 	cur := p.Latest["main"]
-	k.rt.exit(cur, 1)
+	k.exit(cur, 1)
 	k.status(cur)
 	// A step failing while the sandbox is ready is retried, not abandoned.
 	if k.m.abandonIfSandboxGone(context.Background(), sb, fmt.Errorf("transient")) || p.Stopped {
 		t.Fatal("abandoned with a ready sandbox")
 	}
-	rt.mu.Lock()
-	rt.sandboxDead = true
-	rt.mu.Unlock()
+	// The sandbox dies between the replay's create and its start.
+	k.rt.OnCall("StartContainer", func(context.Context, string, any) error {
+		k.rt.OnCall("StartContainer", nil)
+		return k.rt.SandboxExit(sb)
+	})
 	err := k.m.execute(context.Background(), sb)
-	if err == nil {
-		t.Fatal("the start in a dead sandbox succeeded")
+	starts := k.rt.Requests("StartContainer")
+	failed := starts[len(starts)-1].(*runtimeapi.StartContainerRequest).ContainerId
+	if s := k.container(failed); err == nil || s.Reason != "StartError" {
+		t.Fatalf("the start in a dead sandbox: %v, instance %v", err, s)
 	}
 	if !k.m.abandonIfSandboxGone(context.Background(), sb, err) {
 		t.Fatal("restart not abandoned although the sandbox is not ready")
@@ -175,11 +179,13 @@ func TestRestartAbandonedWhenSandboxDies(t *testing.T) {
 	if p.Phase != PhaseRunning || !p.Stopped {
 		t.Fatalf("phase %s stopped %v", p.Phase, p.Stopped)
 	}
-	// A later step does nothing, and nothing was removed.
+	// A later step does nothing, and nothing was removed: the failed
+	// instance is still in the runtime.
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if len(rt.removed) != 0 {
-		t.Fatalf("removed %v", rt.removed)
+	if removed := k.rt.Requests("RemoveContainer"); len(removed) != 0 {
+		t.Fatalf("removed %v", removed)
 	}
+	k.container(failed)
 }

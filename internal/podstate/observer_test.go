@@ -23,7 +23,7 @@ func TestObserverHearsRestartStartAndEnd(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
 	o := &recordingObserver{}
 	k.m.Observe(o)
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	if got := fmt.Sprint(o.heard); got != "[started p main 88 RestartAllContainers]" {
 		t.Fatalf("heard %s", got)
@@ -42,12 +42,12 @@ func TestObserverHearsAbandonedRestart(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
 	o := &recordingObserver{}
 	k.m.Observe(o)
-	k.rt.exit(ids["sidecar"], 1) // no rule
+	k.exit(ids["sidecar"], 1) // no rule
 	k.status(ids["sidecar"])
 	if len(o.heard) != 0 {
 		t.Fatalf("heard %v for an exit without a rule", o.heard)
 	}
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	k.m.mu.Lock()
 	err := k.m.abandon(k.m.pods[sb])
@@ -65,7 +65,7 @@ func TestSnapshotTellsRestartState(t *testing.T) {
 	if s := k.m.Snapshot(); len(s) != 1 || s[0].Restarting || s[0].RestartedAll || s[0].Pod.UID != "uid-1" {
 		t.Fatalf("before a restart: %+v", s)
 	}
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	if s := k.m.Snapshot(); len(s) != 1 || !s[0].Restarting || s[0].Trigger.ExitCode != 88 {
 		t.Fatalf("during a restart: %+v", s)

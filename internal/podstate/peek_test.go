@@ -139,7 +139,7 @@ func TestBytesPathsMatchDecodedPaths(t *testing.T) {
 		t.Helper()
 		typed, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{},
 			func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
-				return k.rt.ListContainers(ctx, r)
+				return k.cri.ListContainers(ctx, r)
 			})
 		if err != nil {
 			t.Fatal(err)
@@ -154,7 +154,7 @@ func TestBytesPathsMatchDecodedPaths(t *testing.T) {
 		for id := range want {
 			ts, err := k.m.containerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id},
 				func(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
-					return k.rt.ContainerStatus(ctx, r)
+					return k.cri.ContainerStatus(ctx, r)
 				})
 			if err != nil {
 				t.Fatal(err)
@@ -165,7 +165,7 @@ func TestBytesPathsMatchDecodedPaths(t *testing.T) {
 		}
 	}
 	compare("running")
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	compare("trigger exited")
 	if k.m.pods[sb].Phase != PhaseTerminating {
 		t.Fatalf("phase %s", k.m.pods[sb].Phase)

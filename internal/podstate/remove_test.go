@@ -13,9 +13,8 @@ import (
 // gone), and removals run alongside saves of other pods without a data race
 // on the store (run with -race).
 func TestRemovedPodIsNotSavedAgain(t *testing.T) {
-	rt := newFakeRT()
 	dir := t.TempDir()
-	k := kubelet{t: t, m: newTestManager(t, rt, dir), rt: rt}
+	k := newKubelet(t, dir)
 	ann := map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}
 	k.runSandbox("sb-gone", ann)
 	p := k.m.pods["sb-gone"]

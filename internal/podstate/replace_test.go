@@ -17,7 +17,7 @@ import (
 func TestCreateDuringHeldRestartRefused(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
 	cur := p.Latest["main"]
-	k.rt.exit(cur, 1)
+	k.exit(cur, 1)
 	k.status(cur)
 	if p.Phase != PhaseTerminating || p.Scope != "main" {
 		t.Fatalf("test setup: phase %s scope %q", p.Phase, p.Scope)
@@ -25,13 +25,7 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 	create := func(name string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := k.m.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
-			Metadata:    &runtimeapi.ContainerMetadata{Name: name, Attempt: 1},
-			Annotations: map[string]string{annotationRestartCount: "1", annotationGracePeriod: "0"},
-			LogPath:     name + "/1.log",
-		}}, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
-			return k.rt.CreateContainer(ctx, r)
-		})
+		_, err := k.m.CreateContainer(ctx, k.createReq(sb, name, 1), fwd(k.cri.CreateContainer))
 		return err
 	}
 	start := time.Now()
@@ -42,8 +36,8 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(k.rt.created); n != 2 {
-		t.Fatalf("created %v, want main and the restart's one instance", k.rt.created)
+	if n := len(k.created()); n != 2 {
+		t.Fatalf("created %v, want main and the restart's one instance", k.created())
 	}
 	// Not held any more: the kubelet's creates go through.
 	if err := create("side"); err != nil {
@@ -59,12 +53,12 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 func TestStopOfExitedInstanceKeepsItsRule(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
 	cur := p.Latest["main"]
-	k.rt.exit(cur, 1) // nobody has looked yet
+	k.exit(cur, 1) // nobody has looked yet
 	stop := func(id string) {
 		t.Helper()
 		if _, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: id},
 			func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
-				return k.rt.StopContainer(ctx, r)
+				return k.cri.StopContainer(ctx, r)
 			}); err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -18,7 +20,7 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 		t.Fatalf("start order %+v: want init (wait for exit), sidecar, main", p.Seq)
 	}
 	// main exits 88: the kubelet's first look already shows it running, and the restart begins.
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || s.ExitCode != 0 || s.FinishedAt != 0 {
 		t.Fatalf("triggering exit shown to the kubelet: %+v", s)
 	}
@@ -36,11 +38,11 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 	if p.Phase != PhaseRunning || p.Restarts != 1 {
 		t.Fatalf("after the restart: phase %s restarts %d (%s)", p.Phase, p.Restarts, p.LastError)
 	}
-	if got := fmt.Sprint(k.rt.created[3:]); got != "[init sidecar main]" {
+	if got := fmt.Sprint(k.created()[3:]); got != "[init sidecar main]" {
 		t.Fatalf("replayed %s, want init, sidecar, main in order", got)
 	}
-	if len(k.rt.stopped) != 1 || k.rt.stopped[0] != ids["sidecar"] {
-		t.Fatalf("stopped %v, want only the running sidecar", k.rt.stopped)
+	if stopped := k.stopped(); len(stopped) != 1 || stopped[0] != ids["sidecar"] {
+		t.Fatalf("stopped %v, want only the running sidecar", stopped)
 	}
 	// New instances carry the next restart count and log file; once no read
 	// of the pod can belong to a list from before the swap (a second read
@@ -51,11 +53,17 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 	if st[ids["main"]] != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Fatalf("old main after the swap: %v", st[ids["main"]])
 	}
-	for id, s := range k.rt.cs {
+	all, err := k.cri.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range all.Containers {
+		id := c.Id
 		if _, old := map[string]bool{ids["init"]: true, ids["sidecar"]: true, ids["main"]: true}[id]; old {
 			continue
 		}
-		if s.Annotations[annotationRestartCount] != "1" || s.LogPath != s.Metadata.Name+"/1.log" || s.Metadata.Attempt != 1 {
+		s := k.container(id)
+		if s.Annotations[annotationRestartCount] != "1" || s.LogPath != filepath.Join(k.logDir, s.Metadata.Name, "1.log") || s.Metadata.Attempt != 1 {
 			t.Errorf("new %s: restartCount %q log %q attempt %d", s.Metadata.Name, s.Annotations[annotationRestartCount], s.LogPath, s.Metadata.Attempt)
 		}
 		want := runtimeapi.ContainerState_CONTAINER_RUNNING
@@ -71,7 +79,7 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 		t.Fatal("the old triggering exit triggered a second restart")
 	}
 	newMain := p.Latest["main"]
-	k.rt.exit(newMain, 88)
+	k.exit(newMain, 88)
 	k.status(newMain)
 	if p.Phase != PhaseTerminating {
 		t.Fatalf("second trigger: phase %s", p.Phase)
@@ -80,7 +88,7 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 
 func TestNonMatchingExitIsShownAsIs(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
-	k.rt.exit(ids["main"], 1)
+	k.exit(ids["main"], 1)
 	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
 		t.Fatalf("non-matching exit changed: %+v", s)
 	}
@@ -91,13 +99,13 @@ func TestNonMatchingExitIsShownAsIs(t *testing.T) {
 
 func TestInitFailingDuringReplayIsHandedBack(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
-	k.rt.exitOnStart["init"] = 1
-	k.rt.exit(ids["main"], 88)
+	k.rt.ExitOnStart("init", 1)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(k.rt.created[3:]); got != "[init]" {
+	if got := fmt.Sprint(k.created()[3:]); got != "[init]" {
 		t.Fatalf("replayed %s after init failed; want only init", got)
 	}
 	if p := k.m.pods[sb]; p.Phase != PhaseRunning {
@@ -105,7 +113,7 @@ func TestInitFailingDuringReplayIsHandedBack(t *testing.T) {
 	}
 	// The failed init instance is visible: the kubelet applies the pod's restartPolicy.
 	for id, s := range k.list() {
-		if k.rt.cs[id].Metadata.Name == "init" && id != ids["init"] && s != runtimeapi.ContainerState_CONTAINER_EXITED {
+		if k.container(id).Metadata.Name == "init" && id != ids["init"] && s != runtimeapi.ContainerState_CONTAINER_EXITED {
 			t.Fatalf("failed init shown as %v", s)
 		}
 	}
@@ -115,10 +123,11 @@ func TestInitFailingDuringReplayIsHandedBack(t *testing.T) {
 func TestResumeAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	k, sb, ids := setup(t, dir)
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	// "kill -9": a new manager over the same state directory and runtime.
-	m2 := newTestManager(t, k.rt, dir)
+	k2 := k.restarted(dir)
+	m2 := k2.m
 	p := m2.pods[sb]
 	if p == nil || p.Phase != PhaseTerminating || p.Trigger.ContainerID != ids["main"] {
 		t.Fatalf("state after restart of the shim: %+v", p)
@@ -126,7 +135,6 @@ func TestResumeAfterCrash(t *testing.T) {
 	if s, _ := m2.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["main"]}); s.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Fatal("test setup")
 	}
-	k2 := kubelet{t: t, m: m2, rt: k.rt}
 	if s := k2.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("resumed shim shows the trigger as %v", s.State)
 	}
@@ -148,7 +156,7 @@ func TestResumeAfterCrash(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if n := len(k.rt.created); n != 6 {
+	if n := len(k.created()); n != 6 {
 		t.Fatalf("%d creates, want 3 + 3 (no duplicate restart)", n)
 	}
 }
@@ -163,17 +171,19 @@ func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
 		t.Run(fmt.Sprintf("started=%v", started), func(t *testing.T) {
 			dir := t.TempDir()
 			k, sb, ids := setup(t, dir)
-			k.rt.exit(ids["main"], 88)
+			k.exit(ids["main"], 88)
 			k.status(ids["main"])
 			p := k.m.pods[sb]
 			// Simulate: the executor recorded its intent for init/1, the runtime created it, then the shim died.
 			p.LogDirectory = t.TempDir()
 			p.Phase, p.Creating = PhaseStartup, "init/1"
 			k.m.save(p)
-			orphan, _ := k.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
-				Metadata: &runtimeapi.ContainerMetadata{Name: "init", Attempt: 1}}})
+			orphan, err := k.cri.CreateContainer(context.Background(), k.createReq(sb, "init", 1))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if started {
-				if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: orphan.ContainerId}); err != nil {
+				if _, err := k.cri.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: orphan.ContainerId}); err != nil {
 					t.Fatal(err)
 				}
 				if err := os.MkdirAll(filepath.Join(p.LogDirectory, "init"), 0o755); err != nil {
@@ -183,12 +193,12 @@ func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m2 := newTestManager(t, k.rt, dir)
+			m2 := k.restarted(dir).m
 			if err := m2.execute(context.Background(), sb); err != nil {
 				t.Fatal(err)
 			}
 			inits := 0
-			for _, n := range k.rt.created {
+			for _, n := range k.created() {
 				if n == "init" {
 					inits++
 				}
@@ -209,25 +219,51 @@ func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
 func TestInterruptedReplayStartIsRetried(t *testing.T) {
 	dir := t.TempDir()
 	k, sb, ids := setup(t, dir)
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	p := k.m.pods[sb]
 	p.Phase = PhaseStartup
-	resp, _ := k.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "init", Attempt: 1}}})
-	k.rt.exit(resp.ContainerId, 128) // StartError: StartedAt stays 0
+	resp, err := k.cri.CreateContainer(context.Background(), k.createReq(sb, "init", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.cancelledStart(resp.ContainerId)
 	p.New = map[string]string{resp.ContainerId: "init"}
 	p.IDs[resp.ContainerId] = "init"
 	k.m.save(p)
-	m2 := newTestManager(t, k.rt, dir)
+	m2 := k.restarted(dir).m
 	if err := m2.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(k.rt.created[4:]); got != "[init sidecar main]" {
+	if got := fmt.Sprint(k.created()[4:]); got != "[init sidecar main]" {
 		t.Fatalf("after an interrupted start the replay created %s, want init again then sidecar and main", got)
 	}
-	if _, still := k.rt.cs[resp.ContainerId]; still {
+	if _, _, still := k.rt.Container(resp.ContainerId); still {
 		t.Fatal("the interrupted instance was left for the kubelet to see")
+	}
+}
+
+// cancelledStart is a StartContainer of id whose caller is gone when the
+// runtime carries it out, as when the shim dies mid-call: the runtime leaves
+// the container exited with StartError, never started.
+func (k kubelet) cancelledStart(id string) {
+	k.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	k.rt.OnCall("StartContainer", func(call context.Context, _ string, _ any) error {
+		cancel()
+		<-call.Done()
+		return nil
+	})
+	defer k.rt.OnCall("StartContainer", nil)
+	if _, err := k.cri.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); status.Code(err) != codes.Canceled {
+		k.t.Fatalf("StartContainer whose caller is gone: %v, want Canceled", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for k.container(id).State == runtimeapi.ContainerState_CONTAINER_CREATED && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if s := k.container(id); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.StartedAt != 0 || s.Reason != "StartError" {
+		k.t.Fatalf("after a start whose caller is gone: %v, want exited with StartError, never started", s)
 	}
 }
 
@@ -239,7 +275,7 @@ func TestReplayRequestReuse(t *testing.T) {
 	restart := func() string {
 		t.Helper()
 		cur := p.Latest["main"]
-		k.rt.exit(cur, 1)
+		k.exit(cur, 1)
 		k.status(cur)
 		if err := k.m.execute(context.Background(), sb); err != nil {
 			t.Fatal(err)
@@ -247,9 +283,7 @@ func TestReplayRequestReuse(t *testing.T) {
 		return p.Latest["main"]
 	}
 	attempt := func(id string) uint32 {
-		k.rt.mu.Lock()
-		defer k.rt.mu.Unlock()
-		return k.rt.cs[id].Metadata.Attempt
+		return k.container(id).Metadata.Attempt
 	}
 	for want := uint32(1); want <= 3; want++ {
 		if a := attempt(restart()); a != want {
@@ -258,11 +292,9 @@ func TestReplayRequestReuse(t *testing.T) {
 	}
 	// A failed create, then the retry: attempt 4, not 5.
 	cur := p.Latest["main"]
-	k.rt.exit(cur, 1)
+	k.exit(cur, 1)
 	k.status(cur)
-	k.rt.mu.Lock()
-	k.rt.failCreates = 1
-	k.rt.mu.Unlock()
+	k.rt.FailNext("CreateContainer", 1, status.Error(codes.Unavailable, "create failed"))
 	if err := k.m.execute(context.Background(), sb); err == nil {
 		t.Fatal("the failing create succeeded")
 	}
@@ -274,26 +306,18 @@ func TestReplayRequestReuse(t *testing.T) {
 	}
 	// The kubelet creates main again with another log path: the next replay
 	// starts from that request.
-	k.rt.exit(p.Latest["main"], 0)
-	req := &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
-		Metadata:    &runtimeapi.ContainerMetadata{Name: "main", Attempt: 9},
-		Annotations: map[string]string{annotationRestartCount: "9", annotationGracePeriod: "0"},
-		LogPath:     "main/9.log", Command: []string{"new"},
-	}}
-	resp, err := k.m.CreateContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
-		return k.rt.CreateContainer(ctx, r)
-	})
+	k.exit(p.Latest["main"], 0)
+	req := k.createReq(sb, "main", 9)
+	req.Config.Command = []string{"new"}
+	resp, err := k.m.CreateContainer(context.Background(), req, fwd(k.cri.CreateContainer))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
+	if _, err := k.cri.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
 		t.Fatal(err)
 	}
 	next := restart()
-	k.rt.mu.Lock()
-	logPath := k.rt.logPaths[next]
-	k.rt.mu.Unlock()
-	if a := attempt(next); a != 10 || logPath != "main/10.log" {
+	if a, logPath := attempt(next), k.container(next).LogPath; a != 10 || logPath != filepath.Join(k.logDir, "main/10.log") {
 		t.Fatalf("after the kubelet's create: attempt %d log %q, want 10 and main/10.log", a, logPath)
 	}
 }

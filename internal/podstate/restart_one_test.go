@@ -12,9 +12,8 @@ import (
 // A Restart rule restarts only its container, on its own backoff curve; the
 // other containers keep running and the kubelet never sees the exit.
 func TestRestartRuleRestartsOneContainer(t *testing.T) {
-	rt := newFakeRT()
-	rt.exitOnStart["init"] = 0
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k := newKubelet(t, t.TempDir())
+	k.rt.ExitOnStart("init", 0)
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	ids := map[string]string{}
 	for _, n := range []string{"init", "sidecar", "main"} {
@@ -24,7 +23,7 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 	for i, wantDelay := range []time.Duration{testCurve.Delay(1), testCurve.Delay(2), testCurve.Delay(3)} {
 		cur := p.Latest["main"]
 		exited := time.Now()
-		k.rt.exit(cur, 1)
+		k.exit(cur, 1)
 		if s := k.status(cur); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			t.Fatalf("restart %d: the kubelet saw the exit: %v", i+1, s.State)
 		}
@@ -42,16 +41,16 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 			t.Fatalf("restart %d: phase %s, container restarts %v, pod restarts %d", i+1, p.Phase, p.ContainerRestarts, p.Restarts)
 		}
 	}
-	if got := fmt.Sprint(rt.created[3:]); got != "[main main main]" {
+	if got := fmt.Sprint(k.created()[3:]); got != "[main main main]" {
 		t.Fatalf("replayed %s, want only main, three times", got)
 	}
-	if len(rt.stopped) != 0 {
-		t.Fatalf("stopped %v: a Restart rule must not touch other containers", rt.stopped)
+	if stopped := k.stopped(); len(stopped) != 0 {
+		t.Fatalf("stopped %v: a Restart rule must not touch other containers", stopped)
 	}
-	if s, _ := rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["sidecar"]}); s.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+	if s := k.container(ids["sidecar"]); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatal("sidecar disturbed")
 	}
-	if a := rt.cs[p.Latest["main"]].Metadata.Attempt; a != 3 {
+	if a := k.container(p.Latest["main"]).Metadata.Attempt; a != 3 {
 		t.Fatalf("third restart has attempt %d, want 3", a)
 	}
 }
@@ -59,12 +58,11 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 // A container that crashes again at once is classified in the swap itself:
 // the kubelet never sees the new instance's exit, even for an instant.
 func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k := newKubelet(t, t.TempDir())
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	id := k.start(sb, "main")
-	rt.exitOnStart["main"] = 1 // every replayed instance exits as soon as it starts
-	rt.exit(id, 1)
+	k.rt.ExitOnStart("main", 1) // every replayed instance exits as soon as it starts
+	k.exit(id, 1)
 	k.status(id)
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
@@ -89,11 +87,10 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 // one unseen is a terminated container the kubelet's status manager then
 // refuses to see running again.
 func TestStatusAfterSwapHoldsAPodRelistPicture(t *testing.T) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k := newKubelet(t, t.TempDir())
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	old := k.start(sb, "main")
-	k.rt.exit(old, 1)
+	k.exit(old, 1)
 	if got := k.listPod("uid-1"); len(got) != 1 || got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod relist during the restart: %v, want only the old instance, running", got)
 	}
@@ -122,12 +119,11 @@ func TestStatusAfterSwapHoldsAPodRelistPicture(t *testing.T) {
 // and replaced by the swap, reads running (and lists running) until the
 // kubelet has read the pod once after the swap.
 func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k := newKubelet(t, t.TempDir())
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	old := k.start(sb, "main")
 	listPod := k.list
-	k.rt.exit(old, 1)
+	k.exit(old, 1)
 	if got := listPod(); len(got) != 1 || got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod list during the restart: %v, want only the old instance, running", got)
 	}
@@ -142,7 +138,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	resp, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}},
 		func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
-			return k.rt.ListContainers(ctx, r)
+			return k.cri.ListContainers(ctx, r)
 		})
 	if err != nil {
 		t.Fatal(err)
@@ -179,9 +175,9 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	// Again, with the new instance crashing at once: the swap starts the
 	// next restart right away, and the instance the kubelet listed last
 	// must still read running.
-	k.rt.exitOnStart["main"] = 1
+	k.rt.ExitOnStart("main", 1)
 	listPod()
-	k.rt.exit(nw, 1)
+	k.exit(nw, 1)
 	k.status(nw)
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
@@ -198,15 +194,13 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 // the sandbox, is the kubelet's decision: no rule restarts it (a restart there
 // would leave a running container behind a finished KillPod).
 func TestKubeletStopsAreNotRestarted(t *testing.T) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k := newKubelet(t, t.TempDir())
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`,
 		RulesAnnotationPrefix + "side": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	main, side := k.start(sb, "main"), k.start(sb, "side")
 	if _, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: main},
 		func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
-			k.rt.exit(r.ContainerId, 137)
-			return &runtimeapi.StopContainerResponse{}, nil
+			return k.cri.StopContainer(ctx, r)
 		}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,12 +213,12 @@ func TestKubeletStopsAreNotRestarted(t *testing.T) {
 		}); err != nil {
 		t.Fatal(err)
 	}
-	k.rt.exit(side, 1)
+	k.exit(side, 1)
 	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || k.m.pods[sb].Phase != PhaseRunning {
 		t.Fatalf("exit after StopPodSandbox: %v, phase %s; want its real exit and no restart", s.State, k.m.pods[sb].Phase)
 	}
-	if len(rt.created) != 2 {
-		t.Fatalf("created %v: nothing may be restarted", rt.created)
+	if created := k.created(); len(created) != 2 {
+		t.Fatalf("created %v: nothing may be restarted", created)
 	}
 }
 
@@ -232,9 +226,8 @@ func TestKubeletStopsAreNotRestarted(t *testing.T) {
 // tracked because TrackAlso says so, restarts one container and then the
 // whole pod through the same machinery as the rules.
 func TestRestartOnCommand(t *testing.T) {
-	rt := newFakeRT()
-	rt.exitOnStart["init"] = 0
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k := newKubelet(t, t.TempDir())
+	k.rt.ExitOnStart("init", 0)
 	ctx := context.Background()
 	// Untracked: refused.
 	sb := k.runPod(map[string]string{"orchestrated": "yes"})
@@ -269,7 +262,8 @@ func TestRestartOnCommand(t *testing.T) {
 	if err := k.m.RestartPod(ctx, sb, "job restart"); err != nil {
 		t.Fatal(err)
 	}
-	stopped := rt.stopped[len(rt.stopped)-1]
+	all := k.stopped()
+	stopped := all[len(all)-1]
 	if s := k.status(stopped); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || p.Scope != "" {
 		t.Fatalf("after RestartPod: kubelet sees %v, scope %q; want a pod restart under way", s.State, p.Scope)
 	}
@@ -288,7 +282,7 @@ func TestCrashLoopRecordStaysBounded(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
 	for i := range 30 {
 		cur := p.Latest["main"]
-		k.rt.exit(cur, 1)
+		k.exit(cur, 1)
 		k.status(cur)
 		if i%2 == 1 {
 			// Removed while the next restart is pending: the trigger is kept.

@@ -15,7 +15,7 @@ import (
 func TestResumeAdoptsAnUnrecordedCreateBeforeServing(t *testing.T) {
 	dir := t.TempDir()
 	k, sb, ids := setup(t, dir)
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	p := k.m.pods[sb]
 	if err := k.m.refineFake(context.Background(), sb); err != nil {
@@ -25,17 +25,16 @@ func TestResumeAdoptsAnUnrecordedCreateBeforeServing(t *testing.T) {
 	if err := k.m.save(p); err != nil {
 		t.Fatal(err)
 	}
-	orphan, err := k.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "main", Attempt: 1}}})
+	orphan, err := k.cri.CreateContainer(context.Background(), k.createReq(sb, "main", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: orphan.ContainerId}); err != nil {
+	if _, err := k.cri.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: orphan.ContainerId}); err != nil {
 		t.Fatal(err)
 	}
 
-	m2 := newTestManager(t, k.rt, dir)
-	k2 := kubelet{t: t, m: m2, rt: k.rt}
+	k2 := k.restarted(dir)
+	m2 := k2.m
 	got := k2.list()
 	if _, shown := got[orphan.ContainerId]; shown {
 		t.Fatalf("the unrecorded instance %s is listed before Resume: %v", orphan.ContainerId, got)
@@ -60,7 +59,7 @@ func TestKeepShownSurvivesARestartOfTheShim(t *testing.T) {
 	dir := t.TempDir()
 	k, sb, ids := setup(t, dir)
 	k.list() // the kubelet's relist: main shown running
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
@@ -71,8 +70,7 @@ func TestKeepShownSurvivesARestartOfTheShim(t *testing.T) {
 	if phase != PhaseRunning || until.IsZero() {
 		t.Fatalf("after the swap: phase %s, main kept shown until %v; want Running and kept", phase, until)
 	}
-	m2 := newTestManager(t, k.rt, dir)
-	k2 := kubelet{t: t, m: m2, rt: k.rt}
+	k2 := k.restarted(dir)
 	if s := k2.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("restarted shim shows the replaced instance %v before the next full list, want RUNNING", s.State)
 	}
@@ -89,10 +87,10 @@ func TestResumeKeepsThePreviousProcessesListedPicture(t *testing.T) {
 	dir := t.TempDir()
 	k, sb, ids := setup(t, dir)
 	k.list() // the kubelet's relist, served by the previous process
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 
-	m2 := newTestManager(t, k.rt, dir)
-	k2 := kubelet{t: t, m: m2, rt: k.rt}
+	k2 := k.restarted(dir)
+	m2 := k2.m
 	m2.Resume(context.Background())
 	if err := m2.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)

@@ -48,9 +48,8 @@ func TestParseTermination(t *testing.T) {
 // period, and main exits 88, so the restart is about to stop the sidecar.
 func terminationPod(t *testing.T, dir, value string) (kubelet, string, map[string]string) {
 	t.Helper()
-	rt := newFakeRT()
-	rt.exitOnStart["init"] = 0
-	k := kubelet{t: t, m: newTestManager(t, rt, dir), rt: rt}
+	k := newKubelet(t, dir)
+	k.rt.ExitOnStart("init", 0)
 	ann := map[string]string{RulesAnnotationPrefix + "main": rules88}
 	if value != "" {
 		ann[TerminationAnnotation] = value
@@ -58,29 +57,44 @@ func terminationPod(t *testing.T, dir, value string) (kubelet, string, map[strin
 	sb := k.runPod(ann)
 	ids := map[string]string{}
 	for _, n := range []string{"init", "sidecar", "main"} {
-		req := &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: n},
-			Annotations: map[string]string{annotationRestartCount: "0", annotationGracePeriod: "30",
-				annotationPreStop: `{"exec":{"command":["sh","-c","flush"]}}`},
-			LogPath: n + "/0.log",
-		}}
-		resp, err := k.m.CreateContainer(context.Background(), req, func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
-			return k.rt.CreateContainer(ctx, r)
-		})
+		req := k.createReq(sb, n, 0)
+		req.Config.Annotations[annotationGracePeriod] = "30"
+		req.Config.Annotations[annotationPreStop] = `{"exec":{"command":["sh","-c","flush"]}}`
+		resp, err := k.m.CreateContainer(context.Background(), req, fwd(k.cri.CreateContainer))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := k.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
+		if _, err := k.cri.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
 			t.Fatal(err)
 		}
 		ids[n] = resp.ContainerId
 	}
-	k.rt.exit(ids["main"], 88)
+	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	if p := k.m.pods[sb]; p.Phase != PhaseTerminating {
 		t.Fatalf("main's exit 88 did not start a restart: phase %s", p.Phase)
 	}
 	return k, sb, ids
+}
+
+// stopTimeout is the timeout of the runtime's last StopContainer of id.
+func (k kubelet) stopTimeout(id string) (timeout int64, ok bool) {
+	for _, r := range k.rt.Requests("StopContainer") {
+		if r := r.(*runtimeapi.StopContainerRequest); r.ContainerId == id {
+			timeout, ok = r.Timeout, true
+		}
+	}
+	return timeout, ok
+}
+
+// execs are the IDs of the containers the runtime was asked to ExecSync in
+// (preStop hooks), in order.
+func (k kubelet) execs() []string {
+	var ids []string
+	for _, r := range k.rt.Requests("ExecSync") {
+		ids = append(ids, r.(*runtimeapi.ExecSyncRequest).ContainerId)
+	}
+	return ids
 }
 
 func TestRestartStopsByTermination(t *testing.T) {
@@ -107,12 +121,12 @@ func TestRestartStopsByTermination(t *testing.T) {
 				t.Fatalf("after the restart: phase %s restarts %d (%s)", p.Phase, p.Restarts, p.LastError)
 			}
 			side := ids["sidecar"]
-			if got, ok := k.rt.stopTimeouts[side]; !ok || got != tc.wantTimeout {
+			if got, ok := k.stopTimeout(side); !ok || got != tc.wantTimeout {
 				t.Errorf("sidecar stopped (%v) with timeout %d s, want %d s", ok, got, tc.wantTimeout)
 			}
-			ranPreStop := strings.Contains(strings.Join(k.rt.execs, " "), side)
+			ranPreStop := strings.Contains(strings.Join(k.execs(), " "), side)
 			if ranPreStop != tc.wantPreStop {
-				t.Errorf("preStop hook ran in the sidecar: %v, want %v (execs %v)", ranPreStop, tc.wantPreStop, k.rt.execs)
+				t.Errorf("preStop hook ran in the sidecar: %v, want %v (execs %v)", ranPreStop, tc.wantPreStop, k.execs())
 			}
 		})
 	}
@@ -123,15 +137,15 @@ func TestRestartStopsByTermination(t *testing.T) {
 func TestTerminationSurvivesShimRestart(t *testing.T) {
 	dir := t.TempDir()
 	k, sb, ids := terminationPod(t, dir, "immediate")
-	m2 := newTestManager(t, k.rt, dir)
+	m2 := k.restarted(dir).m
 	if p := m2.pods[sb]; p == nil || p.Termination != TerminationImmediate {
 		t.Fatalf("pod record after a shim restart: %v", p != nil && p.Termination == TerminationImmediate)
 	}
 	if err := m2.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if got := k.rt.stopTimeouts[ids["sidecar"]]; got != 2 || len(k.rt.execs) != 0 {
-		t.Fatalf("resumed restart stopped the sidecar with timeout %d s and execs %v, want 2 s and none", got, k.rt.execs)
+	if got, _ := k.stopTimeout(ids["sidecar"]); got != 2 || len(k.execs()) != 0 {
+		t.Fatalf("resumed restart stopped the sidecar with timeout %d s and execs %v, want 2 s and none", got, k.execs())
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -28,7 +30,7 @@ func (s *warmSource) source(_ context.Context, req *runtimeapi.CreateContainerRe
 	}
 	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
 	r.Config.Image = &runtimeapi.ImageSpec{Image: "archive:" + req.GetConfig().GetMetadata().GetName()}
-	r.Config.Annotations["test.restored-from"] = "cp" // kept by the fake runtime's status, unlike the image
+	r.Config.Annotations["test.restored-from"] = "cp" // kept in the runtime's status
 	return &WarmStart{Request: r, Checkpoint: "cp", CheckpointedAt: time.Now().Add(-time.Minute), Release: func() { s.released++ }}, nil
 }
 
@@ -43,14 +45,13 @@ func (o *recordingObserver) WarmRestart(p PodRef, r WarmResult) {
 // warmPod: a pod whose main container has a Restart rule, with src as the
 // manager's warm source; main has exited with 1 and been classified.
 func warmPod(t *testing.T, src *warmSource) (kubelet, string, *recordingObserver) {
-	rt := newFakeRT()
-	k := kubelet{t: t, m: newTestManager(t, rt, t.TempDir()), rt: rt}
+	k := newKubelet(t, t.TempDir())
 	o := &recordingObserver{}
 	k.m.Observe(o)
 	k.m.WarmFrom(src.source)
 	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	id := k.start(sb, "main")
-	k.rt.exit(id, 1)
+	k.exit(id, 1)
 	k.status(id)
 	return k, sb, o
 }
@@ -65,7 +66,7 @@ func TestWarmRestartCreatesFromTheCheckpoint(t *testing.T) {
 	}
 	p := k.m.pods[sb]
 	id := p.Latest["main"]
-	if from := k.rt.cs[id].GetAnnotations()["test.restored-from"]; from != "cp" {
+	if from := k.container(id).GetAnnotations()["test.restored-from"]; from != "cp" {
 		t.Fatalf("the replayed instance was not created from the warm request (restored-from %q)", from)
 	}
 	var rec runtimeapi.CreateContainerRequest
@@ -93,8 +94,8 @@ func TestWarmRestartWithoutACheckpointStartsCold(t *testing.T) {
 	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: the pod has no checkpoint") {
 		t.Fatalf("observer heard %q", got)
 	}
-	if p := k.m.pods[sb]; p.Phase != PhaseRunning || len(k.rt.created) != 2 {
-		t.Fatalf("phase %s, created %v", p.Phase, k.rt.created)
+	if p := k.m.pods[sb]; p.Phase != PhaseRunning || len(k.created()) != 2 {
+		t.Fatalf("phase %s, created %v", p.Phase, k.created())
 	}
 }
 
@@ -103,7 +104,7 @@ func TestWarmRestartWithoutACheckpointStartsCold(t *testing.T) {
 func TestWarmCreateRefusedStartsColdThenWarmAgain(t *testing.T) {
 	src := &warmSource{}
 	k, sb, o := warmPod(t, src)
-	k.rt.failCreates = 1
+	k.rt.FailNext("CreateContainer", 1, status.Error(codes.Unavailable, "create failed"))
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
@@ -114,14 +115,14 @@ func TestWarmCreateRefusedStartsColdThenWarmAgain(t *testing.T) {
 	if p.Phase != PhaseRunning || src.released != 1 {
 		t.Fatalf("phase %s, released %d", p.Phase, src.released)
 	}
-	if from := k.rt.cs[p.Latest["main"]].GetAnnotations()["test.restored-from"]; from != "" {
+	if from := k.container(p.Latest["main"]).GetAnnotations()["test.restored-from"]; from != "" {
 		t.Fatal("the cold instance carries the warm request")
 	}
-	if a := k.rt.cs[p.Latest["main"]].Metadata.Attempt; a != 1 {
+	if a := k.container(p.Latest["main"]).Metadata.Attempt; a != 1 {
 		t.Fatalf("cold instance has attempt %d, want 1 (the failed create takes none)", a)
 	}
 	cur := p.Latest["main"]
-	k.rt.exit(cur, 1)
+	k.exit(cur, 1)
 	k.status(cur)
 	if err := k.m.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)

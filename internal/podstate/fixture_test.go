@@ -1,0 +1,323 @@
+package podstate
+
+// The test fixture: the kubelet's part, played through the manager's route
+// functions, and a manager, over the shared fake runtime (internal/
+// fakeruntime), which answers as containerd does.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/events"
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+// kubelet plays the kubelet's part through the manager's route functions.
+type kubelet struct {
+	t *testing.T
+	m *Manager
+	// rt is the runtime, to steer and to read its records; cri is a client
+	// of it, as the shim's.
+	rt  *fakeruntime.Runtime
+	cri runtimeapi.RuntimeServiceClient
+	// logDir is the pod's log directory.
+	logDir string
+}
+
+// newKubelet starts a runtime and a manager over it whose state is in dir.
+func newKubelet(t *testing.T, dir string) kubelet {
+	t.Helper()
+	rt := fakeruntime.Start(t)
+	k := kubelet{t: t, rt: rt, cri: rt.Client(), logDir: t.TempDir()}
+	k.m = newTestManager(t, k.cri, dir)
+	return k
+}
+
+// restarted is k with the manager of a new shim process over dir and the
+// same runtime, as after a "kill -9" of the shim.
+func (k kubelet) restarted(dir string) kubelet {
+	k.m = newTestManager(k.t, k.cri, dir)
+	return k
+}
+
+func newTestManager(t *testing.T, rt runtimeService, dir string) *Manager {
+	t.Helper()
+	m, err := New(rt, dir, backoff.NewTracker(testCurve, nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fwd is a runtime client's call as the next step of a route: the call
+// forwarded to the runtime.
+func fwd[Req, Resp any](call func(context.Context, *Req, ...grpc.CallOption) (*Resp, error)) func(context.Context, *Req) (*Resp, error) {
+	return func(ctx context.Context, req *Req) (*Resp, error) { return call(ctx, req) }
+}
+
+// podConfig is the sandbox configuration of pod uid-1, with the next
+// sandbox attempt: the runtime refuses a name and attempt it holds.
+func (k kubelet) podConfig(annotations map[string]string) *runtimeapi.PodSandboxConfig {
+	k.t.Helper()
+	resp, err := k.cri.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	attempt := uint32(0)
+	for _, sb := range resp.Items {
+		if a := sb.GetMetadata().GetAttempt(); sb.GetMetadata().GetUid() == "uid-1" && a >= attempt {
+			attempt = a + 1
+		}
+	}
+	return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1", Attempt: attempt},
+		Annotations: annotations, LogDirectory: k.logDir}
+}
+
+// runPod runs a sandbox of pod uid-1 and returns its ID: sb1, then sb2...
+func (k kubelet) runPod(annotations map[string]string) string {
+	k.t.Helper()
+	sb := fmt.Sprintf("sb%d", k.rt.Calls("RunPodSandbox")+1)
+	k.runSandbox(sb, annotations)
+	return sb
+}
+
+// runSandbox is RunPodSandbox of pod uid-1 answered with sandbox ID sb, as
+// when the kubelet creates a pod's sandbox (again).
+func (k kubelet) runSandbox(sb string, annotations map[string]string) {
+	k.t.Helper()
+	k.rt.NextIDs(sb)
+	if _, err := k.m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: k.podConfig(annotations)},
+		fwd(k.cri.RunPodSandbox)); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// removeSandbox is the kubelet's RemovePodSandbox of sb.
+func (k kubelet) removeSandbox(sb string) {
+	k.t.Helper()
+	if _, err := k.m.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
+		fwd(k.cri.RemovePodSandbox)); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// createReq is the kubelet's CreateContainer of container name in sandbox
+// sb with restart count attempt.
+func (k kubelet) createReq(sb, name string, attempt uint32) *runtimeapi.CreateContainerRequest {
+	n := strconv.FormatUint(uint64(attempt), 10)
+	return &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
+		Metadata:    &runtimeapi.ContainerMetadata{Name: name, Attempt: attempt},
+		Labels:      map[string]string{podUIDLabel: "uid-1"},
+		Annotations: map[string]string{annotationRestartCount: n, annotationGracePeriod: "0"},
+		LogPath:     name + "/" + n + ".log",
+	}, SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid-1"},
+		LogDirectory: k.logDir}}
+}
+
+// start creates and starts a container as the kubelet does: restart count
+// 0, or one more than the pod's last instance of name the runtime holds (a
+// container of the pod's previous sandbox).
+func (k kubelet) start(sb, name string) string {
+	k.t.Helper()
+	ctx := context.Background()
+	list, err := k.cri.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	attempt := uint32(0)
+	for _, c := range list.Containers {
+		if a := c.GetMetadata().GetAttempt(); c.GetMetadata().GetName() == name && a >= attempt {
+			attempt = a + 1
+		}
+	}
+	resp, err := k.m.CreateContainer(ctx, k.createReq(sb, name, attempt), fwd(k.cri.CreateContainer))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if _, err := k.cri.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
+		k.t.Fatal(err)
+	}
+	return resp.ContainerId
+}
+
+// exit makes container id's process exit with code.
+func (k kubelet) exit(id string, code int32) {
+	k.t.Helper()
+	if err := k.rt.Exit(id, code); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// container is the runtime's status of container id.
+func (k kubelet) container(id string) *runtimeapi.ContainerStatus {
+	k.t.Helper()
+	s, _, ok := k.rt.Container(id)
+	if !ok {
+		k.t.Fatalf("the runtime has no container %s", id)
+	}
+	return s
+}
+
+// created are the names of the containers the runtime was asked to create,
+// in order.
+func (k kubelet) created() []string {
+	var names []string
+	for _, r := range k.rt.Requests("CreateContainer") {
+		names = append(names, r.(*runtimeapi.CreateContainerRequest).GetConfig().GetMetadata().GetName())
+	}
+	return names
+}
+
+// stopped are the IDs of the containers the runtime was asked to stop, in order.
+func (k kubelet) stopped() []string {
+	var ids []string
+	for _, r := range k.rt.Requests("StopContainer") {
+		ids = append(ids, r.(*runtimeapi.StopContainerRequest).ContainerId)
+	}
+	return ids
+}
+
+// status reads a container's status through the manager's view.
+func (k kubelet) status(id string) *runtimeapi.ContainerStatus {
+	var resp runtimeapi.ContainerStatusResponse
+	k.callBytes(k.m.ContainerStatusBytes, &runtimeapi.ContainerStatusRequest{ContainerId: id}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+		var r runtimeapi.ContainerStatusRequest
+		if err := proto.Unmarshal(b, &r); err != nil {
+			return nil, err
+		}
+		return k.cri.ContainerStatus(ctx, &r)
+	})
+	return resp.Status
+}
+
+// callBytes makes a call through one of the manager's encoded-message routes,
+// as the proxy does, with the runtime behind it.
+func (k kubelet) callBytes(fn func(context.Context, []byte, proxy.BytesNext) ([]byte, error), req, resp proto.Message,
+	rt func(context.Context, []byte) (proto.Message, error)) {
+	k.t.Helper()
+	b, err := proto.Marshal(req)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	out, err := fn(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
+		r, err := rt(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return proto.Marshal(r)
+	})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if err := proto.Unmarshal(out, resp); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// list lists containers through the manager's view, as the kubelet's global
+// relist does (no filter).
+func (k kubelet) list() map[string]runtimeapi.ContainerState {
+	return k.listWith(&runtimeapi.ListContainersRequest{})
+}
+
+// listWith lists containers with req through the manager's view.
+func (k kubelet) listWith(req *runtimeapi.ListContainersRequest) map[string]runtimeapi.ContainerState {
+	var resp runtimeapi.ListContainersResponse
+	k.callBytes(k.m.ListContainersBytes, req, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+		var r runtimeapi.ListContainersRequest
+		if err := proto.Unmarshal(b, &r); err != nil {
+			return nil, err
+		}
+		return k.cri.ListContainers(ctx, &r)
+	})
+	out := map[string]runtimeapi.ContainerState{}
+	for _, c := range resp.Containers {
+		out[c.Id] = c.State
+	}
+	return out
+}
+
+// podUIDLabel is the label the kubelet puts on every container of a pod
+// (kuberuntime labels.go) and lists one pod's containers by.
+const podUIDLabel = "io.kubernetes.pod.uid"
+
+// listPod lists one pod's containers as the kubelet's relist of a single pod
+// does (kuberuntime GetPod: a label-filtered ListContainers).
+func (k kubelet) listPod(uid string) map[string]runtimeapi.ContainerState {
+	return k.listWith(&runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{podUIDLabel: uid}}})
+}
+
+// readPod reads a pod as the kubelet's PLEG does after a list: the sandbox's
+// status, then the status of each of ids.
+func (k kubelet) readPod(sb string, ids ...string) map[string]*runtimeapi.ContainerStatus {
+	req, err := proto.Marshal(&runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	k.m.ObservePodSandboxStatus(req)
+	out := map[string]*runtimeapi.ContainerStatus{}
+	for _, id := range ids {
+		out[id] = k.status(id)
+	}
+	return out
+}
+
+// event hands the manager a container event as the runtime sends it: with
+// the container's status, if the runtime still has it.
+func (k kubelet) event(sb, id string, typ runtimeapi.ContainerEventType) {
+	k.t.Helper()
+	st, err := k.cri.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	var statuses []*runtimeapi.ContainerStatus
+	if err == nil {
+		statuses = append(statuses, st.Status)
+	}
+	b, err := proto.Marshal(&runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ,
+		PodSandboxStatus: &runtimeapi.PodSandboxStatus{Id: sb}, ContainersStatuses: statuses})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	e, err := events.Parse(b)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	k.m.OnEvent(e)
+}
+
+// remove deletes a container as the kubelet's container GC does, through the manager.
+func (k kubelet) remove(id string) {
+	if _, err := k.m.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id}, fwd(k.cri.RemoveContainer)); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// setup: init (ran to completion), sidecar and main running, main carries the rule.
+func setup(t *testing.T, dir string) (kubelet, string, map[string]string) {
+	k := newKubelet(t, dir)
+	k.rt.ExitOnStart("init", 0)
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": rules88})
+	ids := map[string]string{}
+	for _, n := range []string{"init", "sidecar", "main"} {
+		ids[n] = k.start(sb, n)
+	}
+	return k, sb, ids
+}
+
+// crashingMainPod runs a pod whose one container, main, has a Restart rule
+// for every failure, and starts main.
+func crashingMainPod(t *testing.T) (kubelet, string, *Pod) {
+	t.Helper()
+	k := newKubelet(t, t.TempDir())
+	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": restartNotIn0})
+	k.start(sb, "main")
+	return k, sb, k.m.pods[sb]
+}
