@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	statestore "github.com/cri-shim/cri-shim/internal/store"
 )
 
 // A step that still holds a pod when its sandbox is removed cannot write the
@@ -49,5 +51,37 @@ func TestRemovedPodIsNotSavedAgain(t *testing.T) {
 	wg.Wait()
 	if _, err := os.Stat(recordsDir(dir)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A sandbox the state store announces gone (a feature's sweep found it
+// missing from the runtime) is forgotten by podstate, as the server wires
+// it, and its record goes with the store's removal.
+func TestStoreGoneForgetsThePod(t *testing.T) {
+	dir := t.TempDir()
+	k := newKubelet(t, dir)
+	st, err := statestore.Open(statestore.RootIn(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Subscribe(k.m.SandboxGone)
+	ann := map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}
+	sb := k.runPod(ann)
+	id := k.start(sb, "main")
+	if k.m.Tracked() != 1 {
+		t.Fatalf("tracked %d", k.m.Tracked())
+	}
+	if err := st.Gone(sb); err != nil {
+		t.Fatal(err)
+	}
+	k.m.mu.Lock()
+	_, pod := k.m.pods[sb]
+	_, known := k.m.byID[id]
+	k.m.mu.Unlock()
+	if pod || known || k.m.Tracked() != 0 {
+		t.Fatalf("after Gone: pod %v, container %v, tracked %d", pod, known, k.m.Tracked())
+	}
+	if left, _ := filepath.Glob(filepath.Join(recordsDir(dir), sb+"*")); len(left) > 0 {
+		t.Fatalf("records left after Gone: %v", left)
 	}
 }
