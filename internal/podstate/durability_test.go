@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -68,7 +69,7 @@ func (k kubelet) tryList() error {
 
 func wantUnavailable(t *testing.T, what string, err error) {
 	t.Helper()
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no space left") {
+	if status.Code(proxy.Status(err)) != codes.Unavailable || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("%s: %v, want Unavailable with the write error", what, err)
 	}
 }

@@ -5,9 +5,9 @@ package podstate
 
 import (
 	"context"
+	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -170,7 +170,7 @@ func (m *Manager) ListContainersBytes(ctx context.Context, req []byte, next prox
 func (m *Manager) listContainersDecoded(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
 	var r runtimeapi.ListContainersRequest
 	if err := proto.Unmarshal(req, &r); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "cri-shim: ListContainersRequest: %v", err)
+		return nil, fmt.Errorf("cri-shim: ListContainersRequest: %w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	resp, err := m.listContainers(ctx, &r, func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 		b, err := proto.Marshal(r)
@@ -194,7 +194,7 @@ func (m *Manager) listContainersDecoded(ctx context.Context, req []byte, next pr
 func (m *Manager) viewDecoded(ctx context.Context, resp []byte) ([]byte, error) {
 	var r runtimeapi.ListContainersResponse
 	if err := proto.Unmarshal(resp, &r); err != nil {
-		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ListContainersResponse: %v", err)
+		return nil, fmt.Errorf("cri-shim: runtime's ListContainersResponse: %w: %w", errdefs.ErrInternal, err)
 	}
 	cs, err := m.viewContainers(ctx, r.Containers, nil)
 	if err != nil {

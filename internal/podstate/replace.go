@@ -2,10 +2,10 @@ package podstate
 
 import (
 	"context"
+	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -42,8 +42,8 @@ func (m *Manager) refuseReplacement(req *runtimeapi.CreateContainerRequest) erro
 	}
 	m.log.Info("podstate: refusing the kubelet's create of a container the restart in progress creates itself",
 		"pod", p.Namespace+"/"+p.Name, "container", name, "phase", p.Phase)
-	return status.Errorf(codes.Unavailable, "cri-shim: container %q of pod %s/%s is being restarted by its restart rule (%s%s); "+
-		"another instance is not created beside it", name, p.Namespace, p.Name, p.Phase, wait)
+	return fmt.Errorf("cri-shim: container %q of pod %s/%s is being restarted by its restart rule (%s%s); "+
+		"another instance is not created beside it: %w", name, p.Namespace, p.Name, p.Phase, wait, errdefs.ErrUnavailable)
 }
 
 // replaces reports whether p's restart in progress creates the next

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cri-shim/cri-shim/internal/proxy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -30,7 +31,7 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 	}
 	start := time.Now()
 	err := create("main")
-	if status.Code(err) != codes.Unavailable || time.Since(start) > 100*time.Millisecond {
+	if status.Code(proxy.Status(err)) != codes.Unavailable || time.Since(start) > 100*time.Millisecond {
 		t.Fatalf("the kubelet's create of main during its held restart: %v after %s, want Unavailable at once", err, time.Since(start))
 	}
 	if err := k.m.execute(context.Background(), sb); err != nil {

@@ -2,8 +2,9 @@ package podstate
 
 import (
 	"context"
+	"fmt"
 
-	"google.golang.org/grpc/codes"
+	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/status"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -39,13 +40,15 @@ func (m *Manager) HookActive(method proxy.Method) bool {
 	return m.Tracked() > 0
 }
 
-// unavailable is the CRI answer to a call whose step was not carried out
-// because its record could not be made durable: the kubelet retries it.
+// unavailable is the error of a call whose step was not carried out
+// because its record could not be made durable: Unavailable at the proxy's
+// edge (proxy.Status), so the kubelet retries it. A runtime's status passes
+// as it is.
 func unavailable(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	return status.Error(codes.Unavailable, "cri-shim: "+err.Error()+"; not carried out")
+	return fmt.Errorf("cri-shim: %w; not carried out: %w", err, errdefs.ErrUnavailable)
 }
 
 // waitIdle returns once the sandbox has no restart in progress, woken by

@@ -4,9 +4,9 @@ package podstate
 
 import (
 	"context"
+	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -36,7 +36,7 @@ func (m *Manager) ContainerStatusBytes(ctx context.Context, req []byte, next pro
 	}
 	var r runtimeapi.ContainerStatusResponse
 	if err := proto.Unmarshal(resp, &r); err != nil {
-		return nil, status.Errorf(codes.Internal, "cri-shim: runtime's ContainerStatusResponse: %v", err)
+		return nil, fmt.Errorf("cri-shim: runtime's ContainerStatusResponse: %w: %w", errdefs.ErrInternal, err)
 	}
 	if err := m.fixStatus(r.GetStatus()); err != nil {
 		return nil, unavailable(err)
