@@ -90,6 +90,11 @@ type BackoffConfig struct {
 	// like the kubelet's crashLoopBackOff.maxContainerRestartPeriod. Unset by default;
 	// when set it replaces max_delay and lowers initial_delay to itself if needed.
 	MaxContainerRestartPeriod *int `toml:"max_container_restart_period,omitempty" comment:"Per-node maximum, whole seconds 1..300 (unset by default)."`
+	// KubeletDeadContainers is the kubelet's --maximum-dead-containers-per-container:
+	// a restart waits (at most a minute) while a container it restarts has
+	// more exited instances than that plus the one just replaced, so restarts
+	// never outrun the kubelet's removal of exited instances.
+	KubeletDeadContainers int `toml:"kubelet_dead_containers_per_container" comment:"The kubelet's --maximum-dead-containers-per-container (1..100): restarts wait for its removals."`
 }
 
 // ServerConfig is the shim's own CRI socket.
@@ -180,7 +185,7 @@ func DefaultConfig() Config {
 		},
 		Metrics: MetricsConfig{Address: "127.0.0.1:9464"},
 		Log:     LogConfig{Level: "info", Format: "json"},
-		Backoff: BackoffConfig{InitialDelay: Duration{time.Second}, MaxDelay: Duration{time.Minute}},
+		Backoff: BackoffConfig{InitialDelay: Duration{time.Second}, MaxDelay: Duration{time.Minute}, KubeletDeadContainers: 1},
 		Checkpoint: CheckpointConfig{
 			Root:          "/var/lib/cri-shim/checkpoints",
 			MaxPerPod:     3,
@@ -298,6 +303,9 @@ func (c *Config) Validate() error {
 	}
 	if b := c.Kubernetes.Burst; b < 1 || b > 10000 {
 		bad("kubernetes.burst", "must be from 1 to 10000, got %d", b)
+	}
+	if n := c.Backoff.KubeletDeadContainers; n < 1 || n > 100 {
+		bad("backoff.kubelet_dead_containers_per_container", "must be from 1 to 100, got %d", n)
 	}
 	if n := c.Backoff.MaxContainerRestartPeriod; n != nil && (*n < 1 || *n > 300) {
 		bad("backoff.max_container_restart_period", "must be whole seconds from 1 to 300, got %d", *n)

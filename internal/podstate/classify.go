@@ -6,7 +6,6 @@ package podstate
 import (
 	"context"
 	"errors"
-	"maps"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -73,24 +72,18 @@ func (m *Manager) classifyExited(ctx context.Context, cs []cview) error {
 }
 
 func (m *Manager) needsClassification(p *Pod, id, name string) bool {
-	if p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || p.Settled[id] ||
+	in := p.inst(id)
+	if in == nil || p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || in.Settled ||
 		p.Held[name] { // terminated by the orchestrator (hold.go)
-		return false
-	}
-	if _, ours := p.IDs[id]; !ours {
 		return false
 	}
 	return true
 }
 
 func markDead(p *Pod, id string) {
-	if _, ours := p.IDs[id]; !ours || p.Dead[id] {
-		return
+	if in := p.inst(id); in != nil {
+		in.Dead = true
 	}
-	if p.Dead == nil {
-		p.Dead = map[string]bool{}
-	}
-	p.Dead[id] = true
 }
 
 // forget drops a container instance that no longer exists from the pod's
@@ -98,35 +91,30 @@ func markDead(p *Pod, id string) {
 // instances it stops or shows, the ones it created) or it is the newest
 // instance of its container. It reports whether it dropped it. m.mu held.
 func (m *Manager) forget(p *Pod, id string) bool {
-	if _, ok := p.IDs[id]; !ok {
+	in := p.inst(id)
+	if in == nil {
 		return false
 	}
 	restarting := p.Phase != PhaseRunning
-	if p.Latest[p.IDs[id]] == id || p.Fake[id] || (restarting && p.Trigger != nil && p.Trigger.ContainerID == id) {
+	if p.Latest[in.Name] == id || in.Shown || (restarting && p.Trigger != nil && p.Trigger.ContainerID == id) {
 		return false
 	}
-	if _, ok := p.New[id]; ok {
+	if in.Part == PartNew {
 		return false
 	}
-	if _, ok := p.Old[id]; ok && restarting && !p.Dead[id] {
+	if in.Part == PartOld && restarting && !in.Dead {
 		return false // still to be stopped by the restart
 	}
-	delete(p.IDs, id)
-	delete(p.Old, id)
-	delete(p.shownRunning, id)
-	delete(p.KeepShown, id)
-	delete(p.keptAt, id)
-	delete(p.Settled, id)
-	delete(p.Dead, id)
+	delete(p.Instances, id)
 	delete(m.byID, id)
+	m.changed() // a restart may wait for this removal (backlog.go)
 	return true
 }
 
 func settle(p *Pod, id string) {
-	if p.Settled == nil {
-		p.Settled = map[string]bool{}
+	if in := p.inst(id); in != nil {
+		in.Settled = true
 	}
-	p.Settled[id] = true
 }
 
 // classify records an exited container's verdict and, on a matching rule,
@@ -183,14 +171,6 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	bst := m.bo.Exited(key, p.SandboxID, started, finished)
 	p.PhaseSince, p.Scope = now, scope
 	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
-	p.Old = maps.Clone(p.IDs)
-	if scope != "" {
-		for id, n := range p.Old {
-			if n != scope {
-				delete(p.Old, id)
-			}
-		}
-	}
 	// Shown running until the swap: the trigger, and every instance that may
 	// still run. Instances of containers that ran to completion (regular init
 	// containers, by the recorded start order) or were seen exited are shown
@@ -203,18 +183,24 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 			completed[e.Name] = true
 		}
 	}
-	p.Fake = map[string]bool{s.Id: true}
-	for id, n := range p.Old {
-		if !p.Dead[id] && !completed[n] {
-			p.Fake[id] = true
+	// The old instances: all of the pod's, or the one container's.
+	p.endRestartParts()
+	shown := 0
+	for id, in := range p.Instances {
+		if scope != "" && in.Name != scope {
+			continue
 		}
-		settle(p, id)
+		in.Part, in.Settled = PartOld, true
+		if id == s.Id || (!in.Dead && !completed[in.Name]) {
+			in.Shown = true
+			shown++
+		}
 	}
-	p.New, p.Refined, p.Retried = nil, false, nil
+	p.Retried = nil
 	// Only instances other than the trigger need checking against the
-	// runtime (refineFake); with none, the set is final now and this one
+	// runtime (refineShown); with none, the set is final now and this one
 	// save covers it.
-	p.Refined = len(p.Fake) == 1
+	p.Refined = shown == 1
 	p.NotBefore = bst.NotBefore
 	p.LastError = ""
 	if err := m.save(p); err != nil {

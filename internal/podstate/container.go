@@ -89,7 +89,7 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 		p.Creates[name] = b
 	}
 	delete(p.createReq, name)
-	p.IDs[id] = name
+	p.addInstance(id, name, PartNone)
 	m.byID[id] = p.SandboxID
 	if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
 		for i := range p.Seq {
@@ -118,12 +118,13 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 		return nil, unavailable(err)
 	}
 	m.mu.Lock()
-	if p := m.pods[m.byID[req.ContainerId]]; p != nil && !p.Settled[req.ContainerId] {
-		settle(p, req.ContainerId)
+	if p := m.pods[m.byID[req.ContainerId]]; p != nil && p.inst(req.ContainerId) != nil && !p.inst(req.ContainerId).Settled {
+		in := p.inst(req.ContainerId)
+		in.Settled = true
 		if err := m.save(p); err != nil {
 			// Not stopped: unrecorded, a rule could restart it after a
 			// restart of the shim. The kubelet retries.
-			delete(p.Settled, req.ContainerId)
+			in.Settled = false
 			m.mu.Unlock()
 			return nil, unavailable(err)
 		}

@@ -91,7 +91,7 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 		ContainersStatuses: []*runtimeapi.ContainerStatus{k.container(ids["main"])}}) {
 		t.Fatal("the exit's event reached the kubelet")
 	}
-	if p.Phase != PhaseRunning || p.Trigger != nil || p.Settled[ids["main"]] {
+	if p.Phase != PhaseRunning || p.Trigger != nil || p.inst(ids["main"]).Settled {
 		t.Fatalf("unrecorded verdict in force: phase %s trigger %+v", p.Phase, p.Trigger)
 	}
 	if _, _, ok := k.m.bo.Get(backoff.Key{PodUID: p.UID}); ok {
@@ -155,8 +155,8 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		wantUnavailable(t, "CreateContainer", err)
 		p := k.m.pods[sb]
 		removed := k.rt.Requests("RemoveContainer")
-		if _, left := k.rt.Counts(); len(removed) != 1 || left != 0 || len(p.IDs) != 0 || len(p.Seq) != 0 || len(k.m.byID) != 0 {
-			t.Fatalf("removed %v, left %d, recorded %v %v", removed, left, p.IDs, p.Seq)
+		if _, left := k.rt.Counts(); len(removed) != 1 || left != 0 || len(p.Instances) != 0 || len(p.Seq) != 0 || len(k.m.byID) != 0 {
+			t.Fatalf("removed %v, left %d, recorded %v %v", removed, left, p.Instances, p.Seq)
 		}
 	})
 	t.Run("StopContainer", func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 				return &runtimeapi.StopContainerResponse{}, nil
 			})
 		wantUnavailable(t, "StopContainer", err)
-		if forwarded || k.m.pods[sb].Settled[ids["main"]] {
+		if forwarded || k.m.pods[sb].inst(ids["main"]).Settled {
 			t.Fatal("the kubelet's stop was carried out without its record")
 		}
 	})
@@ -206,11 +206,11 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k.status(ids["main"])
 		failing := true
 		failWrites(k.m, func(b []byte) bool { return failing && strings.Contains(string(b), `"phase":"Running"`) })
-		if err := k.m.execute(ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != PhaseStartup || len(p.New) != 3 {
-			t.Fatalf("swap not recorded: %v, phase %s, new %v", err, p.Phase, p.New)
+		if err := k.m.execute(ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != PhaseStartup || len(p.partOf(PartNew)) != 3 {
+			t.Fatalf("swap not recorded: %v, phase %s, new %v", err, p.Phase, p.partOf(PartNew))
 		}
 		for id, st := range k.list() {
-			if _, isNew := p.New[id]; isNew {
+			if p.inst(id).Part == PartNew {
 				t.Fatalf("new instance %s shown (%v) before its swap was recorded", id, st)
 			}
 		}

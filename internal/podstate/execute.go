@@ -23,33 +23,29 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 	phase, notBefore, term := p.Phase, p.NotBefore, p.Termination
 	// Only instances not yet seen exited need stopping: a CRI container
 	// never runs again once it has exited.
-	old := make(map[string]string, len(p.Old))
-	for id, n := range p.Old {
-		if !p.Dead[id] {
-			old[id] = n
+	old := map[string]string{}
+	for id, in := range p.Instances {
+		if in.Part == PartOld && !in.Dead {
+			old[id] = in.Name
 		}
 	}
 	m.mu.Unlock()
 
 	switch phase {
 	case PhaseTerminating:
-		if err := m.refineFake(ctx, sandboxID); err != nil {
+		if err := m.refineShown(ctx, sandboxID); err != nil {
 			return err
 		}
 		if err := m.stopAll(ctx, old, term); err != nil {
 			return err
 		}
 		if wait := notBefore.Sub(m.clock.Now()); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-m.quit:
-				t.Stop()
-				return errStopping // resumed in Terminating by the next process
-			case <-t.C:
+			if err := m.pause(ctx, wait, nil); err != nil {
+				return err // errStopping: resumed in Terminating by the next process
 			}
+		}
+		if err := m.waitBacklog(ctx, sandboxID); err != nil {
+			return err
 		}
 		m.mu.Lock()
 		if p.Phase == PhaseTerminating {
@@ -66,11 +62,27 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 	return nil
 }
 
-// refineFake drops from the "shown running" set the instances that had in fact
+// pause waits d, or until wake is closed (nil: never); an error when ctx
+// ends or the shim stops (errStopping).
+func (m *Manager) pause(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.quit:
+		return errStopping
+	case <-wake:
+	case <-t.C:
+	}
+	return nil
+}
+
+// refineShown drops from the "shown running" set the instances that had in fact
 // already exited when the rule matched (other than the trigger). It runs before
 // stopAll, so every instance it sees exited exited on its own; nothing is
 // stopped until that is recorded.
-func (m *Manager) refineFake(ctx context.Context, sandboxID string) error {
+func (m *Manager) refineShown(ctx context.Context, sandboxID string) error {
 	m.mu.Lock()
 	p := m.pods[sandboxID]
 	if p == nil || p.Trigger == nil || p.Refined {
@@ -78,8 +90,8 @@ func (m *Manager) refineFake(ctx context.Context, sandboxID string) error {
 		return nil
 	}
 	var check []string
-	for id := range p.Fake {
-		if id != p.Trigger.ContainerID && !p.Dead[id] {
+	for _, id := range p.shownIDs() {
+		if id != p.Trigger.ContainerID && !p.inst(id).Dead {
 			check = append(check, id)
 		}
 	}
@@ -90,7 +102,9 @@ func (m *Manager) refineFake(ctx context.Context, sandboxID string) error {
 			continue
 		}
 		m.mu.Lock()
-		delete(p.Fake, id)
+		if in := p.inst(id); in != nil {
+			in.Shown = false
+		}
 		m.mu.Unlock()
 	}
 	m.mu.Lock()

@@ -56,6 +56,9 @@ func newTestManager(t *testing.T, rt runtimeService, dir string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// This kubelet removes no container unless a test says so (k.remove):
+	// restarts do not wait for removals (backlog_test.go covers them).
+	m.KeepDead(1 << 20)
 	return m
 }
 

@@ -84,9 +84,13 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 	}
 	// The exit is classified once more, as a forced Restart: unsettled and
 	// no longer held for this one step.
-	wasSettled := p.Settled[id]
+	in := p.inst(id)
+	if in == nil {
+		return true, errors.New("the container changed meanwhile; try again")
+	}
+	wasSettled := in.Settled
 	setHeld(p, name, false)
-	delete(p.Settled, id)
+	in.Settled = false
 	if p.Forced == nil {
 		p.Forced = map[string]string{}
 	}
@@ -94,9 +98,7 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 	if ok, err := m.classifyLocked(s); err != nil || !ok {
 		setHeld(p, name, true)
 		delete(p.Forced, name)
-		if wasSettled {
-			settle(p, id)
-		}
+		in.Settled = wasSettled
 		// The rollback puts memory back to what the record already says
 		// unless classify saved; a failure here is logged by save and the
 		// next save carries it.
@@ -108,7 +110,7 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 	}
 	// The kubelet saw this instance exit (the orchestrator's code): it is
 	// not shown running again while the restart runs.
-	delete(p.Fake, id)
+	in.Shown = false
 	if err := m.save(p); err != nil {
 		// Memory is right (the restart is recorded); the next save carries
 		// this too. Until then a restarted shim may show the exited

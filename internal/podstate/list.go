@@ -84,8 +84,8 @@ func (m *Manager) viewContainers(ctx context.Context, cs []*runtimeapi.Container
 // be recorded the list is not answered (Unavailable): shown as it is, the
 // exit would have the kubelet restart the container itself.
 //
-// Every list records the instances it shows running (shownRunning), and a
-// list without a state filter shows a held instance running (Pod.KeepShown):
+// Every list records the instances it shows running (Instance.listed), and a
+// list without a state filter shows a held instance running (Instance.HeldUntil):
 // the kubelet's PLEG reads the statuses of what its unfiltered lists showed.
 // A state-filtered list shows held instances as they are: a list of running
 // containers is how other callers (housekeeping, the log manager) find what
@@ -101,7 +101,7 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 		state := c.state
 		p := m.pods[c.sandbox]
 		if p != nil {
-			hide, fake := m.view(p, c.id)
+			hide, fake := view(p, c.id)
 			if hide || pendingCreate(p, c) {
 				out[i].hide = true
 				continue
@@ -119,10 +119,9 @@ func (m *Manager) viewList(ctx context.Context, vs []cview, want *runtimeapi.Con
 			continue
 		}
 		if p != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			if p.shownRunning == nil {
-				p.shownRunning = map[string]bool{}
+			if in := p.inst(c.id); in != nil {
+				in.listed = true
 			}
-			p.shownRunning[c.id] = true
 		}
 	}
 	return out, nil

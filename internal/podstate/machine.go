@@ -61,15 +61,20 @@ func (m *Manager) enter(p *Pod, ev event) error {
 		return err
 	}
 	p.Phase, p.PhaseSince = to, m.clock.Now()
+	m.changed()
+	return nil
+}
+
+// changed wakes the waits on phaseWait. The caller holds m.mu.
+func (m *Manager) changed() {
 	if m.phaseChanged != nil {
 		close(m.phaseChanged)
 	}
 	m.phaseChanged = make(chan struct{})
-	return nil
 }
 
-// phaseWait is a channel closed at the next phase change of any pod. The
-// caller holds m.mu.
+// phaseWait is a channel closed at the next phase change of any pod, or
+// instance forgotten. The caller holds m.mu.
 func (m *Manager) phaseWait() <-chan struct{} {
 	if m.phaseChanged == nil {
 		m.phaseChanged = make(chan struct{})

@@ -104,7 +104,7 @@ func TestWaitForWakesOnTheStopEvent(t *testing.T) {
 	rt := &statusSource{state: runtimeapi.ContainerState_CONTAINER_RUNNING}
 	m.rt = rt
 	m.EventsFrom(func() uint64 { return 1 })
-	m.pods["sb"] = &Pod{SandboxID: "sb", Phase: PhaseStartup, IDs: map[string]string{"c1": "init"}}
+	m.pods["sb"] = &Pod{SandboxID: "sb", Phase: PhaseStartup, Instances: map[string]*Instance{"c1": {Name: "init"}}}
 	m.byID["c1"] = "sb"
 	m.tracked.Store(1)
 	type result struct {

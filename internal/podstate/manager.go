@@ -89,9 +89,14 @@ type Manager struct {
 	// warm restores replayed containers of pods that ask for it (warm.go); nil: none.
 	warm WarmSource
 
-	// phaseChanged is closed and replaced at every phase change (under mu;
-	// machine.go), so a wait for a restart to end needs no polling.
+	// phaseChanged is closed and replaced at every phase change and every
+	// instance forgotten (under mu; machine.go), so a wait for a restart to
+	// end, or for the kubelet to remove instances, needs no polling.
 	phaseChanged chan struct{}
+	// keepDead is how many exited instances of a container the kubelet
+	// keeps (backlog.go).
+	keepDead    int
+	backlogWait time.Duration
 	// stateWaits are the replay's waits for a container's state to change,
 	// by container ID, closed by the event feed's start and stop events
 	// (under mu; waitFor).
@@ -117,7 +122,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
 		pods: map[string]*Pod{}, byID: map[string]string{},
 		work: make(chan string, 64), active: map[string]context.CancelFunc{}, quit: make(chan struct{}),
-		metrics: newMetrics(), eventsLive: func() uint64 { return 0 }, observer: noObserver{},
+		metrics: newMetrics(), eventsLive: func() uint64 { return 0 }, observer: noObserver{}, keepDead: 1, backlogWait: maxBacklogWait,
 	}
 	pods, errs := st.load()
 	for _, err := range errs {
@@ -148,8 +153,8 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 }
 
 func (m *Manager) adopt(p *Pod) {
-	if p.IDs == nil {
-		p.IDs = map[string]string{}
+	if p.Instances == nil {
+		p.Instances = map[string]*Instance{}
 	}
 	if p.Latest == nil {
 		p.Latest = map[string]string{}
@@ -165,7 +170,7 @@ func (m *Manager) adopt(p *Pod) {
 		p.reads = &podReads{}
 	}
 	m.reads.Store(p.SandboxID, p.reads)
-	for id := range p.IDs {
+	for id := range p.Instances {
 		m.byID[id] = p.SandboxID
 	}
 	m.tracked.Store(int32(len(m.pods)))
@@ -208,11 +213,9 @@ func (m *Manager) save(p *Pod) error {
 // place is copied.
 func (p *Pod) snapshot() Pod {
 	c := *p
-	c.Forced, c.Held, c.Creates, c.IDs = maps.Clone(p.Forced), maps.Clone(p.Held), maps.Clone(p.Creates), maps.Clone(p.IDs)
-	c.Seq, c.ContainerRestarts = slices.Clone(p.Seq), maps.Clone(p.ContainerRestarts)
-	c.Old, c.Fake, c.New, c.Retried = maps.Clone(p.Old), maps.Clone(p.Fake), maps.Clone(p.New), maps.Clone(p.Retried)
-	c.Settled, c.Dead, c.Latest = maps.Clone(p.Settled), maps.Clone(p.Dead), maps.Clone(p.Latest)
-	c.shownRunning, c.KeepShown, c.keptAt, c.createReq = maps.Clone(p.shownRunning), maps.Clone(p.KeepShown), maps.Clone(p.keptAt), maps.Clone(p.createReq)
+	c.Forced, c.Held, c.Creates = maps.Clone(p.Forced), maps.Clone(p.Held), maps.Clone(p.Creates)
+	c.Instances, c.Seq, c.ContainerRestarts = cloneInstances(p.Instances), slices.Clone(p.Seq), maps.Clone(p.ContainerRestarts)
+	c.Retried, c.Latest, c.createReq = maps.Clone(p.Retried), maps.Clone(p.Latest), maps.Clone(p.createReq)
 	if p.Trigger != nil {
 		t := *p.Trigger
 		c.Trigger = &t

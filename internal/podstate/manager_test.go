@@ -141,11 +141,11 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 	}
 	k.m.reconcile(context.Background())
 	for _, id := range gone {
-		if _, ok := p.IDs[id]; ok {
+		if p.ours(id) {
 			t.Fatalf("removed instance %s still recorded", id)
 		}
 	}
-	if _, ok := p.IDs[trigger]; !ok {
+	if !p.ours(trigger) {
 		t.Fatal("the trigger of the restart in progress was pruned")
 	}
 }

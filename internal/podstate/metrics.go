@@ -14,6 +14,7 @@ type metrics struct {
 	problems   prometheus.Counter
 	reused     prometheus.Counter
 	warm       *prometheus.CounterVec
+	backlog    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -38,6 +39,9 @@ func newMetrics() *metrics {
 		reused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_exited_status_reused_total", Help: "ContainerStatus calls for exited instances of governed containers answered with the runtime's kept answer, without a round trip.",
 		}),
+		backlog: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_restart_backlog_waits_total", Help: "Restarts that waited for the kubelet to remove exited instances before creating new ones.",
+		}),
 		warm: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cri_shim_warm_restarts_total", Help: "Containers of pods asking for warm restarts started again in place, by result: restored from the pod's checkpoint, or cold.",
 		}, []string{"result"}),
@@ -46,5 +50,5 @@ func newMetrics() *metrics {
 
 // Collectors are the manager's metrics, for the shim's registry.
 func (m *Manager) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers, m.metrics.reused, m.metrics.warm}
+	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers, m.metrics.reused, m.metrics.warm, m.metrics.backlog}
 }

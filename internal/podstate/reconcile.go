@@ -19,7 +19,11 @@ func (m *Manager) abandon(p *Pod) error {
 		return err
 	}
 	p.Scope = ""
-	p.Old, p.Fake, p.New, p.shownRunning, p.KeepShown, p.keptAt = nil, nil, nil, nil, nil, nil
+	p.endRestartParts()
+	for _, in := range p.Instances {
+		in.listed = false
+		in.endHold()
+	}
 	p.Stopped = true
 	if err := m.save(p); err != nil {
 		*p = snap
@@ -90,7 +94,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 	// restarts. In any phase: a crash-looping pod is almost never Running.
 	for _, p := range m.pods {
 		pruned := false
-		for id := range p.IDs {
+		for id := range p.Instances {
 			if !exists[id] && m.forget(p, id) {
 				pruned = true
 			}

@@ -53,8 +53,8 @@ func replaces(p *Pod, name string) bool {
 	if p.Scope != "" {
 		return p.Scope == name
 	}
-	for _, n := range p.Old {
-		if n == name {
+	for _, in := range p.Instances {
+		if in.Part == PartOld && in.Name == name {
 			return true
 		}
 	}
@@ -72,7 +72,7 @@ func replaces(p *Pod, name string) bool {
 func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
 	m.mu.Lock()
 	p := m.pods[m.byID[id]]
-	unsettled := p != nil && !p.Settled[id]
+	unsettled := p != nil && p.inst(id) != nil && !p.inst(id).Settled
 	m.mu.Unlock()
 	if !unsettled {
 		return nil

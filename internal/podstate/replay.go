@@ -70,19 +70,14 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 }
 
 // replayOne creates and starts one container again, once: a container created
-// before a crash of the shim is found in p.New and only started if needed.
+// before a crash of the shim is found among the new instances and only started if needed.
 func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, error) {
 	if err := m.adoptCreated(ctx, sandboxID, name); err != nil {
 		return "", err
 	}
 	m.mu.Lock()
 	p := m.pods[sandboxID]
-	existing := ""
-	for id, n := range p.New {
-		if n == name {
-			existing = id
-		}
-	}
+	existing := p.newOf(name)
 	retried := p.Retried[name]
 	m.mu.Unlock()
 	if existing != "" {
@@ -111,8 +106,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
 		}
 		m.mu.Lock()
-		delete(p.New, existing)
-		delete(p.IDs, existing)
+		delete(p.Instances, existing)
 		delete(m.byID, existing)
 		if p.Retried == nil {
 			p.Retried = map[string]bool{}
@@ -191,11 +185,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	m.mu.Unlock()
 	m.metrics.containers.WithLabelValues(reason).Inc()
 	m.mu.Lock()
-	if p.New == nil {
-		p.New = map[string]string{}
-	}
-	p.New[id] = name
-	p.IDs[id] = name
+	p.addInstance(id, name, PartNew)
 	m.byID[id] = sandboxID
 	if b, err := proto.Marshal(req); err == nil {
 		p.Creates[name] = b
@@ -230,8 +220,7 @@ func (m *Manager) coldAfterFailedRestore(ctx context.Context, p *Pod, sandboxID,
 		return id, fmt.Errorf("restore of %s from checkpoint %s failed (%v); removing it: %w", name, ws.Checkpoint, startErr, err)
 	}
 	m.mu.Lock()
-	delete(p.New, id)
-	delete(p.IDs, id)
+	delete(p.Instances, id)
 	delete(m.byID, id)
 	m.mu.Unlock()
 	m.warmCold(p, name, "restoring from checkpoint "+ws.Checkpoint+" failed: "+startErr.Error())
@@ -278,11 +267,11 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 		defer m.mu.Unlock()
 		snap := p.snapshot()
 		_, known := m.byID[c.Id]
-		if p.New == nil {
-			p.New = map[string]string{}
+		if in := p.inst(c.Id); in != nil {
+			in.Part = PartNew
+		} else {
+			p.addInstance(c.Id, name, PartNew)
 		}
-		p.New[c.Id] = name
-		p.IDs[c.Id] = name
 		m.byID[c.Id] = sandboxID
 		p.Creating = ""
 		if err := m.save(p); err != nil {

@@ -12,6 +12,6 @@ const (
 	annotationRestartCount = "io.kubernetes.container.restartCount"
 	defaultGracePeriod     = 30 * time.Second
 	// maxHold caps how long an instance stays held after a swap when the
-	// kubelet does not read it (see Pod.KeepShown).
+	// kubelet does not read it (see Instance.HeldUntil).
 	maxHold = time.Minute
 )

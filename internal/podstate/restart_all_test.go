@@ -228,8 +228,7 @@ func TestInterruptedReplayStartIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.cancelledStart(resp.ContainerId)
-	p.New = map[string]string{resp.ContainerId: "init"}
-	p.IDs[resp.ContainerId] = "init"
+	p.addInstance(resp.ContainerId, "init", PartNew)
 	k.m.save(p)
 	m2 := k.restarted(dir).m
 	if err := m2.execute(context.Background(), sb); err != nil {

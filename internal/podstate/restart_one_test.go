@@ -287,7 +287,7 @@ func TestCrashLoopRecordStaysBounded(t *testing.T) {
 		if i%2 == 1 {
 			// Removed while the next restart is pending: the trigger is kept.
 			k.remove(cur)
-			if _, ok := p.IDs[cur]; !ok {
+			if !p.ours(cur) {
 				t.Fatalf("restart %d: the trigger of the restart in progress was forgotten", i+1)
 			}
 		}
@@ -296,13 +296,13 @@ func TestCrashLoopRecordStaysBounded(t *testing.T) {
 		}
 		k.remove(cur) // the kubelet's GC removes the previous instance
 	}
-	if n := len(p.IDs) + len(p.Dead) + len(p.Settled) + len(p.Old); n > 6 {
-		t.Fatalf("after 30 restarts the record holds %d ids, %d dead, %d settled, %d old", len(p.IDs), len(p.Dead), len(p.Settled), len(p.Old))
+	if n := len(p.Instances); n > 2 {
+		t.Fatalf("after 30 restarts the record holds %d instances: %v", n, p.Instances)
 	}
 	if p.ContainerRestarts["main"] != 30 || p.Phase != PhaseRunning {
 		t.Fatalf("restarts %d phase %s", p.ContainerRestarts["main"], p.Phase)
 	}
-	if len(k.m.byID) != len(p.IDs) {
-		t.Fatalf("byID %d entries, pod %d", len(k.m.byID), len(p.IDs))
+	if len(k.m.byID) != len(p.Instances) {
+		t.Fatalf("byID %d entries, pod %d", len(k.m.byID), len(p.Instances))
 	}
 }

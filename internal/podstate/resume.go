@@ -44,7 +44,7 @@ func (m *Manager) Resume(ctx context.Context) {
 // recordShown takes what the view shows running now as what the previous
 // process's last lists showed: the kubelet may still read the statuses of
 // such a list from this process, and a swap before its next relist must keep
-// that picture (Pod.KeepShown). Nothing is released here.
+// that picture (Instance.HeldUntil). Nothing is released here.
 func (m *Manager) recordShown(ctx context.Context) {
 	if m.Tracked() == 0 {
 		return
@@ -63,14 +63,15 @@ func (m *Manager) recordShown(ctx context.Context) {
 // resumeShown is what a loaded record says the kubelet may have seen: the
 // instances a restart in progress shows running. The previous process's
 // lists may have shown them, so a swap before the kubelet's next read keeps
-// them shown (KeepShown), as it would have in that process.
+// them shown (a hold), as it would have in that process.
 func resumeShown(p *Pod) {
-	if p.Phase == PhaseRunning || len(p.Fake) == 0 {
+	if p.Phase == PhaseRunning {
 		return
 	}
-	p.shownRunning = make(map[string]bool, len(p.Fake))
-	for id := range p.Fake {
-		p.shownRunning[id] = true
+	for _, in := range p.Instances {
+		if in.Shown {
+			in.listed = true
+		}
 	}
 }
 
@@ -82,7 +83,7 @@ func pendingCreate(p *Pod, c cview) bool {
 	if p.Phase != PhaseStartup || p.Creating == "" {
 		return false
 	}
-	if _, known := p.IDs[c.id]; known {
+	if p.ours(c.id) {
 		return false
 	}
 	name, _, _ := strings.Cut(p.Creating, "/")

@@ -18,7 +18,7 @@ func TestResumeAdoptsAnUnrecordedCreateBeforeServing(t *testing.T) {
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	p := k.m.pods[sb]
-	if err := k.m.refineFake(context.Background(), sb); err != nil {
+	if err := k.m.refineShown(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	p.Phase, p.Creating = PhaseStartup, "main/1"
@@ -44,7 +44,12 @@ func TestResumeAdoptsAnUnrecordedCreateBeforeServing(t *testing.T) {
 	}
 	m2.Resume(context.Background())
 	m2.mu.Lock()
-	n, adopted := m2.pods[sb].New[orphan.ContainerId]
+	in := m2.pods[sb].inst(orphan.ContainerId)
+	adopted := in != nil && in.Part == PartNew
+	n := ""
+	if in != nil {
+		n = in.Name
+	}
 	creating := m2.pods[sb].Creating
 	m2.mu.Unlock()
 	if !adopted || n != "main" || creating != "" {
@@ -65,7 +70,7 @@ func TestKeepShownSurvivesARestartOfTheShim(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.m.mu.Lock()
-	phase, until := k.m.pods[sb].Phase, k.m.pods[sb].KeepShown[ids["main"]]
+	phase, until := k.m.pods[sb].Phase, k.m.pods[sb].inst(ids["main"]).HeldUntil
 	k.m.mu.Unlock()
 	if phase != PhaseRunning || until.IsZero() {
 		t.Fatalf("after the swap: phase %s, main kept shown until %v; want Running and kept", phase, until)

@@ -123,7 +123,7 @@ func (m *Manager) dropLocked(id string) *Pod {
 	if p == nil {
 		return nil
 	}
-	for cid := range p.IDs {
+	for cid := range p.Instances {
 		delete(m.byID, cid)
 	}
 	delete(m.pods, id)

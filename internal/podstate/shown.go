@@ -44,25 +44,24 @@ func (m *Manager) ObservePodSandboxStatus(req []byte) {
 const readWindow = 5 * time.Second
 
 // heldLocked says whether a replaced instance is still shown running (see
-// Pod.KeepShown), dropping a hold that is over. A hold lasts while a read of
+// Instance.HeldUntil), dropping a hold that is over. A hold lasts while a read of
 // the pod may still belong to a list served before the swap: a read in
-// progress at the swap began at or before keptAt, the first read after it is
+// progress at the swap began at or before heldAt, the first read after it is
 // the last that can. So it ends once a second read has begun since the swap,
 // or the first one began readWindow ago (its reads are done), or maxHold
 // passed. Lists show the instance running for as long as the hold lasts, so
 // the list after it shows it exited: that change makes the kubelet read the
 // pod again and record the instance's real end. m.mu held.
 func (m *Manager) heldLocked(p *Pod, id string) bool {
-	until, ok := p.KeepShown[id]
-	if !ok {
+	in := p.inst(id)
+	if in == nil || !in.held() {
 		return false
 	}
 	now := m.clock.Now()
-	at, reads := p.keptAt[id], p.reads.n.Load()
-	if p.Stopped || !now.Before(until) || reads >= at+2 ||
+	at, reads := in.heldAt, p.reads.n.Load()
+	if p.Stopped || !now.Before(in.HeldUntil) || reads >= at+2 ||
 		(reads == at+1 && now.Sub(time.Unix(0, p.reads.at.Load())) >= readWindow) {
-		delete(p.KeepShown, id)
-		delete(p.keptAt, id)
+		in.endHold()
 		return false
 	}
 	return true

@@ -61,8 +61,10 @@ type Pod struct {
 	// name (protobuf), so the first container can be started again exactly as
 	// the kubelet would.
 	Creates map[string][]byte `json:"creates"`
-	// IDs maps every container instance created in this sandbox to its name.
-	IDs map[string]string `json:"ids"`
+	// Instances is the one record of every container instance created in
+	// this sandbox that still exists, by container ID (instance.go): what
+	// the restart knows of it and what the kubelet is shown of it.
+	Instances map[string]*Instance `json:"instances"`
 	// Seq is the order in which the kubelet first created the pod's containers;
 	// WaitExit marks the ones that ran to completion before the next was
 	// created (regular init containers).
@@ -76,18 +78,10 @@ type Pod struct {
 	// ContainerRestarts counts Restart-rule restarts per container (its backoff position).
 	ContainerRestarts map[string]int `json:"containerRestarts,omitempty"`
 	Trigger           *Trigger       `json:"trigger,omitempty"`
-	// Old are the instances from before the restart in progress (ID -> name).
-	Old map[string]string `json:"old,omitempty"`
-	// Fake are the old instances shown to the kubelet as running until the
-	// swap: those that were running when the rule matched, and the trigger.
-	Fake map[string]bool `json:"fake,omitempty"`
-	// Refined is set once Fake was checked against the runtime, before the
-	// first stop; a resumed restart must not check again (it would see the
-	// instances it stopped itself).
+	// Refined is set once the shown instances were checked against the
+	// runtime, before the first stop; a resumed restart must not check again
+	// (it would see the instances it stopped itself).
 	Refined bool `json:"refined,omitempty"`
-	// New are the instances the shim created for the restart in progress (ID -> name),
-	// hidden from the kubelet until every one is up.
-	New map[string]string `json:"new,omitempty"`
 	// Creating is the replay create in flight ("name/attempt"): a shim killed
 	// between the runtime creating the container and this state recording it
 	// finds the container by name and attempt instead of creating another.
@@ -95,11 +89,6 @@ type Pod struct {
 	// Retried are containers whose replayed start was interrupted (the shim
 	// died during StartContainer) and were created once more in this restart.
 	Retried map[string]bool `json:"retried,omitempty"`
-	// Settled are exits already handled (no rule matched, or an earlier
-	// restart dealt with them): the kubelet sees them as they are.
-	Settled map[string]bool `json:"settled,omitempty"`
-	// Dead are instances seen exited; they are not shown running during a restart.
-	Dead map[string]bool `json:"dead,omitempty"`
 	// Latest is the newest instance of each container name.
 	Latest    map[string]string `json:"latest,omitempty"`
 	NotBefore time.Time         `json:"notBefore,omitzero"`
@@ -107,27 +96,11 @@ type Pod struct {
 	// Stopped: the kubelet stopped the sandbox; nothing in it is restarted any more.
 	Stopped bool `json:"stopped,omitempty"`
 
-	// KeepShown are old instances a swap replaced after a list showed them
-	// running, until when they are held. The kubelet reads a pod as one list
-	// and then, seconds later under load, the status of each container that
-	// list showed (kuberuntime_container.go getPodContainerStatuses). A swap
-	// in between would show it the old instance exited and not the new one: a
-	// terminated container that then "becomes" running, which its status
-	// manager refuses ("attempted illegal transition"), failing a
-	// restartPolicy Never pod. A held instance is shown running, in
-	// ContainerStatus and in lists without a state filter, until no read of
-	// the pod can belong to a list from before the swap (heldLocked). Recorded with the swap, so a shim restarted in between
-	// keeps to the same picture.
-	KeepShown map[string]time.Time `json:"keepShown,omitempty"`
-
-	// In memory only. shownRunning are the instances some list showed
-	// running (any caller, any filter): a swap holds those it replaces.
-	shownRunning map[string]bool
+	// In memory only.
 	// reads counts the kubelet's PodSandboxStatus calls for this pod
-	// (ObservePodSandboxStatus); keptAt is its count when each hold began.
-	// A hold loaded from disk has none and counts from this process's start.
-	reads  *podReads
-	keptAt map[string]uint64
+	// (ObservePodSandboxStatus); each hold keeps its count when it began
+	// (Instance.heldAt).
+	reads *podReads
 	// createReq is Creates decoded, per name, for replays (decoding the
 	// kubelet's request cost a tenth of a millisecond per restart). Only the
 	// pod's executor reads and changes the requests; recordCreate drops an

@@ -29,11 +29,12 @@ func benchDir(b *testing.B) string {
 // recorded CreateContainer requests.
 func benchPod() *Pod {
 	p := &Pod{SandboxID: sbA, UID: "uid", Name: "bench", Namespace: "default", Phase: PhaseRunning,
-		Creates: map[string][]byte{}, IDs: map[string]string{}, Latest: map[string]string{}, PhaseSince: time.Now()}
+		Creates: map[string][]byte{}, Latest: map[string]string{}, PhaseSince: time.Now()}
 	for _, n := range []string{"init", "sidecar", "main"} {
 		p.Creates[n] = []byte(strings.Repeat("r", 900))
 		id := strings.Repeat(n[:1], 64)
-		p.IDs[id], p.Latest[n] = n, id
+		p.addInstance(id, n, PartNone)
+		p.Latest[n] = id
 		p.Seq = append(p.Seq, SeqEntry{Name: n})
 	}
 	return p

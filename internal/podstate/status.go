@@ -65,12 +65,15 @@ func (m *Manager) statusMayChangeLocked(v cview) bool {
 		return false
 	}
 	exited := v.state == runtimeapi.ContainerState_CONTAINER_EXITED
-	if exited && (!p.Dead[v.id] || m.needsClassification(p, v.id, v.name)) {
+	in := p.inst(v.id)
+	if in == nil {
+		return false
+	}
+	if exited && (!in.Dead || m.needsClassification(p, v.id, v.name)) {
 		return true
 	}
-	_, fake := m.view(p, v.id)
-	_, held := p.KeepShown[v.id]
-	return fake || held
+	_, fake := view(p, v.id)
+	return fake || in.held()
 }
 
 func (m *Manager) containerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,
@@ -103,7 +106,7 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 	if p == nil {
 		return nil
 	}
-	_, fake := m.view(p, s.Id)
+	_, fake := view(p, s.Id)
 	if !fake && m.heldLocked(p, s.Id) {
 		fake = true // listed running before a swap: keep to that list's picture
 	}
@@ -114,17 +117,20 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 	return nil
 }
 
-// view says how the kubelet sees one container of a tracked pod right now:
-// during a restart, the instances that were running (and the trigger) still
-// run, and the new instances do not exist yet. Called with m.mu held.
-func (m *Manager) view(p *Pod, id string) (hide, fakeRunning bool) {
-	if p.Phase == PhaseRunning {
+// view says how the kubelet sees one instance of a tracked pod, from the
+// pod's record alone: during a restart, the instances that were running (and
+// the trigger) still run, and the new instances do not exist yet. A hold
+// (heldLocked) may show a replaced instance running after the swap too.
+// Called with m.mu held.
+func view(p *Pod, id string) (hide, fakeRunning bool) {
+	in := p.inst(id)
+	if p.Phase == PhaseRunning || in == nil {
 		return false, false
 	}
-	if _, isNew := p.New[id]; isNew {
+	if in.Part == PartNew {
 		return true, false
 	}
-	return false, p.Fake[id]
+	return false, in.Shown
 }
 
 // GetContainerEvents relays the runtime's container events to the kubelet
@@ -160,7 +166,7 @@ func (m *Manager) dropEvent(e *runtimeapi.ContainerEventResponse) bool {
 		m.mu.Unlock()
 		return false
 	}
-	hide, fake := m.view(p, e.ContainerId)
+	hide, fake := view(p, e.ContainerId)
 	m.mu.Unlock()
 	if hide || fake {
 		return true

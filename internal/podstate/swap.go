@@ -31,8 +31,10 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 		return nil
 	}
 	snap, saves := p.snapshot(), m.saves
-	for id, name := range p.New {
+	replaced := map[string]bool{}
+	for id, name := range p.partOf(PartNew) {
 		p.Latest[name] = id
+		replaced[name] = true
 	}
 	if p.Scope != "" {
 		if p.ContainerRestarts == nil {
@@ -49,25 +51,14 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 		return err
 	}
 	// Hold the instances a list showed running whose container gets a new
-	// instance now (see Pod.KeepShown).
-	replaced := map[string]bool{}
-	for _, name := range p.New {
-		replaced[name] = true
-	}
-	for id := range p.shownRunning {
-		if replaced[p.IDs[id]] {
-			if p.KeepShown == nil {
-				p.KeepShown = map[string]time.Time{}
-			}
-			p.KeepShown[id] = m.clock.Now().Add(maxHold)
-			if p.keptAt == nil {
-				p.keptAt = map[string]uint64{}
-			}
-			p.keptAt[id] = p.reads.n.Load()
-			delete(p.shownRunning, id)
+	// instance now (see Instance.HeldUntil).
+	for _, in := range p.Instances {
+		if in.listed && in.Part != PartNew && replaced[in.Name] {
+			in.HeldUntil, in.heldAt, in.listed = m.clock.Now().Add(maxHold), p.reads.n.Load(), false
 		}
 	}
-	p.Old, p.Fake, p.New, p.LastError, p.Creating, p.warmFailed = nil, nil, nil, "", "", nil
+	p.endRestartParts()
+	p.LastError, p.Creating, p.warmFailed = "", "", nil
 	var err error
 	for _, s := range exited {
 		if _, err = m.classifyLocked(s); err != nil {

@@ -85,6 +85,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	if err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
+	pods.KeepDead(cfg.Backoff.KubeletDeadContainers)
 	mc.Registry.MustRegister(pods.Collectors()...)
 	mc.Registry.MustRegister(statefile.Collectors()...)
 	// Every feature's per-sandbox records, and the lifecycle that tells

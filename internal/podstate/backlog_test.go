@@ -1,0 +1,83 @@
+package podstate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// crashOnce has the newest instance of main exit and be seen, and runs the
+// restart's steps in the background; done reports their end.
+func crashOnce(k kubelet, sb string, p *Pod) (done chan error) {
+	cur := p.Latest["main"]
+	k.exit(cur, 1)
+	k.status(cur)
+	done = make(chan error, 1)
+	go func() { done <- k.m.execute(context.Background(), sb) }()
+	return done
+}
+
+// A restart does not create the next instance while the kubelet has not
+// removed the exited ones it keeps no more (one, plus the one just
+// replaced): it goes on as soon as the kubelet removes one.
+func TestRestartWaitsForTheKubeletsRemovals(t *testing.T) {
+	k, sb, p := crashingMainPod(t)
+	k.m.KeepDead(1)
+	first := p.Latest["main"]
+	for range 2 { // instances 1 and 2 exited, 3 running: at the limit
+		if err := <-crashOnce(k, sb, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created := len(k.created())
+	done := crashOnce(k, sb, p) // 1, 2 and 3 exited: one too many
+	select {
+	case err := <-done:
+		t.Fatalf("the restart went on with 3 exited instances of main on record: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := len(k.created()); n != created {
+		t.Fatalf("%d instances created while waiting", n-created)
+	}
+	removed := time.Now()
+	k.remove(first)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the restart still waits after the kubelet removed an instance")
+	}
+	if took := time.Since(removed); took > time.Second {
+		t.Fatalf("the restart went on %v after the removal", took)
+	}
+	if n := len(k.created()); n != created+1 || p.Phase != PhaseRunning {
+		t.Fatalf("created %d, phase %s", n-created, p.Phase)
+	}
+	if n := testutil.ToFloat64(k.m.metrics.backlog); n != 1 {
+		t.Fatalf("cri_shim_restart_backlog_waits_total = %v", n)
+	}
+}
+
+// A kubelet that removes nothing slows restarts down to one per wait, not
+// to none.
+func TestRestartBacklogWaitIsBounded(t *testing.T) {
+	k, sb, p := crashingMainPod(t)
+	k.m.KeepDead(1)
+	k.m.backlogWait = 200 * time.Millisecond
+	for range 3 {
+		if err := <-crashOnce(k, sb, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := <-crashOnce(k, sb, p); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond || p.Phase != PhaseRunning || p.ContainerRestarts["main"] != 4 {
+		t.Fatalf("restart took %v, phase %s, restarts %d; want about the 200 ms wait, then Running", took, p.Phase, p.ContainerRestarts["main"])
+	}
+}

@@ -1,0 +1,184 @@
+package podstate
+
+// One record per container instance: everything the restart knows of an
+// instance, in one place, so a restart step changes one record instead of
+// keeping several sets in step.
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Part is an instance's part in the pod's restart in progress.
+type Part string
+
+const (
+	// PartNone: not part of a restart in progress.
+	PartNone Part = ""
+	// PartOld: an instance from before the restart, which the restart
+	// stops (if it still runs) and replaces.
+	PartOld Part = "old"
+	// PartNew: an instance the restart created, hidden from the kubelet
+	// until the swap.
+	PartNew Part = "new"
+)
+
+// Instance is one container instance of a tracked pod.
+type Instance struct {
+	// Name is the container's name in the pod.
+	Name string `json:"name"`
+	// Part is its part in the restart in progress; cleared at the swap.
+	Part Part `json:"part,omitempty"`
+	// Shown: an old instance shown running to the kubelet until the swap
+	// (the trigger, and the instances that ran when the rule matched).
+	Shown bool `json:"shown,omitempty"`
+	// Settled: its exit is handled (no rule matched, or an earlier restart
+	// dealt with it); the kubelet sees it as it is.
+	Settled bool `json:"settled,omitempty"`
+	// Dead: seen exited; it is not shown running during a restart.
+	Dead bool `json:"dead,omitempty"`
+	// HeldUntil: a swap replaced it after a list showed it running; until
+	// then (at the latest) it is shown running, in ContainerStatus and in
+	// lists without a state filter, while the kubelet's reads of the pod
+	// may belong to a list from before the swap (heldLocked). The kubelet
+	// reads a pod as one list and then, seconds later under load, the
+	// status of each container that list showed (kuberuntime_container.go
+	// getPodContainerStatuses): a swap in between would show it the old
+	// instance exited and not the new one, a terminated container that
+	// then "becomes" running, which its status manager refuses ("attempted
+	// illegal transition"), failing a restartPolicy Never pod. Recorded
+	// with the swap, so a shim restarted in between keeps the same picture.
+	HeldUntil time.Time `json:"heldUntil,omitzero"`
+
+	// listed: some list (any caller, any filter) showed it running; a swap
+	// holds the listed instances it replaces. In memory only.
+	listed bool
+	// heldAt is the pod's read count when its hold began; a hold loaded
+	// from disk has 0 and counts from this process's start.
+	heldAt uint64
+}
+
+// held reports whether the instance has a hold, over or not.
+func (in *Instance) held() bool { return !in.HeldUntil.IsZero() }
+
+// endHold drops the instance's hold.
+func (in *Instance) endHold() { in.HeldUntil, in.heldAt = time.Time{}, 0 }
+
+// inst is the record of instance id, nil when the pod has none.
+func (p *Pod) inst(id string) *Instance { return p.Instances[id] }
+
+// ours reports whether id is an instance of the pod.
+func (p *Pod) ours(id string) bool { return p.Instances[id] != nil }
+
+// nameOf is the container name of instance id ("" when not the pod's).
+func (p *Pod) nameOf(id string) string {
+	if in := p.Instances[id]; in != nil {
+		return in.Name
+	}
+	return ""
+}
+
+// addInstance records a new instance of container name with its part.
+func (p *Pod) addInstance(id, name string, part Part) {
+	if p.Instances == nil {
+		p.Instances = map[string]*Instance{}
+	}
+	p.Instances[id] = &Instance{Name: name, Part: part}
+}
+
+// partOf returns the IDs of the instances with part, by ID -> name.
+func (p *Pod) partOf(part Part) map[string]string {
+	out := map[string]string{}
+	for id, in := range p.Instances {
+		if in.Part == part {
+			out[id] = in.Name
+		}
+	}
+	return out
+}
+
+// newOf is the instance the restart in progress created for container
+// name, "" when none.
+func (p *Pod) newOf(name string) string {
+	for id, in := range p.Instances {
+		if in.Part == PartNew && in.Name == name {
+			return id
+		}
+	}
+	return ""
+}
+
+// shownIDs are the old instances shown running until the swap.
+func (p *Pod) shownIDs() []string {
+	var out []string
+	for id, in := range p.Instances {
+		if in.Shown {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// endRestartParts ends every instance's part in a restart: at the swap and
+// when a restart is abandoned.
+func (p *Pod) endRestartParts() {
+	for _, in := range p.Instances {
+		in.Part, in.Shown = PartNone, false
+	}
+}
+
+// cloneInstances is a deep copy of the records, for a snapshot.
+func cloneInstances(in map[string]*Instance) map[string]*Instance {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]*Instance, len(in))
+	for id, r := range in {
+		c := *r
+		out[id] = &c
+	}
+	return out
+}
+
+// legacyInstances is how versions before the per-instance record kept the
+// same facts: one set per fact, by container ID.
+type legacyInstances struct {
+	IDs       map[string]string    `json:"ids"`
+	Old       map[string]string    `json:"old"`
+	Fake      map[string]bool      `json:"fake"`
+	New       map[string]string    `json:"new"`
+	Settled   map[string]bool      `json:"settled"`
+	Dead      map[string]bool      `json:"dead"`
+	KeepShown map[string]time.Time `json:"keepShown"`
+}
+
+// UnmarshalJSON reads a pod's record, of this version or of one that kept
+// its instances as sets (a shim upgraded in place reads its predecessor's
+// records, restarts in progress included).
+func (p *Pod) UnmarshalJSON(b []byte) error {
+	type plain Pod // without this method
+	if err := json.Unmarshal(b, (*plain)(p)); err != nil {
+		return err
+	}
+	if p.Instances != nil {
+		return nil
+	}
+	var l legacyInstances
+	if err := json.Unmarshal(b, &l); err != nil {
+		return err
+	}
+	for id, name := range l.IDs {
+		in := &Instance{Name: name, Shown: l.Fake[id], Settled: l.Settled[id], Dead: l.Dead[id], HeldUntil: l.KeepShown[id]}
+		if _, ok := l.Old[id]; ok {
+			in.Part = PartOld
+		}
+		if _, ok := l.New[id]; ok {
+			in.Part = PartNew
+		}
+		if p.Instances == nil {
+			p.Instances = map[string]*Instance{}
+		}
+		p.Instances[id] = in
+	}
+	return nil
+}
