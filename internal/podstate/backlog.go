@@ -14,7 +14,11 @@ package podstate
 // So before a restart creates new instances it waits, at most
 // maxBacklogWait, while a container it restarts has more instances in the
 // runtime than the kubelet keeps (KeepDead, its
-// --maximum-dead-containers-per-container) plus the one just replaced.
+// --maximum-dead-containers-per-container) plus two: the one this restart
+// replaces, and the one the previous restart replaced, which the kubelet
+// removes only once it has seen the previous swap (after a hold ends and a
+// relist), so it is often still there when a restart on a short backoff
+// gets here. More than that is the kubelet falling behind.
 
 import (
 	"context"
@@ -36,7 +40,7 @@ func (m *Manager) KeepDead(n int) {
 }
 
 // backlog returns a container the restart in progress creates again that
-// has more than keep+1 instances on record (every instance the runtime still
+// has more than keep+2 instances on record (every instance the runtime still
 // has: removals are forgotten), and how many; "" when none has.
 func backlog(p *Pod, keep int) (string, int) {
 	counts := map[string]int{}
@@ -46,7 +50,7 @@ func backlog(p *Pod, keep int) (string, int) {
 		}
 	}
 	for name, n := range counts {
-		if n > keep+1 {
+		if n > keep+2 {
 			return name, n
 		}
 	}
