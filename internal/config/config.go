@@ -92,7 +92,7 @@ type BackoffConfig struct {
 	MaxContainerRestartPeriod *int `toml:"max_container_restart_period,omitempty" comment:"Per-node maximum, whole seconds 1..300 (unset by default)."`
 	// KubeletDeadContainers is the kubelet's --maximum-dead-containers-per-container:
 	// a restart waits (at most a minute) while a container it restarts has
-	// more exited instances than that plus two (backlog.go), so restarts
+	// more exited instances than that plus four (backlog.go), so restarts
 	// never outrun the kubelet's removal of exited instances.
 	KubeletDeadContainers int `toml:"kubelet_dead_containers_per_container" comment:"The kubelet's --maximum-dead-containers-per-container (1..100): restarts wait for its removals."`
 }

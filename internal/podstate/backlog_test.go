@@ -21,22 +21,21 @@ func crashOnce(k kubelet, sb string, p *Pod) (done chan error) {
 
 // A restart does not create the next instance while the kubelet has not
 // removed the exited ones it keeps no more (one, plus the one just replaced
-// and the one replaced before it): it goes on as soon as the kubelet
-// removes one.
+// and three more): it goes on as soon as the kubelet removes one.
 func TestRestartWaitsForTheKubeletsRemovals(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
 	k.m.KeepDead(1)
 	first := p.Latest["main"]
-	for range 3 { // instances 1 to 3 exited, 4 running: at the limit
+	for range 5 { // instances 1 to 5 exited, 6 running: at the limit
 		if err := <-crashOnce(k, sb, p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	created := len(k.created())
-	done := crashOnce(k, sb, p) // 1 to 4 exited: one too many
+	done := crashOnce(k, sb, p) // 1 to 6 exited: one too many
 	select {
 	case err := <-done:
-		t.Fatalf("the restart went on with 4 exited instances of main on record: %v", err)
+		t.Fatalf("the restart went on with 6 exited instances of main on record: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	if n := len(k.created()); n != created {
@@ -69,7 +68,7 @@ func TestRestartBacklogWaitIsBounded(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
 	k.m.KeepDead(1)
 	k.m.backlogWait = 200 * time.Millisecond
-	for range 4 {
+	for range 6 {
 		if err := <-crashOnce(k, sb, p); err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +77,7 @@ func TestRestartBacklogWaitIsBounded(t *testing.T) {
 	if err := <-crashOnce(k, sb, p); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took < 200*time.Millisecond || p.Phase != PhaseRunning || p.ContainerRestarts["main"] != 5 {
+	if took := time.Since(start); took < 200*time.Millisecond || p.Phase != PhaseRunning || p.ContainerRestarts["main"] != 7 {
 		t.Fatalf("restart took %v, phase %s, restarts %d; want about the 200 ms wait, then Running", took, p.Phase, p.ContainerRestarts["main"])
 	}
 }
