@@ -78,8 +78,13 @@ func (r *Reconciler) startExport(ctx context.Context, pc *cpv1.PodCheckpoint) er
 	go func() {
 		defer r.wg.Done()
 		defer r.endExport(pc)
+		start := time.Now()
 		ref, digest, err := r.exporter.Export(ctx, pc.Namespace, pc.Spec.SourcePodName, uid, pc.Spec.Export.SecretName,
 			pc.Spec.Export.Image, filepath.Join(r.cfg.Root, DataDir(pc)))
+		if err == nil {
+			r.log.Info("podcheckpoint: exported", "object", key(pc.Namespace, pc.Name), "ref", ref,
+				"bytes", pc.Status.SizeBytes, "seconds", time.Since(start).Seconds())
+		}
 		for ctx.Err() == nil {
 			werr := r.exported(ctx, pc, ref, digest, err)
 			if werr == nil || apierrors.IsNotFound(werr) {

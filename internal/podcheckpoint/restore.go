@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	gcrname "github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
@@ -57,9 +59,11 @@ func NewRestores(node string, ev EventSink) *Restores {
 func (r *Restores) connect(v *restoreView) { r.view.Store(v) }
 
 // Resolve returns the checkpoint directory (under the checkpoint root) of the
-// PodCheckpoint name in namespace ns, or its spec.sourceImage, for the pod ns/pod with UID uid, or why
-// the pod cannot be restored from it yet, starting with KEP-5823's reason,
-// which is also reported as a Warning event of the pod.
+// PodCheckpoint name in namespace ns, or its spec.sourceImage, or, when
+// another node holds it, the image reference its export pushed
+// (status.export.image), for the pod ns/pod with UID uid, or why the pod
+// cannot be restored from it yet, starting with KEP-5823's reason, which is
+// also reported as a Warning event of the pod.
 func (r *Restores) Resolve(ns, pod, uid, name string) (string, error) {
 	dir, err := r.resolve(ns, pod, uid, name)
 	if err != nil {
@@ -87,8 +91,9 @@ func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
 		// template to compare.
 		return pc.Spec.SourceImage, nil
 	}
-	if pc.Status.NodeName != r.node && pc.Status.NodeName != "" {
-		return "", fmt.Errorf("CheckpointWrongNode: PodCheckpoint %q is on node %q, this is node %q", name, pc.Status.NodeName, r.node)
+	elsewhere := pc.Status.NodeName != r.node && pc.Status.NodeName != ""
+	if elsewhere && pc.Spec.Export == nil {
+		return "", fmt.Errorf("CheckpointWrongNode: PodCheckpoint %q is on node %q, this is node %q, and has no spec.export", name, pc.Status.NodeName, r.node)
 	}
 	c := ready(pc)
 	if c == nil || c.Status != metav1.ConditionTrue || pc.Status.NodeName == "" {
@@ -98,20 +103,19 @@ func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
 		}
 		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q is not Ready (%s)", name, why)
 	}
+	if pc.Status.CheckpointedPodTemplate == nil {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q has no checkpointedPodTemplate", name)
+	}
+	if err := r.matchesTemplate(v, ns, pod, uid, name, pc); err != nil {
+		return "", err
+	}
+	if elsewhere {
+		// Another node holds the data: restore the copy that node pushed.
+		return exportedRef(pc, name)
+	}
 	loc := pc.Status.CheckpointLocation
-	if loc == nil || loc.Type != cpv1.CheckpointSourceTypeNodeLocal || loc.NodeLocal == nil || pc.Status.CheckpointedPodTemplate == nil {
-		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q has no node-local location or template", name)
-	}
-	p := v.pod(ns, pod)
-	if p == nil || string(p.UID) != uid {
-		return "", fmt.Errorf("CheckpointNotReady: pod %s/%s (UID %s) is not in the node's pod cache yet", ns, pod, uid)
-	}
-	field, err := SpecMismatch(p, pc.Status.CheckpointedPodTemplate)
-	if err != nil {
-		return "", fmt.Errorf("PodSpecMismatch: comparing with PodCheckpoint %q: %v", name, err)
-	}
-	if field != "" {
-		return "", fmt.Errorf("PodSpecMismatch: %s differs from PodCheckpoint %q's checkpointedPodTemplate", field, name)
+	if loc == nil || loc.Type != cpv1.CheckpointSourceTypeNodeLocal || loc.NodeLocal == nil {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q has no node-local location", name)
 	}
 	// The data directory follows from the object's UID; a status naming
 	// another (any status writer can set it) would restore other data than
@@ -120,6 +124,51 @@ func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
 		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q names location %q, not its own data directory", name, loc.NodeLocal.Path)
 	}
 	return DataDir(pc), nil
+}
+
+// matchesTemplate checks the restoring pod ns/pod (UID uid, from the node's
+// pod cache) against pc's checkpointedPodTemplate.
+func (r *Restores) matchesTemplate(v *restoreView, ns, pod, uid, name string, pc *cpv1.PodCheckpoint) error {
+	p := v.pod(ns, pod)
+	if p == nil || string(p.UID) != uid {
+		return fmt.Errorf("CheckpointNotReady: pod %s/%s (UID %s) is not in the node's pod cache yet", ns, pod, uid)
+	}
+	field, err := SpecMismatch(p, pc.Status.CheckpointedPodTemplate)
+	if err != nil {
+		return fmt.Errorf("PodSpecMismatch: comparing with PodCheckpoint %q: %v", name, err)
+	}
+	if field != "" {
+		return fmt.Errorf("PodSpecMismatch: %s differs from PodCheckpoint %q's checkpointedPodTemplate", field, name)
+	}
+	return nil
+}
+
+// exportedRef is the reference by digest that pc's holder pushed for
+// spec.export, once Exported is True. It must be spec.export.image's
+// repository at status.export.digest: the namespace chose that destination
+// (status is the holding node's word, the repository is the namespace's),
+// and the node's registry allow-list, its pull checks and the namespace
+// binding judge it again when it is pulled.
+func exportedRef(pc *cpv1.PodCheckpoint, name string) (string, error) {
+	s := pc.Status.Export
+	c := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionExported)
+	if c == nil || c.Status != metav1.ConditionTrue || s == nil {
+		why := "not pushed yet"
+		if c != nil {
+			why = c.Reason
+		}
+		return "", fmt.Errorf("CheckpointWrongNode: PodCheckpoint %q is on node %q and not exported (%s)", name, pc.Status.NodeName, why)
+	}
+	// Parsed as the push names it: no tag is ":latest"; the registry is
+	// spelt out (the schema's pattern, and the push refuses it otherwise).
+	tag, err := gcrname.NewTag(pc.Spec.Export.Image)
+	if err != nil {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: spec.export.image: %v", name, err)
+	}
+	if want := tag.Context().Digest(s.Digest).String(); s.Image != want {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: status.export.image %q is not spec.export.image's repository at status.export.digest (%s)", name, s.Image, want)
+	}
+	return s.Image, nil
 }
 
 // fetch returns the last background read of ns/name, starting one when
