@@ -44,8 +44,14 @@ func apiKubelet(t testing.TB, cs kubernetes.Interface) {
 	if err := script("up.sh", "--start", "kubelet-api"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "node Ready in the API", func() error {
-		n, err := cs.CoreV1().Nodes().Get(ctxT(t, 10*time.Second), node.env["NODE_NAME"], metav1.GetOptions{})
+	waitNodeReady(t, cs, node.env["NODE_NAME"])
+}
+
+// waitNodeReady waits until node name is Ready in the API.
+func waitNodeReady(t testing.TB, cs kubernetes.Interface, name string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "node "+name+" Ready in the API", func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctxT(t, 10*time.Second), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

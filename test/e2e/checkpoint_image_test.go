@@ -47,7 +47,13 @@ func bigSecretAPIPod(name, restoreFrom string) *corev1.Pod {
 // mentions what.
 func shimLogLine(t *testing.T, msg, what string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
+	return shimLogLineIn(t, node.env["NODE_RUN"], msg, what)
+}
+
+// shimLogLineIn is shimLogLine for the node whose $NODE_RUN is run.
+func shimLogLineIn(t *testing.T, run, msg, what string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(run, "cri-shim.log"))
 	if err != nil {
 		t.Fatal(err)
 	}

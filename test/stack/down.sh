@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Stops the test node started by up.sh: kubelet, then every pod, then cri-shim
 # and containerd, and unmounts what they left. Safe to run when nothing runs.
+# Node 1's also stops the second node (node2.sh) first: it is registered
+# with node 1's API server and would be left behind otherwise.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 QUIET=
@@ -21,6 +23,9 @@ stop_pid() { # stop_pid NAME: SIGTERM, then SIGKILL after 10 s
 	rm -f "$f"
 }
 
+if [[ $NODE_RUN != "$NODE2_RUN" && -f $NODE2_RUN/env ]]; then
+	"$(dirname "${BASH_SOURCE[0]}")/node2.sh" down ${QUIET:+--quiet}
+fi
 stop_pid kubelet
 if [[ -S $CONTAINERD_SOCK ]] && crictl --runtime-endpoint "unix://$CONTAINERD_SOCK" version >/dev/null 2>&1; then
 	log "removing pods"
@@ -36,8 +41,17 @@ stop_pid etcd
 # runc shims outlive containerd; only ours (bound to our socket) are stopped.
 pkill -KILL -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null
 pkill -KILL -f "kubelet --config $NODE_RUN/kubelet.yaml" 2>/dev/null
-# Unmount, deepest first, whatever the node left mounted.
-awk -v a="$NODE_RUN" -v b="$NODE_DATA" '$2 ~ "^"a || $2 ~ "^"b {print $2}' /proc/self/mounts | sort -r |
+# Unmount, deepest first, whatever the node left mounted (under its own
+# directories only: /run/cri-shim-node is a prefix of node 2's /run/cri-shim-node2).
+awk -v a="$NODE_RUN" -v b="$NODE_DATA" '$2 ~ "^"a"(/|$)" || $2 ~ "^"b"(/|$)" {print $2}' /proc/self/mounts | sort -r |
 	while read -r m; do umount -l "$m" 2>/dev/null; done
+# The kubelet's own cgroupRoot (node 2's), deepest first, once its pods are
+# gone: in every hierarchy, the hybrid host's unified one included (runc
+# makes the pods' cgroups there too).
+if [[ -n $CGROUP_ROOT && $CGROUP_ROOT != / ]]; then
+	awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/self/mounts | while read -r mp; do
+		[[ -d $mp$CGROUP_ROOT ]] && find "$mp$CGROUP_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null
+	done
+fi
 rm -rf "$NODE_RUN"
 log "node down"

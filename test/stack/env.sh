@@ -11,6 +11,11 @@ SHIM_METRICS=${CRI_SHIM_NODE_METRICS:-127.0.0.1:19464}
 KUBELET_PORT=${CRI_SHIM_KUBELET_PORT:-10250}
 KUBELET_HEALTHZ_PORT=${CRI_SHIM_KUBELET_HEALTHZ_PORT:-10248}
 MANIFESTS=$NODE_DATA/manifests
+# The node's CNI bridge and pod subnet, and its kubelet's cgroupRoot (empty:
+# the kubelet's default "/"). Each node on the machine needs its own.
+CNI_BRIDGE=${CRI_SHIM_CNI_BRIDGE:-crishim0}
+POD_SUBNET=${CRI_SHIM_POD_SUBNET:-10.88.0.0/16}
+CGROUP_ROOT=${CRI_SHIM_CGROUP_ROOT:-}
 MANIFESTS_NATIVE=$NODE_DATA/manifests-native
 SHIM_BIN=${CRI_SHIM_BIN:-$REPO/_output/cri-shim}
 NODE_NAME=${CRI_SHIM_NODE_NAME:-cri-shim-node}
@@ -21,6 +26,15 @@ REGISTRY_TLS_ADDR=${CRI_SHIM_REGISTRY_TLS:-127.0.0.1:5443}
 ETCD_PORT=${CRI_SHIM_ETCD_PORT:-12379}
 ETCD_PEER_PORT=${CRI_SHIM_ETCD_PEER_PORT:-12380}
 APISERVER_PORT=${CRI_SHIM_APISERVER_PORT:-16443}
-PKI=$NODE_DATA/pki
+# The control plane's certificates; a second node (node2.sh) uses node 1's.
+PKI=${CRI_SHIM_PKI:-$NODE_DATA/pki}
 ADMIN_KUBECONFIG=$NODE_RUN/admin.kubeconfig
 KUBELET_KUBECONFIG=$NODE_RUN/kubelet.kubeconfig
+# The second node (node2.sh): its own paths, name, ports, bridge and
+# cgroup root; its kubelet registers with the API server node 1 runs.
+NODE2_RUN=${CRI_SHIM_NODE2_RUN:-/run/cri-shim-node2}
+NODE2_DATA=${CRI_SHIM_NODE2_DATA:-/var/lib/cri-shim-node2}
+NODE2_NAME=${CRI_SHIM_NODE2_NAME:-cri-shim-node2}
+NODE2_METRICS=${CRI_SHIM_NODE2_METRICS:-127.0.0.1:19465}
+NODE2_KUBELET_PORT=${CRI_SHIM_NODE2_KUBELET_PORT:-10260}
+NODE2_KUBELET_HEALTHZ_PORT=${CRI_SHIM_NODE2_KUBELET_HEALTHZ_PORT:-10268}

@@ -3,8 +3,9 @@
 # a CA; the API server's and the TLS registry's serving certificates
 # (127.0.0.1, localhost); an admin
 # client (O=system:masters); the kubelet's client (system:node:<node>, so the
-# Node authorizer and NodeRestriction confine it to its node); the shim's
-# client for when it talks to the API; the service-account key pair.
+# Node authorizer and NodeRestriction confine it to its node; one per node
+# name, so a second node with CRI_SHIM_PKI set to the first's gets its own,
+# signed by the same CA); the service-account key pair.
 #   pki.sh   (sourced env.sh gives the paths; idempotent)
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -35,7 +36,7 @@ cert() {
 cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"
 cert registry "/CN=cri-shim-test-registry" "IP:127.0.0.1,DNS:localhost"
 cert admin "/O=system:masters/CN=cri-shim-test-admin"
-cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
+cert "kubelet-$NODE_NAME" "/O=system:nodes/CN=system:node:$NODE_NAME"
 if [[ ! -f sa.key ]]; then
 	openssl genrsa -out sa.key 2048 2>/dev/null
 	openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -64,4 +65,4 @@ YAML
 	chmod 600 "$1"
 }
 kubeconfig "$ADMIN_KUBECONFIG" admin
-kubeconfig "$KUBELET_KUBECONFIG" kubelet
+kubeconfig "$KUBELET_KUBECONFIG" "kubelet-$NODE_NAME"

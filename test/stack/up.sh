@@ -2,16 +2,19 @@
 # Starts a test node: containerd, cri-shim and (with --kubelet) a standalone
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
-#   up.sh [--kubelet] [--apiserver] [--manifest FILE]... [--shim-config FILE]
+#   up.sh [--kubelet] [--apiserver | --join] [--manifest FILE]... [--shim-config FILE]
 #   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry|registry-tls
 #         (re)start one component of a running node
 # --apiserver also starts etcd and kube-apiserver on loopback ports, and the
-# kubelet (with --kubelet) registers with it as node $NODE_NAME.
+# kubelet (with --kubelet) registers with it as node $NODE_NAME. --join: the
+# kubelet registers with the API server another node of this machine runs
+# (node2.sh: $PKI is that node's), none is started here.
 # --shim-config appends FILE (TOML) to the shim's config (make run: the demo's).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 KUBELET=
 APISERVER=
+JOIN=
 ONLY=
 MANIFEST_FILES=()
 SHIM_EXTRA=
@@ -19,6 +22,7 @@ while (($#)); do
 	case $1 in
 	--kubelet) KUBELET=1 ;;
 	--apiserver) APISERVER=1 ;;
+	--join) JOIN=1 ;;
 	--manifest) MANIFEST_FILES+=("$2"); shift ;;
 	--shim-config) SHIM_EXTRA=$2; shift ;;
 	--start) ONLY=$2; shift ;;
@@ -73,6 +77,7 @@ port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: $KUBELET_HEALTHZ_PORT
+${CGROUP_ROOT:+cgroupRoot: $CGROUP_ROOT}
 authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
@@ -97,10 +102,10 @@ write_configs() {
 	cat >"$NODE_RUN/cni/net.d/10-cri-shim.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
-  "name": "cri-shim-node",
+  "name": "$NODE_NAME",
   "plugins": [
-    {"type": "bridge", "bridge": "crishim0", "isGateway": true, "ipMasq": false,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}],
+    {"type": "bridge", "bridge": "$CNI_BRIDGE", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "routes": [{"dst": "0.0.0.0/0"}],
               "dataDir": "$NODE_DATA/cni-ipam"}},
     {"type": "portmap", "capabilities": {"portMappings": true}},
     {"type": "loopback"}
@@ -203,6 +208,9 @@ CRICTL_CONFIG=$NODE_RUN/crictl.yaml
 CHECKPOINTS=$NODE_DATA/checkpoints
 SHIM_CONFIG=$NODE_RUN/cri-shim/config.toml
 NODE_NAME=$NODE_NAME
+CNI_BRIDGE=$CNI_BRIDGE
+POD_SUBNET=$POD_SUBNET
+CGROUP_ROOT=$CGROUP_ROOT
 ETCD_PORT=$ETCD_PORT
 APISERVER_PORT=$APISERVER_PORT
 ADMIN_KUBECONFIG=$ADMIN_KUBECONFIG
@@ -342,10 +350,30 @@ apply_deploy() {
 		{ log "applying deploy/ to the API server failed"; return 1; }
 }
 
+# make_cgroup_root: the kubelet's cgroupRoot, when it is not "/", must exist
+# in every cgroup v1 hierarchy it uses before it starts (kubernetes v1.36.3
+# pkg/kubelet/cm/container_manager_linux.go, NewContainerManager:
+# cgroupManager.Validate(cgroupRoot); cgroup_v1_manager_linux.go, Validate:
+# cpu, cpuacct, cpuset, memory, systemd (name=systemd), pids, and hugetlb when
+# mounted). It is made in every v1 hierarchy; cpuset's gets its parent's cpus
+# and mems, or no task could join it.
+make_cgroup_root() {
+	[[ -n $CGROUP_ROOT && $CGROUP_ROOT != / ]] || return 0
+	local mp
+	awk '$3 == "cgroup" {print $2}' /proc/self/mounts | while read -r mp; do
+		mkdir -p "$mp$CGROUP_ROOT"
+		if [[ -f $mp$CGROUP_ROOT/cpuset.cpus && -z $(cat "$mp$CGROUP_ROOT/cpuset.cpus") ]]; then
+			cat "$mp/cpuset.cpus" >"$mp$CGROUP_ROOT/cpuset.cpus"
+			cat "$mp/cpuset.mems" >"$mp$CGROUP_ROOT/cpuset.mems"
+		fi
+	done
+}
+
 # start_kubelet [native|reduced|api]: one kubelet at a time (same ports, same
 # pid file). api: through the shim, registered with the API server.
 start_kubelet() {
 	[[ -x $STACK/bin/kubelet ]] || { log "missing kubelet: run test/stack/install.sh"; return 1; }
+	make_cgroup_root
 	local cfg=$NODE_RUN/kubelet.yaml root=$NODE_DATA/kubelet extra=()
 	if [[ ${1:-} == native ]]; then cfg=$NODE_RUN/kubelet-native.yaml root=$NODE_DATA/kubelet-native; fi
 	if [[ ${1:-} == reduced ]]; then cfg=$NODE_RUN/kubelet-reduced.yaml; fi
@@ -382,8 +410,16 @@ done
 # A fresh node: no static pods or kubelet state from an earlier run (the
 # containerd root is kept so images need not be imported again).
 rm -rf "$MANIFESTS" "$MANIFESTS_NATIVE" "$NODE_DATA/kubelet" "$NODE_DATA/kubelet-native" "$NODE_DATA/pod-logs" "$NODE_DATA/cri-shim" "$NODE_DATA/checkpoints" "$NODE_DATA/bench" \
-	"$NODE_DATA/etcd" "$PKI"
+	"$NODE_DATA/etcd"
+# The certificates go with the node that made them, never another node's (--join).
+[[ -n $JOIN ]] || rm -rf "$PKI"
 write_configs
+if [[ -n $JOIN ]]; then
+	# A client certificate for this node, signed by the other node's CA,
+	# before the shim starts: its [kubernetes] kubeconfig may be this one.
+	[[ -f $PKI/ca.key ]] || { log "--join: no CA in $PKI: start the API server's node first"; exit 1; }
+	"$(dirname "${BASH_SOURCE[0]}")/pki.sh"
+fi
 start_containerd
 import_images
 start_shim
@@ -392,6 +428,6 @@ if [[ -n $APISERVER ]]; then
 fi
 if [[ -n $KUBELET ]]; then
 	for m in "${MANIFEST_FILES[@]}"; do cp "$m" "$MANIFESTS/"; done
-	if [[ -n $APISERVER ]]; then start_kubelet api; else start_kubelet; fi
+	if [[ -n $APISERVER || -n $JOIN ]]; then start_kubelet api; else start_kubelet; fi
 fi
 log "node up; env in $NODE_RUN/env"
