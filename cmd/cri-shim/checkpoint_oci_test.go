@@ -25,7 +25,7 @@ func writeArchiveCheckpoint(t *testing.T, dir string) {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	for _, m := range []struct{ name, body string }{
-		{"config.dump", "{}"}, {"spec.dump", "{}"}, {"status.dump", "{}"}, {"rootfs-diff.tar", "x"},
+		{"config.dump", `{"rootfsImageRef":"sha256:` + strings.Repeat("e", 64) + `"}`}, {"spec.dump", "{}"}, {"status.dump", "{}"}, {"rootfs-diff.tar", "x"},
 		{"checkpoint/", ""}, {"checkpoint/pages-1.img", strings.Repeat("p", 8192)},
 	} {
 		h := &tar.Header{Name: m.name, Mode: 0o600, Size: int64(len(m.body)), Typeflag: tar.TypeReg}

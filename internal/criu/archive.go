@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,30 @@ import (
 // spec.dump, status.dump, container.log) and removes the staging directory.
 // The pod is thus paused only for CRIU and the diff, and the images are
 // written once and copied once.
+
+// RootfsImageRef is what an archive's config.dump names as the container's
+// base image: the image ID (sha256:<64 hex>, the image config's digest) when
+// it is known, else the runtime's image reference. containerd's restore looks
+// the base image up by this name and pulls it when the node lacks it
+// (containerd v2.2 internal/cri/server/container_checkpoint_linux.go,
+// CRImportCheckpoint: GetImage, then Pull of RootfsImageRef). The runtime's
+// image reference is a repository digest as soon as the image was ever
+// pulled from a registry (host/repo@sha256:<manifest>), and another node
+// holding the same image under another name (imported, another mirror) would
+// not find it and pull from the source node's registry; the ID is the same
+// on every node that has the image, and names no host.
+func RootfsImageRef(imageID, imageRef string) string {
+	if IsImageID(imageID) {
+		return imageID
+	}
+	return imageRef
+}
+
+// IsImageID reports whether s is an image ID: sha256:<64 lowercase hex>.
+func IsImageID(s string) bool {
+	hex, ok := strings.CutPrefix(s, "sha256:")
+	return ok && len(hex) == 64 && strings.Trim(hex, "0123456789abcdef") == ""
+}
 
 func stageDir(out, name string) string { return filepath.Join(out, containersDir, "."+name) }
 
@@ -63,13 +88,14 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) error {
 }
 
 // packageOne writes out/containers/<name>.tar from the staging directory and
-// returns its size.
-func (s *Service) packageOne(ctx context.Context, out string, t target, checkpointedAt time.Time) (int64, error) {
+// returns its size. imageID is the ID of the container's image ("" if the
+// runtime did not tell it).
+func (s *Service) packageOne(ctx context.Context, out string, t target, imageID string, checkpointedAt time.Time) (int64, error) {
 	stage := stageDir(out, t.name)
 	st := t.status
 	config, err := json.Marshal(&crmetadata.ContainerConfig{
 		ID: t.id, Name: t.name,
-		RootfsImageName: st.GetImage().GetImage(), RootfsImageRef: st.GetImageRef(), RootfsImage: st.GetImage().GetImage(),
+		RootfsImageName: st.GetImage().GetImage(), RootfsImageRef: RootfsImageRef(imageID, st.GetImageRef()), RootfsImage: st.GetImage().GetImage(),
 		OCIRuntime: t.info.Runtime, CheckpointedAt: checkpointedAt, CreatedTime: t.info.Created,
 	})
 	if err != nil {

@@ -179,10 +179,16 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	sizes := make([]int64, len(targets))
 	perrs := make([]error, len(targets))
 	cut := s.now().UTC()
+	imageIDs := make([]string, len(targets))
+	for i, t := range targets {
+		if imageIDs[i] = t.status.GetImageId(); imageIDs[i] == "" {
+			imageIDs[i] = s.imageID(ctx, t.status.GetImageRef())
+		}
+	}
 	var pw sync.WaitGroup
 	for i := range targets {
 		pw.Add(1)
-		go func() { defer pw.Done(); sizes[i], perrs[i] = s.packageOne(ctx, out, targets[i], cut) }()
+		go func() { defer pw.Done(); sizes[i], perrs[i] = s.packageOne(ctx, out, targets[i], imageIDs[i], cut) }()
 	}
 	pw.Wait()
 	for i, t := range targets {
@@ -193,11 +199,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			}
 			return fail(errorf(kind, "CheckpointPod: writing the archive of container %s (%s): %v; the pod runs, the partial checkpoint was removed", short(t.id), t.name, perrs[i]))
 		}
-		st := t.status
-		imageID := st.GetImageId()
-		if imageID == "" {
-			imageID = s.imageID(ctx, st.GetImageRef())
-		}
+		st, imageID := t.status, imageIDs[i]
 		m.Containers = append(m.Containers, ContainerEntry{
 			Name: t.name, ID: t.id, Archive: archiveName(t.name),
 			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: imageID,

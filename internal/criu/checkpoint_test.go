@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,11 +283,35 @@ func checkArchive(t *testing.T, path, id string) {
 			t.Errorf("archive lacks %s (has %v)", n, slices.Sorted(maps.Keys(got)))
 		}
 	}
+	var cfg struct {
+		RootfsImageRef string `json:"rootfsImageRef"`
+	}
+	if err := json.Unmarshal([]byte(got["config.dump"]), &cfg); err != nil || !IsImageID(cfg.RootfsImageRef) {
+		t.Errorf("config.dump names the base image %q (%v), want an image ID", cfg.RootfsImageRef, err)
+	}
 	var st runtimeapi.ContainerStatus
 	if err := json.Unmarshal([]byte(got["status.dump"]), &st); err != nil || st.Id != id || len(st.Annotations) == 0 {
 		t.Errorf("status.dump: %v %+v", err, &st)
 	}
 	if got["checkpoint/pages-1.img"] != "criu images of "+id || got["rootfs-diff.tar"] != "layer of "+id {
 		t.Errorf("images or diff not carried into the archive")
+	}
+}
+
+// An archive names its base image by image ID, the same on every node that
+// has the image; the runtime's reference (a repository digest once the image
+// came from a registry) only when the ID is not known.
+func TestRootfsImageRef(t *testing.T) {
+	id := "sha256:" + strings.Repeat("a", 64)
+	repo := "127.0.0.1:5000/x/busybox@sha256:" + strings.Repeat("b", 64)
+	for _, tc := range []struct{ id, ref, want string }{
+		{id, repo, id},
+		{"", repo, repo},
+		{"sha256:ABC", repo, repo},
+		{strings.Repeat("a", 64), id, id},
+	} {
+		if got := RootfsImageRef(tc.id, tc.ref); got != tc.want {
+			t.Errorf("RootfsImageRef(%q, %q) = %q, want %q", tc.id, tc.ref, got, tc.want)
+		}
 	}
 }

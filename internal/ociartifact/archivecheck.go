@@ -2,6 +2,7 @@ package ociartifact
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"strings"
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
 )
 
 // checkArchive reads a container checkpoint archive to its end and checks
@@ -17,6 +20,7 @@ import (
 // local path under a member criu writes, no name twice, and the members a
 // restore reads all present. containerd unpacks the archive on restore; this
 // keeps a pulled archive to what it would unpack from a checkpoint made here.
+// Its config.dump must name the base image by image ID (checkBaseImage).
 func checkArchive(r io.Reader) error {
 	tr := tar.NewReader(r)
 	seen := map[string]bool{}
@@ -40,6 +44,11 @@ func checkArchive(r io.Reader) error {
 			return fmt.Errorf("archive lists %q twice", name)
 		}
 		seen[name] = true
+		if name == crmetadata.ConfigDumpFile {
+			if err := checkBaseImage(tr); err != nil {
+				return err
+			}
+		}
 	}
 	for _, need := range []string{crmetadata.ConfigDumpFile, crmetadata.SpecDumpFile, crmetadata.StatusDumpFile, crmetadata.RootFsDiffTar} {
 		if !seen[need] {
@@ -48,6 +57,36 @@ func checkArchive(r io.Reader) error {
 	}
 	if !seen[crmetadata.CheckpointDirectory] {
 		return fmt.Errorf("archive has no %s/ directory", crmetadata.CheckpointDirectory)
+	}
+	return nil
+}
+
+// maxConfigDump bounds the config.dump read (criu writes a few hundred bytes).
+const maxConfigDump = 64 << 10
+
+// checkBaseImage reads config.dump and requires its rootfsImageRef to be an
+// image ID (criu.RootfsImageRef): containerd's restore pulls a base image it
+// lacks by that name (containerd v2.2 container_checkpoint_linux.go,
+// CRImportCheckpoint), so a repository reference in a pulled archive would
+// make the node's containerd connect to whatever registry the archive
+// names. An ID names no host: a node without the image fails the restore,
+// and the kubelet has pulled the pod's image, which the warm start checks is
+// the checkpointed one, before it asks for the container.
+func checkBaseImage(r io.Reader) error {
+	b, err := io.ReadAll(io.LimitReader(r, maxConfigDump+1))
+	if err != nil {
+		return fmt.Errorf("archive: %s: %w", crmetadata.ConfigDumpFile, err)
+	}
+	if len(b) > maxConfigDump {
+		return fmt.Errorf("archive: %s is larger than %d bytes", crmetadata.ConfigDumpFile, maxConfigDump)
+	}
+	var c crmetadata.ContainerConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return fmt.Errorf("archive: %s: %w", crmetadata.ConfigDumpFile, err)
+	}
+	if !criu.IsImageID(c.RootfsImageRef) {
+		return fmt.Errorf("archive: %s names the base image %q, not by image ID (sha256:<64 hex>); containerd would pull it from the registry it names",
+			crmetadata.ConfigDumpFile, c.RootfsImageRef)
 	}
 	return nil
 }

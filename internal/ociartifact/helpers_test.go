@@ -40,7 +40,7 @@ func goodMembers(pages int) []member {
 		p[i] = byte(r.Uint32())
 	}
 	return []member{
-		{"config.dump", tar.TypeReg, []byte(`{"id":"c"}`)},
+		{"config.dump", tar.TypeReg, []byte(`{"id":"c","rootfsImageRef":"sha256:` + strings.Repeat("e", 64) + `"}`)},
 		{"spec.dump", tar.TypeReg, []byte(`{"ociVersion":"1.2.0"}`)},
 		{"status.dump", tar.TypeReg, []byte(`{}`)},
 		{"container.log", tar.TypeReg, []byte("log\n")},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -166,6 +167,24 @@ func TestHostileArchivesAreRefused(t *testing.T) {
 			onlySource(t, root)
 		})
 	}
+	// containerd pulls a base image it lacks by config.dump's name for it:
+	// only an image ID, which names no registry, is accepted.
+	for _, ref := range []string{"127.0.0.1:5000/x/busybox@sha256:" + strings.Repeat("a", 64), "evil.example/busybox:latest", "", "sha256:ABC"} {
+		t.Run("base image "+ref, func(t *testing.T) {
+			ms := goodMembers(10)
+			ms[0].body = []byte(fmt.Sprintf(`{"id":"c","rootfsImageRef":%q}`, ref))
+			if err := checkArchive(bytes.NewReader(tarBytes(t, ms))); err == nil || !strings.Contains(err.Error(), "not by image ID") {
+				t.Fatalf("checkArchive = %v", err)
+			}
+		})
+	}
+	t.Run("config.dump too large", func(t *testing.T) {
+		ms := goodMembers(10)
+		ms[0].body = bytes.Repeat([]byte(" "), maxConfigDump+1)
+		if err := checkArchive(bytes.NewReader(tarBytes(t, ms))); err == nil || !strings.Contains(err.Error(), "larger than") {
+			t.Fatalf("checkArchive = %v", err)
+		}
+	})
 	t.Run("missing spec.dump", func(t *testing.T) {
 		var ms []member
 		for _, m := range goodMembers(10) {
