@@ -280,7 +280,13 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 	})
 	restored := waitPod(t, cs, ns, "restored", 4*time.Minute, "restored Running on node 2", func(p *corev1.Pod) error {
 		if p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("phase %s", p.Status.Phase)
+			var why []string
+			for _, c := range p.Status.ContainerStatuses {
+				if w := c.State.Waiting; w != nil {
+					why = append(why, c.Name+": "+w.Reason+": "+w.Message)
+				}
+			}
+			return fmt.Errorf("phase %s %v", p.Status.Phase, why)
 		}
 		return nil
 	})
