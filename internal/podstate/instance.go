@@ -70,14 +70,6 @@ func (p *Pod) inst(id string) *Instance { return p.Instances[id] }
 // ours reports whether id is an instance of the pod.
 func (p *Pod) ours(id string) bool { return p.Instances[id] != nil }
 
-// nameOf is the container name of instance id ("" when not the pod's).
-func (p *Pod) nameOf(id string) string {
-	if in := p.Instances[id]; in != nil {
-		return in.Name
-	}
-	return ""
-}
-
 // addInstance records a new instance of container name with its part.
 func (p *Pod) addInstance(id, name string, part Part) {
 	if p.Instances == nil {
