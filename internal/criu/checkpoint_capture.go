@@ -36,7 +36,10 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	// the ordinary capture, with the reason in the manifest.
 	pc := PreCopyInfo{Reason: s.preCopy.reason}
 	if s.preCopy.use {
-		if err := s.preDumpAll(ctx, out, targets, opts.sequential); err != nil {
+		t0 := s.now()
+		err := s.preDumpAll(ctx, out, targets, opts.sequential)
+		pc.PreDumpSeconds = s.now().Sub(t0).Seconds()
+		if err != nil {
 			pc.Reason = "a pre-dump failed, captured without pre-copy: " + err.Error()
 			s.log.Warn("checkpoint: pre-dump failed; capturing without pre-copy", "sandbox", short(sandboxID), "err", err)
 		} else {

@@ -62,6 +62,9 @@ type PreCopyInfo struct {
 	Used bool `json:"used"`
 	// Reason says why pre-copy was not used.
 	Reason string `json:"reason,omitempty"`
+	// PreDumpSeconds is how long the pre-dumps took (the pod running), when
+	// they were made.
+	PreDumpSeconds float64 `json:"preDumpSeconds,omitempty"`
 }
 
 // Reasons pre-copy is not used, as the manifest and the log give them.

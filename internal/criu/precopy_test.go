@@ -243,7 +243,7 @@ func TestPreCopyPreDumpsBeforeThePause(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.PreCopy == nil || !m.PreCopy.Used || m.PreCopy.Reason != "" {
+		if m.PreCopy == nil || !m.PreCopy.Used || m.PreCopy.Reason != "" || m.PreCopy.PreDumpSeconds <= 0 {
 			t.Errorf("manifest preCopy %+v, want used", m.PreCopy)
 		}
 		members := archiveMembers(t, filepath.Join(fx.dir, archiveName("app")))
