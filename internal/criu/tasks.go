@@ -118,7 +118,7 @@ func (t *ContainerdTasks) Pid(ctx context.Context, id string) (int, error) {
 // (api/services/tasks/v1/tasks.proto), but its server never reads it
 // (plugins/services/tasks/local.go, (*local).Checkpoint, which passes only
 // the image path and options on); the shim API's CheckpointTaskRequest has
-// no parent (api/runtime/task/v2/shim.proto; core/runtime/v2/shim.go,
+// no parent (api/runtime/task/v3/shim.proto; core/runtime/v2/shim.go,
 // (*shimTask).Checkpoint); runc's CheckpointOptions has none either
 // (api/types/runc/options/oci.proto, fields exit to work_path); and the runc
 // shim builds go-runc's CheckpointOpts without ParentPath
