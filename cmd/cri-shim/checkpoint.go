@@ -153,6 +153,8 @@ type checkpointItem struct {
 	Managed        bool      `json:"managed"`
 	Runtime        string    `json:"runtime"`
 	CRIUVersion    string    `json:"criuVersion"`
+	// PreCopy is the manifest's record of memory pre-copy (absent before it existed).
+	PreCopy *criu.PreCopyInfo `json:"preCopy,omitempty"`
 }
 
 func newCheckpointsCmd() *cobra.Command {
@@ -222,7 +224,7 @@ func listCheckpoints(root string) checkpointList {
 		m := c.Manifest
 		it := checkpointItem{Name: c.Name, Dir: c.Dir, Namespace: m.Pod.Namespace, Pod: m.Pod.Name, PodUID: m.Pod.UID,
 			CheckpointedAt: m.CheckpointedAt, SizeBytes: m.SizeBytes, Containers: []string{}, PausedSeconds: m.FrozenSeconds,
-			TotalSeconds: m.TotalSeconds, Managed: m.Managed, Runtime: m.Runtime, CRIUVersion: m.CRIUVersion}
+			TotalSeconds: m.TotalSeconds, Managed: m.Managed, Runtime: m.Runtime, CRIUVersion: m.CRIUVersion, PreCopy: m.PreCopy}
 		for _, e := range m.Containers {
 			it.Containers = append(it.Containers, e.Name)
 		}

@@ -191,6 +191,7 @@ func DefaultConfig() Config {
 			MaxPerPod:     3,
 			MaxTotalBytes: 20 << 30,
 			MinInterval:   Duration{5 * time.Minute},
+			PreCopy:       PreCopyAuto,
 			PullMaxBytes:  16 << 30,
 			PullTimeout:   Duration{30 * time.Minute},
 			PullWait:      Duration{time.Minute},

@@ -85,6 +85,8 @@ func TestDecodeAndValidate(t *testing.T) {
 		{"registry twice", "[checkpoint]\nregistries = [{host = \"r.example\"}, {host = \"R.example\"}]\n", "checkpoint.registries[1]: host \"R.example\" is listed twice"},
 		{"registry ca relative", "[checkpoint]\nregistries = [{host = \"r.example\", ca_file = \"ca.pem\"}]\n", "checkpoint.registries[0].ca_file: must be an absolute path"},
 		{"pull wait too long", "[checkpoint]\npull_wait = \"5m\"\n", "checkpoint.pull_wait: must be from 0 to 3m"},
+		{"pre-copy unknown", "[checkpoint]\npre_copy = \"on\"\n", `checkpoint.pre_copy: must be "auto" or "off", got "on"`},
+		{"pre-copy off", "[checkpoint]\npre_copy = \"off\"\n", ""},
 		{"pull max bytes zero", "[checkpoint]\npull_max_bytes = 0\n", "checkpoint.pull_max_bytes: must be above 0"},
 		{"restore allow missing to", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\"}]\n", "checkpoint.restore_namespace_allow[0].to: must be a namespace name"},
 		{"restore allow bad from", "[checkpoint]\nrestore_namespace_allow = [{from = \"A/../b\", to = \"b\"}]\n", "checkpoint.restore_namespace_allow[0].from: must be a namespace name"},

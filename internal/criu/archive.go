@@ -53,7 +53,9 @@ func IsImageID(s string) bool {
 
 func stageDir(out, name string) string { return filepath.Join(out, containersDir, "."+name) }
 
-func (s *Service) captureOne(ctx context.Context, out string, t target) error {
+// captureOne captures one paused container into its staging directory; with
+// onPreDump, on top of the pre-dump already there (precopy.go).
+func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDump bool) error {
 	stage := stageDir(out, t.name)
 	images := filepath.Join(stage, crmetadata.CheckpointDirectory)
 	work := filepath.Join(stage, "work")
@@ -62,7 +64,13 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) error {
 			return err
 		}
 	}
-	if err := s.tasks.Checkpoint(ctx, t.id, images, work); err != nil {
+	var err error
+	if onPreDump {
+		err = s.preCopy.parent.CheckpointWithParent(ctx, t.id, images, work, preDumpParent)
+	} else {
+		err = s.tasks.Checkpoint(ctx, t.id, images, work)
+	}
+	if err != nil {
 		return err
 	}
 	// The log up to the cut, copied while the container is paused: the
@@ -134,35 +142,16 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		if err := addFile(tw, filepath.Join(stage, crmetadata.RootFsDiffTar), crmetadata.RootFsDiffTar); err != nil {
 			return err
 		}
-		images := filepath.Join(stage, crmetadata.CheckpointDirectory)
-		return filepath.WalkDir(images, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			rel, err := filepath.Rel(stage, p)
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				fi, err := d.Info()
-				if err != nil {
-					return err
-				}
-				h, err := tar.FileInfoHeader(fi, "")
-				if err != nil {
-					return err
-				}
-				h.Name = rel + "/"
-				return tw.WriteHeader(h)
-			}
-			if !d.Type().IsRegular() {
-				return fmt.Errorf("unexpected %s in CRIU's images: %s", d.Type(), rel)
-			}
-			return addFile(tw, p, rel)
-		})
+		if err := addTree(ctx, tw, stage, crmetadata.CheckpointDirectory); err != nil {
+			return err
+		}
+		// A pre-copy checkpoint's final images read unchanged pages from
+		// the pre-dump (CRIU follows checkpoint/parent at restore): it
+		// travels in the archive, next to checkpoint/.
+		if _, err := os.Lstat(filepath.Join(stage, preDumpDir)); err == nil {
+			return addTree(ctx, tw, stage, preDumpDir)
+		}
+		return nil
 	}()
 	if err == nil {
 		err = tw.Close()
@@ -187,6 +176,50 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		return 0, err
 	}
 	return fi.Size(), nil
+}
+
+// addTree adds stage/dir (CRIU's images, or a pre-dump) to the archive under
+// dir/. The only link allowed is CRIU's parent link of a dump taken on a
+// pre-dump, checkpoint/parent -> ../checkpoint-pre-dump (precopy.go).
+func addTree(ctx context.Context, tw *tar.Writer, stage, dir string) error {
+	return filepath.WalkDir(filepath.Join(stage, dir), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		rel, err := filepath.Rel(stage, p)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			h, err := tar.FileInfoHeader(fi, "")
+			if err != nil {
+				return err
+			}
+			h.Name = rel + "/"
+			return tw.WriteHeader(h)
+		}
+		if d.Type()&fs.ModeSymlink != 0 && rel == crmetadata.CheckpointDirectory+"/parent" {
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if target != preDumpParent {
+				return fmt.Errorf("CRIU's parent link %s points to %q, not the pre-dump %q", rel, target, preDumpParent)
+			}
+			return tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777})
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("unexpected %s in CRIU's images: %s", d.Type(), rel)
+		}
+		return addFile(tw, p, rel)
+	})
 }
 
 func addFile(tw *tar.Writer, src, name string) error {

@@ -319,6 +319,13 @@ type fixture struct {
 // (sidecar), an exited init container, and a sandbox "sb2" with c3.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureWith(t, nil)
+}
+
+// newFixtureWith is newFixture with the service's configuration and task
+// service chosen by setup (nil: the defaults, and the fake runtime's tasks).
+func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) Tasks) *fixture {
+	t.Helper()
 	base := t.TempDir()
 	root := filepath.Join(base, "checkpoints")
 	rt := newFakeRT(t)
@@ -333,8 +340,12 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, ShimBinary: "/usr/bin/cri-shim"}, rt, rt, rt,
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, ShimBinary: "/usr/bin/cri-shim"}
+	var tasks Tasks = rt
+	if setup != nil {
+		tasks = setup(rt, &cfg)
+	}
+	svc, err := New(cfg, rt, rt, tasks, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

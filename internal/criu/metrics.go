@@ -14,6 +14,7 @@ type metrics struct {
 	scheduled       *prometheus.CounterVec
 	kubeletWarm     *prometheus.CounterVec
 	retentionRemove prometheus.Counter
+	preCopy         prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -62,10 +63,14 @@ func newMetrics() *metrics {
 			Name: "cri_shim_pod_checkpoints_removed_total",
 			Help: "Managed checkpoints removed by retention (max_per_pod, max_bytes_per_namespace, max_total_bytes, a pod's checkpoint.cri-shim.io/keep).",
 		}),
+		preCopy: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cri_shim_checkpoint_precopy_available",
+			Help: "1 when checkpoints pre-copy memory (checkpoint.pre_copy is auto, CRIU and the kernel track dirty pages, the runtime passes a parent image to the final dump), else 0; decided once at start, the start-up log says why.",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove}
+		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove, m.preCopy}
 }

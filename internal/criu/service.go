@@ -65,6 +65,8 @@ type Config struct {
 	// namespace binding). It waits for a pull only a bounded time. nil
 	// refuses image references.
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
+	// PreCopy configures memory pre-copy (precopy.go); the zero value is off.
+	PreCopy PreCopyConfig
 }
 
 // Service serves CheckpointPod and RestorePod and the warm-start routes.
@@ -93,6 +95,9 @@ type Service struct {
 	// inflight tracks captures still running in containerd after their
 	// CheckpointPod returned on deadline expiry (tests wait on it).
 	inflight sync.WaitGroup
+
+	// preCopy is the start-up decision on memory pre-copy (precopy.go).
+	preCopy preCopyPlan
 
 	// warmRecs holds the records of warm (warm.go).
 	warmRecs *store.Bucket
@@ -146,6 +151,13 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		warm:          make(map[string]*warmPod),
 		jobs:          make(map[string]*job),
 		jobsByOut:     make(map[string]*job),
+	}
+	s.preCopy = planPreCopy(cfg.PreCopy, tasks)
+	if s.preCopy.use {
+		s.metrics.preCopy.Set(1)
+		log.Info("checkpoint: memory pre-copy on: each container is pre-dumped while the pod runs, the frozen dump writes only pages dirtied since")
+	} else {
+		log.Info("checkpoint: memory pre-copy off", "reason", s.preCopy.reason, "dirtyPageTracking", s.preCopy.tracking)
 	}
 	if err := s.loadWarm(); err != nil {
 		return nil, err
