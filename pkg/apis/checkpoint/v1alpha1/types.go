@@ -352,7 +352,9 @@ const (
 	// ReasonNamespaceNotAllowed: status False; the checkpoint was taken in a
 	// namespace whose checkpoints pods of this one may not restore.
 	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
-	// ReasonSourceImageUnreachable: status False; the registry (or the API
-	// server, for the pod's pull secrets) did not answer.
+	// ReasonSourceImageUnreachable: status False; the registry, or the API
+	// server for the restoring pod's pull secrets, did not answer, or the
+	// restoring pod could not be read as the restore's (the message says
+	// which).
 	ReasonSourceImageUnreachable = "SourceImageUnreachable"
 )
