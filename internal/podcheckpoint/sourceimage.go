@@ -132,7 +132,7 @@ func (r *Reconciler) reconcileSource(ctx context.Context, k string) error {
 		if err != nil {
 			r.mu.Lock()
 			st.checking = false
-			if errors.Is(err, errHeldElsewhere) || apierrors.IsNotFound(err) {
+			if final(err) {
 				delete(r.srcReq, k)
 				err = nil
 			}
@@ -168,7 +168,11 @@ func (r *Reconciler) checkSource(ctx context.Context, pc *cpv1.PodCheckpoint, re
 	}
 	for ctx.Err() == nil {
 		werr := r.sourceChecked(ctx, pc, req, info, err)
-		if werr == nil || apierrors.IsNotFound(werr) || errors.Is(werr, errHeldElsewhere) {
+		if werr == nil {
+			break
+		}
+		if final(werr) {
+			r.log.Warn("podcheckpoint: the source image's status not written", "object", key(pc.Namespace, pc.Name), "err", werr)
 			break
 		}
 		r.log.Warn("podcheckpoint: writing the source image's status, retrying", "object", key(pc.Namespace, pc.Name), "err", werr)
@@ -222,6 +226,14 @@ func (r *Reconciler) sourceChecked(ctx context.Context, pc *cpv1.PodCheckpoint, 
 		r.ev.emit(objectRef(pc), corev1.EventTypeWarning, reason, msg)
 	}
 	return err
+}
+
+// final reports whether a status write's error will not go away by
+// writing again: the object is gone, replaced or another node's, or the API
+// server refuses the write itself.
+func final(err error) bool {
+	return errors.Is(err, errHeldElsewhere) || errors.Is(err, errReplaced) ||
+		apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
 }
 
 // sourceReason is the Ready reason of a check's outcome (CheckSource's

@@ -198,14 +198,7 @@ func TestSourceImageHeldElsewhere(t *testing.T) {
 
 	// The race: this node read the object unheld, node-b held it since.
 	e.api.put(imageObject("ns", "raced"))
-	if _, err := rs.Resolve("ns", "restored", "u3", "raced"); err == nil {
-		t.Fatal("answered before the object was read")
-	}
-	waitFor(t, "the background read", func() bool {
-		rs.mu.Lock()
-		defer rs.mu.Unlock()
-		return rs.fetched["ns/raced"].pc != nil
-	})
+	readInBackground(t, rs, "ns", "raced")
 	held, _ := e.api.Get(context.Background(), "ns", "raced")
 	held.Status.NodeName = "node-b"
 	e.api.put(held)
@@ -217,6 +210,30 @@ func TestSourceImageHeldElsewhere(t *testing.T) {
 	}
 	if n := src.count(); n != 0 {
 		t.Errorf("checked node-b's objects: %v", src.calls)
+	}
+}
+
+// An object deleted and created again under its name after this node read
+// it: the claim of the old one is dropped, not retried, and nothing is
+// asked of the registry for it; the next read finds the new one.
+func TestSourceImageReplacedObject(t *testing.T) {
+	src := &fakeSources{}
+	e, rs, _ := sourceEnv(t, src)
+	e.api.put(imageObject("ns", "img"))
+	readInBackground(t, rs, "ns", "img")
+	again := imageObject("ns", "img")
+	again.UID = "obj-img-2"
+	e.api.put(again)
+	resolveUntil(t, rs, "ns", "restored", "u2", "img")
+	time.Sleep(300 * time.Millisecond)
+	if r, n := e.api.reasons(), src.count(); len(r) != 0 || n != 0 {
+		t.Errorf("the replaced object's claim: reasons written %v, %d checks", r, n)
+	}
+	e.r.mu.Lock()
+	left := len(e.r.srcReq)
+	e.r.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d requests left queued", left)
 	}
 }
 
@@ -264,6 +281,20 @@ func TestSourceReasons(t *testing.T) {
 			t.Errorf("%v: %s, want %s", tc.err, got, tc.reason)
 		}
 	}
+}
+
+// readInBackground has rs read ns/name as a first restore from it does,
+// and waits for the answer.
+func readInBackground(t *testing.T, rs *Restores, ns, name string) {
+	t.Helper()
+	if _, err := rs.Resolve(ns, "restored", "u0", name); err == nil {
+		t.Fatal("answered before the object was read")
+	}
+	waitFor(t, "the background read", func() bool {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		return rs.fetched[key(ns, name)].pc != nil
+	})
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

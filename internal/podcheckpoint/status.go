@@ -17,6 +17,9 @@ import (
 // may write it (deploy/admission).
 var errHeldElsewhere = errors.New("held by another node")
 
+// errReplaced: the object was deleted and created again under its name.
+var errReplaced = errors.New("object replaced")
+
 // setStatus applies edit to the newest status of pc and writes it. A
 // conflict re-reads the object and applies edit again, unless another node
 // holds it by then (errHeldElsewhere).
@@ -39,7 +42,7 @@ func (r *Reconciler) setStatus(ctx context.Context, pc *cpv1.PodCheckpoint, edit
 			return err
 		}
 		if cur.UID != pc.UID {
-			return errors.New("object replaced")
+			return errReplaced
 		}
 	}
 }
