@@ -133,7 +133,7 @@ func (r *Reconciler) reconcileSource(ctx context.Context, k string) error {
 			r.mu.Lock()
 			st.checking = false
 			if final(err) {
-				delete(r.srcReq, k)
+				r.dropRequest(k, req)
 				err = nil
 			}
 			r.mu.Unlock()
@@ -144,7 +144,7 @@ func (r *Reconciler) reconcileSource(ctx context.Context, k string) error {
 		}
 	}
 	r.mu.Lock()
-	delete(r.srcReq, k)
+	r.dropRequest(k, req)
 	r.mu.Unlock()
 	r.wg.Add(1)
 	go func() {
@@ -152,6 +152,14 @@ func (r *Reconciler) reconcileSource(ctx context.Context, k string) error {
 		r.checkSource(ctx, pc, req, st)
 	}()
 	return nil
+}
+
+// dropRequest forgets the request of k if it is still req: one that came
+// in meanwhile (another pod) waits for its own check. r.mu is held.
+func (r *Reconciler) dropRequest(k string, req sourceRequest) {
+	if cur, ok := r.srcReq[k]; ok && cur.uid == req.uid && cur.pod == req.pod {
+		delete(r.srcReq, k)
+	}
 }
 
 // checkSource asks the registry and writes the outcome, retrying the write
