@@ -165,17 +165,9 @@ func (p *RestorePuller) pull(j *pullJob, ref, digest, dirName string, allowed Al
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	node, err := LoadKeychain(p.cfg.NodeAuthFile)
+	kc, err := p.keychain(ctx, ns, pod, uid)
 	if err != nil {
-		return fmt.Errorf("%w: the node's registry credentials: %v", errdefs.ErrFailedPrecondition, err)
-	}
-	kc := node
-	if p.cfg.PodKeychain != nil {
-		podKC, err := p.cfg.PodKeychain(ctx, ns, pod, uid)
-		if err != nil {
-			return err
-		}
-		kc = authn.NewMultiKeychain(podKC, node)
+		return err
 	}
 	reg := Registry{Keychain: kc, CAFile: allowed.CAFile, PlainHTTP: allowed.PlainHTTP, Transport: p.cfg.Transport}
 	res, err := Pull(ctx, ref, reg, PullOptions{

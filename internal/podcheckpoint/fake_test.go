@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -98,6 +99,18 @@ func (f *fakeAPI) Update(_ context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCh
 
 func (f *fakeAPI) UpdateStatus(_ context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error) {
 	return f.write(pc, true)
+}
+
+// outage makes the server fail every call while then runs, and for d after.
+func (f *fakeAPI) outage(d time.Duration, then func()) {
+	f.mu.Lock()
+	f.down = true
+	f.mu.Unlock()
+	then()
+	time.Sleep(d)
+	f.mu.Lock()
+	f.down = false
+	f.mu.Unlock()
 }
 
 func (f *fakeAPI) reasons() []string {

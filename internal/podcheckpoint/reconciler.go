@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +57,10 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// Exporter pushes objects with spec.export (export.go); nil fails them.
 	Exporter Exporter
+	// Sources checks the references of objects with spec.sourceImage that
+	// pods of this node restore from (sourceimage.go); nil: this node has
+	// no registries, and such objects are RegistryNotAllowed.
+	Sources SourceChecker
 }
 
 // Reconciler checkpoints the pods of this node that PodCheckpoints name and
@@ -88,7 +93,11 @@ type Reconciler struct {
 	exporting    map[types.UID]bool
 	exportFailed map[types.UID]time.Time
 	exporter     Exporter
-	wg           sync.WaitGroup
+	// srcReq holds the restores that asked for objects with
+	// spec.sourceImage, srcState their last checks (sourceimage.go).
+	srcReq   map[string]sourceRequest
+	srcState map[types.UID]*sourceState
+	wg       sync.WaitGroup
 }
 
 // NewReconciler builds a reconciler; Run starts it.
@@ -109,6 +118,8 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 		exporting:    make(map[types.UID]bool),
 		exportFailed: make(map[types.UID]time.Time),
 		exporter:     cfg.Exporter,
+		srcReq:       make(map[string]sourceRequest),
+		srcState:     make(map[types.UID]*sourceState),
 	}
 }
 
@@ -196,12 +207,15 @@ func terminal(pc *cpv1.PodCheckpoint) bool {
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, k string) error {
+	if src, ok := strings.CutPrefix(k, sourcePrefix); ok {
+		return r.reconcileSource(ctx, src)
+	}
 	pc := r.get(k)
 	if pc == nil {
 		return nil
 	}
 	if h := pc.Status.NodeName; h != "" && h != r.cfg.Node || pc.Spec.SourcePodName == "" {
-		return nil // another node's, or a registry's (spec.sourceImage)
+		return nil // another node's, or a registry's (spec.sourceImage: sourceimage.go)
 	}
 	r.mu.Lock()
 	// The pod's checkpoint in flight is this object's (spec is immutable).

@@ -300,14 +300,7 @@ func TestStatusCatchesUp(t *testing.T) {
 	e.pod("ns", "web", "uid-1")
 	e.create(object("ns", "cp", "web"))
 	e.waitReason(t, "ns", "cp", cpv1.ReasonInProgress)
-	e.api.mu.Lock()
-	e.api.down = true
-	e.api.mu.Unlock()
-	close(e.ck.release)
-	time.Sleep(100 * time.Millisecond)
-	e.api.mu.Lock()
-	e.api.down = false
-	e.api.mu.Unlock()
+	e.api.outage(100*time.Millisecond, func() { close(e.ck.release) })
 	e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
 }
 

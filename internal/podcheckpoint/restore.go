@@ -42,6 +42,9 @@ type restoreView struct {
 	object func(ns, name string) *cpv1.PodCheckpoint
 	pod    func(ns, name string) *corev1.Pod
 	get    func(ctx context.Context, ns, name string) (*cpv1.PodCheckpoint, error)
+	// source, if set, is told of each restore from an object with
+	// spec.sourceImage (Reconciler.SourceRestore); it must not wait.
+	source func(pc *cpv1.PodCheckpoint, pod, uid string)
 }
 
 type fetchResult struct {
@@ -88,7 +91,10 @@ func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
 	if pc.Spec.SourceImage != "" {
 		// A checkpoint in a registry: the criu service pulls it under the
 		// node's registry allow-list and the namespace binding; there is no
-		// template to compare.
+		// template to compare. The holding node's status records it.
+		if v.source != nil {
+			v.source(pc, pod, uid)
+		}
 		return pc.Spec.SourceImage, nil
 	}
 	elsewhere := pc.Status.NodeName != r.node && pc.Status.NodeName != ""

@@ -26,9 +26,11 @@ type Conn interface {
 
 // Run waits for the API connection, then reconciles the PodCheckpoints of
 // node until ctx ends, pushes those with spec.export through exp (nil: they
-// fail), and answers restores (may be nil) from what it watches. It never holds up the shim: it runs beside the CRI server and
-// only its own goroutines wait on the API server.
-func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, rt Runtime, restores *Restores, exp Exporter, ev EventSink, log *slog.Logger) {
+// fail), checks the spec.sourceImage of objects its pods restore from
+// through src (nil: the node has no registries), and answers restores (may
+// be nil) from what it watches. It never holds up the shim: it runs beside
+// the CRI server and only its own goroutines wait on the API server.
+func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, rt Runtime, restores *Restores, exp Exporter, src SourceChecker, ev EventSink, log *slog.Logger) {
 	log = log.With("component", "podcheckpoint")
 	select {
 	case <-ctx.Done():
@@ -40,12 +42,12 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 		log.Error("PodCheckpoint objects are not reconciled", "err", err)
 		return
 	}
-	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute, Exporter: exp},
+	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute, Exporter: exp, Sources: src},
 		ckpt, rt, c, conn.Resources(), ev, log)
 	pods := podInformer(conn.Resources(), node)
 	go pods.Run(ctx.Done())
 	if restores != nil {
-		restores.connect(&restoreView{object: r.Lookup, pod: cachedPod(pods.GetStore()), get: c.Get})
+		restores.connect(&restoreView{object: r.Lookup, pod: cachedPod(pods.GetStore()), get: c.Get, source: r.SourceRestore})
 	}
 	go NewWatches(c, rt, r, node, log).Run(ctx)
 	r.Run(ctx)

@@ -3,6 +3,7 @@ package podcheckpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,11 +13,22 @@ import (
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
+// errHeldElsewhere: the object's status names another node, which alone
+// may write it (deploy/admission).
+var errHeldElsewhere = errors.New("held by another node")
+
+// errReplaced: the object was deleted and created again under its name.
+var errReplaced = errors.New("object replaced")
+
 // setStatus applies edit to the newest status of pc and writes it. A
-// conflict re-reads the object and applies edit again.
+// conflict re-reads the object and applies edit again, unless another node
+// holds it by then (errHeldElsewhere).
 func (r *Reconciler) setStatus(ctx context.Context, pc *cpv1.PodCheckpoint, edit func(*cpv1.PodCheckpointStatus)) error {
 	cur := pc.DeepCopy()
 	for attempt := 0; ; attempt++ {
+		if h := cur.Status.NodeName; h != "" && h != r.cfg.Node {
+			return fmt.Errorf("PodCheckpoint %s/%s: %w (%s)", pc.Namespace, pc.Name, errHeldElsewhere, h)
+		}
 		edit(&cur.Status)
 		out, err := r.objs.UpdateStatus(ctx, cur)
 		if err == nil {
@@ -30,7 +42,7 @@ func (r *Reconciler) setStatus(ctx context.Context, pc *cpv1.PodCheckpoint, edit
 			return err
 		}
 		if cur.UID != pc.UID {
-			return errors.New("object replaced")
+			return errReplaced
 		}
 	}
 }

@@ -125,6 +125,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// registries only, with the pod's image pull secrets read as the node.
 	var pullRestore func(ctx context.Context, ns, pod, uid, ref string) (string, error)
 	var exporter podcheckpoint.Exporter
+	var sources podcheckpoint.SourceChecker
 	if len(cfg.Checkpoint.Registries) > 0 {
 		pc := ociartifact.RestorePullConfig{
 			Root: cfg.Checkpoint.Root, NodeAuthFile: cfg.Checkpoint.RegistryAuthFile,
@@ -142,7 +143,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
 				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
 		}
-		pullRestore = ociartifact.NewRestorePuller(pc).Pull
+		puller := ociartifact.NewRestorePuller(pc)
+		pullRestore, sources = puller.Pull, puller
 	}
 	// Events on pods (warm restarts the kubelet drives), with an API connection.
 	var podEvent func(ns, pod, uid, eventType, reason, action, note string)
@@ -265,7 +267,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		go func() {
 			defer wg.Done()
 			podcheckpoint.Run(watchCtx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
-				runtimeapi.NewRuntimeServiceClient(backend), restores, exporter, checkpointEvents, log)
+				runtimeapi.NewRuntimeServiceClient(backend), restores, exporter, sources, checkpointEvents, log)
 		}()
 		wg.Add(1)
 		go func() { defer wg.Done(); reporter.Run(watchCtx) }()

@@ -117,8 +117,10 @@ func pushedPod(t *testing.T, addr, ns, name, repo string) string {
 // pulls it into oci-<digest>, reading the pod's image pull secrets as the
 // node); a pod of another namespace naming it and a reference to a registry
 // outside the allow-list stay Pending with precise events; a PodCheckpoint
-// whose spec.sourceImage is the reference restores a pod by its name; the
-// pulled directory goes with the pods.
+// whose spec.sourceImage is the reference restores a pod by its name, and
+// the node that restored it holds it with the reference resolved and the
+// restore recorded in its status (one naming an unlisted registry:
+// RegistryNotAllowed); the pulled directory goes with the pods.
 func TestRestoreFromImageReference(t *testing.T) {
 	cs, addr := shimAsNodeWithRegistry(t)
 	ns := testNamespace(t, cs, "e2e-img")
@@ -175,6 +177,9 @@ func TestRestoreFromImageReference(t *testing.T) {
 	if _, err := pcs.Create(ctxT(t, 10*time.Second), fromImage); err != nil {
 		t.Fatal(err)
 	}
+	if got, err := pcs.Get(ctxT(t, 10*time.Second), ns, "from-img"); err != nil || len(got.Status.Conditions) != 0 || got.Status.NodeName != "" {
+		t.Errorf("from-img before any restore from it: %+v, %v (no node holds it yet)", got.Status, err)
+	}
 	bad := fromImage.DeepCopy()
 	bad.Name, bad.Spec.SourceImage = "by-tag", addr+"/e2e/img:v1"
 	_, err = pcs.Create(ctxT(t, 10*time.Second), bad)
@@ -190,6 +195,24 @@ func TestRestoreFromImageReference(t *testing.T) {
 		t.Fatalf("pod restored from PodCheckpoint from-img logs secret %s, the source's is %s", got, secret)
 	}
 	t.Logf("restored by the name of a PodCheckpoint with spec.sourceImage: Running %.1fs after it was created", time.Since(t0).Seconds())
+	sourceImageStatus(t, cs, pcs, ns, "from-img", "by-name", ref)
+
+	// An object naming a registry outside the allow-list: the node that
+	// restores a pod from it holds it with the allow-list's refusal.
+	farObj := fromImage.DeepCopy()
+	farObj.Name, farObj.Spec.SourceImage = "far-img", far
+	if _, err := pcs.Create(ctxT(t, 10*time.Second), farObj); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("far-by-name", "far-img"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	farStatus := waitCheckpoint(t, pcs, ns, "far-img", cpv1.ReasonRegistryNotAllowed, 2*time.Minute)
+	if c := meta.FindStatusCondition(farStatus.Status.Conditions, cpv1.ConditionReady); c.Status != metav1.ConditionFalse ||
+		!strings.Contains(c.Message, "is not in this node's [checkpoint] registries allow-list") || farStatus.Status.SourceImage != nil {
+		t.Errorf("far-img: Ready %+v, status.sourceImage %+v", c, farStatus.Status.SourceImage)
+	}
+	stillPending(t, cs, ns, "far-by-name", secret)
 
 	// The pulled checkpoint goes with the last pod using it.
 	for _, p := range []string{"restored", "by-name"} {
@@ -203,6 +226,32 @@ func TestRestoreFromImageReference(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// sourceImageStatus checks the status of ns/name, an object with
+// spec.sourceImage ref that pod was restored from: held by this node,
+// Ready True SourceImageResolved, the index's annotations (the source pod
+// "src" of ns) and the restore recorded.
+func sourceImageStatus(t *testing.T, cs kubernetes.Interface, pcs *podcheckpoint.Client, ns, name, pod, ref string) {
+	t.Helper()
+	got := waitCheckpoint(t, pcs, ns, name, cpv1.ReasonSourceImageResolved, 2*time.Minute)
+	p, err := cs.CoreV1().Pods(ns).Get(ctxT(t, 10*time.Second), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := got.Status
+	if s.NodeName != node.env["NODE_NAME"] {
+		t.Errorf("%s held by %q, want this node", name, s.NodeName)
+	}
+	si := s.SourceImage
+	if si == nil || si.Digest != ref[strings.LastIndex(ref, "@")+1:] || si.PodNamespace != ns || si.PodName != "src" ||
+		si.CheckpointedAt == nil || len(si.Containers) == 0 {
+		t.Errorf("%s: status.sourceImage %+v", name, si)
+	}
+	if lr := s.LastRestore; lr == nil || lr.PodName != pod || lr.PodUID != p.UID || lr.NodeName != node.env["NODE_NAME"] {
+		t.Errorf("%s: status.lastRestore %+v, want pod %s (%s)", name, lr, pod, p.UID)
+	}
+	t.Logf("%s: %s", name, meta.FindStatusCondition(s.Conditions, cpv1.ConditionReady).Message)
 }
 
 // waitExported waits for the Exported condition of ns/name to have reason.

@@ -19,6 +19,8 @@ import (
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Size",type=integer,format=int64,JSONPath=`.status.sizeBytes`
+// +kubebuilder:printcolumn:name="Source Image",type=string,priority=1,JSONPath=`.spec.sourceImage`
+// +kubebuilder:printcolumn:name="Last Restore",type=string,priority=1,JSONPath=`.status.lastRestore.podName`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PodCheckpoint struct {
 	metav1.TypeMeta `json:",inline"`
@@ -168,6 +170,20 @@ type PodCheckpointStatus struct {
 	// +optional
 	Export *PodCheckpointExportStatus `json:"export,omitempty"`
 
+	// sourceImage is what the node holding an object with spec.sourceImage
+	// found at that reference: the image index's annotations (a pull checks
+	// them against the checkpoint itself). Set when Ready is
+	// SourceImageResolved; kept through later failures, dated by resolvedTime.
+	// +optional
+	SourceImage *PodCheckpointSourceImageStatus `json:"sourceImage,omitempty"`
+
+	// lastRestore is the newest pod whose restore from this object the
+	// holding node resolved (its RunPodSandbox; the warm start follows, and
+	// the pod's events say how it went). Restores on other nodes are not
+	// recorded. Written for objects with spec.sourceImage.
+	// +optional
+	LastRestore *PodCheckpointRestoreStatus `json:"lastRestore,omitempty"`
+
 	// conditions: the Ready condition is the single source of truth for the
 	// checkpoint's progress (reasons below); Exported that of spec.export.
 	// +optional
@@ -187,6 +203,53 @@ type PodCheckpointExportStatus struct {
 	// completionTime is when the push ended.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// PodCheckpointSourceImageStatus describes the pod checkpoint that
+// spec.sourceImage names, as its image index's annotations say.
+type PodCheckpointSourceImageStatus struct {
+	// digest is the image index's digest, as the registry served it.
+	// +kubebuilder:validation:MaxLength=128
+	Digest string `json:"digest"`
+	// podNamespace is the namespace of the pod the checkpoint was taken of.
+	// +kubebuilder:validation:MaxLength=63
+	PodNamespace string `json:"podNamespace"`
+	// podName is the name of that pod.
+	// +kubebuilder:validation:MaxLength=253
+	PodName string `json:"podName"`
+	// podUID is that pod's UID.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	PodUID types.UID `json:"podUID,omitempty"`
+	// checkpointedAt is when the checkpoint was taken.
+	// +optional
+	CheckpointedAt *metav1.Time `json:"checkpointedAt,omitempty"`
+	// containers are the captured containers, in restore order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	Containers []string `json:"containers,omitempty"`
+	// resolvedTime is when the node last resolved the reference.
+	ResolvedTime metav1.Time `json:"resolvedTime"`
+}
+
+// PodCheckpointRestoreStatus is a pod restored from the object.
+type PodCheckpointRestoreStatus struct {
+	// podName is the restoring pod, in the object's namespace.
+	// +kubebuilder:validation:MaxLength=253
+	PodName string `json:"podName"`
+	// podUID is the restoring pod's UID.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	PodUID types.UID `json:"podUID,omitempty"`
+	// nodeName is the node the pod runs on.
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName"`
+	// time is when the node resolved the restore.
+	Time metav1.Time `json:"time"`
 }
 
 // PodCheckpointContainerStatus identifies a container captured in the checkpoint.
@@ -259,4 +322,39 @@ const (
 	// ReasonSourcePodReplaced: status False, terminal; the live pod's UID is
 	// not spec.sourcePodUID (or not the UID the node pinned).
 	ReasonSourcePodReplaced = "SourcePodReplaced"
+)
+
+// Reasons of the Ready condition of an object with spec.sourceImage,
+// written by the node that holds it: the first node that restores a pod
+// from it (docs/podcheckpoint.md, "Status of an object with
+// spec.sourceImage"). Before that the object has no status, and ReasonPending
+// says the node is checking. None is terminal: the next restore checks again.
+const (
+	// ReasonSourceImageResolved: status True; the registry serves a pod
+	// checkpoint at the reference that pods of the namespace may restore;
+	// status.sourceImage describes it.
+	ReasonSourceImageResolved = "SourceImageResolved"
+	// ReasonSourceImageInvalid: status False; the reference breaks the
+	// node's rules (registry host spelt out, sha256 digest, repository form).
+	ReasonSourceImageInvalid = "SourceImageInvalid"
+	// ReasonRegistryNotAllowed: status False; the registry is not in the
+	// holding node's [checkpoint] registries allow-list.
+	ReasonRegistryNotAllowed = "RegistryNotAllowed"
+	// ReasonSourceImageNotFound: status False; the registry has no manifest
+	// at that digest.
+	ReasonSourceImageNotFound = "SourceImageNotFound"
+	// ReasonSourceImageUnauthorized: status False; the registry refused the
+	// restoring pod's image pull secrets and the node's credentials.
+	ReasonSourceImageUnauthorized = "SourceImageUnauthorized"
+	// ReasonNotAPodCheckpoint: status False; the image is not a cri-shim pod
+	// checkpoint this node restores.
+	ReasonNotAPodCheckpoint = "NotAPodCheckpoint"
+	// ReasonNamespaceNotAllowed: status False; the checkpoint was taken in a
+	// namespace whose checkpoints pods of this one may not restore.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonSourceImageUnreachable: status False; the registry, or the API
+	// server for the restoring pod's pull secrets, did not answer, or the
+	// restoring pod could not be read as the restore's (the message says
+	// which).
+	ReasonSourceImageUnreachable = "SourceImageUnreachable"
 )

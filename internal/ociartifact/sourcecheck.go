@@ -1,0 +1,171 @@
+package ociartifact
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+)
+
+// sourceCheckTimeout bounds one CheckSource (the pod's secrets and one
+// manifest request).
+const sourceCheckTimeout = 30 * time.Second
+
+// SourceInfo is what a pod checkpoint's image index says of it: its
+// annotations, which a pull checks against the checkpoint's manifest.json.
+type SourceInfo struct {
+	// Digest is the index's digest, as the registry served it.
+	Digest string
+	// PodNamespace, PodName and PodUID name the pod it was taken of.
+	PodNamespace, PodName, PodUID string
+	// CheckpointedAt is when it was taken (zero when not given).
+	CheckpointedAt time.Time
+	// Containers are the captured containers, in restore order.
+	Containers []string
+}
+
+// CheckSource resolves ref, a PodCheckpoint's spec.sourceImage, as a
+// restore of pod ns/pod (sandbox UID uid) from it would, and reads only its
+// image index: one manifest GET of at most 1 MiB, no blob. The reference
+// passes ParseRestoreRef (this node's allow-list, a sha256 digest) before
+// any connection; credentials are the pod's image pull secrets, then the
+// node's; a checkpoint of a namespace ns may not restore from is refused
+// with criu.ErrForeignCheckpoint and nothing of it returned. Errors are of
+// an errdefs class: InvalidArgument, PermissionDenied (not allow-listed),
+// NotFound (the registry has no such manifest), Unauthenticated (the
+// registry refused the credentials), FailedPrecondition (not a pod
+// checkpoint this build restores) and Unavailable (registry or API server
+// not answering: try again).
+func (p *RestorePuller) CheckSource(ctx context.Context, ns, pod, uid, ref string) (SourceInfo, error) {
+	d, allowed, err := ParseRestoreRef(ref, p.cfg.Registries)
+	if err != nil {
+		return SourceInfo{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, sourceCheckTimeout)
+	defer cancel()
+	kc, err := p.keychain(ctx, ns, pod, uid)
+	if err != nil {
+		if !errdefs.IsUnavailable(err) {
+			// The restoring pod's trouble (replaced, moved), not the image's.
+			err = fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		return SourceInfo{}, err
+	}
+	reg := Registry{Keychain: kc, CAFile: allowed.CAFile, PlainHTTP: allowed.PlainHTTP, Transport: p.cfg.Transport}
+	r, opts, err := reg.connect(ctx, d.String())
+	if err != nil {
+		return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrUnavailable, ref, err)
+	}
+	desc, err := remote.Get(r, opts...)
+	if err != nil {
+		return SourceInfo{}, registryError(ref, err)
+	}
+	if desc.MediaType != types.OCIImageIndex {
+		return SourceInfo{}, fmt.Errorf("%w: %s: %v: media type %q, want an OCI image index", errdefs.ErrFailedPrecondition, ref, errNotCheckpoint, desc.MediaType)
+	}
+	if desc.Digest.String() != d.DigestStr() {
+		return SourceInfo{}, fmt.Errorf("%w: %s: the registry served index %s: %v", errdefs.ErrFailedPrecondition, ref, desc.Digest, errDigest)
+	}
+	if err := checkRaw(desc.Manifest, desc.Digest, int64(len(desc.Manifest))); err != nil {
+		return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
+	}
+	idx, err := parseIndex(desc.Manifest)
+	if err != nil {
+		return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
+	}
+	info, err := sourceInfo(idx)
+	if err != nil {
+		return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
+	}
+	info.Digest = desc.Digest.String()
+	if !p.cfg.RestoreAllowed(info.PodNamespace, ns) {
+		return SourceInfo{}, fmt.Errorf("%w: %s", criu.ErrForeignCheckpoint, ref)
+	}
+	return info, nil
+}
+
+// sourceInfo reads a checked index's annotations, which are hostile input:
+// names must have Kubernetes' forms, since they go into an object's status.
+func sourceInfo(idx *pulledIndex) (SourceInfo, error) {
+	a := idx.raw.Annotations
+	info := SourceInfo{PodNamespace: a[AnnotationPodNamespace], PodName: a[AnnotationPodName], PodUID: a[AnnotationPodUID]}
+	if errs := validation.IsDNS1123Label(info.PodNamespace); len(errs) > 0 {
+		return SourceInfo{}, fmt.Errorf("annotation %s %q: %s", AnnotationPodNamespace, info.PodNamespace, errs[0])
+	}
+	if errs := validation.IsDNS1123Subdomain(info.PodName); len(errs) > 0 {
+		return SourceInfo{}, fmt.Errorf("annotation %s %q: %s", AnnotationPodName, info.PodName, errs[0])
+	}
+	if len(info.PodUID) > 128 || strings.ContainsFunc(info.PodUID, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return SourceInfo{}, fmt.Errorf("annotation %s is not a UID", AnnotationPodUID)
+	}
+	if s := a[AnnotationCheckpointedAt]; s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return SourceInfo{}, fmt.Errorf("annotation %s: %v", AnnotationCheckpointedAt, err)
+		}
+		info.CheckpointedAt = t
+	}
+	// The descriptors' names are checked (parseIndex); the annotation gives
+	// their restore order and must name the same containers.
+	listed := strings.Split(a[AnnotationContainers], ",")
+	if len(listed) != len(idx.containers) {
+		return SourceInfo{}, fmt.Errorf("annotation %s lists %d containers, the index %d", AnnotationContainers, len(listed), len(idx.containers))
+	}
+	have := map[string]bool{}
+	for _, c := range idx.containers {
+		have[c.name] = true
+	}
+	for _, n := range listed {
+		if !have[n] {
+			return SourceInfo{}, fmt.Errorf("annotation %s names %q, which the index does not hold", AnnotationContainers, n)
+		}
+		delete(have, n)
+		info.Containers = append(info.Containers, n)
+	}
+	return info, nil
+}
+
+// registryError classifies a failed manifest request.
+func registryError(ref string, err error) error {
+	var te *transport.Error
+	if errors.As(err, &te) {
+		switch te.StatusCode {
+		case http.StatusNotFound:
+			return fmt.Errorf("%w: %s: the registry has no such manifest: %v", errdefs.ErrNotFound, ref, err)
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fmt.Errorf("%w: %s: the registry refused the credentials (the restoring pod's image pull secrets, then the node's): %v", errdefs.ErrUnauthenticated, ref, err)
+		}
+	}
+	if errors.Is(err, errManifestTooLarge) {
+		return fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
+	}
+	return fmt.Errorf("%w: %s: %v", errdefs.ErrUnavailable, ref, err)
+}
+
+// keychain is the credentials of a restore of pod ns/pod: its image pull
+// secrets (with an API connection), then the node's.
+func (p *RestorePuller) keychain(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
+	node, err := LoadKeychain(p.cfg.NodeAuthFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the node's registry credentials: %v", errdefs.ErrFailedPrecondition, err)
+	}
+	if p.cfg.PodKeychain == nil {
+		return node, nil
+	}
+	podKC, err := p.cfg.PodKeychain(ctx, ns, pod, uid)
+	if err != nil {
+		return nil, err
+	}
+	return authn.NewMultiKeychain(podKC, node), nil
+}
