@@ -58,6 +58,11 @@ type CheckpointConfig struct {
 	// PullWait is how long the kubelet's RunPodSandbox waits for its pull
 	// before it is answered Unavailable and retried.
 	PullWait Duration `toml:"pull_wait" comment:"How long RunPodSandbox waits for its pull before answering Unavailable (the kubelet retries; at most 3m, under the kubelet's 4m sandbox timeout)."`
+	// ObjectWait is how long the kubelet's RunPodSandbox of a pod whose
+	// restore-from names a PodCheckpoint the node does not watch (one held
+	// by another node) waits for the object's read from the API server
+	// before it is answered Unavailable and retried; the read goes on.
+	ObjectWait Duration `toml:"object_wait" comment:"How long RunPodSandbox waits for the API server's answer about a PodCheckpoint held by another node before answering Unavailable (the read goes on, the kubelet retries; 0 to 15s)."`
 }
 
 // Values of checkpoint.pre_copy.
@@ -161,6 +166,12 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 	}
 	if d := c.PullWait.Duration; d < 0 || d > 3*time.Minute {
 		bad("checkpoint.pull_wait", "must be from 0 to 3m (the kubelet gives RunPodSandbox 4m), got %s", d)
+	}
+	// 15 s is the read's own bound (podcheckpoint's fetchTimeout): waiting
+	// longer gains nothing, and an API server that does not answer holds a
+	// CRI call at most this long.
+	if d := c.ObjectWait.Duration; d < 0 || d > 15*time.Second {
+		bad("checkpoint.object_wait", "must be from 0 to 15s (one read of the object is given 15s), got %s", d)
 	}
 }
 

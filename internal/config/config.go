@@ -195,6 +195,7 @@ func DefaultConfig() Config {
 			PullMaxBytes:  16 << 30,
 			PullTimeout:   Duration{30 * time.Minute},
 			PullWait:      Duration{time.Minute},
+			ObjectWait:    Duration{5 * time.Second},
 		},
 		Kubernetes: KubernetesConfig{QPS: 5, Burst: 10},
 	}

@@ -1,13 +1,16 @@
 package criu
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -31,10 +34,16 @@ func TestWarmStartResolvesRestoreNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var asked []string
-	fx.svc.cfg.ResolveRestore = func(ns, pod, uid, name string) (string, error) {
+	fx.svc.cfg.ResolveRestore = func(ctx context.Context, ns, pod, uid, name string) (string, error) {
 		asked = append(asked, ns+"/"+name)
-		if name == "my-cp" {
+		if _, ok := ctx.Deadline(); !ok {
+			return "", errors.New("the call's context has no deadline")
+		}
+		switch name {
+		case "my-cp":
 			return "pcp-0001", nil
+		case "far":
+			return "", fmt.Errorf("%w: CheckpointNotReady: PodCheckpoint \"far\" of namespace \"ns\" is being looked up", errdefs.ErrUnavailable)
 		}
 		return "", errors.New("PodSpecMismatch: spec.containers[0].image differs")
 	}
@@ -48,6 +57,11 @@ func TestWarmStartResolvesRestoreNames(t *testing.T) {
 	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "other"})
 	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "PodSpecMismatch: spec.containers[0].image") {
 		t.Errorf("resolver's refusal: %v", err)
+	}
+	// A refusal that says the answer is not in yet stays Unavailable.
+	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "far"})
+	if status.Code(proxy.Status(err)) != codes.Unavailable || !strings.Contains(err.Error(), "is being looked up; the pod stays pending") {
+		t.Errorf("resolver not done yet: %v", err)
 	}
 	asked = nil
 	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "plain"}); err != nil || len(asked) != 0 {

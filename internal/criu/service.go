@@ -50,11 +50,14 @@ type Config struct {
 	// ResolveRestore, when set, is asked for the checkpoint directory of a
 	// restore-from name that is no directory under Root: a PodCheckpoint
 	// object of the pod's namespace (internal/podcheckpoint). It answers
-	// from memory, never waiting on the API server, with the directory's
-	// name under Root, or an error the pod's RunPodSandbox fails with.
-	// It may answer with an image reference instead (a PodCheckpoint whose
-	// spec names one), which is then pulled as if the pod named it.
-	ResolveRestore func(namespace, pod, uid, name string) (string, error)
+	// from memory, waiting for a background read of the API server only a
+	// bounded time within ctx's deadline, with the directory's name under
+	// Root, or an error the pod's RunPodSandbox fails with
+	// (FailedPrecondition, or Unavailable when the error is of that class:
+	// the answer is not in yet). It may answer with an image reference
+	// instead (a PodCheckpoint whose spec names one), which is then pulled
+	// as if the pod named it.
+	ResolveRestore func(ctx context.Context, namespace, pod, uid, name string) (string, error)
 	// PodEvent, when set, records an event on a pod (the API connection's
 	// writer; never waits).
 	PodEvent func(namespace, pod, uid, eventType, reason, action, note string)

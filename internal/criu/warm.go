@@ -160,9 +160,13 @@ func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetad
 	if s.cfg.ResolveRestore == nil || isDir(filepath.Join(s.cfg.Root, name)) {
 		return name, nil
 	}
-	d, err := s.cfg.ResolveRestore(ns, md.GetName(), md.GetUid(), name)
+	d, err := s.cfg.ResolveRestore(ctx, ns, md.GetName(), md.GetUid(), name)
 	if err != nil {
-		return "", errorf(errdefs.ErrFailedPrecondition, "%v; the pod stays pending and the kubelet retries", err)
+		var kind error = errdefs.ErrFailedPrecondition
+		if errdefs.IsUnavailable(err) {
+			kind = errdefs.ErrUnavailable
+		}
+		return "", errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
 	}
 	if IsImageRef(d) {
 		return s.pullRestore(ctx, md, d)

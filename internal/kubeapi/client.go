@@ -1,8 +1,9 @@
 // Package kubeapi is the shim's connection to the Kubernetes API server: a
 // client with the node's own identity, and a Writer that queues what the
 // shim writes there (pod conditions, events, other status) and writes it
-// when the API answers. Nothing on a CRI call path waits for the API: the
-// features enqueue and return (docs/kubernetes-api.md).
+// when the API answers. Nothing on a CRI call path waits for these writes:
+// the features enqueue and return; the one read a CRI call waits for is
+// bounded (internal/podcheckpoint's restore by name, docs/kubernetes-api.md).
 package kubeapi
 
 import (

@@ -34,6 +34,10 @@ type fakeAPI struct {
 	objs    map[string]*cpv1.PodCheckpoint
 	history []string // Ready reasons written, in order
 	down    bool     // every call fails as if the server did not answer
+	// hold, when not nil, keeps every Get from answering until it is
+	// closed (or the Get's context ends): a server that does not answer.
+	hold        chan struct{}
+	gets, inGet int // Get calls made, and those not returned yet
 }
 
 func newFakeAPI() *fakeAPI { return &fakeAPI{objs: map[string]*cpv1.PodCheckpoint{}} }
@@ -48,7 +52,24 @@ func (f *fakeAPI) put(pc *cpv1.PodCheckpoint) *cpv1.PodCheckpoint {
 	return pc.DeepCopy()
 }
 
-func (f *fakeAPI) Get(_ context.Context, ns, name string) (*cpv1.PodCheckpoint, error) {
+func (f *fakeAPI) Get(ctx context.Context, ns, name string) (*cpv1.PodCheckpoint, error) {
+	f.mu.Lock()
+	f.gets++
+	f.inGet++
+	hold := f.hold
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inGet--
+		f.mu.Unlock()
+	}()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -111,6 +132,13 @@ func (f *fakeAPI) outage(d time.Duration, then func()) {
 	f.mu.Lock()
 	f.down = false
 	f.mu.Unlock()
+}
+
+// getCalls reports the Get calls made and those still running.
+func (f *fakeAPI) getCalls() (made, running int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gets, f.inGet
 }
 
 func (f *fakeAPI) reasons() []string {

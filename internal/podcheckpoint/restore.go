@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/errdefs"
 	gcrname "github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,20 +23,32 @@ import (
 // watches do not hold is used before it is read again.
 const fetchTTL = 10 * time.Second
 
+// fetchTimeout bounds one background read of an object; a call waits for
+// one at most this long ([checkpoint] object_wait's upper bound).
+const fetchTimeout = 15 * time.Second
+
+// deadlineMargin is how long before its own deadline a call stops waiting
+// for a read: it must still answer, as a pull's wait leaves it too
+// (internal/ociartifact's RestorePuller).
+const deadlineMargin = 2 * time.Second
+
 // Restores answers the restore-from names that name PodCheckpoints (the
 // criu service's ResolveRestore) from memory: the reconciler's objects and
 // the node's pod cache. An object the node does not watch (held by another
-// node) is read in the background; until that answer is in, the pod's
-// RunPodSandbox fails and the kubelet retries. Nothing here waits on the
-// API server.
+// node) is read in the background; the call waits for that read at most
+// the configured wait (and never past its own deadline less a margin), so
+// an API server that does not answer holds a RunPodSandbox only that long:
+// the pod's RunPodSandbox then fails and the kubelet's retry finds the read
+// done.
 type Restores struct {
 	node string
+	wait time.Duration
 	ev   EventSink
 	view atomic.Pointer[restoreView]
 
 	mu      sync.Mutex
 	fetched map[string]fetchResult
-	pending map[string]bool
+	pending map[string]chan struct{} // reads running, closed when each ends
 }
 
 type restoreView struct {
@@ -53,10 +66,22 @@ type fetchResult struct {
 	err error
 }
 
-// NewRestores makes the resolver of node; it answers "not yet" until Run
-// has connected.
-func NewRestores(node string, ev EventSink) *Restores {
-	return &Restores{node: node, ev: ev, fetched: map[string]fetchResult{}, pending: map[string]bool{}}
+// notYet is a refusal that only says the node's view is not in yet (the API
+// connection, an object's read, the pod cache): of errdefs' Unavailable
+// class, which the criu service keeps. The other refusals are about the
+// checkpoint itself (FailedPrecondition there).
+type notYet struct{ msg string }
+
+func (e *notYet) Error() string { return e.msg }
+func (e *notYet) Unwrap() error { return errdefs.ErrUnavailable }
+
+func notYetf(format string, a ...any) error { return &notYet{msg: fmt.Sprintf(format, a...)} }
+
+// NewRestores makes the resolver of node, whose calls wait at most wait
+// (0: not at all) for the read of an object the node does not watch; it
+// answers "not yet" until Run has connected.
+func NewRestores(node string, wait time.Duration, ev EventSink) *Restores {
+	return &Restores{node: node, wait: wait, ev: ev, fetched: map[string]fetchResult{}, pending: map[string]chan struct{}{}}
 }
 
 func (r *Restores) connect(v *restoreView) { r.view.Store(v) }
@@ -66,9 +91,12 @@ func (r *Restores) connect(v *restoreView) { r.view.Store(v) }
 // another node holds it, the image reference its export pushed
 // (status.export.image), for the pod ns/pod with UID uid, or why the pod
 // cannot be restored from it yet, starting with KEP-5823's reason, which is
-// also reported as a Warning event of the pod.
-func (r *Restores) Resolve(ns, pod, uid, name string) (string, error) {
-	dir, err := r.resolve(ns, pod, uid, name)
+// also reported as a Warning event of the pod. A refusal that only says
+// the answer is not in yet (the API connection, the object's read, the pod
+// cache) is of errdefs' Unavailable class. ctx is the CRI call's: its
+// deadline bounds the wait for an object's read.
+func (r *Restores) Resolve(ctx context.Context, ns, pod, uid, name string) (string, error) {
+	dir, err := r.resolve(ctx, ns, pod, uid, name)
 	if err != nil {
 		reason, note, _ := strings.Cut(err.Error(), ": ")
 		r.ev.emit(kubeapi.PodObject(kubeapi.PodRef{Namespace: ns, Name: pod, UID: uid}), corev1.EventTypeWarning, reason, note)
@@ -76,15 +104,15 @@ func (r *Restores) Resolve(ns, pod, uid, name string) (string, error) {
 	return dir, err
 }
 
-func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
+func (r *Restores) resolve(ctx context.Context, ns, pod, uid, name string) (string, error) {
 	v := r.view.Load()
 	if v == nil {
-		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: the node's API connection is not up yet", name)
+		return "", notYetf("CheckpointNotReady: PodCheckpoint %q: the node's API connection is not up yet", name)
 	}
 	pc := v.object(ns, name)
 	if pc == nil {
 		var err error
-		if pc, err = r.fetch(v, ns, name); err != nil {
+		if pc, err = r.fetch(ctx, v, ns, name); err != nil {
 			return "", err
 		}
 	}
@@ -137,7 +165,7 @@ func (r *Restores) resolve(ns, pod, uid, name string) (string, error) {
 func (r *Restores) matchesTemplate(v *restoreView, ns, pod, uid, name string, pc *cpv1.PodCheckpoint) error {
 	p := v.pod(ns, pod)
 	if p == nil || string(p.UID) != uid {
-		return fmt.Errorf("CheckpointNotReady: pod %s/%s (UID %s) is not in the node's pod cache yet", ns, pod, uid)
+		return notYetf("CheckpointNotReady: pod %s/%s (UID %s) is not in the node's pod cache yet", ns, pod, uid)
 	}
 	field, err := SpecMismatch(p, pc.Status.CheckpointedPodTemplate)
 	if err != nil {
@@ -177,42 +205,91 @@ func exportedRef(pc *cpv1.PodCheckpoint, name string) (string, error) {
 	return s.Image, nil
 }
 
-// fetch returns the last background read of ns/name, starting one when
-// there is none or it is old.
-func (r *Restores) fetch(v *restoreView, ns, name string) (*cpv1.PodCheckpoint, error) {
+// fetch returns the read of ns/name from the API server, which runs in
+// the background. An answer at most fetchTTL old is used at once;
+// otherwise a read is started (or the running one joined) and waited for
+// (await). A read still running then goes on, for the kubelet's retry, and
+// the call gets the previous answer if there is one, else "being looked up".
+func (r *Restores) fetch(ctx context.Context, v *restoreView, ns, name string) (*cpv1.PodCheckpoint, error) {
 	k := key(ns, name)
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	res, ok := r.fetched[k]
-	if (!ok || time.Since(res.at) > fetchTTL) && !r.pending[k] {
-		r.pending[k] = true
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			pc, err := v.get(ctx, ns, name)
-			if apierrors.IsNotFound(err) {
-				pc, err = nil, nil
-			}
-			r.mu.Lock()
-			// Names come from pods' annotations: answers past their use
-			// are dropped, so the map holds what was asked within fetchTTL.
-			for old, res := range r.fetched {
-				if time.Since(res.at) > fetchTTL {
-					delete(r.fetched, old)
-				}
-			}
-			r.fetched[k] = fetchResult{pc: pc, at: time.Now(), err: err}
-			delete(r.pending, k)
-			r.mu.Unlock()
-		}()
+	var done chan struct{}
+	if !ok || time.Since(res.at) > fetchTTL {
+		done = r.read(v, k, ns, name)
+	}
+	r.mu.Unlock()
+	if done != nil && r.await(ctx, done) {
+		r.mu.Lock()
+		res, ok = r.fetched[k]
+		r.mu.Unlock()
 	}
 	switch {
 	case !ok:
-		return nil, fmt.Errorf("CheckpointNotReady: PodCheckpoint %q of namespace %q is being looked up", name, ns)
+		return nil, notYetf("CheckpointNotReady: PodCheckpoint %q of namespace %q is being looked up", name, ns)
 	case res.err != nil:
-		return nil, fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: %v", name, res.err)
+		return nil, notYetf("CheckpointNotReady: PodCheckpoint %q: %v", name, res.err)
 	case res.pc == nil:
 		return nil, fmt.Errorf("CheckpointNotReady: no PodCheckpoint %q in namespace %q", name, ns)
 	}
 	return res.pc, nil
+}
+
+// read starts the background read of ns/name (key k) unless one is
+// running, and returns the channel closed when it has ended and its answer
+// is in fetched. r.mu is held.
+func (r *Restores) read(v *restoreView, k, ns, name string) chan struct{} {
+	if done := r.pending[k]; done != nil {
+		return done
+	}
+	done := make(chan struct{})
+	r.pending[k] = done
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), fetchTimeout)
+		defer cancel()
+		pc, err := v.get(ctx, ns, name)
+		if apierrors.IsNotFound(err) {
+			pc, err = nil, nil
+		}
+		r.mu.Lock()
+		// Names come from pods' annotations: answers past their use
+		// are dropped, so the map holds what was asked within fetchTTL.
+		for old, res := range r.fetched {
+			if time.Since(res.at) > fetchTTL {
+				delete(r.fetched, old)
+			}
+		}
+		r.fetched[k] = fetchResult{pc: pc, at: time.Now(), err: err}
+		delete(r.pending, k)
+		r.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
+
+// await waits for done at most r.wait, and never later than deadlineMargin
+// before ctx's deadline (the call must still answer in time, and a pull may
+// follow), and reports whether done is closed. The kubelet gives
+// RunPodSandbox 4 minutes; an API server that does not answer holds it only
+// this long.
+func (r *Restores) await(ctx context.Context, done <-chan struct{}) bool {
+	wait := r.wait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)-deadlineMargin)
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }

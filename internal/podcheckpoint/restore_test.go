@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,8 +41,8 @@ func TestResolveRestore(t *testing.T) {
 	remote := map[string]*cpv1.PodCheckpoint{}
 	pods := map[string]*corev1.Pod{}
 	ev := &fakeEvents{}
-	r := NewRestores("node-a", ev.sink)
-	_, err := r.Resolve("ns", "restored", "u2", "cp")
+	r := NewRestores("node-a", 0, ev.sink)
+	_, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
 	wantReason(t, "before the API connection", err, "CheckpointNotReady")
 	r.connect(&restoreView{
 		object: func(ns, name string) *cpv1.PodCheckpoint { return objs[key(ns, name)] },
@@ -58,28 +59,28 @@ func TestResolveRestore(t *testing.T) {
 	pods["ns/restored"] = restoring
 
 	objs["ns/cp"] = readyObject("ns", "cp", "node-a", src)
-	if dir, err := r.Resolve("ns", "restored", "u2", "cp"); err != nil || dir != DataDir(objs["ns/cp"]) {
+	if dir, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp"); err != nil || dir != DataDir(objs["ns/cp"]) {
 		t.Errorf("ready, here, matching: %q, %v", dir, err)
 	}
 	// A status naming another object's data is refused.
 	other := readyObject("ns", "cp", "node-a", src)
 	other.Status.CheckpointLocation.NodeLocal.Path = "pcp-another-uid"
 	objs["ns/cp"] = other
-	_, err = r.Resolve("ns", "restored", "u2", "cp")
+	_, err = r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
 	wantReason(t, "location not the object's own", err, "CheckpointNotReady")
 	objs["ns/cp"] = readyObject("ns", "cp", "node-a", src)
-	_, err = r.Resolve("ns", "restored", "u-other", "cp")
+	_, err = r.Resolve(t.Context(), "ns", "restored", "u-other", "cp")
 	wantReason(t, "pod of another UID in the cache", err, "CheckpointNotReady")
 
 	inProgress := readyObject("ns", "cp", "node-a", src)
 	setReady(&inProgress.Status, metav1.ConditionFalse, cpv1.ReasonInProgress, "", 1, time.Now())
 	objs["ns/cp"] = inProgress
-	_, err = r.Resolve("ns", "restored", "u2", "cp")
+	_, err = r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
 	wantReason(t, "in progress", err, "CheckpointNotReady")
 
 	objs["ns/cp"] = readyObject("ns", "cp", "node-a", src)
 	restoring.Spec.Containers[0].Image = "busybox:2"
-	_, err = r.Resolve("ns", "restored", "u2", "cp")
+	_, err = r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
 	wantReason(t, "image changed", err, "PodSpecMismatch")
 	if err != nil && !strings.Contains(err.Error(), "spec.containers[0].image") {
 		t.Errorf("mismatch does not name the field: %v", err)
@@ -88,13 +89,12 @@ func TestResolveRestore(t *testing.T) {
 		t.Errorf("events %v, want the last a PodSpecMismatch of the pod", got)
 	}
 
-	// Not watched here: read in the background, then answered.
+	// Not watched here: read in the background, then answered (this
+	// resolver does not wait for the read; TestResolveWaitsForTheObjectsRead).
 	remote["ns/far"] = readyObject("ns", "far", "node-b", src)
-	_, err = r.Resolve("ns", "restored", "u2", "far")
-	wantReason(t, "first look at an unwatched object", err, "CheckpointNotReady")
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		_, err = r.Resolve("ns", "restored", "u2", "far")
+		_, err = r.Resolve(t.Context(), "ns", "restored", "u2", "far")
 		if err != nil && strings.HasPrefix(err.Error(), "CheckpointWrongNode: ") || time.Now().After(deadline) {
 			break
 		}
@@ -102,7 +102,7 @@ func TestResolveRestore(t *testing.T) {
 	}
 	wantReason(t, "object on another node", err, "CheckpointWrongNode")
 	// Another namespace's object is not found from this one.
-	_, err = r.Resolve("other", "restored", "u2", "cp")
+	_, err = r.Resolve(t.Context(), "other", "restored", "u2", "cp")
 	wantReason(t, "other namespace", err, "CheckpointNotReady")
 
 	// An object naming an image resolves to the reference, whatever its
@@ -111,7 +111,7 @@ func TestResolveRestore(t *testing.T) {
 	fromImage := &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "img"}, Spec: cpv1.PodCheckpointSpec{SourceImage: img}}
 	fromImage.Status.NodeName = "node-b"
 	objs["ns/img"] = fromImage
-	if got, err := r.Resolve("ns", "restored", "u2", "img"); err != nil || got != img {
+	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "img"); err != nil || got != img {
 		t.Errorf("object with sourceImage: %q, %v, want %s", got, err, img)
 	}
 }
@@ -137,7 +137,7 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 	src := sourcePod()
 	objs := map[string]*cpv1.PodCheckpoint{}
 	pods := map[string]*corev1.Pod{}
-	r := NewRestores("node-b", (&fakeEvents{}).sink)
+	r := NewRestores("node-b", 0, (&fakeEvents{}).sink)
 	r.connect(&restoreView{
 		object: func(ns, name string) *cpv1.PodCheckpoint { return objs[key(ns, name)] },
 		pod:    func(ns, name string) *corev1.Pod { return pods[key(ns, name)] },
@@ -153,17 +153,17 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 	want := "127.0.0.1:5443/e2e/cp@" + digest
 
 	objs["ns/cp"] = exportedObject("ns", "cp", "node-a", src, image, digest)
-	if got, err := r.Resolve("ns", "restored", "u2", "cp"); err != nil || got != want {
+	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp"); err != nil || got != want {
 		t.Errorf("exported, held by node-a: %q, %v, want %s", got, err, want)
 	}
 	// spec.export.image without a tag is pushed as :latest, same repository.
 	objs["ns/cp"] = exportedObject("ns", "cp", "node-a", src, "127.0.0.1:5443/e2e/cp", digest)
-	if got, err := r.Resolve("ns", "restored", "u2", "cp"); err != nil || got != want {
+	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp"); err != nil || got != want {
 		t.Errorf("exported without a tag: %q, %v, want %s", got, err, want)
 	}
 	// The same object held here restores from the node's own data.
 	objs["ns/cp"] = exportedObject("ns", "cp", "node-b", src, image, digest)
-	if got, err := r.Resolve("ns", "restored", "u2", "cp"); err != nil || got != DataDir(objs["ns/cp"]) {
+	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp"); err != nil || got != DataDir(objs["ns/cp"]) {
 		t.Errorf("exported, held here: %q, %v, want the data directory", got, err)
 	}
 
@@ -201,11 +201,257 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 		pc := exportedObject("ns", "cp", "node-a", src, image, digest)
 		tc.edit(pc)
 		objs["ns/cp"] = pc
-		_, err := r.Resolve("ns", "restored", "u2", "cp")
+		_, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
 		wantReason(t, tc.what, err, tc.reason)
 	}
 
 	objs["ns/cp"] = exportedObject("ns", "cp", "node-a", src, image, digest)
-	_, err := r.Resolve("ns", "restored", "u-other", "cp")
+	_, err := r.Resolve(t.Context(), "ns", "restored", "u-other", "cp")
 	wantReason(t, "pod of another UID in the cache", err, "CheckpointNotReady")
+}
+
+// farResolver is node-b's resolver, waiting at most wait for reads of api;
+// its watches hold no object, its pod cache the restoring pod ns/restored
+// (UID u2). It returns the reference the object "far", which node-a holds
+// and exported, resolves to once read.
+func farResolver(t *testing.T, api *fakeAPI, wait time.Duration) (*Restores, string) {
+	t.Helper()
+	src := sourcePod()
+	restoring := sourcePod()
+	restoring.Name, restoring.UID, restoring.Spec.NodeName = "restored", "u2", "node-b"
+	digest := "sha256:" + strings.Repeat("d", 64)
+	api.put(exportedObject("ns", "far", "node-a", src, "127.0.0.1:5443/e2e/far:v1", digest))
+	r := NewRestores("node-b", wait, (&fakeEvents{}).sink)
+	r.connect(&restoreView{
+		object: func(string, string) *cpv1.PodCheckpoint { return nil },
+		pod: func(ns, name string) *corev1.Pod {
+			if key(ns, name) == "ns/restored" {
+				return restoring
+			}
+			return nil
+		},
+		get: api.Get,
+	})
+	// Every read ends with the test, so none outlives it.
+	t.Cleanup(func() {
+		api.mu.Lock()
+		if api.hold != nil {
+			select {
+			case <-api.hold:
+			default:
+				close(api.hold)
+			}
+		}
+		api.mu.Unlock()
+		readsEnd(t, r, api)
+	})
+	return r, "127.0.0.1:5443/e2e/far@" + digest
+}
+
+// readsEnd waits until r has no read running and api no Get.
+func readsEnd(t *testing.T, r *Restores, api *fakeAPI) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		pending := len(r.pending)
+		r.mu.Unlock()
+		if _, running := api.getCalls(); pending == 0 && running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads still pending after 5s", pending)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func wantUnavailable(t *testing.T, what string, err error) {
+	t.Helper()
+	wantReason(t, what, err, "CheckpointNotReady")
+	if !errdefs.IsUnavailable(err) {
+		t.Errorf("%s: %v is not of the Unavailable class", what, err)
+	}
+}
+
+// The first RunPodSandbox naming an object the node does not watch waits
+// for its read, and is answered as soon as the read is in, not at the end
+// of the wait.
+func TestResolveWaitsForTheObjectsRead(t *testing.T) {
+	api := newFakeAPI()
+	api.hold = make(chan struct{})
+	r, want := farResolver(t, api, 10*time.Second)
+	const answersAfter = 150 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	time.AfterFunc(answersAfter, func() { close(api.hold) })
+	got, err := r.Resolve(ctx, "ns", "restored", "u2", "far")
+	took := time.Since(start)
+	if err != nil || got != want {
+		t.Fatalf("first call: %q, %v, want %s", got, err, want)
+	}
+	if took < answersAfter || took > answersAfter+time.Second {
+		t.Errorf("answered %v after the call, the read %v after it: want as soon as the read is in", took, answersAfter)
+	}
+	// The answer is used for the next call without a read.
+	if got, err := r.Resolve(ctx, "ns", "restored", "u2", "far"); err != nil || got != want {
+		t.Errorf("second call: %q, %v", got, err)
+	}
+	if made, _ := api.getCalls(); made != 1 {
+		t.Errorf("%d reads of the object, want 1", made)
+	}
+}
+
+// An API server that does not answer holds the call only the configured
+// wait; the call is answered Unavailable, the read goes on (a call meanwhile
+// joins it), and the kubelet's retry finds it done.
+func TestResolveWaitIsBounded(t *testing.T) {
+	api := newFakeAPI()
+	api.hold = make(chan struct{})
+	const wait = 300 * time.Millisecond
+	r, want := farResolver(t, api, wait)
+	for i := range 2 {
+		start := time.Now()
+		_, err := r.Resolve(t.Context(), "ns", "restored", "u2", "far")
+		took := time.Since(start)
+		wantUnavailable(t, "API server not answering", err)
+		if err != nil && !strings.Contains(err.Error(), "is being looked up") {
+			t.Errorf("call %d: %v, want the read named", i, err)
+		}
+		if took < wait || took > wait+time.Second {
+			t.Errorf("call %d answered after %v, want after the wait of %v", i, took, wait)
+		}
+	}
+	if made, running := api.getCalls(); made != 1 || running != 1 {
+		t.Errorf("reads made %d, running %d: want the one read, still running", made, running)
+	}
+	close(api.hold)
+	readsEnd(t, r, api)
+	start := time.Now()
+	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "far"); err != nil || got != want {
+		t.Fatalf("retry after the read ended: %q, %v, want %s", got, err, want)
+	}
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Errorf("retry waited %v for an answer it had", took)
+	}
+}
+
+// The wait ends deadlineMargin before the call's own deadline, and at once
+// when the call has less than that left or is cancelled.
+func TestResolveWaitHonoursTheCallsDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ctx    func() (context.Context, context.CancelFunc)
+		within time.Duration
+	}{
+		{"deadline in 2.4s", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(t.Context(), deadlineMargin+400*time.Millisecond)
+		}, 400 * time.Millisecond},
+		{"deadline in 1s", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(t.Context(), time.Second)
+		}, 0},
+		{"cancelled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			return ctx, cancel
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := newFakeAPI()
+			api.hold = make(chan struct{})
+			r, _ := farResolver(t, api, 10*time.Second)
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			start := time.Now()
+			_, err := r.Resolve(ctx, "ns", "restored", "u2", "far")
+			took := time.Since(start)
+			wantUnavailable(t, tc.name, err)
+			if took < tc.within-50*time.Millisecond || took > tc.within+time.Second {
+				t.Errorf("answered after %v, want after about %v", took, tc.within)
+			}
+			// The read was started, goes on past the call, and is not
+			// started twice.
+			deadline := time.Now().Add(5 * time.Second)
+			made, running := api.getCalls()
+			for made == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+				made, running = api.getCalls()
+			}
+			if made != 1 || running != 1 {
+				t.Errorf("reads made %d, running %d: want the one read, going on past the call", made, running)
+			}
+		})
+	}
+}
+
+// An API server that refuses answers at once, of the Unavailable class and
+// with its error; a server that does not answer, after the wait. Neither
+// holds the call longer.
+func TestResolveAPIServerDown(t *testing.T) {
+	api := newFakeAPI()
+	api.down = true
+	r, want := farResolver(t, api, 10*time.Second)
+	start := time.Now()
+	_, err := r.Resolve(t.Context(), "ns", "restored", "u2", "far")
+	wantUnavailable(t, "API server down", err)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("answered after %v; the read failed at once", took)
+	}
+	// Up again: the failed answer is not kept past fetchTTL.
+	api.mu.Lock()
+	api.down = false
+	api.mu.Unlock()
+	r.mu.Lock()
+	res := r.fetched["ns/far"]
+	res.at = res.at.Add(-fetchTTL - time.Second)
+	r.fetched["ns/far"] = res
+	r.mu.Unlock()
+	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "far"); err != nil || got != want {
+		t.Errorf("API server back, answer older than fetchTTL: %q, %v, want %s", got, err, want)
+	}
+}
+
+// An answer older than fetchTTL is read again and the call waits for that
+// read; when the API server does not answer within the wait, the old
+// answer is used, as before the wait existed.
+func TestResolveStaleAnswer(t *testing.T) {
+	api := newFakeAPI()
+	r, want := farResolver(t, api, 300*time.Millisecond)
+	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "far"); err != nil || got != want {
+		t.Fatalf("first call: %q, %v", got, err)
+	}
+	age := func() {
+		r.mu.Lock()
+		res := r.fetched["ns/far"]
+		res.at = res.at.Add(-fetchTTL - time.Second)
+		r.fetched["ns/far"] = res
+		r.mu.Unlock()
+	}
+	// Deleted meanwhile: the new read's answer, not the old one.
+	api.mu.Lock()
+	delete(api.objs, "ns/far")
+	api.mu.Unlock()
+	age()
+	_, err := r.Resolve(t.Context(), "ns", "restored", "u2", "far")
+	wantReason(t, "object deleted, old answer", err, "CheckpointNotReady")
+	if err == nil || !strings.Contains(err.Error(), `no PodCheckpoint "far"`) || errdefs.IsUnavailable(err) {
+		t.Errorf("object deleted: %v, want no such object, not Unavailable", err)
+	}
+	// Back, but the server does not answer: the old answer after the wait.
+	api.put(exportedObject("ns", "far", "node-a", sourcePod(), "127.0.0.1:5443/e2e/far:v1", "sha256:"+strings.Repeat("d", 64)))
+	api.mu.Lock()
+	api.hold = make(chan struct{})
+	api.mu.Unlock()
+	age()
+	start := time.Now()
+	_, err = r.Resolve(t.Context(), "ns", "restored", "u2", "far")
+	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), `no PodCheckpoint "far"`) || took < 300*time.Millisecond || took > 1300*time.Millisecond {
+		t.Errorf("server not answering, old answer: %v after %v", err, took)
+	}
+	close(api.hold)
+	readsEnd(t, r, api)
+	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "far"); err != nil || got != want {
+		t.Errorf("after the read: %q, %v, want %s", got, err, want)
+	}
 }

@@ -67,7 +67,7 @@ func sourceEnv(t *testing.T, src SourceChecker) (*env, *Restores, *fakeEvents) {
 	e := newEnv(t)
 	e.r.cfg.Sources = src
 	podEvents := &fakeEvents{}
-	rs := NewRestores("node-a", podEvents.sink)
+	rs := NewRestores("node-a", 0, podEvents.sink)
 	rs.connect(&restoreView{object: e.r.Lookup, pod: func(string, string) *corev1.Pod { return nil }, get: e.api.Get, source: e.r.SourceRestore})
 	e.run(t)
 	return e, rs, podEvents
@@ -83,7 +83,7 @@ func resolveUntil(t *testing.T, rs *Restores, ns, pod, uid, name string) string 
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got, err := rs.Resolve(ns, pod, uid, name)
+		got, err := rs.Resolve(t.Context(), ns, pod, uid, name)
 		if err == nil {
 			return got
 		}
@@ -287,7 +287,7 @@ func TestSourceReasons(t *testing.T) {
 // and waits for the answer.
 func readInBackground(t *testing.T, rs *Restores, ns, name string) {
 	t.Helper()
-	if _, err := rs.Resolve(ns, "restored", "u0", name); err == nil {
+	if _, err := rs.Resolve(t.Context(), ns, "restored", "u0", name); err == nil {
 		t.Fatal("answered before the object was read")
 	}
 	waitFor(t, "the background read", func() bool {

@@ -106,9 +106,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		exe = ""
 	}
 	// With an API connection, restore-from may name a PodCheckpoint object
-	// (docs/podcheckpoint.md), answered from the node's watches.
+	// (docs/podcheckpoint.md), answered from the node's watches (an object
+	// they do not hold is read in the background, waited for at most
+	// [checkpoint] object_wait).
 	var restores *podcheckpoint.Restores
-	var resolve func(ns, pod, uid, name string) (string, error)
+	var resolve func(ctx context.Context, ns, pod, uid, name string) (string, error)
 	var checkpointEvents podcheckpoint.EventSink
 	if api != nil {
 		checkpointEvents = func(ref corev1.ObjectReference, eventType, reason, note string) {
@@ -118,7 +120,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			}
 			api.Writes().Event(kubeapi.Event{Regarding: ref, Type: eventType, Reason: reason, Action: action, Note: note})
 		}
-		restores = podcheckpoint.NewRestores(api.Client.Node, checkpointEvents)
+		restores = podcheckpoint.NewRestores(api.Client.Node, cfg.Checkpoint.ObjectWait.Duration, checkpointEvents)
 		resolve = restores.Resolve
 	}
 	// Restores from image references: pulled from the allow-listed

@@ -194,7 +194,7 @@ func TestRestoreFromImageReference(t *testing.T) {
 	if got := runningSecret(t, cs, ns, "by-name", 3*time.Minute); got != secret {
 		t.Fatalf("pod restored from PodCheckpoint from-img logs secret %s, the source's is %s", got, secret)
 	}
-	t.Logf("restored by the name of a PodCheckpoint with spec.sourceImage: Running %.1fs after it was created", time.Since(t0).Seconds())
+	t.Logf("restored by the name of a PodCheckpoint with spec.sourceImage: Running %.1fs after it was created (the first RunPodSandbox waits for the object's read; 11.7-16.1 s, one kubelet retry, before it did)", time.Since(t0).Seconds())
 	sourceImageStatus(t, cs, pcs, ns, "from-img", "by-name", ref)
 
 	// An object naming a registry outside the allow-list: the node that

@@ -156,8 +156,9 @@ func tlsRegistryIndex(t *testing.T, ref, ca string) (name.Reference, *remote.Des
 // by a PodCheckpoint whose spec.export pushes it to the TLS registry; a pod
 // on node 2 (its own containerd, shim and kubelet, same API server) names the
 // PodCheckpoint in restore-from, and node 2's shim resolves the name to
-// status.export.image, pulls it over TLS and warm-starts the pod: the counters
-// go on from their checkpointed values and the memory's md5 is the
+// status.export.image, pulls it over TLS and warm-starts the pod in the
+// kubelet's first RunPodSandbox (which waits for the object's read): the
+// counters go on from their checkpointed values and the memory's md5 is the
 // source's. checkpointctl reads each pulled container archive; the registry
 // holds the index with the documented annotations.
 func TestRestoreOnAnotherNode(t *testing.T) {
@@ -300,8 +301,26 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pullStart := pull.Time.Add(-time.Duration(pull.Seconds * float64(time.Second)))
-	t.Logf("restored on %s: Running %.1fs after the pod was created: node 2's pull of %d MiB began after %.1fs (the kubelet's retry once the object was read), took %.2fs; Running %.1fs after the pull",
+	t.Logf("restored on %s: Running %.1fs after the pod was created: node 2's pull of %d MiB began after %.1fs (the first RunPodSandbox, which waited for the object's read), took %.2fs; Running %.1fs after the pull",
 		restored.Spec.NodeName, running.Sub(t2).Seconds(), pull.Bytes>>20, pullStart.Sub(t2).Seconds(), pull.Seconds, running.Sub(pull.Time).Seconds())
+	// The first RunPodSandbox waited for node 2's read of the object
+	// ([checkpoint] object_wait, 5 s by default) and for the pull, and
+	// succeeded: the pull began long before the kubelet's retry of a
+	// refused call (11-13 s after it, 10.9-13.4 s before the wait), and
+	// neither the kubelet nor the shim reported a refusal.
+	if began := pullStart.Sub(t2); began > 8*time.Second {
+		t.Errorf("node 2's pull began %.1fs after the pod was created: the first RunPodSandbox was refused, the kubelet's retry pulled", began.Seconds())
+	}
+	evs, err := cs.CoreV1().Events(ns).List(ctxT(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=restored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		switch e.Reason {
+		case "FailedCreatePodSandBox", "CheckpointNotReady", "CheckpointWrongNode":
+			t.Errorf("a RunPodSandbox of the restored pod was refused: %s: %s", e.Reason, e.Message)
+		}
+	}
 	ids := map[string]string{}
 	for _, s := range restored.Status.ContainerStatuses {
 		ids[s.Name] = strings.TrimPrefix(s.ContainerID, "containerd://")
