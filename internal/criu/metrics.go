@@ -14,6 +14,9 @@ type metrics struct {
 	scheduled       *prometheus.CounterVec
 	kubeletWarm     *prometheus.CounterVec
 	retentionRemove prometheus.Counter
+	pulledReserved  prometheus.Gauge
+	pulledEvicted   prometheus.Counter
+	pulledRefused   prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -62,10 +65,23 @@ func newMetrics() *metrics {
 			Name: "cri_shim_pod_checkpoints_removed_total",
 			Help: "Managed checkpoints removed by retention (max_per_pod, max_bytes_per_namespace, max_total_bytes, a pod's checkpoint.cri-shim.io/keep).",
 		}),
+		pulledReserved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cri_shim_pulled_checkpoint_reserved_bytes",
+			Help: "Archive bytes reserved by checkpoint pulls in progress under [checkpoint] pull_max_total_bytes.",
+		}),
+		pulledEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pulled_checkpoints_evicted_total",
+			Help: "Pulled checkpoints no pod used, removed to make room for a new pull under [checkpoint] pull_max_total_bytes.",
+		}),
+		pulledRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pulled_checkpoint_pulls_refused_total",
+			Help: "Checkpoint pulls refused (ResourceExhausted) because [checkpoint] pull_max_total_bytes left no room.",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove}
+		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove,
+		m.pulledReserved, m.pulledEvicted, m.pulledRefused}
 }

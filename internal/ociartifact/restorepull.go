@@ -41,6 +41,10 @@ type RestorePullConfig struct {
 	// PodKeychain, if set, reads the pod's image pull secrets (PodKeychain
 	// with the node's API connection); nil: the node's credentials only.
 	PodKeychain func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error)
+	// Reserve, if set, is asked for room for a pull's archive bytes before
+	// they are fetched (criu's ReservePulled: the node-wide cap on pulled
+	// checkpoints); see PullOptions.Reserve.
+	Reserve func(total int64) (release func(), err error)
 	// Transport replaces the HTTP transport (tests).
 	Transport http.RoundTripper
 	Log       *slog.Logger
@@ -86,7 +90,9 @@ func NewRestorePuller(cfg RestorePullConfig) *RestorePuller {
 // ns/pod (sandbox UID uid): pulled already, or pulled now. Errors are of an
 // errdefs class: InvalidArgument (malformed reference), PermissionDenied
 // (registry not allowed), Unavailable (pull in progress, API server or
-// registry not answering: retry), FailedPrecondition (verification), and
+// registry not answering: retry), ResourceExhausted (no room under the
+// node's cap on pulled checkpoints: retry), FailedPrecondition
+// (verification), and
 // criu.ErrForeignCheckpoint for a checkpoint of a namespace the pod may not
 // restore (refused before an archive is fetched).
 func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (string, error) {
@@ -188,6 +194,7 @@ func (p *RestorePuller) pull(j *pullJob, ref, digest, dirName string, allowed Al
 		},
 		Planned: func(n int64) { j.planned.Store(n) },
 		Written: func(n int64) { j.written.Add(n) },
+		Reserve: p.cfg.Reserve,
 	})
 	switch {
 	case err == nil:
@@ -196,6 +203,8 @@ func (p *RestorePuller) pull(j *pullJob, ref, digest, dirName string, allowed Al
 		return nil
 	case errors.Is(err, criu.ErrForeignCheckpoint):
 		return err
+	case errdefs.IsResourceExhausted(err):
+		return fmt.Errorf("pulling %s: %w", ref, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: pulling %s: not done within [checkpoint] pull_timeout %s: %v", errdefs.ErrUnavailable, ref, p.cfg.Timeout, err)
 	case errors.Is(err, errDigest) || errors.Is(err, errNotCheckpoint):

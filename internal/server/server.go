@@ -121,6 +121,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		restores = podcheckpoint.NewRestores(api.Client.Node, checkpointEvents)
 		resolve = restores.Resolve
 	}
+	var checkpoints *criu.Service
 	// Restores from image references: pulled from the allow-listed
 	// registries only, with the pod's image pull secrets read as the node.
 	var pullRestore func(ctx context.Context, ns, pod, uid, ref string) (string, error)
@@ -142,6 +143,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
 				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
 		}
+		// The cap on pulled checkpoints is kept by the checkpoint service,
+		// which knows the pods using them; it exists before any pull runs.
+		pc.Reserve = func(n int64) (func(), error) { return checkpoints.ReservePulled(n) }
 		pullRestore = ociartifact.NewRestorePuller(pc).Pull
 	}
 	// Events on pods (warm restarts the kubelet drives), with an API connection.
@@ -152,12 +156,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 				Type: eventType, Reason: reason, Action: action, Note: note})
 		}
 	}
-	checkpoints, err := criu.New(criu.Config{
+	checkpoints, err = criu.New(criu.Config{
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
+		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
