@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/registry"
 )
@@ -132,6 +133,12 @@ func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 	step("b2", "uid-b2", false, nil, "") // ... recorded
 	step("m", "uid-m", true, errdefs.ErrPermissionDenied, "401 Unauthorized to the pod's imagePullSecrets")
 	step("n", "uid-none", true, errdefs.ErrPermissionDenied, "the node's credentials")
+	// A pod of a namespace the binding refuses is told so before anything
+	// else, as by a pull: whether the registry would let it is not asked.
+	req0 := r.requests()
+	if _, err := p.Pull(ctx, "other", "m", "uid-m", ref); !errors.Is(err, criu.ErrForeignCheckpoint) || r.requests() != req0 {
+		t.Errorf("pod of another namespace: %v, %d registry requests", err, r.requests()-req0)
+	}
 	// A refusal is not recorded: asked again after failedFor (here: a new
 	// puller over the same directory, as after a shim restart).
 	p2 := puller(r.testRegistry, root, func(c *RestorePullConfig) {
@@ -140,7 +147,7 @@ func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 	if _, err := p2.Pull(ctx, "default", "m", "uid-m", ref); !errdefs.IsPermissionDenied(err) {
 		t.Errorf("refused pod after a restart: %v", err)
 	}
-	req0 := r.requests()
+	req0 = r.requests()
 	if _, err := p2.Pull(ctx, "default", "b", "uid-b", ref); err != nil || r.requests() != req0 {
 		t.Errorf("recorded pod after a restart: %v, %d requests", err, r.requests()-req0)
 	}
@@ -154,17 +161,23 @@ func TestPublicPulledCheckpointIsNodeAccessible(t *testing.T) {
 	r := newUsersRegistry(t, nil)
 	ref := pushedTo(t, r, "", "")
 	root := t.TempDir()
+	var secretReads atomic.Int64
+	secrets := podSecrets(r.host, map[string][2]string{"uid-s": {"someone", "anything"}})
 	p := puller(r.testRegistry, root, func(c *RestorePullConfig) {
-		c.PodKeychain = podSecrets(r.host, map[string][2]string{"uid-s": {"someone", "anything"}})
+		c.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
+			secretReads.Add(1)
+			return secrets(ctx, ns, pod, uid)
+		}
 	})
 	dir, err := p.Pull(context.Background(), "default", "a", "uid-a", ref)
 	must(t, err)
-	req0 := r.requests()
+	req0, reads0 := r.requests(), secretReads.Load()
 	if got, err := p.Pull(context.Background(), "default", "s", "uid-s", ref); err != nil || got != dir {
 		t.Fatalf("another pod: %q %v", got, err)
 	}
-	if r.requests() != req0 {
-		t.Errorf("the registry was asked %d times for a checkpoint read anonymously", r.requests()-req0)
+	if r.requests() != req0 || secretReads.Load() != reads0 {
+		t.Errorf("for a checkpoint read anonymously, the registry was asked %d times and the pod's secrets read %d times",
+			r.requests()-req0, secretReads.Load()-reads0)
 	}
 }
 

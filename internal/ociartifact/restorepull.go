@@ -128,17 +128,26 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 			return dirName, nil
 		}
 	}
-	// On the node already: the pod must still be let read it.
-	j, err := p.job(jobVerify, dirName+"/"+uid, uid, func(*pullJob) error {
-		return p.verify(d, allowed, dirName, ns, pod, uid)
-	})
-	if err != nil {
-		return "", err
+	// On the node already. The namespace binding first, as a pull judges it
+	// before anything else: a pod it refuses learns nothing more here.
+	if m, err := criu.ReadManifest(dir); err == nil && !p.cfg.RestoreAllowed(m.Pod.Namespace, ns) {
+		return "", fmt.Errorf("%w: taken of pod %s/%s", criu.ErrForeignCheckpoint, m.Pod.Namespace, m.Pod.Name)
 	}
-	if err := p.await(ctx, j, func() string {
-		return fmt.Sprintf("checking with the registry that pod %s/%s may read %s", ns, pod, ref)
-	}); err != nil {
-		return "", err
+	// Then the pod must be let read it: at once when every pod of the node
+	// may (read with the node's credentials or anonymously), else checked
+	// with the pod's credentials in the background.
+	if !p.allowsAccess(dir, d.Context().Name(), podCredential{}) {
+		j, err := p.job(jobVerify, dirName+"/"+uid, uid, func(*pullJob) error {
+			return p.verify(d, allowed, dirName, ns, pod, uid)
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := p.await(ctx, j, func() string {
+			return fmt.Sprintf("checking with the registry that pod %s/%s may read %s", ns, pod, ref)
+		}); err != nil {
+			return "", err
+		}
 	}
 	// Used now: neither the sweep of unused pulls nor the cap takes it
 	// before the warm start's record names it.
