@@ -73,9 +73,8 @@ type RestorePuller struct {
 }
 
 type pullJob struct {
-	kind int
-	// uid is the pod the job runs for (with its credentials).
-	uid              string
+	kind             int    // jobPull or jobVerify
+	uid              string // the pod it runs for, with its credentials
 	done             chan struct{}
 	err              error
 	ended            time.Time
