@@ -52,6 +52,10 @@ type CheckpointConfig struct {
 	RegistryAuthFile string `toml:"registry_auth_file" comment:"The node's docker config.json for registry credentials after the pod's image pull secrets (e.g. /var/lib/kubelet/config.json); empty: ~/.docker/config.json."`
 	// PullMaxBytes caps the archives of a checkpoint pulled for a restore.
 	PullMaxBytes int64 `toml:"pull_max_bytes" comment:"Largest checkpoint (archive bytes) a restore from an image reference pulls."`
+	// PullMaxTotalBytes bounds the pulled checkpoints of the node together,
+	// those being pulled included: a pull that does not fit once unused
+	// pulled checkpoints are removed (oldest first) is refused, and retried.
+	PullMaxTotalBytes int64 `toml:"pull_max_total_bytes" comment:"Total bytes of checkpoints pulled for restores on this node, pulls in progress included; unused ones are removed oldest first to make room, then a pull is refused (ResourceExhausted, retried). 0: no bound; else at least pull_max_bytes."`
 	// PullTimeout bounds one such pull (it runs in the background), and one
 	// PodCheckpoint export's push.
 	PullTimeout Duration `toml:"pull_timeout" comment:"How long one pull for a restore may take (it runs in the background)."`
@@ -160,6 +164,9 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 	}
 	if c.PullMaxBytes <= 0 {
 		bad("checkpoint.pull_max_bytes", "must be above 0, got %d", c.PullMaxBytes)
+	}
+	if c.PullMaxTotalBytes < 0 || (c.PullMaxTotalBytes > 0 && c.PullMaxTotalBytes < c.PullMaxBytes) {
+		bad("checkpoint.pull_max_total_bytes", "must be 0 (no bound) or at least checkpoint.pull_max_bytes (%d), so that every pull may fit, got %d", c.PullMaxBytes, c.PullMaxTotalBytes)
 	}
 	if d := c.PullTimeout.Duration; d < time.Second || d > 6*time.Hour {
 		bad("checkpoint.pull_timeout", "must be from 1s to 6h (an older unfinished pull is taken for a leftover), got %s", d)

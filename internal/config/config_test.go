@@ -93,6 +93,8 @@ func TestDecodeAndValidate(t *testing.T) {
 		{"object wait negative", "[checkpoint]\nobject_wait = \"-1s\"\n", "checkpoint.object_wait: must be from 0 to 15s"},
 		{"object wait not a duration", "[checkpoint]\nobject_wait = \"soon\"\n", "checkpoint.object_wait"},
 		{"pull max bytes zero", "[checkpoint]\npull_max_bytes = 0\n", "checkpoint.pull_max_bytes: must be above 0"},
+		{"pull max total negative", "[checkpoint]\npull_max_total_bytes = -1\n", "checkpoint.pull_max_total_bytes: must be 0 (no bound) or at least"},
+		{"pull max total below one pull", "[checkpoint]\npull_max_bytes = 2048\npull_max_total_bytes = 1024\n", "checkpoint.pull_max_total_bytes: must be 0 (no bound) or at least checkpoint.pull_max_bytes (2048)"},
 		{"restore allow missing to", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\"}]\n", "checkpoint.restore_namespace_allow[0].to: must be a namespace name"},
 		{"restore allow bad from", "[checkpoint]\nrestore_namespace_allow = [{from = \"A/../b\", to = \"b\"}]\n", "checkpoint.restore_namespace_allow[0].from: must be a namespace name"},
 		{"restore allow wildcard", "[checkpoint]\nrestore_namespace_allow = [{from = \"*\", to = \"b\"}]\n", "checkpoint.restore_namespace_allow[0].from"},

@@ -15,6 +15,9 @@ type metrics struct {
 	kubeletWarm     *prometheus.CounterVec
 	retentionRemove prometheus.Counter
 	preCopy         prometheus.Gauge
+	pulledReserved  prometheus.Gauge
+	pulledEvicted   prometheus.Counter
+	pulledRefused   prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -67,10 +70,23 @@ func newMetrics() *metrics {
 			Name: "cri_shim_checkpoint_precopy_available",
 			Help: "1 when checkpoints pre-copy memory (checkpoint.pre_copy is auto, CRIU and the kernel track dirty pages, the runtime passes a parent image to the final dump), else 0; decided once at start, the start-up log says why.",
 		}),
+		pulledReserved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cri_shim_pulled_checkpoint_reserved_bytes",
+			Help: "Archive bytes reserved by checkpoint pulls in progress under [checkpoint] pull_max_total_bytes.",
+		}),
+		pulledEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pulled_checkpoints_evicted_total",
+			Help: "Pulled checkpoints no pod used, removed to make room for a new pull under [checkpoint] pull_max_total_bytes.",
+		}),
+		pulledRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pulled_checkpoint_pulls_refused_total",
+			Help: "Checkpoint pulls refused (ResourceExhausted) because [checkpoint] pull_max_total_bytes left no room.",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove, m.preCopy}
+		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove, m.preCopy,
+		m.pulledReserved, m.pulledEvicted, m.pulledRefused}
 }

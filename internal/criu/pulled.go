@@ -21,7 +21,8 @@ var pulledTempFor = 6 * time.Hour
 const pulledTempPrefix = ".pull-" + PulledDirPrefix
 
 // Pulled checkpoints (PulledDirPrefix) are a cache of registry content for
-// the pods that name it, outside retention (max_per_pod, max_total_bytes):
+// the pods that name it, outside retention (max_per_pod, max_total_bytes)
+// and bounded together by pull_max_total_bytes (pulledcap.go):
 // one is removed when the last warm start using it ends (its sandbox is
 // removed: releasePulled), and one no warm start uses is removed by the
 // sweep once it is pulledUnusedFor old (sweepPulled). A later pod naming
@@ -60,6 +61,9 @@ func (s *Service) sweepPulled() {
 	for _, w := range s.warm {
 		inUse[w.Dir] = true
 	}
+	for name := range s.pinnedPulled {
+		inUse[filepath.Join(root, name)] = true
+	}
 	for _, e := range ents {
 		dir := filepath.Join(root, e.Name())
 		age := pulledUnusedFor
@@ -76,12 +80,13 @@ func (s *Service) sweepPulled() {
 	}
 }
 
-// removePulled removes a pulled checkpoint; s.mu is held, so no warm start
-// begins using it meanwhile.
-func (s *Service) removePulled(dir, why string) {
+// removePulled removes a pulled checkpoint and reports whether it is gone;
+// s.mu is held, so no warm start begins using it meanwhile.
+func (s *Service) removePulled(dir, why string) bool {
 	if err := os.RemoveAll(dir); err != nil {
 		s.log.Warn("checkpoint: removing a pulled checkpoint", "path", dir, "err", err)
-		return
+		return false
 	}
 	s.log.Info("checkpoint: removed a pulled checkpoint", "path", dir, "why", why)
+	return true
 }

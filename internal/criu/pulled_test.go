@@ -82,6 +82,7 @@ func TestWarmStartFromImageReference(t *testing.T) {
 		{fmt.Errorf("%w: pulling: 3 of 9 bytes", errdefs.ErrUnavailable), codes.Unavailable, "3 of 9 bytes"},
 		{fmt.Errorf("%w: registry not allowed", errdefs.ErrPermissionDenied), codes.PermissionDenied, "registry not allowed"},
 		{fmt.Errorf("connection reset"), codes.Unavailable, "connection reset"},
+		{fmt.Errorf("pulling x: %w", errorf(errdefs.ErrResourceExhausted, "over [checkpoint] pull_max_total_bytes 9")), codes.ResourceExhausted, "pull_max_total_bytes 9"},
 	} {
 		fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string) (string, error) { return "", tc.err }
 		_, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann)

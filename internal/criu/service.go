@@ -70,6 +70,9 @@ type Config struct {
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
 	// PreCopy configures memory pre-copy (precopy.go); the zero value is off.
 	PreCopy PreCopyConfig
+	// PullMaxTotalBytes bounds the pulled checkpoints on the node together,
+	// those being pulled included (ReservePulled); 0: unbounded.
+	PullMaxTotalBytes int64
 }
 
 // Service serves CheckpointPod and RestorePod and the warm-start routes.
@@ -117,6 +120,11 @@ type Service struct {
 	warmRestartPods map[string]bool
 	pendingWarm     map[string]pendingWarm
 	coldNext        map[string]bool
+	// pullReserved is the archive bytes of the pulls in progress, and
+	// pinnedPulled the pulled checkpoints a RunPodSandbox is starting a
+	// pod from (pulledcap.go).
+	pullReserved int64
+	pinnedPulled map[string]int
 	// jobs and jobsByOut hold the sandboxes and output directories of
 	// checkpoints in progress or still finishing after their call returned
 	// (jobs.go).
@@ -170,7 +178,12 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 }
 
 // Collectors are the service's metrics.
-func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collectors() }
+func (s *Service) Collectors() []prometheus.Collector {
+	return append(s.metrics.collectors(), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cri_shim_pulled_checkpoint_bytes",
+		Help: "Bytes of the checkpoints pulled from registries for restores (oci- directories) on this node.",
+	}, func() float64 { return float64(s.PulledBytes()) }))
+}
 
 // Run recovers from a crash of an earlier shim (pods it had frozen are resumed,
 // its unfinished checkpoints removed) and keeps retrying resumes that failed,

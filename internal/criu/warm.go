@@ -97,6 +97,11 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err != nil {
 		return nil, fail(err, "%s", message(err))
 	}
+	if strings.HasPrefix(dirName, PulledDirPrefix) {
+		// Not evicted by the pulled-checkpoint cap before the warm-start
+		// record below names it.
+		defer s.pinPulled(dirName)()
+	}
 	dir, m, err := s.openCheckpoint(filepath.Join(s.cfg.Root, dirName), ns)
 	if err != nil {
 		return nil, fail(err, "%v; the pod stays pending and the kubelet retries", err)
@@ -189,7 +194,8 @@ func (s *Service) pullRestore(ctx context.Context, md *runtimeapi.PodSandboxMeta
 		return "", errorf(errdefs.ErrNotFound, "image %s: %s; the pod stays pending and the kubelet retries", ref, message(s.noCheckpoint(ref, ns, err)))
 	case err != nil:
 		kind := err
-		if !errdefs.IsInvalidArgument(err) && !errdefs.IsPermissionDenied(err) && !errdefs.IsUnavailable(err) && !errdefs.IsFailedPrecondition(err) {
+		if !errdefs.IsInvalidArgument(err) && !errdefs.IsPermissionDenied(err) && !errdefs.IsUnavailable(err) &&
+			!errdefs.IsFailedPrecondition(err) && !errdefs.IsResourceExhausted(err) {
 			kind = errdefs.ErrUnavailable
 		}
 		return "", errorf(kind, "%v; the pod stays pending and the kubelet retries", err)

@@ -2,19 +2,13 @@ package ociartifact
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -44,17 +38,7 @@ func TestExportRefRules(t *testing.T) {
 
 // authRegistry is an in-process registry that wants basic auth u:p.
 func authRegistry(t *testing.T) *testRegistry {
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Header.Get("Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("u:p")) {
-			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		reg.ServeHTTP(w, req)
-	}))
-	t.Cleanup(srv.Close)
-	return &testRegistry{host: strings.TrimPrefix(srv.URL, "http://"), tr: &countingTransport{rt: http.DefaultTransport}}
+	return newUsersRegistry(t, map[string]string{"u": "p"}).testRegistry
 }
 
 // An export pushes with the secret named in spec.export only when the

@@ -3,6 +3,7 @@ package ociartifact
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -138,6 +139,39 @@ func FuzzParseExportRef(f *testing.F) {
 		}
 		if a.Host != "127.0.0.1:5000" || tag.Context().RegistryStr() != a.Host || tag.TagStr() == "" || strings.Contains(s, "@") {
 			t.Fatalf("%q accepted as %s for %q", s, tag, a.Host)
+		}
+	})
+}
+
+// An access record is read back from the checkpoint root: any bytes either
+// fail or give a record whose every lookup and addition works.
+func FuzzParseAccess(f *testing.F) {
+	r := newAccessRecord()
+	r.add("h/r", podCredential{raw: []byte("c")})
+	r.add("h/s", podCredential{})
+	b, _ := json.Marshal(r)
+	f.Add(b)
+	f.Add([]byte(`{"salt":"` + strings.Repeat("0", 64) + `","repositories":{"h/r":{"credentials":[]}}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := parseAccess(b)
+		if err != nil {
+			return
+		}
+		c := podCredential{raw: b}
+		for repo := range r.Repos {
+			r.allows(repo, c)
+			r.add(repo, c)
+			if !r.allows(repo, c) {
+				t.Fatalf("%s: not allowed after it was added", repo)
+			}
+		}
+		again, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parseAccess(again); err != nil {
+			t.Fatalf("a parsed record does not parse again: %v", err)
 		}
 	})
 }

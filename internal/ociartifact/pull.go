@@ -42,6 +42,11 @@ type PullOptions struct {
 	// Planned, if not nil, is told the checkpoint's total archive bytes
 	// once the images are checked, before the archives are fetched.
 	Planned func(total int64)
+	// Reserve, if not nil, is asked for room for the checkpoint's archive
+	// bytes after Planned, before the archives are fetched (the node-wide
+	// cap on pulled checkpoints); its error ends the pull, and release is
+	// called once the pull has ended, its directory in place or not.
+	Reserve func(total int64) (release func(), err error)
 }
 
 // DefaultMaxBytes caps a pulled checkpoint's archives.
@@ -148,6 +153,13 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	}
 	if o.Planned != nil {
 		o.Planned(total)
+	}
+	if o.Reserve != nil {
+		release, err := o.Reserve(total)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 	}
 
 	nm := o.Name

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
 )
@@ -41,6 +42,10 @@ type RestorePullConfig struct {
 	// PodKeychain, if set, reads the pod's image pull secrets (PodKeychain
 	// with the node's API connection); nil: the node's credentials only.
 	PodKeychain func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error)
+	// Reserve, if set, is asked for room for a pull's archive bytes before
+	// they are fetched (criu's ReservePulled: the node-wide cap on pulled
+	// checkpoints); see PullOptions.Reserve.
+	Reserve func(total int64) (release func(), err error)
 	// Transport replaces the HTTP transport (tests).
 	Transport http.RoundTripper
 	Log       *slog.Logger
@@ -61,10 +66,15 @@ type RestorePuller struct {
 	cfg RestorePullConfig
 
 	mu   sync.Mutex
-	jobs map[string]*pullJob // "<dir>/<namespace>"
+	jobs map[string]*pullJob // "<kind>/<dir>/<namespace>" (pulls), "<kind>/<dir>/<uid>" (checks)
+
+	// accessMu serialises the access records' reads and writes (access.go).
+	accessMu sync.Mutex
 }
 
 type pullJob struct {
+	kind             int    // jobPull or jobVerify
+	uid              string // the pod it runs for, with its credentials
 	done             chan struct{}
 	err              error
 	ended            time.Time
@@ -83,27 +93,72 @@ func NewRestorePuller(cfg RestorePullConfig) *RestorePuller {
 }
 
 // Pull returns the name under Root of the checkpoint at ref, for pod
-// ns/pod (sandbox UID uid): pulled already, or pulled now. Errors are of an
-// errdefs class: InvalidArgument (malformed reference), PermissionDenied
-// (registry not allowed), Unavailable (pull in progress, API server or
-// registry not answering: retry), FailedPrecondition (verification), and
-// criu.ErrForeignCheckpoint for a checkpoint of a namespace the pod may not
-// restore (refused before an archive is fetched).
+// ns/pod (sandbox UID uid): pulled already, or pulled now. A checkpoint
+// already on the node is answered only once pod may read ref (verify,
+// access.go). Errors are of an errdefs class: InvalidArgument (malformed
+// reference), PermissionDenied (registry not allowed, or the registry does
+// not let the pod's credentials read ref), Unavailable (pull or check in
+// progress, API server or registry not answering: retry), ResourceExhausted
+// (no room under the node's cap on pulled checkpoints: retry),
+// FailedPrecondition (verification), and criu.ErrForeignCheckpoint for a
+// checkpoint of a namespace the pod may not restore (refused before an
+// archive is fetched).
 func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (string, error) {
 	d, allowed, err := ParseRestoreRef(ref, p.cfg.Registries)
 	if err != nil {
 		return "", err
 	}
 	dirName := criu.PulledDir(strings.TrimPrefix(d.DigestStr(), "sha256:"))
-	if isDir(filepath.Join(p.cfg.Root, dirName)) {
-		return dirName, nil
+	dir := filepath.Join(p.cfg.Root, dirName)
+	if !isDir(dir) {
+		j, err := p.job(jobPull, dirName+"/"+ns, uid, func(j *pullJob) error {
+			return p.pull(j, d, allowed, dirName, ns, pod, uid)
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := p.await(ctx, j, func() string {
+			return fmt.Sprintf("pulling %s: %d of %d bytes fetched", ref, j.written.Load(), j.planned.Load())
+		}); err != nil {
+			return "", err
+		}
+		if j.uid == uid {
+			// Pulled with this pod's credentials, recorded by the pull.
+			return dirName, nil
+		}
 	}
-	j, err := p.job(dirName, ns, func(j *pullJob) error {
-		return p.pull(j, d.String(), d.DigestStr(), dirName, allowed, ns, pod, uid)
-	})
-	if err != nil {
-		return "", err
+	// On the node already. The namespace binding first, as a pull judges it
+	// before anything else: a pod it refuses learns nothing more here.
+	if m, err := criu.ReadManifest(dir); err == nil && !p.cfg.RestoreAllowed(m.Pod.Namespace, ns) {
+		return "", fmt.Errorf("%w: taken of pod %s/%s", criu.ErrForeignCheckpoint, m.Pod.Namespace, m.Pod.Name)
 	}
+	// Then the pod must be let read it: at once when every pod of the node
+	// may (read with the node's credentials or anonymously), else checked
+	// with the pod's credentials in the background.
+	if !p.allowsAccess(dir, d.Context().Name(), podCredential{}) {
+		j, err := p.job(jobVerify, dirName+"/"+uid, uid, func(*pullJob) error {
+			return p.verify(d, allowed, dirName, ns, pod, uid)
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := p.await(ctx, j, func() string {
+			return fmt.Sprintf("checking with the registry that pod %s/%s may read %s", ns, pod, ref)
+		}); err != nil {
+			return "", err
+		}
+	}
+	// Used now: neither the sweep of unused pulls nor the cap takes it
+	// before the warm start's record names it.
+	now := time.Now()
+	os.Chtimes(dir, now, now)
+	return dirName, nil
+}
+
+// await waits for j at most Wait, and never past 2 s before ctx's deadline;
+// a job still running then is answered Unavailable with busy's account of
+// it (it goes on; the kubelet's retry finds it).
+func (p *RestorePuller) await(ctx context.Context, j *pullJob, busy func() string) error {
 	wait := p.cfg.Wait
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl)-2*time.Second)
@@ -117,19 +172,29 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 	}
 	select {
 	case <-j.done:
-		if j.err != nil {
-			return "", j.err
-		}
-		return dirName, nil
+		return j.err
 	default:
-		return "", fmt.Errorf("%w: pulling %s: %d of %d bytes fetched; the pod stays pending and the kubelet retries", errdefs.ErrUnavailable, ref, j.written.Load(), j.planned.Load())
+		return fmt.Errorf("%w: %s; the pod stays pending and the kubelet retries", errdefs.ErrUnavailable, busy())
 	}
 }
 
-// job returns the pull of dirName for namespace ns, starting run in the
-// background when there is none, or only a failure older than failedFor.
-func (p *RestorePuller) job(dirName, ns string, run func(*pullJob) error) (*pullJob, error) {
-	k := dirName + "/" + ns
+// Jobs are pulls (at most maxPullJobs at once) and checks that a pod may
+// read a checkpoint already pulled (at most maxVerifyJobs).
+const (
+	jobPull = iota
+	jobVerify
+)
+
+// maxVerifyJobs bounds the access checks in progress.
+const maxVerifyJobs = 16
+
+// verifyTimeout bounds one access check: the pod's secrets, one HEAD.
+const verifyTimeout = time.Minute
+
+// job returns the job of kind under key, starting run in the background
+// for pod uid when there is none, or only a failure older than failedFor.
+func (p *RestorePuller) job(kind int, key, uid string, run func(*pullJob) error) (*pullJob, error) {
+	k := fmt.Sprintf("%d/%s", kind, key)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	running := 0
@@ -140,16 +205,21 @@ func (p *RestorePuller) job(dirName, ns string, run func(*pullJob) error) (*pull
 				delete(p.jobs, key)
 			}
 		default:
-			running++
+			if j.kind == kind {
+				running++
+			}
 		}
 	}
-	if j, ok := p.jobs[k]; ok {
+	if j, ok := p.jobs[k]; ok && !failedForAnother(j, uid) {
 		return j, nil
 	}
-	if running >= maxPullJobs {
+	switch {
+	case kind == jobPull && running >= maxPullJobs:
 		return nil, fmt.Errorf("%w: %d checkpoint pulls in progress on this node; the kubelet retries", errdefs.ErrUnavailable, running)
+	case kind == jobVerify && running >= maxVerifyJobs:
+		return nil, fmt.Errorf("%w: %d checks of pods' access to pulled checkpoints in progress on this node; the kubelet retries", errdefs.ErrUnavailable, running)
 	}
-	j := &pullJob{done: make(chan struct{})}
+	j := &pullJob{kind: kind, uid: uid, done: make(chan struct{})}
 	p.jobs[k] = j
 	go func() {
 		err := run(j)
@@ -161,13 +231,18 @@ func (p *RestorePuller) job(dirName, ns string, run func(*pullJob) error) (*pull
 	return j, nil
 }
 
-func (p *RestorePuller) pull(j *pullJob, ref, digest, dirName string, allowed Allowed, ns, pod, uid string) error {
+func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName, ns, pod, uid string) error {
+	ref, digest := d.String(), d.DigestStr()
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	kc, err := p.keychain(ctx, ns, pod, uid)
+	podKC, kc, err := p.keychains(ctx, ns, pod, uid)
 	if err != nil {
 		return err
+	}
+	cred, err := credentialOf(podKC, d.Context())
+	if err != nil {
+		return fmt.Errorf("%w: pod %s/%s's credentials for %s: %v", errdefs.ErrFailedPrecondition, ns, pod, d.Context().RegistryStr(), err)
 	}
 	reg := Registry{Keychain: kc, CAFile: allowed.CAFile, PlainHTTP: allowed.PlainHTTP, Transport: p.cfg.Transport}
 	res, err := Pull(ctx, ref, reg, PullOptions{
@@ -180,14 +255,18 @@ func (p *RestorePuller) pull(j *pullJob, ref, digest, dirName string, allowed Al
 		},
 		Planned: func(n int64) { j.planned.Store(n) },
 		Written: func(n int64) { j.written.Add(n) },
+		Reserve: p.cfg.Reserve,
 	})
 	switch {
 	case err == nil:
 	case isDir(filepath.Join(p.cfg.Root, dirName)):
-		// Pulled meanwhile for a pod of another namespace, and verified.
-		return nil
+		// Pulled meanwhile for a pod of another namespace, and verified;
+		// this pod's credentials are not known to read it yet.
+		return p.verify(d, allowed, dirName, ns, pod, uid)
 	case errors.Is(err, criu.ErrForeignCheckpoint):
 		return err
+	case errdefs.IsResourceExhausted(err):
+		return fmt.Errorf("pulling %s: %w", ref, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: pulling %s: not done within [checkpoint] pull_timeout %s: %v", errdefs.ErrUnavailable, ref, p.cfg.Timeout, err)
 	case errors.Is(err, errDigest) || errors.Is(err, errNotCheckpoint):
@@ -201,9 +280,22 @@ func (p *RestorePuller) pull(j *pullJob, ref, digest, dirName string, allowed Al
 		os.RemoveAll(res.Dir)
 		return fmt.Errorf("%w: pulling %s: got index %s: %v", errdefs.ErrFailedPrecondition, ref, res.Digest, errDigest)
 	}
+	p.recordAccess(res.Dir, d.Context().Name(), cred)
 	p.cfg.Log.Info("checkpoint: pulled for a restore", "ref", ref, "dir", res.Dir, "bytes", res.Bytes,
 		"seconds", time.Since(start).Seconds(), "pod", ns+"/"+pod)
 	return nil
+}
+
+// failedForAnother reports whether j failed for another pod: its failure
+// (refused credentials, say) answers only its own pod, so that another
+// pod's pull is not held back by it.
+func failedForAnother(j *pullJob, uid string) bool {
+	select {
+	case <-j.done:
+		return j.err != nil && j.uid != uid
+	default:
+		return false
+	}
 }
 
 func isDir(p string) bool {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,6 +323,48 @@ func TestRestorePullUsesPodSecret(t *testing.T) {
 	}
 	if _, err := withSecret.Pull(context.Background(), "default", "web", "uid-new", p0.Ref); err != nil {
 		t.Fatalf("with the pod's secret: %v", err)
+	}
+}
+
+// A pull that the node's cap has no room for is refused ResourceExhausted
+// before an archive byte is fetched, and writes nothing; a reservation is
+// released once the pull ends.
+func TestRestorePullRefusedOverTheCap(t *testing.T) {
+	r := newTestRegistry(t)
+	root, ref := pushed(t, r)
+	var big atomic.Int64
+	r.tr.rewrite = func(req *http.Request, b []byte) []byte {
+		if len(b) > 200<<10 {
+			big.Add(1)
+		}
+		return b
+	}
+	var asked int64
+	full := puller(r, root, func(c *RestorePullConfig) {
+		c.Reserve = func(n int64) (func(), error) {
+			asked = n
+			return nil, fmt.Errorf("%w: over [checkpoint] pull_max_total_bytes", errdefs.ErrResourceExhausted)
+		}
+	})
+	_, err := full.Pull(context.Background(), "default", "web", "uid", ref)
+	if !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "pull_max_total_bytes") {
+		t.Fatalf("over the cap: %v", err)
+	}
+	if asked == 0 || big.Load() != 0 {
+		t.Errorf("reserve asked for %d bytes; %d archives fetched before the refusal", asked, big.Load())
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("left under the root: %v", ents)
+	}
+	var released atomic.Int64
+	ok := puller(r, root, func(c *RestorePullConfig) {
+		c.Reserve = func(n int64) (func(), error) { return func() { released.Add(1) }, nil }
+	})
+	if _, err := ok.Pull(context.Background(), "default", "web", "uid", ref); err != nil {
+		t.Fatal(err)
+	}
+	if released.Load() != 1 {
+		t.Errorf("released %d times, want once", released.Load())
 	}
 }
 

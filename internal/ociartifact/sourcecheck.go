@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -54,7 +53,7 @@ func (p *RestorePuller) CheckSource(ctx context.Context, ns, pod, uid, ref strin
 	}
 	ctx, cancel := context.WithTimeout(ctx, sourceCheckTimeout)
 	defer cancel()
-	kc, err := p.keychain(ctx, ns, pod, uid)
+	_, kc, err := p.keychains(ctx, ns, pod, uid)
 	if err != nil {
 		if !errdefs.IsUnavailable(err) {
 			// The restoring pod's trouble (replaced, moved), not the image's.
@@ -151,21 +150,4 @@ func registryError(ref string, err error) error {
 		return fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
 	}
 	return fmt.Errorf("%w: %s: %v", errdefs.ErrUnavailable, ref, err)
-}
-
-// keychain is the credentials of a restore of pod ns/pod: its image pull
-// secrets (with an API connection), then the node's.
-func (p *RestorePuller) keychain(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
-	node, err := LoadKeychain(p.cfg.NodeAuthFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: the node's registry credentials: %v", errdefs.ErrFailedPrecondition, err)
-	}
-	if p.cfg.PodKeychain == nil {
-		return node, nil
-	}
-	podKC, err := p.cfg.PodKeychain(ctx, ns, pod, uid)
-	if err != nil {
-		return nil, err
-	}
-	return authn.NewMultiKeychain(podKC, node), nil
 }

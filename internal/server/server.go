@@ -123,6 +123,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		restores = podcheckpoint.NewRestores(api.Client.Node, cfg.Checkpoint.ObjectWait.Duration, checkpointEvents)
 		resolve = restores.Resolve
 	}
+	var checkpoints *criu.Service
 	// Restores from image references: pulled from the allow-listed
 	// registries only, with the pod's image pull secrets read as the node.
 	var pullRestore func(ctx context.Context, ns, pod, uid, ref string) (string, error)
@@ -145,6 +146,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
 				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
 		}
+		// The cap on pulled checkpoints is kept by the checkpoint service,
+		// which knows the pods using them; it exists before any pull runs.
+		pc.Reserve = func(n int64) (func(), error) { return checkpoints.ReservePulled(n) }
 		puller := ociartifact.NewRestorePuller(pc)
 		pullRestore, sources = puller.Pull, puller
 	}
@@ -156,7 +160,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 				Type: eventType, Reason: reason, Action: action, Note: note})
 		}
 	}
-	checkpoints, err := criu.New(criu.Config{
+	checkpoints, err = criu.New(criu.Config{
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
@@ -164,6 +168,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
 		PreCopy: criu.PreCopyConfig{Mode: cfg.Checkpoint.PreCopy, DirtyTracking: dirtyTracking,
 			PreDumper: &criu.CRIUPreDumper{Pid: tasks.Pid}},
+		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)

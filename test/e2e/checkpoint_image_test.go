@@ -117,9 +117,10 @@ func pushedPod(t *testing.T, addr, ns, name, repo string) string {
 // pulls it into oci-<digest>, reading the pod's image pull secrets as the
 // node); a pod of another namespace naming it and a reference to a registry
 // outside the allow-list stay Pending with precise events; a PodCheckpoint
-// whose spec.sourceImage is the reference restores a pod by its name, and
-// the node that restored it holds it with the reference resolved and the
-// restore recorded in its status (one naming an unlisted registry:
+// whose spec.sourceImage is the reference restores a pod by its name, once
+// the registry let that pod's credentials read it, and the node that
+// restored it holds it with the reference resolved and the restore
+// recorded in its status (one naming an unlisted registry:
 // RegistryNotAllowed); the pulled directory goes with the pods.
 func TestRestoreFromImageReference(t *testing.T) {
 	cs, addr := shimAsNodeWithRegistry(t)
@@ -195,6 +196,11 @@ func TestRestoreFromImageReference(t *testing.T) {
 		t.Fatalf("pod restored from PodCheckpoint from-img logs secret %s, the source's is %s", got, secret)
 	}
 	t.Logf("restored by the name of a PodCheckpoint with spec.sourceImage: Running %.1fs after it was created (the first RunPodSandbox waits for the object's read; 11.7-16.1 s, one kubelet retry, before it did)", time.Since(t0).Seconds())
+	// The checkpoint was pulled with the first pod's secret; this pod names
+	// none, so before it restored from the copy on the node the registry was
+	// asked whether the node's credentials may read it (docs/checkpoint-oci.md,
+	// "A checkpoint already on the node").
+	t.Logf("access checked: %s", shimLogLine(t, "the registry lets a pod read a pulled checkpoint", ns+"/by-name"))
 	sourceImageStatus(t, cs, pcs, ns, "from-img", "by-name", ref)
 
 	// An object naming a registry outside the allow-list: the node that
