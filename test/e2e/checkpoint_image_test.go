@@ -27,20 +27,52 @@ func shimAsNodeWithRegistry(t *testing.T) (kubernetes.Interface, string) {
 	t.Helper()
 	cs := needAPIServer(t)
 	addr := startRegistry(t)
-	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nplain_http = true\n",
-		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"], addr))
+	withShimConfig(t, plainRegistryConfig(addr))
 	apiKubelet(t, cs)
 	return cs, addr
+}
+
+// plainRegistryConfig is the [kubernetes] section of a shim talking to the
+// API as its node, and an allow-list entry for the plain-HTTP loopback
+// registry addr.
+func plainRegistryConfig(addr string) string {
+	return fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nplain_http = true\n",
+		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"], addr)
 }
 
 // bigSecretAPIPod is secretAPIPod writing 160 MiB of random data into its
 // writable layer first, so its checkpoint is as large as
 // TestCheckpointPushPullRestore's.
 func bigSecretAPIPod(name, restoreFrom string) *corev1.Pod {
+	return blobSecretAPIPod(name, restoreFrom, 160)
+}
+
+// blobSecretAPIPod is secretAPIPod writing mib MiB of random data into its
+// writable layer first: its checkpoint's archive holds them (in
+// rootfs-diff.tar, which cannot compress them).
+func blobSecretAPIPod(name, restoreFrom string, mib int) *corev1.Pod {
 	p := secretAPIPod(name, restoreFrom)
 	c := &p.Spec.Containers[0]
-	c.Command[len(c.Command)-1] = "dd if=/dev/urandom of=/tmp/blob bs=1048576 count=160 2>/dev/null; " + c.Command[len(c.Command)-1]
+	c.Command[len(c.Command)-1] = fmt.Sprintf("dd if=/dev/urandom of=/tmp/blob bs=1048576 count=%d 2>/dev/null; ", mib) + c.Command[len(c.Command)-1]
 	return p
+}
+
+// withPullSecret is p naming the image pull secret secret.
+func withPullSecret(p *corev1.Pod, secret string) *corev1.Pod {
+	p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: secret}}
+	return p
+}
+
+// dockerConfigSecret creates the kubernetes.io/dockerconfigjson secret
+// ns/name holding the docker config.json cfg.
+func dockerConfigSecret(t *testing.T, cs kubernetes.Interface, ns, name string, cfg []byte) {
+	t.Helper()
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctxT(t, 10*time.Second), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: cfg},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // shimLogLine returns the fields of the shim's last log line with msg that
@@ -53,6 +85,17 @@ func shimLogLine(t *testing.T, msg, what string) string {
 // shimLogLineIn is shimLogLine for the node whose $NODE_RUN is run.
 func shimLogLineIn(t *testing.T, run, msg, what string) string {
 	t.Helper()
+	l := lastShimLogLine(t, run, msg, what)
+	if l == "" {
+		t.Fatalf("no shim log line %q about %s", msg, what)
+	}
+	return l
+}
+
+// lastShimLogLine is the last line of the shim's log on the node whose
+// $NODE_RUN is run with msg that mentions what, or "" if there is none.
+func lastShimLogLine(t *testing.T, run, msg, what string) string {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(run, "cri-shim.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +106,6 @@ func shimLogLineIn(t *testing.T, run, msg, what string) string {
 			return lines[i]
 		}
 	}
-	t.Fatalf("no shim log line %q about %s", msg, what)
 	return ""
 }
 
@@ -77,6 +119,23 @@ func runningSecret(t *testing.T, cs kubernetes.Interface, ns, name string, timeo
 		return nil
 	})
 	return loggedSecret(t, ns, name, 5)
+}
+
+// restoredWithSecret waits for ns/pod to run and fails the test unless it
+// logs secret, its source's: it runs the checkpointed process.
+func restoredWithSecret(t *testing.T, cs kubernetes.Interface, ns, pod, secret string) {
+	t.Helper()
+	if got := runningSecret(t, cs, ns, pod, 3*time.Minute); got != secret {
+		t.Fatalf("%s/%s logs secret %s, the source's is %s", ns, pod, got, secret)
+	}
+}
+
+// createPod creates pod p in namespace ns.
+func createPod(t *testing.T, cs kubernetes.Interface, ns string, p *corev1.Pod) {
+	t.Helper()
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // loggedSecret waits until pod ns/name has logged one secret at least n
@@ -101,10 +160,17 @@ func loggedSecret(t *testing.T, ns, name string, n int) string {
 // the loopback registry and returns the pushed reference by digest.
 func pushedPod(t *testing.T, addr, ns, name, repo string) string {
 	t.Helper()
-	cp := "e2e-img-" + strings.ReplaceAll(ns, ".", "-")
+	return pushedCheckpoint(t, ns, name, "e2e-img-"+strings.ReplaceAll(ns, ".", "-"), addr+"/"+repo+":v1", "--plain-http")
+}
+
+// pushedCheckpoint checkpoints the running pod ns/name with the CLI into
+// checkpoint cp (removed after the test), pushes it to ref with the push's
+// flags and returns the pushed reference by digest.
+func pushedCheckpoint(t *testing.T, ns, name, cp, ref string, flags ...string) string {
+	t.Helper()
 	shimRun(t, "checkpoint", "--namespace", ns, "--pod", name, "--name", cp)
 	t.Cleanup(func() { os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp)) })
-	out, _, _ := shimRun(t, "checkpoint", "push", cp, addr+"/"+repo+":v1", "--plain-http", "-o", "json")
+	out, _, _ := shimRun(t, append([]string{"checkpoint", "push", cp, ref, "-o", "json"}, flags...)...)
 	var pushed struct{ Ref string }
 	if err := json.Unmarshal([]byte(out), &pushed); err != nil || !strings.Contains(pushed.Ref, "@sha256:") {
 		t.Fatalf("push -o json: %v: %q", err, out)
@@ -133,16 +199,9 @@ func TestRestoreFromImageReference(t *testing.T) {
 	t.Logf("pushed %s", ref)
 
 	// An image pull secret the pod names is read as the node (Node authorizer).
-	if _, err := cs.CoreV1().Secrets(ns).Create(ctxT(t, 10*time.Second), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "regcred"}, Type: corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(fmt.Sprintf(`{"auths":{%q:{"username":"u","password":"p"}}}`, addr))},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	restored := bigSecretAPIPod("restored", ref)
-	restored.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
+	dockerConfigSecret(t, cs, ns, "regcred", []byte(fmt.Sprintf(`{"auths":{%q:{"username":"u","password":"p"}}}`, addr)))
 	t0 := time.Now()
-	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), restored, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), withPullSecret(bigSecretAPIPod("restored", ref), "regcred"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := runningSecret(t, cs, ns, "restored", 3*time.Minute); got != secret {

@@ -60,6 +60,9 @@ var node struct {
 	// the TLS registry (checkpoint_tls_test.go)
 	registryTLSOnce sync.Once
 	registryTLSErr  error
+	// the registry that wants a login (checkpoint_auth_test.go)
+	registryAuthOnce sync.Once
+	registryAuthErr  error
 
 	apiOnce sync.Once
 	apiErr  error

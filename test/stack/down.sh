@@ -36,6 +36,7 @@ stop_pid cri-shim
 stop_pid containerd
 stop_pid registry
 stop_pid registry-tls
+stop_pid registry-auth
 stop_pid kube-apiserver
 stop_pid etcd
 # runc shims outlive containerd; only ours (bound to our socket) are stopped.

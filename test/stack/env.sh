@@ -22,6 +22,10 @@ NODE_NAME=${CRI_SHIM_NODE_NAME:-cri-shim-node}
 REGISTRY_ADDR=${CRI_SHIM_REGISTRY:-127.0.0.1:5000}
 # The same registry program over TLS (certificate by pki.sh), for checkpoint images.
 REGISTRY_TLS_ADDR=${CRI_SHIM_REGISTRY_TLS:-127.0.0.1:5443}
+# A third instance, over TLS too, that wants a login (htpasswd); its users'
+# docker config.json files are in REGISTRY_AUTH_DIR (up.sh --start registry-auth).
+REGISTRY_AUTH_ADDR=${CRI_SHIM_REGISTRY_AUTH:-127.0.0.1:5444}
+REGISTRY_AUTH_DIR=${CRI_SHIM_REGISTRY_AUTH_DIR:-$NODE_RUN/registry-auth}
 # Control plane (up.sh --apiserver / --start apiserver): private loopback ports.
 ETCD_PORT=${CRI_SHIM_ETCD_PORT:-12379}
 ETCD_PEER_PORT=${CRI_SHIM_ETCD_PEER_PORT:-12380}

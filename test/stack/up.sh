@@ -3,7 +3,7 @@
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
 #   up.sh [--kubelet] [--apiserver | --join] [--manifest FILE]... [--shim-config FILE]
-#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry|registry-tls
+#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry|registry-tls|registry-auth
 #         (re)start one component of a running node
 # --apiserver also starts etcd and kube-apiserver on loopback ports, and the
 # kubelet (with --kubelet) registers with it as node $NODE_NAME. --join: the
@@ -32,6 +32,9 @@ while (($#)); do
 done
 log() { printf '[node] %s\n' "$*" >&2; }
 [[ $(id -u) == 0 ]] || { log "must run as root"; exit 1; }
+# The caller's go, before PATH is narrowed: registry-auth builds its
+# password hasher with it.
+GO=$(command -v "${GO:-go}" || true)
 export PATH=$STACK/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 wait_for() { # wait_for SECONDS DESC CMD...
@@ -203,6 +206,8 @@ MANIFESTS=$MANIFESTS
 MANIFESTS_NATIVE=$MANIFESTS_NATIVE
 REGISTRY_ADDR=$REGISTRY_ADDR
 REGISTRY_TLS_ADDR=$REGISTRY_TLS_ADDR
+REGISTRY_AUTH_ADDR=$REGISTRY_AUTH_ADDR
+REGISTRY_AUTH_DIR=$REGISTRY_AUTH_DIR
 PKI=$PKI
 CRICTL_CONFIG=$NODE_RUN/crictl.yaml
 CHECKPOINTS=$NODE_DATA/checkpoints
@@ -237,22 +242,35 @@ start_shim() {
 		{ tail -n 30 "$NODE_RUN/cri-shim.log" >&2; return 1; }
 }
 
+# registry_config NAME ADDR [tls [HTPASSWD]]: the config of the registry
+# instance NAME on ADDR, $NODE_RUN/NAME.yaml, its storage $NODE_DATA/NAME;
+# tls: HTTPS with pki.sh's certificate; HTPASSWD: the file of the logins it
+# asks for (basic auth).
+registry_config() {
+	local name=$1 addr=$2 tls=${3:-} htpasswd=${4:-}
+	mkdir -p "$NODE_DATA/$name"
+	{
+		cat <<YAML
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: $NODE_DATA/$name}
+  delete: {enabled: true}
+http:
+  addr: $addr
+YAML
+		[[ -z $tls ]] || echo "  tls: {certificate: $PKI/registry.crt, key: $PKI/registry.key}"
+		[[ -z $htpasswd ]] || printf 'auth:\n  htpasswd: {realm: cri-shim-test, path: %s}\n' "$htpasswd"
+	} >"$NODE_RUN/$name.yaml"
+}
+
 # The loopback registry serves critest's test images under the names critest
 # asks for once --registry-prefix points at it; they are busybox-based stand-ins.
 # critest v1.34 drops the tag when it re-prefixes a name (PrepareImageName uses
 # reference.Path), so every image is also pushed as :latest.
 start_registry() {
 	[[ -x $STACK/bin/registry ]] || { log "missing registry: run test/stack/install.sh"; return 1; }
-	mkdir -p "$NODE_DATA/registry"
-	cat >"$NODE_RUN/registry.yaml" <<YAML
-version: 0.1
-log: {level: warn}
-storage:
-  filesystem: {rootdirectory: $NODE_DATA/registry}
-  delete: {enabled: true}
-http:
-  addr: $REGISTRY_ADDR
-YAML
+	registry_config registry "$REGISTRY_ADDR"
 	spawn registry registry serve "$NODE_RUN/registry.yaml"
 	wait_for 30 registry curl -sf "http://$REGISTRY_ADDR/v2/"
 	local mk=$STACK/images/mkimage r=$REGISTRY_ADDR bb=(--busybox /bin/busybox)
@@ -295,19 +313,42 @@ host_address() {
 start_registry_tls() {
 	[[ -x $STACK/bin/registry ]] || { log "missing registry: run test/stack/install.sh"; return 1; }
 	"$(dirname "${BASH_SOURCE[0]}")/pki.sh"
-	mkdir -p "$NODE_DATA/registry-tls"
-	cat >"$NODE_RUN/registry-tls.yaml" <<YAML
-version: 0.1
-log: {level: warn}
-storage:
-  filesystem: {rootdirectory: $NODE_DATA/registry-tls}
-  delete: {enabled: true}
-http:
-  addr: $REGISTRY_TLS_ADDR
-  tls: {certificate: $PKI/registry.crt, key: $PKI/registry.key}
-YAML
+	registry_config registry-tls "$REGISTRY_TLS_ADDR" tls
 	spawn registry-tls registry serve "$NODE_RUN/registry-tls.yaml"
 	wait_for 30 registry-tls curl -sf --cacert "$PKI/ca.crt" "https://$REGISTRY_TLS_ADDR/v2/"
+}
+
+# start_registry_auth: a third registry, empty, over HTTPS on
+# REGISTRY_AUTH_ADDR with pki.sh's certificate (as registry-tls), that wants
+# a login: htpasswd basic auth, which distribution accepts only over TLS.
+# Its two users, user1 and user2, get random passwords when the node's first
+# start of it makes $REGISTRY_AUTH_DIR (under $NODE_RUN: gone with down.sh);
+# $REGISTRY_AUTH_DIR/<user>.json is a docker config.json with that user's
+# login, for `cri-shim checkpoint push --registry-config` and as the
+# .dockerconfigjson of a pod's image pull secret. The bcrypt hashes come from
+# test/stack/tools/registry/htpasswd, built with the caller's go.
+start_registry_auth() {
+	[[ -x $STACK/bin/registry ]] || { log "missing registry: run test/stack/install.sh"; return 1; }
+	"$(dirname "${BASH_SOURCE[0]}")/pki.sh"
+	local dir=$REGISTRY_AUTH_DIR
+	if [[ ! -s $dir/htpasswd ]]; then
+		[[ -n $GO ]] || { log "registry-auth: no go on PATH to build its password hasher"; return 1; }
+		install -d -m 0700 "$dir"
+		(cd "$REPO/test/stack/tools/registry" && GOFLAGS=-mod=readonly "$GO" build -o "$dir/htpasswd-bcrypt" ./htpasswd)
+		local u pw logins=
+		for u in user1 user2; do
+			pw=$(openssl rand -hex 16)
+			logins+="$u $pw"$'\n'
+			printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$REGISTRY_AUTH_ADDR" "$(printf '%s:%s' "$u" "$pw" | base64 -w0)" >"$dir/$u.json"
+		done
+		"$dir/htpasswd-bcrypt" <<<"$logins" >"$dir/htpasswd.tmp"
+		mv "$dir/htpasswd.tmp" "$dir/htpasswd"
+	fi
+	registry_config registry-auth "$REGISTRY_AUTH_ADDR" tls "$dir/htpasswd"
+	spawn registry-auth registry serve "$NODE_RUN/registry-auth.yaml"
+	# Up, and asking for a login: 401 to a request without one.
+	wait_for 30 registry-auth sh -c '[ "$(curl -s -o /dev/null -w "%{http_code}" --cacert "$1" "https://$2/v2/")" = 401 ]' \
+		_ "$PKI/ca.crt" "$REGISTRY_AUTH_ADDR" || { tail -n 30 "$NODE_RUN/registry-auth.log" >&2; return 1; }
 }
 
 # start_apiserver: etcd and kube-apiserver on loopback, certificates by pki.sh.
@@ -398,6 +439,7 @@ if [[ -n $ONLY ]]; then
 	apiserver) start_apiserver ;;
 	registry) start_registry ;;
 	registry-tls) start_registry_tls ;;
+	registry-auth) start_registry_auth ;;
 	*) log "--start: unknown component $ONLY"; exit 2 ;;
 	esac
 	exit 0
