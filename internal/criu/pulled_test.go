@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +135,76 @@ func TestUnusedPulledCheckpointsAreSwept(t *testing.T) {
 		if _, err := os.Stat(d); (err == nil) != want {
 			t.Errorf("%s: exists=%v after the sweep, want %v", filepath.Base(d), err == nil, want)
 		}
+	}
+}
+
+// A removal that dies midway (a shim killed, or a file written into the
+// directory as it was deleted) never leaves a half-removed directory under
+// the oci- name, which a later pod would take for pulled: the directory is
+// renamed away first, and the next sweep finishes the deletion.
+func TestPulledRemovalRenamesFirst(t *testing.T) {
+	fx := newFixture(t)
+	root, _ := filepath.EvalSymlinks(fx.root)
+	d := mkPulled(t, root, digestName('a'), 100, time.Now())
+	os.WriteFile(filepath.Join(d, ManifestFile), []byte("{}"), 0o600)
+	removeAll = func(p string) error {
+		os.Remove(filepath.Join(p, ManifestFile)) // part of the way, then killed
+		return fmt.Errorf("killed")
+	}
+	t.Cleanup(func() { removeAll = os.RemoveAll })
+	fx.svc.releasePulled(d)
+	if _, err := os.Lstat(d); !os.IsNotExist(err) {
+		t.Fatalf("half-removed pulled checkpoint left under its name: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(root, pulledRemovingPrefix+"*"))
+	if len(left) != 1 {
+		t.Fatalf("renamed-away directories %v, want one", left)
+	}
+	removeAll = os.RemoveAll
+	fx.svc.sweepPulled()
+	if _, err := os.Lstat(left[0]); !os.IsNotExist(err) {
+		t.Errorf("the sweep left %s: %v", filepath.Base(left[0]), err)
+	}
+	fx.svc.mu.Lock()
+	defer fx.svc.mu.Unlock()
+	if len(fx.svc.removing) != 0 {
+		t.Errorf("deletions still noted in progress: %v", fx.svc.removing)
+	}
+}
+
+// The temporary directories of pulls a killed shim left, and deletions it
+// left half done, are removed at start whatever their age (pulls run only in
+// the shim; their bytes would escape the cap); the temporary directory of a
+// pull of this shim is not, by the sweep nor by the clean-up of interrupted
+// checkpoints.
+func TestLeftoverPullsRemovedAtStart(t *testing.T) {
+	var leftTemp, leftRemoving string
+	fx := newFixtureWith(t, func(rt *fakeRT, cfg *Config) Tasks {
+		os.MkdirAll(cfg.Root, 0o700)
+		leftTemp = mkPulled(t, cfg.Root, pulledTempPrefix+testDigest+"-1", 100, time.Now())
+		os.WriteFile(filepath.Join(leftTemp, incompleteFile), nil, 0o600)
+		leftRemoving = mkPulled(t, cfg.Root, pulledRemovingPrefix+PulledDir(testDigest)+"-1", 100, time.Now())
+		return rt
+	})
+	if _, err := os.Lstat(leftTemp); !os.IsNotExist(err) {
+		t.Errorf("a killed pull's temporary directory is still there after start: %v", err)
+	}
+	mine := mkPulled(t, fx.root, pulledTempPrefix+testDigest+"-2", 100, time.Now())
+	os.WriteFile(filepath.Join(mine, incompleteFile), nil, 0o600)
+	fx.svc.sweepPulled()
+	fx.svc.cleanIncomplete(nil)
+	ents, _ := os.ReadDir(fx.root)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 || !slices.Contains(names, filepath.Base(mine)) || !slices.Contains(names, "cp1") {
+		t.Errorf("under the root after the first sweep: %v, want cp1 and this shim's pull only", names)
+	}
+	if _, err := os.Stat(filepath.Join(mine, "containers", "app.tar")); err != nil {
+		t.Errorf("this shim's pull was emptied: %v", err)
+	}
+	if _, err := os.Lstat(leftRemoving); !os.IsNotExist(err) {
+		t.Errorf("a deletion a killed shim left is still there: %v", err)
 	}
 }

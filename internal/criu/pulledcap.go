@@ -34,15 +34,28 @@ type pulledEntry struct {
 }
 
 // listPulled returns the complete pulled checkpoints under the root (the
-// real path) with their sizes.
+// real path) with their sizes. It walks them: never called with s.mu held.
 func (s *Service) listPulled() (string, []pulledEntry, error) {
 	root, err := filepath.EvalSymlinks(s.cfg.Root)
 	if err != nil {
 		return "", nil, err
 	}
-	ents, err := os.ReadDir(root)
+	ents, err := s.pulledNames(root)
 	if err != nil {
 		return "", nil, err
+	}
+	for i := range ents {
+		ents[i].bytes = sizeDir(ents[i].dir)
+	}
+	return root, ents, nil
+}
+
+// pulledNames lists the pulled checkpoints under root with their times, not
+// their sizes (a stat each: cheap under s.mu).
+func (s *Service) pulledNames(root string) ([]pulledEntry, error) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
 	}
 	var out []pulledEntry
 	for _, e := range ents {
@@ -53,11 +66,13 @@ func (s *Service) listPulled() (string, []pulledEntry, error) {
 		if err != nil {
 			continue
 		}
-		dir := filepath.Join(root, e.Name())
-		out = append(out, pulledEntry{name: e.Name(), dir: dir, bytes: dirBytes(dir), mtime: fi.ModTime()})
+		out = append(out, pulledEntry{name: e.Name(), dir: filepath.Join(root, e.Name()), mtime: fi.ModTime()})
 	}
-	return root, out, nil
+	return out, nil
 }
+
+// sizeDir is dirBytes (tests replace it).
+var sizeDir = dirBytes
 
 // dirBytes is the size of the regular files under dir.
 func dirBytes(dir string) int64 {
@@ -93,21 +108,48 @@ func (s *Service) PulledBytes() int64 {
 // older than pulledEvictAfter are removed, oldest first, until n fits; if it
 // still does not, the error is of errdefs' ResourceExhausted class and
 // nothing was reserved.
+//
+// The directories are sized before s.mu is taken (a walk of each), and the
+// removed ones deleted after it is released (renamed away under it), so
+// CreateContainer and the other calls that take s.mu are not held up by the
+// disk. Under s.mu the root is listed again: a directory pulled meanwhile
+// (its reservation given back since) is counted, sized then, and the times
+// the choice is made by are read again (a pod may have been answered one).
 func (s *Service) ReservePulled(n int64) (release func(), err error) {
 	max := s.cfg.PullMaxTotalBytes
+	var (
+		root  string
+		sized []pulledEntry
+	)
+	if max > 0 {
+		if root, sized, err = s.listPulled(); err != nil {
+			return nil, errorf(errdefs.ErrUnavailable, "pulled checkpoints: reading the checkpoint root: %v", err)
+		}
+	}
+	var retired []string
+	defer func() { s.deleteRetired(retired...) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if max > 0 {
-		_, ents, err := s.listPulled()
+		ents, err := s.pulledNames(root)
 		if err != nil {
 			return nil, errorf(errdefs.ErrUnavailable, "pulled checkpoints: reading the checkpoint root: %v", err)
 		}
+		bytes := map[string]int64{}
+		for _, e := range sized {
+			bytes[e.name] = e.bytes
+		}
 		var held int64
-		for _, e := range ents {
-			held += e.bytes
+		for i, e := range ents {
+			b, ok := bytes[e.name]
+			if !ok {
+				b = sizeDir(e.dir) // pulled since the listing: one walk of a few files
+			}
+			ents[i].bytes = b
+			held += b
 		}
 		if held+s.pullReserved+n > max {
-			held = s.evictPulledLocked(ents, held, max-s.pullReserved-n)
+			held, retired = s.evictPulledLocked(ents, held, max-s.pullReserved-n)
 		}
 		if held+s.pullReserved+n > max {
 			s.metrics.pulledRefused.Inc()
@@ -130,9 +172,11 @@ func (s *Service) ReservePulled(n int64) (release func(), err error) {
 	}, nil
 }
 
-// evictPulledLocked removes pulled checkpoints no pod uses, oldest first,
-// until held is at most target, and returns what is held then. s.mu held.
-func (s *Service) evictPulledLocked(ents []pulledEntry, held, target int64) int64 {
+// evictPulledLocked renames away pulled checkpoints no pod uses, oldest
+// first, until held is at most target, and returns what is held then and
+// the renamed directories, for deleteRetired once s.mu is released. s.mu
+// held.
+func (s *Service) evictPulledLocked(ents []pulledEntry, held, target int64) (int64, []string) {
 	inUse := map[string]bool{}
 	for dir := range s.inUseLocked() {
 		inUse[filepath.Base(dir)] = true
@@ -141,6 +185,7 @@ func (s *Service) evictPulledLocked(ents []pulledEntry, held, target int64) int6
 		inUse[name] = true
 	}
 	slices.SortFunc(ents, func(a, b pulledEntry) int { return cmp.Or(a.mtime.Compare(b.mtime), strings.Compare(a.name, b.name)) })
+	var retired []string
 	for _, e := range ents {
 		if held <= target {
 			break
@@ -148,12 +193,13 @@ func (s *Service) evictPulledLocked(ents []pulledEntry, held, target int64) int6
 		if inUse[e.name] || time.Since(e.mtime) < pulledEvictAfter {
 			continue
 		}
-		if s.removePulled(e.dir, "[checkpoint] pull_max_total_bytes: room for a new pull") {
+		if tmp := s.retirePulledLocked(e.dir, "[checkpoint] pull_max_total_bytes: room for a new pull"); tmp != "" {
 			held -= e.bytes
+			retired = append(retired, tmp)
 			s.metrics.pulledEvicted.Inc()
 		}
 	}
-	return held
+	return held, retired
 }
 
 // pinPulled keeps the pulled checkpoint name from the cap's eviction while

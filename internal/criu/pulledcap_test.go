@@ -156,3 +156,57 @@ func TestPulledCapConcurrentReservations(t *testing.T) {
 		t.Errorf("%d bytes still reserved", fx.svc.pullReserved)
 	}
 }
+
+// The cap walks and deletes directories without s.mu (CreateContainer and
+// StartContainer take it), and still judges by what holds under it: a
+// directory pulled while the others were sized is counted, and one a pod
+// was answered meanwhile (touched) is not evicted by its old time.
+func TestPulledCapSizesAndDeletesOutsideTheLock(t *testing.T) {
+	fx := newFixture(t)
+	fx.svc.cfg.PullMaxTotalBytes = 1000
+	root, _ := filepath.EvalSymlinks(fx.root)
+	old := time.Now().Add(-2 * pulledEvictAfter)
+	a := mkPulled(t, root, digestName('a'), 400, old.Add(-time.Minute))
+	b := mkPulled(t, root, digestName('b'), 200, old)
+	c := filepath.Join(root, digestName('c'))
+	underLock := func(what string) {
+		if fx.svc.mu.TryLock() {
+			fx.svc.mu.Unlock()
+		} else {
+			t.Errorf("%s with s.mu held", what)
+		}
+	}
+	var once sync.Once
+	sizeDir = func(dir string) int64 {
+		once.Do(func() {
+			underLock("sizing pulled checkpoints")
+			now := time.Now()
+			os.Chtimes(a, now, now)                             // answered to a pod
+			mkPulled(t, root, digestName('c'), 500, time.Now()) // pulled, its reservation given back
+		})
+		return dirBytes(dir)
+	}
+	removeAll = func(p string) error { underLock("deleting a pulled checkpoint"); return os.RemoveAll(p) }
+	t.Cleanup(func() { sizeDir, removeAll = dirBytes, os.RemoveAll })
+
+	// a 400 + b 200 + c 500 + 300 > 1000; only b may go: refused.
+	_, err := fx.svc.ReservePulled(300)
+	if status.Code(proxy.Status(err)) != codes.ResourceExhausted {
+		t.Fatalf("reserve with a pull finished meanwhile: %v, want ResourceExhausted", err)
+	}
+	for d, want := range map[string]bool{a: true, b: false, c: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s: exists=%v, want %v", filepath.Base(d), err == nil, want)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(root, pulledRemovingPrefix+"*")); len(left) != 0 {
+		t.Errorf("evicted directories not deleted: %v", left)
+	}
+	// Room once c is gone.
+	os.RemoveAll(c)
+	rel, err := fx.svc.ReservePulled(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel()
+}

@@ -125,6 +125,9 @@ type Service struct {
 	// pod from (pulledcap.go).
 	pullReserved int64
 	pinnedPulled map[string]int
+	// removing holds the pulled checkpoints renamed away that this shim
+	// is deleting now (pulled.go); the sweep takes any other.
+	removing map[string]bool
 	// jobs and jobsByOut hold the sandboxes and output directories of
 	// checkpoints in progress or still finishing after their call returned
 	// (jobs.go).
@@ -163,6 +166,7 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		jobs:          make(map[string]*job),
 		jobsByOut:     make(map[string]*job),
 	}
+	s.retireLeftoverPulls()
 	s.preCopy = planPreCopy(cfg.PreCopy, tasks)
 	if s.preCopy.use {
 		s.metrics.preCopy.Set(1)
@@ -381,7 +385,10 @@ func (s *Service) cleanIncomplete(skip map[string]bool) {
 		return
 	}
 	for _, e := range ents {
-		if !e.IsDir() {
+		// Pulls' temporary directories and pulled checkpoints being
+		// deleted are the sweep's (pulled.go); a pull of this shim may
+		// already be writing one.
+		if !e.IsDir() || strings.HasPrefix(e.Name(), pulledTempPrefix) || strings.HasPrefix(e.Name(), pulledRemovingPrefix) {
 			continue
 		}
 		dir := filepath.Join(s.cfg.Root, e.Name())

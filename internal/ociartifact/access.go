@@ -31,6 +31,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
+	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -192,6 +193,45 @@ func readAccess(dir string) (*accessRecord, error) {
 	return r, nil
 }
 
+// writeAccess writes dir's record: a temporary file beside it, synced, then
+// renamed over it while dir still holds its manifest (a directory renamed
+// away for removal meanwhile makes the rename fail: nothing is left at the
+// pulled checkpoint's name). The record is a cache of registry answers, not
+// state the shim acts on: a failure is not statefile's.
+func writeAccess(dir string, r *accessRecord) (err error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+AccessFile+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(dir, criu.ManifestFile)); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, AccessFile)); err != nil {
+		return err
+	}
+	return statefile.SyncDir(dir)
+}
+
 // allowsAccess reports whether dir's record lets c read repo.
 func (p *RestorePuller) allowsAccess(dir, repo string, c podCredential) bool {
 	p.accessMu.Lock()
@@ -204,18 +244,22 @@ func (p *RestorePuller) allowsAccess(dir, repo string, c podCredential) bool {
 }
 
 // recordAccess adds to dir's record that c read repo. A record that cannot
-// be written only costs a registry request at the next restore.
+// be written only costs a registry request at the next restore. It is
+// written only into a complete pulled checkpoint, through a temporary file
+// renamed into place: never into a directory being removed (renamed away by
+// then: criu's retirePulled), nor one left incomplete, which would then hold
+// a record and nothing else.
 func (p *RestorePuller) recordAccess(dir, repo string, c podCredential) {
 	p.accessMu.Lock()
 	defer p.accessMu.Unlock()
+	if _, err := criu.ReadPulled(dir); err != nil {
+		return // removed meanwhile; never recreate it
+	}
 	r, _ := readAccess(dir)
 	if !r.add(repo, c) {
 		return
 	}
-	if !isDir(dir) {
-		return // removed meanwhile; never recreate it
-	}
-	if err := statefile.WriteJSON(filepath.Join(dir, AccessFile), r, 0o600); err != nil {
+	if err := writeAccess(dir, r); err != nil {
 		p.cfg.Log.Warn("checkpoint: recording who may read a pulled checkpoint", "dir", dir, "err", err)
 	}
 }

@@ -110,7 +110,11 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 	}
 	dirName := criu.PulledDir(strings.TrimPrefix(d.DigestStr(), "sha256:"))
 	dir := filepath.Join(p.cfg.Root, dirName)
-	if !isDir(dir) {
+	m, err := p.onDisk(dir)
+	if err != nil {
+		return "", err
+	}
+	if m == nil {
 		j, err := p.job(jobPull, dirName+"/"+ns, uid, func(j *pullJob) error {
 			return p.pull(j, d, allowed, dirName, ns, pod, uid)
 		})
@@ -126,10 +130,16 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 			// Pulled with this pod's credentials, recorded by the pull.
 			return dirName, nil
 		}
+		if m, err = p.onDisk(dir); err != nil {
+			return "", err
+		}
+		if m == nil {
+			return "", fmt.Errorf("%w: %s was pulled and removed again meanwhile; the pod stays pending and the kubelet retries", errdefs.ErrUnavailable, ref)
+		}
 	}
 	// On the node already. The namespace binding first, as a pull judges it
 	// before anything else: a pod it refuses learns nothing more here.
-	if m, err := criu.ReadManifest(dir); err == nil && !p.cfg.RestoreAllowed(m.Pod.Namespace, ns) {
+	if !p.cfg.RestoreAllowed(m.Pod.Namespace, ns) {
 		return "", fmt.Errorf("%w: taken of pod %s/%s", criu.ErrForeignCheckpoint, m.Pod.Namespace, m.Pod.Name)
 	}
 	// Then the pod must be let read it: at once when every pod of the node
@@ -148,11 +158,49 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 			return "", err
 		}
 	}
-	// Used now: neither the sweep of unused pulls nor the cap takes it
-	// before the warm start's record names it.
+	// Still there (the cap or the sweep may have removed it while it was
+	// checked): only then touched, so that neither the sweep of unused
+	// pulls nor the cap takes it before the warm start's record names it.
+	// A directory that is gone or incomplete is never touched: it is pulled
+	// again at the kubelet's retry.
+	if m, err := p.onDisk(dir); err != nil {
+		return "", err
+	} else if m == nil {
+		return "", fmt.Errorf("%w: %s was removed from this node while pod %s/%s's access was checked; the pod stays pending and the kubelet retries, which pulls it again", errdefs.ErrUnavailable, ref, ns, pod)
+	}
 	now := time.Now()
 	os.Chtimes(dir, now, now)
 	return dirName, nil
+}
+
+// onDisk reads the pulled checkpoint dir (criu.ReadPulled): nil when there
+// is none. A directory there that is not a complete checkpoint (a removal an
+// older shim's kill interrupted, a record written into a directory as it was
+// deleted) is removed, as the shim removes pulled checkpoints, and answered
+// as none, so that it is pulled again. An I/O error that leaves it unknown
+// is Unavailable, and nothing is removed.
+func (p *RestorePuller) onDisk(dir string) (*criu.Manifest, error) {
+	m, err := criu.ReadPulled(dir)
+	switch {
+	case err == nil:
+		return m, nil
+	case errors.Is(err, os.ErrNotExist):
+		return nil, nil
+	case !errors.Is(err, criu.ErrPulledIncomplete):
+		return nil, fmt.Errorf("%w: reading the pulled checkpoint %s: %v; the pod stays pending and the kubelet retries", errdefs.ErrUnavailable, dir, err)
+	}
+	removed, rerr := criu.RemoveIncompletePulled(dir)
+	switch {
+	case rerr != nil:
+		p.cfg.Log.Warn("checkpoint: removing an incomplete pulled checkpoint; the sweep finishes it", "dir", dir, "why", err, "err", rerr)
+	case removed:
+		p.cfg.Log.Warn("checkpoint: removed an incomplete pulled checkpoint; pulling it again", "dir", dir, "why", err)
+	}
+	if !removed && rerr == nil {
+		// Put back complete: pulled again meanwhile.
+		return p.onDisk(dir)
+	}
+	return nil, nil
 }
 
 // await waits for j at most Wait, and never past 2 s before ctx's deadline;
@@ -259,7 +307,7 @@ func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName
 	})
 	switch {
 	case err == nil:
-	case isDir(filepath.Join(p.cfg.Root, dirName)):
+	case complete(filepath.Join(p.cfg.Root, dirName)):
 		// Pulled meanwhile for a pod of another namespace, and verified;
 		// this pod's credentials are not known to read it yet.
 		return p.verify(d, allowed, dirName, ns, pod, uid)
@@ -298,7 +346,8 @@ func failedForAnother(j *pullJob, uid string) bool {
 	}
 }
 
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
+// complete reports whether dir is a complete pulled checkpoint.
+func complete(dir string) bool {
+	_, err := criu.ReadPulled(dir)
+	return err == nil
 }

@@ -371,3 +371,97 @@ func TestRestorePullRefusedOverTheCap(t *testing.T) {
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func registryResource(repo string) (authn.Resource, error) { return name.NewRepository(repo) }
+
+// A pulled checkpoint's directory left incomplete (a removal killed midway:
+// the archives and manifest gone, the access record written into it as it
+// was deleted) is not taken for pulled, nor touched: it is removed and the
+// reference pulled again.
+func TestRestorePullRepullsIncompleteDirectory(t *testing.T) {
+	r := newTestRegistry(t)
+	root, ref := pushed(t, r)
+	p := puller(r, root, nil)
+	dir, err := p.Pull(context.Background(), "default", "web", "uid", ref)
+	must(t, err)
+	full := filepath.Join(root, dir)
+	must(t, os.RemoveAll(filepath.Join(full, "containers")))
+	must(t, os.Remove(filepath.Join(full, criu.ManifestFile)))
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(full, old, old)
+	var asked atomic.Int64
+	r.tr.rewrite = func(_ *http.Request, b []byte) []byte { asked.Add(1); return b }
+	again, err := p.Pull(context.Background(), "default", "web", "uid2", ref)
+	if err != nil || again != dir {
+		t.Fatalf("pull over an incomplete directory: %q %v", again, err)
+	}
+	if asked.Load() == 0 {
+		t.Error("the registry was not asked: the incomplete directory was taken for pulled")
+	}
+	if _, err := criu.ReadPulled(full); err != nil {
+		t.Errorf("after the pull: %v", err)
+	}
+	ents, _ := os.ReadDir(root)
+	if len(ents) != 1 {
+		t.Errorf("under the root: %v, want the pulled directory only", ents)
+	}
+}
+
+// No access record is written into a directory that holds no complete
+// checkpoint (one being removed, or left incomplete): it would be the only
+// file there.
+func TestRecordAccessNotIntoIncomplete(t *testing.T) {
+	root := t.TempDir()
+	p := NewRestorePuller(RestorePullConfig{Root: root})
+	dir := filepath.Join(root, criu.PulledDir(strings.Repeat("a", 64)))
+	must(t, os.Mkdir(dir, 0o700))
+	p.recordAccess(dir, "reg.example/cp/web", podCredential{})
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("written into an incomplete directory: %v", ents)
+	}
+	p.recordAccess(filepath.Join(root, "gone"), "reg.example/cp/web", podCredential{})
+	if _, err := os.Lstat(filepath.Join(root, "gone")); !os.IsNotExist(err) {
+		t.Errorf("a removed directory was recreated: %v", err)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A pulled checkpoint removed (by the cap or the sweep: renamed away) while
+// a pod's access to it is checked is answered Unavailable, not handed to the
+// warm start, and nothing is written under its name: the retry pulls again.
+func TestRestorePullRemovedWhileChecked(t *testing.T) {
+	r := newUsersRegistry(t, map[string]string{"alice": "pw-a", "bob": "pw-b"})
+	ref := pushedTo(t, r, "alice", "pw-a")
+	root := t.TempDir()
+	var evict atomic.Bool
+	var evicted string
+	p := puller(r.testRegistry, root, func(c *RestorePullConfig) {
+		c.PodKeychain = podSecrets(r.host, map[string][2]string{"uid-a": {"alice", "pw-a"}, "uid-b": {"bob", "pw-b"}})
+		c.Transport = roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodHead && evict.Load() {
+				ents, _ := os.ReadDir(root)
+				for _, e := range ents {
+					evicted = filepath.Join(root, ".removing-"+e.Name())
+					must(t, os.Rename(filepath.Join(root, e.Name()), evicted))
+				}
+			}
+			return r.tr.RoundTrip(req)
+		})
+	})
+	dir, err := p.Pull(context.Background(), "default", "a", "uid-a", ref)
+	must(t, err)
+	before, err := os.ReadFile(filepath.Join(root, dir, AccessFile))
+	must(t, err)
+	evict.Store(true)
+	_, err = p.Pull(context.Background(), "default", "b", "uid-b", ref)
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "kubelet retries") {
+		t.Fatalf("checkpoint removed while checked: %v, want Unavailable", err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, dir)); !os.IsNotExist(err) {
+		t.Errorf("something left under the removed checkpoint's name: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(evicted, AccessFile)); !bytes.Equal(b, before) {
+		t.Errorf("the access record was written into the directory being removed: %s", b)
+	}
+}
