@@ -16,11 +16,13 @@ import (
 // kernel's dirty-page tracking; the pause and the final dump then write
 // only the pages dirtied since, on top of the pre-dump (CRIU's parent
 // image). It shortens the frozen window only when three things hold, all
-// decided once at start: the node's configuration allows it, CRIU and the
-// kernel track dirty pages, and the runtime passes a parent image to the
-// final dump (a Tasks that is also a ParentCheckpointer). containerd 2.2
-// does not (see ContainerdTasks), so on today's stack pre-copy is never
-// used and every checkpoint takes exactly the path it took before.
+// decided once at start: the node's configuration allows it, the runtime
+// passes a parent image to the final dump (a Tasks that is also a
+// ParentCheckpointer), and CRIU and the kernel track dirty pages (asked
+// last, and only then). containerd 2.2 does not pass a parent (see
+// ContainerdTasks), so on today's stack pre-copy is never used, CRIU is not
+// run for it at start, and every checkpoint takes exactly the path it took
+// before.
 
 // PreCopy modes (config: checkpoint.pre_copy).
 const (
@@ -33,7 +35,8 @@ type PreCopyConfig struct {
 	// Mode is PreCopyAuto or PreCopyOff; empty is off.
 	Mode string
 	// DirtyTracking reports whether CRIU and the kernel track dirty pages
-	// (MemTrackAvailable); asked once, in New, and only when Mode is auto.
+	// (MemTrackAvailable); asked once, in New, and only when Mode is auto
+	// and the runtime and pre-dumper would let pre-copy be used.
 	// nil counts as not available.
 	DirtyTracking func() (bool, error)
 	// PreDumper pre-dumps a running container; nil disables pre-copy.
@@ -71,8 +74,8 @@ type PreCopyInfo struct {
 const (
 	reasonPreCopyOff      = "off in the configuration (checkpoint.pre_copy)"
 	reasonNoDirtyTracking = "kernel has no dirty-page tracking (criu check --feature mem_dirty_track)"
-	reasonNoParent        = "the runtime does not pass a parent image to its checkpoint (containerd 2.2: no parent path reaches runc; docs/checkpoint.md)"
-	reasonNoPreDumper     = "no pre-dumper configured"
+	reasonNoParent        = "the runtime does not pass a parent image to its checkpoint (containerd 2.2: no parent path reaches runc; docs/checkpoint.md); dirty-page tracking not checked"
+	reasonNoPreDumper     = "no pre-dumper configured; dirty-page tracking not checked"
 )
 
 // preDumpDir is where a container's pre-dump goes, inside its staging
@@ -95,18 +98,28 @@ type preCopyPlan struct {
 	use    bool
 	reason string
 	// tracking is the dirty-tracking check's answer for the log: "yes",
-	// "no", "not checked" (pre-copy off) or "check failed".
+	// "no", "not checked" (ruled out before CRIU was asked: pre-copy off,
+	// a runtime that cannot pass a parent, no pre-dumper) or "check failed".
 	tracking string
 	parent   ParentCheckpointer
 }
 
-// planPreCopy decides once whether checkpoints pre-copy. With pre-copy on
-// in the configuration, CRIU's feature check runs first, whatever the
-// runtime: the node's answer is logged and stated in every manifest even
-// where the runtime would rule pre-copy out anyway.
+// planPreCopy decides once whether checkpoints pre-copy. What needs no
+// CRIU is decided first: pre-copy off in the configuration, a runtime that
+// cannot pass a parent image to its final dump (containerd's Tasks) or no
+// pre-dumper rule it out without running CRIU at all (tracking "not
+// checked"; `cri-shim doctor` still runs the check on request). Only when
+// pre-copy could be used does CRIU's feature check run.
 func planPreCopy(cfg PreCopyConfig, tasks Tasks) preCopyPlan {
 	if cfg.Mode != PreCopyAuto {
 		return preCopyPlan{reason: reasonPreCopyOff, tracking: "not checked"}
+	}
+	pc, isPC := tasks.(ParentCheckpointer)
+	if !isPC {
+		return preCopyPlan{reason: reasonNoParent, tracking: "not checked"}
+	}
+	if cfg.PreDumper == nil {
+		return preCopyPlan{reason: reasonNoPreDumper, tracking: "not checked"}
 	}
 	if cfg.DirtyTracking == nil {
 		return preCopyPlan{reason: reasonNoDirtyTracking, tracking: "not checked"}
@@ -117,13 +130,6 @@ func planPreCopy(cfg PreCopyConfig, tasks Tasks) preCopyPlan {
 		return preCopyPlan{reason: "the dirty-page tracking check failed: " + err.Error(), tracking: "check failed"}
 	case !ok:
 		return preCopyPlan{reason: reasonNoDirtyTracking, tracking: "no"}
-	}
-	pc, isPC := tasks.(ParentCheckpointer)
-	if !isPC {
-		return preCopyPlan{reason: reasonNoParent, tracking: "yes"}
-	}
-	if cfg.PreDumper == nil {
-		return preCopyPlan{reason: reasonNoPreDumper, tracking: "yes"}
 	}
 	return preCopyPlan{use: true, parent: pc, tracking: "yes"}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"time"
 
 	gocriu "github.com/checkpoint-restore/go-criu/v7"
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
@@ -37,14 +38,37 @@ func MemTrackAvailable(ctx context.Context, criu string) (bool, error) {
 	return resp.GetFeatures().GetMemTrack(), nil
 }
 
-// criuRPC runs "criu swrk" for one request and returns CRIU's answer.
+// criuRPC runs "criu swrk" for one request and returns CRIU's answer. It
+// returns by ctx's deadline whatever CRIU does: killing "criu swrk" is not
+// enough, since CRIU answers some requests (a feature check) from a forked
+// child that holds the socket too, so the shim's end is non-blocking, read
+// with a deadline from ctx, and cut off when ctx ends.
 func criuRPC(ctx context.Context, criu string, req *rpc.CriuReq) (*rpc.CriuResp, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
+		return nil, err
+	}
+	// CRIU's end blocks, as CRIU expects; the shim's end goes to Go's
+	// poller (os.NewFile of a non-blocking descriptor), which gives it
+	// deadlines.
+	if err := unix.SetNonblock(fds[1], false); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
 		return nil, err
 	}
 	cln, srv := os.NewFile(uintptr(fds[0]), "criu-client"), os.NewFile(uintptr(fds[1]), "criu-server")
 	defer cln.Close()
+	if d, ok := ctx.Deadline(); ok {
+		if err := cln.SetDeadline(d); err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("criu swrk: the socket takes no deadline: %w", err)
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cln.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	cmd := exec.CommandContext(ctx, criu, "swrk", "3")
 	cmd.ExtraFiles = []*os.File{srv} // fd 3 in CRIU
 	err = cmd.Start()
@@ -63,6 +87,13 @@ func criuRPC(ctx context.Context, criu string, req *rpc.CriuReq) (*rpc.CriuResp,
 		buf := make([]byte, 1<<16)
 		n, err := cln.Read(buf)
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				cause := ctx.Err()
+				if cause == nil { // the socket's deadline fired just before ctx's
+					cause = context.DeadlineExceeded
+				}
+				err = fmt.Errorf("no answer: %w", cause)
+			}
 			return nil, err
 		}
 		var resp rpc.CriuResp

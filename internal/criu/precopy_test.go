@@ -312,37 +312,42 @@ func (s slowPreDumper) PreDump(ctx context.Context, _, dir string) error {
 	return os.WriteFile(filepath.Join(dir, "pages-1.img"), nil, 0o600)
 }
 
-// The start-up decision: off in the configuration never runs the check; a
-// runtime that cannot pass a parent, a failed check or no pre-dumper keep
-// pre-copy off, each with its reason.
+// The start-up decision: off in the configuration, a runtime that cannot
+// pass a parent or no pre-dumper never run the check (no CRIU process at
+// start on containerd); a failed check keeps pre-copy off; each with its
+// reason.
 func TestPlanPreCopy(t *testing.T) {
 	rt := &fakeRT{}
 	pd := &recRT{}
 	asked := 0
 	yes := func() (bool, error) { asked++; return true, nil }
 	for _, tc := range []struct {
-		name   string
-		cfg    PreCopyConfig
-		tasks  Tasks
-		use    bool
-		reason string
+		name    string
+		cfg     PreCopyConfig
+		tasks   Tasks
+		use     bool
+		reason  string
+		checked bool
 	}{
-		{"off", PreCopyConfig{Mode: PreCopyOff, DirtyTracking: yes, PreDumper: pd}, parentRT{&recRT{fakeRT: rt}}, false, reasonPreCopyOff},
-		{"unset", PreCopyConfig{DirtyTracking: yes, PreDumper: pd}, parentRT{&recRT{fakeRT: rt}}, false, reasonPreCopyOff},
-		{"no check", PreCopyConfig{Mode: PreCopyAuto, PreDumper: pd}, parentRT{&recRT{fakeRT: rt}}, false, reasonNoDirtyTracking},
-		{"check fails", PreCopyConfig{Mode: PreCopyAuto, DirtyTracking: func() (bool, error) { return false, errors.New("criu: not found") }, PreDumper: pd},
-			parentRT{&recRT{fakeRT: rt}}, false, "the dirty-page tracking check failed: criu: not found"},
-		{"containerd", PreCopyConfig{Mode: PreCopyAuto, DirtyTracking: yes, PreDumper: pd}, rt, false, reasonNoParent},
-		{"no pre-dumper", PreCopyConfig{Mode: PreCopyAuto, DirtyTracking: yes}, parentRT{&recRT{fakeRT: rt}}, false, reasonNoPreDumper},
-		{"on", PreCopyConfig{Mode: PreCopyAuto, DirtyTracking: yes, PreDumper: pd}, parentRT{&recRT{fakeRT: rt}}, true, ""},
+		{"off", PreCopyConfig{Mode: PreCopyOff, DirtyTracking: yes, PreDumper: pd}, parentRT{&recRT{fakeRT: rt}}, false, reasonPreCopyOff, false},
+		{"unset", PreCopyConfig{DirtyTracking: yes, PreDumper: pd}, parentRT{&recRT{fakeRT: rt}}, false, reasonPreCopyOff, false},
+		{"no check", PreCopyConfig{Mode: PreCopyAuto, PreDumper: pd}, parentRT{&recRT{fakeRT: rt}}, false, reasonNoDirtyTracking, false},
+		{"check fails", PreCopyConfig{Mode: PreCopyAuto, DirtyTracking: func() (bool, error) { asked++; return false, errors.New("criu: not found") }, PreDumper: pd},
+			parentRT{&recRT{fakeRT: rt}}, false, "the dirty-page tracking check failed: criu: not found", true},
+		{"containerd", PreCopyConfig{Mode: PreCopyAuto, DirtyTracking: yes, PreDumper: pd}, rt, false, reasonNoParent, false},
+		{"no pre-dumper", PreCopyConfig{Mode: PreCopyAuto, DirtyTracking: yes}, parentRT{&recRT{fakeRT: rt}}, false, reasonNoPreDumper, false},
+		{"on", PreCopyConfig{Mode: PreCopyAuto, DirtyTracking: yes, PreDumper: pd}, parentRT{&recRT{fakeRT: rt}}, true, "", true},
 	} {
 		asked = 0
 		p := planPreCopy(tc.cfg, tc.tasks)
 		if p.use != tc.use || p.reason != tc.reason {
 			t.Errorf("%s: use %v reason %q, want %v %q", tc.name, p.use, p.reason, tc.use, tc.reason)
 		}
-		if tc.cfg.Mode != PreCopyAuto && asked != 0 {
-			t.Errorf("%s: dirty tracking checked with pre-copy off", tc.name)
+		if got := asked != 0; got != tc.checked {
+			t.Errorf("%s: dirty tracking checked %v, want %v", tc.name, got, tc.checked)
+		}
+		if !tc.checked && p.tracking != "not checked" {
+			t.Errorf("%s: tracking %q, want \"not checked\"", tc.name, p.tracking)
 		}
 	}
 	var _ Tasks = (*ContainerdTasks)(nil)

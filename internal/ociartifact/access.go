@@ -8,8 +8,8 @@ package ociartifact
 // with the credential hashes of pkg/credentialprovider/keyring.go,
 // hashAuthConfig) does for images, the shim keeps, with the directory, a
 // record of the credentials the registry let read it, by repository, and asks
-// the registry again (a HEAD of the index by digest, nothing downloaded) for
-// a pod whose credentials are not recorded.
+// the registry again (a GET of the index by digest, at most 1 MiB, checked
+// against the digest; no blob) for a pod whose credentials are not recorded.
 
 import (
 	"context"
@@ -28,7 +28,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
@@ -266,9 +265,9 @@ func (p *RestorePuller) recordAccess(dir, repo string, c podCredential) {
 
 // verify checks that pod ns/pod (sandbox UID uid) may read reference d,
 // whose checkpoint is already on the node in dirName: recorded in the
-// directory's access record, or answered by the registry to a HEAD of d with
-// the pod's credentials (its image pull secrets, then the node's), which is
-// then recorded. A registry that refuses (401, 403, 404) is PermissionDenied.
+// directory's access record, or served by the registry to a GET of d with
+// the pod's credentials (its image pull secrets, then the node's; the index
+// only, at most maxIndexBytes, checked against d), which is then recorded. A registry that refuses (401, 403, 404) is PermissionDenied.
 func (p *RestorePuller) verify(d name.Digest, allowed Allowed, dirName, ns, pod, uid string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
 	defer cancel()
@@ -290,17 +289,18 @@ func (p *RestorePuller) verify(d name.Digest, allowed Allowed, dirName, ns, pod,
 	if err != nil {
 		return fmt.Errorf("%w: verifying pod %s/%s may read %s: %v", errdefs.ErrFailedPrecondition, ns, pod, d, err)
 	}
-	desc, err := remote.Head(r, opts...)
-	if err != nil {
+	// The index itself, read and checked against the digest, not a HEAD:
+	// a Docker-Content-Digest header alone shows no read was allowed.
+	if _, err := getByDigest(r, d, opts); err != nil {
 		if te := (*transport.Error)(nil); errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized ||
 			te.StatusCode == http.StatusForbidden || te.StatusCode == http.StatusNotFound) {
 			return fmt.Errorf("%w: pod %s/%s may not read %s: the registry answered %d %s to %s; the checkpoint is on this node, but a pod restores it only if the registry lets its credentials read it",
 				errdefs.ErrPermissionDenied, ns, pod, d, te.StatusCode, http.StatusText(te.StatusCode), credentialWord(cred))
 		}
+		if errors.Is(err, errDigest) || errors.Is(err, errManifestTooLarge) {
+			return fmt.Errorf("%w: verifying pod %s/%s may read %s: %v", errdefs.ErrFailedPrecondition, ns, pod, d, err)
+		}
 		return fmt.Errorf("%w: verifying pod %s/%s may read %s with the registry: %v", errdefs.ErrUnavailable, ns, pod, d, err)
-	}
-	if desc.Digest.String() != d.DigestStr() {
-		return fmt.Errorf("%w: verifying pod %s/%s may read %s: the registry answered digest %s: %v", errdefs.ErrFailedPrecondition, ns, pod, d, desc.Digest, errDigest)
 	}
 	p.recordAccess(dir, repo.Name(), cred)
 	p.cfg.Log.Info("checkpoint: the registry lets a pod read a pulled checkpoint; recorded", "ref", d.String(), "dir", dirName,

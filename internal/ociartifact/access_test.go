@@ -3,7 +3,9 @@ package ociartifact
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +22,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 )
 
@@ -29,6 +32,9 @@ import (
 type usersRegistry struct {
 	*testRegistry
 	heads, gets, blobGets atomic.Int64
+	// openHeads answers HEAD requests without asking for credentials (a
+	// registry or cache that answers the digest header to anyone).
+	openHeads atomic.Bool
 }
 
 func newUsersRegistry(t *testing.T, users map[string]string) *usersRegistry {
@@ -48,7 +54,7 @@ func newUsersRegistry(t *testing.T, users map[string]string) *usersRegistry {
 		case req.Method == http.MethodGet && req.URL.Path != "/v2/":
 			u.gets.Add(1)
 		}
-		if len(allowed) > 0 && !allowed[req.Header.Get("Authorization")] {
+		if len(allowed) > 0 && !allowed[req.Header.Get("Authorization")] && !(req.Method == http.MethodHead && u.openHeads.Load()) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 			w.WriteHeader(http.StatusUnauthorized)
 			return
@@ -86,8 +92,8 @@ func pushedTo(t *testing.T, r *usersRegistry, user, pass string) string {
 
 // A checkpoint on the node is answered to another pod only once the
 // registry lets that pod's credentials read it: the same credential (in any
-// secret) is recorded and asks nothing, a new one is asked with one HEAD and
-// no blob, a refused one is PermissionDenied, and the record holds no secret.
+// secret) is recorded and asks nothing, a new one is asked with one index
+// GET and no blob, a refused one is PermissionDenied, and the record holds no secret.
 func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 	r := newUsersRegistry(t, map[string]string{"alice": "s3cret-alice", "bob": "s3cret-bob"})
 	ref := pushedTo(t, r, "alice", "s3cret-alice")
@@ -150,6 +156,68 @@ func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 	req0 = r.requests()
 	if _, err := p2.Pull(ctx, "default", "b", "uid-b", ref); err != nil || r.requests() != req0 {
 		t.Errorf("recorded pod after a restart: %v, %d requests", err, r.requests()-req0)
+	}
+}
+
+// A registry that answers HEAD with the digest header to anyone does not
+// let a pod whose credentials it refuses for the content restore the
+// checkpoint on the node: the check reads the index (GET), not a header.
+func TestPulledAccessNeedsTheIndexNotAHeader(t *testing.T) {
+	r := newUsersRegistry(t, map[string]string{"alice": "s3cret-alice"})
+	ref := pushedTo(t, r, "alice", "s3cret-alice")
+	r.openHeads.Store(true)
+	p := puller(r.testRegistry, t.TempDir(), func(c *RestorePullConfig) {
+		c.PodKeychain = podSecrets(r.host, map[string][2]string{"uid-a": {"alice", "s3cret-alice"}, "uid-m": {"mallory", "guess"}})
+	})
+	ctx := context.Background()
+	if _, err := p.Pull(ctx, "default", "a", "uid-a", ref); err != nil {
+		t.Fatal(err)
+	}
+	heads0, gets0, blobs0 := r.heads.Load(), r.gets.Load(), r.blobGets.Load()
+	if _, err := p.Pull(ctx, "default", "m", "uid-m", ref); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "401 Unauthorized") {
+		t.Errorf("pod whose credentials the registry refuses: %v, want PermissionDenied with the 401", err)
+	}
+	if r.gets.Load() == gets0 || r.heads.Load() != heads0 || r.blobGets.Load() != blobs0 {
+		t.Errorf("access check made %d GETs (%d of blobs), %d HEADs; want one index GET",
+			r.gets.Load()-gets0, r.blobGets.Load()-blobs0, r.heads.Load()-heads0)
+	}
+}
+
+// The index read for an access check is capped like CheckSource's: an
+// oversized answer is refused without being read whole.
+func TestGetByDigestCapsAndChecks(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), maxIndexBytes+10)
+	var served []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/v2/" {
+			return
+		}
+		w.Header().Set("Content-Type", "application/vnd.oci.image.index.v1+json")
+		_, _ = w.Write(served)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	reg := Registry{Keychain: authsKeychain{}, PlainHTTP: true}
+	for _, tc := range []struct {
+		body []byte
+		want error
+	}{{big, errManifestTooLarge}, {[]byte(`{"schemaVersion":2}`), nil}} {
+		served = tc.body
+		sum := sha256.Sum256(tc.body)
+		ref := host + "/cp/web@sha256:" + hex.EncodeToString(sum[:])
+		r, opts, err := reg.connect(context.Background(), ref)
+		must(t, err)
+		d, ok := r.(name.Digest)
+		if !ok {
+			t.Fatalf("%s: not a digest reference", ref)
+		}
+		desc, err := getByDigest(r, d, opts)
+		switch {
+		case tc.want != nil && !errors.Is(err, tc.want):
+			t.Errorf("%d bytes: %v, want %v", len(tc.body), err, tc.want)
+		case tc.want == nil && (err != nil || !bytes.Equal(desc.Manifest, tc.body)):
+			t.Errorf("%d bytes: %v", len(tc.body), err)
+		}
 	}
 }
 

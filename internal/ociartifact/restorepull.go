@@ -236,7 +236,7 @@ const (
 // maxVerifyJobs bounds the access checks in progress.
 const maxVerifyJobs = 16
 
-// verifyTimeout bounds one access check: the pod's secrets, one HEAD.
+// verifyTimeout bounds one access check: the pod's secrets, one index GET.
 const verifyTimeout = time.Minute
 
 // job returns the job of kind under key, starting run in the background

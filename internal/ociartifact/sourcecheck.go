@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -66,18 +67,15 @@ func (p *RestorePuller) CheckSource(ctx context.Context, ns, pod, uid, ref strin
 	if err != nil {
 		return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrUnavailable, ref, err)
 	}
-	desc, err := remote.Get(r, opts...)
+	desc, err := getByDigest(r, d, opts)
 	if err != nil {
+		if errors.Is(err, errDigest) {
+			return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
+		}
 		return SourceInfo{}, registryError(ref, err)
 	}
 	if desc.MediaType != types.OCIImageIndex {
 		return SourceInfo{}, fmt.Errorf("%w: %s: %v: media type %q, want an OCI image index", errdefs.ErrFailedPrecondition, ref, errNotCheckpoint, desc.MediaType)
-	}
-	if desc.Digest.String() != d.DigestStr() {
-		return SourceInfo{}, fmt.Errorf("%w: %s: the registry served index %s: %v", errdefs.ErrFailedPrecondition, ref, desc.Digest, errDigest)
-	}
-	if err := checkRaw(desc.Manifest, desc.Digest, int64(len(desc.Manifest))); err != nil {
-		return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
 	}
 	idx, err := parseIndex(desc.Manifest)
 	if err != nil {
@@ -92,6 +90,26 @@ func (p *RestorePuller) CheckSource(ctx context.Context, ns, pod, uid, ref strin
 		return SourceInfo{}, fmt.Errorf("%w: %s", criu.ErrForeignCheckpoint, ref)
 	}
 	return info, nil
+}
+
+// getByDigest GETs the manifest or index r names by digest d, with opts
+// (Registry.connect's: plainGuard caps the body at maxIndexBytes, so
+// nothing larger is read), and checks the bytes against d. A failed request
+// returns go-containerregistry's error (a *transport.Error for a refusal,
+// errManifestTooLarge for an oversized body); bytes that do not match d,
+// errDigest.
+func getByDigest(r name.Reference, d name.Digest, opts []remote.Option) (*remote.Descriptor, error) {
+	desc, err := remote.Get(r, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if desc.Digest.String() != d.DigestStr() {
+		return nil, fmt.Errorf("the registry served %s: %w", desc.Digest, errDigest)
+	}
+	if err := checkRaw(desc.Manifest, desc.Digest, int64(len(desc.Manifest))); err != nil {
+		return nil, err
+	}
+	return desc, nil
 }
 
 // sourceInfo reads a checked index's annotations, which are hostile input:

@@ -21,12 +21,17 @@ import (
 // Status of an object with spec.sourceImage (docs/podcheckpoint.md). No node
 // runs a source pod of it, so no watch selects it until a node holds it. The
 // node that restores a pod from it first holds it: Restores.Resolve tells the
-// reconciler (SourceRestore, never waiting), which claims the object (status
-// nodeName, Ready False Pending: the admission policy lets only that node
-// write it from then on), checks the reference as the restore's pull would
-// (this node's allow-list, the restoring pod's image pull secrets, then the
-// node's; the index only, no blob) and records the outcome, the index's
-// annotations and the restoring pod. Later restores on the holding node check
+// reconciler (SourceRestore, never waiting), which checks the reference as
+// the restore's pull would (this node's allow-list, the restoring pod's image
+// pull secrets, then the node's; the index only, no blob) and then, in one
+// optimistic status write, claims the object (status nodeName: the admission
+// policy lets only that node write it from then on) and records the outcome,
+// the index's annotations and the restoring pod. There is no separate claim
+// written before the check: a shim killed during a check leaves the object
+// as it was (no status, or the holder's last outcome), never a claim that no
+// outcome follows; two nodes checking a new object at once both ask the
+// registry, and the write of one conflicts, reads the object held by the
+// other, and is dropped. Later restores on the holding node check
 // again: a new pod at most every sourceMinGap, the same pod after a failure
 // at most every sourceRetry. Restores on other nodes write nothing (their
 // pods' events tell how they went), so an object costs the registry one
@@ -119,31 +124,9 @@ func (r *Reconciler) reconcileSource(ctx context.Context, k string) error {
 		return nil
 	}
 	st.checking = true
-	r.mu.Unlock()
-
-	if pc.Status.NodeName == "" {
-		// The claim: from here on no other node writes the object, nor
-		// asks the registry for it.
-		msg := fmt.Sprintf("node %s is checking %s for pod %s/%s", r.cfg.Node, pc.Spec.SourceImage, pc.Namespace, req.pod)
-		err := r.setStatus(ctx, pc, func(s *cpv1.PodCheckpointStatus) {
-			s.NodeName = r.cfg.Node
-			setReady(s, metav1.ConditionFalse, cpv1.ReasonPending, msg, pc.Generation, r.now())
-		})
-		if err != nil {
-			r.mu.Lock()
-			st.checking = false
-			if final(err) {
-				r.dropRequest(k, req)
-				err = nil
-			}
-			r.mu.Unlock()
-			return err
-		}
-		if cur := r.get(k); cur != nil && cur.UID == pc.UID {
-			pc = cur
-		}
-	}
-	r.mu.Lock()
+	// The claim is the outcome's write (checkSource): nothing is written
+	// before the registry answers, so no kill between the two can leave a
+	// claim without an outcome.
 	r.dropRequest(k, req)
 	r.mu.Unlock()
 	r.wg.Add(1)
@@ -162,8 +145,9 @@ func (r *Reconciler) dropRequest(k string, req sourceRequest) {
 	}
 }
 
-// checkSource asks the registry and writes the outcome, retrying the write
-// until the API server takes it or the object is gone or held elsewhere.
+// checkSource asks the registry and writes the outcome with this node as the
+// holder (the claim, when the object had none), retrying the write until the
+// API server takes it or the object is gone or held elsewhere.
 func (r *Reconciler) checkSource(ctx context.Context, pc *cpv1.PodCheckpoint, req sourceRequest, st *sourceState) {
 	start := r.now()
 	var info ociartifact.SourceInfo
@@ -177,6 +161,11 @@ func (r *Reconciler) checkSource(ctx context.Context, pc *cpv1.PodCheckpoint, re
 	for ctx.Err() == nil {
 		werr := r.sourceChecked(ctx, pc, req, info, err)
 		if werr == nil {
+			break
+		}
+		if errors.Is(werr, errHeldElsewhere) {
+			// Another node checked it at the same time and wrote first.
+			r.log.Info("podcheckpoint: another node holds the source image's object; its outcome stands", "object", key(pc.Namespace, pc.Name), "err", werr)
 			break
 		}
 		if final(werr) {

@@ -95,8 +95,8 @@ func resolveUntil(t *testing.T, rs *Restores, ns, pod, uid, name string) string 
 }
 
 // The first restore from an object with spec.sourceImage makes its node
-// hold it (Pending), check the reference for the restoring pod, and record
-// the index's annotations and the restore; the kubelet's retries of the
+// check the reference for the restoring pod and then, in one status write,
+// hold it and record the index's annotations and the restore; the kubelet's retries of the
 // same pod check nothing again, a new pod does (lastRestore follows it),
 // and a registry that lost the image turns Ready False with its reason.
 func TestSourceImageStatusOnRestore(t *testing.T) {
@@ -108,7 +108,7 @@ func TestSourceImageStatusOnRestore(t *testing.T) {
 		t.Fatalf("Resolve answered %q", got)
 	}
 	pc := e.waitReason(t, "ns", "img", cpv1.ReasonSourceImageResolved)
-	if got, want := e.api.reasons(), []string{cpv1.ReasonPending, cpv1.ReasonSourceImageResolved}; !slices.Equal(got, want) {
+	if got, want := e.api.reasons(), []string{cpv1.ReasonSourceImageResolved}; !slices.Equal(got, want) {
 		t.Errorf("reasons written %v, want %v", got, want)
 	}
 	s := pc.Status
@@ -184,8 +184,9 @@ func TestSourceImageFailedCheckRetried(t *testing.T) {
 
 // An object another node holds is that node's to write: a restore here
 // resolves it and neither checks nor writes; nor does a node that loses
-// the race to hold it (its claim conflicts, and the object it reads again
-// names the other node).
+// the race to hold it write (it checked with a copy read before the other
+// node held it; its write conflicts, and the object it reads again names
+// the other node).
 func TestSourceImageHeldElsewhere(t *testing.T) {
 	src := &fakeSources{}
 	e, rs, _ := sourceEnv(t, src)
@@ -208,14 +209,14 @@ func TestSourceImageHeldElsewhere(t *testing.T) {
 	if pc.Status.NodeName != "node-b" || len(e.api.reasons()) != 0 {
 		t.Errorf("node-b's objects written: %+v, reasons %v", pc.Status, e.api.reasons())
 	}
-	if n := src.count(); n != 0 {
-		t.Errorf("checked node-b's objects: %v", src.calls)
+	if n := src.count(); n != 1 || !strings.Contains(src.calls[0], "u3") {
+		t.Errorf("checks %v, want only the raced one's (read unheld)", src.calls)
 	}
 }
 
 // An object deleted and created again under its name after this node read
-// it: the claim of the old one is dropped, not retried, and nothing is
-// asked of the registry for it; the next read finds the new one.
+// it: the outcome of the old one (checked from the copy read) is dropped,
+// not retried, and nothing written; the next read finds the new one.
 func TestSourceImageReplacedObject(t *testing.T) {
 	src := &fakeSources{}
 	e, rs, _ := sourceEnv(t, src)
@@ -226,8 +227,8 @@ func TestSourceImageReplacedObject(t *testing.T) {
 	e.api.put(again)
 	resolveUntil(t, rs, "ns", "restored", "u2", "img")
 	time.Sleep(300 * time.Millisecond)
-	if r, n := e.api.reasons(), src.count(); len(r) != 0 || n != 0 {
-		t.Errorf("the replaced object's claim: reasons written %v, %d checks", r, n)
+	if r, n := e.api.reasons(), src.count(); len(r) != 0 || n > 1 {
+		t.Errorf("the replaced object's outcome: reasons written %v, %d checks", r, n)
 	}
 	e.r.mu.Lock()
 	left := len(e.r.srcReq)
@@ -237,16 +238,57 @@ func TestSourceImageReplacedObject(t *testing.T) {
 	}
 }
 
-// The claim happens before the registry is asked; the outcome written
-// while the API server is down is written once it answers again.
+// The outcome (with the claim) written while the API server is down is
+// written once it answers again.
 func TestSourceImageStatusAfterAPIOutage(t *testing.T) {
 	src := &fakeSources{release: make(chan struct{})}
 	e, rs, _ := sourceEnv(t, src)
 	e.api.put(imageObject("ns", "img"))
 	resolveUntil(t, rs, "ns", "restored", "u2", "img")
-	e.waitReason(t, "ns", "img", cpv1.ReasonPending)
+	waitFor(t, "the check", func() bool { return src.count() == 1 })
 	e.api.outage(100*time.Millisecond, func() { close(src.release) })
-	e.waitReason(t, "ns", "img", cpv1.ReasonSourceImageResolved)
+	pc := e.waitReason(t, "ns", "img", cpv1.ReasonSourceImageResolved)
+	if pc.Status.NodeName != "node-a" {
+		t.Errorf("held by %q", pc.Status.NodeName)
+	}
+}
+
+// Nothing is written before the registry answers: a shim killed during a
+// check (here: a check that never answers) leaves no claim that no outcome
+// follows. Another node may then check and hold the object; this node's
+// late outcome conflicts, finds it held, and is dropped.
+func TestSourceImageNoClaimBeforeOutcome(t *testing.T) {
+	src := &fakeSources{release: make(chan struct{})}
+	e, rs, _ := sourceEnv(t, src)
+	release := sync.OnceFunc(func() { close(src.release) })
+	t.Cleanup(release) // before the reconciler's stop, which waits for the check
+	e.api.put(imageObject("ns", "img"))
+	resolveUntil(t, rs, "ns", "restored", "u2", "img")
+	waitFor(t, "the check", func() bool { return src.count() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	pc, err := e.api.Get(context.Background(), "ns", "img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.Status.NodeName != "" || ready(pc) != nil || len(e.api.reasons()) != 0 {
+		t.Fatalf("written while the check runs (a kill now would leave it): %+v, reasons %v", pc.Status, e.api.reasons())
+	}
+
+	pc.Status.NodeName = "node-b"
+	setReady(&pc.Status, metav1.ConditionTrue, cpv1.ReasonSourceImageResolved, "node-b's outcome", 1, time.Now())
+	e.api.put(pc)
+	release()
+	time.Sleep(200 * time.Millisecond)
+	got, _ := e.api.Get(context.Background(), "ns", "img")
+	if c := ready(got); got.Status.NodeName != "node-b" || c == nil || c.Message != "node-b's outcome" || len(e.api.reasons()) != 0 {
+		t.Errorf("node-b's outcome overwritten: %+v, reasons %v", got.Status, e.api.reasons())
+	}
+	e.r.mu.Lock()
+	checking := e.r.srcState[pc.UID] != nil && e.r.srcState[pc.UID].checking
+	e.r.mu.Unlock()
+	if checking {
+		t.Error("the check never ended")
+	}
 }
 
 // A node without registries holds the object with the allow-list's refusal.

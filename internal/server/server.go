@@ -394,8 +394,10 @@ func watchBackend(ctx context.Context, cc *grpc.ClientConn, log *slog.Logger) {
 }
 
 // dirtyTracking asks CRIU once whether it and the kernel track dirty pages
-// (memory pre-copy needs it); criu.New asks it at start, only when
-// checkpoint.pre_copy is auto.
+// (memory pre-copy needs it); criu.New asks it at start only when
+// checkpoint.pre_copy is auto and the runtime can pass a parent image to its
+// checkpoint, which containerd's cannot: on containerd no CRIU runs for it.
+// The check returns within its 30 s whatever CRIU does (criu.MemTrackAvailable).
 var dirtyTracking = sync.OnceValues(func() (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

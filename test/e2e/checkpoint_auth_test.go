@@ -38,7 +38,7 @@ func startAuthRegistry(t testing.TB) (addr, ca string, logins map[string]string)
 // and stays Pending with PermissionDenied and the registry's 401, though the
 // checkpoint is on the node; pod "c", with a's secret, restores from the
 // copy on the node without asking the registry (its credential is recorded),
-// and pod "d", with user2's login, after the registry answered one HEAD of
+// and pod "d", with user2's login, after the registry served one GET of
 // the index (logged). Neither c nor d pulls it again.
 func TestRestoreThroughAuthRegistry(t *testing.T) {
 	cs := needAPIServer(t)

@@ -327,8 +327,10 @@ const (
 // Reasons of the Ready condition of an object with spec.sourceImage,
 // written by the node that holds it: the first node that restores a pod
 // from it (docs/podcheckpoint.md, "Status of an object with
-// spec.sourceImage"). Before that the object has no status, and ReasonPending
-// says the node is checking. None is terminal: the next restore checks again.
+// spec.sourceImage"). Before that the object has no status; the holder
+// writes nodeName with the first outcome (no Pending claim before it; objects
+// claimed by earlier builds may show ReasonPending until the holder's next
+// check). None is terminal: the next restore checks again.
 const (
 	// ReasonSourceImageResolved: status True; the registry serves a pod
 	// checkpoint at the reference that pods of the namespace may restore;
