@@ -292,8 +292,9 @@ func (p *RestorePuller) verify(d name.Digest, allowed Allowed, dirName, ns, pod,
 	// The index itself, read and checked against the digest, not a HEAD:
 	// a Docker-Content-Digest header alone shows no read was allowed.
 	if _, err := getByDigest(r, d, opts); err != nil {
-		if te := (*transport.Error)(nil); errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized ||
-			te.StatusCode == http.StatusForbidden || te.StatusCode == http.StatusNotFound) {
+		if refusal(err) {
+			te := (*transport.Error)(nil)
+			errors.As(err, &te)
 			return fmt.Errorf("%w: pod %s/%s may not read %s: the registry answered %d %s to %s; the checkpoint is on this node, but a pod restores it only if the registry lets its credentials read it",
 				errdefs.ErrPermissionDenied, ns, pod, d, te.StatusCode, http.StatusText(te.StatusCode), credentialWord(cred))
 		}
@@ -306,6 +307,15 @@ func (p *RestorePuller) verify(d name.Digest, allowed Allowed, dirName, ns, pod,
 	p.cfg.Log.Info("checkpoint: the registry lets a pod read a pulled checkpoint; recorded", "ref", d.String(), "dir", dirName,
 		"pod", ns+"/"+pod, "credentials", credentialWord(cred))
 	return nil
+}
+
+// refusal reports whether err is the registry refusing a request to the
+// credentials it was made with: 401, 403, or 404 (which registries answer
+// for a private repository the credentials may not read).
+func refusal(err error) bool {
+	te := (*transport.Error)(nil)
+	return errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized ||
+		te.StatusCode == http.StatusForbidden || te.StatusCode == http.StatusNotFound)
 }
 
 // credentialWord says, in an error or log, which credentials were used.

@@ -79,6 +79,9 @@ type pullJob struct {
 	err              error
 	ended            time.Time
 	planned, written atomic.Int64
+	// refused: the registry refused the pull to the pod's credentials
+	// (refusal): a pod that joined it is not answered by it.
+	refused atomic.Bool
 }
 
 // NewRestorePuller makes the puller.
@@ -115,15 +118,27 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 		return "", err
 	}
 	if m == nil {
-		j, err := p.job(jobPull, dirName+"/"+ns, uid, func(j *pullJob) error {
-			return p.pull(j, d, allowed, dirName, ns, pod, uid)
-		})
-		if err != nil {
-			return "", err
+		// The pull in progress for the namespace is joined. One that the
+		// registry refused to another pod's credentials is not this pod's
+		// answer: its own pull is tried then (job starts it: a failure
+		// answers only its own pod), while the wait lasts.
+		until := time.Now().Add(p.cfg.Wait)
+		var j *pullJob
+		for {
+			j, err = p.job(jobPull, dirName+"/"+ns, uid, func(j *pullJob) error {
+				return p.pull(j, d, allowed, dirName, ns, pod, uid)
+			})
+			if err != nil {
+				return "", err
+			}
+			err = p.await(ctx, until, j, func() string {
+				return fmt.Sprintf("pulling %s: %d of %d bytes fetched", ref, j.written.Load(), j.planned.Load())
+			})
+			if err == nil || j.uid == uid || !j.refused.Load() || !time.Now().Before(until) {
+				break
+			}
 		}
-		if err := p.await(ctx, j, func() string {
-			return fmt.Sprintf("pulling %s: %d of %d bytes fetched", ref, j.written.Load(), j.planned.Load())
-		}); err != nil {
+		if err != nil {
 			return "", err
 		}
 		if j.uid == uid {
@@ -152,7 +167,7 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 		if err != nil {
 			return "", err
 		}
-		if err := p.await(ctx, j, func() string {
+		if err := p.await(ctx, time.Now().Add(p.cfg.Wait), j, func() string {
 			return fmt.Sprintf("checking with the registry that pod %s/%s may read %s", ns, pod, ref)
 		}); err != nil {
 			return "", err
@@ -203,11 +218,12 @@ func (p *RestorePuller) onDisk(dir string) (*criu.Manifest, error) {
 	return nil, nil
 }
 
-// await waits for j at most Wait, and never past 2 s before ctx's deadline;
-// a job still running then is answered Unavailable with busy's account of
-// it (it goes on; the kubelet's retry finds it).
-func (p *RestorePuller) await(ctx context.Context, j *pullJob, busy func() string) error {
-	wait := p.cfg.Wait
+// await waits for j until until (Wait from the request), and never past
+// 2 s before ctx's deadline; a job still running then is answered
+// Unavailable with busy's account of it (it goes on; the kubelet's retry
+// finds it).
+func (p *RestorePuller) await(ctx context.Context, until time.Time, j *pullJob, busy func() string) error {
+	wait := time.Until(until)
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl)-2*time.Second)
 	}
@@ -322,6 +338,7 @@ func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName
 	default:
 		// Registry errors, refused credentials, archive checks: retried at
 		// the kubelet's next try after failedFor.
+		j.refused.Store(refusal(err))
 		return fmt.Errorf("%w: pulling %s: %v", errdefs.ErrUnavailable, ref, err)
 	}
 	if res.Digest.String() != digest {

@@ -439,7 +439,8 @@ func TestRestorePullRemovedWhileChecked(t *testing.T) {
 	p := puller(r.testRegistry, root, func(c *RestorePullConfig) {
 		c.PodKeychain = podSecrets(r.host, map[string][2]string{"uid-a": {"alice", "pw-a"}, "uid-b": {"bob", "pw-b"}})
 		c.Transport = roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodHead && evict.Load() {
+			// The access check's request: the index GET by digest.
+			if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/manifests/") && evict.CompareAndSwap(true, false) {
 				ents, _ := os.ReadDir(root)
 				for _, e := range ents {
 					evicted = filepath.Join(root, ".removing-"+e.Name())
@@ -455,6 +456,9 @@ func TestRestorePullRemovedWhileChecked(t *testing.T) {
 	must(t, err)
 	evict.Store(true)
 	_, err = p.Pull(context.Background(), "default", "b", "uid-b", ref)
+	if evict.Load() {
+		t.Fatal("the access check made no index GET: the checkpoint was not removed while checked")
+	}
 	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "kubelet retries") {
 		t.Fatalf("checkpoint removed while checked: %v, want Unavailable", err)
 	}
