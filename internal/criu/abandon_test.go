@@ -21,14 +21,17 @@ import (
 // well after the deadline. So the fake holds every capture until release,
 // not only those begun before the call returned (a capture let through then
 // would end at once and the leftover work with it); once released, the
-// closed channel lets later captures through.
+// closed channel lets later captures through. The deadline leaves the call
+// time to get to the pause on a loaded machine under -race (150 ms did not:
+// the call refused it as too short, nothing paused, no leftover); held
+// captures make it expire mid-capture whatever its length.
 func abandon(t *testing.T, fx *fixture, dir string) (release func()) {
 	t.Helper()
 	hold := make(chan struct{})
 	fx.rt.mu.Lock()
 	fx.rt.holdDump = hold
 	fx.rt.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if _, err := fx.svc.CheckpointPod(ctx, cpReq(dir, "c1", "c2")); status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
 		t.Fatalf("first call: %v, want DeadlineExceeded", err)
