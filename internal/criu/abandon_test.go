@@ -15,18 +15,33 @@ import (
 
 // abandon runs a CheckpointPod of c1 and c2 into dir whose deadline expires
 // while containerd still captures (the fake holds captures until release).
+//
+// The call returns while its captures may not have reached containerd yet:
+// they run in goroutines of their own, which a loaded machine may schedule
+// well after the deadline. So the fake holds every capture until release,
+// not only those begun before the call returned (a capture let through then
+// would end at once and the leftover work with it); once released, the
+// closed channel lets later captures through. The deadline leaves the call
+// time to get to the pause on a loaded machine under -race (150 ms did not:
+// the call refused it as too short, nothing paused, no leftover); held
+// captures make it expire mid-capture whatever its length.
 func abandon(t *testing.T, fx *fixture, dir string) (release func()) {
 	t.Helper()
-	fx.rt.holdDump = make(chan struct{})
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	hold := make(chan struct{})
+	fx.rt.mu.Lock()
+	fx.rt.holdDump = hold
+	fx.rt.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if _, err := fx.svc.CheckpointPod(ctx, cpReq(dir, "c1", "c2")); status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
 		t.Fatalf("first call: %v, want DeadlineExceeded", err)
 	}
-	hold := fx.rt.holdDump
-	fx.rt.mu.Lock()
-	fx.rt.holdDump = nil // later captures are not held
-	fx.rt.mu.Unlock()
+	fx.rt.tasks.mu.Lock()
+	pauses := fx.rt.tasks.pauses
+	fx.rt.tasks.mu.Unlock()
+	if pauses != 2 {
+		t.Fatalf("test setup: the deadline did not fall mid-capture (%d pauses)", pauses)
+	}
 	return func() { close(hold) }
 }
 

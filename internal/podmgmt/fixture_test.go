@@ -138,12 +138,7 @@ func newFx(t *testing.T) *fx {
 	m.minBackoff, m.maxBackoff = 20*time.Millisecond, 100*time.Millisecond
 	m.checkAddr = func(netip.Addr) error { return nil } // the fake pods live on 127.0.0.1: allowed here
 	f.m = m
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go m.Run(ctx)
-	for m.runCtx() == nil {
-		time.Sleep(time.Millisecond)
-	}
+	ctx := runManager(t, m, context.Background())
 	f.rt.NextIDs("sb")
 	if _, err = m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbConfig(f.port)}, fwd(f.rt.Client().RunPodSandbox)); err != nil {
 		t.Fatal(err)
@@ -281,6 +276,25 @@ func (m *Manager) stopConnector(p *pod) {
 		p.cancel()
 		p.cancel = nil
 	}
+}
+
+// runManager runs m under a context of parent until the test ends, and
+// returns once Run has set up its channels. The test's cleanup ends Run and
+// waits for it to return (with every connector it started), before the
+// temporary directories go.
+func runManager(t *testing.T, m *Manager, parent context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	for m.runCtx() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	return ctx
 }
 
 func (m *Manager) runCtx() context.Context {

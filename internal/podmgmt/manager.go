@@ -61,6 +61,11 @@ type Manager struct {
 	sweepEvery time.Duration
 
 	ctx context.Context // Run's, for connectors started by routes
+	// connectors counts the running connectors; Run waits for them before
+	// it returns. stopped (m.mu) is set once Run's context has ended: no
+	// connector starts after that.
+	connectors sync.WaitGroup
+	stopped    bool
 
 	mu   sync.Mutex
 	pods map[string]*pod // sandbox ID
@@ -144,8 +149,15 @@ func (m *Manager) Collectors() []prometheus.Collector { return m.metrics.collect
 // Run keeps the channels of known pods until ctx ends, and drops the
 // records of sandboxes the runtime no longer has: at start (removed while
 // the shim was down) and every sweepEvery (removed without the shim seeing
-// RemovePodSandbox).
+// RemovePodSandbox). It returns once every connector has ended: nothing of
+// a channel (its state line, a command it carries out) runs afterwards.
 func (m *Manager) Run(ctx context.Context) {
+	defer m.connectors.Wait()
+	defer func() {
+		m.mu.Lock()
+		m.stopped = true
+		m.mu.Unlock()
+	}()
 	m.sweep(ctx)
 	m.mu.Lock()
 	m.ctx = ctx

@@ -187,12 +187,7 @@ func TestRestartedShimReloadsChannels(t *testing.T) {
 		t.Fatal(err)
 	}
 	m2.checkAddr = f.m.checkAddr
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go m2.Run(ctx)
-	for m2.runCtx() == nil {
-		time.Sleep(time.Millisecond)
-	}
+	runManager(t, m2, context.Background())
 	if m2.get("sb") == nil || m2.get("gone") != nil {
 		t.Fatalf("after restart: sb %v, gone %v", m2.get("sb") != nil, m2.get("gone") != nil)
 	}

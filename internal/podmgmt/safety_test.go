@@ -198,9 +198,7 @@ func TestTerminatingStopsConnectorAndSurvivesRestart(t *testing.T) {
 	if p == nil || !p.terminating.Load() {
 		t.Fatal("the terminating mark was lost across a restart")
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go m2.Run(rctx)
+	runManager(t, m2, ctx)
 	expectSilence("after a shim restart")
 	f.direct(t, "m2", "main")
 	for _, c := range []*pb.Command{

@@ -15,14 +15,19 @@ import (
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
 
-// connectLocked starts the pod's connector if it is not running; m.mu held.
+// connectLocked starts the pod's connector if it is not running and Run
+// runs (Run waits for it before returning); m.mu held.
 func (m *Manager) connectLocked(p *pod) {
-	if p.cancel != nil || m.ctx == nil || p.terminating.Load() {
+	if p.cancel != nil || m.ctx == nil || m.stopped || p.terminating.Load() {
 		return
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	p.cancel = cancel
-	go m.connector(ctx, p)
+	m.connectors.Add(1)
+	go func() {
+		defer m.connectors.Done()
+		m.connector(ctx, p)
+	}()
 }
 
 // connector keeps the pod's channel up: connect with exponential backoff
