@@ -31,10 +31,10 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 		return nil
 	}
 	snap, saves := p.snapshot(), m.saves
-	replaced := map[string]bool{}
+	replaced := map[string]string{} // container name: the instance this swap replaces
 	for id, name := range p.partOf(PartNew) {
+		replaced[name] = p.Latest[name]
 		p.Latest[name] = id
-		replaced[name] = true
 	}
 	if p.Scope != "" {
 		if p.ContainerRestarts == nil {
@@ -50,12 +50,20 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 		*p = snap
 		return err
 	}
-	// Hold the instances a list showed running whose container gets a new
-	// instance now (see Instance.HeldUntil).
-	for _, in := range p.Instances {
-		if in.listed && in.Part != PartNew && replaced[in.Name] {
-			in.HeldUntil, in.heldAt, in.listed = m.clock.Now().Add(maxHold), p.reads.n.Load(), false
+	// Hold the instance this swap replaces if a list showed it running (see
+	// Instance.HeldUntil). Older instances of the container keep the hold
+	// their own swap gave them: renewing it at every swap would, in a crash
+	// loop (one kubelet read per swap), keep every replaced instance shown
+	// running, so the kubelet would never see one exit and never remove it.
+	for id, in := range p.Instances {
+		prev, ok := replaced[in.Name]
+		if !in.listed || in.Part == PartNew || !ok {
+			continue
 		}
+		if id == prev {
+			in.HeldUntil, in.heldAt = m.clock.Now().Add(maxHold), p.reads.n.Load()
+		}
+		in.listed = false
 	}
 	p.endRestartParts()
 	p.LastError, p.Creating, p.warmFailed = "", "", nil
