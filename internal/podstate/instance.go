@@ -50,8 +50,8 @@ type Instance struct {
 	// with the swap, so a shim restarted in between keeps the same picture.
 	HeldUntil time.Time `json:"heldUntil,omitzero"`
 
-	// listed: some list (any caller, any filter) showed it running; a swap
-	// holds the listed instances it replaces. In memory only.
+	// listed: some list (any caller, any filter) showed it running; the
+	// swap that replaces it holds it if so. In memory only.
 	listed bool
 	// heldAt is the pod's read count when its hold began; a hold loaded
 	// from disk has 0 and counts from this process's start.
