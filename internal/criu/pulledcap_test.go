@@ -93,11 +93,7 @@ func TestPulledCapEvictsUnusedOldestFirst(t *testing.T) {
 	if _, err := os.Stat(pinned); err == nil {
 		t.Error("an unpinned unused pulled checkpoint was kept though its room was needed")
 	}
-	fx.svc.mu.Lock()
-	defer fx.svc.mu.Unlock()
-	if fx.svc.pullReserved != 0 {
-		t.Errorf("%d bytes still reserved after every release", fx.svc.pullReserved)
-	}
+	nothingReserved(t, fx)
 }
 
 // Without a cap nothing is removed and every reservation is granted.
@@ -150,11 +146,7 @@ func TestPulledCapConcurrentReservations(t *testing.T) {
 	if granted.Load() == 0 {
 		t.Error("no reservation granted")
 	}
-	fx.svc.mu.Lock()
-	defer fx.svc.mu.Unlock()
-	if fx.svc.pullReserved != 0 {
-		t.Errorf("%d bytes still reserved", fx.svc.pullReserved)
-	}
+	nothingReserved(t, fx)
 }
 
 // The cap walks and deletes directories without s.mu (CreateContainer and
@@ -209,4 +201,14 @@ func TestPulledCapSizesAndDeletesOutsideTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	rel()
+}
+
+// nothingReserved fails t if any pull's reservation was not released.
+func nothingReserved(t *testing.T, fx *fixture) {
+	t.Helper()
+	fx.svc.mu.Lock()
+	defer fx.svc.mu.Unlock()
+	if fx.svc.pullReserved != 0 {
+		t.Errorf("%d bytes still reserved after every release", fx.svc.pullReserved)
+	}
 }

@@ -307,10 +307,7 @@ func TestRestorePullAnswersRetryableWhileSlow(t *testing.T) {
 // a pull without them.
 func TestRestorePullUsesPodSecret(t *testing.T) {
 	r := authRegistry(t)
-	src := twoContainers(t, t.TempDir(), "src")
-	creds := authsKeychain{r.host: {Username: "u", Password: "p"}}
-	p0, err := Push(context.Background(), src, r.ref("cp/web:v1"), Registry{PlainHTTP: true, Transport: r.tr, Keychain: creds}, nil)
-	must(t, err)
+	p0 := pushWithLogin(t, r)
 	root := t.TempDir()
 	cs := podAPI(t, dockerSecret("pull", r.host, "u", "p"))
 	withSecret := puller(r, root, func(c *RestorePullConfig) {
@@ -468,4 +465,15 @@ func TestRestorePullRemovedWhileChecked(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(evicted, AccessFile)); !bytes.Equal(b, before) {
 		t.Errorf("the access record was written into the directory being removed: %s", b)
 	}
+}
+
+// pushWithLogin pushes a two-container pod checkpoint to r with the login
+// its pods' secrets carry (u:p).
+func pushWithLogin(t *testing.T, r *testRegistry) *Pushed {
+	t.Helper()
+	src := twoContainers(t, t.TempDir(), "src")
+	creds := authsKeychain{r.host: {Username: "u", Password: "p"}}
+	p0, err := Push(context.Background(), src, r.ref("cp/web:v1"), Registry{PlainHTTP: true, Transport: r.tr, Keychain: creds}, nil)
+	must(t, err)
+	return p0
 }

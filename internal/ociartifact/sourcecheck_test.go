@@ -122,10 +122,7 @@ func TestCheckSource(t *testing.T) {
 // refuses the check without them (Unauthenticated).
 func TestCheckSourceUsesPodSecret(t *testing.T) {
 	r := authRegistry(t)
-	src := twoContainers(t, t.TempDir(), "src")
-	creds := authsKeychain{r.host: {Username: "u", Password: "p"}}
-	p0, err := Push(context.Background(), src, r.ref("cp/web:v1"), Registry{PlainHTTP: true, Transport: r.tr, Keychain: creds}, nil)
-	must(t, err)
+	p0 := pushWithLogin(t, r)
 	root := t.TempDir()
 	if _, err := puller(r, root, nil).CheckSource(context.Background(), "default", "web", "uid-new", p0.Ref); !errdefs.IsUnauthorized(err) {
 		t.Fatalf("without credentials: %v", err)
