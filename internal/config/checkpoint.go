@@ -36,6 +36,11 @@ type CheckpointConfig struct {
 	// the kernel track dirty pages, and the runtime passes a parent image
 	// to the final dump); "off" never tries, nor runs the check.
 	PreCopy string `toml:"pre_copy" comment:"Memory pre-copy of checkpoints: auto (used only when CRIU, the kernel and the runtime support it; checked once at start) or off."`
+	// StreamArchives copies CRIU's memory pages into each container's
+	// archive while CRIU writes them, so the capture and the archive's
+	// disk write overlap (docs/checkpoint.md); false writes every archive
+	// after the pod is resumed.
+	StreamArchives bool `toml:"stream_archives" comment:"Copy memory pages into the checkpoint archives while CRIU writes them (capture and disk write overlap); false: write the archives after the pod is resumed."`
 	// RestoreNamespaceAllow widens the namespace binding of restores: by
 	// default a pod may warm-start (or be restored by RestorePod) only from a
 	// checkpoint of a pod in its own namespace, because a checkpoint holds

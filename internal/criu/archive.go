@@ -54,15 +54,33 @@ func IsImageID(s string) bool {
 func stageDir(out, name string) string { return filepath.Join(out, containersDir, "."+name) }
 
 // captureOne captures one paused container into its staging directory; with
-// onPreDump, on top of the pre-dump already there (precopy.go).
-func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDump bool) error {
+// onPreDump, on top of the pre-dump already there (precopy.go). Unless the
+// service writes archives after the resume, the container's archive is
+// begun at once and its memory pages copied into it as CRIU writes them: the
+// returned streamer, which packageOne finishes.
+func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDump bool) (*streamer, error) {
 	stage := stageDir(out, t.name)
 	images := filepath.Join(stage, crmetadata.CheckpointDirectory)
 	work := filepath.Join(stage, "work")
 	for _, d := range []string{images, work} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
+			return nil, err
 		}
+	}
+	var st *streamer
+	if !s.cfg.ArchiveAfterResume {
+		var err error
+		if st, err = startStream(filepath.Join(out, archiveName(t.name)), images); err != nil {
+			// Only a loss of overlap: packageOne writes the archive whole.
+			s.log.Warn("checkpoint: archive not streamed; written after the resume", "container", short(t.id), "err", err)
+			st = nil
+		}
+	}
+	fail := func(err error) (*streamer, error) {
+		if st != nil {
+			st.abandon()
+		}
+		return nil, err
 	}
 	var err error
 	if onPreDump {
@@ -71,18 +89,21 @@ func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDum
 		err = s.tasks.Checkpoint(ctx, t.id, images, work)
 	}
 	if err != nil {
-		return err
+		return fail(err)
+	}
+	if st != nil {
+		st.imagesFinal() // runc has returned: CRIU has ended and closed every image
 	}
 	// The log up to the cut, copied while the container is paused: the
 	// restored container continues it from exactly there.
 	if lp := t.status.GetLogPath(); lp != "" {
 		if err := copyFile(lp, filepath.Join(stage, "container.log")); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("container log: %w", err)
+			return fail(fmt.Errorf("container log: %w", err))
 		}
 	}
 	f, err := os.OpenFile(filepath.Join(stage, crmetadata.RootFsDiffTar), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
 	err = s.tasks.RWDiff(ctx, t.id, bw)
@@ -92,13 +113,17 @@ func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDum
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return fail(err)
+	}
+	return st, nil
 }
 
 // packageOne writes out/containers/<name>.tar from the staging directory and
 // returns its size. imageID is the ID of the container's image ("" if the
-// runtime did not tell it).
-func (s *Service) packageOne(ctx context.Context, out string, t target, imageID string, checkpointedAt time.Time) (int64, error) {
+// runtime did not tell it). stream, when not nil, has already copied the memory
+// pages into the archive: the rest is written after them.
+func (s *Service) packageOne(ctx context.Context, out string, t target, imageID string, checkpointedAt time.Time, stream *streamer) (int64, error) {
 	stage := stageDir(out, t.name)
 	st := t.status
 	config, err := json.Marshal(&crmetadata.ContainerConfig{
@@ -115,8 +140,17 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		return 0, err
 	}
 	path := filepath.Join(out, archiveName(t.name))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	var (
+		f        *os.File
+		streamed map[string]bool
+	)
+	if stream != nil {
+		if f, streamed, err = stream.finish(); f == nil {
+			return 0, err
+		} else if err != nil {
+			s.log.Warn("checkpoint: streaming the archive failed; writing it after the capture", "container", short(t.id), "err", err)
+		}
+	} else if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
 		return 0, err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
@@ -142,14 +176,14 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		if err := addFile(tw, filepath.Join(stage, crmetadata.RootFsDiffTar), crmetadata.RootFsDiffTar); err != nil {
 			return err
 		}
-		if err := addTree(ctx, tw, stage, crmetadata.CheckpointDirectory); err != nil {
+		if err := addTree(ctx, tw, stage, crmetadata.CheckpointDirectory, streamed); err != nil {
 			return err
 		}
 		// A pre-copy checkpoint's final images read unchanged pages from
 		// the pre-dump (CRIU follows checkpoint/parent at restore): it
 		// travels in the archive, next to checkpoint/.
 		if _, err := os.Lstat(filepath.Join(stage, preDumpDir)); err == nil {
-			return addTree(ctx, tw, stage, preDumpDir)
+			return addTree(ctx, tw, stage, preDumpDir, nil)
 		}
 		return nil
 	}()
@@ -158,6 +192,11 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 	}
 	if err == nil {
 		err = bw.Flush()
+	}
+	// The staging copy goes before the fsync: its pages, if still dirty,
+	// are then dropped rather than written back.
+	if err == nil {
+		err = os.RemoveAll(stage)
 	}
 	if err == nil {
 		err = f.Sync()
@@ -168,9 +207,6 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 	if err != nil {
 		return 0, err
 	}
-	if err := os.RemoveAll(stage); err != nil {
-		return 0, err
-	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return 0, err
@@ -179,9 +215,10 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 }
 
 // addTree adds stage/dir (CRIU's images, or a pre-dump) to the archive under
-// dir/. The only link allowed is CRIU's parent link of a dump taken on a
-// pre-dump, checkpoint/parent -> ../checkpoint-pre-dump (precopy.go).
-func addTree(ctx context.Context, tw *tar.Writer, stage, dir string) error {
+// dir/, but for the names in skip (already in it: streamed). The only link
+// allowed is CRIU's parent link of a dump taken on a pre-dump,
+// checkpoint/parent -> ../checkpoint-pre-dump (precopy.go).
+func addTree(ctx context.Context, tw *tar.Writer, stage, dir string, skip map[string]bool) error {
 	return filepath.WalkDir(filepath.Join(stage, dir), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -192,6 +229,9 @@ func addTree(ctx context.Context, tw *tar.Writer, stage, dir string) error {
 		rel, err := filepath.Rel(stage, p)
 		if err != nil {
 			return err
+		}
+		if skip[rel] {
+			return nil
 		}
 		if d.IsDir() {
 			fi, err := d.Info()

@@ -96,12 +96,22 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dumpTimeout)
 	errs := make([]error, len(targets))
 	took := make([]time.Duration, len(targets))
+	// Each container's archive as streamed during its capture; whoever
+	// does not finish one abandons it.
+	streams := make([]*streamer, len(targets))
+	abandonStreams := func() {
+		for _, st := range streams {
+			if st != nil {
+				st.abandon()
+			}
+		}
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	dump := func(i int) {
 		t0 := s.now()
-		err := s.captureOne(dctx, out, targets[i], pc.Used)
-		took[i], errs[i] = s.now().Sub(t0), err
+		st, err := s.captureOne(dctx, out, targets[i], pc.Used)
+		took[i], errs[i], streams[i] = s.now().Sub(t0), err, st
 	}
 	wg.Add(1)
 	go func() {
@@ -130,6 +140,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		timedOut := dctx.Err() != nil
 		cancel()
 		if _, running := s.anyCaptureRunning(ids); timedOut && running {
+			abandonStreams()
 			// dumpTimeout ended the wait, not containerd's capture: it
 			// would freeze the pod again when it ends. The record stays;
 			// Run resumes the containers and empties the output once it
@@ -158,6 +169,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			defer s.release(j)
 			<-done
 			cancel()
+			abandonStreams()
 			s.afterAbandoned(rec)
 		}()
 		msg := fmt.Sprintf("CheckpointPod: deadline reached %s after the pause while capturing %d containers; the capture was abandoned and its files removed", s.now().Sub(pausedAt).Round(time.Millisecond), len(targets))
@@ -175,6 +187,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	m.FrozenSeconds = frozen.Seconds()
 	for i, err := range errs {
 		if err != nil {
+			abandonStreams()
 			msg := fmt.Sprintf("CheckpointPod: capturing container %s (%s): %v", short(targets[i].id), targets[i].name, message(err))
 			kind := runtimeKind(err)
 			if rerr != nil {
@@ -186,6 +199,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		}
 	}
 	if rerr != nil {
+		abandonStreams()
 		s.resumeFailed(rerr)
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrInternal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
@@ -203,7 +217,10 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	var pw sync.WaitGroup
 	for i := range targets {
 		pw.Add(1)
-		go func() { defer pw.Done(); sizes[i], perrs[i] = s.packageOne(ctx, out, targets[i], imageIDs[i], cut) }()
+		go func() {
+			defer pw.Done()
+			sizes[i], perrs[i] = s.packageOne(ctx, out, targets[i], imageIDs[i], cut, streams[i])
+		}()
 	}
 	pw.Wait()
 	for i, t := range targets {

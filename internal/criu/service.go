@@ -65,6 +65,10 @@ type Config struct {
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
 	// PreCopy configures memory pre-copy (precopy.go); the zero value is off.
 	PreCopy PreCopyConfig
+	// ArchiveAfterResume writes each archive only once the pod runs again,
+	// instead of copying the memory pages into it while CRIU writes them
+	// (archive_stream.go).
+	ArchiveAfterResume bool
 	// PullMaxTotalBytes bounds the pulled checkpoints on the node together,
 	// those being pulled included (ReservePulled); 0: unbounded.
 	PullMaxTotalBytes int64

@@ -1,0 +1,376 @@
+package criu
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unsafe"
+
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+	"golang.org/x/sys/unix"
+)
+
+// A container's memory pages are copied into its archive while CRIU still
+// writes them, so that the capture and the disk write overlap instead of
+// following each other (docs/checkpoint.md, "Archives written during the
+// capture").
+//
+// CRIU writes each task's pages to checkpoint/pages-<n>.img, opened once,
+// appended to in order and closed once (criu/page-xfer.c), and these files
+// are nearly all of a checkpoint's bytes. The streamer follows the images
+// directory with inotify: it tails the oldest pages image not yet complete,
+// copying each new range into the archive with copy_file_range, and moves on
+// to the next when CRIU closes it (IN_CLOSE_WRITE) or the capture has ended.
+// A tar header holds the entry's size, so each entry's 512-byte header block
+// is reserved and written once the entry is complete; every streamed entry
+// uses the GNU format, whose header is one block whatever the size. The
+// archive's other members (small images, the writable layer, the dumps) are
+// written after the resume by packageOne, behind the streamed entries.
+//
+// Writeback of the archive is started as it grows (sync_file_range), so that
+// little is left for the final fsync. Anything unexpected (a streamed image
+// changed after it was closed, an inotify overflow, a copy error) ends the
+// streaming: the archive is then written whole from the staging directory
+// as before, so streaming can cost time but never a checkpoint.
+
+const (
+	tarBlock = 512
+	// streamChunk bounds one copy, so that events are read between copies.
+	streamChunk = 8 << 20
+	// writebackEvery is how much archive is written between two starts of
+	// its writeback.
+	writebackEvery = 32 << 20
+	// streamIdle is how long the streamer waits for CRIU when it has
+	// nothing to copy.
+	streamIdle = 5 * time.Millisecond
+)
+
+// isPagesImage reports whether name is one of CRIU's pages images.
+func isPagesImage(name string) bool {
+	return strings.HasPrefix(name, "pages-") && strings.HasSuffix(name, ".img") && !strings.Contains(name, "/")
+}
+
+// streamer copies CRIU's pages images into one archive during the capture.
+type streamer struct {
+	f      *os.File // the archive; its first bytes are the streamed entries
+	images string   // the images directory, stage/checkpoint
+	ifd    int      // inotify on images
+
+	final chan struct{} // closed when the capture has ended: every image is complete
+	stop  chan struct{} // closed to abandon the streaming
+	done  chan struct{} // closed when run has returned
+
+	// Set by run, read after done.
+	off      int64               // end of the streamed entries
+	streamed map[string]entryEnd // name in images -> what was copied
+	err      error
+}
+
+// entryEnd is what the streamer copied of one image, checked again once the
+// capture has ended.
+type entryEnd struct {
+	size  int64
+	mtime time.Time
+}
+
+// startStream creates the archive at path and starts following images (which
+// must exist, and be empty: the watch is set before CRIU runs).
+func startStream(path, images string) (*streamer, error) {
+	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(ifd, images, unix.IN_CREATE|unix.IN_CLOSE_WRITE|unix.IN_ONLYDIR); err != nil {
+		unix.Close(ifd)
+		return nil, fmt.Errorf("watching %s: %w", images, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		unix.Close(ifd)
+		return nil, err
+	}
+	s := &streamer{f: f, images: images, ifd: ifd, final: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), streamed: map[string]entryEnd{}}
+	go func() {
+		defer close(s.done)
+		defer unix.Close(s.ifd)
+		s.err = s.run()
+	}()
+	return s, nil
+}
+
+// imagesFinal tells the streamer that CRIU has ended: whatever is in the
+// images directory is complete.
+func (s *streamer) imagesFinal() { close(s.final) }
+
+// abandon stops the streaming and closes the archive (whose directory is
+// being removed).
+func (s *streamer) abandon() {
+	close(s.stop)
+	<-s.done
+	_ = s.f.Close()
+}
+
+// finish waits for the streaming to end (imagesFinal must have been called)
+// and returns the archive positioned after the streamed entries, with their
+// names. If the streaming failed, the archive is emptied, no names are
+// returned, and err says why (the caller writes everything itself).
+func (s *streamer) finish() (f *os.File, streamed map[string]bool, err error) {
+	<-s.done
+	if err = s.err; err == nil {
+		err = s.recheck()
+	}
+	off := s.off
+	if err != nil {
+		off = 0
+		if terr := s.f.Truncate(0); terr != nil {
+			_ = s.f.Close()
+			return nil, nil, errors.Join(err, terr)
+		}
+	}
+	if _, serr := s.f.Seek(off, io.SeekStart); serr != nil {
+		_ = s.f.Close()
+		return nil, nil, errors.Join(err, serr)
+	}
+	if err != nil {
+		return s.f, nil, err
+	}
+	streamed = make(map[string]bool, len(s.streamed)+1)
+	streamed[crmetadata.CheckpointDirectory] = true // its header leads the archive
+	for name := range s.streamed {
+		streamed[crmetadata.CheckpointDirectory+"/"+name] = true
+	}
+	return s.f, streamed, nil
+}
+
+// recheck makes sure no streamed image changed after it was copied: same size
+// and modification time now that CRIU has ended.
+func (s *streamer) recheck() error {
+	for name, e := range s.streamed {
+		fi, err := os.Lstat(filepath.Join(s.images, name))
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() || fi.Size() != e.size || !fi.ModTime().Equal(e.mtime) {
+			return fmt.Errorf("%s changed after it was streamed (%d bytes then, %d now)", name, e.size, fi.Size())
+		}
+	}
+	return nil
+}
+
+// tailed is the pages image being copied.
+type tailed struct {
+	name   string
+	src    *os.File
+	hdr    int64 // offset of its reserved header block
+	copied int64
+	closed bool // CRIU closed it (or the capture ended)
+}
+
+func (s *streamer) run() error {
+	dir, err := os.Stat(s.images)
+	if err != nil {
+		return err
+	}
+	// The images directory's own entry first, as addTree would write it.
+	if err := s.writeHeader(0, dir, crmetadata.CheckpointDirectory+"/"); err != nil {
+		return err
+	}
+	s.off = tarBlock
+	var (
+		queue    []string // pages images seen, in order of creation
+		closed   = map[string]bool{}
+		cur      *tailed
+		final    bool
+		lastSync int64
+		events   = make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	)
+	defer func() {
+		if cur != nil {
+			cur.src.Close()
+		}
+	}()
+	for {
+		if !final {
+			select {
+			case <-s.final:
+				final = true
+			default:
+			}
+		}
+		select {
+		case <-s.stop:
+			return errors.New("abandoned")
+		default:
+		}
+		// Read every pending event.
+		for {
+			n, err := unix.Read(s.ifd, events)
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("inotify: %w", err)
+			}
+			if n <= 0 {
+				break
+			}
+			for p := 0; p+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&events[p]))
+				name := string(bytes.TrimRight(events[p+unix.SizeofInotifyEvent:p+unix.SizeofInotifyEvent+int(ev.Len)], "\x00"))
+				p += unix.SizeofInotifyEvent + int(ev.Len)
+				if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+					return errors.New("inotify queue overflow")
+				}
+				if !isPagesImage(name) {
+					continue
+				}
+				if ev.Mask&unix.IN_CREATE != 0 {
+					queue = append(queue, name)
+				}
+				if ev.Mask&unix.IN_CLOSE_WRITE != 0 {
+					closed[name] = true
+				}
+			}
+		}
+		if cur == nil && len(queue) > 0 {
+			src, err := os.Open(filepath.Join(s.images, queue[0]))
+			if err != nil {
+				return err
+			}
+			cur = &tailed{name: queue[0], src: src, hdr: s.off}
+			queue = queue[1:]
+		}
+		if cur == nil {
+			if final {
+				return nil
+			}
+			s.wait()
+			continue
+		}
+		cur.closed = cur.closed || closed[cur.name] || final
+		fi, err := cur.src.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.Size() < cur.copied {
+			return fmt.Errorf("%s shrank while it was streamed", cur.name)
+		}
+		if avail := fi.Size() - cur.copied; avail > 0 {
+			n := min(avail, streamChunk)
+			if err := copyRange(s.f, s.off+tarBlock+cur.copied, cur.src, cur.copied, n); err != nil {
+				return fmt.Errorf("copying %s: %w", cur.name, err)
+			}
+			cur.copied += n
+			if end := s.off + tarBlock + cur.copied; end-lastSync >= writebackEvery {
+				// Start writing back what is written; the final fsync waits
+				// for it. A failure here is only a lost head start.
+				_ = unix.SyncFileRange(int(s.f.Fd()), lastSync, end-lastSync, unix.SYNC_FILE_RANGE_WRITE)
+				lastSync = end
+			}
+			continue
+		}
+		if !cur.closed {
+			s.wait()
+			continue
+		}
+		// Complete: its header, its padding, then the next entry.
+		fi, err = cur.src.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.Size() != cur.copied {
+			continue // written to after the last copy: copy the rest first
+		}
+		if err := s.writeHeader(cur.hdr, fi, crmetadata.CheckpointDirectory+"/"+cur.name); err != nil {
+			return err
+		}
+		end := cur.hdr + tarBlock + cur.copied
+		if pad := (tarBlock - end%tarBlock) % tarBlock; pad > 0 {
+			if _, err := s.f.WriteAt(make([]byte, pad), end); err != nil {
+				return err
+			}
+			end += pad
+		}
+		s.streamed[cur.name] = entryEnd{size: fi.Size(), mtime: fi.ModTime()}
+		s.off = end
+		cur.src.Close()
+		cur = nil
+	}
+}
+
+// wait blocks until an inotify event, the end of the capture, or streamIdle.
+func (s *streamer) wait() {
+	fds := []unix.PollFd{{Fd: int32(s.ifd), Events: unix.POLLIN}}
+	_, _ = unix.Poll(fds, int(streamIdle/time.Millisecond))
+}
+
+// writeHeader writes the tar header block of fi, named name, at off.
+func (s *streamer) writeHeader(off int64, fi os.FileInfo, name string) error {
+	b, err := headerBlock(fi, name)
+	if err != nil {
+		return err
+	}
+	_, err = s.f.WriteAt(b, off)
+	return err
+}
+
+// headerBlock is the tar header of fi under name as one 512-byte block: the
+// GNU format, which stores any size in the header itself, with times in
+// whole seconds (the only ones it holds).
+func headerBlock(fi os.FileInfo, name string) ([]byte, error) {
+	h, err := tar.FileInfoHeader(fi, "")
+	if err != nil {
+		return nil, err
+	}
+	h.Name = name
+	h.Format = tar.FormatGNU
+	h.ModTime = h.ModTime.Truncate(time.Second)
+	h.AccessTime, h.ChangeTime = time.Time{}, time.Time{}
+	var b bytes.Buffer
+	if err := tar.NewWriter(&b).WriteHeader(h); err != nil {
+		return nil, err
+	}
+	if b.Len() != tarBlock {
+		return nil, fmt.Errorf("tar header of %s takes %d bytes, not one block", name, b.Len())
+	}
+	return b.Bytes(), nil
+}
+
+// copyRange copies n bytes of src from srcOff into dst at dstOff, in the
+// kernel where it can.
+func copyRange(dst *os.File, dstOff int64, src *os.File, srcOff, n int64) error {
+	for n > 0 {
+		k, err := unix.CopyFileRange(int(src.Fd()), &srcOff, int(dst.Fd()), &dstOff, int(n), 0)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+				return copyRangeUser(dst, dstOff, src, srcOff, n)
+			}
+			return err
+		}
+		if k == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		n -= int64(k)
+	}
+	return nil
+}
+
+// copyRangeUser is copyRange through a user-space buffer.
+func copyRangeUser(dst *os.File, dstOff int64, src *os.File, srcOff, n int64) error {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	w, err := io.CopyBuffer(io.NewOffsetWriter(dst, dstOff), io.NewSectionReader(src, srcOff, n), *buf)
+	if err == nil && w != n {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
