@@ -80,14 +80,13 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 
 	// Pause every container before capturing any: one pod-wide cut.
 	pausedAt := s.now()
-	for i, t := range targets {
-		if err := s.tasks.Pause(ctx, t.id); err != nil {
-			if rerr := s.thawAll(context.WithoutCancel(ctx), ids[:i], true); rerr != nil {
-				s.resumeFailed(rerr)
-				return errorf(errdefs.ErrInternal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
-			}
-			return fail(errorf(errdefs.ErrInternal, "CheckpointPod: pausing container %s (%s): %v", short(t.id), t.name, err))
+	if i, err := s.pauseAll(ctx, targets); err != nil {
+		t := targets[i]
+		if rerr := s.thawAll(context.WithoutCancel(ctx), ids, true); rerr != nil {
+			s.resumeFailed(rerr)
+			return errorf(errdefs.ErrInternal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
 		}
+		return fail(errorf(errdefs.ErrInternal, "CheckpointPod: pausing container %s (%s): %v", short(t.id), t.name, err))
 	}
 
 	// Captures run under a context of their own: containerd goes on with a
@@ -241,6 +240,26 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		m.SizeBytes += sizes[i]
 	}
 	return nil
+}
+
+// pauseAll pauses every target at once (each through its own runc call) and,
+// once all have answered, returns the first failure in target order. The
+// captures start only after it returns, so the cut stays pod-wide; pausing
+// in parallel only shortens the time the first container waits for the last.
+func (s *Service) pauseAll(ctx context.Context, targets []target) (int, error) {
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.tasks.Pause(ctx, t.id) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return i, err
+		}
+	}
+	return -1, nil
 }
 
 // resumeMargin is how long before the caller's deadline the service stops

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
@@ -145,12 +146,18 @@ func marked(dir string) bool {
 // asked first (a record may outlive the pause); a container that no longer
 // exists needs nothing.
 func (s *Service) thawAll(ctx context.Context, ids []string, check bool) error {
-	var errs []error
-	for _, id := range ids {
-		if err := s.thaw(ctx, id, check); err != nil {
-			errs = append(errs, fmt.Errorf("resume %s: %w", short(id), err))
-		}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.thaw(ctx, id, check); err != nil {
+				errs[i] = fmt.Errorf("resume %s: %w", short(id), err)
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
