@@ -53,12 +53,32 @@ func IsImageID(s string) bool {
 
 func stageDir(out, name string) string { return filepath.Join(out, containersDir, "."+name) }
 
+// captured is what a capture leaves for packageOne besides the staging
+// directory: the archive being streamed, and the container's log held at the
+// cut.
+type captured struct {
+	stream  *streamer // nil: the archive is written whole after the resume
+	log     *os.File  // nil: the container has no log file
+	logSize int64     // the log's length at the cut
+}
+
+// abandon ends what packageOne will not: the streaming, the open log.
+func (c *captured) abandon() {
+	if c.stream != nil {
+		c.stream.abandon()
+	}
+	if c.log != nil {
+		_ = c.log.Close()
+	}
+}
+
 // captureOne captures one paused container into its staging directory; with
 // onPreDump, on top of the pre-dump already there (precopy.go). Unless the
 // service writes archives after the resume, the container's archive is
-// begun at once and its memory pages copied into it as CRIU writes them: the
-// returned streamer, which packageOne finishes.
-func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDump bool) (*streamer, error) {
+// begun at once and its memory pages copied into it as CRIU writes them
+// (archive_stream.go). What it returns, packageOne finishes; on error it
+// leaves nothing open.
+func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDump bool) (*captured, error) {
 	stage := stageDir(out, t.name)
 	images := filepath.Join(stage, crmetadata.CheckpointDirectory)
 	work := filepath.Join(stage, "work")
@@ -67,19 +87,17 @@ func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDum
 			return nil, err
 		}
 	}
-	var st *streamer
+	c := &captured{}
 	if !s.cfg.ArchiveAfterResume {
 		var err error
-		if st, err = startStream(filepath.Join(out, archiveName(t.name)), images); err != nil {
+		if c.stream, err = startStream(filepath.Join(out, archiveName(t.name)), images); err != nil {
 			// Only a loss of overlap: packageOne writes the archive whole.
 			s.log.Warn("checkpoint: archive not streamed; written after the resume", "container", short(t.id), "err", err)
-			st = nil
+			c.stream = nil
 		}
 	}
-	fail := func(err error) (*streamer, error) {
-		if st != nil {
-			st.abandon()
-		}
+	fail := func(err error) (*captured, error) {
+		c.abandon()
 		return nil, err
 	}
 	var err error
@@ -91,14 +109,27 @@ func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDum
 	if err != nil {
 		return fail(err)
 	}
-	if st != nil {
-		st.imagesFinal() // runc has returned: CRIU has ended and closed every image
+	if c.stream != nil {
+		c.stream.imagesFinal() // runc has returned: CRIU has ended and closed every image
 	}
-	// The log up to the cut, copied while the container is paused: the
-	// restored container continues it from exactly there.
+	// The log up to the cut: the restored container continues it from
+	// exactly there. Only its length is taken while the container is
+	// paused; the bytes are copied after the resume from the file opened
+	// now. containerd only appends to a container's log, and the kubelet's
+	// rotation renames it and has containerd reopen a new one, leaving this
+	// file as it was (docs/checkpoint.md, "The container's log").
 	if lp := t.status.GetLogPath(); lp != "" {
-		if err := copyFile(lp, filepath.Join(stage, "container.log")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		lf, err := os.Open(lp)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fail(fmt.Errorf("container log: %w", err))
+		}
+		if err == nil {
+			c.log = lf
+			fi, err := lf.Stat()
+			if err != nil {
+				return fail(fmt.Errorf("container log: %w", err))
+			}
+			c.logSize = fi.Size()
 		}
 	}
 	f, err := os.OpenFile(filepath.Join(stage, crmetadata.RootFsDiffTar), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -116,14 +147,18 @@ func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDum
 	if err != nil {
 		return fail(err)
 	}
-	return st, nil
+	return c, nil
 }
 
 // packageOne writes out/containers/<name>.tar from the staging directory and
 // returns its size. imageID is the ID of the container's image ("" if the
-// runtime did not tell it). stream, when not nil, has already copied the memory
-// pages into the archive: the rest is written after them.
-func (s *Service) packageOne(ctx context.Context, out string, t target, imageID string, checkpointedAt time.Time, stream *streamer) (int64, error) {
+// runtime did not tell it). c is what the capture left: a stream that has
+// already copied the memory pages into the archive (the rest is written after
+// them), and the log held at the cut. packageOne closes both.
+func (s *Service) packageOne(ctx context.Context, out string, t target, imageID string, checkpointedAt time.Time, c *captured) (int64, error) {
+	if c.log != nil {
+		defer c.log.Close()
+	}
 	stage := stageDir(out, t.name)
 	st := t.status
 	config, err := json.Marshal(&crmetadata.ContainerConfig{
@@ -144,8 +179,8 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		f        *os.File
 		streamed map[string]bool
 	)
-	if stream != nil {
-		if f, streamed, err = stream.finish(); f == nil {
+	if c.stream != nil {
+		if f, streamed, err = c.stream.finish(); f == nil {
 			return 0, err
 		} else if err != nil {
 			s.log.Warn("checkpoint: streaming the archive failed; writing it after the capture", "container", short(t.id), "err", err)
@@ -167,8 +202,10 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 				return err
 			}
 		}
-		if err := addFile(tw, filepath.Join(stage, "container.log"), "container.log"); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
+		if c.log != nil {
+			if err := addPrefix(tw, c.log, c.logSize, "container.log", checkpointedAt); err != nil {
+				return fmt.Errorf("container log: %w", err)
+			}
 		}
 		if err := addFile(tw, filepath.Join(stage, "work", crmetadata.DumpLogFile), crmetadata.DumpLogFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -288,21 +325,18 @@ func addFile(tw *tar.Writer, src, name string) error {
 	return err
 }
 
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 4<<20); return &b }}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
+// addPrefix adds the first size bytes of f to the archive under name.
+func addPrefix(tw *tar.Writer, f *os.File, size int64, name string, modTime time.Time) error {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: size, ModTime: modTime, Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	n, err := io.CopyBuffer(tw, io.NewSectionReader(f, 0, size), *buf)
+	if err == nil && n != size {
+		err = fmt.Errorf("%d of the %d bytes it had at the cut are left", n, size)
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return err
 }
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 4<<20); return &b }}

@@ -95,13 +95,13 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dumpTimeout)
 	errs := make([]error, len(targets))
 	took := make([]time.Duration, len(targets))
-	// Each container's archive as streamed during its capture; whoever
-	// does not finish one abandons it.
-	streams := make([]*streamer, len(targets))
-	abandonStreams := func() {
-		for _, st := range streams {
-			if st != nil {
-				st.abandon()
+	// What each capture left open (its archive as streamed, its log at the
+	// cut): packageOne finishes it, or whoever gives up abandons it.
+	caps := make([]*captured, len(targets))
+	abandonCaptures := func() {
+		for _, c := range caps {
+			if c != nil {
+				c.abandon()
 			}
 		}
 	}
@@ -109,8 +109,8 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	var wg sync.WaitGroup
 	dump := func(i int) {
 		t0 := s.now()
-		st, err := s.captureOne(dctx, out, targets[i], pc.Used)
-		took[i], errs[i], streams[i] = s.now().Sub(t0), err, st
+		c, err := s.captureOne(dctx, out, targets[i], pc.Used)
+		took[i], errs[i], caps[i] = s.now().Sub(t0), err, c
 	}
 	wg.Add(1)
 	go func() {
@@ -139,7 +139,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		timedOut := dctx.Err() != nil
 		cancel()
 		if _, running := s.anyCaptureRunning(ids); timedOut && running {
-			abandonStreams()
+			abandonCaptures()
 			// dumpTimeout ended the wait, not containerd's capture: it
 			// would freeze the pod again when it ends. The record stays;
 			// Run resumes the containers and empties the output once it
@@ -168,7 +168,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			defer s.release(j)
 			<-done
 			cancel()
-			abandonStreams()
+			abandonCaptures()
 			s.afterAbandoned(rec)
 		}()
 		msg := fmt.Sprintf("CheckpointPod: deadline reached %s after the pause while capturing %d containers; the capture was abandoned and its files removed", s.now().Sub(pausedAt).Round(time.Millisecond), len(targets))
@@ -186,7 +186,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	m.FrozenSeconds = frozen.Seconds()
 	for i, err := range errs {
 		if err != nil {
-			abandonStreams()
+			abandonCaptures()
 			msg := fmt.Sprintf("CheckpointPod: capturing container %s (%s): %v", short(targets[i].id), targets[i].name, message(err))
 			kind := runtimeKind(err)
 			if rerr != nil {
@@ -198,7 +198,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		}
 	}
 	if rerr != nil {
-		abandonStreams()
+		abandonCaptures()
 		s.resumeFailed(rerr)
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrInternal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
@@ -218,7 +218,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		pw.Add(1)
 		go func() {
 			defer pw.Done()
-			sizes[i], perrs[i] = s.packageOne(ctx, out, targets[i], imageIDs[i], cut, streams[i])
+			sizes[i], perrs[i] = s.packageOne(ctx, out, targets[i], imageIDs[i], cut, caps[i])
 		}()
 	}
 	pw.Wait()
