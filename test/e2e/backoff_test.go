@@ -49,14 +49,23 @@ func withShimConfig(t *testing.T, extra string) {
 
 // withShimConfigEdit restarts the shim with its config changed by edit, and
 // restores the original config (and shim) when the test ends.
-func withShimConfigEdit(t *testing.T, edit func([]byte) []byte) {
+func withShimConfigEdit(t testing.TB, edit func([]byte) []byte) {
+	t.Helper()
+	restart, orig := shimConfigSwitch(t)
+	restart(edit(orig))
+}
+
+// shimConfigSwitch returns the shim's config and a function that restarts
+// the shim with another; the original config (and shim) is restored when the
+// test ends.
+func shimConfigSwitch(t testing.TB) (restart func([]byte), orig []byte) {
 	t.Helper()
 	cfg := filepath.Join(node.env["NODE_RUN"], "cri-shim", "config.toml")
 	orig, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restart := func(b []byte) {
+	restart = func(b []byte) {
 		if err := os.WriteFile(cfg, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -65,8 +74,8 @@ func withShimConfigEdit(t *testing.T, edit func([]byte) []byte) {
 			t.Fatal(err)
 		}
 	}
-	restart(edit(orig))
 	t.Cleanup(func() { restart(orig) })
+	return restart, orig
 }
 
 // gaps runs crashPod until it has restarted len(want) times and returns the
