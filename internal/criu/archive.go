@@ -20,12 +20,14 @@ import (
 
 // A container's capture happens in two steps. While the pod is paused,
 // captureOne has CRIU write the process images and takes the writable-layer
-// diff into a staging directory next to the archive. Once the pod runs again,
-// packageOne writes the archive containerd restores from (the layout of its
-// CRI CheckpointContainer: checkpoint/, rootfs-diff.tar, config.dump,
-// spec.dump, status.dump, container.log) and removes the staging directory.
-// The pod is thus paused only for CRIU and the diff, and the images are
-// written once and copied once.
+// diff into a staging directory next to the archive, and takes the log's
+// length; the memory pages are copied into the archive as CRIU writes them
+// (archive_stream.go). Once the pod runs again, packageOne finishes the
+// archive containerd restores from (the layout of its CRI
+// CheckpointContainer: checkpoint/, rootfs-diff.tar, config.dump, spec.dump,
+// status.dump, container.log), or writes it whole when nothing was streamed,
+// and removes the staging directory. The pod is thus paused only for CRIU and
+// the diff, and the images are written once and copied once.
 
 // RootfsImageRef is what an archive's config.dump names as the container's
 // base image: the image ID (sha256:<64 hex>, the image config's digest) when
@@ -159,25 +161,11 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 	if c.log != nil {
 		defer c.log.Close()
 	}
-	stage := stageDir(out, t.name)
-	st := t.status
-	config, err := json.Marshal(&crmetadata.ContainerConfig{
-		ID: t.id, Name: t.name,
-		RootfsImageName: st.GetImage().GetImage(), RootfsImageRef: RootfsImageRef(imageID, st.GetImageRef()), RootfsImage: st.GetImage().GetImage(),
-		OCIRuntime: t.info.Runtime, CheckpointedAt: checkpointedAt, CreatedTime: t.info.Created,
-	})
-	if err != nil {
-		return 0, err
-	}
-	// containerd reads status.dump with encoding/json into the CRI type.
-	statusJSON, err := json.Marshal(st)
-	if err != nil {
-		return 0, err
-	}
 	path := filepath.Join(out, archiveName(t.name))
 	var (
 		f        *os.File
 		streamed map[string]bool
+		err      error
 	)
 	if c.stream != nil {
 		if f, streamed, err = c.stream.finish(); f == nil {
@@ -186,6 +174,23 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 			s.log.Warn("checkpoint: streaming the archive failed; writing it after the capture", "container", short(t.id), "err", err)
 		}
 	} else if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+		return 0, err
+	}
+	stage := stageDir(out, t.name)
+	st := t.status
+	config, err := json.Marshal(&crmetadata.ContainerConfig{
+		ID: t.id, Name: t.name,
+		RootfsImageName: st.GetImage().GetImage(), RootfsImageRef: RootfsImageRef(imageID, st.GetImageRef()), RootfsImage: st.GetImage().GetImage(),
+		OCIRuntime: t.info.Runtime, CheckpointedAt: checkpointedAt, CreatedTime: t.info.Created,
+	})
+	if err != nil {
+		f.Close()
+		return 0, err
+	}
+	// containerd reads status.dump with encoding/json into the CRI type.
+	statusJSON, err := json.Marshal(st)
+	if err != nil {
+		f.Close()
 		return 0, err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)

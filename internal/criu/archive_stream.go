@@ -59,6 +59,7 @@ func isPagesImage(name string) bool {
 // streamer copies CRIU's pages images into one archive during the capture.
 type streamer struct {
 	f      *os.File // the archive; its first bytes are the streamed entries
+	path   string   // the archive's path
 	images string   // the images directory, stage/checkpoint
 	ifd    int      // inotify on images
 
@@ -95,7 +96,7 @@ func startStream(path, images string) (*streamer, error) {
 		unix.Close(ifd)
 		return nil, err
 	}
-	s := &streamer{f: f, images: images, ifd: ifd, final: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), streamed: map[string]entryEnd{}}
+	s := &streamer{f: f, path: path, images: images, ifd: ifd, final: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), streamed: map[string]entryEnd{}}
 	go func() {
 		defer close(s.done)
 		defer unix.Close(s.ifd)
@@ -125,20 +126,23 @@ func (s *streamer) finish() (f *os.File, streamed map[string]bool, err error) {
 	if err = s.err; err == nil {
 		err = s.recheck()
 	}
-	off := s.off
 	if err != nil {
-		off = 0
-		if terr := s.f.Truncate(0); terr != nil {
-			_ = s.f.Close()
-			return nil, nil, errors.Join(err, terr)
+		// Begun again, whole: the same file emptied, or a new one.
+		if terr := s.f.Truncate(0); terr == nil {
+			if _, serr := s.f.Seek(0, io.SeekStart); serr == nil {
+				return s.f, nil, err
+			}
 		}
-	}
-	if _, serr := s.f.Seek(off, io.SeekStart); serr != nil {
 		_ = s.f.Close()
-		return nil, nil, errors.Join(err, serr)
+		nf, oerr := os.OpenFile(s.path, os.O_WRONLY|os.O_TRUNC, 0o600)
+		if oerr != nil {
+			return nil, nil, errors.Join(err, oerr)
+		}
+		return nf, nil, err
 	}
-	if err != nil {
-		return s.f, nil, err
+	if _, serr := s.f.Seek(s.off, io.SeekStart); serr != nil {
+		_ = s.f.Close()
+		return nil, nil, serr
 	}
 	streamed = make(map[string]bool, len(s.streamed)+1)
 	streamed[crmetadata.CheckpointDirectory] = true // its header leads the archive
@@ -343,8 +347,14 @@ func headerBlock(fi os.FileInfo, name string) ([]byte, error) {
 }
 
 // copyRange copies n bytes of src from srcOff into dst at dstOff, in the
-// kernel where it can.
+// kernel where it can. Where both offsets are block-aligned, a file system
+// with reflinks (XFS, btrfs) would share the blocks instead of copying them,
+// first writing the source range back and locking both files, stalling
+// CRIU's writes to it; such ranges are copied through user space.
 func copyRange(dst *os.File, dstOff int64, src *os.File, srcOff, n int64) error {
+	if dstOff%4096 == 0 && srcOff%4096 == 0 {
+		return copyRangeUser(dst, dstOff, src, srcOff, n)
+	}
 	for n > 0 {
 		k, err := unix.CopyFileRange(int(src.Fd()), &srcOff, int(dst.Fd()), &dstOff, int(n), 0)
 		if err != nil {

@@ -118,7 +118,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		if opts.sequential {
 			for i := range targets {
 				if time.Until(deadline) < margin { // the deadline stops further captures
-					errs[i] = ctx.Err()
+					errs[i] = context.DeadlineExceeded
 					continue
 				}
 				dump(i)
@@ -203,7 +203,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrInternal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
 	}
-	// The pod runs again: write the archives, in parallel.
+	// The pod runs again: finish the archives, in parallel.
 	sizes := make([]int64, len(targets))
 	perrs := make([]error, len(targets))
 	cut := s.now().UTC()
