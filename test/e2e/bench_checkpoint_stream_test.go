@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,14 @@ import (
 	"github.com/cri-shim/cri-shim/internal/criu"
 )
 
-// streamRounds is how many checkpoints of each pod each mode takes.
-const streamRounds = 3
+// streamRounds is how many checkpoints of each pod each mode takes
+// (CRI_SHIM_BENCH_STREAM_ROUNDS, default 5).
+func streamRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("CRI_SHIM_BENCH_STREAM_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 5
+}
 
 // BenchmarkCheckpointStream (part of make bench-checkpoint): the same pods
 // checkpointed by the same shim binary with its archives streamed during the
@@ -51,7 +58,8 @@ func BenchmarkCheckpointStream(b *testing.B) {
 	}
 	var size = map[int]int64{}
 	restart, orig := shimConfigSwitch(b)
-	for round := 0; round < streamRounds; round++ {
+	rounds := streamRounds()
+	for round := 0; round < rounds; round++ {
 		for _, stream := range []bool{true, false} {
 			cfg := strings.Replace(string(orig), "[checkpoint]\n", fmt.Sprintf("[checkpoint]\nstream_archives = %v\n", stream), 1)
 			if cfg == string(orig) {
@@ -86,7 +94,7 @@ func BenchmarkCheckpointStream(b *testing.B) {
 
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Checkpoint archives streamed during the capture, against written after the resume\n\n%s, code %s. The same shim binary, `[checkpoint] stream_archives` true and false, alternating %d rounds (the shim restarted with the other setting in between); the same running pods each time: main allocates and touches the size shown, the sidecar 16 MiB. Medians (all samples in brackets). Disk: sequential write %.0f MB/s (dd, 1 GiB, fdatasync, in the checkpoint root).\n\n",
-		time.Now().UTC().Format(time.RFC3339), codeRevision(), streamRounds, disk/1e6)
+		time.Now().UTC().Format(time.RFC3339), codeRevision(), rounds, disk/1e6)
 	md.WriteString("| main | checkpoint | pod paused, streamed | pod paused, after resume | ratio | whole call, streamed | whole call, after resume | ratio | whole-call throughput, streamed / after resume |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, mib := range sizes {
 		on, off := got[true][mib], got[false][mib]
