@@ -51,7 +51,7 @@ func BenchmarkCheckpointStream(b *testing.B) {
 		waitReady(b, filepath.Join(logs, "sidecar.log"), time.Minute)
 		pods[mib] = pod{sb: sb, ids: []string{ids["main"], ids["sidecar"]}}
 	}
-	type sample struct{ frozen, total []float64 }
+	type sample struct{ frozen, capture, total []float64 }
 	got := map[bool]map[int]*sample{true: {}, false: {}}
 	for _, mib := range sizes {
 		got[true][mib], got[false][mib] = &sample{}, &sample{}
@@ -86,6 +86,11 @@ func BenchmarkCheckpointStream(b *testing.B) {
 				}
 				s := got[stream][mib]
 				s.frozen = append(s.frozen, m.FrozenSeconds)
+				slowest := 0.0
+				for _, c := range m.Containers {
+					slowest = max(slowest, c.DumpSeconds)
+				}
+				s.capture = append(s.capture, slowest)
 				s.total = append(s.total, total.Seconds())
 				os.RemoveAll(dir)
 			}
@@ -95,12 +100,12 @@ func BenchmarkCheckpointStream(b *testing.B) {
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Checkpoint archives streamed during the capture, against written after the resume\n\n%s, code %s. The same shim binary, `[checkpoint] stream_archives` true and false, alternating %d rounds (the shim restarted with the other setting in between); the same running pods each time: main allocates and touches the size shown, the sidecar 16 MiB. Medians (all samples in brackets). Disk: sequential write %.0f MB/s (dd, 1 GiB, fdatasync, in the checkpoint root).\n\n",
 		time.Now().UTC().Format(time.RFC3339), codeRevision(), rounds, disk/1e6)
-	md.WriteString("| main | checkpoint | pod paused, streamed | pod paused, after resume | ratio | whole call, streamed | whole call, after resume | ratio | whole-call throughput, streamed / after resume |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	md.WriteString("| main | checkpoint | pod paused, streamed | pod paused, after resume | ratio | slowest capture (CRIU, diff), streamed / after resume | whole call, streamed | whole call, after resume | ratio | whole-call throughput, streamed / after resume |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, mib := range sizes {
 		on, off := got[true][mib], got[false][mib]
 		fOn, fOff, tOn, tOff := median(on.frozen), median(off.frozen), median(on.total), median(off.total)
-		fmt.Fprintf(&md, "| %d MiB | %.0f MiB | %.2f s %s | %.2f s %s | %.2f | %.2f s %s | %.2f s %s | %.2f | %.0f%% / %.0f%% of disk |\n",
-			mib, float64(size[mib])/(1<<20), fOn, samples(on.frozen), fOff, samples(off.frozen), fOn/fOff, tOn, samples(on.total), tOff, samples(off.total), tOn/tOff,
+		fmt.Fprintf(&md, "| %d MiB | %.0f MiB | %.2f s %s | %.2f s %s | %.2f | %.2f s / %.2f s | %.2f s %s | %.2f s %s | %.2f | %.0f%% / %.0f%% of disk |\n",
+			mib, float64(size[mib])/(1<<20), fOn, samples(on.frozen), fOff, samples(off.frozen), fOn/fOff, median(on.capture), median(off.capture), tOn, samples(on.total), tOff, samples(off.total), tOn/tOff,
 			100*float64(size[mib])/tOn/disk, 100*float64(size[mib])/tOff/disk)
 	}
 	out := md.String()
