@@ -38,9 +38,10 @@ type CheckpointConfig struct {
 	PreCopy string `toml:"pre_copy" comment:"Memory pre-copy of checkpoints: auto (used only when CRIU, the kernel and the runtime support it; checked once at start) or off."`
 	// StreamArchives copies CRIU's memory pages into each container's
 	// archive while CRIU writes them, so the capture and the archive's
-	// disk write overlap (docs/checkpoint.md); false writes every archive
-	// after the pod is resumed.
-	StreamArchives bool `toml:"stream_archives" comment:"Copy memory pages into the checkpoint archives while CRIU writes them (capture and disk write overlap); false: write the archives after the pod is resumed."`
+	// disk write overlap: a shorter call, a longer freeze
+	// (docs/checkpoint.md, "Archives written during the capture"); false
+	// (default) copies them once the pod runs again.
+	StreamArchives bool `toml:"stream_archives" comment:"Copy memory pages into the checkpoint archives while CRIU writes them: the whole call is shorter, the pod's freeze longer; false (default): copy them once the pod runs again."`
 	// RestoreNamespaceAllow widens the namespace binding of restores: by
 	// default a pod may warm-start (or be restored by RestorePod) only from a
 	// checkpoint of a pod in its own namespace, because a checkpoint holds

@@ -197,7 +197,6 @@ func DefaultConfig() Config {
 			PullWait:          Duration{time.Minute},
 			ObjectWait:        Duration{5 * time.Second},
 			PreCopy:           PreCopyAuto,
-			StreamArchives:    true,
 		},
 		Kubernetes: KubernetesConfig{QPS: 5, Burst: 10},
 	}

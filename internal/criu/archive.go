@@ -90,7 +90,7 @@ func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDum
 		}
 	}
 	c := &captured{}
-	if !s.cfg.ArchiveAfterResume {
+	if s.cfg.StreamDuringCapture {
 		var err error
 		if c.stream, err = startStream(filepath.Join(out, archiveName(t.name)), images); err != nil {
 			// Only a loss of overlap: packageOne writes the archive whole.
@@ -173,8 +173,12 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		} else if err != nil {
 			s.log.Warn("checkpoint: streaming the archive failed; writing it after the capture", "container", short(t.id), "err", err)
 		}
-	} else if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
-		return 0, err
+	} else if f, streamed, err = writeComplete(path, filepath.Join(stageDir(out, t.name), crmetadata.CheckpointDirectory)); err != nil {
+		// Only a loss of speed: the archive is written whole below.
+		s.log.Warn("checkpoint: copying the memory pages in the kernel failed; writing the archive whole", "container", short(t.id), "err", err)
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return 0, err
+		}
 	}
 	stage := stageDir(out, t.name)
 	st := t.status

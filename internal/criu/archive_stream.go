@@ -16,10 +16,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A container's memory pages are copied into its archive while CRIU still
-// writes them, so that the capture and the disk write overlap instead of
-// following each other (docs/checkpoint.md, "Archives written during the
-// capture").
+// A container's memory pages, nearly all of a checkpoint's bytes, are copied
+// into its archive in the kernel (copy_file_range), with the archive's
+// writeback started as it grows. By default this happens once the pod runs
+// again (writeComplete). With [checkpoint] stream_archives it happens while
+// CRIU still writes them (the streamer), so that the capture and the disk
+// write overlap: the whole call is shorter, but the copy competes with the
+// capture and the pod's freeze is longer (docs/checkpoint.md, "Archives
+// written during the capture", has both measured).
 //
 // CRIU writes each task's pages to checkpoint/pages-<n>.img, opened once,
 // appended to in order and closed once (criu/page-xfer.c), and these files
@@ -36,8 +40,8 @@ import (
 // Writeback of the archive is started as it grows (sync_file_range), so that
 // little is left for the final fsync. Anything unexpected (a streamed image
 // changed after it was closed, an inotify overflow, a copy error) ends the
-// streaming: the archive is then written whole from the staging directory
-// as before, so streaming can cost time but never a checkpoint.
+// streaming: the archive is then written whole from the staging directory,
+// so streaming can cost time but not a checkpoint.
 
 const (
 	tarBlock = 512
@@ -69,6 +73,7 @@ type streamer struct {
 
 	// Set by run, read after done.
 	off      int64               // end of the streamed entries
+	synced   int64               // writeback started up to here
 	streamed map[string]entryEnd // name in images -> what was copied
 	err      error
 }
@@ -144,12 +149,7 @@ func (s *streamer) finish() (f *os.File, streamed map[string]bool, err error) {
 		_ = s.f.Close()
 		return nil, nil, serr
 	}
-	streamed = make(map[string]bool, len(s.streamed)+1)
-	streamed[crmetadata.CheckpointDirectory] = true // its header leads the archive
-	for name := range s.streamed {
-		streamed[crmetadata.CheckpointDirectory+"/"+name] = true
-	}
-	return s.f, streamed, nil
+	return s.f, s.names(), nil
 }
 
 // recheck makes sure no streamed image changed after it was copied: same size
@@ -187,12 +187,11 @@ func (s *streamer) run() error {
 	}
 	s.off = tarBlock
 	var (
-		queue    []string // pages images seen, in order of creation
-		closed   = map[string]bool{}
-		cur      *tailed
-		final    bool
-		lastSync int64
-		events   = make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+		queue  []string // pages images seen, in order of creation
+		closed = map[string]bool{}
+		cur    *tailed
+		final  bool
+		events = make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	)
 	defer func() {
 		if cur != nil {
@@ -271,12 +270,7 @@ func (s *streamer) run() error {
 				return fmt.Errorf("copying %s: %w", cur.name, err)
 			}
 			cur.copied += n
-			if end := s.off + tarBlock + cur.copied; end-lastSync >= writebackEvery {
-				// Start writing back what is written; the final fsync waits
-				// for it. A failure here is only a lost head start.
-				_ = unix.SyncFileRange(int(s.f.Fd()), lastSync, end-lastSync, unix.SYNC_FILE_RANGE_WRITE)
-				lastSync = end
-			}
+			s.writeback(s.off + tarBlock + cur.copied)
 			continue
 		}
 		if !cur.closed {
@@ -291,21 +285,120 @@ func (s *streamer) run() error {
 		if fi.Size() != cur.copied {
 			continue // written to after the last copy: copy the rest first
 		}
-		if err := s.writeHeader(cur.hdr, fi, crmetadata.CheckpointDirectory+"/"+cur.name); err != nil {
+		if err := s.closeEntry(cur.hdr, fi, cur.name); err != nil {
 			return err
 		}
-		end := cur.hdr + tarBlock + cur.copied
-		if pad := (tarBlock - end%tarBlock) % tarBlock; pad > 0 {
-			if _, err := s.f.WriteAt(make([]byte, pad), end); err != nil {
-				return err
-			}
-			end += pad
-		}
-		s.streamed[cur.name] = entryEnd{size: fi.Size(), mtime: fi.ModTime()}
-		s.off = end
 		cur.src.Close()
 		cur = nil
 	}
+}
+
+// writeback starts writing the archive back up to end once writebackEvery
+// more bytes are written; the final fsync waits for it. A failure is only a
+// lost head start.
+func (s *streamer) writeback(end int64) {
+	if end-s.synced >= writebackEvery {
+		_ = unix.SyncFileRange(int(s.f.Fd()), s.synced, end-s.synced, unix.SYNC_FILE_RANGE_WRITE)
+		s.synced = end
+	}
+}
+
+// writeComplete begins the archive at path as the streamer does, once the
+// capture has ended and the pod runs again: the images directory's entry,
+// then each pages image, whole, copied in the kernel with the archive's
+// writeback started as it grows. It returns the archive positioned after
+// them, with their names, as finish does; on error it leaves no file.
+func writeComplete(path, images string) (*os.File, map[string]bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &streamer{f: f, path: path, images: images, streamed: map[string]entryEnd{}}
+	err = s.appendComplete()
+	if err == nil {
+		_, err = f.Seek(s.off, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, nil, err
+	}
+	return f, s.names(), nil
+}
+
+func (s *streamer) appendComplete() error {
+	dir, err := os.Stat(s.images)
+	if err != nil {
+		return err
+	}
+	if err := s.writeHeader(0, dir, crmetadata.CheckpointDirectory+"/"); err != nil {
+		return err
+	}
+	s.off = tarBlock
+	ents, err := os.ReadDir(s.images)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !isPagesImage(e.Name()) {
+			continue
+		}
+		src, err := os.Open(filepath.Join(s.images, e.Name()))
+		if err != nil {
+			return err
+		}
+		err = s.appendWhole(src, e.Name())
+		src.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendWhole adds the complete image src, named name, at the archive's end.
+func (s *streamer) appendWhole(src *os.File, name string) error {
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	for done := int64(0); done < fi.Size(); {
+		n := min(fi.Size()-done, streamChunk)
+		if err := copyRange(s.f, s.off+tarBlock+done, src, done, n); err != nil {
+			return fmt.Errorf("copying %s: %w", name, err)
+		}
+		done += n
+		s.writeback(s.off + tarBlock + done)
+	}
+	return s.closeEntry(s.off, fi, name)
+}
+
+// closeEntry writes the header of the entry at hdr, whose data is complete,
+// and its padding, and moves the archive's end past it.
+func (s *streamer) closeEntry(hdr int64, fi os.FileInfo, name string) error {
+	if err := s.writeHeader(hdr, fi, crmetadata.CheckpointDirectory+"/"+name); err != nil {
+		return err
+	}
+	end := hdr + tarBlock + fi.Size()
+	if pad := (tarBlock - end%tarBlock) % tarBlock; pad > 0 {
+		if _, err := s.f.WriteAt(make([]byte, pad), end); err != nil {
+			return err
+		}
+		end += pad
+	}
+	s.streamed[name] = entryEnd{size: fi.Size(), mtime: fi.ModTime()}
+	s.off = end
+	return nil
+}
+
+// names is the archive members already written, as addTree skips them.
+func (s *streamer) names() map[string]bool {
+	names := make(map[string]bool, len(s.streamed)+1)
+	names[crmetadata.CheckpointDirectory] = true // its header leads the archive
+	for name := range s.streamed {
+		names[crmetadata.CheckpointDirectory+"/"+name] = true
+	}
+	return names
 }
 
 // wait blocks until an inotify event, the end of the capture, or streamIdle.

@@ -290,7 +290,7 @@ func TestStreamedArchiveHoldsWhatTheUnstreamedOneHolds(t *testing.T) {
 	archives := map[bool]map[string][]byte{}
 	for _, after := range []bool{false, true} {
 		fx := newFixture(t)
-		fx.svc.cfg.ArchiveAfterResume = after
+		fx.svc.cfg.StreamDuringCapture = !after
 		if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
 			t.Fatalf("after resume %v: %v", after, err)
 		}
@@ -298,8 +298,8 @@ func TestStreamedArchiveHoldsWhatTheUnstreamedOneHolds(t *testing.T) {
 		if _, ok := content["checkpoint/pages-1.img"]; !ok {
 			t.Fatalf("after resume %v: no pages image in the archive", after)
 		}
-		// Streamed entries lead the archive; otherwise the dumps do.
-		if streamedFirst := names[1] == "checkpoint/pages-1.img"; streamedFirst == after {
+		// The pages are copied in the kernel either way, and lead the archive.
+		if names[1] != "checkpoint/pages-1.img" {
 			t.Fatalf("after resume %v: archive begins %v", after, names[:2])
 		}
 		delete(content, crmetadata.ConfigDumpFile) // holds the time of the cut
@@ -354,7 +354,7 @@ func TestArchiveHoldsTheLogAtTheCut(t *testing.T) {
 		var lr *logRT
 		fx := newFixtureWith(t, func(rt *fakeRT, cfg *Config) Tasks {
 			lr = &logRT{fakeRT: rt}
-			cfg.ArchiveAfterResume = after
+			cfg.StreamDuringCapture = !after
 			return lr
 		})
 		logDir := t.TempDir()

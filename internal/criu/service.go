@@ -65,10 +65,11 @@ type Config struct {
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
 	// PreCopy configures memory pre-copy (precopy.go); the zero value is off.
 	PreCopy PreCopyConfig
-	// ArchiveAfterResume writes each archive only once the pod runs again,
-	// instead of copying the memory pages into it while CRIU writes them
-	// (archive_stream.go).
-	ArchiveAfterResume bool
+	// StreamDuringCapture copies the memory pages into each archive while
+	// CRIU writes them (archive_stream.go): the whole call is shorter, the
+	// pod's freeze longer (docs/checkpoint.md). Otherwise they are copied
+	// once the pod runs again.
+	StreamDuringCapture bool
 	// PullMaxTotalBytes bounds the pulled checkpoints on the node together,
 	// those being pulled included (ReservePulled); 0: unbounded.
 	PullMaxTotalBytes int64
@@ -172,6 +173,11 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		log.Info("checkpoint: memory pre-copy on: each container is pre-dumped while the pod runs, the frozen dump writes only pages dirtied since")
 	} else {
 		log.Info("checkpoint: memory pre-copy off", "reason", s.preCopy.reason, "dirtyPageTracking", s.preCopy.tracking)
+	}
+	if cfg.StreamDuringCapture {
+		log.Info("checkpoint: memory pages copied into the archives during the capture (stream_archives)")
+	} else {
+		log.Info("checkpoint: memory pages copied into the archives after the resume")
 	}
 	if err := s.loadWarm(); err != nil {
 		return nil, err

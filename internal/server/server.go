@@ -167,7 +167,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
 		PreCopy: criu.PreCopyConfig{Mode: cfg.Checkpoint.PreCopy, DirtyTracking: dirtyTracking,
 			PreDumper: &criu.CRIUPreDumper{Pid: tasks.Pid}},
-		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, ArchiveAfterResume: !cfg.Checkpoint.StreamArchives,
+		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
