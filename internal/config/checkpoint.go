@@ -39,7 +39,7 @@ type CheckpointConfig struct {
 	// StreamArchives copies CRIU's memory pages into each container's
 	// archive while CRIU writes them, so the capture and the archive's
 	// disk write overlap: a shorter call, a longer freeze
-	// (docs/checkpoint.md, "Archives written during the capture"); false
+	// (docs/checkpoint.md, "Writing the archives"); false
 	// (default) copies them once the pod runs again.
 	StreamArchives bool `toml:"stream_archives" comment:"Copy memory pages into the checkpoint archives while CRIU writes them: the whole call is shorter, the pod's freeze longer; false (default): copy them once the pod runs again."`
 	// RestoreNamespaceAllow widens the namespace binding of restores: by

@@ -22,8 +22,8 @@ import (
 // again (writeComplete). With [checkpoint] stream_archives it happens while
 // CRIU still writes them (the streamer), so that the capture and the disk
 // write overlap: the whole call is shorter, but the copy competes with the
-// capture and the pod's freeze is longer (docs/checkpoint.md, "Archives
-// written during the capture", has both measured).
+// capture and the pod's freeze is longer (docs/checkpoint.md, "Writing the
+// archives", has both measured).
 //
 // CRIU writes each task's pages to checkpoint/pages-<n>.img, opened once,
 // appended to in order and closed once (criu/page-xfer.c), and these files
