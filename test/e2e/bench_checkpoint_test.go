@@ -18,10 +18,11 @@ import (
 )
 
 // loadCfg is the benchmark's workload in a busybox container: the shell
-// holds mib MiB in a variable (allocated and written), spends warmup "getting
-// ready" (a model loading, a JIT warming up), prints "ready", then waits; a
-// second, small shell, started first, prints an increasing counter every
-// 100 ms from then on. A restored process goes on counting; a fresh one would
+// holds mib MiB in a variable (allocated and written) and then waits; a
+// second, small shell, started first, waits for it, spends warmup "getting
+// ready" (a model loading, a JIT warming up), prints "ready", then an
+// increasing counter every 100 ms, the first at once (as before, a checkpoint
+// taken when "ready" is seen holds the counter about to print 0). A restored process goes on counting; a fresh one would
 // start over after its warm-up. The shell holding the memory forks nothing
 // once ready: a fork of it (a "sleep") caught by a checkpoint between fork
 // and exec would double what is dumped.
@@ -31,8 +32,8 @@ func loadCfg(name string, mib int, warmup time.Duration) *runtimeapi.ContainerCo
 	if warmup > 0 {
 		sleep = fmt.Sprintf("sleep %d; ", int(warmup.Seconds()))
 	}
-	c.Command = []string{"sh", "-c", fmt.Sprintf("(until [ -e /tmp/ready ]; do sleep 0.1; done; i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done) & "+
-		"x=$(head -c %d /dev/zero | tr '\\0' a); %secho ready; : > /tmp/ready; wait", mib<<20, sleep)}
+	c.Command = []string{"sh", "-c", fmt.Sprintf("(until [ -e /tmp/held ]; do sleep 0.1; done; %secho ready; i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done) & "+
+		"x=$(head -c %d /dev/zero | tr '\\0' a); : > /tmp/held; wait", sleep, mib<<20)}
 	return c
 }
 
