@@ -108,7 +108,10 @@ STRESS_TIMEOUT ?= 3h
 bench-backoff-stress: build stack
 	CRI_SHIM_BENCH_STRESS=$(STRESS) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkBackoffStress$$' -benchtime 1x -timeout $(STRESS_TIMEOUT) ./test/e2e/
 
+# The stack's registry keeps what earlier runs pushed (gigabytes of random
+# blobs and checkpoints per run, each unique): emptied first, with the node down.
 bench-checkpoint: build stack
+	source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker"
 	$(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/
 
 # Regenerates api/podmanagement/v1 (needs protoc, protoc-gen-go, protoc-gen-go-grpc).
