@@ -1,7 +1,6 @@
 package criu
 
 import (
-	"archive/tar"
 	"bytes"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"time"
 	"unsafe"
 
-	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,20 +60,13 @@ func isPagesImage(name string) bool {
 
 // streamer copies CRIU's pages images into one archive during the capture.
 type streamer struct {
-	f      *os.File // the archive; its first bytes are the streamed entries
-	path   string   // the archive's path
-	images string   // the images directory, stage/checkpoint
-	ifd    int      // inotify on images
+	pagesArchive     // set by run, read after done
+	ifd          int // inotify on images
 
 	final chan struct{} // closed when the capture has ended: every image is complete
 	stop  chan struct{} // closed to abandon the streaming
 	done  chan struct{} // closed when run has returned
-
-	// Set by run, read after done.
-	off      int64               // end of the streamed entries
-	synced   int64               // writeback started up to here
-	streamed map[string]entryEnd // name in images -> what was copied
-	err      error
+	err   error         // run's, read after done
 }
 
 // entryEnd is what the streamer copied of one image, checked again once the
@@ -101,7 +92,8 @@ func startStream(path, images string) (*streamer, error) {
 		unix.Close(ifd)
 		return nil, err
 	}
-	s := &streamer{f: f, path: path, images: images, ifd: ifd, final: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), streamed: map[string]entryEnd{}}
+	s := &streamer{pagesArchive: pagesArchive{f: f, path: path, images: images, streamed: map[string]entryEnd{}},
+		ifd: ifd, final: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		defer unix.Close(s.ifd)
@@ -154,7 +146,7 @@ func (s *streamer) finish() (f *os.File, streamed map[string]bool, err error) {
 
 // recheck makes sure no streamed image changed after it was copied: same size
 // and modification time now that CRIU has ended.
-func (s *streamer) recheck() error {
+func (s *pagesArchive) recheck() error {
 	for name, e := range s.streamed {
 		fi, err := os.Lstat(filepath.Join(s.images, name))
 		if err != nil {
@@ -177,15 +169,9 @@ type tailed struct {
 }
 
 func (s *streamer) run() error {
-	dir, err := os.Stat(s.images)
-	if err != nil {
+	if err := s.begin(); err != nil {
 		return err
 	}
-	// The images directory's own entry first, as addTree would write it.
-	if err := s.writeHeader(0, dir, crmetadata.CheckpointDirectory+"/"); err != nil {
-		return err
-	}
-	s.off = tarBlock
 	var (
 		queue  []string // pages images seen, in order of creation
 		closed = map[string]bool{}
@@ -293,187 +279,8 @@ func (s *streamer) run() error {
 	}
 }
 
-// writeback starts writing the archive back up to end once writebackEvery
-// more bytes are written; the final fsync waits for it. A failure is only a
-// lost head start.
-func (s *streamer) writeback(end int64) {
-	if end-s.synced >= writebackEvery {
-		_ = unix.SyncFileRange(int(s.f.Fd()), s.synced, end-s.synced, unix.SYNC_FILE_RANGE_WRITE)
-		s.synced = end
-	}
-}
-
-// writeComplete begins the archive at path as the streamer does, once the
-// capture has ended and the pod runs again: the images directory's entry,
-// then each pages image, whole, copied in the kernel with the archive's
-// writeback started as it grows. It returns the archive positioned after
-// them, with their names, as finish does; on error it leaves no file.
-func writeComplete(path, images string) (*os.File, map[string]bool, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, nil, err
-	}
-	s := &streamer{f: f, path: path, images: images, streamed: map[string]entryEnd{}}
-	err = s.appendComplete()
-	if err == nil {
-		_, err = f.Seek(s.off, io.SeekStart)
-	}
-	if err != nil {
-		f.Close()
-		os.Remove(path)
-		return nil, nil, err
-	}
-	return f, s.names(), nil
-}
-
-func (s *streamer) appendComplete() error {
-	dir, err := os.Stat(s.images)
-	if err != nil {
-		return err
-	}
-	if err := s.writeHeader(0, dir, crmetadata.CheckpointDirectory+"/"); err != nil {
-		return err
-	}
-	s.off = tarBlock
-	ents, err := os.ReadDir(s.images)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() || !isPagesImage(e.Name()) {
-			continue
-		}
-		src, err := os.Open(filepath.Join(s.images, e.Name()))
-		if err != nil {
-			return err
-		}
-		err = s.appendWhole(src, e.Name())
-		src.Close()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// appendWhole adds the complete image src, named name, at the archive's end.
-func (s *streamer) appendWhole(src *os.File, name string) error {
-	fi, err := src.Stat()
-	if err != nil {
-		return err
-	}
-	for done := int64(0); done < fi.Size(); {
-		n := min(fi.Size()-done, streamChunk)
-		if err := copyRange(s.f, s.off+tarBlock+done, src, done, n); err != nil {
-			return fmt.Errorf("copying %s: %w", name, err)
-		}
-		done += n
-		s.writeback(s.off + tarBlock + done)
-	}
-	return s.closeEntry(s.off, fi, name)
-}
-
-// closeEntry writes the header of the entry at hdr, whose data is complete,
-// and its padding, and moves the archive's end past it.
-func (s *streamer) closeEntry(hdr int64, fi os.FileInfo, name string) error {
-	if err := s.writeHeader(hdr, fi, crmetadata.CheckpointDirectory+"/"+name); err != nil {
-		return err
-	}
-	end := hdr + tarBlock + fi.Size()
-	if pad := (tarBlock - end%tarBlock) % tarBlock; pad > 0 {
-		if _, err := s.f.WriteAt(make([]byte, pad), end); err != nil {
-			return err
-		}
-		end += pad
-	}
-	s.streamed[name] = entryEnd{size: fi.Size(), mtime: fi.ModTime()}
-	s.off = end
-	return nil
-}
-
-// names is the archive members already written, as addTree skips them.
-func (s *streamer) names() map[string]bool {
-	names := make(map[string]bool, len(s.streamed)+1)
-	names[crmetadata.CheckpointDirectory] = true // its header leads the archive
-	for name := range s.streamed {
-		names[crmetadata.CheckpointDirectory+"/"+name] = true
-	}
-	return names
-}
-
 // wait blocks until an inotify event, the end of the capture, or streamIdle.
 func (s *streamer) wait() {
 	fds := []unix.PollFd{{Fd: int32(s.ifd), Events: unix.POLLIN}}
 	_, _ = unix.Poll(fds, int(streamIdle/time.Millisecond))
-}
-
-// writeHeader writes the tar header block of fi, named name, at off.
-func (s *streamer) writeHeader(off int64, fi os.FileInfo, name string) error {
-	b, err := headerBlock(fi, name)
-	if err != nil {
-		return err
-	}
-	_, err = s.f.WriteAt(b, off)
-	return err
-}
-
-// headerBlock is the tar header of fi under name as one 512-byte block: the
-// GNU format, which stores any size in the header itself, with times in
-// whole seconds (the only ones it holds).
-func headerBlock(fi os.FileInfo, name string) ([]byte, error) {
-	h, err := tar.FileInfoHeader(fi, "")
-	if err != nil {
-		return nil, err
-	}
-	h.Name = name
-	h.Format = tar.FormatGNU
-	h.ModTime = h.ModTime.Truncate(time.Second)
-	h.AccessTime, h.ChangeTime = time.Time{}, time.Time{}
-	var b bytes.Buffer
-	if err := tar.NewWriter(&b).WriteHeader(h); err != nil {
-		return nil, err
-	}
-	if b.Len() != tarBlock {
-		return nil, fmt.Errorf("tar header of %s takes %d bytes, not one block", name, b.Len())
-	}
-	return b.Bytes(), nil
-}
-
-// copyRange copies n bytes of src from srcOff into dst at dstOff, in the
-// kernel where it can. Where both offsets are block-aligned, a file system
-// with reflinks (XFS, btrfs) would share the blocks instead of copying them,
-// first writing the source range back and locking both files, stalling
-// CRIU's writes to it; such ranges are copied through user space.
-func copyRange(dst *os.File, dstOff int64, src *os.File, srcOff, n int64) error {
-	if dstOff%4096 == 0 && srcOff%4096 == 0 {
-		return copyRangeUser(dst, dstOff, src, srcOff, n)
-	}
-	for n > 0 {
-		k, err := unix.CopyFileRange(int(src.Fd()), &srcOff, int(dst.Fd()), &dstOff, int(n), 0)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
-				return copyRangeUser(dst, dstOff, src, srcOff, n)
-			}
-			return err
-		}
-		if k == 0 {
-			return io.ErrUnexpectedEOF
-		}
-		n -= int64(k)
-	}
-	return nil
-}
-
-// copyRangeUser is copyRange through a user-space buffer.
-func copyRangeUser(dst *os.File, dstOff int64, src *os.File, srcOff, n int64) error {
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
-	w, err := io.CopyBuffer(io.NewOffsetWriter(dst, dstOff), io.NewSectionReader(src, srcOff, n), *buf)
-	if err == nil && w != n {
-		err = io.ErrUnexpectedEOF
-	}
-	return err
 }
