@@ -24,6 +24,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o _output/cri-shim ./cmd/cri-shim
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o _output/containerd-shim-cri-shim-v2 ./cmd/containerd-shim-cri-shim-v2
 
 # Deepcopy code of pkg/apis and the CRDs in deploy/crd, by controller-gen
 # (pinned in build/codegen); a unit test fails when they are stale.

@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
+	"github.com/cri-shim/cri-shim/internal/restoremark"
 	"github.com/cri-shim/cri-shim/internal/store"
 )
 
@@ -41,6 +42,16 @@ type fakeRT struct {
 	removed    []string          // IDs of RemoveContainer and RemovePodSandbox calls, in order
 	attempts   map[string]uint32 // sandbox/name: containers created, for the kubelet's attempt numbers
 	uids       int               // pod UIDs handed out by uid
+	dumps      map[string]int    // container ID -> its captures, numbered in their images
+
+	// The pods' runtime shim: at a container's start it claims the
+	// container's restore mark, as cmd/containerd-shim-cri-shim-v2 does
+	// when containerd creates the task, unless plainShim (the handler runs
+	// containerd's own runc shim). restored holds what each claimed start
+	// restored: its pages image.
+	marks     restoremark.Dir
+	plainShim bool
+	restored  map[string]string
 }
 
 // uid is a new pod UID: the runtime refuses a second sandbox of one pod
@@ -68,7 +79,8 @@ const busybox = "docker.io/library/busybox:latest"
 
 func newFakeRT(t *testing.T) *fakeRT {
 	f := &fakeRT{tasks: newFakeTasks(), epoch: time.Now().Add(-time.Hour), failDump: map[string]error{}, dumpSeen: map[string]map[string]bool{},
-		attempts: map[string]uint32{}}
+		attempts: map[string]uint32{}, restored: map[string]string{}, dumps: map[string]int{},
+		marks: restoremark.Dir{Path: filepath.Join(t.TempDir(), "marks"), Owner: os.Getuid()}}
 	f.rt = fakeruntime.Start(t, fakeruntime.WithClock(func() time.Time {
 		if ns := f.clock.Load(); ns != 0 {
 			return time.Unix(0, ns)
@@ -82,6 +94,29 @@ func newFakeRT(t *testing.T) *fakeRT {
 		f.creates++
 		if f.creates == f.failCreate {
 			return status.Error(codes.Internal, "fake: restore failed")
+		}
+		return nil
+	})
+	f.rt.OnCall("StartContainer", func(_ context.Context, _ string, req any) error {
+		f.mu.Lock()
+		plain := f.plainShim
+		f.mu.Unlock()
+		if plain {
+			return nil
+		}
+		id := req.(*runtimeapi.StartContainerRequest).GetContainerId()
+		m, err := f.marks.Claim(id)
+		if err != nil {
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
+		if m != nil {
+			b, err := os.ReadFile(filepath.Join(m.Images, "pages-1.img"))
+			if err != nil {
+				return status.Error(codes.Unknown, "fake: runc restore: "+err.Error())
+			}
+			f.mu.Lock()
+			f.restored[id] = string(b)
+			f.mu.Unlock()
 		}
 		return nil
 	})
@@ -225,7 +260,11 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(imageDir, "pages-1.img"), []byte("criu images of "+id), 0o600); err != nil {
+	f.mu.Lock()
+	f.dumps[id]++
+	n := f.dumps[id]
+	f.mu.Unlock()
+	if err := os.WriteFile(filepath.Join(imageDir, "pages-1.img"), []byte(fmt.Sprintf("criu images of %s, capture %d", id, n)), 0o600); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("dump ok"), 0o600)
@@ -340,7 +379,7 @@ func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) Tasks) *fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, ShimBinary: "/usr/bin/cri-shim"}
+	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, ShimBinary: "/usr/bin/cri-shim", RestoreMarks: rt.marks}
 	var tasks Tasks = rt
 	if setup != nil {
 		tasks = setup(rt, &cfg)

@@ -10,6 +10,7 @@ type metrics struct {
 	frozen          prometheus.Histogram
 	restores        *prometheus.CounterVec
 	restoreTime     prometheus.Histogram
+	restoreStarts   *prometheus.CounterVec
 	warmStarts      *prometheus.CounterVec
 	scheduled       *prometheus.CounterVec
 	kubeletWarm     *prometheus.CounterVec
@@ -50,6 +51,10 @@ func newMetrics() *metrics {
 			Help:    "Duration of successful RestorePod calls (sandbox and containers created, not started).",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}),
+		restoreStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_restored_container_starts_total",
+			Help: "Starts of containers staged for a restore, by result: restored; failed (the start failed); not_restored (started without the checkpoint: the pod's runtime is not cri-shim's runtime shim; stopped).",
+		}, []string{"result"}),
 		warmStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cri_shim_pod_warm_starts_total",
 			Help: "Sandboxes the kubelet asked for with the restore-from annotation, by result.",
@@ -87,6 +92,6 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove, m.preCopy,
+		m.restores, m.restoreTime, m.restoreStarts, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove, m.preCopy,
 		m.pulledReserved, m.pulledEvicted, m.pulledRefused}
 }

@@ -153,7 +153,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "busybox") {
 		t.Fatalf("same namespace, wrong image: %v", err)
 	}
-	if app := createIn(t, fx.svc, fx.rt, sb.PodSandboxId, "app"); app.config.Image.Image != filepath.Join(cp, archiveName("app")) {
+	if app := createIn(t, fx.svc, fx.rt, sb.PodSandboxId, "app"); stagedPages(t, fx.svc, app.status.Id) != archivePages(t, filepath.Join(cp, archiveName("app"))) {
 		t.Fatalf("same namespace: app not restored (image %q)", app.config.Image.Image)
 	}
 

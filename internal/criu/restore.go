@@ -16,9 +16,9 @@ import (
 )
 
 // RestorePod serves the CRI call (KEP-5823): a new sandbox from req.Config and
-// one CREATED container per checkpointed container; StartContainer on each
-// then restores its processes (containerd restores a container whose image is
-// a checkpoint archive).
+// one CREATED container per checkpointed container, made from the request's
+// own configs; StartContainer on each then restores its processes from the
+// checkpoint (restore_stage.go).
 func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequest) (*runtimeapi.RestorePodResponse, error) {
 	start := s.now()
 	resp, err := s.restorePod(ctx, req)
@@ -126,12 +126,12 @@ func (s *Service) imageID(ctx context.Context, name string) string {
 	return r.GetImage().GetId()
 }
 
-// restoredConfig is cfg with the checkpoint archive (a path archivePath
-// confined) as its image, so that containerd restores it, and the
-// checkpoint's restart count.
-func restoredConfig(cfg *runtimeapi.ContainerConfig, archive string, e ContainerEntry) *runtimeapi.ContainerConfig {
+// restoredConfig is the pod's own cfg with the checkpoint's restart count:
+// the container is created from it as any other, and restored at its start
+// from what stageRestore staged (restore_stage.go). Nothing of the archive
+// goes into it.
+func restoredConfig(cfg *runtimeapi.ContainerConfig, e ContainerEntry) *runtimeapi.ContainerConfig {
 	c := proto.Clone(cfg).(*runtimeapi.ContainerConfig)
-	c.Image = &runtimeapi.ImageSpec{Image: archive, UserSpecifiedImage: e.Image}
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
@@ -139,6 +139,26 @@ func restoredConfig(cfg *runtimeapi.ContainerConfig, archive string, e Container
 		c.Annotations[restartCountAnnotation] = strconv.Itoa(e.RestartCount)
 	}
 	return c
+}
+
+// createRestored creates container e of a restore from the pod's config
+// cfg (sandbox config sb) in sandbox, and stages its restore from archive;
+// a container whose staging failed is removed.
+func (s *Service) createRestored(ctx context.Context, sandbox string, sb *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig,
+	e ContainerEntry, archive string) (string, error) {
+	c := restoredConfig(cfg, e)
+	cr, err := s.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: c, SandboxConfig: sb})
+	if err != nil {
+		return "", errorf(err, "%s", message(err))
+	}
+	id := cr.GetContainerId()
+	if err := s.stageRestore(sandbox, id, archive, containerLogPath(sb, c)); err != nil {
+		if _, rerr := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); rerr != nil && !isNotFound(rerr) {
+			s.log.Error("checkpoint: removing a container whose restore could not be staged", "container", id, "err", rerr)
+		}
+		return "", errorf(errdefs.ErrFailedPrecondition, "%v", err)
+	}
+	return id, nil
 }
 
 // restoreTimeout bounds the runtime calls of one RestorePod, whatever the
@@ -191,6 +211,9 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 			names(m), missing, extra)
 	}
 	for _, e := range m.Containers {
+		if byName[e.Name].GetImage().GetImage() == "" {
+			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q: the config names no image; the container is created from the pod's own image, the checkpointed one (%s)", e.Name, e.Image)
+		}
 		if img := byName[e.Name].GetImage(); !s.imageMatches(ctx, img, e) {
 			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q: image %q is not the checkpointed image %q (%s)", e.Name, img.GetImage(), e.Image, e.ImageRef)
 		}
@@ -211,6 +234,7 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	undo := func(cause error) error {
 		var errs []error
 		for _, rc := range resp.RestoredContainers {
+			s.unstage(rc.ContainerId)
 			if _, err := s.rt.RemoveContainer(rctx, &runtimeapi.RemoveContainerRequest{ContainerId: rc.ContainerId}); err != nil && !isNotFound(err) {
 				errs = append(errs, err)
 			}
@@ -235,13 +259,11 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 		if err != nil {
 			return nil, undo(errorf(errdefs.ErrFailedPrecondition, "RestorePod: container %q: %v; everything the call created was removed", e.Name, err))
 		}
-		cr, err := s.rt.CreateContainer(rctx, &runtimeapi.CreateContainerRequest{
-			PodSandboxId: resp.PodSandboxId, Config: restoredConfig(byName[e.Name], archive, e), SandboxConfig: req.GetConfig(),
-		})
+		id, err := s.createRestored(rctx, resp.PodSandboxId, req.GetConfig(), byName[e.Name], e, archive)
 		if err != nil {
 			return nil, undo(errorf(err, "RestorePod: restoring container %q: %s; everything the call created was removed", e.Name, message(err)))
 		}
-		resp.RestoredContainers = append(resp.RestoredContainers, &runtimeapi.RestoredContainer{Name: e.Name, ContainerId: cr.GetContainerId()})
+		resp.RestoredContainers = append(resp.RestoredContainers, &runtimeapi.RestoredContainer{Name: e.Name, ContainerId: id})
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, undo(errorf(context.DeadlineExceeded, "RestorePod: deadline expired; everything the call created was removed"))

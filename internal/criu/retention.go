@@ -23,7 +23,9 @@ func List(root string) (out []Stored, problems []string) {
 		return nil, []string{err.Error()}
 	}
 	for _, e := range ents {
-		if !e.IsDir() {
+		// Dot names are the service's working directories (staged
+		// restores, pulls in progress), never checkpoints.
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())

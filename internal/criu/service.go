@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/restoremark"
 	"github.com/cri-shim/cri-shim/internal/store"
 )
 
@@ -73,6 +75,9 @@ type Config struct {
 	// PullMaxTotalBytes bounds the pulled checkpoints on the node together,
 	// those being pulled included (ReservePulled); 0: unbounded.
 	PullMaxTotalBytes int64
+	// RestoreMarks is where restores are marked for the runtime shim
+	// (restore_stage.go); the zero value is restoremark.Default().
+	RestoreMarks restoremark.Dir
 }
 
 // Service serves CheckpointPod and RestorePod and the warm-start routes.
@@ -142,6 +147,11 @@ type Service struct {
 	// that started before one does not clear the flag.
 	pendingResume bool
 	resumeGen     uint64
+	// staged holds the restores staged for containers not started yet,
+	// by container ID, stagedN its size for HookActive
+	// (restore_stage.go).
+	staged  map[string]staged
+	stagedN atomic.Int64
 }
 
 // New builds the service. rt and img are the runtime's CRI clients
@@ -199,6 +209,7 @@ func (s *Service) Collectors() []prometheus.Collector {
 // until ctx ends.
 func (s *Service) Run(ctx context.Context) {
 	s.adoptWarmRestartPods(ctx)
+	s.recoverStaged(ctx)
 	// Records first: a directory whose capture containerd still runs is
 	// emptied by resumeRecorded once that capture ends, not now.
 	s.cleanIncomplete(s.resumeRecorded(ctx))

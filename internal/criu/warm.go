@@ -53,7 +53,8 @@ var (
 // HookActive: RunPodSandbox is always seen (a pod may ask for a warm start,
 // or for warm restarts); CreateContainer only while a warm start is under
 // way or a pod asking for warm restarts runs; StartContainer only while a
-// container created from a checkpoint for the kubelet awaits its start. A
+// container staged for a restore, or created from a checkpoint for the
+// kubelet, awaits its start. A
 // removed sandbox's warm start and warm restarts are forgotten when the state
 // store announces it gone (forgetWarm).
 func (s *Service) HookActive(method proxy.Method) bool {
@@ -63,6 +64,9 @@ func (s *Service) HookActive(method proxy.Method) bool {
 		defer s.mu.Unlock()
 		return len(s.warm) > 0 || len(s.warmRestartPods) > 0
 	case proxy.StartContainer:
+		if s.stagedN.Load() > 0 {
+			return true
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.pendingWarm) > 0
@@ -235,7 +239,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		err := s.noCheckpoint(w.Dir, ns, fmt.Errorf("warm start of sandbox %s: checkpoint of namespace %q", short(w.SandboxID), w.m.Pod.Namespace))
 		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %s %q: %v", name, RestoreFromAnnotation, w.Checkpoint, err)
 	}
-	cfg, how, err := s.warmConfig(ctx, req.GetConfig(), name, w.Checkpoint, w.Dir, w.m)
+	cfg, archive, how, err := s.warmConfig(ctx, req.GetConfig(), name, w.Checkpoint, w.Dir, w.m)
 	if err != nil {
 		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %v", name, err)
 	}
@@ -247,6 +251,15 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	resp, err := next(ctx, r)
 	if err != nil {
 		return nil, err
+	}
+	if archive != "" {
+		if err := s.stageRestore(req.GetPodSandboxId(), resp.GetContainerId(), archive, containerLogPath(r.GetSandboxConfig(), cfg)); err != nil {
+			s.undoUnrecorded("container", resp.GetContainerId(), func(ctx context.Context) error {
+				_, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.GetContainerId()})
+				return err
+			})
+			return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q: %v; the container was removed", name, w.Checkpoint, err)
+		}
 	}
 	s.mu.Lock()
 	w.Done[name] = true
@@ -270,26 +283,27 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 }
 
 // warmConfig is cfg rewritten to start container name from checkpoint cp (in
-// dir, already confined; m its manifest): restored from its archive, or, for
-// a container that had completed before the checkpoint, run as a no-op
-// through the shim's own binary. It is nil when the checkpoint has nothing
-// for the container (it starts fresh), and an error when it has but cannot
-// be used. how says which, for the log.
-func (s *Service) warmConfig(ctx context.Context, cfg *runtimeapi.ContainerConfig, name, cp, dir string, m *Manifest) (*runtimeapi.ContainerConfig, string, error) {
+// dir, already confined; m its manifest): restored from archive, which the
+// created container's restore is staged from, or, for a container that had
+// completed before the checkpoint, run as a no-op through the shim's own
+// binary (archive ""). It is nil when the checkpoint has nothing for the
+// container (it starts fresh), and an error when it has but cannot be used.
+// how says which, for the log.
+func (s *Service) warmConfig(ctx context.Context, cfg *runtimeapi.ContainerConfig, name, cp, dir string, m *Manifest) (_ *runtimeapi.ContainerConfig, archive, how string, _ error) {
 	if e, ok := m.Container(name); ok {
 		if !s.imageMatches(ctx, cfg.GetImage(), e) {
-			return nil, "", fmt.Errorf("image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
+			return nil, "", "", fmt.Errorf("image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
 				cfg.GetImage().GetImage(), e.Image, cp)
 		}
 		archive, err := archivePath(dir, e)
 		if err != nil {
-			return nil, "", fmt.Errorf("checkpoint %q cannot warm-start it: %v", cp, err)
+			return nil, "", "", fmt.Errorf("checkpoint %q cannot warm-start it: %v", cp, err)
 		}
-		return restoredConfig(cfg, archive, e), "restored", nil
+		return restoredConfig(cfg, e), archive, "restored", nil
 	}
 	x := m.exitedEntry(name)
 	if x == nil || x.ExitCode != 0 || s.cfg.ShimBinary == "" {
-		return nil, "", nil
+		return nil, "", "", nil
 	}
 	c := proto.Clone(cfg).(*runtimeapi.ContainerConfig)
 	c.Mounts = append(c.Mounts, &runtimeapi.Mount{ContainerPath: CompletedMountPath, HostPath: s.cfg.ShimBinary, Readonly: true})
@@ -302,7 +316,7 @@ func (s *Service) warmConfig(ctx context.Context, cfg *runtimeapi.ContainerConfi
 		}
 		c.Annotations[restartCountAnnotation] = strconv.Itoa(x.RestartCount)
 	}
-	return c, "completed before the checkpoint; run as a no-op", nil
+	return c, "", "completed before the checkpoint; run as a no-op", nil
 }
 
 // undoUnrecorded removes what a warm-start step created when its record could

@@ -84,6 +84,17 @@ func (s *Service) kubeletWarmRestart(ctx context.Context, req *runtimeapi.Create
 		s.kubeletWarmCold(req, "creating the container from checkpoint "+w.Checkpoint+" failed: "+err.Error())
 		return next(ctx, req)
 	}
+	if w.Created != nil {
+		if err := w.Created(resp.GetContainerId()); err != nil {
+			w.Release()
+			s.undoUnrecorded("container", resp.GetContainerId(), func(ctx context.Context) error {
+				_, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.GetContainerId()})
+				return err
+			})
+			s.kubeletWarmCold(req, "staging the restore from checkpoint "+w.Checkpoint+" failed: "+err.Error())
+			return next(ctx, req)
+		}
+	}
 	s.mu.Lock()
 	if s.pendingWarm == nil {
 		s.pendingWarm = map[string]pendingWarm{}
@@ -93,8 +104,9 @@ func (s *Service) kubeletWarmRestart(ctx context.Context, req *runtimeapi.Create
 	return resp, nil
 }
 
-// StartContainer ends a kubelet-driven warm restart: a restore that fails
-// at start makes the kubelet's next create of the container cold.
+// StartContainer ends the restore of a staged container (finishRestore) and
+// a kubelet-driven warm restart: a restore that fails at start makes the
+// kubelet's next create of the container cold.
 func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest,
 	next proxy.UnaryNext[runtimeapi.StartContainerRequest, runtimeapi.StartContainerResponse]) (*runtimeapi.StartContainerResponse, error) {
 	s.mu.Lock()
@@ -102,6 +114,9 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	delete(s.pendingWarm, req.GetContainerId())
 	s.mu.Unlock()
 	resp, err := next(ctx, req)
+	if err = s.finishRestore(req.GetContainerId(), err); err != nil {
+		resp = nil
+	}
 	if !ok {
 		return resp, err
 	}

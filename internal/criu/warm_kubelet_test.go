@@ -28,7 +28,7 @@ func kubeletCreate(t *testing.T, fx *fixture, sb string, attempt uint32) (string
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.GetContainerId(), fx.rt.container(t, resp.GetContainerId()).config.GetImage().GetImage()
+	return resp.GetContainerId(), stagedPages(t, fx.svc, resp.GetContainerId())
 }
 
 // A pod asking for warm restarts whose container the kubelet restarts
@@ -47,7 +47,7 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sw", OutputPath: dir, ContainerIds: []string{"c-sw"}}); err != nil {
 		t.Fatal(err)
 	}
-	archive := filepath.Join(dir, archiveName("app"))
+	archive := archivePages(t, filepath.Join(dir, archiveName("app")))
 	// The checkpointed instance goes (its name and attempt 0 are free again).
 	if _, err := fx.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: "c-sw"}); err != nil {
 		t.Fatal(err)
@@ -90,8 +90,8 @@ func TestKubeletRestartWithoutCheckpointIsCold(t *testing.T) {
 	fx := newFixture(t)
 	scheduledPod(t, fx, "sw", map[string]string{WarmRestartAnnotation: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	fx.svc.adoptWarmRestartPods(context.Background())
-	if _, img := kubeletCreate(t, fx, "sw", 1); img != "docker.io/library/busybox:latest" {
-		t.Fatalf("created from %q without a checkpoint", img)
+	if _, img := kubeletCreate(t, fx, "sw", 1); img != "" {
+		t.Fatalf("restore staged from %q without a checkpoint", img)
 	}
 	if fx.svc.HookActive(proxy.StartContainer) {
 		t.Fatal("a cold create is awaited at start")

@@ -109,6 +109,7 @@ func (s *Service) forgetWarm(id string) {
 	for _, r := range release {
 		r()
 	}
+	s.unstageSandbox(id)
 	if ok {
 		s.removeWarmRecord(id)
 		s.releasePulled(w.Dir)

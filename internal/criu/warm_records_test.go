@@ -228,9 +228,8 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := fx.rt.container(t, resp.ContainerId).config.Image.Image
-	if img != filepath.Join(fx.dir, archiveName("app")) {
-		t.Fatalf("the kubelet's retry was not restored: image %q", img)
+	if stagedPages(t, fx.svc, resp.ContainerId) != archivePages(t, filepath.Join(fx.dir, archiveName("app"))) {
+		t.Fatal("the kubelet's retry was not restored")
 	}
 }
 
@@ -265,7 +264,7 @@ func TestUpgradeMovesWarmRecordsIntoTheStore(t *testing.T) {
 	if _, err := os.Stat(old); !os.IsNotExist(err) {
 		t.Fatalf("old record left: %v", err)
 	}
-	if app := createIn(t, svc2, fx.rt, sb.PodSandboxId, "app"); app.config.Image.Image != filepath.Join(fx.dir, archiveName("app")) {
+	if app := createIn(t, svc2, fx.rt, sb.PodSandboxId, "app"); stagedPages(t, svc2, app.status.Id) != archivePages(t, filepath.Join(fx.dir, archiveName("app"))) {
 		t.Fatalf("the upgraded shim did not restore app (image %q)", app.config.Image.Image)
 	}
 }

@@ -75,6 +75,15 @@ type WarmRestart struct {
 	// Release ends the restore's use of the checkpoint (retention may
 	// remove it from then on); call it once the container started or failed.
 	Release func()
+	// Created stages the restore of the container Request created (its
+	// ID); on error the caller removes the container and starts it cold.
+	// Nil when the container is not restored (it completed before the
+	// checkpoint and runs as a no-op).
+	Created func(id string) error
+	// Started is called with StartContainer's result and returns the start's
+	// result: an error too when the container started without its checkpoint
+	// (restore_stage.go, finishRestore), which was then stopped.
+	Started func(id string, err error) error
 }
 
 // errNoWarmCheckpoint: the pod asked for a warm restart and has no usable
@@ -113,7 +122,7 @@ func (s *Service) WarmRestartRequest(ctx context.Context, req *runtimeapi.Create
 		if err != nil {
 			continue
 		}
-		cfg, _, err := s.warmConfig(ctx, req.GetConfig(), name, c.Name, dir, c.Manifest)
+		cfg, archive, _, err := s.warmConfig(ctx, req.GetConfig(), name, c.Name, dir, c.Manifest)
 		if err != nil {
 			if !found {
 				why = fmt.Errorf("%w: %v", errNoWarmCheckpoint, err)
@@ -132,7 +141,14 @@ func (s *Service) WarmRestartRequest(ctx context.Context, req *runtimeapi.Create
 		}
 		s.restoring[c.Dir]++ // keyed as retention lists it
 		s.mu.Unlock()
-		return &WarmRestart{Request: r, Checkpoint: c.Name, CheckpointedAt: c.Manifest.CheckpointedAt, Release: s.releaser(c.Dir)}, nil
+		w := &WarmRestart{Request: r, Checkpoint: c.Name, CheckpointedAt: c.Manifest.CheckpointedAt, Release: s.releaser(c.Dir),
+			Started: s.finishRestore}
+		if archive != "" {
+			logPath := containerLogPath(r.GetSandboxConfig(), cfg)
+			sandbox := req.GetPodSandboxId()
+			w.Created = func(id string) error { return s.stageRestore(sandbox, id, archive, logPath) }
+		}
+		return w, nil
 	}
 	return nil, why
 }

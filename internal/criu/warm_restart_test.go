@@ -2,6 +2,7 @@ package criu
 
 import (
 	"errors"
+	"google.golang.org/protobuf/proto"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,8 +52,20 @@ func TestWarmRestartRestoresFromThePodsNewestCheckpoint(t *testing.T) {
 	if err != nil || w == nil {
 		t.Fatalf("got %+v, %v", w, err)
 	}
-	if w.Checkpoint != "cp2" || w.Request.Config.Image.Image != filepath.Join(newer, archiveName("app")) {
-		t.Fatalf("restores from %s (image %q), want the newest, cp2", w.Checkpoint, w.Request.Config.Image.Image)
+	if w.Checkpoint != "cp2" || w.Request.Config.Image.Image != busybox || w.Created == nil {
+		t.Fatalf("restores from %s (image %q), want the newest, cp2, from the pod's own image", w.Checkpoint, w.Request.Config.Image.Image)
+	}
+	created := proto.Clone(w.Request).(*runtimeapi.CreateContainerRequest)
+	created.Config.Metadata.Attempt = 1 // as a restart; attempt 0 is the running instance
+	cr, err := fx.rt.CreateContainer(ctxT(t, 5*time.Second), created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Created(cr.ContainerId); err != nil {
+		t.Fatal(err)
+	}
+	if stagedPages(t, fx.svc, cr.ContainerId) != archivePages(t, filepath.Join(newer, archiveName("app"))) {
+		t.Fatal("the restore was not staged from cp2's archive")
 	}
 	if req.Config.Image.Image != "docker.io/library/busybox:latest" {
 		t.Fatal("the cold request was changed")

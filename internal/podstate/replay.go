@@ -177,6 +177,21 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		return "", fmt.Errorf("create %q again: %w", name, err)
 	}
 	id := resp.ContainerId
+	if ws != nil && ws.Created != nil {
+		if err := ws.Created(id); err != nil {
+			if _, rerr := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); rerr != nil && status.Code(rerr) != codes.NotFound {
+				return "", fmt.Errorf("restore of %s from checkpoint %s could not be staged (%v); removing it: %w", name, ws.Checkpoint, err, rerr)
+			}
+			m.mu.Lock()
+			delete(p.createReq, name)
+			m.mu.Unlock()
+			if ctx.Err() == nil && !m.stopping() {
+				m.warmCold(p, name, "staging the restore from checkpoint "+ws.Checkpoint+" failed: "+err.Error())
+				return m.replayOne(ctx, sandboxID, name)
+			}
+			return "", fmt.Errorf("create %q again: staging its restore: %w", name, err)
+		}
+	}
 	reason := string(ActionRestartAllContainers)
 	m.mu.Lock()
 	if p.Scope != "" {
@@ -199,7 +214,11 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	// intent or the swap saves it.
 	m.mu.Unlock()
 	// Just created: no need to ask its state before starting it.
-	if _, err := m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+	_, err = m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+	if ws != nil && ws.Started != nil {
+		err = ws.Started(id, err)
+	}
+	if err != nil {
 		if ws != nil && ctx.Err() == nil && !m.stopping() {
 			return m.coldAfterFailedRestore(ctx, p, sandboxID, name, id, ws, err)
 		}

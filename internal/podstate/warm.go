@@ -21,6 +21,14 @@ type WarmStart struct {
 	// Release ends the restore's use of the checkpoint; called once the
 	// container started or failed to.
 	Release func()
+	// Created, when set, prepares the restore of the container Request
+	// created (its ID), before its start; on error the container is
+	// removed and created again cold.
+	Created func(id string) error
+	// Started, when set, is given StartContainer's result and returns the
+	// start's: an error too when the container started without its
+	// checkpoint.
+	Started func(id string, err error) error
 }
 
 // WarmSource answers, for the cold create request of a replayed container,

@@ -179,7 +179,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		if w == nil {
 			return nil, err
 		}
-		return &podstate.WarmStart{Request: w.Request, Checkpoint: w.Checkpoint, CheckpointedAt: w.CheckpointedAt, Release: w.Release}, nil
+		return &podstate.WarmStart{Request: w.Request, Checkpoint: w.Checkpoint, CheckpointedAt: w.CheckpointedAt, Release: w.Release,
+			Created: w.Created, Started: w.Started}, nil
 	})
 	channels, err := podmgmt.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, st, pods, log)
 	if err != nil {

@@ -18,6 +18,9 @@ POD_SUBNET=${CRI_SHIM_POD_SUBNET:-10.88.0.0/16}
 CGROUP_ROOT=${CRI_SHIM_CGROUP_ROOT:-}
 MANIFESTS_NATIVE=$NODE_DATA/manifests-native
 SHIM_BIN=${CRI_SHIM_BIN:-$REPO/_output/cri-shim}
+# cri-shim's containerd runtime shim: the runtime_path of the runc handler,
+# which restores the containers cri-shim marks (docs/restore-route.md).
+RUNTIME_SHIM_BIN=${CRI_SHIM_RUNTIME_SHIM_BIN:-$REPO/_output/containerd-shim-cri-shim-v2}
 NODE_NAME=${CRI_SHIM_NODE_NAME:-cri-shim-node}
 REGISTRY_ADDR=${CRI_SHIM_REGISTRY:-127.0.0.1:5000}
 # The same registry program over TLS (certificate by pki.sh), for checkpoint images.

@@ -147,6 +147,12 @@ state = "$NODE_RUN/containerd/state"
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
   enable_cdi = false
+  # The pods' handler runs cri-shim's runtime shim, which is containerd's
+  # runc shim plus the restore of containers cri-shim marked, as
+  # deploy/containerd-cri-shim.toml sets it on a node.
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    runtime_path = "$RUNTIME_SHIM_BIN"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$NODE_RUN/cni/net.d"
@@ -448,6 +454,7 @@ fi
 for b in containerd containerd-shim-runc-v2 ctr crictl runc criu; do
 	[[ -x $STACK/bin/$b ]] || command -v "$b" >/dev/null || { log "missing $b: run test/stack/install.sh (make stack)"; exit 1; }
 done
+[[ -x $RUNTIME_SHIM_BIN ]] || { log "missing $RUNTIME_SHIM_BIN: run make build"; exit 1; }
 "$(dirname "${BASH_SOURCE[0]}")/down.sh" --quiet || true
 # A fresh node: no static pods or kubelet state from an earlier run (the
 # containerd root is kept so images need not be imported again).

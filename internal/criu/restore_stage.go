@@ -1,0 +1,391 @@
+package criu
+
+// Every restore (RestorePod, warm start, warm restart) creates the container
+// through the CRI from the new pod's own config, like any other: its image
+// is the one the kubelet pulled for the pod, its mounts, env, devices,
+// annotations and security context are the pod's. Then stageRestore copies
+// the CRIU images and the rootfs changes out of the container's archive into
+// a staging directory and leaves a mark (internal/restoremark). When the
+// container is started, containerd asks the pod's runtime shim
+// (cmd/containerd-shim-cri-shim-v2) to create its task; the runtime shim
+// claims the mark and creates the task as a restore from the staged images.
+// finishRestore, after the start, checks that it did: a container that
+// started without its checkpoint (the handler's runtime is not cri-shim's
+// runtime shim) is stopped, and the start fails saying why. Nothing of the
+// archive but the CRIU images, the rootfs diff and the log reaches the node:
+// config.dump, spec.dump and status.dump are never read
+// (docs/restore-route.md).
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restoremark"
+)
+
+// stagingDirName holds the staged restores under the checkpoint root (the
+// same file system as the archives, so the copy is in the kernel); a
+// leading dot keeps it out of the checkpoint listing.
+const stagingDirName = ".restore-staging"
+
+// maxArchiveEntries bounds the entries a restore reads of one archive.
+const maxArchiveEntries = 100000
+
+// runtimeShimName is the binary the pods' runtime handler must run for a
+// restore (its runtime_path), named in refusals and by the doctor.
+const runtimeShimName = "containerd-shim-cri-shim-v2"
+
+func (s *Service) stagingRoot() string { return filepath.Join(s.cfg.Root, stagingDirName) }
+
+// restoreFiles is what a restore takes of a container's archive.
+type restoreFiles struct {
+	images  string // the CRIU images directory
+	diff    string // the rootfs changes (a layer tar); "" for none
+	logOff  int64  // container.log's data in the archive
+	logSize int64  // -1: the archive has no log
+}
+
+// staged is a restore staged for a container not started yet.
+type staged struct {
+	dir     string // the staging directory
+	sandbox string // the container's sandbox; "" when recovered
+}
+
+// stageRestore prepares the restore of container id of sandbox, just
+// created by the runtime, from its archive: the CRIU images and rootfs changes are copied
+// into id's staging directory, the log into the container's log file
+// (logPath, "" for none), and the mark left for the runtime shim. On error
+// nothing is left behind; the caller removes the container.
+func (s *Service) stageRestore(sandbox, id, archive, logPath string) (err error) {
+	root := s.stagingRoot()
+	if err := os.Mkdir(root, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("staging the restore: %w", err)
+	}
+	dir := filepath.Join(root, id)
+	_ = os.RemoveAll(dir) // a leftover of a crashed shim for the same ID
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("staging the restore: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	files, err := extractForRestore(archive, dir)
+	if err != nil {
+		return fmt.Errorf("archive %s: %w", filepath.Base(archive), err)
+	}
+	if logPath != "" && files.logSize >= 0 {
+		if err := copyLog(archive, files.logOff, files.logSize, logPath); err != nil {
+			s.log.Warn("checkpoint: the restored container's log starts empty; copying the checkpoint's failed", "container", id, "err", err)
+		}
+	}
+	s.mu.Lock()
+	if s.staged == nil {
+		s.staged = map[string]staged{}
+	}
+	s.staged[id] = staged{dir: dir, sandbox: sandbox}
+	s.stagedN.Store(int64(len(s.staged)))
+	s.mu.Unlock()
+	if err := s.marks().Write(id, restoremark.Mark{Images: files.images, RootfsDiff: files.diff}); err != nil {
+		s.unstage(id)
+		return fmt.Errorf("staging the restore: %w", err)
+	}
+	return nil
+}
+
+// marks is the mark directory shared with the runtime shim.
+func (s *Service) marks() restoremark.Dir {
+	if s.cfg.RestoreMarks.Path != "" {
+		return s.cfg.RestoreMarks
+	}
+	return restoremark.Default()
+}
+
+// unstage forgets container id's staged restore and removes its files and
+// mark; it reports whether the runtime shim had claimed the mark.
+func (s *Service) unstage(id string) (wasStaged, claimed bool) {
+	s.mu.Lock()
+	st, ok := s.staged[id]
+	delete(s.staged, id)
+	s.stagedN.Store(int64(len(s.staged)))
+	s.mu.Unlock()
+	if !ok {
+		return false, false
+	}
+	dir := st.dir
+	claimed = s.marks().Claimed(id)
+	if err := s.marks().Remove(id); err != nil {
+		s.log.Warn("checkpoint: removing a restore mark", "container", id, "err", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		s.log.Warn("checkpoint: removing a staged restore", "container", id, "err", err)
+	}
+	return true, claimed
+}
+
+// finishRestore ends container id's staged restore once its start returned
+// startErr. A start that succeeded without the runtime shim claiming the
+// mark ran the container's image afresh: the container is stopped and the
+// start fails, saying what the node lacks. Containers that were not staged
+// get startErr back unchanged.
+func (s *Service) finishRestore(id string, startErr error) error {
+	wasStaged, claimed := s.unstage(id)
+	switch {
+	case !wasStaged:
+		return startErr
+	case startErr != nil:
+		s.metrics.restoreStarts.WithLabelValues("failed").Inc()
+		return startErr
+	case claimed:
+		s.metrics.restoreStarts.WithLabelValues("restored").Inc()
+		return nil
+	}
+	s.metrics.restoreStarts.WithLabelValues("not_restored").Inc()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 0}); err != nil && !isNotFound(err) {
+		s.log.Error("checkpoint: stopping a container that started without its checkpoint", "container", id, "err", err)
+	}
+	return errNotRestored(id)
+}
+
+func errNotRestored(id string) error {
+	return errorf(errdefs.ErrFailedPrecondition,
+		"cri-shim: container %s started without its checkpoint and was stopped: the runtime of its pod's handler is not cri-shim's runtime shim (%s), "+
+			"so containerd created its task fresh; set it as the handler's runtime_path (deploy/install.sh does, `cri-shim doctor` checks) and restart the pod's sandbox",
+		short(id), runtimeShimName)
+}
+
+// unstageSandbox drops the staged restores of a removed sandbox's containers.
+func (s *Service) unstageSandbox(sandbox string) {
+	s.mu.Lock()
+	var ids []string
+	for id, st := range s.staged {
+		if st.sandbox == sandbox {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.unstage(id)
+	}
+}
+
+// recoverStaged takes up the restores a killed shim staged: a mark whose
+// container still waits for its start is kept (its start restores it); any
+// other mark and staging directory of this shim is removed.
+func (s *Service) recoverStaged(ctx context.Context) {
+	root := s.stagingRoot()
+	ents, _ := s.marks().List()
+	kept := map[string]bool{}
+	for _, e := range ents {
+		if e.Mark == nil || !within(root, e.Mark.Images) {
+			continue // another shim's (a second node on the machine) or unreadable
+		}
+		dir := filepath.Join(root, e.ID)
+		if !e.Claimed && s.createdContainer(ctx, e.ID) {
+			s.mu.Lock()
+			if s.staged == nil {
+				s.staged = map[string]staged{}
+			}
+			s.staged[e.ID] = staged{dir: dir}
+			s.stagedN.Store(int64(len(s.staged)))
+			s.mu.Unlock()
+			kept[e.ID] = true
+			continue
+		}
+		_ = s.marks().Remove(e.ID)
+	}
+	dirs, _ := os.ReadDir(root)
+	for _, d := range dirs {
+		if !kept[d.Name()] {
+			_ = os.RemoveAll(filepath.Join(root, d.Name()))
+		}
+	}
+	if len(kept) > 0 {
+		s.log.Info("checkpoint: restores staged before a restart still wait for their containers' start", "containers", len(kept))
+	}
+}
+
+// createdContainer reports whether the runtime has container id, created and
+// not started.
+func (s *Service) createdContainer(ctx context.Context, id string) bool {
+	r, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	return err == nil && r.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_CREATED
+}
+
+// extractForRestore copies the CRIU images (checkpoint/) and the rootfs
+// changes (rootfs-diff.tar) of a container archive into dir, and finds its
+// log. The archive is untrusted: only regular files are taken, the images
+// directory is flat, no name repeats, and every other entry is skipped
+// unread.
+func extractForRestore(archive, dir string) (restoreFiles, error) {
+	out := restoreFiles{images: filepath.Join(dir, "checkpoint"), logSize: -1}
+	if err := os.Mkdir(out.images, 0o700); err != nil {
+		return out, err
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		return out, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	seen := map[string]bool{}
+	images := 0
+	for n := 0; ; n++ {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("reading: %w", err)
+		}
+		if n >= maxArchiveEntries {
+			return out, fmt.Errorf("more than %d entries", maxArchiveEntries)
+		}
+		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+		if name == "checkpoint" && hdr.Typeflag == tar.TypeDir {
+			continue
+		}
+		img, isImage := strings.CutPrefix(name, "checkpoint/")
+		var dst string
+		switch {
+		case isImage:
+			if strings.Contains(img, "/") || img == "" || img == "." || img == ".." {
+				return out, fmt.Errorf("entry %q: the CRIU images directory is flat", truncate(hdr.Name, 64))
+			}
+			dst = filepath.Join(out.images, img)
+		case name == "rootfs-diff.tar":
+			dst = filepath.Join(dir, name)
+		case name == "container.log":
+		default:
+			continue // config.dump, spec.dump, status.dump, ...: never read
+		}
+		if seen[name] {
+			return out, fmt.Errorf("entry %q appears twice", truncate(name, 64))
+		}
+		seen[name] = true
+		if hdr.Typeflag != tar.TypeReg || hdr.Size < 0 || sparse(hdr) {
+			return out, fmt.Errorf("entry %q is not a regular file", truncate(name, 64))
+		}
+		// The header is read; the file's offset is the entry's data
+		// (tar.Reader reads nothing ahead, and skips data with Seek).
+		off, err := f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return out, err
+		}
+		if name == "container.log" {
+			out.logOff, out.logSize = off, hdr.Size
+			continue
+		}
+		if err := copyOut(dst, f, off, hdr.Size); err != nil {
+			return out, fmt.Errorf("entry %q: %w", truncate(name, 64), err)
+		}
+		if isImage {
+			images++
+		} else {
+			out.diff = dst
+		}
+	}
+	if images == 0 {
+		return out, errors.New("no CRIU images (checkpoint/)")
+	}
+	return out, nil
+}
+
+// sparse reports whether a tar entry is stored sparse: its data is then not
+// one contiguous range of the archive.
+func sparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}
+
+// copyOut copies n bytes of src from off into a new file dst (0600), in the
+// kernel where it can: the archive is not written any more, so a file system
+// with reflinks may share the blocks.
+func copyOut(dst string, src *os.File, off, n int64) (err error) {
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	var dstOff int64
+	for n > 0 {
+		k, err := unix.CopyFileRange(int(src.Fd()), &off, int(f.Fd()), &dstOff, int(min(n, 1<<30)), 0)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+				return copyRangeUser(f, dstOff, src, off, n)
+			}
+			return err
+		}
+		if k == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		n -= int64(k)
+	}
+	return nil
+}
+
+// copyLog writes the checkpoint's log into the restored container's new log
+// file, which the runtime creates only when it starts the container (and
+// then appends to): the restored container's log begins with its output up
+// to the checkpoint.
+func copyLog(archive string, off, n int64, logPath string) error {
+	src, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return err
+	}
+	return copyOutMode(logPath, src, off, n, 0o640)
+}
+
+func copyOutMode(dst string, src *os.File, off, n int64, mode os.FileMode) error {
+	if err := copyOut(dst, src, off, n); err != nil {
+		if !errors.Is(err, os.ErrExist) { // the file is ours: the copy made it
+			_ = os.Remove(dst)
+		}
+		return err
+	}
+	return os.Chmod(dst, mode)
+}
+
+// containerLogPath is where the runtime writes a container's log: the
+// sandbox's log directory joined with the container's relative log path;
+// "" when either is missing or the path leaves the directory.
+func containerLogPath(sb *runtimeapi.PodSandboxConfig, c *runtimeapi.ContainerConfig) string {
+	dir, p := sb.GetLogDirectory(), c.GetLogPath()
+	if dir == "" || p == "" || !filepath.IsAbs(dir) || !filepath.IsLocal(p) {
+		return ""
+	}
+	return filepath.Join(dir, p)
+}

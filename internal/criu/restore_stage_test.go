@@ -1,0 +1,233 @@
+package criu
+
+import (
+	"archive/tar"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+)
+
+// stagedPages is the pages image staged for container id's restore (the
+// fake capture numbers each one); "" when nothing is staged for it.
+func stagedPages(t *testing.T, svc *Service, id string) string {
+	t.Helper()
+	ents, err := svc.marks().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.ID == id && e.Mark != nil && !e.Claimed {
+			b, err := os.ReadFile(filepath.Join(e.Mark.Images, "pages-1.img"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// archivePages is the pages image inside a container archive.
+func archivePages(t *testing.T, archive string) string {
+	t.Helper()
+	return archiveEntry(t, archive, "checkpoint/pages-1.img")
+}
+
+func archiveEntry(t *testing.T, archive, name string) string {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s has no %s: %v", archive, name, err)
+		}
+		if h.Name == name {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+	}
+}
+
+func startC(svc *Service, rt *fakeRT, id string) error {
+	_, err := svc.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: id},
+		func(ctx context.Context, r *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+			return rt.StartContainer(ctx, r)
+		})
+	return err
+}
+
+// A restored container is created from the pod's own config, its restore
+// staged from the archive; its start restores it (the runtime shim claims
+// the mark), and the staging is gone afterwards.
+func TestRestorePodStagesEachContainerAndItsStartRestoresIt(t *testing.T) {
+	fx := checkpointed(t)
+	resp, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fx.svc.HookActive(proxy.StartContainer) {
+		t.Fatal("the start of a staged container would not be seen")
+	}
+	for _, rc := range resp.RestoredContainers {
+		want := archivePages(t, filepath.Join(fx.dir, archiveName(rc.Name)))
+		if got := stagedPages(t, fx.svc, rc.ContainerId); got != want {
+			t.Fatalf("%s staged %q, want the archive's %q", rc.Name, got, want)
+		}
+		if err := startC(fx.svc, fx.rt, rc.ContainerId); err != nil {
+			t.Fatal(err)
+		}
+		if got := fx.rt.restored[rc.ContainerId]; got != want {
+			t.Fatalf("%s started restoring %q, want %q", rc.Name, got, want)
+		}
+	}
+	if fx.svc.HookActive(proxy.StartContainer) {
+		t.Fatal("StartContainer still hooked with nothing staged")
+	}
+	if ents, _ := os.ReadDir(fx.svc.stagingRoot()); len(ents) != 0 {
+		t.Fatalf("staging left: %v", ents)
+	}
+	if ents, _ := fx.svc.marks().List(); len(ents) != 0 {
+		t.Fatalf("marks left: %+v", ents)
+	}
+}
+
+// On a node whose handler runs containerd's own runc shim the mark is never
+// claimed: the container started fresh, so it is stopped and the start
+// fails saying what the node lacks.
+func TestStartWithoutTheRuntimeShimFails(t *testing.T) {
+	fx := checkpointed(t)
+	fx.rt.plainShim = true
+	resp, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.RestoredContainers[0].ContainerId
+	err = startC(fx.svc, fx.rt, id)
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), runtimeShimName) {
+		t.Fatalf("start without the runtime shim: %v", err)
+	}
+	if st := fx.rt.container(t, id).status.State; st != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("the container that started fresh is %s, want stopped", st)
+	}
+}
+
+// A killed shim's staged restores are taken up: one whose container still
+// waits for its start is kept (and restored by it), the rest removed.
+func TestRecoverStaged(t *testing.T) {
+	fx := checkpointed(t)
+	resp, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, gone := resp.RestoredContainers[0].ContainerId, resp.RestoredContainers[1].ContainerId
+	if _, err := fx.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: gone}); err != nil {
+		t.Fatal(err)
+	}
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc2.recoverStaged(context.Background())
+	if stagedPages(t, svc2, gone) != "" {
+		t.Fatal("the restore of a removed container was kept")
+	}
+	if _, err := os.Stat(filepath.Join(svc2.stagingRoot(), gone)); !os.IsNotExist(err) {
+		t.Fatalf("staging of a removed container left: %v", err)
+	}
+	if err := startC(svc2, fx.rt, waiting); err != nil {
+		t.Fatal(err)
+	}
+	if fx.rt.restored[waiting] == "" {
+		t.Fatal("the waiting container was not restored at its start")
+	}
+}
+
+// The archive is untrusted: entries the restore takes must be flat regular
+// files, once each; everything else in it is never read.
+func TestExtractForRestoreRefusals(t *testing.T) {
+	type entry struct {
+		name string
+		typ  byte
+		body string
+	}
+	cases := map[string][]entry{
+		"images subdirectory":  {{"checkpoint/sub/pages-1.img", tar.TypeReg, "x"}},
+		"image symlink":        {{"checkpoint/pages-1.img", tar.TypeSymlink, ""}},
+		"image twice":          {{"checkpoint/pages-1.img", tar.TypeReg, "a"}, {"checkpoint/pages-1.img", tar.TypeReg, "b"}},
+		"climbing image name":  {{"checkpoint/../../pages-1.img", tar.TypeReg, "x"}},
+		"diff a hard link":     {{"checkpoint/pages-1.img", tar.TypeReg, "x"}, {"rootfs-diff.tar", tar.TypeLink, ""}},
+		"no images":            {{"config.dump", tar.TypeReg, "{}"}},
+		"images a device node": {{"checkpoint/pages-1.img", tar.TypeChar, ""}},
+	}
+	for name, ents := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			archive := filepath.Join(dir, "a.tar")
+			f, err := os.Create(archive)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tw := tar.NewWriter(f)
+			for _, e := range ents {
+				h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: 0o600, Size: int64(len(e.body))}
+				if e.typ != tar.TypeReg {
+					h.Size, h.Linkname = 0, "/etc/shadow"
+				}
+				if err := tw.WriteHeader(h); err != nil {
+					t.Fatal(err)
+				}
+				tw.Write([]byte(e.body))
+			}
+			tw.Close()
+			f.Close()
+			out := filepath.Join(dir, "out")
+			os.Mkdir(out, 0o700)
+			if _, err := extractForRestore(archive, out); err == nil {
+				t.Fatal("extracted")
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "pages-1.img")); err == nil {
+				t.Fatal("an entry was written outside the staging directory")
+			}
+		})
+	}
+}
+
+// What the restore takes of a good archive: the images and the diff, byte
+// for byte; the log's place in the archive; nothing else.
+func TestExtractForRestoreTakesImagesDiffAndLog(t *testing.T) {
+	fx := checkpointed(t)
+	archive := filepath.Join(fx.dir, archiveName("app"))
+	out := t.TempDir()
+	files, err := extractForRestore(archive, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(files.images, "pages-1.img")); string(b) != archivePages(t, archive) {
+		t.Fatalf("pages %q", b)
+	}
+	if b, _ := os.ReadFile(files.diff); string(b) != archiveEntry(t, archive, "rootfs-diff.tar") {
+		t.Fatalf("diff %q", b)
+	}
+	ents, _ := os.ReadDir(out)
+	if len(ents) != 2 {
+		t.Fatalf("staged %v, want checkpoint/ and rootfs-diff.tar only", ents)
+	}
+}

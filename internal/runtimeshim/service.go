@@ -1,0 +1,107 @@
+// Package runtimeshim is the task service of cri-shim's containerd runtime
+// shim: containerd's own runc shim (its task service, unchanged) with one
+// addition: the task of a container that cri-shim marked for a restore
+// (internal/restoremark) is created as a restore from the staged CRIU images,
+// with the checkpoint's rootfs changes applied to the new container's rootfs
+// first. Everything else about the container (image, mounts, env, devices,
+// security context) is the OCI spec containerd's CRI made from the pod's own
+// CreateContainer config; nothing in the checkpoint archive reaches it.
+//
+// containerd's runc shim already restores when CreateTaskRequest.Checkpoint
+// names an images directory: its init process waits in the
+// createdCheckpointState and runs `runc restore` on Start
+// (cmd/containerd-shim-runc-v2/process/init.go, createCheckpointedState;
+// init_state.go, createdCheckpointState.Start). The CRI's StartContainer
+// (NewTask, then Start) therefore restores such a task without knowing it.
+package runtimeshim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/v2/pkg/archive"
+	"github.com/containerd/containerd/v2/pkg/archive/compression"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/log"
+	"github.com/containerd/ttrpc"
+
+	"github.com/cri-shim/cri-shim/internal/restoremark"
+)
+
+// Service is the runc shim's task service with restores of marked containers.
+type Service struct {
+	taskAPI.TTRPCTaskService
+	marks restoremark.Dir
+}
+
+// New wraps inner, the runc shim's task service, reading marks from marks.
+func New(inner taskAPI.TTRPCTaskService, marks restoremark.Dir) *Service {
+	return &Service{TTRPCTaskService: inner, marks: marks}
+}
+
+// RegisterTTRPC serves the wrapped service.
+func (s *Service) RegisterTTRPC(server *ttrpc.Server) error {
+	taskAPI.RegisterTTRPCTaskService(server, s)
+	return nil
+}
+
+// Create creates the task; for a marked container, as a restore. A mark that
+// is there but cannot be used fails the create: a container meant to resume
+// from its checkpoint must not start fresh instead.
+func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
+	m, err := s.marks.Claim(r.ID)
+	if err != nil {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore: %v: %w", err, errdefs.ErrFailedPrecondition))
+	}
+	if m == nil {
+		return s.TTRPCTaskService.Create(ctx, r)
+	}
+	if r.Checkpoint != "" {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: containerd asked for a restore from %q too: %w", r.ID, r.Checkpoint, errdefs.ErrInvalidArgument))
+	}
+	if m.RootfsDiff != "" && len(r.Rootfs) == 0 {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: the checkpoint has rootfs changes and the task has no rootfs mounts to apply them to: %w", r.ID, errdefs.ErrFailedPrecondition))
+	}
+	r.Checkpoint = m.Images
+	resp, err := s.TTRPCTaskService.Create(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	log.G(ctx).WithField("id", r.ID).WithField("images", m.Images).Info("cri-shim: task created as a restore")
+	if m.RootfsDiff == "" {
+		return resp, nil
+	}
+	// The runc shim mounted the rootfs at <bundle>/rootfs in Create
+	// (cmd/containerd-shim-runc-v2/runc/container.go, NewContainer); the
+	// restore happens at Start, so the changes go in between, as
+	// containerd's own restore did (core/runtime/v2/shim.go, shimTask.Create).
+	if err := applyDiff(ctx, filepath.Join(r.Bundle, "rootfs"), m.RootfsDiff); err != nil {
+		if _, derr := s.TTRPCTaskService.Delete(ctx, &taskAPI.DeleteRequest{ID: r.ID}); derr != nil {
+			log.G(ctx).WithError(derr).WithField("id", r.ID).Warn("cri-shim: deleting the task whose rootfs changes failed")
+		}
+		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: applying the checkpoint's rootfs changes: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
+	}
+	return resp, nil
+}
+
+// applyDiff applies a layer tar to rootfs with containerd's archive.Apply,
+// the applier of image layers: it keeps every entry inside rootfs (symlinks
+// included) and honours OCI whiteouts.
+func applyDiff(ctx context.Context, rootfs, diff string) error {
+	f, err := os.Open(diff)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ds, err := compression.DecompressStream(f)
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+	_, err = archive.Apply(ctx, rootfs, ds)
+	return err
+}

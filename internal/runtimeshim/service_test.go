@@ -1,0 +1,191 @@
+package runtimeshim
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/api/types"
+
+	"github.com/cri-shim/cri-shim/internal/restoremark"
+)
+
+const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// inner stands for the runc shim's task service: it records what it was
+// asked and, like the runc shim, has mounted the rootfs once Create returns.
+type inner struct {
+	taskAPI.TTRPCTaskService
+	creates []*taskAPI.CreateTaskRequest
+	deletes []string
+}
+
+func (f *inner) Create(_ context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
+	f.creates = append(f.creates, r)
+	if err := os.MkdirAll(filepath.Join(r.Bundle, "rootfs"), 0o755); err != nil {
+		return nil, err
+	}
+	return &taskAPI.CreateTaskResponse{Pid: 0}, nil
+}
+
+func (f *inner) Delete(_ context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	f.deletes = append(f.deletes, r.ID)
+	return &taskAPI.DeleteResponse{}, nil
+}
+
+type fixture struct {
+	svc    *Service
+	inner  *inner
+	marks  restoremark.Dir
+	images string
+	bundle string
+}
+
+func newFixture(t *testing.T) *fixture {
+	root := t.TempDir()
+	fx := &fixture{inner: &inner{}, marks: restoremark.Dir{Path: filepath.Join(root, "marks"), Owner: os.Getuid()},
+		images: filepath.Join(root, "images"), bundle: filepath.Join(root, "bundle")}
+	for _, d := range []string{fx.images, fx.bundle} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fx.svc = New(fx.inner, fx.marks)
+	return fx
+}
+
+func (fx *fixture) request() *taskAPI.CreateTaskRequest {
+	return &taskAPI.CreateTaskRequest{ID: id, Bundle: fx.bundle, Rootfs: []*types.Mount{{Type: "overlay", Source: "overlay"}}}
+}
+
+// layer writes a layer tar with the given files and a whiteout of gone.
+func layer(t *testing.T, path string, files map[string]string, gone string) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for name, body := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(body))
+	}
+	if gone != "" {
+		tw.WriteHeader(&tar.Header{Name: filepath.Join(filepath.Dir(gone), ".wh."+filepath.Base(gone)), Mode: 0o644, Typeflag: tar.TypeReg})
+	}
+	tw.Close()
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnmarkedTaskIsCreatedAsIs(t *testing.T) {
+	fx := newFixture(t)
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.inner.creates) != 1 || fx.inner.creates[0].Checkpoint != "" {
+		t.Fatalf("creates: %+v", fx.inner.creates)
+	}
+}
+
+func TestMarkedTaskIsCreatedAsARestore(t *testing.T) {
+	fx := newFixture(t)
+	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
+	layer(t, diff, map[string]string{"data/new": "after the checkpoint"}, "etc/gone")
+	if err := os.MkdirAll(filepath.Join(fx.bundle, "rootfs", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fx.bundle, "rootfs", "etc", "gone"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.inner.creates) != 1 || fx.inner.creates[0].Checkpoint != fx.images {
+		t.Fatalf("the task was not created as a restore from %s: %+v", fx.images, fx.inner.creates)
+	}
+	if b, err := os.ReadFile(filepath.Join(fx.bundle, "rootfs", "data", "new")); err != nil || string(b) != "after the checkpoint" {
+		t.Fatalf("rootfs change not applied: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(fx.bundle, "rootfs", "etc", "gone")); !os.IsNotExist(err) {
+		t.Fatalf("whiteout not applied: %v", err)
+	}
+	if !fx.marks.Claimed(id) {
+		t.Fatal("mark not claimed")
+	}
+	// A second task of the same container (containerd never makes one,
+	// but a mark is used once) is created as is.
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err != nil || fx.inner.creates[1].Checkpoint != "" {
+		t.Fatalf("mark used twice: %v %+v", err, fx.inner.creates)
+	}
+}
+
+// The diff is applied with containerd's layer applier: an entry that climbs
+// out of the rootfs stays inside it.
+func TestRootfsDiffStaysInsideTheRootfs(t *testing.T) {
+	fx := newFixture(t)
+	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
+	layer(t, diff, map[string]string{"../../escaped": "x"}, "")
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fx.svc.Create(context.Background(), fx.request())
+	for _, p := range []string{filepath.Join(fx.bundle, "escaped"), filepath.Join(filepath.Dir(fx.bundle), "escaped")} {
+		if _, serr := os.Stat(p); serr == nil {
+			t.Fatalf("a diff entry was written outside the rootfs at %s (create: %v)", p, err)
+		}
+	}
+}
+
+func TestUnusableMarkFailsTheCreate(t *testing.T) {
+	fx := newFixture(t)
+	if err := os.Mkdir(fx.marks.Path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fx.marks.Path, id), []byte(`{"images":"relative"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err == nil {
+		t.Fatal("created with a mark that cannot be used")
+	}
+	if len(fx.inner.creates) != 0 {
+		t.Fatal("the task was created fresh in place of its restore")
+	}
+}
+
+func TestFailedDiffDeletesTheTask(t *testing.T) {
+	fx := newFixture(t)
+	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
+	if err := os.WriteFile(diff, []byte("not a tar at all, but long enough to be read as one......"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err == nil {
+		t.Fatal("created with a diff that cannot be applied")
+	}
+	if len(fx.inner.deletes) != 1 || fx.inner.deletes[0] != id {
+		t.Fatalf("the half-made task was not deleted: %v", fx.inner.deletes)
+	}
+}
+
+func TestDiffWithoutRootfsMountsIsRefused(t *testing.T) {
+	fx := newFixture(t)
+	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
+	layer(t, diff, map[string]string{"a": "b"}, "")
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	r := fx.request()
+	r.Rootfs = nil
+	if _, err := fx.svc.Create(context.Background(), r); err == nil || len(fx.inner.creates) != 0 {
+		t.Fatalf("created: %v %d", err, len(fx.inner.creates))
+	}
+}
