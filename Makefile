@@ -53,6 +53,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./internal/events
 	$(GO) test -run '^$$' -fuzz FuzzCheckKey -fuzztime 10s ./internal/store
 	$(GO) test -run '^$$' -fuzz FuzzCheckKubelet -fuzztime 10s ./cmd/cri-shim
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./internal/restoremark
+	$(GO) test -run '^$$' -fuzz FuzzHandlerRoute -fuzztime 10s ./internal/restoremark
 	for f in FuzzParseManifest FuzzConfine FuzzCheckpointOptions FuzzCheckName FuzzParseWarmRestart FuzzParseSchedule; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/criu || exit 1; done
 

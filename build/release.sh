@@ -29,8 +29,12 @@ for arch in "${ARCHES[@]}"; do
 	log "building cri-shim $VERSION for linux/$arch"
 	(cd "$REPO" && CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
 		-ldflags "-X github.com/cri-shim/cri-shim/internal/version.Version=$VERSION -X github.com/cri-shim/cri-shim/internal/version.Revision=$(git rev-parse HEAD) -X github.com/cri-shim/cri-shim/internal/version.CommitTime=$(git log -1 --format=%cI)" \
-		-o "$stage/cri-shim" ./cmd/cri-shim)
+		-o "$stage/cri-shim" ./cmd/cri-shim &&
+		CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -o "$stage/containerd-shim-cri-shim-v2" ./cmd/containerd-shim-cri-shim-v2)
 	cp "$REPO/deploy/config.toml" "$REPO/deploy/crictl.yaml" "$REPO/deploy/kubelet/20-cri-shim.conf" "$REPO/LICENSE" "$stage/"
+	# The package installs the runtime shim as /usr/bin/containerd-shim-cri-shim-v2.
+	sed 's#/usr/local/bin/containerd-shim-cri-shim-v2#/usr/bin/containerd-shim-cri-shim-v2#' \
+		"$REPO/deploy/containerd/50-cri-shim.toml" >"$stage/50-cri-shim.toml"
 	cp "$REPO"/docs/*.md "$REPO/README.md" "$REPO/CHANGELOG.md" "$stage/docs/"
 	# The package installs the binary as /usr/bin/cri-shim.
 	sed 's#/usr/local/bin/cri-shim#/usr/bin/cri-shim#; s#file:///usr/local/share/doc/cri-shim/#file:///usr/share/doc/cri-shim/#' \
@@ -45,7 +49,7 @@ SH
 	tarroot=$OUT/.tar-$arch/cri-shim-$VERSION-linux-$arch
 	rm -rf "$OUT/.tar-$arch"
 	mkdir -p "$tarroot/_output" "$tarroot/docs"
-	cp "$stage/cri-shim" "$tarroot/_output/cri-shim"
+	cp "$stage/cri-shim" "$stage/containerd-shim-cri-shim-v2" "$tarroot/_output/"
 	cp -r "$REPO/deploy" "$tarroot/deploy"
 	cp "$REPO"/docs/*.md "$tarroot/docs/"
 	cp "$REPO/README.md" "$REPO/CHANGELOG.md" "$REPO/LICENSE" "$tarroot/"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs cri-shim on a node: binary, config (kept if present), systemd units
 # (cri-shim.socket holds the CRI socket, cri-shim.service serves it),
-# optionally the kubelet drop-in and crictl config.
-#   deploy/install.sh [--binary PATH] [--with-kubelet] [--with-crictl] [--root DIR] [--no-start]
+# its containerd runtime shim, optionally the containerd drop-in that makes it
+# the pods' runtime (needed for restores), the kubelet drop-in and crictl config.
+#   deploy/install.sh [--binary PATH] [--runtime-shim PATH] [--with-containerd] [--with-kubelet] [--with-crictl] [--root DIR] [--no-start]
 #   deploy/install.sh --rollback
 # --root installs into DIR instead of / (packaging, tests) and never calls systemctl.
 # On a node where cri-shim runs, installing is an upgrade in place: the old
@@ -13,7 +14,9 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BINARY=$HERE/../_output/cri-shim
+RUNTIME_SHIM=
 ROOT=
+CONTAINERD=
 KUBELET=
 CRICTL=
 START=1
@@ -21,6 +24,8 @@ ROLLBACK=
 while (($#)); do
 	case $1 in
 	--binary) BINARY=$2; shift ;;
+	--runtime-shim) RUNTIME_SHIM=$2; shift ;;
+	--with-containerd) CONTAINERD=1 ;;
 	--root) ROOT=$2; START=; shift ;;
 	--with-kubelet) KUBELET=1 ;;
 	--with-crictl) CRICTL=1 ;;
@@ -65,6 +70,8 @@ if [[ -n $ROLLBACK ]]; then
 	exit 0
 fi
 [[ -x $BINARY ]] || { echo "install.sh: no binary at $BINARY (make build)" >&2; exit 1; }
+RUNTIME_SHIM=${RUNTIME_SHIM:-$(dirname "$BINARY")/containerd-shim-cri-shim-v2}
+[[ -x $RUNTIME_SHIM ]] || { echo "install.sh: no runtime shim at $RUNTIME_SHIM (make build)" >&2; exit 1; }
 
 install -d -m 0755 "$ROOT/usr/local/bin" "$ROOT/etc/cri-shim"
 UPGRADE=
@@ -78,6 +85,20 @@ else
 	install -m 0644 "$HERE/config.toml" "$ROOT/etc/cri-shim/config.toml"
 fi
 "$BINARY" config check --config "$ROOT/etc/cri-shim/config.toml"
+# The runtime shim: a rename, so that running shims keep the binary they run.
+install -m 0755 "$RUNTIME_SHIM" "$ROOT/usr/local/bin/containerd-shim-cri-shim-v2.new"
+mv -f "$ROOT/usr/local/bin/containerd-shim-cri-shim-v2.new" "$ROOT/usr/local/bin/containerd-shim-cri-shim-v2"
+if [[ -n $CONTAINERD ]]; then
+	install -D -m 0644 "$HERE/containerd/50-cri-shim.toml" "$ROOT/etc/containerd/conf.d/50-cri-shim.toml"
+	# containerd reads the drop-in only if its config imports conf.d (its
+	# default config does; a config without an imports line does not).
+	cfg=$ROOT/etc/containerd/config.toml
+	if [[ -f $cfg ]] && ! grep -Eq "^[[:space:]]*imports[[:space:]]*=.*conf\.d" "$cfg"; then
+		echo "install.sh: $cfg does not import /etc/containerd/conf.d/*.toml: add" >&2
+		echo "  imports = ['/etc/containerd/conf.d/*.toml']" >&2
+		echo "  at its top, or restores will not work (cri-shim doctor checks it)" >&2
+	fi
+fi
 install -D -m 0644 "$HERE/cri-shim.socket" "$ROOT/etc/systemd/system/cri-shim.socket"
 install -D -m 0644 "$HERE/cri-shim.service" "$ROOT/etc/systemd/system/cri-shim.service"
 if running; then
@@ -115,6 +136,7 @@ fi
 if [[ -n $START ]] && command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
 	systemctl daemon-reload
 	systemctl enable --now cri-shim.socket cri-shim.service
+	if [[ -n $CONTAINERD ]]; then systemctl restart containerd.service; fi
 	if [[ -n $KUBELET ]]; then systemctl restart kubelet.service; fi
 	systemctl --no-pager status cri-shim.service | head -n 5
 else

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
 // A finding is one preflight check's verdict.
@@ -201,11 +203,51 @@ func checkRuntime(endpoint string) []finding {
 			"start containerd (systemctl start containerd) or correct runtime.endpoint"}}
 	}
 	fs := []finding{runtimeVersionFinding(v.GetRuntimeName(), v.GetRuntimeVersion())}
-	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
 	if err != nil {
 		return append(fs, finding{"runtime status", warn, err.Error(), ""})
 	}
-	return append(fs, runtimeStatusFinding(st.GetStatus().GetConditions()))
+	return append(fs, runtimeStatusFinding(st.GetStatus().GetConditions()), restoreRouteFinding(st.GetInfo()["config"], executable))
+}
+
+// executable reports whether p is a regular file with an execute bit.
+func executable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// restoreRouteFinding checks that the pods' default handler runs cri-shim's
+// runtime shim, which every restore needs (docs/restore-route.md), from
+// containerd's CRI configuration; a runtime_path naming a missing binary
+// fails every pod of the handler.
+func restoreRouteFinding(configJSON string, exists func(string) bool) finding {
+	const name = "restore route"
+	fix := "deploy/install.sh --with-containerd (installs " + restoremark.RuntimeShimName +
+		" and /etc/containerd/conf.d/50-cri-shim.toml), then systemctl restart containerd"
+	hs, err := restoremark.Handlers(configJSON)
+	if err != nil || len(hs) == 0 {
+		return finding{name, warn, "cannot read containerd's handlers from its verbose status", ""}
+	}
+	var without []string
+	for _, h := range hs {
+		if h.RuntimePath != "" && !exists(h.RuntimePath) {
+			return finding{name, fail, fmt.Sprintf("handler %q runs %s, which is not an executable file: no pod of it can start", h.Handler, h.RuntimePath),
+				"install it (deploy/install.sh) or remove the handler's runtime_path"}
+		}
+		if !h.Restores {
+			without = append(without, h.Handler)
+		}
+	}
+	def := hs[0]
+	if !def.Restores {
+		return finding{name, warn, fmt.Sprintf("the default handler %q runs containerd's own shim: RestorePod, warm starts and warm restarts fail (the rest works)", def.Handler), fix}
+	}
+	detail := fmt.Sprintf("handler %q runs %s: restores work", def.Handler, def.RuntimePath)
+	if len(without) > 0 {
+		slices.Sort(without)
+		detail += "; not on handler(s) " + strings.Join(without, ", ")
+	}
+	return finding{name, ok, detail, ""}
 }
 
 // runtimeStatusFinding: RuntimeReady and NetworkReady must hold (the kubelet

@@ -156,3 +156,26 @@ func FuzzCheckKubelet(f *testing.F) {
 		}
 	})
 }
+
+func TestRestoreRouteFinding(t *testing.T) {
+	ours := `{"containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{"runtimeType":"io.containerd.runc.v2","runtimePath":"/usr/local/bin/containerd-shim-cri-shim-v2"},"kata":{"runtimeType":"io.containerd.kata.v2"}}}}`
+	plain := `{"containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{"runtimeType":"io.containerd.runc.v2"}}}}`
+	all := func(string) bool { return true }
+	none := func(string) bool { return false }
+	for _, tc := range []struct {
+		name, cfg string
+		exists    func(string) bool
+		want      level
+		detail    string
+	}{
+		{"ours", ours, all, ok, "not on handler(s) kata"},
+		{"containerd's shim", plain, all, warn, "RestorePod, warm starts and warm restarts fail"},
+		{"missing binary", ours, none, fail, "no pod of it can start"},
+		{"no config", "", all, warn, "cannot read"},
+	} {
+		f := restoreRouteFinding(tc.cfg, tc.exists)
+		if f.level != tc.want || !strings.Contains(f.detail, tc.detail) {
+			t.Errorf("%s: %v %q", tc.name, f.level, f.detail)
+		}
+	}
+}

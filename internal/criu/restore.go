@@ -221,6 +221,9 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	if err := checkHandler(m, req.GetRuntimeHandler()); err != nil {
 		return nil, fmt.Errorf("RestorePod: %w", err)
 	}
+	if err := s.checkRoute(ctx, req.GetRuntimeHandler()); err != nil {
+		return nil, fmt.Errorf("RestorePod: %w", err)
+	}
 
 	// The runtime's calls run to completion whatever the caller's deadline,
 	// so that the service knows what exists and can remove it on failure.

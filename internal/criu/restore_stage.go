@@ -45,7 +45,7 @@ const maxArchiveEntries = 100000
 
 // runtimeShimName is the binary the pods' runtime handler must run for a
 // restore (its runtime_path), named in refusals and by the doctor.
-const runtimeShimName = "containerd-shim-cri-shim-v2"
+const runtimeShimName = restoremark.RuntimeShimName
 
 func (s *Service) stagingRoot() string { return filepath.Join(s.cfg.Root, stagingDirName) }
 
@@ -182,6 +182,23 @@ func (s *Service) unstageSandbox(sandbox string) {
 	for _, id := range ids {
 		s.unstage(id)
 	}
+}
+
+// checkRoute refuses a restore, before anything is created, under a handler
+// whose runtime is not cri-shim's runtime shim, as containerd's CRI
+// configuration says. When that cannot be read the restore goes on:
+// finishRestore still catches a start without the checkpoint.
+func (s *Service) checkRoute(ctx context.Context, handler string) error {
+	st, err := s.rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil || st.GetInfo()["config"] == "" {
+		return nil
+	}
+	r, err := restoremark.HandlerRoute(st.GetInfo()["config"], handler)
+	if err != nil || r.Restores {
+		return nil
+	}
+	return errorf(errdefs.ErrFailedPrecondition, "handler %q runs containerd's own runc shim, which cannot restore a checkpoint: "+
+		"cri-shim's runtime shim (%s) must be its runtime_path (deploy/install.sh --with-containerd; `cri-shim doctor` checks)", r.Handler, runtimeShimName)
 }
 
 // recoverStaged takes up the restores a killed shim staged: a mark whose

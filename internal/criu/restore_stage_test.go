@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -229,5 +230,31 @@ func TestExtractForRestoreTakesImagesDiffAndLog(t *testing.T) {
 	ents, _ := os.ReadDir(out)
 	if len(ents) != 2 {
 		t.Fatalf("staged %v, want checkpoint/ and rootfs-diff.tar only", ents)
+	}
+}
+
+// When containerd's configuration says the handler runs its own runc shim,
+// RestorePod is refused before it creates anything.
+func TestRestorePodRefusedWithoutTheRuntimeShim(t *testing.T) {
+	fx := checkpointed(t)
+	fx.rt.rt.Rewrite("Status", func(resp proto.Message) {
+		r := resp.(*runtimeapi.StatusResponse)
+		r.Info = map[string]string{"config": `{"containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{"runtimeType":"io.containerd.runc.v2"}}}}`}
+	})
+	before := len(fx.rt.rt.Requests("RunPodSandbox"))
+	_, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), runtimeShimName) {
+		t.Fatalf("RestorePod without the runtime shim: %v", err)
+	}
+	if n := len(fx.rt.rt.Requests("RunPodSandbox")); n != before {
+		t.Fatal("a sandbox was created for a restore that cannot work")
+	}
+	// With the runtime shim as the handler's runtime it goes on.
+	fx.rt.rt.Rewrite("Status", func(resp proto.Message) {
+		r := resp.(*runtimeapi.StatusResponse)
+		r.Info = map[string]string{"config": `{"containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{"runtimeType":"io.containerd.runc.v2","runtimePath":"/usr/local/bin/` + runtimeShimName + `"}}}}`}
+	})
+	if _, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar")); err != nil {
+		t.Fatal(err)
 	}
 }

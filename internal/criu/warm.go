@@ -113,6 +113,9 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err := checkHandler(m, req.GetRuntimeHandler()); err != nil {
 		return nil, fail(errdefs.ErrFailedPrecondition, "%v", err)
 	}
+	if err := s.checkRoute(ctx, req.GetRuntimeHandler()); err != nil {
+		return nil, fail(err, "%s; the pod stays pending and the kubelet retries", message(err))
+	}
 	resp, err := next(ctx, req)
 	if err != nil {
 		return nil, err

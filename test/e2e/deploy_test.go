@@ -17,10 +17,19 @@ func TestDeployInstallScript(t *testing.T) {
 	repo, _ := filepath.Abs("../..")
 	root := t.TempDir()
 	binPath := filepath.Join(t.TempDir(), "cri-shim")
-	build := exec.Command("go", "build", "-o", binPath, "./cmd/cri-shim")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	for cmd, out := range map[string]string{"./cmd/cri-shim": binPath, "./cmd/containerd-shim-cri-shim-v2": filepath.Join(filepath.Dir(binPath), "containerd-shim-cri-shim-v2")} {
+		build := exec.Command("go", "build", "-o", out, cmd)
+		build.Dir = repo
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build: %v\n%s", err, out)
+		}
+	}
+	// A containerd config without an imports line: the drop-in would not be read.
+	if err := os.MkdirAll(filepath.Join(root, "etc/containerd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/containerd/config.toml"), []byte("version = 3\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(root, "etc/default"), 0o755); err != nil {
 		t.Fatal(err)
@@ -37,7 +46,7 @@ func TestDeployInstallScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	install := func() string {
-		cmd := exec.Command(filepath.Join(repo, "deploy/install.sh"), "--binary", binPath, "--root", root, "--with-kubelet", "--with-crictl")
+		cmd := exec.Command(filepath.Join(repo, "deploy/install.sh"), "--binary", binPath, "--root", root, "--with-containerd", "--with-kubelet", "--with-crictl")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("install.sh: %v\n%s", err, out)
@@ -48,11 +57,14 @@ func TestDeployInstallScript(t *testing.T) {
 	for _, f := range []string{
 		"usr/local/bin/cri-shim", "etc/cri-shim/config.toml", "etc/systemd/system/cri-shim.service", "etc/systemd/system/cri-shim.socket",
 		"etc/systemd/system/kubelet.service.d/20-cri-shim.conf", "etc/kubernetes/kubelet.conf.d/50-cri-shim.conf", "etc/crictl.yaml",
-		"usr/local/share/doc/cri-shim/operations.md",
+		"usr/local/share/doc/cri-shim/operations.md", "usr/local/bin/containerd-shim-cri-shim-v2", "etc/containerd/conf.d/50-cri-shim.toml",
 	} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			t.Errorf("missing %s: %v", f, err)
 		}
+	}
+	if !strings.Contains(out, "does not import /etc/containerd/conf.d/*.toml") {
+		t.Errorf("no warning that containerd's config does not import the drop-in:\n%s", out)
 	}
 	if !strings.Contains(out, "WARNING: /etc/default/kubelet sets KUBELET_EXTRA_ARGS") {
 		t.Errorf("no warning about /etc/default/kubelet overriding the drop-in:\n%s", out)

@@ -3,6 +3,10 @@
 # node never touches a containerd or kubelet the machine may already run.
 REPO=${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 STACK=${CRI_SHIM_STACK:-$REPO/.stack}
+# The pair of the version matrix a node runs (install.sh builds them all;
+# up.sh links the chosen pair into $STACK/bin): the newest by default.
+CONTAINERD_VERSION=${CRI_SHIM_CONTAINERD_VERSION:-2.4.2}
+KUBELET_VERSION=${CRI_SHIM_KUBELET_VERSION:-1.37.2}
 NODE_RUN=${CRI_SHIM_NODE_RUN:-/run/cri-shim-node}
 NODE_DATA=${CRI_SHIM_NODE_DATA:-/var/lib/cri-shim-node}
 CONTAINERD_SOCK=$NODE_RUN/containerd/containerd.sock

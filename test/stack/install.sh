@@ -44,18 +44,45 @@ install_debs() {
 	apt_install runc containernetworking-plugins busybox-static iptables iproute2 ca-certificates curl openssl systemd prometheus
 }
 
-# build_tools NAME MODULE_DIR PKG... : go build the commands of a tools module into $BIN.
-# LDFLAGS, when set, is passed to the linker.
+# build_tools NAME MODULE_DIR PKG... : go build the commands of a tools module into
+# OUT (default $BIN). LDFLAGS, when set, is passed to the linker.
 build_tools() {
 	local name=$1 dir=$2; shift 2
+	local out=${OUT:-$BIN}
 	local have=1
-	for p in "$@"; do [[ -x $BIN/$(basename "$p") ]] || have=; done
+	for p in "$@"; do [[ -x $out/$(basename "$p") && ! -L $out/$(basename "$p") ]] || have=; done
 	if [[ -n $have ]] && fresh "$name" "$dir/go.mod" "$dir/go.sum" <(echo "${LDFLAGS:-}"); then return 0; fi
 	log "building $name ($*)"
 	local t0=$SECONDS
-	(cd "$dir" && go build -tags no_btrfs -trimpath -ldflags "${LDFLAGS:-}" -o "$BIN/" "$@")
+	mkdir -p "$out"
+	(cd "$dir" && go build -tags no_btrfs -trimpath -ldflags "${LDFLAGS:-}" -o "$out/" "$@")
 	mark "$name" "$dir/go.mod" "$dir/go.sum" <(echo "${LDFLAGS:-}")
 	log "built $name in $((SECONDS - t0))s"
+}
+
+# The version matrix (docs/compatibility.md): every containerd and kubelet
+# below is built into $STACK/versions/<name>-<version>/, and up.sh links the
+# pair a node runs (CRI_SHIM_CONTAINERD_VERSION, CRI_SHIM_KUBELET_VERSION;
+# default the newest, env.sh) into $BIN. The control plane (kube-apiserver,
+# kubectl) is the newest Kubernetes, which serves both kubelets.
+CONTAINERD_VERSIONS=(2.2.9 2.3.7 2.4.2)
+KUBELET_VERSIONS=(1.36.3 1.37.2)
+build_containerds() {
+	for v in "${CONTAINERD_VERSIONS[@]}"; do
+		OUT=$STACK/versions/containerd-$v build_tools "containerd-$v" "$TOOLS/containerd-${v%.*}" \
+			github.com/containerd/containerd/v2/cmd/containerd \
+			github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+	done
+}
+build_kubelets() {
+	local v dir newest=${KUBELET_VERSIONS[-1]}
+	for v in "${KUBELET_VERSIONS[@]}"; do
+		dir=$TOOLS/kubelet-${v%.*}
+		K8S_VERSION=v$v LDFLAGS=$(K8S_VERSION=v$v k8s_ldflags) OUT=$STACK/versions/kubernetes-$v \
+			build_tools "kubelet-$v" "$dir" k8s.io/kubernetes/cmd/kubelet
+	done
+	LDFLAGS=$(K8S_VERSION=v$newest k8s_ldflags) build_tools control-plane "$TOOLS/kubelet-${newest%.*}" \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
 }
 
 # The control plane of the API tests: etcd (its main package is the module
@@ -71,11 +98,11 @@ build_etcd() {
 	log "built etcd in $((SECONDS - t0))s"
 }
 
-# Kubernetes binaries report v0.0.0-master unless told their version.
-K8S_VERSION=v1.36.3
+# Kubernetes binaries report v0.0.0-master unless told their version (K8S_VERSION).
 k8s_ldflags() {
-	local v=k8s.io/component-base/version
-	echo "-X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=36 -X $v.gitTreeState=clean"
+	local v=k8s.io/component-base/version minor
+	minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+	echo "-X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 }
 
 build_critest() {
@@ -143,12 +170,10 @@ main() {
 	[[ $(id -u) == 0 ]] || { log "must run as root (apt, containerd)"; exit 1; }
 	local t0=$SECONDS
 	install_debs
-	build_tools containerd "$TOOLS/containerd" github.com/containerd/containerd/v2/cmd/containerd \
-		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+	build_containerds
 	build_tools crictl "$TOOLS/critools" sigs.k8s.io/cri-tools/cmd/crictl
 	build_critest
-	LDFLAGS=$(k8s_ldflags) build_tools kubelet "$TOOLS/kubelet" k8s.io/kubernetes/cmd/kubelet \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	build_kubelets
 	build_etcd
 	build_tools registry "$TOOLS/registry" github.com/distribution/distribution/v3/cmd/registry
 	build_tools checkpointctl "$TOOLS/checkpointctl" github.com/checkpoint-restore/checkpointctl

@@ -199,6 +199,8 @@ YAML
 	sed "s#unix:///run/cri-shim/cri-shim.sock#unix://$SHIM_SOCK#" "$REPO/deploy/kubelet/50-cri-shim.conf" \
 		>"$NODE_RUN/kubelet.conf.d/50-cri-shim.conf"
 	cat >"$NODE_RUN/env" <<ENV
+CONTAINERD_VERSION=$CONTAINERD_VERSION
+KUBELET_VERSION=$KUBELET_VERSION
 NODE_RUN=$NODE_RUN
 NODE_DATA=$NODE_DATA
 STACK=$STACK
@@ -451,6 +453,16 @@ if [[ -n $ONLY ]]; then
 	exit 0
 fi
 
+# The node's pair of the version matrix.
+for b in containerd containerd-shim-runc-v2 ctr; do
+	v=$STACK/versions/containerd-$CONTAINERD_VERSION/$b
+	[[ -x $v ]] || { log "missing containerd $CONTAINERD_VERSION ($v): run test/stack/install.sh (make stack)"; exit 1; }
+	ln -sfn "$v" "$STACK/bin/$b"
+done
+v=$STACK/versions/kubernetes-$KUBELET_VERSION/kubelet
+[[ -x $v ]] || { log "missing kubelet $KUBELET_VERSION ($v): run test/stack/install.sh (make stack)"; exit 1; }
+ln -sfn "$v" "$STACK/bin/kubelet"
+log "containerd $CONTAINERD_VERSION, kubelet $KUBELET_VERSION"
 for b in containerd containerd-shim-runc-v2 ctr crictl runc criu; do
 	[[ -x $STACK/bin/$b ]] || command -v "$b" >/dev/null || { log "missing $b: run test/stack/install.sh (make stack)"; exit 1; }
 done
