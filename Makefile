@@ -18,7 +18,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build generate test unit unit-nonroot e2e stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint fuzz vet clean release
+.PHONY: proto all build generate test unit unit-nonroot e2e matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint fuzz vet clean release
 
 all: build
 
@@ -69,6 +69,12 @@ e2e: build stack
 	$(GO) test -count=1 -v -timeout 40m ./test/e2e/... 2>&1 | tee _output/e2e.log; exit $${PIPESTATUS[0]}
 
 test: unit e2e
+
+# The version matrix: a named subset of the e2e suite on every containerd and
+# kubelet pair the stack builds, written to docs/compatibility.md
+# (test/matrix.sh; about 6 minutes a pair).
+matrix: build stack
+	test/matrix.sh
 
 run: build stack
 	test/stack/up.sh --kubelet --apiserver --shim-config deploy/examples/demo/cri-shim.toml

@@ -45,12 +45,6 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(st.GetStatus().GetAnnotations()) == 0 {
-			// containerd 2.2 dereferences the captured container's annotations
-			// on restore and panics on a nil map (NODE-STACK.md): refuse now
-			// rather than write a checkpoint that crashes the runtime later.
-			return nil, nil, errorf(errdefs.ErrFailedPrecondition, "CheckpointPod: container %s (%s) has no annotations; containerd cannot restore such a checkpoint (create it with at least one annotation; the kubelet always sets some)", short(id), name)
-		}
 		info, err := s.tasks.Info(ctx, id)
 		if err != nil {
 			return nil, nil, errorf(errdefs.ErrInternal, "CheckpointPod: container %s (%s): reading containerd's record: %v", short(id), name, err)

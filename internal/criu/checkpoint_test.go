@@ -104,15 +104,6 @@ func TestCheckpointPodRefusals(t *testing.T) {
 	full := filepath.Join(fx.root, "full")
 	os.Mkdir(full, 0o700)
 	os.WriteFile(filepath.Join(full, "x"), nil, 0o600)
-	// A running container "na" without the kubelet's annotations.
-	fx.rt.rt.NextIDs("na")
-	if _, err := fx.rt.rt.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{PodSandboxId: "sb1",
-		SandboxConfig: fx.rt.sandboxConfig(t, "sb1"), Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "na"}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fx.rt.rt.StartContainer(context.Background(), &runtimeapi.StartContainerRequest{ContainerId: "na"}); err != nil {
-		t.Fatal(err)
-	}
 	fx.rt.addSandboxWith(t, "shared", "shared", nil) // no Linux options: one PID namespace for the pod
 	fx.rt.addContainer(t, "shared", "s1", "one", runtimeapi.ContainerState_CONTAINER_RUNNING, 1, 0)
 	fx.rt.addContainer(t, "shared", "s2", "two", runtimeapi.ContainerState_CONTAINER_RUNNING, 2, 0)
@@ -141,7 +132,6 @@ func TestCheckpointPodRefusals(t *testing.T) {
 		{"relative", nil, cpReq("cp1", "c1"), codes.InvalidArgument},
 		{"root itself", nil, cpReq(fx.root, "c1"), codes.InvalidArgument},
 		{"missing", nil, cpReq(filepath.Join(fx.root, "nope"), "c1"), codes.InvalidArgument},
-		{"no annotations", nil, cpReq(fx.dir, "c1", "na"), codes.FailedPrecondition},
 		{"shared PID namespace", nil, &runtimeapi.CheckpointPodRequest{PodSandboxId: "shared", OutputPath: fx.dir, ContainerIds: []string{"s1", "s2"}}, codes.FailedPrecondition},
 	}
 	for _, c := range cases {

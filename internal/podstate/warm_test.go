@@ -21,6 +21,11 @@ type warmSource struct {
 	err      error
 	asked    []string
 	released int
+	// stageErr fails the restore's staging; notRestored makes the start
+	// report that the container started without its checkpoint.
+	stageErr    error
+	notRestored bool
+	staged      []string
 }
 
 func (s *warmSource) source(_ context.Context, req *runtimeapi.CreateContainerRequest) (*WarmStart, error) {
@@ -31,7 +36,20 @@ func (s *warmSource) source(_ context.Context, req *runtimeapi.CreateContainerRe
 	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
 	r.Config.Image = &runtimeapi.ImageSpec{Image: "archive:" + req.GetConfig().GetMetadata().GetName()}
 	r.Config.Annotations["test.restored-from"] = "cp" // kept in the runtime's status
-	return &WarmStart{Request: r, Checkpoint: "cp", CheckpointedAt: time.Now().Add(-time.Minute), Release: func() { s.released++ }}, nil
+	return &WarmStart{Request: r, Checkpoint: "cp", CheckpointedAt: time.Now().Add(-time.Minute), Release: func() { s.released++ },
+		Created: func(id string) error {
+			if s.stageErr != nil {
+				return s.stageErr
+			}
+			s.staged = append(s.staged, id)
+			return nil
+		},
+		Started: func(id string, err error) error {
+			if err == nil && s.notRestored {
+				return status.Error(codes.FailedPrecondition, "started without its checkpoint")
+			}
+			return err
+		}}, nil
 }
 
 func (o *recordingObserver) WarmRestart(p PodRef, r WarmResult) {
@@ -129,5 +147,45 @@ func TestWarmCreateRefusedStartsColdThenWarmAgain(t *testing.T) {
 	}
 	if len(src.asked) != 2 || !strings.Contains(o.heard[len(o.heard)-2]+o.heard[len(o.heard)-1], "warm p main from cp") {
 		t.Fatalf("second restart: asked %v, heard %v", src.asked, o.heard)
+	}
+}
+
+// The restore of the created container cannot be staged: that container is
+// removed, and the restart goes on cold.
+func TestWarmStagingFailedStartsCold(t *testing.T) {
+	src := &warmSource{stageErr: errors.New("archive: no CRIU images")}
+	k, sb, o := warmPod(t, src)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	p := k.m.pods[sb]
+	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: staging the restore from checkpoint cp failed: archive: no CRIU images") {
+		t.Fatalf("observer heard %q", got)
+	}
+	if p.Phase != PhaseRunning || k.container(p.Latest["main"]).GetAnnotations()["test.restored-from"] != "" {
+		t.Fatalf("phase %s; the running instance is the warm one", p.Phase)
+	}
+	if n := len(k.rt.Requests("RemoveContainer")); n != 1 {
+		t.Fatalf("%d removes, want the unstaged instance's", n)
+	}
+}
+
+// The start reports the container ran without its checkpoint: the restart
+// goes on cold, as for a failed restore.
+func TestWarmStartWithoutRestoreStartsCold(t *testing.T) {
+	src := &warmSource{notRestored: true}
+	k, sb, o := warmPod(t, src)
+	if err := k.m.execute(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	p := k.m.pods[sb]
+	if len(src.staged) != 1 {
+		t.Fatalf("staged %v", src.staged)
+	}
+	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: restoring from checkpoint cp failed: rpc error: code = FailedPrecondition desc = started without its checkpoint") {
+		t.Fatalf("observer heard %q", got)
+	}
+	if p.Phase != PhaseRunning || k.container(p.Latest["main"]).GetAnnotations()["test.restored-from"] != "" {
+		t.Fatalf("phase %s; the running instance is the warm one", p.Phase)
 	}
 }

@@ -60,19 +60,20 @@ spawn() {
 }
 
 # kubelet_config FILE RUNTIME_SOCK MANIFEST_DIR NATIVE_GATES [REDUCED_DECAY]
+# A gate given as "" keeps the kubelet's default.
 kubelet_config() {
 	mkdir -p "$3"
+	local gates=""
+	[[ -z $4 ]] || gates+="  RestartAllContainersOnContainerExits: $4"$'\n'"  ContainerRestartRules: $4"$'\n'
+	[[ -z ${5:-} ]] || gates+="  ReduceDefaultCrashLoopBackOffDecay: $5"$'\n'
 	cat >"$1" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$2
 imageServiceEndpoint: unix://$2
 staticPodPath: $3
-featureGates:
-  RestartAllContainersOnContainerExits: $4
-  ContainerRestartRules: $4
-  ReduceDefaultCrashLoopBackOffDecay: ${5:-false}
-fileCheckFrequency: 1s
+${gates:+featureGates:
+$gates}fileCheckFrequency: 1s
 syncFrequency: 10s
 podLogsDir: $NODE_DATA/pod-logs
 address: 127.0.0.1
@@ -185,16 +186,17 @@ image-endpoint: unix://$SHIM_SOCK
 timeout: 30
 YAML
 	# Standalone kubelets (no API server). cgroup v1 host: failCgroupV1 false, cgroupfs.
-	# "kubelet" runs through cri-shim with the native in-place restart gates
-	# OFF (they are Beta and on by default in v1.36), as the shim's users run;
+	# "kubelet" runs through cri-shim with the kubelet's default feature gates
+	# (the native in-place restart gates are Beta and on in v1.36 and v1.37;
+	# the shim's pods use its annotations, not the native fields);
 	# "kubelet-native" talks to containerd directly with them ON, for comparison.
-	kubelet_config "$NODE_RUN/kubelet.yaml" "$SHIM_SOCK" "$MANIFESTS" false
+	kubelet_config "$NODE_RUN/kubelet.yaml" "$SHIM_SOCK" "$MANIFESTS" ""
 	kubelet_config "$NODE_RUN/kubelet-native.yaml" "$CONTAINERD_SOCK" "$MANIFESTS_NATIVE" true
 	# For the backoff benchmark: through the shim, with the kubelet's own KEP-4603 curve on.
-	kubelet_config "$NODE_RUN/kubelet-reduced.yaml" "$SHIM_SOCK" "$MANIFESTS" false true
+	kubelet_config "$NODE_RUN/kubelet-reduced.yaml" "$SHIM_SOCK" "$MANIFESTS" "" true
 	# For the deploy test: a kubelet configured for containerd, switched to the
 	# shim only by deploy/kubelet/50-cri-shim.conf in its --config-dir.
-	kubelet_config "$NODE_RUN/kubelet-base.yaml" "$CONTAINERD_SOCK" "$MANIFESTS" false
+	kubelet_config "$NODE_RUN/kubelet-base.yaml" "$CONTAINERD_SOCK" "$MANIFESTS" ""
 	mkdir -p "$NODE_RUN/kubelet.conf.d"
 	sed "s#unix:///run/cri-shim/cri-shim.sock#unix://$SHIM_SOCK#" "$REPO/deploy/kubelet/50-cri-shim.conf" \
 		>"$NODE_RUN/kubelet.conf.d/50-cri-shim.conf"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The version matrix: a named subset of the end-to-end suite on every pair of
+# containerd and kubelet the stack builds (test/stack/install.sh), written to
+# docs/compatibility.md (pair by feature, with the versions and the date).
+#   test/matrix.sh [--containerd "2.2.9 2.4.2"] [--kubelet "1.37.2"] [--out FILE]
+# Needs root and the stack (make stack). One run's logs: _output/matrix/.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+CONTAINERDS="2.2.9 2.3.7 2.4.2"
+KUBELETS="1.36.3 1.37.2"
+OUT=docs/compatibility.md
+while (($#)); do
+	case $1 in
+	--containerd) CONTAINERDS=$2; shift ;;
+	--kubelet) KUBELETS=$2; shift ;;
+	--out) OUT=$2; shift ;;
+	*) echo "matrix.sh: unknown flag $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+# feature | the tests that show it
+FEATURES=(
+	"CheckpointPod / RestorePod through a CRI client|TestCheckpointPodAndRestorePodThroughCRI"
+	"warm start by annotation|TestWarmStartUnderKubelet"
+	"restore by PodCheckpoint name|TestPodCheckpointCheckpointAndRestoreByName"
+	"restore from an image reference on a second node|TestRestoreOnAnotherNode"
+	"in-place restart|TestInPlaceRestartAllContainers"
+	"backoff curve|TestBackoffDefaultCurve"
+	"critest parity (shim = direct)|TestCritestThroughShimMatchesDirect"
+)
+run=""
+for f in "${FEATURES[@]}"; do run+="${run:+|}${f#*|}"; done
+logs=_output/matrix
+mkdir -p "$logs"
+declare -A cell
+rc=0
+for c in $CONTAINERDS; do
+	for k in $KUBELETS; do
+		log=$logs/containerd-$c-kubelet-$k.log
+		echo "[matrix] containerd $c, kubelet $k: $log" >&2
+		t0=$SECONDS
+		CRI_SHIM_CONTAINERD_VERSION=$c CRI_SHIM_KUBELET_VERSION=$k \
+			go test -count=1 -v -timeout 60m -run "^($run)\$" ./test/e2e/ >"$log" 2>&1 || rc=1
+		echo "[matrix] containerd $c, kubelet $k: $((SECONDS - t0))s" >&2
+		for f in "${FEATURES[@]}"; do
+			t=${f#*|}
+			if grep -q -- "^--- PASS: $t " "$log"; then cell[$c/$k/$t]=pass
+			elif grep -q -- "^--- FAIL: $t " "$log"; then cell[$c/$k/$t]="**FAIL**"
+			elif grep -q -- "^--- SKIP: $t " "$log"; then cell[$c/$k/$t]="skipped"
+			else cell[$c/$k/$t]="not run"; fi
+		done
+	done
+done
+{
+	echo "# Compatibility"
+	echo
+	echo "Written by \`make matrix\` (test/matrix.sh) on $(date -u +%Y-%m-%d), cri-shim $(git describe --tags --always --dirty),"
+	echo "each pair with the runtime's and kubelet's default configuration and feature gates, plus"
+	echo "cri-shim's one containerd setting (the runc handler's \`runtime_path\`, [restore-route.md](restore-route.md))."
+	echo "Each cell is the end-to-end test named in its column on that pair: pass, **FAIL**, skipped or not run."
+	echo
+	hdr="| containerd | kubelet |"; sep="| --- | --- |"
+	for f in "${FEATURES[@]}"; do hdr+=" ${f%%|*} |"; sep+=" --- |"; done
+	echo "$hdr"; echo "$sep"
+	for c in $CONTAINERDS; do
+		for k in $KUBELETS; do
+			row="| $c | $k |"
+			for f in "${FEATURES[@]}"; do row+=" ${cell[$c/$k/${f#*|}]} |"; done
+			echo "$row"
+		done
+	done
+	echo
+	echo "Tests: $(for f in "${FEATURES[@]}"; do printf '`%s` ' "${f#*|}"; done)(test/e2e; [testing.md](testing.md))."
+} >"$OUT"
+echo "[matrix] wrote $OUT" >&2
+exit $rc
