@@ -18,7 +18,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build generate test unit unit-nonroot e2e matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint fuzz vet clean release
+.PHONY: proto all build generate test unit unit-nonroot e2e e2e-oldest matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint fuzz vet clean release
 
 all: build
 
@@ -68,7 +68,13 @@ endif
 e2e: build stack
 	$(GO) test -count=1 -v -timeout 40m ./test/e2e/... 2>&1 | tee _output/e2e.log; exit $${PIPESTATUS[0]}
 
-test: unit e2e
+test: unit e2e e2e-oldest
+
+# The matrix's subset (test/matrix.sh) on the oldest supported pair, after the
+# full suite on the newest (CI runs both).
+e2e-oldest: build stack
+	test/matrix.sh --containerd 2.2.9 --kubelet 1.36.3 --out _output/compatibility-oldest.md
+	@cat _output/matrix/containerd-2.2.9-kubelet-1.36.3.log | grep -E '^(--- |ok|FAIL|PASS)' || true
 
 # The version matrix: a named subset of the e2e suite on every containerd and
 # kubelet pair the stack builds, written to docs/compatibility.md

@@ -22,6 +22,7 @@ done
 # feature | the tests that show it
 FEATURES=(
 	"CheckpointPod / RestorePod through a CRI client|TestCheckpointPodAndRestorePodThroughCRI"
+	"restored container is the pod's own (256 MiB, hostile dump files, exec, logs, containerd restart)|TestRestoredContainerIsThePodsOwn"
 	"warm start by annotation|TestWarmStartUnderKubelet"
 	"restore by PodCheckpoint name|TestPodCheckpointCheckpointAndRestoreByName"
 	"restore from an image reference on a second node|TestRestoreOnAnotherNode"

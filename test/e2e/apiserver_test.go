@@ -138,7 +138,7 @@ func TestAPIServerPodThroughShim(t *testing.T) {
 	}
 	info := n.Status.NodeInfo
 	t.Logf("node %s: kubelet %s, runtime %s", n.Name, info.KubeletVersion, info.ContainerRuntimeVersion)
-	if info.KubeletVersion != "v1.36.3" || !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://") {
+	if info.KubeletVersion != "v"+node.env["KUBELET_VERSION"] || !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://") {
 		t.Fatalf("node info: kubelet %q, runtime %q", info.KubeletVersion, info.ContainerRuntimeVersion)
 	}
 	ns := testNamespace(t, cs, "e2e-api")

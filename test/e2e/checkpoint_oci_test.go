@@ -225,7 +225,14 @@ func TestCheckpointPushPullRestore(t *testing.T) {
 
 	// containerd's CRI restores one container from its checkpoint image
 	// alone, pulled from the registry by digest (containerd v2.2
-	// container_checkpoint_linux.go: checkIfCheckpointOCIImage, CRImportCheckpoint).
+	// container_checkpoint_linux.go: checkIfCheckpointOCIImage, CRImportCheckpoint):
+	// the images interoperate with containerd's own restore where it exists.
+	// cri-shim does not use that path (docs/restore-route.md); 2.3 has it off
+	// by default and 2.4 removed it.
+	if !strings.HasPrefix(node.env["CONTAINERD_VERSION"], "2.2.") {
+		t.Logf("containerd %s has no restore through CreateContainer: the restore of a checkpoint image by containerd alone is checked on 2.2 only", node.env["CONTAINERD_VERSION"])
+		return
+	}
 	imgs := runtimeapi.NewImageServiceClient(dial(t, node.env["SHIM_SOCK"]))
 	if _, err := imgs.PullImage(ctxT(t, 2*time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: images["a"]}}); err != nil {
 		t.Fatalf("pull the checkpoint image of a: %v", err)

@@ -448,5 +448,5 @@ func TestChurnRealStack(t *testing.T) {
 	// per pod; a per-pod leak of a goroutine (300) or a record (150 KiB at
 	// 500 bytes) still shows.
 	summary := checkChurn(t, samples, churnBounds{goroutines: 10, heapBytes: 1 << 20, rssKiB: 16 << 10})
-	saveChurn(t, fmt.Sprintf("TestChurnRealStack: %d pods after %d of warm-up, %d at a time, containerd %s", total, warmup, workers, "v2.2.1"), summary)
+	saveChurn(t, fmt.Sprintf("TestChurnRealStack: %d pods after %d of warm-up, %d at a time, containerd %s", total, warmup, workers, "v"+node.env["CONTAINERD_VERSION"]), summary)
 }
