@@ -125,9 +125,14 @@ bench-backoff-stress: build stack
 
 # The stack's registry keeps what earlier runs pushed (gigabytes of random
 # blobs and checkpoints per run, each unique): emptied first, with the node down.
+# One run per containerd of the matrix (BENCH_CONTAINERDS), each written to
+# bench/results/checkpoint-<time>-containerd-<version>.md.
+BENCH_CONTAINERDS ?= 2.2.9 2.3.7 2.4.2
 bench-checkpoint: build stack
-	source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker"
-	$(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/
+	set -e; for v in $(BENCH_CONTAINERDS); do \
+		(source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker"); \
+		CRI_SHIM_CONTAINERD_VERSION=$$v $(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/; \
+	done
 
 # Regenerates api/podmanagement/v1 (needs protoc, protoc-gen-go, protoc-gen-go-grpc).
 proto:
