@@ -62,18 +62,20 @@ func (fx *fixture) request() *taskAPI.CreateTaskRequest {
 	return &taskAPI.CreateTaskRequest{ID: id, Bundle: fx.bundle, Rootfs: []*types.Mount{{Type: "overlay", Source: "overlay"}}}
 }
 
-// layer writes a layer tar with the given files and a whiteout of gone.
+// layer writes a layer tar with the given files and a whiteout of gone,
+// owned by the test's user (the applier gives each file its owner).
 func layer(t *testing.T, path string, files map[string]string, gone string) {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
+	uid, gid := os.Getuid(), os.Getgid()
 	for name, body := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg, Uid: uid, Gid: gid}); err != nil {
 			t.Fatal(err)
 		}
 		tw.Write([]byte(body))
 	}
 	if gone != "" {
-		tw.WriteHeader(&tar.Header{Name: filepath.Join(filepath.Dir(gone), ".wh."+filepath.Base(gone)), Mode: 0o644, Typeflag: tar.TypeReg})
+		tw.WriteHeader(&tar.Header{Name: filepath.Join(filepath.Dir(gone), ".wh."+filepath.Base(gone)), Mode: 0o644, Typeflag: tar.TypeReg, Uid: uid, Gid: gid})
 	}
 	tw.Close()
 	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
