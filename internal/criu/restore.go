@@ -126,15 +126,16 @@ func (s *Service) imageID(ctx context.Context, name string) string {
 	return r.GetImage().GetId()
 }
 
-// restoredConfig is the pod's own cfg with the checkpoint's restart count:
-// the container is created from it as any other, and restored at its start
-// from what stageRestore staged (restore_stage.go). Nothing of the archive
-// goes into it.
+// restoredConfig is the pod's own cfg with the checkpoint's restart count
+// and RestoringAnnotation: the container is created from it as any other,
+// and restored at its start from what stageRestore staged
+// (restore_stage.go). Nothing of the archive goes into it.
 func restoredConfig(cfg *runtimeapi.ContainerConfig, e ContainerEntry) *runtimeapi.ContainerConfig {
 	c := proto.Clone(cfg).(*runtimeapi.ContainerConfig)
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
+	c.Annotations[RestoringAnnotation] = "true"
 	if restartCount(c.Annotations) < e.RestartCount {
 		c.Annotations[restartCountAnnotation] = strconv.Itoa(e.RestartCount)
 	}

@@ -35,6 +35,12 @@ import (
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
+// RestoringAnnotation marks a container created for a restore: one that a
+// shim killed before its restore was staged leaves CREATED without a mark,
+// and the next shim removes it (recoverStaged) rather than let a start run
+// its image afresh.
+const RestoringAnnotation = "checkpoint.cri-shim.io/restoring"
+
 // stagingDirName holds the staged restores under the checkpoint root (the
 // same file system as the archives, so the copy is in the kernel); a
 // leading dot keeps it out of the checkpoint listing.
@@ -203,8 +209,12 @@ func (s *Service) checkRoute(ctx context.Context, handler string) error {
 
 // recoverStaged takes up the restores a killed shim staged: a mark whose
 // container still waits for its start is kept (its start restores it); any
-// other mark and staging directory of this shim is removed.
+// other mark and staging directory of this shim is removed, and so is a
+// container created for a restore before this service started that waits
+// for its start without a mark (the shim was killed between the create and
+// the mark).
 func (s *Service) recoverStaged(ctx context.Context) {
+	defer s.removeUnmarked(ctx)
 	root := s.stagingRoot()
 	ents, _ := s.marks().List()
 	kept := map[string]bool{}
@@ -234,6 +244,34 @@ func (s *Service) recoverStaged(ctx context.Context) {
 	}
 	if len(kept) > 0 {
 		s.log.Info("checkpoint: restores staged before a restart still wait for their containers' start", "containers", len(kept))
+	}
+}
+
+// removeUnmarked removes the containers created for a restore by an earlier
+// shim that are still CREATED and have no mark: started, they would run their
+// image afresh.
+func (s *Service) removeUnmarked(ctx context.Context) {
+	list, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_CREATED}}})
+	if err != nil {
+		s.log.Warn("checkpoint: listing containers created for a restore", "err", err)
+		return
+	}
+	s.mu.Lock()
+	staged := make(map[string]bool, len(s.staged))
+	for id := range s.staged {
+		staged[id] = true
+	}
+	s.mu.Unlock()
+	for _, c := range list.GetContainers() {
+		if c.GetAnnotations()[RestoringAnnotation] != "true" || staged[c.GetId()] || c.GetCreatedAt() >= s.startedAt.UnixNano() {
+			continue
+		}
+		if _, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.GetId()}); err != nil && !isNotFound(err) {
+			s.log.Warn("checkpoint: removing a container whose restore was never staged", "container", c.GetId(), "err", err)
+			continue
+		}
+		s.log.Info("checkpoint: removed a container created for a restore that a killed shim never staged", "container", c.GetId())
 	}
 }
 

@@ -258,3 +258,36 @@ func TestRestorePodRefusedWithoutTheRuntimeShim(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A shim killed between the create of a restored container and its mark
+// leaves a CREATED container that a start would run afresh: the next shim
+// removes it; containers it creates itself, and others, are left alone.
+func TestRecoverRemovesUnmarkedRestoredContainers(t *testing.T) {
+	fx := checkpointed(t)
+	resp, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmarked, marked := resp.RestoredContainers[0].ContainerId, resp.RestoredContainers[1].ContainerId
+	if err := fx.svc.marks().Remove(unmarked); err != nil { // as if killed before the mark
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc2.recoverStaged(context.Background())
+	if _, _, ok := fx.rt.rt.Container(unmarked); ok {
+		t.Fatal("the unmarked restored container was left to start afresh")
+	}
+	if _, _, ok := fx.rt.rt.Container(marked); !ok {
+		t.Fatal("the marked one was removed")
+	}
+	if _, _, ok := fx.rt.rt.Container("x1"); !ok {
+		t.Fatal("a CREATED container not made for a restore was removed")
+	}
+	if err := startC(svc2, fx.rt, marked); err != nil || fx.rt.restored[marked] == "" {
+		t.Fatalf("the marked container was not restored at its start: %v", err)
+	}
+}

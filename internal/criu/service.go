@@ -152,6 +152,9 @@ type Service struct {
 	// (restore_stage.go).
 	staged  map[string]staged
 	stagedN atomic.Int64
+	// startedAt is when the service was built: containers created before
+	// are an earlier shim's (removeUnmarked).
+	startedAt time.Time
 }
 
 // New builds the service. rt and img are the runtime's CRI clients
@@ -165,7 +168,7 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	s := &Service{
-		cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: time.Now,
+		cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: time.Now, startedAt: time.Now(),
 		metrics:       newMetrics(),
 		dumpTimeout:   10 * time.Minute,
 		resumeTimeout: 10 * time.Second,
