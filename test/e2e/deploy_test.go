@@ -185,7 +185,8 @@ spec:
 }
 
 // cri-shim doctor on the running test node: containerd 2, the shim's socket
-// and CRIU (the stack's, first on PATH) pass; nothing fails, so it exits 0.
+// and CRIU (the stack's, first on PATH) pass, and the pods' handler runs the
+// runtime shim (restore route); nothing fails, so it exits 0.
 // Pointed at a runtime socket that does not exist it fails, naming the fix.
 func TestDoctor(t *testing.T) {
 	needNode(t)
@@ -200,7 +201,7 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor failed on a working node: %v", err)
 	}
-	for _, want := range []string{"[ OK ] config", "[ OK ] containerd       containerd 2.", "[ OK ] shim socket", "[ OK ] criu", "[ OK ] runtime status"} {
+	for _, want := range []string{"[ OK ] config", "[ OK ] containerd       containerd 2.", "[ OK ] shim socket", "[ OK ] criu", "[ OK ] runtime status", "[ OK ] restore route"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q", want)
 		}
