@@ -157,6 +157,24 @@ func restartsOf(p *corev1.Pod) int32 {
 	return p.Status.ContainerStatuses[0].RestartCount
 }
 
+// restartConditionByShim is the AllContainersRestarting the shim writes
+// during an in-place restart and after it: True then False when the kubelet
+// does not own the condition; nothing when it does (its
+// RestartAllContainersOnContainerExits gate is on, the default in v1.36 and
+// v1.37: it declares the feature on its node, internal/podstatus/owner.go).
+func restartConditionByShim(t testing.TB, cs kubernetes.Interface) (during, after corev1.ConditionStatus) {
+	t.Helper()
+	n, err := cs.CoreV1().Nodes().Get(ctxT(t, 10*time.Second), node.env["NODE_NAME"], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(n.Status.DeclaredFeatures, podstatus.KubeletFeatureRestartAll) {
+		t.Logf("the kubelet owns AllContainersRestarting (its %s gate is on): the shim writes only its readiness gate", podstatus.KubeletFeatureRestartAll)
+		return "", ""
+	}
+	return corev1.ConditionTrue, corev1.ConditionFalse
+}
+
 // An in-place restart as kubectl sees it: the pod goes not Ready (its
 // readiness gate False) and AllContainersRestarting True while main's exit
 // is held by the backoff and the pod restarted, and both back once the
@@ -178,9 +196,10 @@ func TestPodStatusDuringInPlaceRestart(t *testing.T) {
 		return podReady(p)
 	})
 	execGo(t, p)
+	during, after := restartConditionByShim(t, cs)
 	waitPod(t, cs, ns, "restarting", 2*time.Minute, "two in-place restarts over, pod Ready", func(p *corev1.Pod) error {
 		c := conditionsOf(p)
-		if restartsOf(p) < 2 || c != (podConditions{corev1.ConditionTrue, corev1.ConditionTrue, corev1.ConditionFalse}) {
+		if restartsOf(p) < 2 || c != (podConditions{corev1.ConditionTrue, corev1.ConditionTrue, after}) {
 			return fmt.Errorf("restarts %d, %v", restartsOf(p), c)
 		}
 		return nil
@@ -191,10 +210,10 @@ func TestPodStatusDuringInPlaceRestart(t *testing.T) {
 	t.Logf("condition states seen: %v", states)
 	want := []podConditions{
 		{corev1.ConditionTrue, corev1.ConditionTrue, ""},
-		{corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue},
-		{corev1.ConditionTrue, corev1.ConditionTrue, corev1.ConditionFalse},
-		{corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue},
-		{corev1.ConditionTrue, corev1.ConditionTrue, corev1.ConditionFalse},
+		{corev1.ConditionFalse, corev1.ConditionFalse, during},
+		{corev1.ConditionTrue, corev1.ConditionTrue, after},
+		{corev1.ConditionFalse, corev1.ConditionFalse, during},
+		{corev1.ConditionTrue, corev1.ConditionTrue, after},
 	}
 	i := 0
 	for _, s := range states {
@@ -304,9 +323,10 @@ func apiOutage(t *testing.T, restartShimAfter bool) {
 	if err := script("up.sh", "--start", "apiserver"); err != nil {
 		t.Fatal(err)
 	}
-	waitPod(t, cs, ns, "outage", 2*time.Minute, "status caught up: Ready, gate True, AllContainersRestarting False", func(p *corev1.Pod) error {
+	_, after := restartConditionByShim(t, cs)
+	waitPod(t, cs, ns, "outage", 2*time.Minute, "status caught up: Ready, gate True, AllContainersRestarting as the shim writes it", func(p *corev1.Pod) error {
 		c := conditionsOf(p)
-		if c != (podConditions{corev1.ConditionTrue, corev1.ConditionTrue, corev1.ConditionFalse}) {
+		if c != (podConditions{corev1.ConditionTrue, corev1.ConditionTrue, after}) {
 			return fmt.Errorf("%v", c)
 		}
 		return nil
