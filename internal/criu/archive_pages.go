@@ -186,8 +186,14 @@ func copyRange(dst *os.File, dstOff int64, src *os.File, srcOff, n int64) error 
 	if dstOff%4096 == 0 && srcOff%4096 == 0 {
 		return copyRangeUser(dst, dstOff, src, srcOff, n)
 	}
+	return kernelCopy(dst, dstOff, src, srcOff, n)
+}
+
+// kernelCopy copies n bytes of src from srcOff into dst at dstOff with
+// copy_file_range, through user space where the kernel cannot.
+func kernelCopy(dst *os.File, dstOff int64, src *os.File, srcOff, n int64) error {
 	for n > 0 {
-		k, err := unix.CopyFileRange(int(src.Fd()), &srcOff, int(dst.Fd()), &dstOff, int(n), 0)
+		k, err := unix.CopyFileRange(int(src.Fd()), &srcOff, int(dst.Fd()), &dstOff, int(min(n, 1<<30)), 0)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue

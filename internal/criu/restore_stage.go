@@ -17,19 +17,14 @@ package criu
 // (docs/restore-route.md).
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/restoremark"
@@ -280,167 +275,4 @@ func (s *Service) removeUnmarked(ctx context.Context) {
 func (s *Service) createdContainer(ctx context.Context, id string) bool {
 	r, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	return err == nil && r.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_CREATED
-}
-
-// extractForRestore copies the CRIU images (checkpoint/) and the rootfs
-// changes (rootfs-diff.tar) of a container archive into dir, and finds its
-// log. The archive is untrusted: only regular files are taken, the images
-// directory is flat, no name repeats, and every other entry is skipped
-// unread.
-func extractForRestore(archive, dir string) (restoreFiles, error) {
-	out := restoreFiles{images: filepath.Join(dir, "checkpoint"), logSize: -1}
-	if err := os.Mkdir(out.images, 0o700); err != nil {
-		return out, err
-	}
-	f, err := os.Open(archive)
-	if err != nil {
-		return out, err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	seen := map[string]bool{}
-	images := 0
-	for n := 0; ; n++ {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return out, fmt.Errorf("reading: %w", err)
-		}
-		if n >= maxArchiveEntries {
-			return out, fmt.Errorf("more than %d entries", maxArchiveEntries)
-		}
-		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
-		if name == "checkpoint" && hdr.Typeflag == tar.TypeDir {
-			continue
-		}
-		img, isImage := strings.CutPrefix(name, "checkpoint/")
-		var dst string
-		switch {
-		case isImage:
-			if strings.Contains(img, "/") || img == "" || img == "." || img == ".." {
-				return out, fmt.Errorf("entry %q: the CRIU images directory is flat", truncate(hdr.Name, 64))
-			}
-			dst = filepath.Join(out.images, img)
-		case name == "rootfs-diff.tar":
-			dst = filepath.Join(dir, name)
-		case name == "container.log":
-		default:
-			continue // config.dump, spec.dump, status.dump, ...: never read
-		}
-		if seen[name] {
-			return out, fmt.Errorf("entry %q appears twice", truncate(name, 64))
-		}
-		seen[name] = true
-		if hdr.Typeflag != tar.TypeReg || hdr.Size < 0 || sparse(hdr) {
-			return out, fmt.Errorf("entry %q is not a regular file", truncate(name, 64))
-		}
-		// The header is read; the file's offset is the entry's data
-		// (tar.Reader reads nothing ahead, and skips data with Seek).
-		off, err := f.Seek(0, io.SeekCurrent)
-		if err != nil {
-			return out, err
-		}
-		if name == "container.log" {
-			out.logOff, out.logSize = off, hdr.Size
-			continue
-		}
-		if err := copyOut(dst, f, off, hdr.Size); err != nil {
-			return out, fmt.Errorf("entry %q: %w", truncate(name, 64), err)
-		}
-		if isImage {
-			images++
-		} else {
-			out.diff = dst
-		}
-	}
-	if images == 0 {
-		return out, errors.New("no CRIU images (checkpoint/)")
-	}
-	return out, nil
-}
-
-// sparse reports whether a tar entry is stored sparse: its data is then not
-// one contiguous range of the archive.
-func sparse(hdr *tar.Header) bool {
-	if hdr.Typeflag == tar.TypeGNUSparse {
-		return true
-	}
-	for k := range hdr.PAXRecords {
-		if strings.HasPrefix(k, "GNU.sparse.") {
-			return true
-		}
-	}
-	return false
-}
-
-// copyOut copies n bytes of src from off into a new file dst (0600), in the
-// kernel where it can: the archive is not written any more, so a file system
-// with reflinks may share the blocks.
-func copyOut(dst string, src *os.File, off, n int64) (err error) {
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	var dstOff int64
-	for n > 0 {
-		k, err := unix.CopyFileRange(int(src.Fd()), &off, int(f.Fd()), &dstOff, int(min(n, 1<<30)), 0)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
-				return copyRangeUser(f, dstOff, src, off, n)
-			}
-			return err
-		}
-		if k == 0 {
-			return io.ErrUnexpectedEOF
-		}
-		n -= int64(k)
-	}
-	return nil
-}
-
-// copyLog writes the checkpoint's log into the restored container's new log
-// file, which the runtime creates only when it starts the container (and
-// then appends to): the restored container's log begins with its output up
-// to the checkpoint.
-func copyLog(archive string, off, n int64, logPath string) error {
-	src, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		return err
-	}
-	return copyOutMode(logPath, src, off, n, 0o640)
-}
-
-func copyOutMode(dst string, src *os.File, off, n int64, mode os.FileMode) error {
-	if err := copyOut(dst, src, off, n); err != nil {
-		if !errors.Is(err, os.ErrExist) { // the file is ours: the copy made it
-			_ = os.Remove(dst)
-		}
-		return err
-	}
-	return os.Chmod(dst, mode)
-}
-
-// containerLogPath is where the runtime writes a container's log: the
-// sandbox's log directory joined with the container's relative log path;
-// "" when either is missing or the path leaves the directory.
-func containerLogPath(sb *runtimeapi.PodSandboxConfig, c *runtimeapi.ContainerConfig) string {
-	dir, p := sb.GetLogDirectory(), c.GetLogPath()
-	if dir == "" || p == "" || !filepath.IsAbs(dir) || !filepath.IsLocal(p) {
-		return ""
-	}
-	return filepath.Join(dir, p)
 }
