@@ -89,6 +89,13 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 		p.Creates[name] = b
 	}
 	delete(p.createReq, name)
+	// The kubelet starts a container a handed-back restart left hidden: its
+	// older instances are shown again, as the new one's previous runs.
+	for _, in := range p.Instances {
+		if in.Name == name {
+			in.Hidden = false
+		}
+	}
 	p.addInstance(id, name, PartNone)
 	m.byID[id] = p.SandboxID
 	if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {

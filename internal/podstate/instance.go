@@ -49,6 +49,17 @@ type Instance struct {
 	// illegal transition"), failing a restartPolicy Never pod. Recorded
 	// with the swap, so a shim restarted in between keeps the same picture.
 	HeldUntil time.Time `json:"heldUntil,omitzero"`
+	// Hidden: an old instance of a container that a restart handed back to
+	// the kubelet did not start again (an init container failed before it):
+	// kept from the kubelet's lists until the kubelet creates the container
+	// itself, or a later swap replaces it. Upstream removes these instances
+	// (SyncPod's ContainersToReset); a visible one of a regular container,
+	// even exited, makes a kubelet v1.37 take the pod for initialized
+	// (computeInitContainerActions, HasAnyActiveRegularContainerStarted) and
+	// start it without the failed init container, and a visible exited
+	// sidecar makes any kubelet restart the sidecar instead of the init
+	// container before it. Recorded with the swap.
+	Hidden bool `json:"hidden,omitempty"`
 
 	// listed: some list (any caller, any filter) showed it running; the
 	// swap that replaces it holds it if so. In memory only.

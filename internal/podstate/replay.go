@@ -40,6 +40,7 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 		return fmt.Errorf("no recorded start order for the pod")
 	}
 	var exited []*runtimeapi.ContainerStatus
+	handBack := false
 	for _, e := range seq {
 		if m.stopping() {
 			return errStopping
@@ -63,10 +64,11 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 			// restartPolicy decides (Never: the pod fails).
 			m.log.Info("podstate: init container failed after the restart; handing the pod back to the kubelet",
 				"container", e.Name, "exitCode", s.ExitCode)
+			handBack = true
 			break
 		}
 	}
-	return m.swap(sandboxID, exited)
+	return m.swap(sandboxID, exited, handBack)
 }
 
 // replayOne creates and starts one container again, once: a container created

@@ -120,10 +120,14 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 // view says how the kubelet sees one instance of a tracked pod, from the
 // pod's record alone: during a restart, the instances that were running (and
 // the trigger) still run, and the new instances do not exist yet. A hold
-// (heldLocked) may show a replaced instance running after the swap too.
+// (heldLocked) may show a replaced instance running after the swap too, and
+// an instance a handed-back restart left behind stays hidden (Instance.Hidden).
 // Called with m.mu held.
 func view(p *Pod, id string) (hide, fakeRunning bool) {
 	in := p.inst(id)
+	if in != nil && in.Hidden {
+		return true, false
+	}
 	if p.Phase == PhaseRunning || in == nil {
 		return false, false
 	}

@@ -18,7 +18,13 @@ import (
 // once) is classified in the same locked step, so the kubelet never sees its
 // exit unclassified between the swap and the next scan. A swap that cannot be
 // recorded is not made: the replay is retried and swaps again.
-func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) error {
+//
+// handBack: an init container failed and the replay stopped there; the old
+// instances of the containers it did not reach are hidden from the kubelet
+// (Instance.Hidden), so that it sees the pod as upstream leaves it after a
+// reset, not initialized, and retries the init container (restartPolicy
+// Always, OnFailure) or fails the pod (Never) itself.
+func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus, handBack bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pods[sandboxID]
@@ -35,6 +41,16 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus) e
 	for id, name := range p.partOf(PartNew) {
 		replaced[name] = p.Latest[name]
 		p.Latest[name] = id
+	}
+	// A container started again shows its older instances as they are; a
+	// whole-pod restart handed back hides those of the containers it did not
+	// start again until the kubelet creates them (recordCreate).
+	for _, in := range p.Instances {
+		if _, renewed := replaced[in.Name]; renewed {
+			in.Hidden = false
+		} else if handBack && p.Scope == "" {
+			in.Hidden = true
+		}
 	}
 	if p.Scope != "" {
 		if p.ContainerRestarts == nil {
