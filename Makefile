@@ -18,7 +18,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build generate test unit unit-nonroot e2e e2e-oldest matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint fuzz vet clean release
+.PHONY: proto all build generate test unit unit-nonroot e2e e2e-oldest matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline fuzz vet clean release
 
 all: build
 
@@ -133,6 +133,16 @@ bench-checkpoint: build stack
 		(source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker"); \
 		CRI_SHIM_CONTAINERD_VERSION=$$v $(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/; \
 	done
+
+# The same benchmark on containerd 2.2.9 with containerd's own restore through
+# CreateContainer switched on, measured beside cri-shim's route in one run:
+# the "before" of the restore figures (the route cri-shim used until it owned
+# the restore; off by default in 2.2.9 and 2.3, removed in 2.4).
+bench-checkpoint-baseline: build stack
+	(source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker")
+	CRI_SHIM_CONTAINERD_VERSION=2.2.9 CRI_SHIM_CONTAINERD_RESTORE_VIA_CREATE=1 CRI_SHIM_BENCH_IMPORT_BASELINE=1 \
+		$(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/
+	(source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null)
 
 # Regenerates api/podmanagement/v1 (needs protoc, protoc-gen-go, protoc-gen-go-grpc).
 proto:
