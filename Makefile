@@ -55,6 +55,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCheckKubelet -fuzztime 10s ./cmd/cri-shim
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./internal/restoremark
 	$(GO) test -run '^$$' -fuzz FuzzHandlerRoute -fuzztime 10s ./internal/restoremark
+	$(GO) test -run '^$$' -fuzz FuzzCheck -fuzztime 30s ./internal/criucheck
 	for f in FuzzParseManifest FuzzConfine FuzzCheckpointOptions FuzzCheckName FuzzParseWarmRestart FuzzParseSchedule; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/criu || exit 1; done
 

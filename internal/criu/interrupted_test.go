@@ -120,6 +120,7 @@ func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.imageCheck = acceptImages
 	done := make(chan struct{})
 	go func() { svc2.Run(ctx); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)

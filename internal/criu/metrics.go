@@ -11,6 +11,7 @@ type metrics struct {
 	restores        *prometheus.CounterVec
 	restoreTime     prometheus.Histogram
 	restoreStarts   *prometheus.CounterVec
+	refusals        *prometheus.CounterVec
 	warmStarts      *prometheus.CounterVec
 	scheduled       *prometheus.CounterVec
 	kubeletWarm     *prometheus.CounterVec
@@ -55,6 +56,10 @@ func newMetrics() *metrics {
 			Name: "cri_shim_restored_container_starts_total",
 			Help: "Starts of containers staged for a restore, by result: restored; failed (the start failed); not_restored (started without the checkpoint: the pod's runtime is not cri-shim's runtime shim; stopped).",
 		}, []string{"result"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_checkpoint_restores_refused_total",
+			Help: "Restores refused because the checkpoint's CRIU images would give the container more than its spec allows, by the image kind of the first offending field (core: credentials, seccomp, namespaces; mounts; files; seccomp; ...).",
+		}, []string{"image"}),
 		warmStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cri_shim_pod_warm_starts_total",
 			Help: "Sandboxes the kubelet asked for with the restore-from annotation, by result.",
@@ -92,6 +97,6 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.restoreStarts, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove, m.preCopy,
+		m.restores, m.restoreTime, m.restoreStarts, m.refusals, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove, m.preCopy,
 		m.pulledReserved, m.pulledEvicted, m.pulledRefused}
 }

@@ -8,8 +8,8 @@ import (
 	"os/exec"
 	"time"
 
-	gocriu "github.com/checkpoint-restore/go-criu/v7"
-	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	gocriu "github.com/checkpoint-restore/go-criu/v8"
+	"github.com/checkpoint-restore/go-criu/v8/rpc"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
@@ -77,7 +77,7 @@ func criuRPC(ctx context.Context, criu string, req *rpc.CriuReq) (*rpc.CriuResp,
 		return nil, fmt.Errorf("criu swrk: %w", err)
 	}
 	resp, err := func() (*rpc.CriuResp, error) {
-		b, err := proto.Marshal(req)
+		b, err := req.MarshalVT()
 		if err != nil {
 			return nil, err
 		}
@@ -97,7 +97,7 @@ func criuRPC(ctx context.Context, criu string, req *rpc.CriuReq) (*rpc.CriuResp,
 			return nil, err
 		}
 		var resp rpc.CriuResp
-		if err := proto.Unmarshal(buf[:n], &resp); err != nil {
+		if err := resp.UnmarshalVT(buf[:n]); err != nil {
 			return nil, err
 		}
 		return &resp, nil

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"github.com/checkpoint-restore/go-criu/v8/rpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -62,8 +62,8 @@ func TestMemTrackAvailableHonoursDeadlineWithChildHoldingSocket(t *testing.T) {
 // request's. The fake answers with a prepared message on fd 3.
 func TestMemTrackAvailableReadsAnswer(t *testing.T) {
 	for _, want := range []bool{false, true} {
-		b, err := proto.Marshal(&rpc.CriuResp{Type: rpc.CriuReqType_FEATURE_CHECK.Enum(), Success: proto.Bool(true),
-			Features: &rpc.CriuFeatures{MemTrack: proto.Bool(want)}})
+		b, err := (&rpc.CriuResp{Type: rpc.CriuReqType_FEATURE_CHECK.Enum(), Success: proto.Bool(true),
+			Features: &rpc.CriuFeatures{MemTrack: proto.Bool(want)}}).MarshalVT()
 		if err != nil {
 			t.Fatal(err)
 		}

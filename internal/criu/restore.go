@@ -153,7 +153,7 @@ func (s *Service) createRestored(ctx context.Context, sandbox string, sb *runtim
 		return "", errorf(err, "%s", message(err))
 	}
 	id := cr.GetContainerId()
-	if err := s.stageRestore(sandbox, id, archive, containerLogPath(sb, c)); err != nil {
+	if err := s.stageRestore(ctx, sb, sandbox, id, archive, containerLogPath(sb, c)); err != nil {
 		if _, rerr := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); rerr != nil && !isNotFound(rerr) {
 			s.log.Error("checkpoint: removing a container whose restore could not be staged", "container", id, "err", rerr)
 		}

@@ -67,9 +67,11 @@ type staged struct {
 // stageRestore prepares the restore of container id of sandbox, just
 // created by the runtime, from its archive: the CRIU images and rootfs changes are copied
 // into id's staging directory, the log into the container's log file
-// (logPath, "" for none), and the mark left for the runtime shim. On error
+// (logPath, "" for none), the images checked against the container's spec
+// (restore_check.go; sb is the sandbox's config), and the mark left for the
+// runtime shim. On error
 // nothing is left behind; the caller removes the container.
-func (s *Service) stageRestore(sandbox, id, archive, logPath string) (err error) {
+func (s *Service) stageRestore(ctx context.Context, sb *runtimeapi.PodSandboxConfig, sandbox, id, archive, logPath string) (err error) {
 	root := s.stagingRoot()
 	if err := os.Mkdir(root, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("staging the restore: %w", err)
@@ -86,6 +88,9 @@ func (s *Service) stageRestore(sandbox, id, archive, logPath string) (err error)
 	}()
 	files, err := extractForRestore(archive, dir)
 	if err != nil {
+		return fmt.Errorf("archive %s: %w", filepath.Base(archive), err)
+	}
+	if err := s.checkImages(ctx, sb, id, files.images); err != nil {
 		return fmt.Errorf("archive %s: %w", filepath.Base(archive), err)
 	}
 	if logPath != "" && files.logSize >= 0 {

@@ -146,6 +146,7 @@ func TestRecoverStaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.imageCheck = acceptImages
 	svc2.recoverStaged(context.Background())
 	if stagedPages(t, svc2, gone) != "" {
 		t.Fatal("the restore of a removed container was kept")
@@ -277,6 +278,7 @@ func TestRecoverRemovesUnmarkedRestoredContainers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.imageCheck = acceptImages
 	svc2.recoverStaged(context.Background())
 	if _, _, ok := fx.rt.rt.Container(unmarked); ok {
 		t.Fatal("the unmarked restored container was left to start afresh")

@@ -181,6 +181,7 @@ func TestWarmStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.imageCheck = acceptImages
 	init := createIn(t, svc2, fx.rt, sb.PodSandboxId, "init")
 	if init.config.Command[0] != CompletedMountPath || !slices.ContainsFunc(init.config.Mounts, func(m *runtimeapi.Mount) bool {
 		return m.ContainerPath == CompletedMountPath && m.HostPath == "/usr/bin/cri-shim" && m.Readonly

@@ -256,7 +256,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		return nil, err
 	}
 	if archive != "" {
-		if err := s.stageRestore(req.GetPodSandboxId(), resp.GetContainerId(), archive, containerLogPath(r.GetSandboxConfig(), cfg)); err != nil {
+		if err := s.stageRestore(ctx, r.GetSandboxConfig(), req.GetPodSandboxId(), resp.GetContainerId(), archive, containerLogPath(r.GetSandboxConfig(), cfg)); err != nil {
 			s.undoUnrecorded("container", resp.GetContainerId(), func(ctx context.Context) error {
 				_, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.GetContainerId()})
 				return err

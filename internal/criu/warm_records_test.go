@@ -115,6 +115,7 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.imageCheck = acceptImages
 	if got := warmRecords(svc2); got != n-30 {
 		t.Fatalf("restarted shim loaded %d records, want %d", got, n-30)
 	}
@@ -258,6 +259,7 @@ func TestUpgradeMovesWarmRecordsIntoTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.imageCheck = acceptImages
 	if warmRecords(svc2) != 1 || warmFiles(t, svc2) != 1 {
 		t.Fatalf("after the upgrade: %d records, %d files in the store", warmRecords(svc2), warmFiles(t, svc2))
 	}

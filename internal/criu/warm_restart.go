@@ -145,8 +145,12 @@ func (s *Service) WarmRestartRequest(ctx context.Context, req *runtimeapi.Create
 			Started: s.finishRestore}
 		if archive != "" {
 			logPath := containerLogPath(r.GetSandboxConfig(), cfg)
-			sandbox := req.GetPodSandboxId()
-			w.Created = func(id string) error { return s.stageRestore(sandbox, id, archive, logPath) }
+			sandbox, sb := req.GetPodSandboxId(), r.GetSandboxConfig()
+			w.Created = func(id string) error {
+				ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
+				defer cancel()
+				return s.stageRestore(ctx, sb, sandbox, id, archive, logPath)
+			}
 		}
 		return w, nil
 	}

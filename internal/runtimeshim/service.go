@@ -17,7 +17,9 @@ package runtimeshim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -28,7 +30,9 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
+	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
@@ -66,6 +70,13 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if m.RootfsDiff != "" && len(r.Rootfs) == 0 {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: the checkpoint has rootfs changes and the task has no rootfs mounts to apply them to: %w", r.ID, errdefs.ErrFailedPrecondition))
 	}
+	// cri-shim checked the images against this container's spec before it
+	// left the mark; they are checked again against the spec runc will
+	// run (the bundle's), so that nothing but a checked checkpoint is
+	// restored whatever wrote the mark.
+	if err := checkImages(r.Bundle, m.Images); err != nil {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
+	}
 	r.Checkpoint = m.Images
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {
@@ -86,6 +97,23 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: applying the checkpoint's rootfs changes: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
 	}
 	return resp, nil
+}
+
+// maxSpecBytes bounds the bundle's config.json read.
+const maxSpecBytes = 16 << 20
+
+// checkImages checks the CRIU images in images against the bundle's spec.
+func checkImages(bundle, images string) error {
+	f, err := os.Open(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return fmt.Errorf("reading the container's spec: %w", err)
+	}
+	defer f.Close()
+	var spec specs.Spec
+	if err := json.NewDecoder(io.LimitReader(f, maxSpecBytes)).Decode(&spec); err != nil {
+		return fmt.Errorf("the container's spec: %w", err)
+	}
+	return criucheck.Check(images, &spec, criucheck.Options{HardLimits: criucheck.OwnHardLimits})
 }
 
 // applyDiff applies a layer tar to rootfs with containerd's archive.Apply,

@@ -4,13 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types"
 
+	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
@@ -43,6 +46,8 @@ type fixture struct {
 	marks  restoremark.Dir
 	images string
 	bundle string
+	// checkpoint is what fx.images holds.
+	checkpoint *criutest.Images
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -53,6 +58,20 @@ func newFixture(t *testing.T) *fixture {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The bundle's spec and the staged images are a container's and a
+	// checkpoint it allows (criutest); refused images are tested below.
+	spec := criutest.DefaultSpec()
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fx.bundle, "config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fx.checkpoint = criutest.ForSpec(spec)
+	if err := fx.checkpoint.Write(fx.images); err != nil {
+		t.Fatal(err)
 	}
 	fx.svc = New(fx.inner, fx.marks)
 	return fx
@@ -189,5 +208,26 @@ func TestDiffWithoutRootfsMountsIsRefused(t *testing.T) {
 	r.Rootfs = nil
 	if _, err := fx.svc.Create(context.Background(), r); err == nil || len(fx.inner.creates) != 0 {
 		t.Fatalf("created: %v %d", err, len(fx.inner.creates))
+	}
+}
+
+// A checkpoint whose images exceed the bundle's spec (a capability the
+// container does not have) is not restored: the create fails naming the
+// field, and no task is created.
+func TestImagesBeyondTheSpecAreRefused(t *testing.T) {
+	fx := newFixture(t)
+	fx.checkpoint.Cores[1].ThreadCore.Creds.CapEff = criutest.Caps("CAP_SYS_ADMIN")
+	if err := fx.checkpoint.Write(fx.images); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fx.svc.Create(context.Background(), fx.request())
+	if err == nil || !strings.Contains(err.Error(), "cap_eff") {
+		t.Fatalf("want the create refused naming cap_eff, got %v", err)
+	}
+	if len(fx.inner.creates) != 0 {
+		t.Fatalf("a task was created: %+v", fx.inner.creates)
 	}
 }

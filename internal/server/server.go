@@ -15,7 +15,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/events"
 
-	gocriu "github.com/checkpoint-restore/go-criu/v7"
+	gocriu "github.com/checkpoint-restore/go-criu/v8"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"

@@ -95,13 +95,13 @@ func ddBandwidth(t testing.TB, dir string) float64 {
 }
 
 type ckptResult struct {
-	mib                      int
-	size                     int64
-	shimCP, baseCP           time.Duration
-	shimFrozen               time.Duration
+	mib                        int
+	size                       int64
+	shimCP, baseCP             time.Duration
+	shimFrozen                 time.Duration
 	shimRestores, baseRestores []time.Duration // restore to running, each run
-	failures                 []string
-	oci                      ociResult
+	failures                   []string
+	oci                        ociResult
 }
 
 // BenchmarkCheckpoint (make bench-checkpoint): a two-container pod (main

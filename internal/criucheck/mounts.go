@@ -1,0 +1,206 @@
+package criucheck
+
+import (
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/mnt"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// restrictive are the mount flags a mount must keep where the spec sets them.
+var restrictive = []struct {
+	flag uint32
+	opt  string
+}{
+	{unix.MS_RDONLY, "ro"},
+	{unix.MS_NOSUID, "nosuid"},
+	{unix.MS_NODEV, "nodev"},
+	{unix.MS_NOEXEC, "noexec"},
+}
+
+// freshTypes are the file systems CRIU mounts anew, by the spec's type name:
+// kernel views a container has, none of them backed by a host device.
+var freshTypes = map[mnt.Fstype]string{
+	mnt.Fstype_PROC:    "proc",
+	mnt.Fstype_SYSFS:   "sysfs",
+	mnt.Fstype_TMPFS:   "tmpfs",
+	mnt.Fstype_DEVPTS:  "devpts",
+	mnt.Fstype_MQUEUE:  "mqueue",
+	mnt.Fstype_CGROUP:  "cgroup",
+	mnt.Fstype_CGROUP2: "cgroup2",
+}
+
+// checkMounts compares the mount tree the restore rebuilds
+// (mountpoints-*.img; criu/mount.c, populate_mnt_ns) with the spec's: every
+// mount is the root, a bind mount runc hands to CRIU as external (the spec's
+// mounts and masked paths), or a fresh kernel file system at a place where
+// the spec mounts the same type; none is less restricted than the spec's.
+func (c *checker) checkMounts() error {
+	for _, name := range c.files["mounts"] {
+		err := eachEntry(c.dir, name, "MNTS", func() *mnt.MntEntry { return new(mnt.MntEntry) }, func(m *mnt.MntEntry) error {
+			return c.checkMount(name, m)
+		})
+		if err != nil {
+			return asRefusal(name, err)
+		}
+	}
+	return nil
+}
+
+func mountpointOf(m *mnt.MntEntry) string {
+	p := strings.TrimPrefix(m.GetMountpoint(), ".")
+	if p == "" {
+		return "/"
+	}
+	return path.Clean(p)
+}
+
+func (c *checker) checkMount(image string, m *mnt.MntEntry) error {
+	mp := mountpointOf(m)
+	field := "mountpoint " + mp
+	if why := checkPath(m.GetMountpoint()); why != "" {
+		return refuse(image, field, "%s", why)
+	}
+	if why := checkPath(m.GetRoot()); why != "" {
+		return refuse(image, field+" root", "%q %s", m.GetRoot(), why)
+	}
+	if m.GetDeleted() || m.GetWithPlugin() || m.GetInternalSharing() || m.GetFsname() != "" {
+		return refuse(image, field, "a deleted, plugin-restored, internally shared or named-file-system mount: the restore would create or mount it as root")
+	}
+	spec := c.p.spec
+	if m.GetSharedId() != 0 && !c.propagates(mp, "shared") {
+		return refuse(image, field+" shared_id", "%d: a peer group the container's mount is not in", m.GetSharedId())
+	}
+	if m.GetMasterId() != 0 && !c.propagates(mp, "slave") && !c.propagates(mp, "shared") {
+		return refuse(image, field+" master_id", "%d: a slave of a peer group the container's mount is not in", m.GetMasterId())
+	}
+	if mp == "/" {
+		if spec.Root != nil && spec.Root.Readonly && m.GetFlags()&unix.MS_RDONLY == 0 {
+			return refuse(image, field+" flags", "read-write, and the container's root is read-only")
+		}
+		return nil
+	}
+	sm := specMount(spec, mp)
+	if m.GetExtKey() != "" || m.GetExtMount() {
+		// runc names each bind mount of the spec and each masked path
+		// to CRIU as an external mount (libcontainer/criu_linux.go,
+		// addCriuRestoreMount, addMaskPaths); another key is a mount of
+		// the host the restore would look up.
+		key := m.GetExtKey()
+		switch {
+		case sm != nil && key == mp:
+		case key == "/dev/null" && slices.Contains(linuxPaths(spec, true), mp):
+		case c.isDevice(mp) && key == mp:
+		default:
+			return refuse(image, field, "an external mount (key %q) where the container has none of that source", key)
+		}
+		return checkFlags(image, field, m, sm, spec, mp)
+	}
+	typ, ok := freshTypes[mnt.Fstype(m.GetFstype())]
+	if !ok {
+		return refuse(image, field+" fstype", "%v: the restore would mount a file system a container is not given", mnt.Fstype(m.GetFstype()))
+	}
+	switch {
+	case sm != nil && sm.Type == typ:
+	case typ == "cgroup" && under(mp, specMountsOfType(spec, "cgroup")):
+		// cgroup v1: one mount per controller below the spec's cgroup mount.
+	case typ == "tmpfs" && sm != nil && sm.Type == "cgroup":
+		// cgroup v1: the tmpfs holding the controllers' mounts.
+	case slices.Contains(linuxPaths(spec, false), mp) || slices.Contains(linuxPaths(spec, true), mp):
+		// runc's read-only remounts and masked directories.
+		if m.GetFlags()&unix.MS_RDONLY == 0 {
+			return refuse(image, field+" flags", "read-write, and the container's spec makes it read-only or masks it")
+		}
+	default:
+		return refuse(image, field+" fstype", "%s where the container's spec mounts no %s", typ, typ)
+	}
+	return checkFlags(image, field, m, sm, spec, mp)
+}
+
+// checkFlags refuses a mount that drops a restriction the spec's mount has.
+func checkFlags(image, field string, m *mnt.MntEntry, sm *specs.Mount, spec *specs.Spec, mp string) error {
+	if sm == nil {
+		return nil
+	}
+	for _, r := range restrictive {
+		if slices.Contains(sm.Options, r.opt) && m.GetFlags()&r.flag == 0 {
+			return refuse(image, field+" flags", "without %s, which the container's mount has", r.opt)
+		}
+	}
+	return nil
+}
+
+// propagates reports whether the spec's mount at mp (the root: the spec's
+// rootfs propagation) is of that kind (shared: shared or rshared; slave:
+// slave or rslave).
+func (c *checker) propagates(mp, kind string) bool {
+	spec := c.p.spec
+	if mp == "/" {
+		return spec.Linux != nil && strings.HasSuffix(spec.Linux.RootfsPropagation, kind)
+	}
+	if sm := specMount(spec, mp); sm != nil {
+		return slices.Contains(sm.Options, kind) || slices.Contains(sm.Options, "r"+kind)
+	}
+	return false
+}
+
+// isDevice: runc bind-mounts the spec's devices as external mounts.
+func (c *checker) isDevice(p string) bool {
+	if c.p.spec.Linux == nil {
+		return false
+	}
+	for _, d := range c.p.spec.Linux.Devices {
+		if path.Clean(d.Path) == p {
+			return true
+		}
+	}
+	return false
+}
+
+func specMount(spec *specs.Spec, dest string) *specs.Mount {
+	var found *specs.Mount
+	for i := range spec.Mounts {
+		if path.Clean(spec.Mounts[i].Destination) == dest {
+			found = &spec.Mounts[i] // the last one mounted there is visible
+		}
+	}
+	return found
+}
+
+func specMountsOfType(spec *specs.Spec, typ string) []string {
+	var out []string
+	for _, m := range spec.Mounts {
+		if m.Type == typ {
+			out = append(out, path.Clean(m.Destination))
+		}
+	}
+	return out
+}
+
+// linuxPaths are the spec's masked (masked true) or read-only paths.
+func linuxPaths(spec *specs.Spec, masked bool) []string {
+	if spec.Linux == nil {
+		return nil
+	}
+	ps := spec.Linux.ReadonlyPaths
+	if masked {
+		ps = spec.Linux.MaskedPaths
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = path.Clean(p)
+	}
+	return out
+}
+
+func under(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,84 @@
+package criucheck
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/moby/sys/capability"
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// policy is what a container's spec allows its processes.
+type policy struct {
+	uid, gid uint32
+	groups   map[uint32]bool // gid and the additional gids
+	// caps by set, a bit per capability number.
+	bounding, effective, permitted, inheritable, ambient uint64
+	noNewPrivs                                           bool
+	seccomp                                              *specs.LinuxSeccomp
+	oomScoreAdj                                          *int
+	spec                                                 *specs.Spec
+}
+
+// capBits maps OCI capability names (CAP_SYS_ADMIN) to their numbers.
+var capBits = func() map[string]uint {
+	m := map[string]uint{}
+	for _, c := range capability.ListKnown() {
+		m["CAP_"+strings.ToUpper(c.String())] = uint(c)
+	}
+	return m
+}()
+
+// capName names capability number n as the spec does.
+func capName(n uint) string {
+	for name, b := range capBits {
+		if b == n {
+			return name
+		}
+	}
+	return fmt.Sprintf("capability %d", n)
+}
+
+func capSet(names []string) uint64 {
+	var s uint64
+	for _, n := range names {
+		if b, ok := capBits[n]; ok && b < 64 {
+			s |= 1 << b
+		}
+	}
+	return s
+}
+
+func policyOf(spec *specs.Spec) (*policy, error) {
+	pr := spec.Process
+	p := &policy{
+		uid:         pr.User.UID,
+		gid:         pr.User.GID,
+		groups:      map[uint32]bool{pr.User.GID: true},
+		noNewPrivs:  pr.NoNewPrivileges,
+		oomScoreAdj: pr.OOMScoreAdj,
+		spec:        spec,
+	}
+	for _, g := range pr.User.AdditionalGids {
+		p.groups[g] = true
+	}
+	if c := pr.Capabilities; c != nil {
+		p.bounding = capSet(c.Bounding)
+		p.effective = capSet(c.Effective)
+		p.permitted = capSet(c.Permitted)
+		p.inheritable = capSet(c.Inheritable)
+		p.ambient = capSet(c.Ambient)
+	}
+	if spec.Linux != nil {
+		p.seccomp = spec.Linux.Seccomp
+	}
+	return p, nil
+}
+
+// may reports whether the spec's processes may hold capability c: the
+// kernel lets a process gain a capability only within its bounding set, and
+// runc starts it with the spec's permitted set (libcontainer/capabilities).
+func (p *policy) may(c string) bool {
+	b := capBits[c]
+	return p.permitted&(1<<b) != 0
+}
