@@ -30,7 +30,7 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 	}
 	defer f.Close()
 	tr := tar.NewReader(f)
-	seen := map[string]bool{}
+	var seen MemberNames
 	images := 0
 	for n := 0; ; n++ {
 		hdr, err := tr.Next()
@@ -42,6 +42,9 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 		}
 		if n >= maxArchiveEntries {
 			return out, fmt.Errorf("more than %d entries", maxArchiveEntries)
+		}
+		if len(hdr.Name) > MaxMemberName {
+			return out, fmt.Errorf("entry %q: a name of %d bytes, more than %d", truncate(hdr.Name, 64), len(hdr.Name), MaxMemberName)
 		}
 		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
 		if name == "checkpoint" && hdr.Typeflag == tar.TypeDir {
@@ -61,10 +64,9 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 		default:
 			continue // config.dump, spec.dump, status.dump, ...: never read
 		}
-		if seen[name] {
-			return out, fmt.Errorf("entry %q appears twice", truncate(name, 64))
+		if err := seen.Add(name); err != nil {
+			return out, err
 		}
-		seen[name] = true
 		if hdr.Typeflag != tar.TypeReg || hdr.Size < 0 || sparse(hdr) {
 			return out, fmt.Errorf("entry %q is not a regular file", truncate(name, 64))
 		}

@@ -27,7 +27,7 @@ func (c *checker) checkCgroup() error {
 			return refuse(name, "controllers.dirs", "controller %v has %d top directories; a container's tasks are in one", ctl.GetCnames(), len(ctl.GetDirs()))
 		}
 		for _, d := range ctl.GetDirs() {
-			if err := checkCgroupDir(name, d, true); err != nil {
+			if err := checkCgroupDir(name, d); err != nil {
 				return err
 			}
 			for _, n := range ctl.GetCnames() {
@@ -57,28 +57,39 @@ func (c *checker) checkCgroup() error {
 	return nil
 }
 
-// checkCgroupDir refuses permissions the restore would set and, on the
-// container's own directory, properties (its limits are the runtime's).
-func checkCgroupDir(image string, d *cgroup.CgroupDirEntry, top bool) error {
+// checkCgroupDir refuses permissions that would open a cgroup of the host
+// to others: CRIU applies a directory's and its files' owner and mode as it
+// finds them in the image, on directories that exist too (criu/cgroup.c,
+// restore_perms). Root's, and writable by root only, is what runc creates.
+// Properties are written only to directories the restore creates (below
+// the container's), whose limits the kernel keeps within their parent's.
+func checkCgroupDir(image string, d *cgroup.CgroupDirEntry) error {
 	field := "dir " + d.GetDirName()
 	if why := checkPath(d.GetDirName()); why != "" {
 		return refuse(image, field, "%s", why)
 	}
-	if d.DirPerms != nil {
-		return refuse(image, field+" dir_perms", "the restore would chown the directory")
+	if err := checkCgroupPerms(image, field+" dir_perms", d.DirPerms); err != nil {
+		return err
 	}
 	for _, p := range d.GetProperties() {
-		if top {
-			return refuse(image, field+" properties", "%q: the container's own cgroup keeps the runtime's limits", p.GetName())
-		}
-		if p.Perms != nil {
-			return refuse(image, field+" properties "+p.GetName(), "the restore would chown the file")
+		if err := checkCgroupPerms(image, field+" properties "+p.GetName()+" perms", p.Perms); err != nil {
+			return err
 		}
 	}
 	for _, ch := range d.GetChildren() {
-		if err := checkCgroupDir(image, ch, false); err != nil {
+		if err := checkCgroupDir(image, ch); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func checkCgroupPerms(image, field string, p *cgroup.CgroupPerms) error {
+	if p == nil {
+		return nil
+	}
+	if p.GetUid() != 0 || p.GetGid() != 0 || p.GetMode()&0o022 != 0 {
+		return refuse(image, field, "owner %d:%d mode %#o; the restore would give a cgroup of the host to others than root", p.GetUid(), p.GetGid(), p.GetMode())
 	}
 	return nil
 }

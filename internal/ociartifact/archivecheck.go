@@ -23,7 +23,7 @@ import (
 // Its config.dump must name the base image by image ID (checkBaseImage).
 func checkArchive(r io.Reader) error {
 	tr := tar.NewReader(r)
-	seen := map[string]bool{}
+	var seen criu.MemberNames
 	n := 0
 	for {
 		h, err := tr.Next()
@@ -40,10 +40,9 @@ func checkArchive(r io.Reader) error {
 		if err != nil {
 			return err
 		}
-		if seen[name] {
-			return fmt.Errorf("archive lists %q twice", name)
+		if err := seen.Add(name); err != nil {
+			return fmt.Errorf("archive: %w", err)
 		}
-		seen[name] = true
 		if name == crmetadata.ConfigDumpFile {
 			if err := checkBaseImage(tr); err != nil {
 				return err
@@ -51,11 +50,11 @@ func checkArchive(r io.Reader) error {
 		}
 	}
 	for _, need := range []string{crmetadata.ConfigDumpFile, crmetadata.SpecDumpFile, crmetadata.StatusDumpFile, crmetadata.RootFsDiffTar} {
-		if !seen[need] {
+		if !seen.Has(need) {
 			return fmt.Errorf("archive has no %s", need)
 		}
 	}
-	if !seen[crmetadata.CheckpointDirectory] {
+	if !seen.Has(crmetadata.CheckpointDirectory) {
 		return fmt.Errorf("archive has no %s/ directory", crmetadata.CheckpointDirectory)
 	}
 	return nil
@@ -101,6 +100,9 @@ var archiveFiles = map[string]bool{
 // archiveMember checks one header and returns its clean name.
 func archiveMember(h *tar.Header) (string, error) {
 	raw := h.Name
+	if len(raw) > criu.MaxMemberName {
+		return "", fmt.Errorf("archive member %q...: a name of %d bytes, more than %d", raw[:64], len(raw), criu.MaxMemberName)
+	}
 	name := strings.TrimSuffix(raw, "/")
 	if name == "" || strings.ContainsRune(name, 0) || strings.Contains(name, `\`) || !filepath.IsLocal(name) || filepath.Clean(name) != name {
 		return "", fmt.Errorf("archive member %q is not a plain relative path", raw)

@@ -24,7 +24,7 @@ const (
 	maxImageManifest  = 256 << 10
 	maxImageConfig    = 256 << 10
 	maxContainers     = 64
-	maxArchiveEntries = 1 << 20
+	maxArchiveEntries = 100000 // a container archive: CRIU images (a core per thread) and five files
 )
 
 // pulledIndex is a checked index: the pod artifact and the container images
