@@ -39,7 +39,9 @@ func startAuthRegistry(t testing.TB) (addr, ca string, logins map[string]string)
 // checkpoint is on the node; pod "c", with a's secret, restores from the
 // copy on the node without asking the registry (its credential is recorded),
 // and pod "d", with user2's login, after the registry served one GET of
-// the index (logged). Neither c nor d pulls it again.
+// the index (logged). Neither c nor d pulls it again. The kubelet's log
+// (what kubectl logs shows) has each restored process counting on, and no
+// image name is added (issue 27).
 func TestRestoreThroughAuthRegistry(t *testing.T) {
 	cs := needAPIServer(t)
 	addr, ca, logins := startAuthRegistry(t)
@@ -69,6 +71,7 @@ func TestRestoreThroughAuthRegistry(t *testing.T) {
 	dockerConfigSecret(t, cs, ns, "login1", user1)
 	dockerConfigSecret(t, cs, ns, "login2", user2)
 	dockerConfigSecret(t, cs, ns, "wrong", []byte(fmt.Sprintf(`{"auths":{%q:{"username":"user1","password":"not-the-password"}}}`, addr)))
+	images := imagesSnapshot(t) // after the pushes
 
 	restore := func(pod, pullSecret string) { createPod(t, cs, ns, withPullSecret(secretAPIPod(pod, ref), pullSecret)) }
 	run := node.env["NODE_RUN"]
@@ -106,4 +109,5 @@ func TestRestoreThroughAuthRegistry(t *testing.T) {
 	}
 	// b's retries, meanwhile, were refused every time.
 	stillPending(t, cs, ns, "b", secret)
+	assertNoImageChange(t, images, "the restores of a, c and d from "+ref+" and the refused ones of b")
 }

@@ -29,10 +29,12 @@ func podSandbox(t testing.TB, rt runtimeapi.RuntimeServiceClient, name string) s
 }
 
 // restoreFrom restores dir into a new sandbox through the shim, starts it and
-// checks that the restored counters went on (restoreAndStart); it fails the
-// test when no attempt restores.
+// checks that the restored counters went on (restoreAndStart) and that no
+// image name was added or changed; it fails the test when no attempt
+// restores.
 func restoreFrom(t testing.TB, rt runtimeapi.RuntimeServiceClient, dir, name string, ctrs ...string) time.Duration {
 	t.Helper()
+	images := imagesSnapshot(t)
 	d, failures := restoreAndStart(t, rt, name, func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
 		var cfgs []*runtimeapi.ContainerConfig
 		for _, c := range ctrs {
@@ -48,6 +50,7 @@ func restoreFrom(t testing.TB, rt runtimeapi.RuntimeServiceClient, dir, name str
 		}
 		return rr.PodSandboxId, ids
 	})
+	assertNoImageChange(t, images, "RestorePod from "+dir+" and the start of the restored containers")
 	if d < 0 {
 		t.Fatalf("no restore attempt from %s worked: %v", dir, failures)
 	}

@@ -122,12 +122,14 @@ func runningSecret(t *testing.T, cs kubernetes.Interface, ns, name string, timeo
 }
 
 // restoredWithSecret waits for ns/pod to run and fails the test unless it
-// logs secret, its source's: it runs the checkpointed process.
+// logs secret, its source's: it runs the checkpointed process; and unless
+// the kubelet's log (what kubectl logs shows) has that process counting on.
 func restoredWithSecret(t *testing.T, cs kubernetes.Interface, ns, pod, secret string) {
 	t.Helper()
 	if got := runningSecret(t, cs, ns, pod, 3*time.Minute); got != secret {
 		t.Fatalf("%s/%s logs secret %s, the source's is %s", ns, pod, got, secret)
 	}
+	podLogShowsSecret(t, ns, pod, secret, -1)
 }
 
 // createPod creates pod p in namespace ns.
@@ -179,13 +181,14 @@ func pushedCheckpoint(t *testing.T, ns, name, cp, ref string, flags ...string) s
 }
 
 // Issue 17, item 2, on the real node: a pod whose restore-from is an image
-// reference by digest comes up with the checkpointed process (the node
-// pulls it into oci-<digest>, reading the pod's image pull secrets as the
-// node); a pod of another namespace naming it and a reference to a registry
-// outside the allow-list stay Pending with precise events; a PodCheckpoint
-// whose spec.sourceImage is the reference restores a pod by its name, once
-// the registry let that pod's credentials read it, and the node that
-// restored it holds it with the reference resolved and the restore
+// reference by digest comes up with the checkpointed process (the node pulls
+// it into oci-<digest>, reading the pod's image pull secrets as the node),
+// counting on in the kubelet's log (what kubectl logs shows), no image name
+// added (issue 27); a pod of another namespace naming it and a reference to a
+// registry outside the allow-list stay Pending with precise events; a
+// PodCheckpoint whose spec.sourceImage is the reference restores a pod by its
+// name, once the registry let that pod's credentials read it, and the node
+// that restored it holds it with the reference resolved and the restore
 // recorded in its status (one naming an unlisted registry:
 // RegistryNotAllowed); the pulled directory goes with the pods.
 func TestRestoreFromImageReference(t *testing.T) {
@@ -197,6 +200,8 @@ func TestRestoreFromImageReference(t *testing.T) {
 	secret := runningSecret(t, cs, ns, "src", 2*time.Minute)
 	ref := pushedPod(t, addr, ns, "src", "e2e/img-"+ns)
 	t.Logf("pushed %s", ref)
+	_, past, _ := secretLog(t, ns, "src") // beyond the checkpointed count
+	images := imagesSnapshot(t)           // after the push
 
 	// An image pull secret the pod names is read as the node (Node authorizer).
 	dockerConfigSecret(t, cs, ns, "regcred", []byte(fmt.Sprintf(`{"auths":{%q:{"username":"u","password":"p"}}}`, addr)))
@@ -208,6 +213,8 @@ func TestRestoreFromImageReference(t *testing.T) {
 		t.Fatalf("restored pod logs secret %s, the source's is %s", got, secret)
 	}
 	t.Logf("restored from %s: Running with the source's memory %.1fs after it was created", ref, time.Since(t0).Seconds())
+	podLogShowsSecret(t, ns, "restored", secret, past)
+	assertNoImageChange(t, images, "the restore of "+ns+"/restored from "+ref)
 	pulled := filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(ref[len(ref)-64:]))
 	m, err := criu.ReadManifest(pulled)
 	if err != nil {
@@ -255,6 +262,7 @@ func TestRestoreFromImageReference(t *testing.T) {
 		t.Fatalf("pod restored from PodCheckpoint from-img logs secret %s, the source's is %s", got, secret)
 	}
 	t.Logf("restored by the name of a PodCheckpoint with spec.sourceImage: Running %.1fs after it was created (the first RunPodSandbox waits for the object's read; 11.7-16.1 s, one kubelet retry, before it did)", time.Since(t0).Seconds())
+	podLogShowsSecret(t, ns, "by-name", secret, past)
 	// The checkpoint was pulled with the first pod's secret; this pod names
 	// none, so before it restored from the copy on the node the registry was
 	// asked whether the node's credentials may read it (docs/checkpoint-oci.md,
@@ -278,6 +286,7 @@ func TestRestoreFromImageReference(t *testing.T) {
 		t.Errorf("far-img: Ready %+v, status.sourceImage %+v", c, farStatus.Status.SourceImage)
 	}
 	stillPending(t, cs, ns, "far-by-name", secret)
+	assertNoImageChange(t, images, "the restores from "+ref+", by reference and by the name of a PodCheckpoint, and the refused ones")
 
 	// The pulled checkpoint goes with the last pod using it.
 	for _, p := range []string{"restored", "by-name"} {
@@ -339,8 +348,9 @@ func waitExported(t *testing.T, pcs *podcheckpoint.Client, ns, name, reason stri
 // Issue 17, item 2: a PodCheckpoint with spec.export is pushed by the node
 // that holds it once Ready; status.export has the reference by digest and
 // the digest, which the registry serves; a pod restored from that reference
-// has the source's memory. An export to a registry outside the allow-list
-// fails with why.
+// has the source's memory, counts on in the kubelet's log (what kubectl logs
+// shows) and adds no image name (issue 27). An export to a registry outside
+// the allow-list fails with why.
 func TestPodCheckpointExport(t *testing.T) {
 	cs, addr := shimAsNodeWithRegistry(t)
 	pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
@@ -360,6 +370,7 @@ func TestPodCheckpointExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCheckpoint(t, pcs, ns, "cp", cpv1.ReasonCompleted, 2*time.Minute)
+	_, past, _ := secretLog(t, ns, "src") // beyond the checkpointed count
 	t0 := time.Now()
 	got := waitExported(t, pcs, ns, "cp", cpv1.ReasonExported)
 	s := got.Status.Export
@@ -376,12 +387,15 @@ func TestPodCheckpointExport(t *testing.T) {
 	}
 	reasonEvent(t, cs, ns, "cp", "ExportSucceeded")
 
+	images := imagesSnapshot(t) // after the export's push
 	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", s.Image), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := runningSecret(t, cs, ns, "restored", 3*time.Minute); got != secret {
 		t.Fatalf("pod restored from the export logs %s, the source's is %s", got, secret)
 	}
+	podLogShowsSecret(t, ns, "restored", secret, past)
+	assertNoImageChange(t, images, "the restore of "+ns+"/restored from the export "+s.Image)
 
 	waitCheckpoint(t, pcs, ns, "far", cpv1.ReasonCompleted, 2*time.Minute)
 	f := waitExported(t, pcs, ns, "far", cpv1.ReasonExportFailed)

@@ -189,6 +189,7 @@ func TestCheckpointPushPullRestore(t *testing.T) {
 	// Restore the pulled copy and watch it go on.
 	dstLogs := filepath.Join(t.TempDir(), "logs")
 	os.MkdirAll(dstLogs, 0o755)
+	imageNames := imagesSnapshot(t) // after the push and the pull
 	rr, err := rt.RestorePod(ctxT(t, 2*time.Minute), &runtimeapi.RestorePodRequest{
 		CheckpointPath:   copyDir,
 		Config:           sandboxCfg("oci-dst", "oci-dst-uid", dstLogs),
@@ -222,6 +223,7 @@ func TestCheckpointPushPullRestore(t *testing.T) {
 	if got := blobSum(t, rt, restored["disk"]); got != sum {
 		t.Fatalf("restored writable layer: /tmp/blob md5 %s, checkpointed %s", got, sum)
 	}
+	assertNoImageChange(t, imageNames, "RestorePod of the pulled copy and the start of its containers")
 
 	// containerd's CRI restores one container from its checkpoint image
 	// alone, pulled from the registry by digest (containerd v2.2

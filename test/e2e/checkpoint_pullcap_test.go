@@ -72,7 +72,9 @@ func deletePodAndPulled(t *testing.T, cs kubernetes.Interface, ns, name, dir str
 // p2 comes up from Y at the kubelet's retry. Then, with p2 gone too, a
 // pulled X that no pod uses and that was last used more than 5 minutes ago
 // is removed by the cap to make room for pod p3's pull of Y
-// (cri_shim_pulled_checkpoints_evicted_total goes up by one).
+// (cri_shim_pulled_checkpoints_evicted_total goes up by one). The kubelet's
+// log (what kubectl logs shows) has each restored process counting on, and
+// no image name is added (issue 27).
 func TestPulledCheckpointCap(t *testing.T) {
 	cs := needAPIServer(t)
 	addr := startRegistry(t)
@@ -102,6 +104,7 @@ func TestPulledCheckpointCap(t *testing.T) {
 	restore := func(pod, ref string) { createPod(t, cs, ns, secretAPIPod(pod, ref)) }
 	running := func(pod string) { restoredWithSecret(t, cs, ns, pod, secret) }
 	refused0, evicted0 := pulledMetrics(t)
+	images := imagesSnapshot(t) // after the pushes
 
 	restore("p1", refX)
 	running("p1")
@@ -131,7 +134,9 @@ func TestPulledCheckpointCap(t *testing.T) {
 	// CLI's pull of X (the same verified bytes) renamed into X's directory
 	// with its time set back, as the test cannot wait 5 minutes.
 	deletePodAndPulled(t, cs, ns, "p2", dirY)
+	assertNoImageChange(t, images, "the restores of p1 and p2 and the refused ones of p2")
 	shimRun(t, "checkpoint", "pull", refX, "e2e-cap-unused-"+ns, "--plain-http")
+	images = imagesSnapshot(t) // after the CLI's pull
 	if err := os.Rename(filepath.Join(node.env["CHECKPOINTS"], "e2e-cap-unused-"+ns), dirX); err != nil {
 		t.Fatal(err)
 	}
@@ -154,4 +159,5 @@ func TestPulledCheckpointCap(t *testing.T) {
 	} else {
 		t.Logf("X evicted: %s", l)
 	}
+	assertNoImageChange(t, images, "the restore of p3 and the eviction of X")
 }

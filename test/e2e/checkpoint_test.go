@@ -211,6 +211,7 @@ func TestCheckpointPodAndRestorePodThroughCRI(t *testing.T) {
 
 	dstLogs := filepath.Join(t.TempDir(), "logs")
 	os.MkdirAll(dstLogs, 0o755)
+	images := imagesSnapshot(t)
 	rr, err := rt.RestorePod(ctxT(t, time.Minute), &runtimeapi.RestorePodRequest{
 		CheckpointPath:   dir,
 		Config:           sandboxCfg("cp-dst", "cp-dst-uid", dstLogs),
@@ -254,6 +255,7 @@ func TestCheckpointPodAndRestorePodThroughCRI(t *testing.T) {
 		}
 		t.Logf("%s: at %d before the checkpoint; the restored process went on from %d to %d", c, before[c], first, got[len(got)-1])
 	}
+	assertNoImageChange(t, images, "RestorePod and the start of the restored containers")
 	// The source kept running.
 	now := lastCounter(t, filepath.Join(srcLogs, "a.log"))
 	time.Sleep(500 * time.Millisecond)
@@ -329,6 +331,7 @@ func TestCheckpointFailurePathsOnTheRealStack(t *testing.T) {
 		return len(r.Items)
 	}
 	n := pods()
+	images := imagesSnapshot(t)
 	for name, cfgs := range map[string][]*runtimeapi.ContainerConfig{
 		"missing b": {counterCfg("a")},
 		"extra c":   {counterCfg("a"), counterCfg("b"), counterCfg("c")},
@@ -350,6 +353,7 @@ func TestCheckpointFailurePathsOnTheRealStack(t *testing.T) {
 	if pods() != n {
 		t.Fatalf("a refused restore left a sandbox")
 	}
+	assertNoImageChange(t, images, "the refused RestorePod calls")
 
 	// A deadline that expires mid-capture (pausing takes ~0.1 s, CRIU ~0.4 s
 	// on a busy machine): a shorter one when the capture beat it (a quiet

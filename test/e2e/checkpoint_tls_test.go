@@ -69,6 +69,7 @@ func TestRestoreThroughTLSRegistry(t *testing.T) {
 	t.Logf("pushed over TLS: %s", pushed.Ref)
 
 	withShimConfig(t, fmt.Sprintf("[[checkpoint.registries]]\nhost = %q\nca_file = %q\n", addr, ca))
+	images := imagesSnapshot(t) // after the pushes
 	dst := fmt.Sprintf("tls-dst-%d", time.Now().Unix()%100000)
 	placeManifest(t, dst, warmPodManifest(dst, pushed.Ref))
 	t0 := time.Now()
@@ -79,4 +80,5 @@ func TestRestoreThroughTLSRegistry(t *testing.T) {
 	if first < before {
 		t.Fatalf("the restored main logged %d first; the source was at %d before the checkpoint (started from scratch?)", first, before)
 	}
+	assertNoImageChange(t, images, "the restore of "+dst+" from "+pushed.Ref)
 }

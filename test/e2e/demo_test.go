@@ -166,6 +166,7 @@ func TestDemo(t *testing.T) {
 		pauseKubelet(t) // the demo's static pods and their containers
 		os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], "demo-counter-warm"))
 	})
+	images := imagesSnapshot(t)
 	start := time.Now()
 	cmds := demoCommands(t)
 	t.Logf("demo up in %.1fs", time.Since(start).Seconds())
@@ -188,4 +189,5 @@ func TestDemo(t *testing.T) {
 		})
 		t.Logf("%s: $ %s\n%s", c.feature, cmds[i], out)
 	}
+	assertNoImageChange(t, images, "the demo, its warm start of demo-warm included")
 }

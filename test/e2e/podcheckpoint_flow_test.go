@@ -141,10 +141,12 @@ func stillPending(t *testing.T, cs kubernetes.Interface, ns, name, secret string
 
 // Issue 16, acceptance 2, on the real single-node cluster: a PodCheckpoint
 // goes Pending -> CheckpointInProgress -> CheckpointCompleted with its status
-// filled; a pod naming it comes up Running with the source's memory; a pod
-// whose spec differs stays Pending with PodSpecMismatch naming the field; an
-// object pinned to another UID ends SourcePodReplaced; a pod of another
-// namespace cannot name it; deleting the object removes the node's data.
+// filled; a pod naming it comes up Running with the source's memory, and its
+// log from the kubelet (what kubectl logs shows) has its process counting on
+// (issue 27); a pod whose spec differs stays Pending with PodSpecMismatch
+// naming the field; an object pinned to another UID ends SourcePodReplaced; a
+// pod of another namespace cannot name it; deleting the object removes the
+// node's data.
 func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 	cs, pcs := shimAsNode(t)
 	ns := testNamespace(t, cs, "e2e-pcp")
@@ -180,10 +182,12 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 		t.Errorf("template %+v", tp)
 	}
 	t.Logf("checkpoint %s: %d bytes in %s, reasons %v", s.CheckpointLocation.NodeLocal.Path, s.SizeBytes, data, got)
+	_, past, _ := secretLog(t, ns, "src") // beyond the checkpointed count
 	reasonEvent(t, cs, ns, "cp", "CheckpointStarted")
 	t.Logf("event CheckpointSucceeded: %s", reasonEvent(t, cs, ns, "cp", "CheckpointSucceeded"))
 
 	// Restore by name.
+	images := imagesSnapshot(t)
 	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", "cp"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +203,8 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 		}
 		return nil
 	})
+	podLogShowsSecret(t, ns, "restored", secret, past)
+	assertNoImageChange(t, images, "the restore of "+ns+"/restored by the PodCheckpoint's name")
 
 	// A spec that differs: PodSpecMismatch naming the field, Pending.
 	mis := secretAPIPod("mismatch", "cp")
@@ -235,6 +241,8 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 	if pp.Status.SourcePodUID == nil || *pp.Status.SourcePodUID != src.UID {
 		t.Errorf("SourcePodReplaced status UID %v, want the live %s", pp.Status.SourcePodUID, src.UID)
 	}
+
+	assertNoImageChange(t, images, "the refused restores of "+ns+"/mismatch and "+other+"/thief")
 
 	// Deleting the object removes the node's data (the finalizer).
 	for _, p := range []string{"restored", "mismatch"} {

@@ -158,8 +158,10 @@ func tlsRegistryIndex(t *testing.T, ref, ca string) (name.Reference, *remote.Des
 // PodCheckpoint in restore-from, and node 2's shim resolves the name to
 // status.export.image, pulls it over TLS and warm-starts the pod in the
 // kubelet's first RunPodSandbox (which waits for the object's read): the
-// counters go on from their checkpointed values and the memory's md5 is the
-// source's. checkpointctl reads each pulled container archive; the registry
+// counters go on from their checkpointed values, in the node's log files and
+// in the log node 2's kubelet serves (what kubectl logs shows), the memory's
+// md5 is the source's, and node 2's images have no name added or changed
+// (issue 27). checkpointctl reads each pulled container archive; the registry
 // holds the index with the documented annotations.
 func TestRestoreOnAnotherNode(t *testing.T) {
 	cs := needAPIServer(t)
@@ -270,6 +272,7 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 	t.Logf("registry index %s: %v", ex.Digest, a)
 
 	// Restore on node 2 by the PodCheckpoint's name.
+	images := imagesSnapshotOn(t, env2["SHIM_SOCK"])
 	t2 := time.Now()
 	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), memPod("restored", node2Name, "cp"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -351,6 +354,11 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 		}
 		t.Logf("%s: %d before the checkpoint, %d when Ready; on node 2 it went on from %d to %d", c, before[c], after[c], first, got[len(got)-1])
 	}
+	// The log node 2's kubelet serves, what kubectl logs shows, the same.
+	for _, c := range []string{"mem", "counter"} {
+		podLogShowsCounter(t, env2, ns, "restored", c, t2, before[c], after[c])
+	}
+	assertNoImageChangeOn(t, env2["SHIM_SOCK"], images, "the restore on node 2 of "+ns+"/restored from "+ex.Image)
 
 	// The memory is the source's: its md5, computed by the restored process.
 	asked := time.Now()

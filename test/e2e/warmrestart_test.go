@@ -211,6 +211,7 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 	full := fullName(name)
 	placeManifest(t, name, warmRestartPod(name, fmt.Sprintf("    %s: 10s\n    %s: \"2\"\n", criu.IntervalAnnotation, criu.KeepAnnotation)))
 	p := waitRunning(t, name, 90*time.Second, 0, "main")
+	images := imagesSnapshot(t)
 	var uid string
 	eventually(t, 60*time.Second, "the pod's log directory", func() error {
 		m, _ := filepath.Glob(filepath.Join(node.env["NODE_DATA"], "pod-logs", "default_"+full+"_*"))
@@ -258,6 +259,8 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 		}
 		return nil
 	})
+	waitRunning(t, name, 60*time.Second, 1, "main")
+	assertNoImageChange(t, images, "the restart of "+full+" restored from a scheduled checkpoint")
 	t.Logf("scheduled checkpoints seen: %v; the restart was restored from a scheduled one", seen)
 }
 
@@ -310,9 +313,11 @@ type restartFromCheckpoint struct {
 // to wait for attempt 2 to count. containerd's restore copies the
 // checkpointed log into the new instance's file first, so only lines after
 // the exit are attempt 2's own. It fails the test unless attempt 2 goes on
-// from the checkpointed counter without rebuilding its state.
+// from the checkpointed counter without rebuilding its state, and if the
+// restore added or changed an image name.
 func checkpointAndRestart(t *testing.T, name, full, cp string, wait time.Duration) restartFromCheckpoint {
 	t.Helper()
+	images := imagesSnapshot(t)
 	eventually(t, 30*time.Second, "main counting past 140", func() error {
 		if n := lastNumber(attemptLines(t, full, "main", 1)); n < 140 {
 			return fmt.Errorf("at %d", n)
@@ -360,5 +365,6 @@ func checkpointAndRestart(t *testing.T, name, full, cp string, wait time.Duratio
 	if _, rebuilt := findLine(after(), func(s string) bool { return s == "building" || s == "state-already-built" }); rebuilt {
 		t.Fatal("the restart ran the program from its start")
 	}
+	assertNoImageChange(t, images, "the restart of "+full+" restored from "+cp)
 	return r
 }

@@ -100,6 +100,7 @@ func TestWarmStartStaysInItsNamespace(t *testing.T) {
 	src := fullName("ns-src")
 	secret := loggedSecret(t, nsA, src, 20)
 	_, before, _ := secretLog(t, nsA, src) // the checkpoint is taken after this
+	images := imagesSnapshot(t)
 	out, err := exec.Command(node.env["SHIM_BIN"], "checkpoint", "--config", node.env["SHIM_CONFIG"],
 		"--namespace", nsA, "--pod", src, "--name", cp, "--timeout", "60s").CombinedOutput()
 	if err != nil {
@@ -126,6 +127,7 @@ func TestWarmStartStaysInItsNamespace(t *testing.T) {
 		t.Fatalf("the same-namespace warm start is at %d; the source was past %d before the checkpoint", last, before)
 	}
 	t.Logf("same namespace: restored secret %s…, counter at %d", secret[:6], last)
+	assertNoImageChange(t, images, "the warm start of "+same)
 
 	foreign := fullName("ns-foreign")
 	var refusal string
@@ -188,6 +190,7 @@ func TestWarmStartStaysInItsNamespace(t *testing.T) {
 	if sbs := sandboxesIn(t, nsB); len(sbs) != 0 {
 		t.Fatalf("RestorePod created %d sandbox(es) in %s", len(sbs), nsB)
 	}
+	assertNoImageChange(t, images, "the refused warm start of "+foreign+" and the refused RestorePod calls")
 
 	// The operator allows e2e-ns-a to e2e-ns-c: a pod there warm-starts with
 	// the secret, and e2e-ns-b is still refused.
@@ -205,6 +208,7 @@ func TestWarmStartStaysInItsNamespace(t *testing.T) {
 		t.Fatalf("%s after the allow-list of another pair: %v %v", foreign, p.Status.Phase, err)
 	}
 	assertNoSecret(t, filepath.Join(node.env["NODE_DATA"], "pod-logs"), nsB, secret)
+	assertNoImageChange(t, images, "the warm start of "+allowed)
 }
 
 // assertNoSecret fails if any file of namespace ns under dir holds the

@@ -95,6 +95,7 @@ func TestWarmStartUnderKubelet(t *testing.T) {
 	for _, c := range []string{"sidecar", "main"} {
 		before[c] = lastCounter(t, podLog(t, src, c))
 	}
+	images := imagesSnapshot(t)
 	out, err := exec.Command(node.env["SHIM_BIN"], "checkpoint", "--config", node.env["SHIM_CONFIG"],
 		"--namespace", "default", "--pod", src, "--name", cp, "--timeout", "60s").CombinedOutput()
 	if err != nil {
@@ -127,6 +128,7 @@ func TestWarmStartUnderKubelet(t *testing.T) {
 	if strings.Contains(string(b), "init ran") || !strings.Contains(string(b), "not run again") {
 		t.Fatalf("init container of the warm-started pod ran its own command again: %q", b)
 	}
+	assertNoImageChange(t, images, "the warm start of "+dst)
 	// The source keeps running.
 	if p, err := kubeletPod(t, src); err != nil || p.Status.Phase != corev1.PodRunning {
 		t.Fatalf("source pod: %v %v", p.Status.Phase, err)
