@@ -23,9 +23,11 @@ type CheckpointConfig struct {
 	// manages (made by 'cri-shim checkpoint'); 0 keeps all.
 	MaxPerPod int `toml:"max_per_pod" comment:"Checkpoints kept per pod (those made by 'cri-shim checkpoint'), oldest removed first; 0 keeps all."`
 	// MaxTotalBytes bounds the size of the managed checkpoints; 0 means no bound.
-	MaxTotalBytes int64 `toml:"max_total_bytes" comment:"Total bytes of managed checkpoints, oldest removed first; 0 means no bound."`
-	// MaxBytesPerNamespace bounds the managed checkpoints of each namespace; 0 means no bound.
-	MaxBytesPerNamespace int64 `toml:"max_bytes_per_namespace" comment:"Bytes of managed checkpoints per namespace, oldest removed first; 0 means no bound."`
+	MaxTotalBytes int64 `toml:"max_total_bytes" comment:"Total bytes of checkpoints on the node (pulled ones apart): scheduled ones are removed oldest first from the namespace furthest over its share, a PodCheckpoint beyond it fails; 0 means no bound."`
+	// MaxBytesPerNamespace is each namespace's share of the checkpoint
+	// root: scheduled checkpoints beyond it are removed oldest first, a
+	// PodCheckpoint beyond it fails; 0 means no bound.
+	MaxBytesPerNamespace int64 `toml:"max_bytes_per_namespace" comment:"Each namespace's share of the checkpoint root (its scheduled checkpoints, PodCheckpoint data and named checkpoints): scheduled ones beyond it are removed oldest first, a PodCheckpoint beyond it fails; 0 means no bound."`
 	// MinInterval is the shortest checkpoint schedule a pod's
 	// checkpoint.cri-shim.io/interval annotation gets (a pod asking more
 	// often is checkpointed at this interval): each checkpoint freezes the pod

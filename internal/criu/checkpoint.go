@@ -128,8 +128,9 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		_ = s.removeOutput(out)
 		return nil, errorf(errdefs.ErrInternal, "CheckpointPod: writing the checkpoint's manifest: %v (partial checkpoint removed)", err)
 	}
-	if opts.managed {
-		s.retain(out)
+	if err := s.retain(out, m.Pod.Namespace); err != nil {
+		_ = s.removeOutput(out)
+		return nil, errorf(err, "CheckpointPod: %v (the checkpoint was removed)", err)
 	}
 	return m, nil
 }

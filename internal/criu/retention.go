@@ -1,11 +1,14 @@
 package criu
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // Stored is a complete checkpoint found under the root.
@@ -40,27 +43,40 @@ func List(root string) (out []Stored, problems []string) {
 	return out, problems
 }
 
-// retain applies max_per_pod, max_bytes_per_namespace and max_total_bytes to
-// the managed checkpoints,
-// oldest first, never removing keep (the one just written) nor a checkpoint a
-// warm start or a warm restart is still reading.
-func (s *Service) retain(keep string) {
-	if s.cfg.MaxPerPod == 0 && s.cfg.MaxTotalBytes == 0 && s.cfg.MaxBytesPerNamespace == 0 {
-		return
-	}
+// retain applies max_per_pod, max_bytes_per_namespace and max_total_bytes
+// after keep (the checkpoint just written, in namespace ns) was written.
+//
+// Every checkpoint under the root counts: scheduled ones, PodCheckpoint
+// objects' data (pcp-*) and named ones; pulled checkpoints (oci-*) have
+// their own cap (pulledcap.go). Only scheduled (managed) checkpoints are
+// removed, oldest first, never keep nor one a warm start or a warm restart
+// is reading: first those of a namespace over its share, then, while the
+// node is over its total, those of the namespace furthest over its share,
+// so that one namespace's checkpoints never push out another's. When keep
+// is an object's data and its namespace or the node is still over its bound,
+// the error says so (ResourceExhausted); the caller removes keep.
+func (s *Service) retain(keep, ns string) error {
 	all, _ := List(s.cfg.Root)
 	s.mu.Lock()
 	inUse := s.inUseLocked()
 	s.mu.Unlock()
-	var managed []Stored
+	var counted []Stored
+	used := map[string]int64{} // bytes by namespace
+	var total int64
 	for _, c := range all {
-		if c.Manifest.Managed && !strings.HasPrefix(c.Name, PulledDirPrefix) {
-			managed = append(managed, c)
+		if strings.HasPrefix(c.Name, PulledDirPrefix) {
+			continue
 		}
+		counted = append(counted, c)
+		used[c.Manifest.Pod.Namespace] += c.Manifest.SizeBytes
+		total += c.Manifest.SizeBytes
 	}
 	removed := map[string]bool{}
+	removable := func(c Stored) bool {
+		return c.Manifest.Managed && c.Dir != keep && !inUse[c.Dir] && !removed[c.Dir]
+	}
 	remove := func(c Stored, why string) {
-		if c.Dir == keep || inUse[c.Dir] || removed[c.Dir] {
+		if !removable(c) {
 			return
 		}
 		if err := os.RemoveAll(c.Dir); err != nil {
@@ -68,15 +84,19 @@ func (s *Service) retain(keep string) {
 			return
 		}
 		removed[c.Dir] = true
+		used[c.Manifest.Pod.Namespace] -= c.Manifest.SizeBytes
+		total -= c.Manifest.SizeBytes
 		s.metrics.retentionRemove.Inc()
 		s.log.Info("checkpoint: retention removed a checkpoint", "path", c.Dir, "pod", c.Manifest.Pod.Namespace+"/"+c.Manifest.Pod.Name,
 			"age", time.Since(c.Manifest.CheckpointedAt).Round(time.Second).String(), "why", why)
 	}
 	if n := s.cfg.MaxPerPod; n > 0 {
 		perPod := map[string][]Stored{}
-		for _, c := range managed {
-			k := c.Manifest.Pod.Namespace + "/" + c.Manifest.Pod.Name
-			perPod[k] = append(perPod[k], c)
+		for _, c := range counted {
+			if c.Manifest.Managed {
+				k := c.Manifest.Pod.Namespace + "/" + c.Manifest.Pod.Name
+				perPod[k] = append(perPod[k], c)
+			}
 		}
 		for _, cs := range perPod {
 			for i := 0; i < len(cs)-n; i++ {
@@ -84,38 +104,49 @@ func (s *Service) retain(keep string) {
 			}
 		}
 	}
-	// trim removes the oldest of cs (oldest first) until the rest fit in max bytes.
-	trim := func(cs []Stored, max int64, why string) {
-		var total int64
-		for _, c := range cs {
-			if !removed[c.Dir] {
-				total += c.Manifest.SizeBytes
+	share := s.cfg.MaxBytesPerNamespace
+	if share > 0 {
+		for _, c := range counted { // oldest first
+			if used[c.Manifest.Pod.Namespace] > share {
+				remove(c, "max_bytes_per_namespace")
 			}
-		}
-		for _, c := range cs {
-			if total <= max {
-				return
-			}
-			if removed[c.Dir] {
-				continue
-			}
-			if remove(c, why); removed[c.Dir] {
-				total -= c.Manifest.SizeBytes
-			}
-		}
-	}
-	if max := s.cfg.MaxBytesPerNamespace; max > 0 {
-		perNS := map[string][]Stored{}
-		for _, c := range managed {
-			perNS[c.Manifest.Pod.Namespace] = append(perNS[c.Manifest.Pod.Namespace], c)
-		}
-		for _, cs := range perNS {
-			trim(cs, max, "max_bytes_per_namespace")
 		}
 	}
 	if max := s.cfg.MaxTotalBytes; max > 0 {
-		trim(managed, max, "max_total_bytes")
+		for total > max {
+			// The namespace furthest over its share (or the largest,
+			// without shares) that still has a removable checkpoint.
+			victim, found := Stored{}, false
+			var worst int64
+			for _, c := range counted {
+				if !removable(c) {
+					continue
+				}
+				over := used[c.Manifest.Pod.Namespace] - share
+				if !found || over > worst {
+					victim, worst, found = c, over, true
+				}
+			}
+			if !found {
+				break
+			}
+			remove(victim, "max_total_bytes")
+			if !removed[victim.Dir] {
+				break // could not be removed: do not loop on it
+			}
+		}
 	}
+	if !strings.HasPrefix(filepath.Base(keep), ObjectDirPrefix) {
+		return nil
+	}
+	if share > 0 && used[ns] > share {
+		return fmt.Errorf("%w: namespace %s holds %d bytes of checkpoints, more than its share of %d (checkpoint.max_bytes_per_namespace); delete some of its PodCheckpoints",
+			errdefs.ErrResourceExhausted, ns, used[ns], share)
+	}
+	if max := s.cfg.MaxTotalBytes; max > 0 && total > max {
+		return fmt.Errorf("%w: the node holds %d bytes of checkpoints, more than checkpoint.max_total_bytes (%d)", errdefs.ErrResourceExhausted, total, max)
+	}
+	return nil
 }
 
 // inUseLocked are the checkpoint directories a warm start or a warm restart

@@ -94,6 +94,9 @@ func (c *checker) checkMount(image string, m *mnt.MntEntry) error {
 		case sm != nil && key == mp:
 		case key == "/dev/null" && slices.Contains(linuxPaths(spec, true), mp):
 		case c.isDevice(mp) && key == mp:
+		case key == mp && under(mp, specMountsOfType(spec, "cgroup")):
+			// cgroup v1 without a cgroup namespace: runc binds each
+			// controller's directory below the spec's cgroup mount.
 		default:
 			return refuse(image, field, "an external mount (key %q) where the container has none of that source", key)
 		}

@@ -51,30 +51,18 @@ const (
 // are the spec's user and capability sets, it is in the spec's namespaces,
 // and the mounts are the spec's.
 func ForSpec(spec *specs.Spec) *Images {
-	host := &criucore.TaskKobjIdsEntry{VmId: u32(1), FilesId: u32(1), FsId: u32(1), SighandId: u32(1)}
-	ids := proto.Clone(host).(*criucore.TaskKobjIdsEntry)
+	ids := &criucore.TaskKobjIdsEntry{VmId: u32(1), FilesId: u32(1), FsId: u32(1), SighandId: u32(1)}
+	nsField := map[specs.LinuxNamespaceType]**uint32{
+		specs.PIDNamespace: &ids.PidNsId, specs.NetworkNamespace: &ids.NetNsId, specs.IPCNamespace: &ids.IpcNsId,
+		specs.UTSNamespace: &ids.UtsNsId, specs.MountNamespace: &ids.MntNsId, specs.UserNamespace: &ids.UserNsId,
+		specs.CgroupNamespace: &ids.CgroupNsId, specs.TimeNamespace: &ids.TimeNsId,
+	}
 	setNS := func(t specs.LinuxNamespaceType, v uint32) {
-		switch t {
-		case specs.PIDNamespace:
-			ids.PidNsId = u32(v)
-		case specs.NetworkNamespace:
-			ids.NetNsId = u32(v)
-		case specs.IPCNamespace:
-			ids.IpcNsId = u32(v)
-		case specs.UTSNamespace:
-			ids.UtsNsId = u32(v)
-		case specs.MountNamespace:
-			ids.MntNsId = u32(v)
-		case specs.UserNamespace:
-			ids.UserNsId = u32(v)
-		case specs.CgroupNamespace:
-			ids.CgroupNsId = u32(v)
-		case specs.TimeNamespace:
-			ids.TimeNsId = u32(v)
+		if f := nsField[t]; f != nil {
+			*f = u32(v)
 		}
 	}
-	for _, t := range []specs.LinuxNamespaceType{specs.PIDNamespace, specs.NetworkNamespace, specs.IPCNamespace, specs.UTSNamespace,
-		specs.MountNamespace, specs.UserNamespace, specs.CgroupNamespace, specs.TimeNamespace} {
+	for t := range nsField {
 		setNS(t, HostNS)
 	}
 	hostIDs := proto.Clone(ids).(*criucore.TaskKobjIdsEntry)
