@@ -130,6 +130,17 @@ func DataDir(pc *cpv1.PodCheckpoint) string { return criu.ObjectDirPrefix + stri
 
 func key(ns, name string) string { return ns + "/" + name }
 
+// dataDirs are the data directories of the objects the reconciler knows.
+func (r *Reconciler) dataDirs() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]bool, len(r.objects))
+	for _, pc := range r.objects {
+		out[DataDir(pc)] = true
+	}
+	return out
+}
+
 // Observe records an object a watch saw and queues it.
 func (r *Reconciler) Observe(pc *cpv1.PodCheckpoint) {
 	k := key(pc.Namespace, pc.Name)

@@ -46,7 +46,9 @@ func NewWatches(c *Client, rt Runtime, r *Reconciler, node string, log *slog.Log
 // Run keeps the watches until ctx ends.
 func (w *Watches) Run(ctx context.Context) {
 	held := fields.OneTermEqualSelector("status.nodeName", w.node).String()
-	go w.informer(func(o *metav1.ListOptions) { o.FieldSelector = held }).Run(ctx.Done())
+	heldInf := w.informer(func(o *metav1.ListOptions) { o.FieldSelector = held })
+	go heldInf.Run(ctx.Done())
+	go w.sweepOrphans(ctx, heldInf)
 
 	var keys []string
 	var stop context.CancelFunc = func() {}
