@@ -27,7 +27,7 @@ func (c *checker) checkCgroup() error {
 			return refuse(name, "controllers.dirs", "controller %v has %d top directories; a container's tasks are in one", ctl.GetCnames(), len(ctl.GetDirs()))
 		}
 		for _, d := range ctl.GetDirs() {
-			if err := checkCgroupDir(name, d); err != nil {
+			if err := checkCgroupDir(name, d, true); err != nil {
 				return err
 			}
 			for _, n := range ctl.GetCnames() {
@@ -61,9 +61,12 @@ func (c *checker) checkCgroup() error {
 // to others: CRIU applies a directory's and its files' owner and mode as it
 // finds them in the image, on directories that exist too (criu/cgroup.c,
 // restore_perms). Root's, and writable by root only, is what runc creates.
-// Properties are written only to directories the restore creates (below
-// the container's), whose limits the kernel keeps within their parent's.
-func checkCgroupDir(image string, d *cgroup.CgroupDirEntry) error {
+// Properties, and their permissions, are written only to directories the
+// restore creates (below the container's), whose limits the kernel keeps
+// within their parent's; the container's own directory exists, and its
+// properties are not applied (CRIU 4 records them with unset permissions,
+// e.g. freezer.state owned by 21845:1804961456, on this stack).
+func checkCgroupDir(image string, d *cgroup.CgroupDirEntry, top bool) error {
 	field := "dir " + d.GetDirName()
 	if why := checkPath(d.GetDirName()); why != "" {
 		return refuse(image, field, "%s", why)
@@ -72,12 +75,15 @@ func checkCgroupDir(image string, d *cgroup.CgroupDirEntry) error {
 		return err
 	}
 	for _, p := range d.GetProperties() {
+		if top {
+			break
+		}
 		if err := checkCgroupPerms(image, field+" properties "+p.GetName()+" perms", p.Perms); err != nil {
 			return err
 		}
 	}
 	for _, ch := range d.GetChildren() {
-		if err := checkCgroupDir(image, ch); err != nil {
+		if err := checkCgroupDir(image, ch, false); err != nil {
 			return err
 		}
 	}
