@@ -22,6 +22,7 @@ func (c *checker) checkCgroup() error {
 		return asRefusal(name, err)
 	}
 	tops := map[string]string{} // controller name -> its top directory
+	c.cgroupTops = map[string]bool{}
 	for _, ctl := range e.GetControllers() {
 		if len(ctl.GetDirs()) > 1 {
 			return refuse(name, "controllers.dirs", "controller %v has %d top directories; a container's tasks are in one", ctl.GetCnames(), len(ctl.GetDirs()))
@@ -33,6 +34,7 @@ func (c *checker) checkCgroup() error {
 			for _, n := range ctl.GetCnames() {
 				tops[n] = d.GetDirName()
 			}
+			c.cgroupTops["/"+strings.TrimPrefix(d.GetDirName(), "/")] = true
 		}
 	}
 	for _, set := range e.GetSets() {

@@ -170,6 +170,9 @@ type checker struct {
 	root    nsIDs               // the root task's namespaces
 	criuIDs nsIDs               // CRIU's own namespaces (inventory root_ids)
 	tids    []uint32            // every thread of the tree
+	// cgroupTops are the container's cgroup directories (cgroup.img), as
+	// the root a cgroup mount shows.
+	cgroupTops map[string]bool
 	// pids are the processes of the tree.
 	pids map[uint32]bool
 	// fileIDs are the IDs of files.img's entries.

@@ -109,9 +109,19 @@ func (c *checker) checkMount(image string, m *mnt.MntEntry) error {
 	switch {
 	case sm != nil && sm.Type == typ:
 	case typ == "cgroup" && under(mp, specMountsOfType(spec, "cgroup")):
-		// cgroup v1: one mount per controller below the spec's cgroup mount.
+		// cgroup v1: one mount per controller below the spec's cgroup
+		// mount, of the container's own cgroup (cgroup.img's directory),
+		// with that mount's flags.
+		if len(c.cgroupTops) > 0 && !c.cgroupTops[m.GetRoot()] {
+			return refuse(image, field+" root", "%q is not the container's cgroup", m.GetRoot())
+		}
+		return checkFlags(image, field, m, specMount(spec, parentOf(mp, specMountsOfType(spec, "cgroup"))), spec, mp)
 	case typ == "tmpfs" && sm != nil && sm.Type == "cgroup":
-		// cgroup v1: the tmpfs holding the controllers' mounts.
+		// cgroup v1: the tmpfs holding the controllers' mounts, which runc
+		// mounts with its default flags, not the spec's read-only
+		// (libcontainer/rootfs_linux.go, mountCgroupV1); the controllers'
+		// mounts below keep it.
+		return checkFlags(image, field, m, &specs.Mount{Options: []string{"nosuid", "nodev", "noexec"}}, spec, mp)
 	case slices.Contains(linuxPaths(spec, false), mp) || slices.Contains(linuxPaths(spec, true), mp):
 		// runc's read-only remounts and masked directories.
 		if m.GetFlags()&unix.MS_RDONLY == 0 {
@@ -197,6 +207,16 @@ func linuxPaths(spec *specs.Spec, masked bool) []string {
 		out[i] = path.Clean(p)
 	}
 	return out
+}
+
+// parentOf is the one of dirs p is below, or "".
+func parentOf(p string, dirs []string) string {
+	for _, d := range dirs {
+		if strings.HasPrefix(p, d+"/") {
+			return d
+		}
+	}
+	return ""
 }
 
 func under(p string, dirs []string) bool {

@@ -153,7 +153,9 @@ func ociAction(a specs.LinuxSeccompAction) uint32 {
 	return retAllow
 }
 
-// specVerdict is the profile's action for a call; where several rules match,
+// specVerdict is the profile's action for a call (arg32: the ABI's
+// arguments are 32 bits wide, as libseccomp compares them for i386, arm and
+// x32, whose arch-x32.c is ARCH_SIZE_32); where several rules match,
 // the most permissive counts, so that only what the profile surely denies
 // is asked of the chain.
 func specVerdict(prof *specs.LinuxSeccomp, name string, args *[6]uint64, arg32 bool) uint32 {
@@ -280,7 +282,7 @@ func checkChain(image string, filters []*seccompFilter, prof *specs.LinuxSeccomp
 			for _, args := range argSamples(prof, name) {
 				want := uint32(retKillThread)
 				if inProfile {
-					want = specVerdict(prof, name, args, info == arch.I386 || info == arch.ARM)
+					want = specVerdict(prof, name, args, info == arch.I386 || info == arch.ARM || info == arch.X32)
 				}
 				if lets(want) {
 					continue

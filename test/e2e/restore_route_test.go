@@ -32,10 +32,6 @@ func memCfg(name string) *runtimeapi.ContainerConfig {
 // image, annotations and labels. The CRIU images and the rest are kept.
 func tamperArchive(t testing.TB, archive string) {
 	t.Helper()
-	in, err := os.ReadFile(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
 	edit := map[string]func(map[string]any){
 		"config.dump": func(m map[string]any) {
 			m["rootfsImageName"] = "docker.io/library/evil:latest"
@@ -63,10 +59,35 @@ func tamperArchive(t testing.TB, archive string) {
 			m["labels"] = map[string]any{"evil.example/label": "status"}
 		},
 	}
+	edited := 0
+	rewriteArchive(t, archive, func(h *tar.Header, body []byte) ([]byte, bool) {
+		if f := edit[h.Name]; f != nil {
+			var m map[string]any
+			if err := json.Unmarshal(body, &m); err != nil {
+				t.Fatalf("%s: %v", h.Name, err)
+			}
+			f(m)
+			body, _ = json.Marshal(m)
+			edited++
+		}
+		return body, true
+	}, nil)
+	if edited != len(edit) {
+		t.Fatalf("edited %d of the archive's dump files, want %d", edited, len(edit))
+	}
+}
+
+// rewriteArchive rewrites a tar archive in place: each member through
+// member (its new body, or false to drop it), then what add writes.
+func rewriteArchive(t testing.TB, archive string, member func(*tar.Header, []byte) ([]byte, bool), add func(*tar.Writer)) {
+	t.Helper()
+	in, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out bytes.Buffer
 	tw := tar.NewWriter(&out)
 	tr := tar.NewReader(bytes.NewReader(in))
-	edited := 0
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -79,24 +100,21 @@ func tamperArchive(t testing.TB, archive string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f := edit[h.Name]; f != nil {
-			var m map[string]any
-			if err := json.Unmarshal(body, &m); err != nil {
-				t.Fatalf("%s: %v", h.Name, err)
-			}
-			f(m)
-			body, _ = json.Marshal(m)
-			h.Size = int64(len(body))
-			edited++
+		body, keep := member(h, body)
+		if !keep {
+			continue
 		}
+		h.Size = int64(len(body))
 		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
 		}
 		tw.Write(body)
 	}
-	tw.Close()
-	if edited != len(edit) {
-		t.Fatalf("edited %d of the archive's dump files, want %d", edited, len(edit))
+	if add != nil {
+		add(tw)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(archive+".new", out.Bytes(), 0o600); err != nil {
 		t.Fatal(err)

@@ -284,7 +284,12 @@ func Decode[M proto.Message](b []byte, newMsg func() M) ([]M, error) {
 	if len(b) < 8 {
 		return nil, fmt.Errorf("%d bytes is not an image", len(b))
 	}
-	b = b[8:]
+	mg := magic.LoadMagic()
+	if first := uint64(binary.LittleEndian.Uint32(b)); first == mg.ByName["IMG_COMMON"] || first == mg.ByName["IMG_SERVICE"] {
+		b = b[8:]
+	} else {
+		b = b[4:] // the image's own magic only (the inventory)
+	}
 	var out []M
 	for len(b) > 0 {
 		if len(b) < 4 {

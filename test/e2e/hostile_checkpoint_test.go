@@ -1,0 +1,282 @@
+package e2e
+
+import (
+	"archive/tar"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/creds"
+	criucore "github.com/checkpoint-restore/go-criu/v8/crit/images/criu-core"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fown"
+	ghostfile "github.com/checkpoint-restore/go-criu/v8/crit/images/ghost-file"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/inventory"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/regfile"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/seccomp"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
+)
+
+// lockedDownCfg is the counter as a locked-down container of user uid:
+// every capability dropped, no privilege escalation, the RuntimeDefault
+// seccomp profile. (CRIU cannot checkpoint a process of another user than
+// root on this machine: its prlimit of the task needs CAP_SYS_RESOURCE,
+// which the environment lacks; shared/NODE-STACK.md.)
+func lockedDownCfg(name string, uid int64) *runtimeapi.ContainerConfig {
+	c := counterCfg(name)
+	sc := c.Linux.SecurityContext
+	sc.RunAsUser = &runtimeapi.Int64Value{Value: uid}
+	sc.Capabilities = &runtimeapi.Capability{DropCapabilities: []string{"ALL"}}
+	sc.NoNewPrivs = true
+	sc.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
+	return c
+}
+
+// ckptImages is a container archive's CRIU images, by file name.
+type ckptImages map[string][]byte
+
+// editArchive rewrites the CRIU images (checkpoint/*) of a container
+// archive with edit; the rest of the archive is kept.
+func editArchive(t testing.TB, archive string, edit func(ckptImages)) {
+	t.Helper()
+	imgs := ckptImages{}
+	rewriteArchive(t, archive, func(h *tar.Header, body []byte) ([]byte, bool) {
+		if strings.HasPrefix(h.Name, "checkpoint/") && h.Typeflag == tar.TypeReg {
+			imgs[strings.TrimPrefix(h.Name, "checkpoint/")] = body
+			return nil, false
+		}
+		return body, true
+	}, func(tw *tar.Writer) {
+		edit(imgs)
+		for name, body := range imgs {
+			tw.WriteHeader(&tar.Header{Name: "checkpoint/" + name, Mode: 0o600, Size: int64(len(body)), Typeflag: tar.TypeReg, ModTime: time.Now()})
+			tw.Write(body)
+		}
+	})
+}
+
+// editCore applies edit to the core image of the tree's first process.
+func editCore(edit func(*criucore.CoreEntry)) func(t testing.TB, imgs ckptImages) {
+	return func(t testing.TB, imgs ckptImages) {
+		name := firstCore(t, imgs)
+		cs, err := criutest.Decode(imgs[name], func() *criucore.CoreEntry { return new(criucore.CoreEntry) })
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		edit(cs[0])
+		b, err := criutest.Encode("CORE", cs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		imgs[name] = b
+	}
+}
+
+func firstCore(t testing.TB, imgs ckptImages) string {
+	for _, n := range []string{"core-1.img"} {
+		if imgs[n] != nil {
+			return n
+		}
+	}
+	t.Fatalf("no core-1.img among %d images", len(imgs))
+	return ""
+}
+
+func credsOf(c *criucore.CoreEntry) *creds.CredsEntry { return c.ThreadCore.Creds }
+
+// TestHostileCheckpointsAreRefused (issue 28, item 1, on the real stack): a
+// locked-down container is checkpointed; its CRIU images are edited as an
+// attacker who can write the archive would, one edit per checkpoint, and
+// each is restored through the shim. Each restore is refused naming the
+// field, and leaves nothing: no sandbox, no staged files, no image. The
+// unedited checkpoint restores and runs (the positive control), and so does
+// one whose dump files name another image (those are never read).
+func TestHostileCheckpointsAreRefused(t *testing.T) {
+	needNode(t)
+	pauseKubelet(t)
+	rt := runtimeClient(t, node.env["SHIM_SOCK"])
+	cfg := lockedDownCfg("main", 0)
+	sb, ids, logs := startPod(t, rt, "hostile-src", cfg)
+	eventually(t, 30*time.Second, "the counter counting", func() error {
+		if len(counters(t, filepath.Join(logs, "main.log"))) < 3 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	last := lastCounter(t, filepath.Join(logs, "main.log")) // reached before the checkpoint
+	src := newCheckpointDir(t, "hostile-src")
+	if _, err := rt.CheckpointPod(ctxT(t, 2*time.Minute), &runtimeapi.CheckpointPodRequest{PodSandboxId: sb, OutputPath: src, ContainerIds: []string{ids["main"]}}); err != nil {
+		if m := regexp.MustCompile(`path= (\S+\.log)`).FindStringSubmatch(err.Error()); m != nil {
+			if b, rerr := os.ReadFile(m[1]); rerr == nil {
+				t.Logf("%s:\n%s", m[1], lastLines(string(b), 30))
+			}
+		}
+		t.Fatal(err)
+	}
+	removePod(rt, sb)
+
+	var restoredLogs string
+	restore := func(t *testing.T, dir, name string, uid int64) (string, error) {
+		l := filepath.Join(t.TempDir(), "logs")
+		restoredLogs = l
+		os.MkdirAll(l, 0o755)
+		rr, err := rt.RestorePod(ctxT(t, 2*time.Minute), &runtimeapi.RestorePodRequest{CheckpointPath: dir,
+			Config: sandboxCfg(name, name+"-uid", l), ContainerConfigs: []*runtimeapi.ContainerConfig{lockedDownCfg("main", uid)}})
+		if err != nil {
+			return "", err
+		}
+		t.Cleanup(func() { removePod(rt, rr.PodSandboxId) })
+		_, err = rt.StartContainer(ctxT(t, 2*time.Minute), &runtimeapi.StartContainerRequest{ContainerId: rr.RestoredContainers[0].ContainerId})
+		return rr.PodSandboxId, err
+	}
+
+	t.Run("unedited", func(t *testing.T) {
+		t0 := time.Now()
+		if _, err := restore(t, src, "hostile-control", 0); err != nil {
+			t.Fatalf("the unedited checkpoint was not restored: %v", err)
+		}
+		waitLine(t, filepath.Join(restoredLogs, "main.log"), t0, 30*time.Second, "the restored counter counting")
+		if _, first := countersSince(t, filepath.Join(restoredLogs, "main.log"), t0); first < last {
+			t.Fatalf("the restored process counted %d first, the checkpointed one had reached %d: not a restore", first, last)
+		}
+	})
+
+	add := func(set func(*creds.CredsEntry, []uint32)) func(*criucore.CoreEntry) {
+		return func(c *criucore.CoreEntry) { set(credsOf(c), criutest.Caps("CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH")) }
+	}
+	cases := []struct {
+		name  string
+		edit  func(testing.TB, ckptImages)
+		field string
+		uid   int64 // the restoring pod's user
+	}{
+		{"effective capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapEff = w })), "cap_eff", 0},
+		{"permitted capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapPrm = w })), "cap_prm", 0},
+		{"inheritable capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapInh = w })), "cap_inh", 0},
+		{"bounding set raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapBnd = w })), "cap_bnd", 0},
+		{"ambient capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapAmb = w })), "cap_amb", 0},
+		// The images as they are (uid 0), restored by a pod that runs as
+		// 1000 (runAsNonRoot): the restoring pod's spec is the measure.
+		{"uid 0 in a pod running as 1000", func(testing.TB, ckptImages) {}, "creds.uid", 1000},
+		{"no_new_privs cleared", editCore(func(c *criucore.CoreEntry) { credsOf(c).NoNewPrivs = proto.Uint32(0) }), "no_new_privs", 0},
+		{"seccomp removed", editCore(func(c *criucore.CoreEntry) {
+			c.ThreadCore.SeccompMode = criucore.SeccompMode_disabled.Enum()
+			c.ThreadCore.SeccompFilter = nil
+		}), "seccomp_mode", 0},
+		{"seccomp filter replaced by allow-all", func(t testing.TB, imgs ckptImages) {
+			b, err := criutest.Encode("SECCOMP", &seccomp.SeccompEntry{SeccompFilters: []*seccomp.SeccompFilter{{Filter: criutest.AllowAll()}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			imgs["seccomp.img"] = b
+			editCore(func(c *criucore.CoreEntry) { c.ThreadCore.SeccompFilter = proto.Uint32(0) })(t, imgs)
+		}, "seccomp_filters", 0},
+		{"the host's mount namespace", func(t testing.TB, imgs ckptImages) {
+			inv, err := criutest.Decode(imgs["inventory.img"], func() *inventory.InventoryEntry { return new(inventory.InventoryEntry) })
+			if err != nil || len(inv) != 1 {
+				t.Fatalf("inventory.img: %v", err)
+			}
+			editCore(func(c *criucore.CoreEntry) {
+				if c.Ids != nil { // CRIU 4 keeps them in ids-1.img
+					c.Ids.MntNsId = proto.Uint32(inv[0].RootIds.GetMntNsId())
+				}
+			})(t, imgs)
+			if b := imgs["ids-1.img"]; b != nil {
+				ids, _ := criutest.Decode(b, func() *criucore.TaskKobjIdsEntry { return new(criucore.TaskKobjIdsEntry) })
+				ids[0].MntNsId = proto.Uint32(inv[0].RootIds.GetMntNsId())
+				imgs["ids-1.img"], _ = criutest.Encode("IDS", ids[0])
+			}
+		}, "mnt_ns_id", 0},
+		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) {
+			fs, err := criutest.Decode(imgs["files.img"], func() *fdinfo.FileEntry { return new(fdinfo.FileEntry) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(1 << 20), Reg: &regfile.RegFileEntry{
+				Id: proto.Uint32(1 << 20), Flags: proto.Uint32(0), Pos: proto.Uint64(0), Name: proto.String("/../../../../etc/shadow"),
+				Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}})
+			var ms []proto.Message
+			for _, f := range fs {
+				ms = append(ms, f)
+			}
+			imgs["files.img"], err = criutest.Encode("FILES", ms...)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}, "reg.name", 0},
+		{"a block device node", func(t testing.TB, imgs ckptImages) {
+			b, err := criutest.Encode("GHOST_FILE", &ghostfile.GhostFileEntry{Uid: proto.Uint32(0), Gid: proto.Uint32(0),
+				Mode: proto.Uint32(unix.S_IFBLK | 0o666), Rdev: proto.Uint32(uint32(unix.Mkdev(8, 0)))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			imgs["ghost-file-99.img"] = b
+		}, "device node", 0},
+		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0},
+	}
+	before := imagesSnapshot(t)
+	staging := filepath.Join(node.env["CHECKPOINTS"], ".restore-staging")
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := newCheckpointDir(t, fmt.Sprintf("hostile-%d", i))
+			copyTree(t, src, dir)
+			archives, _ := filepath.Glob(filepath.Join(dir, "containers", "*.tar"))
+			if len(archives) != 1 {
+				t.Fatalf("archives: %v", archives)
+			}
+			editArchive(t, archives[0], func(imgs ckptImages) { tc.edit(t, imgs) })
+			name := fmt.Sprintf("hostile-r%d", i)
+			_, err := restore(t, dir, name, tc.uid)
+			if err == nil {
+				t.Fatalf("restored; want it refused naming %q", tc.field)
+			}
+			if !strings.Contains(err.Error(), "checkpoint refused") || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("want a refusal naming %q, got %v", tc.field, err)
+			}
+			sbs, err := rt.ListPodSandbox(ctxT(t, 30*time.Second), &runtimeapi.ListPodSandboxRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range sbs.Items {
+				if s.GetMetadata().GetName() == name {
+					t.Fatalf("the refused restore left sandbox %s (%v)", s.Id, s.State)
+				}
+			}
+			if ents, _ := os.ReadDir(staging); len(ents) > 0 {
+				t.Fatalf("the refused restore left %d staged restores in %s", len(ents), staging)
+			}
+		})
+	}
+	assertNoImageChange(t, before, "hostile checkpoint restores")
+}
+
+// copyTree copies a checkpoint directory.
+func copyTree(t testing.TB, from, to string) {
+	t.Helper()
+	err := filepath.Walk(from, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(dst, 0o700)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, fi.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
