@@ -167,6 +167,21 @@ func (r *Reconciler) Forget(ns, name string) {
 	r.mu.Unlock()
 }
 
+// prune forgets every object held does not report held (namespace, name),
+// and returns how many.
+func (r *Reconciler) prune(held func(ns, name string) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for k, pc := range r.objects {
+		if !held(pc.Namespace, pc.Name) {
+			delete(r.objects, k)
+			n++
+		}
+	}
+	return n
+}
+
 // Lookup returns the newest copy seen of an object, nil if none: the
 // restore path's view, never a call to the API server.
 func (r *Reconciler) Lookup(ns, name string) *cpv1.PodCheckpoint {

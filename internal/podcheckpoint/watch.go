@@ -62,7 +62,10 @@ func (w *Watches) Run(ctx context.Context) {
 		} else if !slices.Equal(now, keys) {
 			stop()
 			keys = now
-			stop = w.sources(ctx, keys)
+			var src cache.SharedIndexInformer
+			var srcCtx context.Context
+			stop, src, srcCtx = w.sources(ctx, keys)
+			go w.pruneAfterSync(srcCtx, heldInf, src)
 		}
 		select {
 		case <-ctx.Done():
@@ -73,15 +76,48 @@ func (w *Watches) Run(ctx context.Context) {
 }
 
 // sources runs the informer of the objects whose source pods are keys
-// until the returned function is called; none for no keys.
-func (w *Watches) sources(ctx context.Context, keys []string) context.CancelFunc {
+// until the returned function is called; none (nil) for no keys.
+// It also returns the context the informer runs in.
+func (w *Watches) sources(ctx context.Context, keys []string) (context.CancelFunc, cache.SharedIndexInformer, context.Context) {
 	if len(keys) == 0 {
-		return func() {}
+		return func() {}, nil, ctx
 	}
 	sel := sourceSelector(keys)
 	ctx, cancel := context.WithCancel(ctx)
-	go w.informer(func(o *metav1.ListOptions) { o.LabelSelector = sel }).Run(ctx.Done())
-	return cancel
+	inf := w.informer(func(o *metav1.ListOptions) { o.LabelSelector = sel })
+	go inf.Run(ctx.Done())
+	return cancel, inf, ctx
+}
+
+// pruneAfterSync makes the reconciler forget the objects that neither held
+// nor src (the sources informer just started; nil for none) holds, once
+// both have synced (ctx: src's, which ends when src is replaced): the objects of a source-pod set the node no longer has
+// are not kept (their watch was cancelled), so that restore by name never
+// answers from a copy no watch updates any more. An object the node still
+// has to do with is in one of the two stores.
+func (w *Watches) pruneAfterSync(ctx context.Context, held, src cache.SharedIndexInformer) {
+	synced := []cache.InformerSynced{held.HasSynced}
+	if src != nil {
+		synced = append(synced, src.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return // stopped (ctx, or src replaced: its successor prunes)
+	}
+	stores := []cache.Store{held.GetStore()}
+	if src != nil {
+		stores = append(stores, src.GetStore())
+	}
+	n := w.r.prune(func(ns, name string) bool {
+		for _, st := range stores {
+			if _, ok, _ := st.GetByKey(ns + "/" + name); ok {
+				return true
+			}
+		}
+		return false
+	})
+	if n > 0 {
+		w.log.Info("podcheckpoint: forgot objects no watch of the node holds any more", "objects", n)
+	}
 }
 
 // sourceSelector selects the objects whose source-pod key is one of keys.
