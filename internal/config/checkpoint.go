@@ -54,6 +54,12 @@ type CheckpointConfig struct {
 	// reference (which a pod names) may make the node pull from; empty
 	// refuses every image reference (docs/checkpoint-oci.md).
 	Registries []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused)."`
+	// RestoreProvenance decides which checkpoints a restore from an image
+	// reference may pull: "cluster" (default) only those a node of this
+	// cluster exported, recorded in a PodCheckpoint's status in the pod's
+	// namespace (or one it may restore from), which needs [kubernetes];
+	// "any": whatever the allowed registries serve (docs/security.md).
+	RestoreProvenance string `toml:"restore_provenance" comment:"Which checkpoints a restore from an image reference pulls: cluster (default: only those a node of this cluster exported, as a PodCheckpoint's status.export.digest in the pod's namespace or one it may restore from; needs [kubernetes]) or any (whatever the allowed registries serve)."`
 	// RegistryAuthFile is the node's docker config.json, used after a pod's
 	// image pull secrets; empty: the default keychain ($DOCKER_CONFIG or
 	// ~/.docker/config.json of the shim's user).
@@ -106,6 +112,24 @@ type NamespacePair struct {
 // RestoreAllowed reports whether restore_namespace_allow lets pods of
 // namespace to restore checkpoints of pods of namespace from (the same
 // namespace is always allowed by the restore itself, not by this list).
+// Restore provenance values.
+const (
+	ProvenanceCluster = "cluster"
+	ProvenanceAny     = "any"
+)
+
+// SourceNamespaces are the namespaces pods of to may restore checkpoints of:
+// its own, then those restore_namespace_allow names.
+func (c CheckpointConfig) SourceNamespaces(to string) []string {
+	out := []string{to}
+	for _, p := range c.RestoreNamespaceAllow {
+		if p.To == to && p.From != to {
+			out = append(out, p.From)
+		}
+	}
+	return out
+}
+
 func (c CheckpointConfig) RestoreAllowed(from, to string) bool {
 	for _, p := range c.RestoreNamespaceAllow {
 		if p.From == from && p.To == to {
@@ -169,6 +193,9 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 	}
 	if f := c.RegistryAuthFile; f != "" && !filepath.IsAbs(f) {
 		bad("checkpoint.registry_auth_file", "must be an absolute path or empty, got %q", f)
+	}
+	if c.RestoreProvenance != ProvenanceCluster && c.RestoreProvenance != ProvenanceAny {
+		bad("checkpoint.restore_provenance", "must be %q or %q, got %q", ProvenanceCluster, ProvenanceAny, c.RestoreProvenance)
 	}
 	if c.PullMaxBytes <= 0 {
 		bad("checkpoint.pull_max_bytes", "must be above 0, got %d", c.PullMaxBytes)

@@ -194,6 +194,7 @@ func DefaultConfig() Config {
 			// than this of another's (docs/security.md).
 			MaxBytesPerNamespace: 5 << 30,
 			MinInterval:          Duration{5 * time.Minute},
+			RestoreProvenance:    "cluster",
 			PullMaxBytes:         16 << 30,
 			PullMaxTotalBytes:    64 << 30,
 			PullTimeout:          Duration{30 * time.Minute},

@@ -46,6 +46,11 @@ type RestorePullConfig struct {
 	// they are fetched (criu's ReservePulled: the node-wide cap on pulled
 	// checkpoints); see PullOptions.Reserve.
 	Reserve func(total int64) (release func(), err error)
+	// Provenance, if set, is asked, before anything is fetched, whether
+	// a pod of namespace ns may restore the checkpoint whose image index
+	// has digest (podcheckpoint.Provenance: one this cluster exported);
+	// its error (errdefs class) answers the restore.
+	Provenance func(ctx context.Context, ns, digest string) error
 	// Transport replaces the HTTP transport (tests).
 	Transport http.RoundTripper
 	Log       *slog.Logger
@@ -110,6 +115,11 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 	d, allowed, err := ParseRestoreRef(ref, p.cfg.Registries)
 	if err != nil {
 		return "", err
+	}
+	if p.cfg.Provenance != nil {
+		if err := p.cfg.Provenance(ctx, ns, d.DigestStr()); err != nil {
+			return "", err
+		}
 	}
 	dirName := criu.PulledDir(strings.TrimPrefix(d.DigestStr(), "sha256:"))
 	dir := filepath.Join(p.cfg.Root, dirName)

@@ -477,3 +477,33 @@ func pushWithLogin(t *testing.T, r *testRegistry) *Pushed {
 	must(t, err)
 	return p0
 }
+
+// Provenance is judged before the registry is asked anything: a digest the
+// check refuses is answered with its error, and nothing is fetched; one it
+// accepts is pulled.
+func TestRestorePullProvenanceBeforeAnyByte(t *testing.T) {
+	r := newTestRegistry(t)
+	root, ref := pushed(t, r)
+	var asked []string
+	p := puller(r, root, func(c *RestorePullConfig) {
+		c.Provenance = func(_ context.Context, ns, digest string) error {
+			asked = append(asked, ns+" "+digest)
+			if digest == ref[strings.LastIndex(ref, "@")+1:] && ns == "default" {
+				return nil
+			}
+			return fmt.Errorf("%w: not exported by this cluster", errdefs.ErrPermissionDenied)
+		}
+	})
+	r.tr.rewrite = func(*http.Request, []byte) []byte { t.Error("the registry was asked for a refused digest"); return nil }
+	other := ref[:strings.LastIndex(ref, "@")+1] + "sha256:" + strings.Repeat("a", 64)
+	if _, err := p.Pull(context.Background(), "default", "web", "uid", other); !errdefs.IsPermissionDenied(err) {
+		t.Fatalf("want PermissionDenied for a digest no node exported, got %v", err)
+	}
+	r.tr.rewrite = nil
+	if _, err := p.Pull(context.Background(), "default", "web", "uid", ref); err != nil {
+		t.Fatalf("an exported digest: %v", err)
+	}
+	if len(asked) != 2 {
+		t.Fatalf("provenance asked %v", asked)
+	}
+}

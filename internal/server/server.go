@@ -16,6 +16,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/events"
 
 	gocriu "github.com/checkpoint-restore/go-criu/v8"
+	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -148,6 +149,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		// The cap on pulled checkpoints is kept by the checkpoint service,
 		// which knows the pods using them; it exists before any pull runs.
 		pc.Reserve = func(n int64) (func(), error) { return checkpoints.ReservePulled(n) }
+		if cfg.Checkpoint.RestoreProvenance == config.ProvenanceCluster {
+			pc.Provenance = func(context.Context, string, string) error {
+				return fmt.Errorf("%w: [checkpoint] restore_provenance = \"cluster\" checks a checkpoint's origin with the API server, and this shim has no [kubernetes] connection; set restore_provenance = \"any\" to restore whatever the allowed registries serve", errdefs.ErrPermissionDenied)
+			}
+			if api != nil {
+				pc.Provenance = podcheckpoint.Provenance(api.Client, cfg.Checkpoint.SourceNamespaces)
+			}
+		}
 		puller := ociartifact.NewRestorePuller(pc)
 		pullRestore, sources = puller.Pull, puller
 	}

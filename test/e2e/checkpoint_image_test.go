@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -353,6 +354,11 @@ func waitExported(t *testing.T, pcs *podcheckpoint.Client, ns, name, reason stri
 // the allow-list fails with why.
 func TestPodCheckpointExport(t *testing.T) {
 	cs, addr := shimAsNodeWithRegistry(t)
+	// The default provenance: a restore from a reference pulls only what a
+	// node of this cluster exported (issue 28, item 2).
+	withShimConfigEdit(t, func(b []byte) []byte {
+		return bytes.Replace(b, []byte(`restore_provenance = "any"`), []byte(`restore_provenance = "cluster"`), 1)
+	})
 	pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
 	ns := testNamespace(t, cs, "e2e-exp")
 	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
@@ -396,6 +402,18 @@ func TestPodCheckpointExport(t *testing.T) {
 	}
 	podLogShowsSecret(t, ns, "restored", secret, past)
 	assertNoImageChange(t, images, "the restore of "+ns+"/restored from the export "+s.Image)
+
+	// The same pod pushed by hand (no PodCheckpoint records it): refused
+	// before anything is pulled.
+	unexported := pushedPod(t, addr, ns, "src", "e2e/unexported-"+ns)
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("unexported", unexported), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("not exported by the cluster: %s", sandboxEvent(t, cs, ns, "unexported", "records exporting"))
+	stillPending(t, cs, ns, "unexported", secret)
+	if _, err := os.Stat(filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(unexported[len(unexported)-64:]))); !os.IsNotExist(err) {
+		t.Errorf("the unexported checkpoint was pulled: %v", err)
+	}
 
 	waitCheckpoint(t, pcs, ns, "far", cpv1.ReasonCompleted, 2*time.Minute)
 	f := waitExported(t, pcs, ns, "far", cpv1.ReasonExportFailed)

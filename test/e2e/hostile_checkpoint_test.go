@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/seccomp"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
@@ -279,4 +281,48 @@ func copyTree(t testing.TB, from, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Issue 28's acceptance through the registry: a tenant checkpoints its own
+// pod, raises the CRIU images' effective capabilities, pushes the edited
+// checkpoint to the stack's registry and creates a pod of its namespace
+// restoring from the reference. The pull is allowed (the registry is on the
+// allow-list, the namespace binding holds), and the restore is refused by
+// the image check: a CheckpointRefused event naming cap_eff, the pod never
+// Running, no image name added.
+func TestHostileCheckpointByReferenceIsRefused(t *testing.T) {
+	cs, addr := shimAsNodeWithRegistry(t)
+	ns := testNamespace(t, cs, "e2e-hostile")
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	secret := runningSecret(t, cs, ns, "src", 2*time.Minute)
+	cp := "e2e-hostile-" + strings.ReplaceAll(ns, ".", "-")
+	shimRun(t, "checkpoint", "--namespace", ns, "--pod", "src", "--name", cp)
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp)) })
+	archives, _ := filepath.Glob(filepath.Join(node.env["CHECKPOINTS"], cp, "containers", "*.tar"))
+	if len(archives) == 0 {
+		t.Fatal("the checkpoint has no container archive")
+	}
+	for _, a := range archives {
+		editArchive(t, a, func(imgs ckptImages) {
+			editCore(func(c *criucore.CoreEntry) { credsOf(c).CapEff = criutest.Caps("CAP_SYS_ADMIN") })(t, imgs)
+		})
+	}
+	out, _, _ := shimRun(t, "checkpoint", "push", cp, addr+"/e2e/hostile-"+ns+":v1", "--plain-http", "-o", "json")
+	var pushed struct{ Ref string }
+	if err := json.Unmarshal([]byte(out), &pushed); err != nil || !strings.Contains(pushed.Ref, "@sha256:") {
+		t.Fatalf("push -o json: %v: %q", err, out)
+	}
+	images := imagesSnapshot(t) // after the push
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", pushed.Ref), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	msg := reasonEvent(t, cs, ns, "restored", "CheckpointRefused")
+	if !strings.Contains(msg, "cap_eff") || !strings.Contains(msg, "CAP_SYS_ADMIN") {
+		t.Fatalf("CheckpointRefused event %q does not name cap_eff and CAP_SYS_ADMIN", msg)
+	}
+	t.Logf("refused: %s", msg)
+	stillPending(t, cs, ns, "restored", secret)
+	assertNoImageChange(t, images, "the refused restore of "+ns+"/restored from "+pushed.Ref)
 }

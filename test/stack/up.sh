@@ -183,6 +183,9 @@ state_dir = "$NODE_DATA/cri-shim"
   format = "json"
 [checkpoint]
   root = "$NODE_DATA/checkpoints"
+  # The suite restores from references the CLI pushed; the default, cluster
+  # (only checkpoints a node exported), is TestPodCheckpointExport's.
+  restore_provenance = "any"
 TOML
 	if [[ -n $SHIM_EXTRA ]]; then
 		{ echo; cat "$SHIM_EXTRA"; } >>"$NODE_RUN/cri-shim/config.toml"

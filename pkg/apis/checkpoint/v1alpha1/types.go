@@ -14,6 +14,7 @@ import (
 // +kubebuilder:resource:scope=Namespaced,shortName=pcp,categories=checkpoint
 // +kubebuilder:selectablefield:JSONPath=`.spec.sourcePodName`
 // +kubebuilder:selectablefield:JSONPath=`.status.nodeName`
+// +kubebuilder:selectablefield:JSONPath=`.status.export.digest`
 // +kubebuilder:printcolumn:name="Source Pod",type=string,JSONPath=`.spec.sourcePodName`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
