@@ -182,6 +182,16 @@ func (r *Reconciler) prune(held func(ns, name string) bool) int {
 	return n
 }
 
+// forgetUID forgets pc's object if the copy held is of pc's UID.
+func (r *Reconciler) forgetUID(pc *cpv1.PodCheckpoint) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := key(pc.Namespace, pc.Name)
+	if cur := r.objects[k]; cur != nil && cur.UID == pc.UID {
+		delete(r.objects, k)
+	}
+}
+
 // Lookup returns the newest copy seen of an object, nil if none: the
 // restore path's view, never a call to the API server.
 func (r *Reconciler) Lookup(ns, name string) *cpv1.PodCheckpoint {

@@ -25,6 +25,26 @@ const (
 	sweepGrace = 2 * time.Minute
 )
 
+// removeData removes the data of pc, an object the node held that is gone,
+// unless the reconciler knows another copy with its UID (an object
+// re-created under that name has another UID, and another directory).
+func (w *Watches) removeData(pc *cpv1.PodCheckpoint) {
+	w.r.forgetUID(pc) // the informers' handlers run in any order
+	dir := DataDir(pc)
+	if w.r.dataDirs()[dir] {
+		return
+	}
+	p := filepath.Join(w.r.cfg.Root, dir)
+	if _, err := os.Stat(p); err != nil {
+		return
+	}
+	if err := os.RemoveAll(p); err != nil {
+		w.log.Warn("podcheckpoint: removing the data of an object that is gone", "dir", dir, "err", err)
+		return
+	}
+	w.log.Info("podcheckpoint: removed the data of an object that is gone", "object", pc.Namespace+"/"+pc.Name, "dir", dir)
+}
+
 // sweepOrphans runs the sweep against held's store until ctx ends.
 func (w *Watches) sweepOrphans(ctx context.Context, held cache.SharedIndexInformer) {
 	if !cache.WaitForCacheSync(ctx.Done(), held.HasSynced) {

@@ -62,3 +62,34 @@ func TestSweepRemovesOrphanedObjectData(t *testing.T) {
 		t.Fatalf("second sweep removed %d, want 1 (pcp-new)", n)
 	}
 }
+
+// An object the node held that is deleted (a user removed the finalizer):
+// its data is removed at once, though the reconciler may not have heard of
+// the deletion yet; an object re-created under that name (another UID)
+// keeps its own data.
+func TestDeletedObjectDataRemovedAtOnce(t *testing.T) {
+	e := newEnv(t)
+	w := &Watches{r: e.r, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	gone := &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gone", UID: types.UID("u1")}}
+	kept := &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kept", UID: types.UID("u2")}}
+	for _, pc := range []*cpv1.PodCheckpoint{gone, kept} {
+		if err := os.Mkdir(filepath.Join(e.root, DataDir(pc)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.r.Observe(gone) // the reconciler's copy, not forgotten yet
+	w.removeData(gone)
+	recreated := kept.DeepCopy()
+	recreated.Name = "gone" // same name as the deleted one, its own UID
+	e.r.Observe(recreated)
+	w.removeData(gone)
+	if _, err := os.Stat(filepath.Join(e.root, DataDir(gone))); !os.IsNotExist(err) {
+		t.Fatalf("the deleted object's data is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.root, DataDir(kept))); err != nil {
+		t.Fatalf("the data of the re-created object was removed: %v", err)
+	}
+	if e.r.Lookup("ns", "gone") == nil || e.r.Lookup("ns", "gone").UID != "u2" {
+		t.Fatal("the re-created object was forgotten")
+	}
+}

@@ -47,6 +47,17 @@ func NewWatches(c *Client, rt Runtime, r *Reconciler, node string, log *slog.Log
 func (w *Watches) Run(ctx context.Context) {
 	held := fields.OneTermEqualSelector("status.nodeName", w.node).String()
 	heldInf := w.informer(func(o *metav1.ListOptions) { o.FieldSelector = held })
+	// An object the node held is gone: its data goes with it at once (the
+	// node's finalizer removed it already, unless a user removed the
+	// finalizer); the periodic sweep catches what this misses.
+	_, _ = heldInf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(o any) {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		if pc, ok := o.(*cpv1.PodCheckpoint); ok {
+			w.removeData(pc)
+		}
+	}})
 	go heldInf.Run(ctx.Done())
 	go w.sweepOrphans(ctx, heldInf)
 

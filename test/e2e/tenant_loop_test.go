@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cri-shim/cri-shim/internal/criu"
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+)
+
+// rootBytes is the size of every checkpoint directory under the root but
+// pulled ones (what retention counts).
+func rootBytes(t testing.TB) int64 {
+	var n int64
+	root := node.env["CHECKPOINTS"]
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), criu.PulledDirPrefix) {
+			continue
+		}
+		filepath.Walk(filepath.Join(root, e.Name()), func(_ string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				n += fi.Size()
+			}
+			return nil
+		})
+	}
+	return n
+}
+
+// Issue 28's tenant loop, on the real stack: 50 times in one namespace, a
+// PodCheckpoint of a pod holding 256 MiB, wait Ready, remove the node's
+// finalizer, delete. The checkpoint root never exceeds its cap (the node's
+// total, 1 GiB here, and a namespace's share of 768 MiB); no pcp-* directory
+// outlives its object (removed at the deletion, or by the sweep); another
+// namespace's checkpoint survives throughout.
+func TestTenantCheckpointLoopStaysWithinShares(t *testing.T) {
+	cs := needAPIServer(t)
+	const total, share = 1 << 30, 768 << 20
+	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n", node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"]))
+	withShimConfigEdit(t, func(b []byte) []byte {
+		s := string(b)
+		s = strings.Replace(s, "[checkpoint]\n", fmt.Sprintf("[checkpoint]\n  max_total_bytes = %d\n  max_bytes_per_namespace = %d\n", total, share), 1)
+		return []byte(s)
+	})
+	apiKubelet(t, cs)
+	pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
+
+	other := testNamespace(t, cs, "e2e-loop-other")
+	if _, err := cs.CoreV1().Pods(other).Create(ctxT(t, 10*time.Second), secretAPIPod("keep", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runningSecret(t, cs, other, "keep", 2*time.Minute)
+	if _, err := pcs.Create(ctxT(t, 10*time.Second), newPodCheckpoint(other, "keep", "keep", 120)); err != nil {
+		t.Fatal(err)
+	}
+	kept := waitCheckpoint(t, pcs, other, "keep", cpv1.ReasonCompleted, 2*time.Minute)
+	keptDir := filepath.Join(node.env["CHECKPOINTS"], "pcp-"+string(kept.UID))
+
+	ns := testNamespace(t, cs, "e2e-loop")
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), blobSecretAPIPod("src", "", 256), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runningSecret(t, cs, ns, "src", 3*time.Minute)
+	var peak int64
+	t0 := time.Now()
+	for i := 0; i < 50; i++ {
+		name := fmt.Sprintf("cp-%d", i)
+		if _, err := pcs.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, name, "src", 120)); err != nil {
+			t.Fatal(err)
+		}
+		waitCheckpoint(t, pcs, ns, name, cpv1.ReasonCompleted, 2*time.Minute)
+		if n := rootBytes(t); n > peak {
+			peak = n
+		}
+		pc, err := pcs.Get(ctxT(t, 10*time.Second), ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.Finalizers = slices.DeleteFunc(pc.Finalizers, func(f string) bool { return f == cpv1.NodeDataFinalizer })
+		if _, err := pcs.Update(ctxT(t, 10*time.Second), pc); err != nil {
+			t.Fatalf("removing the finalizer of %s: %v", name, err)
+		}
+		if err := pcs.Delete(ctxT(t, 10*time.Second), ns, name); err != nil {
+			t.Fatal(err)
+		}
+		if n := rootBytes(t); n > total {
+			t.Fatalf("after %d objects the checkpoint root holds %d bytes, more than max_total_bytes %d", i+1, n, total)
+		}
+		if _, err := os.Stat(keptDir); err != nil {
+			t.Fatalf("after %d objects, the other namespace's checkpoint is gone: %v", i+1, err)
+		}
+	}
+	t.Logf("50 PodCheckpoints of a 256 MiB pod made, unfinalized and deleted in %.0fs; the root peaked at %d MiB (cap %d MiB)",
+		time.Since(t0).Seconds(), peak>>20, total>>20)
+	eventually(t, 3*time.Minute, "no pcp-* directory without its object", func() error {
+		l, err := pcs.List(ctxT(t, 10*time.Second), "", metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		live := map[string]bool{}
+		for _, pc := range l.Items {
+			live["pcp-"+string(pc.UID)] = true
+		}
+		ents, _ := os.ReadDir(node.env["CHECKPOINTS"])
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), criu.ObjectDirPrefix) && !live[e.Name()] {
+				return fmt.Errorf("%s has no object", e.Name())
+			}
+		}
+		return nil
+	})
+	if got := waitCheckpoint(t, pcs, other, "keep", cpv1.ReasonCompleted, time.Minute); got.UID != kept.UID {
+		t.Fatal("the other namespace's object changed")
+	}
+}
