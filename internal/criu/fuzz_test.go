@@ -3,6 +3,7 @@ package criu
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -24,7 +25,17 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(`{"formatVersion":2}`))
 	f.Add([]byte(`not json`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ParseManifest(b)
+		var m *Manifest
+		var err error
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		m, err = ParseManifest(b)
+		runtime.ReadMemStats(&after)
+		// A manifest is parsed from at most maxManifestBytes: what it
+		// allocates is bounded by its size, whatever it claims.
+		if d := after.TotalAlloc - before.TotalAlloc; d > 16<<20+64*uint64(len(b)) {
+			t.Fatalf("ParseManifest of %d bytes allocated %d", len(b), d)
+		}
 		if err != nil {
 			return
 		}

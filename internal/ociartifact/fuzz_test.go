@@ -5,11 +5,25 @@ import (
 	"bytes"
 	"encoding/json"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
 )
+
+// withinAlloc runs f and fails t when it allocated more than bound bytes in
+// all: a parser of registry data must not grow with what the data claims.
+func withinAlloc(t *testing.T, bound int64, f func()) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	if d := int64(after.TotalAlloc - before.TotalAlloc); d > bound {
+		t.Fatalf("allocated %d bytes (bound %d)", d, bound)
+	}
+}
 
 // Archives come from a registry: any bytes either fail or every member is a
 // regular file or directory at a local path under a member criu writes.
@@ -20,7 +34,9 @@ func FuzzCheckArchive(f *testing.F) {
 	f.Add(tarBytes(f, append(goodMembers(8), member{"/abs", tar.TypeReg, nil})))
 	f.Add([]byte("not a tar"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if checkArchive(bytes.NewReader(b)) != nil {
+		var err error
+		withinAlloc(t, 64<<20, func() { err = checkArchive(bytes.NewReader(b)) })
+		if err != nil {
 			return
 		}
 		tr := tar.NewReader(bytes.NewReader(b))
@@ -54,6 +70,7 @@ func FuzzParseIndex(f *testing.F) {
 	f.Add([]byte(strings.Replace(string(raw), `"container":"app"`, `"container":"../x"`, 1)))
 	f.Add([]byte(`{"schemaVersion":2}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		withinAlloc(t, 64<<20+64*int64(len(b)), func() { _, _ = parseIndex(b) })
 		if p, err := parseIndex(b); err == nil {
 			seen := map[string]bool{}
 			for _, c := range p.containers {
