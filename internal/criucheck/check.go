@@ -106,10 +106,7 @@ func Check(dir string, spec *specs.Spec, opts Options) error {
 	if spec == nil || spec.Process == nil {
 		return fmt.Errorf("the container's runtime spec has no process")
 	}
-	p, err := policyOf(spec)
-	if err != nil {
-		return err
-	}
+	p := policyOf(spec)
 	// runc passes this annotation to CRIU as its configuration file
 	// (libcontainer/criu_linux.go), which can name a script CRIU runs.
 	if _, ok := spec.Annotations["org.criu.config"]; ok {

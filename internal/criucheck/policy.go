@@ -49,7 +49,7 @@ func capSet(names []string) uint64 {
 	return s
 }
 
-func policyOf(spec *specs.Spec) (*policy, error) {
+func policyOf(spec *specs.Spec) *policy {
 	pr := spec.Process
 	p := &policy{
 		uid:         pr.User.UID,
@@ -72,7 +72,7 @@ func policyOf(spec *specs.Spec) (*policy, error) {
 	if spec.Linux != nil {
 		p.seccomp = spec.Linux.Seccomp
 	}
-	return p, nil
+	return p
 }
 
 // may reports whether the spec's processes may hold capability c: the

@@ -173,6 +173,13 @@ func pushedCheckpoint(t *testing.T, ns, name, cp, ref string, flags ...string) s
 	t.Helper()
 	shimRun(t, "checkpoint", "--namespace", ns, "--pod", name, "--name", cp)
 	t.Cleanup(func() { os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp)) })
+	return pushCheckpoint(t, cp, ref, flags...)
+}
+
+// pushCheckpoint pushes checkpoint cp to ref with the push's flags and
+// returns the pushed reference by digest.
+func pushCheckpoint(t *testing.T, cp, ref string, flags ...string) string {
+	t.Helper()
 	out, _, _ := shimRun(t, append([]string{"checkpoint", "push", cp, ref, "-o", "json"}, flags...)...)
 	var pushed struct{ Ref string }
 	if err := json.Unmarshal([]byte(out), &pushed); err != nil || !strings.Contains(pushed.Ref, "@sha256:") {

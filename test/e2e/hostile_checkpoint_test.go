@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"archive/tar"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -205,11 +204,7 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 			fs = append(fs, &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(1 << 20), Reg: &regfile.RegFileEntry{
 				Id: proto.Uint32(1 << 20), Flags: proto.Uint32(0), Pos: proto.Uint64(0), Name: proto.String("/../../../../etc/shadow"),
 				Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}})
-			var ms []proto.Message
-			for _, f := range fs {
-				ms = append(ms, f)
-			}
-			imgs["files.img"], err = criutest.Encode("FILES", ms...)
+			imgs["files.img"], err = criutest.Encode("FILES", criutest.Messages(fs)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,13 +304,9 @@ func TestHostileCheckpointByReferenceIsRefused(t *testing.T) {
 			editCore(func(c *criucore.CoreEntry) { credsOf(c).CapEff = criutest.Caps("CAP_SYS_ADMIN") })(t, imgs)
 		})
 	}
-	out, _, _ := shimRun(t, "checkpoint", "push", cp, addr+"/e2e/hostile-"+ns+":v1", "--plain-http", "-o", "json")
-	var pushed struct{ Ref string }
-	if err := json.Unmarshal([]byte(out), &pushed); err != nil || !strings.Contains(pushed.Ref, "@sha256:") {
-		t.Fatalf("push -o json: %v: %q", err, out)
-	}
+	ref := pushCheckpoint(t, cp, addr+"/e2e/hostile-"+ns+":v1", "--plain-http")
 	images := imagesSnapshot(t) // after the push
-	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", pushed.Ref), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", ref), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	msg := reasonEvent(t, cs, ns, "restored", "CheckpointRefused")
@@ -324,5 +315,5 @@ func TestHostileCheckpointByReferenceIsRefused(t *testing.T) {
 	}
 	t.Logf("refused: %s", msg)
 	stillPending(t, cs, ns, "restored", secret)
-	assertNoImageChange(t, images, "the refused restore of "+ns+"/restored from "+pushed.Ref)
+	assertNoImageChange(t, images, "the refused restore of "+ns+"/restored from "+ref)
 }

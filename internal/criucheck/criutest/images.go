@@ -197,11 +197,7 @@ func (im *Images) Write(dir string) error {
 	if err := w("inventory.img", "INVENTORY", im.Inventory); err != nil {
 		return err
 	}
-	var ps []proto.Message
-	for _, p := range im.Pstree {
-		ps = append(ps, p)
-	}
-	if err := w("pstree.img", "PSTREE", ps...); err != nil {
+	if err := w("pstree.img", "PSTREE", Messages(im.Pstree)...); err != nil {
 		return err
 	}
 	for tid, c := range im.Cores {
@@ -209,18 +205,10 @@ func (im *Images) Write(dir string) error {
 			return err
 		}
 	}
-	var fs []proto.Message
-	for _, f := range im.Files {
-		fs = append(fs, f)
-	}
-	if err := w("files.img", "FILES", fs...); err != nil {
+	if err := w("files.img", "FILES", Messages(im.Files)...); err != nil {
 		return err
 	}
-	var ms []proto.Message
-	for _, m := range im.Mounts {
-		ms = append(ms, m)
-	}
-	if err := w("mountpoints-12.img", "MNTS", ms...); err != nil {
+	if err := w("mountpoints-12.img", "MNTS", Messages(im.Mounts)...); err != nil {
 		return err
 	}
 	if im.Seccomp != nil {
@@ -245,6 +233,15 @@ func (im *Images) Write(dir string) error {
 		}
 	}
 	return nil
+}
+
+// Messages is xs as proto messages, for Encode and WriteImage.
+func Messages[M proto.Message](xs []M) []proto.Message {
+	out := make([]proto.Message, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
 }
 
 // WriteImage writes one image file (Encode).
