@@ -153,8 +153,6 @@ type checkpointItem struct {
 	Managed        bool      `json:"managed"`
 	Runtime        string    `json:"runtime"`
 	CRIUVersion    string    `json:"criuVersion"`
-	// PreCopy is the manifest's record of memory pre-copy (absent before it existed).
-	PreCopy *criu.PreCopyInfo `json:"preCopy,omitempty"`
 }
 
 func newCheckpointsCmd() *cobra.Command {
@@ -224,7 +222,7 @@ func listCheckpoints(root string) checkpointList {
 		m := c.Manifest
 		it := checkpointItem{Name: c.Name, Dir: c.Dir, Namespace: m.Pod.Namespace, Pod: m.Pod.Name, PodUID: m.Pod.UID,
 			CheckpointedAt: m.CheckpointedAt, SizeBytes: m.SizeBytes, Containers: []string{}, PausedSeconds: m.FrozenSeconds,
-			TotalSeconds: m.TotalSeconds, Managed: m.Managed, Runtime: m.Runtime, CRIUVersion: m.CRIUVersion, PreCopy: m.PreCopy}
+			TotalSeconds: m.TotalSeconds, Managed: m.Managed, Runtime: m.Runtime, CRIUVersion: m.CRIUVersion}
 		for _, e := range m.Containers {
 			it.Containers = append(it.Containers, e.Name)
 		}

@@ -24,7 +24,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/config"
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
@@ -162,16 +161,6 @@ func checkCRIU() finding {
 			"see `criu check` (a CRIU too old for this kernel fails here: Debian bookworm's 3.17 does on 6.x)"}
 	}
 	f.detail += "; criu check: looks good"
-	// Informational: memory pre-copy (docs/checkpoint.md) needs it, and
-	// checkpoints work the same without it.
-	switch tracked, err := criu.MemTrackAvailable(ctx, bin); {
-	case err != nil:
-		f.detail += "; dirty-page tracking: check failed: " + err.Error()
-	case tracked:
-		f.detail += "; dirty-page tracking: on"
-	default:
-		f.detail += "; dirty-page tracking: off (no memory pre-copy)"
-	}
 	return f
 }
 

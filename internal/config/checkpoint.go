@@ -33,11 +33,6 @@ type CheckpointConfig struct {
 	// often is checkpointed at this interval): each checkpoint freezes the pod
 	// and writes its memory to disk.
 	MinInterval Duration `toml:"min_interval" comment:"Shortest schedule of a pod's checkpoint.cri-shim.io/interval annotation (10s to 24h); shorter requests get this."`
-	// PreCopy is memory pre-copy (docs/checkpoint.md, "Memory pre-copy"):
-	// "auto" uses it when the start-up check finds it can work (CRIU and
-	// the kernel track dirty pages, and the runtime passes a parent image
-	// to the final dump); "off" never tries, nor runs the check.
-	PreCopy string `toml:"pre_copy" comment:"Memory pre-copy of checkpoints: auto (used only when CRIU, the kernel and the runtime support it; checked once at start) or off."`
 	// StreamArchives copies CRIU's memory pages into each container's
 	// archive while CRIU writes them, so the capture and the archive's
 	// disk write overlap: a shorter call, a longer freeze
@@ -82,14 +77,6 @@ type CheckpointConfig struct {
 	// before it is answered Unavailable and retried; the read goes on.
 	ObjectWait Duration `toml:"object_wait" comment:"How long RunPodSandbox waits for the API server's answer about a PodCheckpoint held by another node before answering Unavailable (the read goes on, the kubelet retries; 0 to 15s)."`
 }
-
-// Values of checkpoint.pre_copy.
-const (
-	// PreCopyAuto pre-copies memory when the start-up check allows it.
-	PreCopyAuto = "auto"
-	// PreCopyOff never pre-copies.
-	PreCopyOff = "off"
-)
 
 // RegistryConfig is one entry of checkpoint.registries.
 type RegistryConfig struct {
@@ -155,11 +142,6 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 	}
 	if d := c.MinInterval.Duration; d < 10*time.Second || d > 24*time.Hour {
 		bad("checkpoint.min_interval", "must be from 10s to 24h, got %s", d)
-	}
-	switch c.PreCopy {
-	case PreCopyAuto, PreCopyOff:
-	default:
-		bad("checkpoint.pre_copy", "must be %q or %q, got %q", PreCopyAuto, PreCopyOff, c.PreCopy)
 	}
 	seen := map[NamespacePair]bool{}
 	for i, p := range c.RestoreNamespaceAllow {

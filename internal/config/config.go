@@ -200,7 +200,6 @@ func DefaultConfig() Config {
 			PullTimeout:          Duration{30 * time.Minute},
 			PullWait:             Duration{time.Minute},
 			ObjectWait:           Duration{5 * time.Second},
-			PreCopy:              PreCopyAuto,
 		},
 		Kubernetes: KubernetesConfig{QPS: 5, Burst: 10},
 	}

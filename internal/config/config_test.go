@@ -85,8 +85,6 @@ func TestDecodeAndValidate(t *testing.T) {
 		{"registry twice", "[checkpoint]\nregistries = [{host = \"r.example\"}, {host = \"R.example\"}]\n", "checkpoint.registries[1]: host \"R.example\" is listed twice"},
 		{"registry ca relative", "[checkpoint]\nregistries = [{host = \"r.example\", ca_file = \"ca.pem\"}]\n", "checkpoint.registries[0].ca_file: must be an absolute path"},
 		{"pull wait too long", "[checkpoint]\npull_wait = \"5m\"\n", "checkpoint.pull_wait: must be from 0 to 3m"},
-		{"pre-copy unknown", "[checkpoint]\npre_copy = \"on\"\n", `checkpoint.pre_copy: must be "auto" or "off", got "on"`},
-		{"pre-copy off", "[checkpoint]\npre_copy = \"off\"\n", ""},
 		{"object wait off", "[checkpoint]\nobject_wait = \"0s\"\n", ""},
 		{"object wait at its bound", "[checkpoint]\nobject_wait = \"15s\"\n", ""},
 		{"object wait too long", "[checkpoint]\nobject_wait = \"16s\"\n", "checkpoint.object_wait: must be from 0 to 15s (one read of the object is given 15s), got 16s"},

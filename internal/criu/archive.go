@@ -74,13 +74,12 @@ func (c *captured) abandon() {
 	}
 }
 
-// captureOne captures one paused container into its staging directory; with
-// onPreDump, on top of the pre-dump already there (precopy.go). Unless the
+// captureOne captures one paused container into its staging directory. Unless the
 // service writes archives after the resume, the container's archive is
 // begun at once and its memory pages copied into it as CRIU writes them
 // (archive_stream.go). What it returns, packageOne finishes; on error it
 // leaves nothing open.
-func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDump bool) (*captured, error) {
+func (s *Service) captureOne(ctx context.Context, out string, t target) (*captured, error) {
 	stage := stageDir(out, t.name)
 	images := filepath.Join(stage, crmetadata.CheckpointDirectory)
 	work := filepath.Join(stage, "work")
@@ -102,13 +101,7 @@ func (s *Service) captureOne(ctx context.Context, out string, t target, onPreDum
 		c.abandon()
 		return nil, err
 	}
-	var err error
-	if onPreDump {
-		err = s.preCopy.parent.CheckpointWithParent(ctx, t.id, images, work, preDumpParent)
-	} else {
-		err = s.tasks.Checkpoint(ctx, t.id, images, work)
-	}
-	if err != nil {
+	if err := s.tasks.Checkpoint(ctx, t.id, images, work); err != nil {
 		return fail(err)
 	}
 	if c.stream != nil {
@@ -222,16 +215,7 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		if err := addFile(tw, filepath.Join(stage, crmetadata.RootFsDiffTar), crmetadata.RootFsDiffTar); err != nil {
 			return err
 		}
-		if err := addTree(ctx, tw, stage, crmetadata.CheckpointDirectory, streamed); err != nil {
-			return err
-		}
-		// A pre-copy checkpoint's final images read unchanged pages from
-		// the pre-dump (CRIU follows checkpoint/parent at restore): it
-		// travels in the archive, next to checkpoint/.
-		if _, err := os.Lstat(filepath.Join(stage, preDumpDir)); err == nil {
-			return addTree(ctx, tw, stage, preDumpDir, nil)
-		}
-		return nil
+		return addTree(ctx, tw, stage, crmetadata.CheckpointDirectory, streamed)
 	}()
 	if err == nil {
 		err = tw.Close()
@@ -260,10 +244,9 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 	return fi.Size(), nil
 }
 
-// addTree adds stage/dir (CRIU's images, or a pre-dump) to the archive under
-// dir/, but for the names in skip (already in it: streamed). The only link
-// allowed is CRIU's parent link of a dump taken on a pre-dump,
-// checkpoint/parent -> ../checkpoint-pre-dump (precopy.go).
+// addTree adds stage/dir (CRIU's images) to the archive under dir/, but for
+// the names in skip (already in it: streamed). Only directories and regular
+// files are taken.
 func addTree(ctx context.Context, tw *tar.Writer, stage, dir string, skip map[string]bool) error {
 	return filepath.WalkDir(filepath.Join(stage, dir), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -290,16 +273,6 @@ func addTree(ctx context.Context, tw *tar.Writer, stage, dir string, skip map[st
 			}
 			h.Name = rel + "/"
 			return tw.WriteHeader(h)
-		}
-		if d.Type()&fs.ModeSymlink != 0 && rel == crmetadata.CheckpointDirectory+"/parent" {
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if target != preDumpParent {
-				return fmt.Errorf("CRIU's parent link %s points to %q, not the pre-dump %q", rel, target, preDumpParent)
-			}
-			return tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777})
 		}
 		if !d.Type().IsRegular() {
 			return fmt.Errorf("unexpected %s in CRIU's images: %s", d.Type(), rel)

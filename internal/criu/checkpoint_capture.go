@@ -32,21 +32,6 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrInternal, "CheckpointPod: %v", err)
 	}
-	// Memory pre-copy, while the pod still runs; any failure falls back to
-	// the ordinary capture, with the reason in the manifest.
-	pc := PreCopyInfo{Reason: s.preCopy.reason}
-	if s.preCopy.use {
-		t0 := s.now()
-		err := s.preDumpAll(ctx, out, targets, opts.sequential)
-		pc.PreDumpSeconds = s.now().Sub(t0).Seconds()
-		if err != nil {
-			pc.Reason = "a pre-dump failed, captured without pre-copy: " + err.Error()
-			s.log.Warn("checkpoint: pre-dump failed; capturing without pre-copy", "sandbox", short(sandboxID), "err", err)
-		} else {
-			pc.Used = true
-		}
-	}
-	m.PreCopy = &pc
 	ids := make([]string, len(targets))
 	for i, t := range targets {
 		ids[i] = t.id
@@ -109,7 +94,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	var wg sync.WaitGroup
 	dump := func(i int) {
 		t0 := s.now()
-		c, err := s.captureOne(dctx, out, targets[i], pc.Used)
+		c, err := s.captureOne(dctx, out, targets[i])
 		took[i], errs[i], caps[i] = s.now().Sub(t0), err, c
 	}
 	wg.Add(1)

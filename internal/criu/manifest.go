@@ -43,11 +43,6 @@ type Manifest struct {
 	// subject to retention.
 	Managed bool `json:"managed,omitempty"`
 
-	// PreCopy says whether memory pre-copy was used and why not (precopy.go).
-	// Absent in checkpoints of earlier builds; readers ignore fields they do
-	// not know, so the format version stays.
-	PreCopy *PreCopyInfo `json:"preCopy,omitempty"`
-
 	Runtime       string  `json:"runtime"`
 	CRIUVersion   string  `json:"criuVersion"`
 	Kernel        string  `json:"kernel"`

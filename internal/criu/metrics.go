@@ -16,7 +16,6 @@ type metrics struct {
 	scheduled       *prometheus.CounterVec
 	kubeletWarm     *prometheus.CounterVec
 	retentionRemove prometheus.Counter
-	preCopy         prometheus.Gauge
 	pulledReserved  prometheus.Gauge
 	pulledEvicted   prometheus.Counter
 	pulledRefused   prometheus.Counter
@@ -76,10 +75,6 @@ func newMetrics() *metrics {
 			Name: "cri_shim_pod_checkpoints_removed_total",
 			Help: "Managed checkpoints removed by retention (max_per_pod, max_bytes_per_namespace, max_total_bytes, a pod's checkpoint.cri-shim.io/keep).",
 		}),
-		preCopy: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cri_shim_checkpoint_precopy_available",
-			Help: "1 when checkpoints pre-copy memory (checkpoint.pre_copy is auto, CRIU and the kernel track dirty pages, the runtime passes a parent image to the final dump), else 0; decided once at start, the start-up log says why.",
-		}),
 		pulledReserved: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cri_shim_pulled_checkpoint_reserved_bytes",
 			Help: "Archive bytes reserved by checkpoint pulls in progress under [checkpoint] pull_max_total_bytes.",
@@ -97,6 +92,6 @@ func newMetrics() *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.restoreStarts, m.refusals, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove, m.preCopy,
+		m.restores, m.restoreTime, m.restoreStarts, m.refusals, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove,
 		m.pulledReserved, m.pulledEvicted, m.pulledRefused}
 }

@@ -66,8 +66,6 @@ type Config struct {
 	// namespace binding). It waits for a pull only a bounded time. nil
 	// refuses image references.
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
-	// PreCopy configures memory pre-copy (precopy.go); the zero value is off.
-	PreCopy PreCopyConfig
 	// StreamDuringCapture copies the memory pages into each archive while
 	// CRIU writes them (archive_stream.go): the whole call is shorter, the
 	// pod's freeze longer (docs/checkpoint.md). Otherwise they are copied
@@ -107,9 +105,6 @@ type Service struct {
 	// inflight tracks captures still running in containerd after their
 	// CheckpointPod returned on deadline expiry (tests wait on it).
 	inflight sync.WaitGroup
-
-	// preCopy is the start-up decision on memory pre-copy (precopy.go).
-	preCopy preCopyPlan
 
 	// warmRecs holds the records of warm (warm.go).
 	warmRecs *store.Bucket
@@ -153,6 +148,11 @@ type Service struct {
 	// (restore_stage.go).
 	staged  map[string]staged
 	stagedN atomic.Int64
+	// createHooked counts the sandboxes whose CreateContainer the service
+	// rewrites (warm starts, warm-restart pods) and pendingN the warm
+	// restarts waiting for their start, for HookActive; both set under
+	// s.mu by countHooked.
+	createHooked, pendingN atomic.Int64
 	// imageCheck replaces criucheck.Check of staged images in tests
 	// whose archives hold no CRIU images (restore_check.go).
 	imageCheck func(dir string, spec *specs.Spec) error
@@ -184,13 +184,6 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		jobsByOut:     make(map[string]*job),
 	}
 	s.retireLeftoverPulls()
-	s.preCopy = planPreCopy(cfg.PreCopy, tasks)
-	if s.preCopy.use {
-		s.metrics.preCopy.Set(1)
-		log.Info("checkpoint: memory pre-copy on: each container is pre-dumped while the pod runs, the frozen dump writes only pages dirtied since")
-	} else {
-		log.Info("checkpoint: memory pre-copy off", "reason", s.preCopy.reason, "dirtyPageTracking", s.preCopy.tracking)
-	}
 	if cfg.StreamDuringCapture {
 		log.Info("checkpoint: memory pages copied into the archives during the capture (stream_archives)")
 	} else {

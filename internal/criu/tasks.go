@@ -100,34 +100,6 @@ func (t *ContainerdTasks) Paused(ctx context.Context, id string) (bool, error) {
 	return s == tasktypes.Status_PAUSED || s == tasktypes.Status_PAUSING, nil
 }
 
-// Pid is the host PID of the container's init process (for CRIUPreDumper).
-func (t *ContainerdTasks) Pid(ctx context.Context, id string) (int, error) {
-	r, err := t.svc.Get(nsCtx(ctx), &tasksapi.GetRequest{ContainerID: id})
-	if err != nil {
-		return 0, err
-	}
-	if pid := r.GetProcess().GetPid(); pid != 0 {
-		return int(pid), nil
-	}
-	return 0, fmt.Errorf("container %s has no running init process", short(id))
-}
-
-// ContainerdTasks is not a ParentCheckpointer: containerd 2.2 gives runc's
-// checkpoint no parent image, so a final dump through it cannot build on a
-// pre-dump. The task service's CheckpointTaskRequest has parent_checkpoint
-// (api/services/tasks/v1/tasks.proto), but its server never reads it
-// (plugins/services/tasks/local.go, (*local).Checkpoint, which passes only
-// the image path and options on); the shim API's CheckpointTaskRequest has
-// no parent (api/runtime/task/v3/shim.proto; core/runtime/v2/shim.go,
-// (*shimTask).Checkpoint); runc's CheckpointOptions has none either
-// (api/types/runc/options/oci.proto, fields exit to work_path); and the runc
-// shim builds go-runc's CheckpointOpts without ParentPath
-// (cmd/containerd-shim-runc-v2/runc/container.go, (*Container).Checkpoint,
-// into process.CheckpointConfig, which has no parent;
-// cmd/containerd-shim-runc-v2/process/init.go, (*Init).checkpoint). runc's
-// --parent-path reaches runc only on restore (process/init.go,
-// createCheckpointedState).
-
 // Checkpoint runs the task checkpoint with runc's image path set: CRIU writes
 // straight into imageDir and nothing goes through the content store (what
 // containerd's CRI CheckpointContainer does instead, at three more copies).

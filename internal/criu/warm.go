@@ -60,18 +60,18 @@ var (
 func (s *Service) HookActive(method proxy.Method) bool {
 	switch method {
 	case proxy.CreateContainer:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.warm) > 0 || len(s.warmRestartPods) > 0
+		return s.createHooked.Load() > 0
 	case proxy.StartContainer:
-		if s.stagedN.Load() > 0 {
-			return true
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.pendingWarm) > 0
+		return s.stagedN.Load() > 0 || s.pendingN.Load() > 0
 	}
 	return true
+}
+
+// countHooked brings HookActive's counts up to date after a change of
+// s.warm, s.warmRestartPods or s.pendingWarm. s.mu held.
+func (s *Service) countHooked() {
+	s.createHooked.Store(int64(len(s.warm) + len(s.warmRestartPods)))
+	s.pendingN.Store(int64(len(s.pendingWarm)))
 }
 
 // RunPodSandbox warm-starts a sandbox whose pod names a checkpoint: the
@@ -140,6 +140,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	s.mu.Lock()
 	s.warm[w.SandboxID] = w
 	s.noteWarmRestartPod(w.SandboxID, req.GetConfig().GetAnnotations())
+	s.countHooked()
 	s.mu.Unlock()
 	s.metrics.warmStarts.WithLabelValues("success").Inc()
 	s.log.Info("checkpoint: warm-starting a pod from a checkpoint", "pod", md.GetNamespace()+"/"+md.GetName(),

@@ -39,6 +39,7 @@ func (s *Service) noteWarmRestartPod(sandboxID string, ann map[string]string) {
 		s.warmRestartPods = map[string]bool{}
 	}
 	s.warmRestartPods[sandboxID] = true
+	s.countHooked()
 }
 
 // adoptWarmRestartPods finds, at start, the running sandboxes whose pods ask
@@ -100,6 +101,7 @@ func (s *Service) kubeletWarmRestart(ctx context.Context, req *runtimeapi.Create
 		s.pendingWarm = map[string]pendingWarm{}
 	}
 	s.pendingWarm[resp.GetContainerId()] = pendingWarm{sandbox: sb, name: name, w: w}
+	s.countHooked()
 	s.mu.Unlock()
 	return resp, nil
 }
@@ -112,6 +114,7 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	s.mu.Lock()
 	p, ok := s.pendingWarm[req.GetContainerId()]
 	delete(s.pendingWarm, req.GetContainerId())
+	s.countHooked()
 	s.mu.Unlock()
 	resp, err := next(ctx, req)
 	if err = s.finishRestore(req.GetContainerId(), err); err != nil {

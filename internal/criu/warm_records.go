@@ -7,31 +7,20 @@ package criu
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-shim/cri-shim/internal/store"
 )
 
 // warmBucket is the state store's bucket of warm-start records, one per
 // sandbox (key: its ID).
 const warmBucket = "warm"
 
-// legacyWarmSuffix ends the name of a warm-start record an earlier shim kept
-// in stateDir/checkpoint (<sandbox>.warm.json); loadWarm moves them into the
-// store.
-const legacyWarmSuffix = ".warm.json"
-
 func (s *Service) saveWarm(w *warmPod) error {
 	return s.warmRecs.PutJSON(w.SandboxID, w)
 }
 
-// loadWarm reads the warm starts an earlier shim left in progress, after
-// moving into the store those it kept in stateDir/checkpoint. Each is
+// loadWarm reads the warm starts an earlier shim left in progress. Each is
 // checked again as when it began (confined, namespace binding under the
 // current configuration, archives): one that no longer passes is dropped, and
 // its pod's next containers start fresh. A record without a namespace (written
@@ -42,9 +31,6 @@ func (s *Service) loadWarm() error {
 		return err
 	}
 	s.warmRecs = b
-	if err := s.adoptLegacyWarm(); err != nil {
-		return err
-	}
 	keys, err := b.List()
 	if err != nil {
 		return err
@@ -68,33 +54,7 @@ func (s *Service) loadWarm() error {
 		}
 		s.warm[w.SandboxID] = &w
 	}
-	return nil
-}
-
-// adoptLegacyWarm moves the warm-start records of stateDir/checkpoint into
-// the store, so that an upgraded shim goes on answering running warm-started
-// pods. A name that is no sandbox ID is dropped.
-func (s *Service) adoptLegacyWarm() error {
-	dir := filepath.Join(s.cfg.StateDir, "checkpoint")
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), legacyWarmSuffix)
-		if !ok {
-			continue
-		}
-		old := filepath.Join(dir, e.Name())
-		if err := store.CheckKey(id); err != nil {
-			s.log.Error("checkpoint: dropping a warm-start record that names no sandbox", "file", e.Name(), "err", err)
-			s.removeRecord(old)
-			continue
-		}
-		if err := s.warmRecs.Adopt(id, old); err != nil {
-			return fmt.Errorf("moving the warm-start record of %s into the state store: %w", id, err)
-		}
-	}
+	s.countHooked()
 	return nil
 }
 
@@ -105,6 +65,7 @@ func (s *Service) forgetWarm(id string) {
 	w, ok := s.warm[id]
 	delete(s.warm, id)
 	release := s.forgetWarmRestart(id)
+	s.countHooked()
 	s.mu.Unlock()
 	for _, r := range release {
 		r()

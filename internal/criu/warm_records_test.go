@@ -234,43 +234,6 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	}
 }
 
-// An upgraded shim finds the warm-start records an earlier one kept in
-// stateDir/checkpoint (<sandbox>.warm.json): it moves them into the state
-// store and goes on answering the warm-started pod from its checkpoint.
-func TestUpgradeMovesWarmRecordsIntoTheStore(t *testing.T) {
-	fx := checkpointed(t)
-	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The record where an earlier shim kept it, and nowhere else.
-	rec, err := fx.svc.warmRecs.Get(sb.PodSandboxId)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := filepath.Join(fx.svc.cfg.StateDir, "checkpoint", sb.PodSandboxId+".warm.json")
-	if err := os.WriteFile(old, rec, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := fx.svc.warmRecs.Remove(sb.PodSandboxId); err != nil {
-		t.Fatal(err)
-	}
-	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.svc.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc2.imageCheck = acceptImages
-	if warmRecords(svc2) != 1 || warmFiles(t, svc2) != 1 {
-		t.Fatalf("after the upgrade: %d records, %d files in the store", warmRecords(svc2), warmFiles(t, svc2))
-	}
-	if _, err := os.Stat(old); !os.IsNotExist(err) {
-		t.Fatalf("old record left: %v", err)
-	}
-	if app := createIn(t, svc2, fx.rt, sb.PodSandboxId, "app"); stagedPages(t, svc2, app.status.Id) != archivePages(t, filepath.Join(fx.dir, archiveName("app"))) {
-		t.Fatalf("the upgraded shim did not restore app (image %q)", app.config.Image.Image)
-	}
-}
-
 // A sandbox the state store announces gone loses its warm start: record and
 // file.
 func TestGoneSandboxLosesItsWarmStart(t *testing.T) {

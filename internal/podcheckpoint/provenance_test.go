@@ -20,7 +20,7 @@ type restConn struct {
 	cfg   *rest.Config
 }
 
-func (c restConn) Ready() <-chan struct{}        { return c.ready }
+func (c restConn) Ready() <-chan struct{}       { return c.ready }
 func (c restConn) Resources() kubeapi.Resources { return nil }
 func (c restConn) REST() *rest.Config           { return c.cfg }
 

@@ -37,34 +37,14 @@ func (m *Manager) tokenPath(sandbox string) string {
 	return filepath.Join(m.tokenDir(sandbox), "token")
 }
 
-// openRecords opens the store's buckets and moves in the records an earlier
-// shim kept beside the token (state_dir/podmgmt/<sandbox>/pod.json and
-// state), so that an upgraded shim keeps the channels of running pods.
+// openRecords opens the store's buckets of pod records and channel states.
 func (m *Manager) openRecords(st *store.Store) error {
 	var err error
 	if m.records, err = st.Bucket(recordBucket); err != nil {
 		return err
 	}
-	if m.states, err = st.Bucket(stateBucket); err != nil {
-		return err
-	}
-	ents, err := os.ReadDir(m.dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if !e.IsDir() || store.CheckKey(e.Name()) != nil {
-			continue
-		}
-		old := m.tokenDir(e.Name())
-		if err := m.records.Adopt(e.Name(), filepath.Join(old, "pod.json")); err != nil {
-			return fmt.Errorf("moving the record of %s into the state store: %w", e.Name(), err)
-		}
-		if err := m.states.Adopt(e.Name(), filepath.Join(old, "state")); err != nil {
-			return fmt.Errorf("moving the channel state of %s into the state store: %w", e.Name(), err)
-		}
-	}
-	return nil
+	m.states, err = st.Bucket(stateBucket)
+	return err
 }
 
 // loadAll reads every pod record; an unusable one is dropped with whatever

@@ -5,7 +5,6 @@ package podstate
 // keeping several sets in step.
 
 import (
-	"encoding/json"
 	"time"
 )
 
@@ -141,47 +140,4 @@ func cloneInstances(in map[string]*Instance) map[string]*Instance {
 		out[id] = &c
 	}
 	return out
-}
-
-// legacyInstances is how versions before the per-instance record kept the
-// same facts: one set per fact, by container ID.
-type legacyInstances struct {
-	IDs       map[string]string    `json:"ids"`
-	Old       map[string]string    `json:"old"`
-	Fake      map[string]bool      `json:"fake"`
-	New       map[string]string    `json:"new"`
-	Settled   map[string]bool      `json:"settled"`
-	Dead      map[string]bool      `json:"dead"`
-	KeepShown map[string]time.Time `json:"keepShown"`
-}
-
-// UnmarshalJSON reads a pod's record, of this version or of one that kept
-// its instances as sets (a shim upgraded in place reads its predecessor's
-// records, restarts in progress included).
-func (p *Pod) UnmarshalJSON(b []byte) error {
-	type plain Pod // without this method
-	if err := json.Unmarshal(b, (*plain)(p)); err != nil {
-		return err
-	}
-	if p.Instances != nil {
-		return nil
-	}
-	var l legacyInstances
-	if err := json.Unmarshal(b, &l); err != nil {
-		return err
-	}
-	for id, name := range l.IDs {
-		in := &Instance{Name: name, Shown: l.Fake[id], Settled: l.Settled[id], Dead: l.Dead[id], HeldUntil: l.KeepShown[id]}
-		if _, ok := l.Old[id]; ok {
-			in.Part = PartOld
-		}
-		if _, ok := l.New[id]; ok {
-			in.Part = PartNew
-		}
-		if p.Instances == nil {
-			p.Instances = map[string]*Instance{}
-		}
-		p.Instances[id] = in
-	}
-	return nil
 }

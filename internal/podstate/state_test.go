@@ -1,7 +1,6 @@
 package podstate
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,61 +67,5 @@ func TestStoreBothSlotsBadIsReportedNotFatal(t *testing.T) {
 	}
 	if _, err := ReadPods(dir); err == nil {
 		t.Fatal("ReadPods hid two unreadable slots")
-	}
-}
-
-// Records an earlier version kept outside the state store (slots and
-// single-file records in state_dir/pods, problems in state_dir/problems) are
-// moved into it at start, and the old directories go.
-func TestEarlierRecordsMoveIntoTheStore(t *testing.T) {
-	dir := t.TempDir()
-	const sbB, sbC = "bbbb", "cccc"
-	old := filepath.Join(dir, "pods")
-	_ = os.MkdirAll(old, 0o700)
-	// Slots as the earlier version wrote them (same format, other directory).
-	other := t.TempDir()
-	prev, _ := newStore(other)
-	_ = prev.save(&Pod{SandboxID: sbA, Restarts: 1})
-	_ = prev.save(&Pod{SandboxID: sbA, Restarts: 2})
-	for i := range uint64(2) {
-		b, _ := os.ReadFile(prev.slot(sbA, i))
-		_ = os.WriteFile(filepath.Join(old, filepath.Base(prev.slot(sbA, i))), b, 0o600)
-	}
-	b, _ := json.Marshal(&Pod{SandboxID: sbB, Phase: PhaseTerminating, Restarts: 3})
-	_ = os.WriteFile(filepath.Join(old, sbB+".json"), b, 0o600)
-	_ = os.WriteFile(filepath.Join(old, "."+sbB+".json.123.tmp"), []byte("{"), 0o600)
-	_ = os.MkdirAll(filepath.Join(dir, "problems"), 0o700)
-	b, _ = json.Marshal(&Pod{SandboxID: sbC, Problems: []string{"annotation x: malformed"}})
-	_ = os.WriteFile(filepath.Join(dir, "problems", sbC+".json"), b, 0o600)
-
-	st, err := newStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, errs := st.load()
-	got := map[string]int{}
-	for _, p := range pods {
-		got[p.SandboxID] = p.Restarts
-	}
-	if len(errs) > 0 || len(got) != 2 || got[sbA] != 2 || got[sbB] != 3 {
-		t.Fatalf("loaded %v, errors %v", got, errs)
-	}
-	for _, d := range []string{old, filepath.Join(dir, "problems")} {
-		if _, err := os.Stat(d); !os.IsNotExist(err) {
-			t.Fatalf("%s left after the move: %v", d, err)
-		}
-	}
-	all, err := ReadPods(dir)
-	if err != nil || len(all) != 3 {
-		t.Fatalf("ReadPods: %+v %v", all, err)
-	}
-	if err := st.remove(sbC); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.remove(sbA); err != nil {
-		t.Fatal(err)
-	}
-	if all, _ := ReadPods(dir); len(all) != 1 || all[0].SandboxID != sbB {
-		t.Fatalf("after removing two: %+v", all)
 	}
 }

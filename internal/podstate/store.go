@@ -11,11 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
 
-	"github.com/cri-shim/cri-shim/internal/statefile"
 	statestore "github.com/cri-shim/cri-shim/internal/store"
 )
 
@@ -39,8 +35,7 @@ type store struct {
 	write func(path string, b []byte) error
 }
 
-// newStore opens the pod records in the state store under stateDir, moving
-// in those an earlier version kept in stateDir/pods and stateDir/problems.
+// newStore opens the pod records in the state store under stateDir.
 func newStore(stateDir string) (*store, error) {
 	st, err := statestore.Open(statestore.RootIn(stateDir))
 	if err != nil {
@@ -56,9 +51,6 @@ func newStore(stateDir string) (*store, error) {
 	}
 	s := &store{slots: slots, problems: problems, write: statestore.WriteSlot}
 	slots.Write = func(path string, b []byte) error { return s.write(path, b) }
-	if err := s.adoptEarlier(stateDir); err != nil {
-		return nil, fmt.Errorf("podstate: moving records into the state store: %w", err)
-	}
 	return s, nil
 }
 
@@ -151,62 +143,4 @@ func ReadPods(stateDir string) ([]Pod, error) {
 		out = append(out, p)
 	}
 	return out, nil
-}
-
-// adoptEarlier moves the records an earlier version kept outside the store
-// into it: slots (<sandbox>.0, .1) are renamed into the slot bucket, a
-// single-file record (<sandbox>.json, older still) becomes a slot, and a
-// problems record is adopted into its bucket. A kill -9 part way leaves
-// the rest where it was, moved on the next start; a record found in both
-// places is the earlier version's (it can only be newer after a
-// downgrade).
-func (s *store) adoptEarlier(stateDir string) error {
-	old := filepath.Join(stateDir, "pods")
-	ents, err := os.ReadDir(old)
-	if errors.Is(err, fs.ErrNotExist) {
-		ents = nil
-	} else if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		name := e.Name()
-		from := filepath.Join(old, name)
-		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp") {
-			_ = os.Remove(from) // a save of the single-file record cut short
-			continue
-		}
-		if id, ok := strings.CutSuffix(name, ".json"); ok && statestore.CheckKey(id) == nil {
-			b, err := os.ReadFile(from)
-			if err == nil {
-				err = s.slots.Put(id, b)
-			}
-			if err == nil {
-				err = os.Remove(from)
-			}
-			errs = append(errs, err)
-			continue
-		}
-		id, i, ok := strings.Cut(name, ".")
-		if !ok || (i != "0" && i != "1") || statestore.CheckKey(id) != nil {
-			continue
-		}
-		errs = append(errs, os.Rename(from, filepath.Join(s.slots.Dir(), name)))
-	}
-	if len(ents) > 0 {
-		errs = append(errs, statefile.SyncDir(s.slots.Dir()), statefile.SyncDir(old))
-	}
-	if probs, err := os.ReadDir(filepath.Join(stateDir, "problems")); err == nil {
-		for _, e := range probs {
-			if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && statestore.CheckKey(id) == nil {
-				errs = append(errs, s.problems.Adopt(id, filepath.Join(stateDir, "problems", e.Name())))
-			}
-		}
-		_ = os.Remove(filepath.Join(stateDir, "problems")) // only when empty
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	_ = os.Remove(old) // only when empty
-	return nil
 }

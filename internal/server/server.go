@@ -174,8 +174,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
-		PreCopy: criu.PreCopyConfig{Mode: cfg.Checkpoint.PreCopy, DirtyTracking: dirtyTracking,
-			PreDumper: &criu.CRIUPreDumper{Pid: tasks.Pid}},
 		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
@@ -366,17 +364,6 @@ func watchBackend(ctx context.Context, cc *grpc.ClientConn, log *slog.Logger) {
 		last = s
 	}
 }
-
-// dirtyTracking asks CRIU once whether it and the kernel track dirty pages
-// (memory pre-copy needs it); criu.New asks it at start only when
-// checkpoint.pre_copy is auto and the runtime can pass a parent image to its
-// checkpoint, which containerd's cannot: on containerd no CRIU runs for it.
-// The check returns within its 30 s whatever CRIU does (criu.MemTrackAvailable).
-var dirtyTracking = sync.OnceValues(func() (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return criu.MemTrackAvailable(ctx, "criu")
-})
 
 // criuVersion asks CRIU for its version once (go-criu runs "criu swrk"); the
 // answer goes into every checkpoint's manifest.

@@ -217,23 +217,3 @@ func (b *Bucket) Remove(key string) error {
 	}
 	return removeKey(b.dir, key)
 }
-
-// Adopt moves a record kept elsewhere by an earlier version of the shim (old)
-// into the bucket under key, then removes old: a one-time migration that a
-// crash at any point leaves redoable. old, when it exists, wins over a
-// record the bucket already has (it is only left behind by a crash during
-// the move, or written by a downgraded shim after it). A missing old is not
-// an error.
-func (b *Bucket) Adopt(key, old string) error {
-	data, err := os.ReadFile(old)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := b.Put(key, data); err != nil {
-		return err
-	}
-	return statefile.Remove(old)
-}

@@ -135,31 +135,6 @@ func TestFailedPutIsNotDurable(t *testing.T) {
 	}
 }
 
-func TestAdoptMovesAnOldRecordAndWinsOverACopy(t *testing.T) {
-	_, b := bucket(t, "warm")
-	old := filepath.Join(t.TempDir(), sb+".warm.json")
-	if err := os.WriteFile(old, []byte("old"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// A crash after the copy and before the removal, then an old shim's
-	// write: the old file is newer.
-	if err := b.Put(sb, []byte("stale")); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Adopt(sb, old); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := b.Get(sb); string(got) != "old" {
-		t.Fatalf("record %q, want old", got)
-	}
-	if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("old record still there: %v", err)
-	}
-	if err := b.Adopt(sb, old); err != nil {
-		t.Fatalf("adopting a missing file: %v", err)
-	}
-}
-
 // FuzzCheckKey: a key CheckKey accepts names exactly one file directly in
 // its bucket, and a Put/Get/Remove of it stays there.
 func FuzzCheckKey(f *testing.F) {

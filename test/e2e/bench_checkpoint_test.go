@@ -100,6 +100,7 @@ type ckptResult struct {
 	shimCP, baseCP             time.Duration
 	shimFrozen                 time.Duration
 	shimRestores, baseRestores []time.Duration // restore to running, each run
+	shimCreates, baseCreates   []time.Duration // of which the restore calls before the starts
 	failures                   []string
 	oci                        ociResult
 }
@@ -123,7 +124,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	disk := ddBandwidth(b, root)
 
 	var results []ckptResult
-	for _, mib := range []int{64, 512, 2048} {
+	for _, mib := range benchSizes(b) {
 		r := ckptResult{mib: mib}
 		name := fmt.Sprintf("bench-cp-%d", mib)
 		sb, ids, logs := startPod(b, shim, name, loadCfg("main", mib, 0), loadCfg("sidecar", 16, 0))
@@ -161,8 +162,8 @@ func BenchmarkCheckpoint(b *testing.B) {
 		// containerd's own restore (the archive as the image; off by default in
 		// 2.2.9 and 2.3, removed in 2.4), alternated three times so that page
 		// cache and disk state favour neither; the median is reported.
-		shimRestore := func() (time.Duration, []string) {
-			return restoreAndStart(b, shim, fmt.Sprintf("%s-r%d", name, len(r.shimRestores)), func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
+		shimRestore := func() (time.Duration, time.Duration, []string) {
+			return restoreAndStartTimed(b, shim, fmt.Sprintf("%s-r%d", name, len(r.shimRestores)), func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
 				rr, err := shim.RestorePod(ctxT(b, 5*time.Minute), &runtimeapi.RestorePodRequest{CheckpointPath: dir, Config: cfg, ContainerConfigs: cfgs})
 				if err != nil {
 					b.Fatal(err)
@@ -174,8 +175,8 @@ func BenchmarkCheckpoint(b *testing.B) {
 				return rr.PodSandboxId, out
 			})
 		}
-		baseRestore := func() (time.Duration, []string) {
-			return restoreAndStart(b, direct, fmt.Sprintf("%s-b%d", name, len(r.baseRestores)), func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
+		baseRestore := func() (time.Duration, time.Duration, []string) {
+			return restoreAndStartTimed(b, direct, fmt.Sprintf("%s-b%d", name, len(r.baseRestores)), func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
 				s, err := direct.RunPodSandbox(ctxT(b, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: cfg})
 				if err != nil {
 					b.Fatal(err)
@@ -193,18 +194,16 @@ func BenchmarkCheckpoint(b *testing.B) {
 				return s.PodSandboxId, out
 			})
 		}
-		reps := 1
 		withBase := os.Getenv("CRI_SHIM_BENCH_IMPORT_BASELINE") == "1"
-		if withBase {
-			reps = 3
-		}
-		for i := 0; i < reps; i++ {
-			d, fails := shimRestore()
+		for i := 0; i < benchReps(b, withBase); i++ {
+			d, c, fails := shimRestore()
 			r.shimRestores = append(r.shimRestores, d)
+			r.shimCreates = append(r.shimCreates, c)
 			r.failures = append(r.failures, fails...)
 			if withBase {
-				d, fails = baseRestore()
+				d, c, fails = baseRestore()
 				r.baseRestores = append(r.baseRestores, d)
+				r.baseCreates = append(r.baseCreates, c)
 				r.failures = append(r.failures, fails...)
 			}
 		}
@@ -253,6 +252,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		time.Now().UTC().Format(time.RFC3339), codeRevision(), node.env["CONTAINERD_VERSION"], node.env["KUBELET_VERSION"], disk/1e6)
 	md.WriteString("Two-container pod: main allocates and touches the size shown, the sidecar 16 MiB. Checkpoint: cri-shim's CheckpointPod (both paused, captured in parallel, resumed) against containerd's CheckpointContainer of each container in sequence. Restore to running: RestorePod + StartContainer of each (cri-shim's restore route: the pod's own config, the images restored by its runtime shim), against RunPodSandbox + CreateContainer(archive) + StartContainer of each on containerd (containerd's own restore, the route cri-shim used before; 2.2 only).\n\n")
 	md.WriteString("Dump throughput: checkpoint size over the whole CheckpointPod call (archives written and fsynced); in brackets, over the CRIU capture phase alone (the pod paused).\n\n")
+	md.WriteString("Restore to running: the median, each run in brackets; `create` is the median part before the first StartContainer (RestorePod; RunPodSandbox + CreateContainer for containerd's).\n\n")
 	md.WriteString("| main | checkpoint size | cri-shim checkpoint | (pod paused) | containerd, per container in sequence | ratio | dump throughput | cri-shim restore to running | containerd restore to running | failed starts |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	okCP, okTP, okRestore, haveBase := true, true, true, false
 	var failures []string
@@ -267,7 +267,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		ctp := float64(r.size) / r.shimFrozen.Seconds()
 		fmt.Fprintf(&md, "| %d MiB | %.0f MiB | %.2f s | %.2f s | %.2f s | %.2f | %.0f MB/s, %.0f%% of disk (capture: %.0f MB/s, %.0f%%) | %s | %s | %d |\n", r.mib, float64(r.size)/(1<<20),
 			r.shimCP.Seconds(), r.shimFrozen.Seconds(), r.baseCP.Seconds(), r.shimCP.Seconds()/r.baseCP.Seconds(), tp/1e6, 100*tp/disk, ctp/1e6, 100*ctp/disk,
-			medianRuns(r.shimRestores), medianRuns(r.baseRestores), len(r.failures))
+			medianRuns(r.shimRestores)+createPart(r.shimCreates), medianRuns(r.baseRestores)+createPart(r.baseCreates), len(r.failures))
 		failures = append(failures, r.failures...)
 	}
 	md.WriteString("\nThrough the stack's registry (distribution, loopback, plain HTTP): `cri-shim checkpoint push` of the checkpoint and `pull` of it into a new directory (the CLI, process start included), against one blob of the same size of random bytes written and read straight through go-containerregistry in the same run.\n\n")
@@ -286,7 +286,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	fmt.Fprintf(&md, "\nTargets: pod checkpoint no slower than the per-container baseline: %s; dump throughput (whole call) at least half the disk bandwidth: %s; warm start under 1 s: %s.\n",
 		verdict(okCP), verdict(okTP), verdict(warm >= 0 && warm < time.Second))
 	if haveBase {
-		fmt.Fprintf(&md, "Restore to running (median of 3) no slower than containerd's own restore at every size: %s.\n", verdict(okRestore))
+		fmt.Fprintf(&md, "Restore to running (median of %d) no slower than containerd's own restore at every size: %s.\n", len(results[0].shimRestores), verdict(okRestore))
 	}
 	out := md.String()
 	fmt.Print("\n" + out)
@@ -305,12 +305,21 @@ func BenchmarkCheckpoint(b *testing.B) {
 // failed here with "type NOTIFY errno 17": PID collisions, docs/checkpoint.md.)
 func restoreAndStart(t testing.TB, rt runtimeapi.RuntimeServiceClient, name string, create func(*runtimeapi.PodSandboxConfig) (string, map[string]string)) (time.Duration, []string) {
 	t.Helper()
+	d, _, failures := restoreAndStartTimed(t, rt, name, create)
+	return d, failures
+}
+
+// restoreAndStartTimed is restoreAndStart that also returns the part of the
+// time spent in create (the restore calls before the starts).
+func restoreAndStartTimed(t testing.TB, rt runtimeapi.RuntimeServiceClient, name string, create func(*runtimeapi.PodSandboxConfig) (string, map[string]string)) (time.Duration, time.Duration, []string) {
+	t.Helper()
 	var failures []string
 	for attempt := 0; attempt < 3; attempt++ {
 		logs := filepath.Join(t.TempDir(), "logs")
 		os.MkdirAll(logs, 0o755)
 		t0 := time.Now()
 		sb, ids := create(sandboxCfg(fmt.Sprintf("%s-%d", name, attempt), fmt.Sprintf("%s-%d-uid", name, attempt), logs))
+		created := time.Since(t0)
 		var err error
 		for _, id := range ids {
 			if _, err = rt.StartContainer(ctxT(t, 5*time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
@@ -330,9 +339,51 @@ func restoreAndStart(t testing.TB, rt runtimeapi.RuntimeServiceClient, name stri
 			}
 		}
 		removePod(rt, sb)
-		return d, failures
+		return d, created, failures
 	}
-	return -1, failures
+	return -1, -1, failures
+}
+
+// createPart is the median create part of runs, "" for none.
+func createPart(runs []time.Duration) string {
+	if len(runs) == 0 {
+		return ""
+	}
+	return "; create " + secs(medianDuration(runs))
+}
+
+// benchSizes are the main container's sizes in MiB: 64, 512 and 2048, or
+// CRI_SHIM_BENCH_SIZES (comma-separated) to repeat one.
+func benchSizes(t testing.TB) []int {
+	v := os.Getenv("CRI_SHIM_BENCH_SIZES")
+	if v == "" {
+		return []int{64, 512, 2048}
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 16 {
+			t.Fatalf("CRI_SHIM_BENCH_SIZES: %q is not a size in MiB (at least 16)", f)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// benchReps is how many times each restore runs: 3 with the baseline (the
+// median of 3, alternated), 1 without, or CRI_SHIM_BENCH_REPS.
+func benchReps(t testing.TB, withBase bool) int {
+	if v := os.Getenv("CRI_SHIM_BENCH_REPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 50 {
+			t.Fatalf("CRI_SHIM_BENCH_REPS: %q is not a count from 1 to 50", v)
+		}
+		return n
+	}
+	if withBase {
+		return 3
+	}
+	return 1
 }
 
 // medianDuration of runs (a failed run, -1, sorts first).
