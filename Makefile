@@ -46,17 +46,18 @@ unit-nonroot:
 # Short fuzzing of every parser; the seed corpora also run as part of `unit`.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/config
-	$(GO) test -run '^$$' -fuzz FuzzParseRules -fuzztime 20s ./internal/podstate
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRules$$' -fuzztime 20s ./internal/podspec
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSlot -fuzztime 20s ./internal/store
 	$(GO) test -run '^$$' -fuzz FuzzPeeks -fuzztime 20s ./internal/podstate
-	$(GO) test -run '^$$' -fuzz FuzzParseAnnotations -fuzztime 20s ./internal/podmgmt
+	for f in FuzzParse FuzzParseOrchestrator FuzzParseWarmRestart FuzzParseSchedule; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/podspec || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./internal/events
 	$(GO) test -run '^$$' -fuzz FuzzCheckKey -fuzztime 10s ./internal/store
 	$(GO) test -run '^$$' -fuzz FuzzCheckKubelet -fuzztime 10s ./cmd/cri-shim
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./internal/restoremark
 	$(GO) test -run '^$$' -fuzz FuzzHandlerRoute -fuzztime 10s ./internal/restoremark
 	$(GO) test -run '^$$' -fuzz FuzzCheck -fuzztime 30s ./internal/criucheck
-	for f in FuzzParseManifest FuzzConfine FuzzCheckpointOptions FuzzCheckName FuzzParseWarmRestart FuzzParseSchedule; do \
+	for f in FuzzParseManifest FuzzConfine FuzzCheckpointOptions FuzzCheckName; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/criu || exit 1; done
 
 stack:

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 func newCheckpointCmd() *cobra.Command {
@@ -123,7 +124,7 @@ func checkpointPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, p *p
 	}
 	p.line("checkpoint %s: %d containers, %s, in %s (pod paused %s)", name, len(m.Containers), human(m.SizeBytes),
 		time.Since(start).Round(time.Millisecond), seconds(m.FrozenSeconds).Round(time.Millisecond))
-	p.line("restore with the pod annotation %s: %q", criu.RestoreFromAnnotation, name)
+	p.line("restore with the pod annotation %s: %q", podspec.RestoreFromKey, name)
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // registryFlags are the flags of every command that talks to a registry.
@@ -203,7 +204,7 @@ stopped.`,
 			fmt.Fprintf(w, "pulled %s (%s/%s: %s, %s) into %s in %s\n", res.Name, res.Manifest.Pod.Namespace, res.Manifest.Pod.Name,
 				strings.Join(out.Containers, ", "), human(out.Bytes), res.Dir, time.Since(start).Round(time.Millisecond))
 			fmt.Fprintf(w, "digest: %s\n", res.Digest)
-			fmt.Fprintf(w, "restore with the pod annotation %s: %q\n", criu.RestoreFromAnnotation, res.Name)
+			fmt.Fprintf(w, "restore with the pod annotation %s: %q\n", podspec.RestoreFromKey, res.Name)
 		})
 	})
 	return cmd

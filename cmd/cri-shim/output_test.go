@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // fakeShim answers the CRI calls the CLI makes, on a unix socket: one ready
@@ -245,7 +246,7 @@ func TestCheckpointProgressPlainOffTerminal(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	if !strings.HasPrefix(lines[0], "checkpointing pod default/web (app) into ") || !strings.Contains(out, "elapsed, ") ||
 		!strings.HasPrefix(lines[len(lines)-2], "checkpoint cp-1: 2 containers, 3.0 MiB, in ") ||
-		lines[len(lines)-1] != `restore with the pod annotation `+criu.RestoreFromAnnotation+`: "cp-1"` {
+		lines[len(lines)-1] != `restore with the pod annotation `+podspec.RestoreFromKey+`: "cp-1"` {
 		t.Errorf("output:\n%s", out)
 	}
 }

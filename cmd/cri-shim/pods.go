@@ -14,6 +14,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/podmgmt"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 )
 
@@ -30,9 +31,9 @@ type podItem struct {
 	UID       string `json:"uid"`
 	SandboxID string `json:"sandboxId"`
 	// Rules are the restart rules per container name, as annotated.
-	Rules      podstate.Rules `json:"rules"`
-	Phase      string         `json:"phase"`
-	PhaseSince time.Time      `json:"phaseSince"`
+	Rules      podspec.Rules `json:"rules"`
+	Phase      string        `json:"phase"`
+	PhaseSince time.Time     `json:"phaseSince"`
 	// Restarts are the in-place restarts of the whole pod.
 	Restarts          int            `json:"restarts"`
 	ContainerRestarts map[string]int `json:"containerRestarts"`
@@ -102,7 +103,7 @@ func readPods(stateDir string, now time.Time) (podList, error) {
 			Phase: string(p.Phase), PhaseSince: p.PhaseSince, Restarts: p.Restarts, ContainerRestarts: p.ContainerRestarts,
 			Problems: p.Problems, LastError: p.LastError}
 		if it.Rules == nil {
-			it.Rules = podstate.Rules{}
+			it.Rules = podspec.Rules{}
 		}
 		if it.ContainerRestarts == nil {
 			it.ContainerRestarts = map[string]int{}

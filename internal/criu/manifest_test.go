@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -113,7 +114,7 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 			if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "archive") {
 				t.Errorf("RestorePod: %v, want FailedPrecondition about an archive", err)
 			}
-			_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)})
+			_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: filepath.Base(fx.dir)})
 			if status.Code(proxy.Status(err)) != codes.FailedPrecondition {
 				t.Errorf("warm start: %v, want FailedPrecondition", err)
 			}
@@ -126,7 +127,7 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 	// Swapped in after the warm start began: refused when the kubelet creates
 	// the container, and nothing is created.
 	fx := checkpointed(t)
-	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)})
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: filepath.Base(fx.dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -123,7 +124,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := filepath.Base(cp)
-	_, err := runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{RestoreFromAnnotation: name})
+	_, err := runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{podspec.RestoreFromKey: name})
 	if status.Code(proxy.Status(err)) != codes.NotFound || !strings.Contains(err.Error(), "own namespace") || !strings.Contains(err.Error(), "kubelet retries") {
 		t.Fatalf("foreign warm start: %v, want NotFound naming the rule", err)
 	}
@@ -131,7 +132,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	if l := leaks(msg, fx); len(l) > 0 {
 		t.Errorf("the refusal tells %v about the checkpoint: %v", l, err)
 	}
-	_, missing := runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{RestoreFromAnnotation: "ns-pod1-20260101T000001Z"})
+	_, missing := runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{podspec.RestoreFromKey: "ns-pod1-20260101T000001Z"})
 	if msg != strings.ReplaceAll(status.Convert(proxy.Status(missing)).Message(), "ns-pod1-20260101T000001Z", "NAME") || status.Code(proxy.Status(missing)) != status.Code(proxy.Status(err)) {
 		t.Errorf("a foreign checkpoint and a missing one are told apart:\n%v\n%v", err, missing)
 	}
@@ -140,7 +141,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	}
 
 	// The same namespace warm-starts, and may be told what is wrong.
-	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: name})
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	// configuration, a restarted shim drops the record, and a container the
 	// kubelet creates then in that sandbox starts from its image.
 	allowing(fx.svc, [2]string{"ns", "guest"})
-	sb, err = runSandboxIn(t, fx.svc, fx.rt, "guest", map[string]string{RestoreFromAnnotation: name})
+	sb, err = runSandboxIn(t, fx.svc, fx.rt, "guest", map[string]string{podspec.RestoreFromKey: name})
 	if err != nil {
 		t.Fatalf("allowed pair: %v", err)
 	}
@@ -182,7 +183,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	// the kubelet sends: one of another namespace gets the rule, not the
 	// checkpoint's image.
 	allowing(svc2, [2]string{"ns", "guest"})
-	sb, err = runSandboxIn(t, svc2, fx.rt, "guest", map[string]string{RestoreFromAnnotation: name})
+	sb, err = runSandboxIn(t, svc2, fx.rt, "guest", map[string]string{podspec.RestoreFromKey: name})
 	if err != nil {
 		t.Fatal(err)
 	}

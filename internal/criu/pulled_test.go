@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -38,7 +39,7 @@ func TestWarmStartFromImageReference(t *testing.T) {
 	}
 	os.Remove(pulled)
 	ref := "reg.example:5000/cp/web@sha256:" + testDigest
-	ann := map[string]string{RestoreFromAnnotation: ref}
+	ann := map[string]string{podspec.RestoreFromKey: ref}
 
 	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann); status.Code(proxy.Status(err)) != codes.InvalidArgument ||
 		!strings.Contains(err.Error(), "restores no image references") {
@@ -71,7 +72,7 @@ func TestWarmStartFromImageReference(t *testing.T) {
 		t.Errorf("pulled checkpoint of another namespace: %v", err)
 	}
 	// Named directly, a pulled directory would skip the allow-list.
-	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: PulledDir(testDigest)}); status.Code(proxy.Status(err)) != codes.InvalidArgument {
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: PulledDir(testDigest)}); status.Code(proxy.Status(err)) != codes.InvalidArgument {
 		t.Errorf("oci- directory named directly: %v", err)
 	}
 	for _, tc := range []struct {

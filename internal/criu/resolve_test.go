@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -47,33 +48,33 @@ func TestWarmStartResolvesRestoreNames(t *testing.T) {
 		}
 		return "", errors.New("PodSpecMismatch: spec.containers[0].image differs")
 	}
-	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "my-cp"})
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "my-cp"})
 	if err != nil {
 		t.Fatalf("resolved name: %v", err)
 	}
 	if w := fx.svc.warm[sb.PodSandboxId]; w == nil || w.Checkpoint != "pcp-0001" {
 		t.Fatalf("warm record %+v, want the resolved directory", w)
 	}
-	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "other"})
+	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "other"})
 	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "PodSpecMismatch: spec.containers[0].image") {
 		t.Errorf("resolver's refusal: %v", err)
 	}
 	// A refusal that says the answer is not in yet stays Unavailable.
-	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "far"})
+	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "far"})
 	if status.Code(proxy.Status(err)) != codes.Unavailable || !strings.Contains(err.Error(), "is being looked up; the pod stays pending") {
 		t.Errorf("resolver not done yet: %v", err)
 	}
 	asked = nil
-	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "plain"}); err != nil || len(asked) != 0 {
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "plain"}); err != nil || len(asked) != 0 {
 		t.Errorf("a directory name: %v, resolver asked %v", err, asked)
 	}
 	// An object's data named directly would skip the object's checks.
-	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: "pcp-0001"})
+	_, err = runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "pcp-0001"})
 	if status.Code(proxy.Status(err)) != codes.InvalidArgument || len(asked) != 0 {
 		t.Errorf("PodCheckpoint data named directly: %v, resolver asked %v", err, asked)
 	}
 	// The namespace binding holds for what a resolver answers.
-	_, err = runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{RestoreFromAnnotation: "my-cp"})
+	_, err = runSandboxIn(t, fx.svc, fx.rt, "evil", map[string]string{podspec.RestoreFromKey: "my-cp"})
 	if status.Code(proxy.Status(err)) != codes.NotFound || !strings.Contains(err.Error(), "own namespace") {
 		t.Errorf("resolved into another namespace's checkpoint: %v", err)
 	}

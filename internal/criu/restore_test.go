@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -156,14 +157,14 @@ func createIn(t *testing.T, svc *Service, rt *fakeRT, sandbox, name string) *fak
 
 func TestWarmStart(t *testing.T) {
 	fx := newFixture(t)
-	ann := map[string]string{RestoreFromAnnotation: "later"}
+	ann := map[string]string{podspec.RestoreFromKey: "later"}
 	// No checkpoint yet: the sandbox fails with a clear message, nothing is created.
 	_, err := runSandbox(t, fx.svc, fx.rt, ann)
 	if status.Code(proxy.Status(err)) != codes.NotFound || !strings.Contains(err.Error(), "kubelet retries") {
 		t.Fatalf("missing checkpoint: %v", err)
 	}
 	for _, bad := range []string{"../cp1", "a/b", ".", ""} {
-		if _, err := runSandbox(t, fx.svc, fx.rt, map[string]string{RestoreFromAnnotation: bad}); status.Code(proxy.Status(err)) != codes.InvalidArgument {
+		if _, err := runSandbox(t, fx.svc, fx.rt, map[string]string{podspec.RestoreFromKey: bad}); status.Code(proxy.Status(err)) != codes.InvalidArgument {
 			t.Errorf("annotation %q: %v", bad, err)
 		}
 	}

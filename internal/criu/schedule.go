@@ -13,61 +13,23 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 const (
-	// IntervalAnnotation on a pod (a Go duration) asks for a checkpoint of
-	// it that often; the node's checkpoint.min_interval is the least.
-	IntervalAnnotation = "checkpoint.cri-shim.io/interval"
-	// KeepAnnotation on a pod (1 to 100) is how many of its scheduled
-	// checkpoints are kept, oldest removed first (default 2); the node's
-	// max_per_pod and byte bounds apply as well.
-	KeepAnnotation = "checkpoint.cri-shim.io/keep"
 	// ScheduledPrefix begins the directory name of a scheduled checkpoint:
 	// sched-<pod UID>-<UTC time>.
 	ScheduledPrefix = "sched-"
 
-	defaultKeep  = 2
-	maxKeep      = 100
-	maxInterval  = 7 * 24 * time.Hour
 	scheduleTick = 10 * time.Second
 	// scheduleTimeout bounds one scheduled checkpoint.
 	scheduleTimeout = 5 * time.Minute
 )
-
-// Schedule is a pod's checkpoint schedule.
-type Schedule struct {
-	Interval time.Duration
-	Keep     int
-}
-
-// ParseSchedule reads a pod's schedule annotations: nil without an interval.
-// An interval under minInterval is raised to it. A malformed value is an
-// error naming the annotation; the pod is then not checkpointed.
-func ParseSchedule(ann map[string]string, minInterval time.Duration) (*Schedule, error) {
-	v, ok := ann[IntervalAnnotation]
-	if !ok {
-		return nil, nil
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d <= 0 || d > maxInterval {
-		return nil, fmt.Errorf("%s: %q is not a duration from 1s to %s", IntervalAnnotation, truncate(v, 32), maxInterval)
-	}
-	s := &Schedule{Interval: max(d, minInterval), Keep: defaultKeep}
-	if k, ok := ann[KeepAnnotation]; ok {
-		n, err := strconv.Atoi(strings.TrimSpace(k))
-		if err != nil || n < 1 || n > maxKeep {
-			return nil, fmt.Errorf("%s: %q is not a count from 1 to %d", KeepAnnotation, truncate(k, 32), maxKeep)
-		}
-		s.Keep = n
-	}
-	return s, nil
-}
 
 // RunSchedule checkpoints the pods that ask for it until ctx ends.
 func (s *Service) RunSchedule(ctx context.Context) {
@@ -97,7 +59,7 @@ func (s *Service) scheduleOnce(ctx context.Context, bad map[string]string) {
 	var stored []Stored
 	listed := false
 	for _, sb := range resp.GetItems() {
-		sched, err := ParseSchedule(sb.GetAnnotations(), s.cfg.MinInterval)
+		sched, err := podspec.ParseSchedule(sb.GetAnnotations(), s.cfg.MinInterval)
 		if err != nil {
 			if bad[sb.GetId()] != err.Error() {
 				bad[sb.GetId()] = err.Error()
@@ -146,7 +108,7 @@ func newestOf(stored []Stored, md *runtimeapi.PodSandboxMetadata) time.Time {
 // node's retention), then keeps only the pod's newest sched.Keep scheduled
 // checkpoints. A pod with a container not running (a restart in progress)
 // is left for the next tick: its checkpoint would not be the pod's state.
-func (s *Service) checkpointScheduled(ctx context.Context, sb *runtimeapi.PodSandbox, sched *Schedule) error {
+func (s *Service) checkpointScheduled(ctx context.Context, sb *runtimeapi.PodSandbox, sched *podspec.Schedule) error {
 	ctx, cancel := context.WithTimeout(ctx, scheduleTimeout)
 	defer cancel()
 	cs, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb.GetId()}})

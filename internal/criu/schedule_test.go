@@ -9,6 +9,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // scheduledPod adds sandbox id (pod UID uid-<id>) with the given
@@ -45,9 +47,9 @@ func scheduled(t *testing.T, fx *fixture, id string) []string {
 func TestScheduledCheckpoints(t *testing.T) {
 	fx := newFixture(t)
 	fx.svc.cfg.MinInterval = time.Minute
-	scheduledPod(t, fx, "sa", map[string]string{IntervalAnnotation: "10s", KeepAnnotation: "1"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
-	scheduledPod(t, fx, "sb", map[string]string{IntervalAnnotation: "soon"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
-	scheduledPod(t, fx, "sc", map[string]string{IntervalAnnotation: "1h"}, runtimeapi.ContainerState_CONTAINER_CREATED)
+	scheduledPod(t, fx, "sa", map[string]string{podspec.IntervalKey: "10s", podspec.KeepKey: "1"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	scheduledPod(t, fx, "sb", map[string]string{podspec.IntervalKey: "soon"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	scheduledPod(t, fx, "sc", map[string]string{podspec.IntervalKey: "1h"}, runtimeapi.ContainerState_CONTAINER_CREATED)
 	now := time.Now()
 	fx.svc.now = func() time.Time { return now }
 	bad := map[string]string{}
@@ -56,7 +58,7 @@ func TestScheduledCheckpoints(t *testing.T) {
 	if len(first) != 1 {
 		t.Fatalf("first tick: %v, want one checkpoint of the scheduled pod", first)
 	}
-	if len(scheduled(t, fx, "sb"))+len(scheduled(t, fx, "sc")) != 0 || !strings.Contains(bad["sb"], IntervalAnnotation) {
+	if len(scheduled(t, fx, "sb"))+len(scheduled(t, fx, "sc")) != 0 || !strings.Contains(bad["sb"], podspec.IntervalKey) {
 		t.Fatalf("malformed or not-running pods checkpointed, or the refusal not noted: %v", bad)
 	}
 	if _, err := os.Stat(filepath.Join(fx.root, "cp1")); err != nil {
@@ -84,7 +86,7 @@ func TestScheduledCheckpoints(t *testing.T) {
 func TestKeepLeavesACheckpointInUse(t *testing.T) {
 	fx := newFixture(t)
 	fx.svc.cfg.MinInterval = time.Second
-	scheduledPod(t, fx, "sa", map[string]string{IntervalAnnotation: "1s", KeepAnnotation: "1"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	scheduledPod(t, fx, "sa", map[string]string{podspec.IntervalKey: "1s", podspec.KeepKey: "1"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	now := time.Now()
 	fx.svc.now = func() time.Time { return now }
 	fx.svc.scheduleOnce(context.Background(), map[string]string{})
@@ -118,45 +120,4 @@ func TestRetentionPerNamespace(t *testing.T) {
 	if _, err := ReadManifest(filepath.Join(fx.root, "mb")); err != nil {
 		t.Fatalf("the newest (just written) removed: %v", err)
 	}
-}
-
-func TestParseSchedule(t *testing.T) {
-	for _, c := range []struct {
-		ann  map[string]string
-		want *Schedule
-		fail bool
-	}{
-		{nil, nil, false},
-		{map[string]string{KeepAnnotation: "3"}, nil, false},
-		{map[string]string{IntervalAnnotation: "10m"}, &Schedule{10 * time.Minute, defaultKeep}, false},
-		{map[string]string{IntervalAnnotation: "1s"}, &Schedule{5 * time.Minute, defaultKeep}, false},
-		{map[string]string{IntervalAnnotation: "1h", KeepAnnotation: " 4 "}, &Schedule{time.Hour, 4}, false},
-		{map[string]string{IntervalAnnotation: "0s"}, nil, true},
-		{map[string]string{IntervalAnnotation: "169h"}, nil, true},
-		{map[string]string{IntervalAnnotation: "1h", KeepAnnotation: "0"}, nil, true},
-		{map[string]string{IntervalAnnotation: "1h", KeepAnnotation: "101"}, nil, true},
-	} {
-		got, err := ParseSchedule(c.ann, 5*time.Minute)
-		if (err != nil) != c.fail || (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
-			t.Errorf("%v: %+v, %v", c.ann, got, err)
-		}
-	}
-}
-
-func FuzzParseSchedule(f *testing.F) {
-	f.Add("5m", "2")
-	f.Add("-1h", "x")
-	f.Add("9999999h", "99999999999999999999")
-	f.Fuzz(func(t *testing.T, interval, keep string) {
-		s, err := ParseSchedule(map[string]string{IntervalAnnotation: interval, KeepAnnotation: keep}, time.Minute)
-		if err != nil {
-			if s != nil || len(err.Error()) > 300 {
-				t.Fatalf("%+v with %v", s, err)
-			}
-			return
-		}
-		if s.Interval < time.Minute || s.Interval > maxInterval || s.Keep < 1 || s.Keep > maxKeep {
-			t.Fatalf("out of range: %+v", s)
-		}
-	})
 }

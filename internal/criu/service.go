@@ -33,7 +33,7 @@ type Config struct {
 	MaxTotalBytes int64
 	// MaxBytesPerNamespace bounds the managed checkpoints of each namespace (0: unbounded).
 	MaxBytesPerNamespace int64
-	// MinInterval is the shortest schedule a pod's IntervalAnnotation gets (schedule.go).
+	// MinInterval is the shortest schedule a pod's podspec.IntervalKey gets (schedule.go).
 	MinInterval time.Duration
 	// ShimBinary is the shim's own executable, mounted into a warm-started
 	// init container that had completed, so that it completes again at once

@@ -14,12 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
-
-// RestoreFromAnnotation names, on a pod, the checkpoint (a directory name
-// under the checkpoint root) its sandbox is warm-started from.
-const RestoreFromAnnotation = "checkpoint.cri-shim.io/restore-from"
 
 // CompletedMountPath is where a completed init container of a warm-started
 // pod finds the shim's binary, which it runs instead of its own command.
@@ -80,7 +77,7 @@ func (s *Service) countHooked() {
 // event, and the kubelet retries (the pod stays Pending).
 func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
-	name, ok := req.GetConfig().GetAnnotations()[RestoreFromAnnotation]
+	name, ok := req.GetConfig().GetAnnotations()[podspec.RestoreFromKey]
 	if !ok {
 		resp, err := next(ctx, req)
 		if err == nil {
@@ -91,7 +88,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 		return resp, err
 	}
 	fail := func(kind error, format string, a ...any) error {
-		err := errorf(kind, "cri-shim: %s %q: %s", RestoreFromAnnotation, name, fmt.Sprintf(format, a...))
+		err := errorf(kind, "cri-shim: %s %q: %s", podspec.RestoreFromKey, name, fmt.Sprintf(format, a...))
 		s.metrics.warmStarts.WithLabelValues(code(err).String()).Inc()
 		return err
 	}
@@ -241,7 +238,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	}
 	if !s.restoreAllowed(w.m.Pod.Namespace, ns) {
 		err := s.noCheckpoint(w.Dir, ns, fmt.Errorf("warm start of sandbox %s: checkpoint of namespace %q", short(w.SandboxID), w.m.Pod.Namespace))
-		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %s %q: %v", name, RestoreFromAnnotation, w.Checkpoint, err)
+		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %s %q: %v", name, podspec.RestoreFromKey, w.Checkpoint, err)
 	}
 	cfg, archive, how, err := s.warmConfig(ctx, req.GetConfig(), name, w.Checkpoint, w.Dir, w.m)
 	if err != nil {

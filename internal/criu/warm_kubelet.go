@@ -1,7 +1,7 @@
 package criu
 
 // Warm restarts the kubelet drives: a pod asking for warm restarts
-// (WarmRestartAnnotation) whose container the kubelet itself starts again
+// (podspec.WarmRestartKey) whose container the kubelet itself starts again
 // after a crash (its restartPolicy, no restart rule of cri-shim's) has that
 // new instance restored from the pod's latest checkpoint, like the in-place
 // restarts podstate carries out (warm_restart.go). The kubelet's
@@ -18,6 +18,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -32,7 +33,7 @@ var _ proxy.StartContainerHook = (*Service)(nil)
 // noteWarmRestartPod records a sandbox whose pod asks for warm restarts, so
 // the CreateContainer hook is active for it. s.mu held.
 func (s *Service) noteWarmRestartPod(sandboxID string, ann map[string]string) {
-	if on, _, _ := ParseWarmRestart(ann); !on || sandboxID == "" {
+	if on, _, _ := podspec.ParseWarmRestart(ann); !on || sandboxID == "" {
 		return
 	}
 	if s.warmRestartPods == nil {

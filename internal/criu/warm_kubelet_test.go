@@ -11,6 +11,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -37,7 +38,7 @@ func kubeletCreate(t *testing.T, fx *fixture, sb string, attempt uint32) (string
 // next create cold, and the one after warm again.
 func TestKubeletRestartIsWarm(t *testing.T) {
 	fx := newFixture(t)
-	scheduledPod(t, fx, "sw", map[string]string{WarmRestartAnnotation: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	scheduledPod(t, fx, "sw", map[string]string{podspec.WarmRestartKey: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	fx.svc.adoptWarmRestartPods(context.Background())
 	if !fx.svc.HookActive(proxy.CreateContainer) || fx.svc.HookActive(proxy.StartContainer) {
 		t.Fatal("hooks: CreateContainer must be active for a warm-restart pod, StartContainer not yet")
@@ -88,7 +89,7 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 // Without a checkpoint the kubelet's restart is created cold.
 func TestKubeletRestartWithoutCheckpointIsCold(t *testing.T) {
 	fx := newFixture(t)
-	scheduledPod(t, fx, "sw", map[string]string{WarmRestartAnnotation: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	scheduledPod(t, fx, "sw", map[string]string{podspec.WarmRestartKey: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	fx.svc.adoptWarmRestartPods(context.Background())
 	if _, img := kubeletCreate(t, fx, "sw", 1); img != "" {
 		t.Fatalf("restore staged from %q without a checkpoint", img)

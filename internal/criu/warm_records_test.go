@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -63,7 +64,7 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ann := map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)}
+	ann := map[string]string{podspec.RestoreFromKey: filepath.Base(fx.dir)}
 	const n = 60
 	var ids []string
 	for i := 0; i < n; i++ {
@@ -179,7 +180,7 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 // written the retry warm-starts.
 func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	fx := checkpointed(t)
-	ann := map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)}
+	ann := map[string]string{podspec.RestoreFromKey: filepath.Base(fx.dir)}
 	state := fx.svc.warmRecs.Dir()
 	broken := func(on bool) { // the records' directory replaced by a file: every write fails
 		t.Helper()
@@ -238,7 +239,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 // file.
 func TestGoneSandboxLosesItsWarmStart(t *testing.T) {
 	fx := checkpointed(t)
-	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{RestoreFromAnnotation: filepath.Base(fx.dir)})
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: filepath.Base(fx.dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 package criu
 
-// Warm restart: a pod that asks for it (WarmRestartAnnotation) has the
+// Warm restart: a pod that asks for it (podspec.WarmRestartKey) has the
 // containers of its in-place restarts (internal/podstate's replay) restored
 // from its own latest checkpoint instead of started fresh. The checkpoint is
 // one of this pod (same UID and namespace) under the checkpoint root, made
@@ -12,52 +12,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-)
 
-const (
-	// WarmRestartAnnotation on a pod ("true") asks that its in-place
-	// restarts start from its latest checkpoint.
-	WarmRestartAnnotation = "checkpoint.cri-shim.io/warm-restart"
-	// WarmRestartMaxAgeAnnotation bounds the age of that checkpoint (a Go
-	// duration, 1s to 168h; default DefaultWarmRestartMaxAge): an older one
-	// is stale and the restart is cold.
-	WarmRestartMaxAgeAnnotation = "checkpoint.cri-shim.io/warm-restart-max-age"
-	// DefaultWarmRestartMaxAge is the maximum age when the pod gives none.
-	DefaultWarmRestartMaxAge = time.Hour
-	maxWarmRestartMaxAge     = 7 * 24 * time.Hour
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
-
-// ParseWarmRestart reads a pod's warm-restart annotations: whether it asks
-// for warm restarts, and the oldest checkpoint it accepts. A value other
-// than "true" or "false", or a malformed or out-of-range age, is an error
-// naming the annotation (the restart is then cold, and the event says so).
-func ParseWarmRestart(ann map[string]string) (bool, time.Duration, error) {
-	v, ok := ann[WarmRestartAnnotation]
-	if !ok {
-		return false, 0, nil
-	}
-	switch strings.TrimSpace(v) {
-	case "true":
-	case "false", "":
-		return false, 0, nil
-	default:
-		return false, 0, fmt.Errorf("%s: %q is not true or false", WarmRestartAnnotation, truncate(v, 32))
-	}
-	age := DefaultWarmRestartMaxAge
-	if a, ok := ann[WarmRestartMaxAgeAnnotation]; ok {
-		d, err := time.ParseDuration(strings.TrimSpace(a))
-		if err != nil || d < time.Second || d > maxWarmRestartMaxAge {
-			return false, 0, fmt.Errorf("%s: %q is not a duration from 1s to %s", WarmRestartMaxAgeAnnotation, truncate(a, 32), maxWarmRestartMaxAge)
-		}
-		age = d
-	}
-	return true, age, nil
-}
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -98,7 +59,7 @@ var errNoWarmCheckpoint = errors.New("no checkpoint to warm-restart from")
 // checkpoint root (never the API server) and creates nothing.
 func (s *Service) WarmRestartRequest(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*WarmRestart, error) {
 	sb := req.GetSandboxConfig()
-	on, maxAge, err := ParseWarmRestart(sb.GetAnnotations())
+	on, maxAge, err := podspec.ParseWarmRestart(sb.GetAnnotations())
 	if err != nil || !on {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // warmReq is the replay's cold create of container name of the checkpointed
@@ -25,7 +27,7 @@ func warmReq(t *testing.T, fx *fixture, name string, ann map[string]string) *run
 			Annotations: ann}}
 }
 
-var warmOn = map[string]string{WarmRestartAnnotation: "true"}
+var warmOn = map[string]string{podspec.WarmRestartKey: "true"}
 
 // checkpointAgain takes another checkpoint of the fixture's pod into name.
 func checkpointAgain(t *testing.T, fx *fixture, name string) string {
@@ -102,7 +104,7 @@ func TestWarmRestartOfContainersNotCaptured(t *testing.T) {
 func TestWarmRestartRefusals(t *testing.T) {
 	fx := checkpointed(t)
 	ctx := ctxT(t, 5*time.Second)
-	for _, ann := range []map[string]string{nil, {WarmRestartAnnotation: "false"}} {
+	for _, ann := range []map[string]string{nil, {podspec.WarmRestartKey: "false"}} {
 		if w, err := fx.svc.WarmRestartRequest(ctx, warmReq(t, fx, "app", ann)); w != nil || err != nil {
 			t.Errorf("annotations %v: %+v, %v; want nothing", ann, w, err)
 		}
@@ -121,8 +123,8 @@ func TestWarmRestartRefusals(t *testing.T) {
 		{"another pod's checkpoint", otherPod, "has no checkpoint"},
 		{"same UID, another namespace", otherNS, "has no checkpoint"},
 		{"another image", wrongImage, "is not the checkpointed image"},
-		{"bad value", warmReq(t, fx, "app", map[string]string{WarmRestartAnnotation: "yes"}), WarmRestartAnnotation},
-		{"bad age", warmReq(t, fx, "app", map[string]string{WarmRestartAnnotation: "true", WarmRestartMaxAgeAnnotation: "-1s"}), WarmRestartMaxAgeAnnotation},
+		{"bad value", warmReq(t, fx, "app", map[string]string{podspec.WarmRestartKey: "yes"}), podspec.WarmRestartKey},
+		{"bad age", warmReq(t, fx, "app", map[string]string{podspec.WarmRestartKey: "true", podspec.WarmRestartMaxAgeKey: "-1s"}), podspec.WarmRestartMaxAgeKey},
 	}
 	for _, c := range cases {
 		w, err := fx.svc.WarmRestartRequest(ctx, c.req)
@@ -135,7 +137,7 @@ func TestWarmRestartRefusals(t *testing.T) {
 	if w != nil || !errors.Is(err, errNoWarmCheckpoint) || !strings.Contains(err.Error(), "old, more than 1h0m0s") {
 		t.Fatalf("stale checkpoint: %+v, %v", w, err)
 	}
-	w, err = fx.svc.WarmRestartRequest(ctx, warmReq(t, fx, "app", map[string]string{WarmRestartAnnotation: "true", WarmRestartMaxAgeAnnotation: "3h"}))
+	w, err = fx.svc.WarmRestartRequest(ctx, warmReq(t, fx, "app", map[string]string{podspec.WarmRestartKey: "true", podspec.WarmRestartMaxAgeKey: "3h"}))
 	if w == nil || err != nil {
 		t.Fatalf("within a 3h maximum age: %+v, %v", w, err)
 	}
@@ -159,47 +161,4 @@ func TestWarmRestartSkipsAnUnusableNewestCheckpoint(t *testing.T) {
 		t.Fatalf("got %+v, %v; want cp1", w, err)
 	}
 	w.Release()
-}
-
-func TestParseWarmRestart(t *testing.T) {
-	for _, c := range []struct {
-		ann  map[string]string
-		on   bool
-		age  time.Duration
-		fail bool
-	}{
-		{nil, false, 0, false},
-		{map[string]string{WarmRestartAnnotation: "true"}, true, DefaultWarmRestartMaxAge, false},
-		{map[string]string{WarmRestartAnnotation: " true "}, true, DefaultWarmRestartMaxAge, false},
-		{map[string]string{WarmRestartAnnotation: "false", WarmRestartMaxAgeAnnotation: "junk"}, false, 0, false},
-		{map[string]string{WarmRestartAnnotation: "true", WarmRestartMaxAgeAnnotation: "10m"}, true, 10 * time.Minute, false},
-		{map[string]string{WarmRestartAnnotation: "True"}, false, 0, true},
-		{map[string]string{WarmRestartAnnotation: "true", WarmRestartMaxAgeAnnotation: "500ms"}, false, 0, true},
-		{map[string]string{WarmRestartAnnotation: "true", WarmRestartMaxAgeAnnotation: "169h"}, false, 0, true},
-		{map[string]string{WarmRestartAnnotation: "true", WarmRestartMaxAgeAnnotation: "10"}, false, 0, true},
-	} {
-		on, age, err := ParseWarmRestart(c.ann)
-		if on != c.on || age != c.age || (err != nil) != c.fail {
-			t.Errorf("%v: %v %s %v", c.ann, on, age, err)
-		}
-	}
-}
-
-func FuzzParseWarmRestart(f *testing.F) {
-	f.Add("true", "1h")
-	f.Add("false", "")
-	f.Add("yes", "-5m")
-	f.Add(strings.Repeat("x", 200), "9999999999h")
-	f.Fuzz(func(t *testing.T, on, age string) {
-		ok, d, err := ParseWarmRestart(map[string]string{WarmRestartAnnotation: on, WarmRestartMaxAgeAnnotation: age})
-		if err != nil {
-			if ok || d != 0 || len(err.Error()) > 300 {
-				t.Fatalf("error %v with %v %s", err, ok, d)
-			}
-			return
-		}
-		if ok && (d < time.Second || d > maxWarmRestartMaxAge) {
-			t.Fatalf("age %s out of range", d)
-		}
-	})
 }

@@ -9,7 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // hostnameLabel is the node label that names one node.
@@ -29,7 +29,7 @@ func Template(p *corev1.Pod) *corev1.PodTemplateSpec {
 	t := &corev1.PodTemplateSpec{}
 	t.Labels = copyMap(p.Labels)
 	t.Annotations = copyMap(p.Annotations)
-	delete(t.Annotations, criu.RestoreFromAnnotation)
+	delete(t.Annotations, podspec.RestoreFromKey)
 	if len(t.Annotations) == 0 {
 		t.Annotations = nil
 	}

@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 func sourcePod() *corev1.Pod {
@@ -48,7 +48,7 @@ func TestSpecMismatch(t *testing.T) {
 	tp := Template(sourcePod())
 	same := sourcePod()
 	same.Spec.NodeName = "node-b"
-	same.Annotations[criu.RestoreFromAnnotation] = "cp"
+	same.Annotations[podspec.RestoreFromKey] = "cp"
 	same.Spec.Volumes[0].Name = "kube-api-access-zzzzz"
 	same.Spec.Containers[0].VolumeMounts[0].Name = "kube-api-access-zzzzz"
 	if d, err := SpecMismatch(same, tp); err != nil || d != "" {

@@ -8,6 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // commands serves the sidecar's command stream until it fails.
@@ -67,7 +68,7 @@ func (m *Manager) do(ctx context.Context, p *pod, cmd *pb.Command) (string, *pb.
 		}
 		return "restart_all_containers", &pb.CommandResponse{Result: pb.CommandResult_ACCEPTED}
 	}
-	return "unknown", refused("unknown command (this node agent speaks version %s)", SupportedVersions[0])
+	return "unknown", refused("unknown command (this node agent speaks version %s)", podspec.SupportedVersions[0])
 }
 
 func commandType(cmd *pb.Command) string {

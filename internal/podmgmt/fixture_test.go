@@ -24,6 +24,7 @@ import (
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
 	"github.com/cri-shim/cri-shim/internal/events"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/store"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
@@ -88,7 +89,7 @@ type fx struct {
 // sbConfig is the configuration of sandbox "sb".
 func sbConfig(port int) *runtimeapi.PodSandboxConfig {
 	return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"},
-		Annotations: map[string]string{AnnotationPrefix + "orch": `{"port": ` + strconv.Itoa(port) + `, "version": "1.0"}`}}
+		Annotations: map[string]string{podspec.PodManagementPrefix + "orch": `{"port": ` + strconv.Itoa(port) + `, "version": "1.0"}`}}
 }
 
 func (f *fx) ops() []string {

@@ -20,6 +20,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/store"
 )
 
@@ -81,12 +82,12 @@ type Manager struct {
 }
 
 type pod struct {
-	SandboxID string           `json:"sandboxId"`
-	Namespace string           `json:"namespace"`
-	Name      string           `json:"name"`
-	UID       string           `json:"uid"`
-	Decl      Declaration      `json:"declaration"`
-	Overrides map[string]int32 `json:"overrides,omitempty"` // container ID -> exit code asked by TerminateContainer
+	SandboxID string               `json:"sandboxId"`
+	Namespace string               `json:"namespace"`
+	Name      string               `json:"name"`
+	UID       string               `json:"uid"`
+	Decl      podspec.Orchestrator `json:"declaration"`
+	Overrides map[string]int32     `json:"overrides,omitempty"` // container ID -> exit code asked by TerminateContainer
 	// Terminating: StopPodSandbox started; the channel stays closed and no
 	// command is carried out, across shim restarts too.
 	Terminating bool `json:"terminating,omitempty"`
@@ -229,7 +230,7 @@ func (m *Manager) drop(sandbox string) error {
 
 // newPod registers a sandbox that declares a channel and writes its token
 // and record durably; on an error nothing of it is kept.
-func (m *Manager) newPod(sandbox string, md *runtimeapi.PodSandboxMetadata, d *Declaration) error {
+func (m *Manager) newPod(sandbox string, md *runtimeapi.PodSandboxMetadata, d *podspec.Orchestrator) error {
 	buf := make([]byte, 32)
 	if _, err := rand.Read(buf); err != nil {
 		return err

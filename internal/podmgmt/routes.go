@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
@@ -54,7 +55,7 @@ func notFound(err error) bool {
 
 func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
-	d, problems := ParseAnnotations(req.GetConfig().GetAnnotations())
+	d, problems := podspec.ParseOrchestrator(req.GetConfig().GetAnnotations())
 	md := req.GetConfig().GetMetadata()
 	pod := md.GetNamespace() + "/" + md.GetName()
 	for _, pr := range problems {

@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -52,7 +53,7 @@ func listener(t *testing.T, port int) *atomic.Int32 {
 func runSandbox(t *testing.T, m *Manager, rt *fakeruntime.Runtime, id string, port int, hostNet bool) (*runtimeapi.RunPodSandboxResponse, error) {
 	t.Helper()
 	cfg := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p-" + id, Namespace: "ns", Uid: "u-" + id},
-		Annotations: map[string]string{AnnotationPrefix + "orch": `{"port": ` + strconv.Itoa(port) + `, "version": "1.0"}`}}
+		Annotations: map[string]string{podspec.PodManagementPrefix + "orch": `{"port": ` + strconv.Itoa(port) + `, "version": "1.0"}`}}
 	if hostNet {
 		cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}}

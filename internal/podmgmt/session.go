@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
 
@@ -79,7 +80,7 @@ func (m *Manager) session(ctx context.Context, p *pod) error {
 	c := pb.NewPodManagementClient(conn)
 	cctx := metadata.AppendToOutgoingContext(ctx, podmanagement.TokenMetadata, p.token)
 	hctx, cancel := context.WithTimeout(cctx, 2*time.Second)
-	_, err = c.Hello(hctx, &pb.HelloRequest{Versions: SupportedVersions, Agent: "cri-shim", PodNamespace: p.Namespace, PodName: p.Name, PodUid: p.UID})
+	_, err = c.Hello(hctx, &pb.HelloRequest{Versions: podspec.SupportedVersions, Agent: "cri-shim", PodNamespace: p.Namespace, PodName: p.Name, PodUid: p.UID})
 	cancel()
 	if err != nil {
 		return err

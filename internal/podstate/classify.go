@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -148,7 +149,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		action = corev1.ContainerRestartRuleAction(forced)
 		delete(p.Forced, name)
 	}
-	if action != ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
+	if action != podspec.ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
 		settle(p, s.Id)
 		if err := m.save(p); err != nil {
 			*p = snap

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // RestartContainer restarts one container of a tracked pod on command, through
@@ -22,7 +24,7 @@ func (m *Manager) RestartContainer(ctx context.Context, sandboxID, container, re
 // a RestartAllContainers rule would: the newest running container is stopped
 // and its exit classified as RestartAllContainers.
 func (m *Manager) RestartPod(ctx context.Context, sandboxID, reason string) error {
-	return m.command(ctx, sandboxID, "", string(ActionRestartAllContainers), reason)
+	return m.command(ctx, sandboxID, "", string(podspec.ActionRestartAllContainers), reason)
 }
 
 func (m *Manager) command(ctx context.Context, sandboxID, container, action, reason string) error {
@@ -74,7 +76,7 @@ func (m *Manager) command(ctx context.Context, sandboxID, container, action, rea
 	// The orchestrator restarting a container (or the pod) ends the hold
 	// of what it terminated (hold.go).
 	held := p.Held
-	if action == string(ActionRestartAllContainers) {
+	if action == string(podspec.ActionRestartAllContainers) {
 		p.Held = nil
 	} else if p.Held[name] {
 		held = maps.Clone(p.Held)

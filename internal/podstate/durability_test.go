@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
@@ -138,7 +139,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k.rt.OnCall("RemovePodSandbox", record)
 		failWrites(k.m, always)
 		k.rt.NextIDs("sb1")
-		_, err := k.m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: k.podConfig(map[string]string{RulesAnnotationPrefix + "main": rules88})},
+		_, err := k.m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: k.podConfig(map[string]string{podspec.RestartRulesPrefix + "main": rules88})},
 			fwd(k.cri.RunPodSandbox))
 		wantUnavailable(t, "RunPodSandbox", err)
 		mu.Lock()
@@ -149,7 +150,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 	})
 	t.Run("CreateContainer", func(t *testing.T) {
 		k := newKubelet(t, t.TempDir())
-		sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": rules88})
+		sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": rules88})
 		failWrites(k.m, always)
 		_, err := k.m.CreateContainer(ctx, k.createReq(sb, "main", 0), fwd(k.cri.CreateContainer))
 		wantUnavailable(t, "CreateContainer", err)

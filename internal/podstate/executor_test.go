@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // A pod removed while its restart waits out a long backoff delay leaves no
@@ -24,7 +25,7 @@ func TestRemovedPodStopsItsExecutor(t *testing.T) {
 				t.Fatal(err)
 			}
 			k.m = m
-			sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": restartNotIn0})
+			sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0})
 			id := k.start(sb, "main")
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})

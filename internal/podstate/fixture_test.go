@@ -19,6 +19,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/events"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -307,7 +308,7 @@ func (k kubelet) remove(id string) {
 func setup(t *testing.T, dir string) (kubelet, string, map[string]string) {
 	k := newKubelet(t, dir)
 	k.rt.ExitOnStart("init", 0)
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": rules88})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": rules88})
 	ids := map[string]string{}
 	for _, n := range []string{"init", "sidecar", "main"} {
 		ids[n] = k.start(sb, n)
@@ -320,7 +321,7 @@ func setup(t *testing.T, dir string) (kubelet, string, map[string]string) {
 func crashingMainPod(t *testing.T) (kubelet, string, *Pod) {
 	t.Helper()
 	k := newKubelet(t, t.TempDir())
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": restartNotIn0})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0})
 	k.start(sb, "main")
 	return k, sb, k.m.pods[sb]
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // kubeletView is one container instance as the kubelet reads it: listed
@@ -210,7 +212,7 @@ func TestHandedBackHiddenSurvivesRestart(t *testing.T) {
 // was initialized.
 func TestHandedBackInitWithoutSidecar(t *testing.T) {
 	k := newKubelet(t, t.TempDir())
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": rules88})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": rules88})
 	init0 := k.start(sb, "init")
 	k.list() // its first run is listed running (held at the swap: see the report)
 	k.exit(init0, 0)

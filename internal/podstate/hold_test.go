@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 const restartNotIn0 = `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`
@@ -18,7 +20,7 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 	k := newKubelet(t, dir)
 	k.rt.ExitOnStart("init", 0)
 	ctx := context.Background()
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": restartNotIn0})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0})
 	for _, n := range []string{"init", "sidecar", "main"} {
 		k.start(sb, n)
 	}
@@ -78,7 +80,7 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 func TestHoldNotWrittenIsNotHeld(t *testing.T) {
 	dir := t.TempDir()
 	k := newKubelet(t, dir)
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": restartNotIn0})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0})
 	k.start(sb, "main")
 	// Both slots unwritable (directories where the files go).
 	for i := range uint64(2) {

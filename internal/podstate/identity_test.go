@@ -6,6 +6,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // Removing the old sandbox of a pod leaves the backoff curve of the pod's
@@ -18,7 +20,7 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := newKubelet(t, t.TempDir())
-			ann := map[string]string{RulesAnnotationPrefix + "main": tc.rules}
+			ann := map[string]string{podspec.RestartRulesPrefix + "main": tc.rules}
 			exit := func(sb string, want time.Duration) {
 				t.Helper()
 				p := k.m.pods[sb]

@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // testCurve is the tests' backoff curve: the real shape (doubling to a
@@ -39,7 +40,7 @@ func TestStopPodSandboxAbandonsRestart(t *testing.T) {
 
 func TestUntrackedPodsAreNotTouched(t *testing.T) {
 	k := newKubelet(t, t.TempDir())
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": "not json"})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": "not json"})
 	if k.m.Tracked() != 0 {
 		t.Fatal("a pod whose only rules are malformed is tracked")
 	}

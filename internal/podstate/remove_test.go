@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	statestore "github.com/cri-shim/cri-shim/internal/store"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestRemovedPodIsNotSavedAgain(t *testing.T) {
 	dir := t.TempDir()
 	k := newKubelet(t, dir)
-	ann := map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}
+	ann := map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}
 	k.runSandbox("sb-gone", ann)
 	p := k.m.pods["sb-gone"]
 	k.removeSandbox("sb-gone")
@@ -65,7 +66,7 @@ func TestStoreGoneForgetsThePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Subscribe(k.m.SandboxGone)
-	ann := map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}
+	ann := map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}
 	sb := k.runPod(ann)
 	id := k.start(sb, "main")
 	if k.m.Tracked() != 1 {

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // replay starts the pod's containers again as the kubelet first started them:
@@ -194,7 +196,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 			return "", fmt.Errorf("create %q again: staging its restore: %w", name, err)
 		}
 	}
-	reason := string(ActionRestartAllContainers)
+	reason := string(podspec.ActionRestartAllContainers)
 	m.mu.Lock()
 	if p.Scope != "" {
 		reason = string(corev1.ContainerRestartRuleActionRestart)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // A Restart rule restarts only its container, on its own backoff curve; the
@@ -14,7 +16,7 @@ import (
 func TestRestartRuleRestartsOneContainer(t *testing.T) {
 	k := newKubelet(t, t.TempDir())
 	k.rt.ExitOnStart("init", 0)
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	ids := map[string]string{}
 	for _, n := range []string{"init", "sidecar", "main"} {
 		ids[n] = k.start(sb, n)
@@ -59,7 +61,7 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 // the kubelet never sees the new instance's exit, even for an instant.
 func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	k := newKubelet(t, t.TempDir())
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	id := k.start(sb, "main")
 	k.rt.ExitOnStart("main", 1) // every replayed instance exits as soon as it starts
 	k.exit(id, 1)
@@ -88,7 +90,7 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 // refuses to see running again.
 func TestStatusAfterSwapHoldsAPodRelistPicture(t *testing.T) {
 	k := newKubelet(t, t.TempDir())
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	old := k.start(sb, "main")
 	k.exit(old, 1)
 	if got := k.listPod("uid-1"); len(got) != 1 || got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING {
@@ -120,7 +122,7 @@ func TestStatusAfterSwapHoldsAPodRelistPicture(t *testing.T) {
 // kubelet has read the pod once after the swap.
 func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	k := newKubelet(t, t.TempDir())
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	old := k.start(sb, "main")
 	listPod := k.list
 	k.exit(old, 1)
@@ -195,8 +197,8 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 // would leave a running container behind a finished KillPod).
 func TestKubeletStopsAreNotRestarted(t *testing.T) {
 	k := newKubelet(t, t.TempDir())
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`,
-		RulesAnnotationPrefix + "side": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`,
+		podspec.RestartRulesPrefix + "side": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	main, side := k.start(sb, "main"), k.start(sb, "side")
 	if _, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: main},
 		func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {

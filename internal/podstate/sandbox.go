@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -22,10 +23,13 @@ func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 		return nil, err
 	}
 	cfg := req.GetConfig()
-	rules, problems := ParseRules(cfg.GetAnnotations())
-	term, problem := ParseTermination(cfg.GetAnnotations())
-	if problem != "" {
-		problems = append(problems, problem)
+	spec := podspec.Parse(cfg.GetAnnotations())
+	rules, term := spec.Rules, spec.Termination
+	var problems []string
+	for _, p := range spec.Problems {
+		if p.Feature == podspec.FeatureRestart {
+			problems = append(problems, p.Message)
+		}
 	}
 	md := cfg.GetMetadata()
 	for _, pr := range problems {

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // Phase is where a pod is in its in-place restart (KEP-5532's state machine,
@@ -38,17 +40,17 @@ type Trigger struct {
 
 // Pod is the persisted state of one pod sandbox that carries restart rules.
 type Pod struct {
-	SandboxID    string   `json:"sandboxId"`
-	UID          string   `json:"uid"`
-	Name         string   `json:"name"`
-	Namespace    string   `json:"namespace"`
-	LogDirectory string   `json:"logDirectory"`
-	Rules        Rules    `json:"rules"`
-	Problems     []string `json:"problems,omitempty"`
+	SandboxID    string        `json:"sandboxId"`
+	UID          string        `json:"uid"`
+	Name         string        `json:"name"`
+	Namespace    string        `json:"namespace"`
+	LogDirectory string        `json:"logDirectory"`
+	Rules        podspec.Rules `json:"rules"`
+	Problems     []string      `json:"problems,omitempty"`
 	// Termination is how a restart stops the pod's containers
-	// (TerminationAnnotation); empty in state written before it existed,
+	// (podspec.TerminationKey); empty in state written before it existed,
 	// which is graceful.
-	Termination Termination `json:"termination,omitempty"`
+	Termination podspec.Termination `json:"termination,omitempty"`
 	// Forced holds, per container name, the action a command asked for (the
 	// pod management channel's RestartContainer / RestartAllContainers): the
 	// container's next exit is classified with it instead of the rules.

@@ -15,13 +15,15 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // stopAll stops every old instance that still runs, in parallel, as the
 // kubelet would: for a graceful termination the preStop exec hook, then
 // SIGTERM and SIGKILL after the pod's grace period (StopContainer's timeout);
 // for an immediate one no hook and upstream's 2 s window (termination.go).
-func (m *Manager) stopAll(ctx context.Context, old map[string]string, term Termination) error {
+func (m *Manager) stopAll(ctx context.Context, old map[string]string, term podspec.Termination) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(old))
 	for id := range old {
@@ -46,7 +48,7 @@ func collect(ch <-chan error) []error {
 	return out
 }
 
-func (m *Manager) stopOne(ctx context.Context, id string, term Termination) error {
+func (m *Manager) stopOne(ctx context.Context, id string, term podspec.Termination) error {
 	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if status.Code(err) == codes.NotFound {
 		return nil
@@ -63,7 +65,7 @@ func (m *Manager) stopOne(ctx context.Context, id string, term Termination) erro
 		grace = time.Duration(v) * time.Second
 	}
 	start := m.clock.Now()
-	if h := s.Annotations[annotationPreStop]; h != "" && term != TerminationImmediate {
+	if h := s.Annotations[annotationPreStop]; h != "" && term != podspec.TerminationImmediate {
 		m.runPreStop(ctx, id, h, grace)
 	}
 	timeout := stopTimeout(term, grace, m.clock.Now().Sub(start))

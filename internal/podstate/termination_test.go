@@ -7,41 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-)
 
-func TestParseTermination(t *testing.T) {
-	long := strings.Repeat("x", 10000)
-	for _, tc := range []struct {
-		name    string
-		ann     map[string]string
-		want    Termination
-		problem string
-	}{
-		{"absent", map[string]string{"other": "immediate"}, TerminationGraceful, ""},
-		{"graceful", map[string]string{TerminationAnnotation: "graceful"}, TerminationGraceful, ""},
-		{"immediate", map[string]string{TerminationAnnotation: "immediate"}, TerminationImmediate, ""},
-		{"empty", map[string]string{TerminationAnnotation: ""}, TerminationGraceful, `restart.cri-shim.io/termination: unknown value ""`},
-		{"case differs", map[string]string{TerminationAnnotation: "Immediate"}, TerminationGraceful, `unknown value "Immediate" (want "graceful" or "immediate"; graceful termination applies)`},
-		{"padded", map[string]string{TerminationAnnotation: " immediate"}, TerminationGraceful, `unknown value " immediate"`},
-		{"long", map[string]string{TerminationAnnotation: long}, TerminationGraceful, "(truncated, 10000 bytes)"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, problem := ParseTermination(tc.ann)
-			if got != tc.want {
-				t.Errorf("termination %q, want %q", got, tc.want)
-			}
-			if tc.problem == "" && problem != "" {
-				t.Errorf("unexpected problem %q", problem)
-			}
-			if tc.problem != "" && !strings.Contains(problem, tc.problem) {
-				t.Errorf("problem %q does not contain %q", problem, tc.problem)
-			}
-			if len(problem) > 300 {
-				t.Errorf("problem of %d bytes repeats the pod's value: %.80s...", len(problem), problem)
-			}
-		})
-	}
-}
+	"github.com/cri-shim/cri-shim/internal/podspec"
+)
 
 // terminationPod runs the setup pod with the termination annotation value
 // (none when empty); its sidecar has a preStop exec hook and a 30 s grace
@@ -50,9 +18,9 @@ func terminationPod(t *testing.T, dir, value string) (kubelet, string, map[strin
 	t.Helper()
 	k := newKubelet(t, dir)
 	k.rt.ExitOnStart("init", 0)
-	ann := map[string]string{RulesAnnotationPrefix + "main": rules88}
+	ann := map[string]string{podspec.RestartRulesPrefix + "main": rules88}
 	if value != "" {
-		ann[TerminationAnnotation] = value
+		ann[podspec.TerminationKey] = value
 	}
 	sb := k.runPod(ann)
 	ids := map[string]string{}
@@ -138,8 +106,8 @@ func TestTerminationSurvivesShimRestart(t *testing.T) {
 	dir := t.TempDir()
 	k, sb, ids := terminationPod(t, dir, "immediate")
 	m2 := k.restarted(dir).m
-	if p := m2.pods[sb]; p == nil || p.Termination != TerminationImmediate {
-		t.Fatalf("pod record after a shim restart: %v", p != nil && p.Termination == TerminationImmediate)
+	if p := m2.pods[sb]; p == nil || p.Termination != podspec.TerminationImmediate {
+		t.Fatalf("pod record after a shim restart: %v", p != nil && p.Termination == podspec.TerminationImmediate)
 	}
 	if err := m2.execute(context.Background(), sb); err != nil {
 		t.Fatal(err)
@@ -154,7 +122,7 @@ func TestTerminationSurvivesShimRestart(t *testing.T) {
 func TestUnknownTerminationIsAProblem(t *testing.T) {
 	k, sb, _ := terminationPod(t, t.TempDir(), "kill -9")
 	p := k.m.pods[sb]
-	if p.Termination != TerminationGraceful || len(p.Problems) != 1 ||
+	if p.Termination != podspec.TerminationGraceful || len(p.Problems) != 1 ||
 		!strings.Contains(p.Problems[0], `annotation restart.cri-shim.io/termination: unknown value "kill -9"`) {
 		t.Fatalf("termination %q problems %q", p.Termination, p.Problems)
 	}

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // warmSource answers every replayed container with a restore from
@@ -67,7 +69,7 @@ func warmPod(t *testing.T, src *warmSource) (kubelet, string, *recordingObserver
 	o := &recordingObserver{}
 	k.m.Observe(o)
 	k.m.WarmFrom(src.source)
-	sb := k.runPod(map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	id := k.start(sb, "main")
 	k.exit(id, 1)
 	k.status(id)

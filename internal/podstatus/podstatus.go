@@ -12,16 +12,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
-	"github.com/cri-shim/cri-shim/internal/podmgmt"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 )
 
@@ -138,7 +135,7 @@ func (r *Reporter) catchUp(pods []podstate.PodState) {
 			t := s.Trigger
 			r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionFalse, Reason: "RestartInProgress",
 				Message: fmt.Sprintf("container %s exited with code %d; restarting in place", t.Container, t.ExitCode), At: s.Since})
-			if t.Action == string(podstate.ActionRestartAllContainers) {
+			if t.Action == string(podspec.ActionRestartAllContainers) {
 				r.setRestarting(pod, kubeapi.Condition{Status: corev1.ConditionTrue, Reason: ReasonAllContainersRestarting,
 					Message: fmt.Sprintf("container %s exited with code %d; restarting all containers in place", t.Container, t.ExitCode), At: s.Since})
 			}
@@ -173,7 +170,7 @@ func exitOf(t podstate.Trigger) string { return fmt.Sprintf("%s exited %d", t.Co
 // a whole-pod restart, and events for the restart and its backoff hold.
 func (r *Reporter) RestartStarted(p podstate.PodRef, t podstate.Trigger) {
 	pod, now := ref(p), r.now()
-	all := t.Action == string(podstate.ActionRestartAllContainers)
+	all := t.Action == string(podspec.ActionRestartAllContainers)
 	exit := fmt.Sprintf("container %s exited with code %d", t.Container, t.ExitCode)
 	what := "restarting all containers in place"
 	if !all {
@@ -202,7 +199,7 @@ func (r *Reporter) RestartStarted(p podstate.PodRef, t podstate.Trigger) {
 // and AllContainersRestarting False once the restarted containers run.
 func (r *Reporter) RestartEnded(p podstate.PodRef, t podstate.Trigger, out podstate.Outcome) {
 	pod, now := ref(p), r.now()
-	all := t.Action == string(podstate.ActionRestartAllContainers)
+	all := t.Action == string(podspec.ActionRestartAllContainers)
 	switch out {
 	case podstate.RestartedAgain:
 		// The next restart's RestartStarted already set the conditions.
@@ -240,57 +237,22 @@ func (r *Reporter) WarmRestart(p podstate.PodRef, w podstate.WarmResult) {
 		fmt.Sprintf("container %s restored from checkpoint %s, taken %s before", w.Container, w.Checkpoint, w.Age.Round(time.Second)))
 }
 
-// annotated reports whether the pod carries annotations the admission
-// policy adds the readiness gate for.
-func annotated(ann map[string]string) bool {
-	for k := range ann {
-		if strings.HasPrefix(k, podstate.RulesAnnotationPrefix) || strings.HasPrefix(k, podmgmt.AnnotationPrefix) {
-			return true
-		}
-	}
-	return false
-}
-
 // sandboxStarted: a new sandbox of an annotated pod has no restart in
 // progress, so its readiness gate is True (a gate with no condition counts
 // as False and would keep the pod from ever being Ready); annotations the
 // shim refuses get a Warning event each.
 func (r *Reporter) sandboxStarted(pod kubeapi.PodRef, ann map[string]string) {
-	if !annotated(ann) {
+	if !podspec.Annotated(ann) {
 		return
 	}
 	r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionTrue, At: r.now()})
-	// One annotation at a time, so that each event's action names its key.
-	channel := map[string]bool{} // pod management problems of single keys
-	for _, k := range slices.Sorted(maps.Keys(ann)) {
-		one := map[string]string{k: ann[k]}
-		var problems []string
-		reason := "InvalidRestartRules"
-		switch {
-		case strings.HasPrefix(k, podstate.RulesAnnotationPrefix):
-			_, problems = podstate.ParseRules(one)
-		case k == podstate.TerminationAnnotation:
-			if _, pr := podstate.ParseTermination(one); pr != "" {
-				problems = []string{pr}
-			}
-		case strings.HasPrefix(k, podmgmt.AnnotationPrefix):
-			reason = "InvalidPodManagement"
-			_, problems = podmgmt.ParseAnnotations(one)
-		}
-		for _, pr := range problems {
-			if reason == "InvalidPodManagement" {
-				channel[pr] = true
-				pr += "; the pod runs without a pod management channel"
-			}
-			r.event(pod, corev1.EventTypeWarning, reason, "Ignore "+k, pr)
-		}
-	}
-	// What is wrong only of several together (two orchestrators).
-	_, problems := podmgmt.ParseAnnotations(ann)
-	for _, pr := range problems {
-		if !channel[pr] {
-			r.event(pod, corev1.EventTypeWarning, "InvalidPodManagement", "Ignore "+podmgmt.AnnotationPrefix+"*",
-				pr+"; the pod runs without a pod management channel")
+	// One event per annotation, so that each event's action names its key.
+	for _, p := range podspec.Parse(ann).Problems {
+		switch p.Feature {
+		case podspec.FeaturePodManagement:
+			r.event(pod, corev1.EventTypeWarning, "InvalidPodManagement", "Ignore "+p.Key, p.Message+"; the pod runs without a pod management channel")
+		default:
+			r.event(pod, corev1.EventTypeWarning, "InvalidRestartRules", "Ignore "+p.Key, p.Message)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 )
 
@@ -39,7 +40,7 @@ func (f *fakeWriter) reasons() string {
 var (
 	pod     = podstate.PodRef{Namespace: "ns", Name: "web", UID: "uid-1"}
 	exited  = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	trigger = podstate.Trigger{Container: "main", ExitCode: 3, Action: string(podstate.ActionRestartAllContainers),
+	trigger = podstate.Trigger{Container: "main", ExitCode: 3, Action: string(podspec.ActionRestartAllContainers),
 		Delay: 2 * time.Second, FinishedAt: exited}
 )
 
@@ -171,9 +172,9 @@ func TestSandboxOfAnnotatedPod(t *testing.T) {
 		t.Fatalf("an unannotated pod got %v %v", w.conds, w.events)
 	}
 	run(map[string]string{
-		podstate.RulesAnnotationPrefix + "main": `[{"action":"Explode"}]`,
-		"pod-management.cri-shim.io/main":       `{"port": -1}`,
-		podstate.TerminationAnnotation:          "sudden",
+		podspec.RestartRulesPrefix + "main": `[{"action":"Explode"}]`,
+		"pod-management.cri-shim.io/main":   `{"port": -1}`,
+		podspec.TerminationKey:              "sudden",
 	})
 	if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionTrue {
 		t.Fatalf("readiness gate of a new sandbox: %+v", c)
@@ -181,7 +182,7 @@ func TestSandboxOfAnnotatedPod(t *testing.T) {
 	if got := w.reasons(); got != "Warning/InvalidPodManagement Warning/InvalidRestartRules Warning/InvalidRestartRules" {
 		t.Fatalf("events %s", got)
 	}
-	for i, key := range []string{"pod-management.cri-shim.io/main", podstate.RulesAnnotationPrefix + "main", podstate.TerminationAnnotation} {
+	for i, key := range []string{"pod-management.cri-shim.io/main", podspec.RestartRulesPrefix + "main", podspec.TerminationKey} {
 		if e := w.events[i]; e.Action != "Ignore "+key || !strings.Contains(e.Note, key) {
 			t.Errorf("event %d %+v does not name %s", i, e, key)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	"github.com/cri-shim/cri-shim/internal/podmgmt"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/podstatus"
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -196,7 +197,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	mc.Registry.MustRegister(channels.Collectors()...)
 	// Pods that declare an orchestrator are tracked by the restart machinery
 	// even without restart rules: the orchestrator may restart them.
-	pods.TrackAlso(func(ann map[string]string) bool { d, _ := podmgmt.ParseAnnotations(ann); return d != nil })
+	pods.TrackAlso(func(ann map[string]string) bool { d, _ := podspec.ParseOrchestrator(ann); return d != nil })
 	// The order in which the features see a call they share. The state
 	// store is first, so it sees RemovePodSandbox answered after every
 	// feature and announces the sandbox gone to all of them (store.Gone);

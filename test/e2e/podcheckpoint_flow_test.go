@@ -19,6 +19,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -36,7 +37,7 @@ func shimAsNode(t *testing.T) (kubernetes.Interface, *podcheckpoint.Client) {
 func secretAPIPod(name, restoreFrom string) *corev1.Pod {
 	var ann map[string]string
 	if restoreFrom != "" {
-		ann = map[string]string{criu.RestoreFromAnnotation: restoreFrom}
+		ann = map[string]string{podspec.RestoreFromKey: restoreFrom}
 	}
 	return apiPod(name, ann, "sh", "-c", "S=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'); i=0; while true; do echo secret=$S n=$i; i=$((i+1)); sleep 0.1; done")
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -84,7 +85,7 @@ var sumLine = regexp.MustCompile(`(?:^|\s)sum=([0-9a-f]{32})(?: len=\d+)?\s*$`)
 func memPod(name, nodeName, restoreFrom string) *corev1.Pod {
 	var ann map[string]string
 	if restoreFrom != "" {
-		ann = map[string]string{criu.RestoreFromAnnotation: restoreFrom}
+		ann = map[string]string{podspec.RestoreFromKey: restoreFrom}
 	}
 	p := apiPod(name, ann, "sh", "-c", memScript)
 	p.Spec.NodeName = nodeName

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // warmRestartPod builds its state for 10 s (100 steps of 0.1 s), says
@@ -40,7 +41,7 @@ metadata:
     image: docker.io/library/busybox:cri-shim
     imagePullPolicy: Never
     command: ["sh", "-c", %q]
-`, name, criu.WarmRestartAnnotation, extra, script)
+`, name, podspec.WarmRestartKey, extra, script)
 }
 
 // logLine is one line of a CRI log file: its time and its text.
@@ -209,7 +210,7 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 	})
 	name := fmt.Sprintf("sched-rs-%d", time.Now().Unix()%100000)
 	full := fullName(name)
-	placeManifest(t, name, warmRestartPod(name, fmt.Sprintf("    %s: 10s\n    %s: \"2\"\n", criu.IntervalAnnotation, criu.KeepAnnotation)))
+	placeManifest(t, name, warmRestartPod(name, fmt.Sprintf("    %s: 10s\n    %s: \"2\"\n", podspec.IntervalKey, podspec.KeepKey)))
 	p := waitRunning(t, name, 90*time.Second, 0, "main")
 	images := imagesSnapshot(t)
 	var uid string

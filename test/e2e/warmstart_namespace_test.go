@@ -16,7 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // secretPod is a static pod in namespace ns whose only container makes up a
@@ -26,7 +26,7 @@ import (
 func secretPod(name, ns, restoreFrom string) string {
 	ann := ""
 	if restoreFrom != "" {
-		ann = fmt.Sprintf("  annotations:\n    %s: %q\n", criu.RestoreFromAnnotation, restoreFrom)
+		ann = fmt.Sprintf("  annotations:\n    %s: %q\n", podspec.RestoreFromKey, restoreFrom)
 	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod

@@ -11,7 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // warmPod is a pod with a completed init container, a running sidecar and a
@@ -21,7 +21,7 @@ func warmPodManifest(name, restoreFrom string) string {
 	counter := `["sh", "-c", "i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done"]`
 	ann := ""
 	if restoreFrom != "" {
-		ann = fmt.Sprintf("  annotations:\n    %s: %q\n", criu.RestoreFromAnnotation, restoreFrom)
+		ann = fmt.Sprintf("  annotations:\n    %s: %q\n", podspec.RestoreFromKey, restoreFrom)
 	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod

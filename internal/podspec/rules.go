@@ -1,19 +1,13 @@
-package podstate
+package podspec
 
 import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
-
-// RulesAnnotationPrefix prefixes the pod annotation that carries one
-// container's restart rules: restart-rules.cri-shim.io/<container-name> = JSON
-// list of upstream ContainerRestartRule.
-const RulesAnnotationPrefix = "restart-rules.cri-shim.io/"
 
 // ActionRestartAllContainers is upstream's KEP-5532 action.
 const ActionRestartAllContainers = corev1.ContainerRestartRuleAction("RestartAllContainers")
@@ -27,15 +21,8 @@ type Rules map[string][]corev1.ContainerRestartRule
 func ParseRules(annotations map[string]string) (Rules, []string) {
 	var rules Rules
 	var problems []string
-	keys := make([]string, 0, len(annotations))
-	for k := range annotations {
-		if strings.HasPrefix(k, RulesAnnotationPrefix) {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		name := strings.TrimPrefix(k, RulesAnnotationPrefix)
+	for _, k := range keysWith(annotations, RestartRulesPrefix) {
+		name := strings.TrimPrefix(k, RestartRulesPrefix)
 		rs, err := parseContainerRules(annotations[k])
 		if err == nil && name == "" {
 			err = fmt.Errorf("no container name after the prefix")

@@ -1,12 +1,12 @@
-package podmgmt
+package podspec
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestParseAnnotations(t *testing.T) {
-	d, p := ParseAnnotations(map[string]string{AnnotationPrefix + "orch": `{"port": 50051, "version": "1.0"}`, "other": "x"})
+func TestParseOrchestrator(t *testing.T) {
+	d, p := ParseOrchestrator(map[string]string{PodManagementPrefix + "orch": `{"port": 50051, "version": "1.0"}`, "other": "x"})
 	if len(p) != 0 || d == nil || d.Container != "orch" || d.Port != 50051 {
 		t.Fatalf("%+v %v", d, p)
 	}
@@ -20,21 +20,21 @@ func TestParseAnnotations(t *testing.T) {
 		`nope`:                                            "want",
 		`{"port": 1, "version": "1.0"} {}`:                "trailing",
 	} {
-		d, p := ParseAnnotations(map[string]string{AnnotationPrefix + "orch": v})
+		d, p := ParseOrchestrator(map[string]string{PodManagementPrefix + "orch": v})
 		if d != nil || len(p) != 1 || !strings.Contains(p[0], want) {
 			t.Errorf("%s: %+v %v, want a problem mentioning %q", v, d, p, want)
 		}
 	}
-	if d, p := ParseAnnotations(map[string]string{AnnotationPrefix + "a": `{"port":1,"version":"1.0"}`, AnnotationPrefix + "b": `{"port":2,"version":"1.0"}`}); d != nil || len(p) != 1 {
+	if d, p := ParseOrchestrator(map[string]string{PodManagementPrefix + "a": `{"port":1,"version":"1.0"}`, PodManagementPrefix + "b": `{"port":2,"version":"1.0"}`}); d != nil || len(p) != 1 {
 		t.Errorf("two declarations: %+v %v", d, p)
 	}
 }
 
-func FuzzParseAnnotations(f *testing.F) {
+func FuzzParseOrchestrator(f *testing.F) {
 	f.Add("orch", `{"port": 50051, "version": "1.0"}`)
 	f.Add("", `{}`)
 	f.Fuzz(func(t *testing.T, name, v string) {
-		d, _ := ParseAnnotations(map[string]string{AnnotationPrefix + name: v})
+		d, _ := ParseOrchestrator(map[string]string{PodManagementPrefix + name: v})
 		if d != nil && (d.Port < 1 || d.Port > 65535 || d.Version != "1.0" || d.Container == "") {
 			t.Fatalf("accepted %+v", d)
 		}

@@ -1,21 +1,13 @@
-// Package podmgmt is cri-shim's side of the pod self-orchestration channel
-// (KEP-5309, api/podmanagement/v1): a pod declares, by annotation, a container
-// that serves PodManagement; the shim connects to it once it runs, notifies it
-// of every container's starts and exits, and carries out its commands.
-package podmgmt
+package podspec
 
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 )
 
-// AnnotationPrefix + container name declares the orchestrator container.
-const AnnotationPrefix = "pod-management.cri-shim.io/"
-
-// Declaration is the KEP's podManagement stanza.
-type Declaration struct {
+// Orchestrator is the KEP-5309 podManagement stanza a pod declares.
+type Orchestrator struct {
 	Container string `json:"container"`
 	Port      int    `json:"port"`
 	Version   string `json:"version"`
@@ -24,21 +16,14 @@ type Declaration struct {
 // SupportedVersions are the protocol versions the shim speaks.
 var SupportedVersions = []string{"1.0"}
 
-// ParseAnnotations finds the pod's declaration. A malformed one is returned
+// ParseOrchestrator finds the pod's declaration. A malformed one is returned
 // as a problem (the pod runs normally, without a channel); more than one
 // declaration is a problem too.
-func ParseAnnotations(ann map[string]string) (*Declaration, []string) {
-	var found []*Declaration
+func ParseOrchestrator(ann map[string]string) (*Orchestrator, []string) {
+	var found []*Orchestrator
 	var problems []string
-	keys := make([]string, 0, len(ann))
-	for k := range ann {
-		if strings.HasPrefix(k, AnnotationPrefix) {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		d, err := parseOne(strings.TrimPrefix(k, AnnotationPrefix), ann[k])
+	for _, k := range keysWith(ann, PodManagementPrefix) {
+		d, err := parseOne(strings.TrimPrefix(k, PodManagementPrefix), ann[k])
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", k, err))
 			continue
@@ -55,7 +40,7 @@ func ParseAnnotations(ann map[string]string) (*Declaration, []string) {
 	return found[0], problems
 }
 
-func parseOne(container, v string) (*Declaration, error) {
+func parseOne(container, v string) (*Orchestrator, error) {
 	if container == "" || len(container) > 63 || strings.ContainsAny(container, "/ ") {
 		return nil, fmt.Errorf("%q is not a container name", container)
 	}
@@ -82,5 +67,5 @@ func parseOne(container, v string) (*Declaration, error) {
 	if !ok {
 		return nil, fmt.Errorf("version %q is not one cri-shim speaks (%s)", d.Version, strings.Join(SupportedVersions, ", "))
 	}
-	return &Declaration{Container: container, Port: d.Port, Version: d.Version}, nil
+	return &Orchestrator{Container: container, Port: d.Port, Version: d.Version}, nil
 }

@@ -1,4 +1,4 @@
-package podstate
+package podspec
 
 import (
 	"strings"
@@ -14,16 +14,16 @@ func TestParseRules(t *testing.T) {
 		problem string
 	}{
 		{"none", map[string]string{"other": "x"}, nil, ""},
-		{"one", map[string]string{RulesAnnotationPrefix + "main": good}, map[string]bool{"main": true}, ""},
-		{"malformed json", map[string]string{RulesAnnotationPrefix + "main": `[{`}, nil, "not a JSON list"},
-		{"unknown action", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Explode","exitCodes":{"operator":"In","values":[1]}}]`}, nil, `unknown action "Explode"`},
-		{"restart", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}, map[string]bool{"main": true}, ""},
-		{"bad operator", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"RestartAllContainers","exitCodes":{"operator":"Gt","values":[1]}}]`}, nil, "operator"},
-		{"no exit codes", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"RestartAllContainers"}]`}, nil, "exitCodes is required"},
-		{"code out of range", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[256]}}]`}, nil, "out of range"},
-		{"unknown field", map[string]string{RulesAnnotationPrefix + "main": `[{"action":"RestartAllContainers","exitCode":{"operator":"In","values":[1]}}]`}, nil, "unknown field"},
-		{"empty name", map[string]string{RulesAnnotationPrefix: good}, nil, "no container name"},
-		{"one good one bad", map[string]string{RulesAnnotationPrefix + "main": good, RulesAnnotationPrefix + "side": "nope"}, map[string]bool{"main": true}, "restart-rules.cri-shim.io/side"},
+		{"one", map[string]string{RestartRulesPrefix + "main": good}, map[string]bool{"main": true}, ""},
+		{"malformed json", map[string]string{RestartRulesPrefix + "main": `[{`}, nil, "not a JSON list"},
+		{"unknown action", map[string]string{RestartRulesPrefix + "main": `[{"action":"Explode","exitCodes":{"operator":"In","values":[1]}}]`}, nil, `unknown action "Explode"`},
+		{"restart", map[string]string{RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}, map[string]bool{"main": true}, ""},
+		{"bad operator", map[string]string{RestartRulesPrefix + "main": `[{"action":"RestartAllContainers","exitCodes":{"operator":"Gt","values":[1]}}]`}, nil, "operator"},
+		{"no exit codes", map[string]string{RestartRulesPrefix + "main": `[{"action":"RestartAllContainers"}]`}, nil, "exitCodes is required"},
+		{"code out of range", map[string]string{RestartRulesPrefix + "main": `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[256]}}]`}, nil, "out of range"},
+		{"unknown field", map[string]string{RestartRulesPrefix + "main": `[{"action":"RestartAllContainers","exitCode":{"operator":"In","values":[1]}}]`}, nil, "unknown field"},
+		{"empty name", map[string]string{RestartRulesPrefix: good}, nil, "no container name"},
+		{"one good one bad", map[string]string{RestartRulesPrefix + "main": good, RestartRulesPrefix + "side": "nope"}, map[string]bool{"main": true}, "restart-rules.cri-shim.io/side"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rules, problems := ParseRules(tc.ann)
@@ -47,8 +47,8 @@ func TestParseRules(t *testing.T) {
 
 func TestMatch(t *testing.T) {
 	rules, _ := ParseRules(map[string]string{
-		RulesAnnotationPrefix + "main": `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88,89]}}]`,
-		RulesAnnotationPrefix + "side": `[{"action":"RestartAllContainers","exitCodes":{"operator":"NotIn","values":[0]}}]`,
+		RestartRulesPrefix + "main": `[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88,89]}}]`,
+		RestartRulesPrefix + "side": `[{"action":"RestartAllContainers","exitCodes":{"operator":"NotIn","values":[0]}}]`,
 	})
 	for _, tc := range []struct {
 		c    string
@@ -73,20 +73,20 @@ func FuzzParseRules(f *testing.F) {
 	f.Add(`[{"action":"RestartAllContainers","exitCodes":{"operator":"NotIn","values":[-1]}}]`, "")
 	f.Add(`null`, "Immediate\x00")
 	f.Fuzz(func(t *testing.T, v, term string) {
-		rules, problems := ParseRules(map[string]string{RulesAnnotationPrefix + "c": v})
+		rules, problems := ParseRules(map[string]string{RestartRulesPrefix + "c": v})
 		if (len(rules) == 0) == (len(problems) == 0) {
 			t.Fatalf("exactly one of rules/problems must be set: %v %v", rules, problems)
 		}
 		for i := int32(-1); i < 257; i += 64 {
 			_ = rules.Match("c", i)
 		}
-		got, problem := ParseTermination(map[string]string{TerminationAnnotation: term})
+		got, problem := ParseTermination(map[string]string{TerminationKey: term})
 		switch {
 		case term == string(TerminationGraceful) || term == string(TerminationImmediate):
 			if got != Termination(term) || problem != "" {
 				t.Fatalf("%q: termination %q problem %q", term, got, problem)
 			}
-		case got != TerminationGraceful || !strings.HasPrefix(problem, "annotation "+TerminationAnnotation+": unknown value "):
+		case got != TerminationGraceful || !strings.HasPrefix(problem, "annotation "+TerminationKey+": unknown value "):
 			t.Fatalf("%q: termination %q problem %q, want graceful and the annotation named", term, got, problem)
 		case len(problem) > 200+10*maxQuoted: // a rune quotes to 10 bytes at most (\U0010ffff)
 			t.Fatalf("%q: a problem of %d bytes", term, len(problem))
