@@ -18,6 +18,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 	"github.com/cri-shim/cri-shim/internal/store"
 )
@@ -349,10 +350,11 @@ func (t *fakeTasks) anyPaused() []string {
 }
 
 type fixture struct {
-	rt   *fakeRT
-	svc  *Service
-	root string
-	dir  string
+	rt    *fakeRT
+	svc   *Service
+	root  string
+	dir   string
+	table *podtable.Table // the node's sandboxes: sync after adding some
 }
 
 // newFixture: a sandbox "sb1" with running containers c1 (app) and c2
@@ -380,7 +382,8 @@ func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) Tasks) *fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, ShimBinary: "/usr/bin/cri-shim", RestoreMarks: rt.marks}
+	table := podtable.New(rt, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, Sandboxes: table, ShimBinary: "/usr/bin/cri-shim", RestoreMarks: rt.marks}
 	var tasks Tasks = rt
 	if setup != nil {
 		tasks = setup(rt, &cfg)
@@ -400,7 +403,7 @@ func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) Tasks) *fi
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{rt: rt, svc: svc, root: root, dir: dir}
+	return &fixture{rt: rt, svc: svc, root: root, dir: dir, table: table}
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

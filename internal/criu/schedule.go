@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 )
 
 const (
@@ -49,35 +50,28 @@ func (s *Service) RunSchedule(ctx context.Context) {
 // scheduleOnce checkpoints, one at a time, every ready sandbox whose
 // schedule is due.
 func (s *Service) scheduleOnce(ctx context.Context, bad map[string]string) {
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	resp, err := s.rt.ListPodSandbox(lctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
-	cancel()
-	if err != nil {
-		return
-	}
 	var stored []Stored
 	listed := false
-	for _, sb := range resp.GetItems() {
-		sched, err := podspec.ParseSchedule(sb.GetAnnotations(), s.cfg.MinInterval)
+	for _, sb := range s.cfg.Sandboxes.List(func(p *podtable.Sandbox) bool { return p.Ready }) {
+		sched, err := podspec.ParseSchedule(sb.Annotations, s.cfg.MinInterval)
 		if err != nil {
-			if bad[sb.GetId()] != err.Error() {
-				bad[sb.GetId()] = err.Error()
+			if bad[sb.ID] != err.Error() {
+				bad[sb.ID] = err.Error()
 				s.log.Warn("checkpoint: schedule annotation refused; the pod is not checkpointed on a schedule", "pod", podName(sb), "err", err)
 			}
 			continue
 		}
-		if sched == nil || sb.GetMetadata().GetUid() == "" {
+		if sched == nil || sb.Metadata.GetUid() == "" {
 			continue
 		}
 		if !listed {
 			stored, _ = List(s.cfg.Root)
 			listed = true
 		}
-		if newest := newestOf(stored, sb.GetMetadata()); !newest.IsZero() && s.now().Sub(newest) < sched.Interval {
+		if newest := newestOf(stored, sb.Metadata); !newest.IsZero() && s.now().Sub(newest) < sched.Interval {
 			continue
 		}
-		if err := s.checkpointScheduled(ctx, sb, sched); err != nil {
+		if err := s.checkpointScheduled(ctx, &sb, sched); err != nil {
 			s.metrics.scheduled.WithLabelValues("failed").Inc()
 			s.log.Warn("checkpoint: scheduled checkpoint failed; tried again at the next tick", "pod", podName(sb), "err", err)
 			continue
@@ -87,8 +81,8 @@ func (s *Service) scheduleOnce(ctx context.Context, bad map[string]string) {
 	}
 }
 
-func podName(sb *runtimeapi.PodSandbox) string {
-	return sb.GetMetadata().GetNamespace() + "/" + sb.GetMetadata().GetName()
+func podName(sb podtable.Sandbox) string {
+	return sb.Metadata.GetNamespace() + "/" + sb.Metadata.GetName()
 }
 
 // newestOf is when the newest checkpoint of the sandbox's pod (by UID and
@@ -108,10 +102,10 @@ func newestOf(stored []Stored, md *runtimeapi.PodSandboxMetadata) time.Time {
 // node's retention), then keeps only the pod's newest sched.Keep scheduled
 // checkpoints. A pod with a container not running (a restart in progress)
 // is left for the next tick: its checkpoint would not be the pod's state.
-func (s *Service) checkpointScheduled(ctx context.Context, sb *runtimeapi.PodSandbox, sched *podspec.Schedule) error {
+func (s *Service) checkpointScheduled(ctx context.Context, sb *podtable.Sandbox, sched *podspec.Schedule) error {
 	ctx, cancel := context.WithTimeout(ctx, scheduleTimeout)
 	defer cancel()
-	cs, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb.GetId()}})
+	cs, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb.ID}})
 	if err != nil {
 		return err
 	}
@@ -136,7 +130,7 @@ func (s *Service) checkpointScheduled(ctx context.Context, sb *runtimeapi.PodSan
 	if len(ids) == 0 {
 		return fmt.Errorf("no running container")
 	}
-	uid := sb.GetMetadata().GetUid()
+	uid := sb.Metadata.GetUid()
 	if err := CheckName(ScheduledPrefix + uid); err != nil {
 		return fmt.Errorf("pod UID %q cannot name a checkpoint: %v", truncate(uid, 32), err)
 	}
@@ -147,7 +141,7 @@ func (s *Service) checkpointScheduled(ctx context.Context, sb *runtimeapi.PodSan
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	_, err = s.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: sb.GetId(), OutputPath: dir, ContainerIds: ids,
+	_, err = s.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: sb.ID, OutputPath: dir, ContainerIds: ids,
 		Options: map[string]string{OptionManaged: "true"}})
 	if err != nil {
 		os.Remove(dir) // emptied by the failed call; the directory is ours

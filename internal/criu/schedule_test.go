@@ -25,6 +25,9 @@ func scheduledPod(t *testing.T, fx *fixture, id string, ann map[string]string, s
 		t.Fatal(err)
 	}
 	fx.rt.addContainer(t, id, "c-"+id, "app", state, 60, 0)
+	if err := fx.table.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func scheduled(t *testing.T, fx *fixture, id string) []string {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 	"github.com/cri-shim/cri-shim/internal/store"
 )
@@ -28,6 +29,11 @@ type Config struct {
 	// Store holds the warm-start records (bucket "warm", one per sandbox)
 	// and tells the service when a sandbox is gone.
 	Store *store.Store
+	// Sandboxes are the node's sandboxes (the pod table), read by the
+	// checkpoint schedule and to find the pods asking for warm restarts.
+	Sandboxes interface {
+		List(keep func(*podtable.Sandbox) bool) []podtable.Sandbox
+	}
 	// MaxPerPod and MaxTotalBytes are the retention of managed checkpoints (0: unbounded).
 	MaxPerPod     int
 	MaxTotalBytes int64
@@ -208,7 +214,7 @@ func (s *Service) Collectors() []prometheus.Collector {
 // its unfinished checkpoints removed) and keeps retrying resumes that failed,
 // until ctx ends.
 func (s *Service) Run(ctx context.Context) {
-	s.adoptWarmRestartPods(ctx)
+	s.adoptWarmRestartPods()
 	s.recoverStaged(ctx)
 	// Records first: a directory whose capture containerd still runs is
 	// emptied by resumeRecorded once that capture ends, not now.

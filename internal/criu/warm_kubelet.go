@@ -43,19 +43,14 @@ func (s *Service) noteWarmRestartPod(sandboxID string, ann map[string]string) {
 	s.countHooked()
 }
 
-// adoptWarmRestartPods finds, at start, the running sandboxes whose pods ask
-// for warm restarts (their annotations come with the runtime's list).
-func (s *Service) adoptWarmRestartPods(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := s.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return
-	}
+// adoptWarmRestartPods finds, at start, the sandboxes whose pods ask for
+// warm restarts (the pod table's, synced before Run).
+func (s *Service) adoptWarmRestartPods() {
+	sbs := s.cfg.Sandboxes.List(nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, sb := range resp.GetItems() {
-		s.noteWarmRestartPod(sb.GetId(), sb.GetAnnotations())
+	for _, sb := range sbs {
+		s.noteWarmRestartPod(sb.ID, sb.Annotations)
 	}
 }
 

@@ -39,7 +39,7 @@ func kubeletCreate(t *testing.T, fx *fixture, sb string, attempt uint32) (string
 func TestKubeletRestartIsWarm(t *testing.T) {
 	fx := newFixture(t)
 	scheduledPod(t, fx, "sw", map[string]string{podspec.WarmRestartKey: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
-	fx.svc.adoptWarmRestartPods(context.Background())
+	fx.svc.adoptWarmRestartPods()
 	if !fx.svc.HookActive(proxy.CreateContainer) || fx.svc.HookActive(proxy.StartContainer) {
 		t.Fatal("hooks: CreateContainer must be active for a warm-restart pod, StartContainer not yet")
 	}
@@ -90,7 +90,7 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 func TestKubeletRestartWithoutCheckpointIsCold(t *testing.T) {
 	fx := newFixture(t)
 	scheduledPod(t, fx, "sw", map[string]string{podspec.WarmRestartKey: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
-	fx.svc.adoptWarmRestartPods(context.Background())
+	fx.svc.adoptWarmRestartPods()
 	if _, img := kubeletCreate(t, fx, "sw", 1); img != "" {
 		t.Fatalf("restore staged from %q without a checkpoint", img)
 	}

@@ -8,8 +8,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // warmBucket is the state store's bucket of warm-start records, one per
@@ -78,71 +76,28 @@ func (s *Service) forgetWarm(id string) {
 }
 
 // removeWarmRecord deletes a warm-start record durably; a failure is logged
-// and counted by statefile (the sandbox's Gone, or a sweep, tries again).
+// and counted by statefile (the sandbox's Gone, or the pod table's relist,
+// tries again).
 func (s *Service) removeWarmRecord(id string) {
 	if err := s.warmRecs.Remove(id); err != nil {
 		s.log.Error("checkpoint: removing a warm-start record", "sandbox", id, "err", err)
 	}
 }
 
-// warmSweepEvery is how often SweepWarm compares the warm-start records with
-// the runtime's sandboxes; warmSweepRetry how soon it tries again when the
-// runtime did not answer.
-var warmSweepEvery, warmSweepRetry = 5 * time.Minute, 10 * time.Second
+// pulledSweepEvery is how often SweepPulled runs.
+var pulledSweepEvery = 5 * time.Minute
 
-// SweepWarm keeps the warm-start records bounded by the sandboxes that exist:
-// at start (sandboxes removed while the shim was down) and then periodically
-// (sandboxes removed behind the shim's back, straight on the runtime), every
-// record whose sandbox the runtime no longer lists is removed. It returns
-// when ctx ends.
-func (s *Service) SweepWarm(ctx context.Context) {
+// SweepPulled removes, at start and then every pulledSweepEvery, the pulled
+// checkpoints no warm start uses any more (sweepPulled). The warm-start
+// records of sandboxes that are gone are removed by the pod table's
+// announcement (forgetWarm). It returns when ctx ends.
+func (s *Service) SweepPulled(ctx context.Context) {
 	for {
-		wait := warmSweepEvery
 		s.sweepPulled()
-		if err := s.sweepWarm(ctx); err != nil {
-			s.log.Warn("checkpoint: listing sandboxes to clean warm-start records; will retry", "err", err)
-			wait = warmSweepRetry
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(pulledSweepEvery):
 		}
 	}
-}
-
-// sweepWarm removes the records of sandboxes the runtime does not list. Only
-// records that existed before the list was asked for are candidates: a
-// sandbox created meanwhile may be missing from the answer.
-func (s *Service) sweepWarm(ctx context.Context) error {
-	s.mu.Lock()
-	if len(s.warm) == 0 {
-		s.mu.Unlock()
-		return nil
-	}
-	ids := make([]string, 0, len(s.warm))
-	for id := range s.warm {
-		ids = append(ids, id)
-	}
-	s.mu.Unlock()
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	lr, err := s.rt.ListPodSandbox(lctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return err
-	}
-	live := make(map[string]bool, len(lr.GetItems()))
-	for _, sb := range lr.GetItems() {
-		live[sb.GetId()] = true
-	}
-	for _, id := range ids {
-		if !live[id] {
-			// Announced to every feature: none keeps records of it.
-			if err := s.cfg.Store.Gone(id); err != nil {
-				s.log.Warn("checkpoint: removing the records of a sandbox that no longer exists", "sandbox", short(id), "err", err)
-			}
-			s.log.Info("checkpoint: removed the warm-start record of a sandbox that no longer exists", "sandbox", short(id))
-		}
-	}
-	return nil
 }

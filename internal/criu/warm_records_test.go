@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -107,8 +108,8 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 		t.Fatalf("%d records after 30 removals, want %d", got, n-30)
 	}
 
-	// The shim is down while 20 more go; a new one sweeps at start. A sweep
-	// whose list fails removes nothing.
+	// The shim is down while 20 more go; the pod table of a new one relists
+	// at start (internal/podtable). A relist whose list fails removes nothing.
 	for _, id := range ids[30:50] {
 		fx.rt.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
 	}
@@ -120,8 +121,9 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 	if got := warmRecords(svc2); got != n-30 {
 		t.Fatalf("restarted shim loaded %d records, want %d", got, n-30)
 	}
+	table := podtable.New(rt, svc2.cfg.Store, svc2.log)
 	rt.listErr = status.Error(codes.Unavailable, "down")
-	if err := svc2.sweepWarm(ctxT(t, time.Second)); err == nil || warmRecords(svc2) != n-30 {
+	if err := table.Sync(ctxT(t, time.Second)); err == nil || warmRecords(svc2) != n-30 {
 		t.Fatalf("sweep with the runtime down: %v, %d records", err, warmRecords(svc2))
 	}
 	rt.listErr = nil
@@ -140,32 +142,23 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if err := svc2.sweepWarm(ctxT(t, time.Second)); err != nil {
+	if err := table.Sync(ctxT(t, time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if svc2.warm[late] == nil {
-		t.Fatal("the sweep removed the record of a warm start that began during it")
+		t.Fatal("the relist removed the record of a warm start that began during it")
 	}
 	if got, files := warmRecords(svc2), warmFiles(t, svc2); got != 11 || files != 11 {
-		t.Fatalf("after the sweep: %d records, %d files; want the 10 live sandboxes and the late one", got, files)
+		t.Fatalf("after the relist: %d records, %d files; want the 10 live sandboxes and the late one", got, files)
 	}
 
-	// The rest are removed behind the shim's back; the periodic sweep finds them.
+	// The rest are removed behind the shim's back; the next relist finds them.
 	for _, id := range append(ids[50:], ids[30], late) {
 		fx.rt.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
 	}
-	every, retry := warmSweepEvery, warmSweepRetry
-	warmSweepEvery, warmSweepRetry = 10*time.Millisecond, 10*time.Millisecond
-	t.Cleanup(func() { warmSweepEvery, warmSweepRetry = every, retry })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); svc2.SweepWarm(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for warmRecords(svc2) != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	if err := table.Sync(ctxT(t, time.Second)); err != nil {
+		t.Fatal(err)
 	}
-	cancel()
-	<-done
 	if got, files := warmRecords(svc2), warmFiles(t, svc2); got != 0 || files != 0 {
 		t.Fatalf("%d records and %d files left after every sandbox went", got, files)
 	}

@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -157,25 +158,24 @@ func (p fakePods) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
 }
 
-// fakeRuntime lists ready sandboxes (by the kubelet's labels) and their
-// running containers, as containerd's CRI does.
+// fakeRuntime lists sandboxes as the pod table does and their running
+// containers as containerd's CRI does.
 type fakeRuntime struct {
 	sandboxes  []*runtimeapi.PodSandbox
 	containers []*runtimeapi.Container
 }
 
-func (r *fakeRuntime) ListPodSandbox(_ context.Context, in *runtimeapi.ListPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
-	out := &runtimeapi.ListPodSandboxResponse{}
+// List is the pod table's: the sandboxes keep selects.
+func (r *fakeRuntime) List(keep func(*podtable.Sandbox) bool) []podtable.Sandbox {
+	var out []podtable.Sandbox
 	for _, sb := range r.sandboxes {
-		ok := true
-		for k, v := range in.GetFilter().GetLabelSelector() {
-			ok = ok && sb.Labels[k] == v
-		}
-		if ok {
-			out.Items = append(out.Items, sb)
+		s := podtable.Sandbox{ID: sb.Id, Metadata: sb.Metadata, Labels: sb.Labels, Annotations: sb.Annotations,
+			Ready: sb.State == runtimeapi.PodSandboxState_SANDBOX_READY}
+		if keep == nil || keep(&s) {
+			out = append(out, s)
 		}
 	}
-	return out, nil
+	return out
 }
 
 func (r *fakeRuntime) ListContainers(_ context.Context, in *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {

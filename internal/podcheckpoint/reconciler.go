@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -29,9 +30,10 @@ type Checkpointer interface {
 	CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error)
 }
 
-// Runtime lists the node's sandboxes and containers (the runtime's CRI client).
+// Runtime is the node's sandboxes (the pod table's List) and the runtime's
+// containers (its CRI client's ListContainers).
 type Runtime interface {
-	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+	List(keep func(*podtable.Sandbox) bool) []podtable.Sandbox
 	ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error)
 }
 
@@ -277,17 +279,14 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 		r.removeData(pc)
 		return r.fail(ctx, pc, "the node's cri-shim restarted during the checkpoint; partial data removed")
 	}
-	sb, err := r.sandbox(ctx, pc.Namespace, pc.Spec.SourcePodName)
-	if err != nil {
-		return err
-	}
+	sb := r.sandbox(pc.Namespace, pc.Spec.SourcePodName)
 	if sb == nil {
 		if pc.Status.NodeName == r.cfg.Node {
 			return r.fail(ctx, pc, "pod "+pc.Spec.SourcePodName+" no longer runs on node "+r.cfg.Node)
 		}
 		return nil // not a pod of this node
 	}
-	uid := types.UID(sb.GetMetadata().GetUid())
+	uid := types.UID(sb.Metadata.GetUid())
 	if want := pc.Spec.SourcePodUID; want != nil && *want != uid {
 		return r.replaced(ctx, pc, uid, fmt.Sprintf("spec.sourcePodUID is %s, the live pod %s has UID %s", *want, pc.Spec.SourcePodName, uid))
 	}
@@ -315,15 +314,15 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 }
 
 // start runs the checkpoint in the background once the pod is ready for one.
-func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *runtimeapi.PodSandbox) error {
+func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *podtable.Sandbox) error {
 	pod, err := r.pods.GetPod(ctx, pc.Namespace, pc.Spec.SourcePodName)
 	if err != nil {
 		return fmt.Errorf("reading pod %s/%s: %w", pc.Namespace, pc.Spec.SourcePodName, err)
 	}
-	if pod.UID != types.UID(sb.GetMetadata().GetUid()) {
-		return fmt.Errorf("pod %s/%s: API has UID %s, the node's sandbox %s", pod.Namespace, pod.Name, pod.UID, sb.GetMetadata().GetUid())
+	if pod.UID != types.UID(sb.Metadata.GetUid()) {
+		return fmt.Errorf("pod %s/%s: API has UID %s, the node's sandbox %s", pod.Namespace, pod.Name, pod.UID, sb.Metadata.GetUid())
 	}
-	ids, missing, err := r.runningContainers(ctx, sb.Id, pod)
+	ids, missing, err := r.runningContainers(ctx, sb.ID, pod)
 	if err != nil {
 		return err
 	}
@@ -358,7 +357,7 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *runt
 	go func() {
 		defer r.wg.Done()
 		defer r.done(pc, podKey)
-		r.checkpoint(ctx, pc, pod, sb.Id, ids, timeout)
+		r.checkpoint(ctx, pc, pod, sb.ID, ids, timeout)
 	}()
 	return nil
 }

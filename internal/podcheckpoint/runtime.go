@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podtable"
 )
 
 // runningContainers returns the IDs of the sandbox's running containers, or the name
@@ -35,17 +37,14 @@ func (r *Reconciler) runningContainers(ctx context.Context, sandbox string, pod 
 	return ids, "", nil
 }
 
-// sandbox is the ready sandbox of the pod on this node, nil if none.
-func (r *Reconciler) sandbox(ctx context.Context, ns, pod string) (*runtimeapi.PodSandbox, error) {
-	sbs, err := r.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
-		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod},
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("listing sandboxes: %w", err)
+// sandbox is the ready sandbox of the pod on this node (the pod table's),
+// nil if none.
+func (r *Reconciler) sandbox(ns, pod string) *podtable.Sandbox {
+	sbs := r.rt.List(func(s *podtable.Sandbox) bool {
+		return s.Ready && s.Metadata.GetNamespace() == ns && s.Metadata.GetName() == pod
+	})
+	if len(sbs) == 0 {
+		return nil
 	}
-	if len(sbs.Items) == 0 {
-		return nil, nil
-	}
-	return sbs.Items[0], nil
+	return &sbs[0]
 }

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -67,10 +67,7 @@ func (w *Watches) Run(ctx context.Context) {
 	t := time.NewTicker(w.pollEvery)
 	defer t.Stop()
 	for {
-		now, err := w.localKeys(ctx)
-		if err != nil {
-			w.log.Warn("podcheckpoint: listing the node's sandboxes", "err", err)
-		} else if !slices.Equal(now, keys) {
+		if now := w.localKeys(); !slices.Equal(now, keys) {
 			stop()
 			keys = now
 			var src cache.SharedIndexInformer
@@ -143,25 +140,18 @@ func sourceSelector(keys []string) string {
 
 // localKeys are the sorted, distinct source-pod keys of the pods whose
 // sandboxes are ready on this node.
-func (w *Watches) localKeys(ctx context.Context) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	sbs, err := w.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
-	if err != nil {
-		return nil, err
-	}
+func (w *Watches) localKeys() []string {
 	seen := map[string]bool{}
 	var keys []string
-	for _, sb := range sbs.Items {
-		k := cpv1.SourcePodKey(sb.GetMetadata().GetName())
+	for _, sb := range w.rt.List(func(s *podtable.Sandbox) bool { return s.Ready }) {
+		k := cpv1.SourcePodKey(sb.Metadata.GetName())
 		if k != "" && !seen[k] {
 			seen[k] = true
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
-	return keys, nil
+	return keys
 }
 
 // informer lists and watches PodCheckpoints of all namespaces as opts

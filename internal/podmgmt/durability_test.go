@@ -3,7 +3,6 @@ package podmgmt
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -37,26 +35,6 @@ func breakDir(t *testing.T, m *Manager, sb string) (restore func()) {
 		if err := os.Rename(dir+".saved", dir); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// A NotFound from a feature after this one (a plain error of errdefs' kind,
-// not yet a gRPC status) means removed, as the runtime's NotFound does.
-func TestRemoveForgetsTheSandboxOnALaterFeaturesNotFound(t *testing.T) {
-	f := newFx(t)
-	if f.m.get("sb") == nil {
-		t.Fatal("test setup: no channel for sandbox sb")
-	}
-	gone := fmt.Errorf("sandbox %q: %w", "sb", errdefs.ErrNotFound)
-	_, err := f.m.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sb"},
-		func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-			return nil, gone
-		})
-	if !errors.Is(err, gone) {
-		t.Fatalf("RemovePodSandbox answered %v, want the NotFound passed on", err)
-	}
-	if f.m.get("sb") != nil {
-		t.Fatal("the channel of a sandbox reported NotFound is still kept")
 	}
 }
 

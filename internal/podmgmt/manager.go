@@ -14,9 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
@@ -57,9 +55,6 @@ type Manager struct {
 	checkAddr func(netip.Addr) error
 	// backoff bounds between connection attempts.
 	minBackoff, maxBackoff time.Duration
-	// sweepEvery is how often Run drops the records of sandboxes the runtime
-	// no longer has (removed behind the shim's back).
-	sweepEvery time.Duration
 
 	ctx context.Context // Run's, for connectors started by routes
 	// connectors counts the running connectors; Run waits for them before
@@ -115,7 +110,7 @@ func New(rt runtimeapi.RuntimeServiceClient, stateDir string, st *store.Store, r
 	}
 	m := &Manager{rt: rt, dir: dir, store: st, log: log, restarter: restarter, metrics: newMetrics(), checkAddr: podAddressOK,
 		pods: map[string]*pod{}, exitCodes: map[string]int32{}, orch: map[string]string{},
-		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second, sweepEvery: time.Minute,
+		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second,
 		dial: func(addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}}
@@ -147,11 +142,11 @@ func (p *pod) init() {
 // Collectors are the channel metrics.
 func (m *Manager) Collectors() []prometheus.Collector { return m.metrics.collectors() }
 
-// Run keeps the channels of known pods until ctx ends, and drops the
-// records of sandboxes the runtime no longer has: at start (removed while
-// the shim was down) and every sweepEvery (removed without the shim seeing
-// RemovePodSandbox). It returns once every connector has ended: nothing of
-// a channel (its state line, a command it carries out) runs afterwards.
+// Run keeps the channels of known pods until ctx ends. It returns once
+// every connector has ended: nothing of a channel (its state line, a command
+// it carries out) runs afterwards. Sandboxes that are gone are the pod
+// table's (internal/podtable): it announces them on the store's lifecycle,
+// and drop forgets them.
 func (m *Manager) Run(ctx context.Context) {
 	defer m.connectors.Wait()
 	defer func() {
@@ -159,45 +154,13 @@ func (m *Manager) Run(ctx context.Context) {
 		m.stopped = true
 		m.mu.Unlock()
 	}()
-	m.sweep(ctx)
 	m.mu.Lock()
 	m.ctx = ctx
 	for _, p := range m.pods {
 		m.connectLocked(p)
 	}
 	m.mu.Unlock()
-	t := time.NewTicker(m.sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.sweep(ctx)
-		}
-	}
-}
-
-// sweep drops every pod whose sandbox the runtime reports NotFound.
-func (m *Manager) sweep(ctx context.Context) {
-	m.mu.Lock()
-	known := make([]*pod, 0, len(m.pods))
-	for _, p := range m.pods {
-		known = append(known, p)
-	}
-	m.mu.Unlock()
-	for _, p := range known {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := m.rt.PodSandboxStatus(sctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.SandboxID})
-		cancel()
-		if status.Code(err) == codes.NotFound {
-			// Announced to every feature: none keeps records of it.
-			if err := m.store.Gone(p.SandboxID); err != nil {
-				m.log.Warn("podmgmt: removing the record of a sandbox that no longer exists", "sandbox", p.SandboxID, "err", err)
-			}
-			m.log.Info("podmgmt: dropped the channel of a sandbox that no longer exists", "sandbox", p.SandboxID)
-		}
-	}
+	<-ctx.Done()
 }
 
 // drop forgets a removed sandbox: its connector, every map entry it owns,

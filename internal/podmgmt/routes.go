@@ -18,14 +18,13 @@ import (
 // Manager takes part in these CRI calls (proxy hooks); none of them waits
 // for a sidecar: events are queued, connections made in the background.
 var (
-	_ proxy.RunPodSandboxHook    = (*Manager)(nil)
-	_ proxy.CreateContainerHook  = (*Manager)(nil)
-	_ proxy.StartContainerHook   = (*Manager)(nil)
-	_ proxy.RemoveContainerHook  = (*Manager)(nil)
-	_ proxy.StopPodSandboxHook   = (*Manager)(nil)
-	_ proxy.RemovePodSandboxHook = (*Manager)(nil)
-	_ proxy.ContainerStatusHook  = (*Manager)(nil)
-	_ proxy.Activity             = (*Manager)(nil)
+	_ proxy.RunPodSandboxHook   = (*Manager)(nil)
+	_ proxy.CreateContainerHook = (*Manager)(nil)
+	_ proxy.StartContainerHook  = (*Manager)(nil)
+	_ proxy.RemoveContainerHook = (*Manager)(nil)
+	_ proxy.StopPodSandboxHook  = (*Manager)(nil)
+	_ proxy.ContainerStatusHook = (*Manager)(nil)
+	_ proxy.Activity            = (*Manager)(nil)
 )
 
 // HookActive: RunPodSandbox is always seen (it is where a pod declares an
@@ -181,18 +180,6 @@ func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 		}
 	}
 	return next(ctx, req)
-}
-
-func (m *Manager) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
-	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
-	resp, err := next(ctx, req)
-	if err != nil && !notFound(err) {
-		return nil, err
-	}
-	if derr := m.drop(req.GetPodSandboxId()); derr != nil {
-		return nil, unavailable(derr)
-	}
-	return resp, err
 }
 
 // ContainerStatus reports the exit code a TerminateContainer command asked

@@ -24,6 +24,7 @@ import (
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -267,7 +268,9 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 		removeCtr(mid)
 	}
 	// Sandboxes created and removed: through the shim, through the shim
-	// after the runtime already removed them, behind the shim's back.
+	// after the runtime already removed them, behind the shim's back. The
+	// pod table announces each gone (internal/podtable).
+	table := podtable.New(f.rt.Client(), f.m.store, f.m.log)
 	for i := range 300 {
 		id := "s" + strconv.Itoa(i)
 		if _, err := runSandbox(t, f.m, f.rt, id, 1000+i, false); err != nil {
@@ -285,7 +288,7 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 		}
 		switch i % 3 {
 		case 0, 1:
-			_, err := f.m.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id},
+			_, err := table.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id},
 				func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 					if i%3 == 1 {
 						return nil, status.Error(codes.NotFound, "already removed")
@@ -301,7 +304,9 @@ func TestMapsShrinkAfterChurn(t *testing.T) {
 			}
 		}
 	}
-	f.m.sweep(ctx)
+	if err := table.Sync(ctx); err != nil { // the relist finds those removed behind the shim's back
+		t.Fatal(err)
+	}
 	f.m.mu.Lock()
 	sizes := map[string]int{"pods": len(f.m.pods), "exitCodes": len(f.m.exitCodes), "orch": len(f.m.orch),
 		"sb.overrides": len(p.Overrides), "sb.orchIDs": len(p.orchIDs)}

@@ -106,13 +106,14 @@ func (k kubelet) runSandbox(sb string, annotations map[string]string) {
 	}
 }
 
-// removeSandbox is the kubelet's RemovePodSandbox of sb.
+// removeSandbox is the kubelet's RemovePodSandbox of sb: the runtime
+// removes it, and the pod table announces it gone (SandboxGone).
 func (k kubelet) removeSandbox(sb string) {
 	k.t.Helper()
-	if _, err := k.m.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
-		fwd(k.cri.RemovePodSandbox)); err != nil {
+	if _, err := k.cri.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb}); err != nil {
 		k.t.Fatal(err)
 	}
+	k.m.SandboxGone(sb)
 }
 
 // createReq is the kubelet's CreateContainer of container name in sandbox

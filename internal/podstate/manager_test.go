@@ -51,26 +51,6 @@ func TestUntrackedPodsAreNotTouched(t *testing.T) {
 	}
 }
 
-func TestReconcileDropsGoneSandboxes(t *testing.T) {
-	dir := t.TempDir()
-	k, sb, _ := setup(t, dir)
-	k.m.reconcile(context.Background())
-	if k.m.Tracked() != 1 {
-		t.Fatal("a live sandbox was dropped")
-	}
-	// Removed behind the shim's back: the runtime removes its containers with it.
-	if _, err := k.cri.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb}); err != nil {
-		t.Fatal(err)
-	}
-	k.m.reconcile(context.Background())
-	if k.m.Tracked() != 0 || k.m.pods[sb] != nil {
-		t.Fatal("state of a removed sandbox kept")
-	}
-	if pods, _ := ReadPods(dir); len(pods) != 0 {
-		t.Fatalf("state files left: %v", pods)
-	}
-}
-
 // The event stream must not tell the kubelet about a triggering exit or about
 // old instances while a restart is in progress.
 func TestEventsOfRestartingPodAreDropped(t *testing.T) {

@@ -65,22 +65,17 @@ func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, st
 	return true
 }
 
-// reconcile forgets pods whose sandbox the runtime no longer has (removed
-// while the shim was down, or by a client that bypassed it).
+// reconcile forgets the instances the runtime no longer has (removed
+// without going through the shim; the kubelet's removals are seen by
+// removeContainer), so a pod's state stays the size of its live containers
+// however often it restarts. Sandboxes gone from the runtime are the pod
+// table's (internal/podtable): SandboxGone.
 func (m *Manager) reconcile(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return // runtime down: keep everything, try again later
-	}
-	live := map[string]bool{}
-	for _, sb := range resp.Items {
-		live[sb.Id] = true
-	}
 	cs, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
-		return
+		return // runtime down: keep everything, try again later
 	}
 	exists := make(map[string]bool, len(cs.Containers))
 	for _, c := range cs.Containers {
@@ -88,10 +83,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// Forget instances the runtime no longer has (removed without going
-	// through the shim; the kubelet's removals are seen by removeContainer),
-	// so a pod's state stays the size of its live containers however often it
-	// restarts. In any phase: a crash-looping pod is almost never Running.
+	// In any phase: a crash-looping pod is almost never Running.
 	for _, p := range m.pods {
 		pruned := false
 		for id := range p.Instances {
@@ -105,14 +97,5 @@ func (m *Manager) reconcile(ctx context.Context) {
 			_ = m.save(p)
 		}
 	}
-	for id, p := range m.pods {
-		if live[id] {
-			continue
-		}
-		m.dropLocked(id)
-		_ = m.st.remove(id)
-		m.log.Info("podstate: sandbox gone from the runtime; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
-	}
 	m.pruneExited(exists)
-	m.st.pruneProblems(live)
 }

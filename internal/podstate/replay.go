@@ -250,19 +250,18 @@ func (m *Manager) coldAfterFailedRestore(ctx context.Context, p *Pod, sandboxID,
 	return m.replayOne(ctx, sandboxID, name)
 }
 
-// sandboxReady reports whether the runtime lists the sandbox as ready; err
-// when the runtime does not answer.
+// sandboxReady reports whether the runtime has the sandbox, ready (asked
+// of the runtime itself: the pod table may be a relist behind); err when
+// the runtime does not answer.
 func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) (bool, error) {
-	resp, err := m.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: sandboxID}})
+	resp, err := m.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandboxID})
+	if status.Code(err) == codes.NotFound {
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("sandbox %s: %w", sandboxID, err)
 	}
-	for _, sb := range resp.Items {
-		if sb.Id == sandboxID && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
-			return true, nil
-		}
-	}
-	return false, nil
+	return resp.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY, nil
 }
 
 // adoptCreated takes over the container of a replay create whose intent was

@@ -22,7 +22,6 @@ var (
 	_ proxy.StopContainerHook        = (*Manager)(nil)
 	_ proxy.RemoveContainerHook      = (*Manager)(nil)
 	_ proxy.StopPodSandboxHook       = (*Manager)(nil)
-	_ proxy.RemovePodSandboxHook     = (*Manager)(nil)
 	_ proxy.PodSandboxStatusObserver = (*Manager)(nil)
 	_ proxy.ListContainersBytesHook  = (*Manager)(nil)
 	_ proxy.ContainerStatusBytesHook = (*Manager)(nil)

@@ -8,8 +8,6 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
@@ -90,31 +88,18 @@ func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	return next(ctx, req)
 }
 
-func (m *Manager) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
-	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
-	resp, err := next(ctx, req)
-	if err != nil && status.Code(err) != codes.NotFound {
-		return nil, err
-	}
-	m.mu.Lock()
-	// The state file, or a problems-only record, of this sandbox: under the
-	// lock, as every save is, so that no save of the pod runs meanwhile
-	// (the store's sequence map is not safe for concurrent writes) and none
-	// recreates the file afterwards (save skips pods no longer tracked).
-	if rerr := m.st.remove(req.PodSandboxId); rerr != nil {
-		m.log.Error("podstate: removing state file", "err", rerr)
-	}
-	m.dropLocked(req.PodSandboxId)
-	m.mu.Unlock()
-	return resp, err
-}
-
-// SandboxGone forgets a sandbox the state store announced gone (removed, or
+// SandboxGone forgets a sandbox the pod table announced gone (removed, or
 // no longer listed by the runtime): the server subscribes it to the store's
-// lifecycle, which removes the pod's records right after.
+// lifecycle, which removes the pod's records right after; save skips pods no
+// longer tracked, so none is written again.
 func (m *Manager) SandboxGone(id string) {
 	m.mu.Lock()
 	if p := m.dropLocked(id); p != nil {
+		// Its slots now, so that the slot writer forgets their sequence
+		// too (the store removes the files again, finding none).
+		if err := m.st.remove(id); err != nil {
+			m.log.Warn("podstate: removing the state of a sandbox that is gone", "sandbox", id, "err", err)
+		}
 		m.log.Info("podstate: sandbox gone; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
 	}
 	m.mu.Unlock()

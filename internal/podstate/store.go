@@ -82,16 +82,6 @@ func (s *store) load() ([]*Pod, []error) {
 	return pods, errs
 }
 
-// pruneProblems drops problems-only records of sandboxes that are gone.
-func (s *store) pruneProblems(live map[string]bool) {
-	ids, _ := s.problems.List()
-	for _, id := range ids {
-		if !live[id] {
-			_ = s.problems.Remove(id)
-		}
-	}
-}
-
 func readAll(slots *statestore.Slots) ([]*Pod, []error) {
 	ids, err := slots.List()
 	if err != nil {

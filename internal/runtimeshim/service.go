@@ -22,6 +22,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/pkg/archive"
@@ -40,6 +42,9 @@ import (
 type Service struct {
 	taskAPI.TTRPCTaskService
 	marks restoremark.Dir
+	// restoring holds the tasks created as a restore whose Start (where
+	// runc restores them) has not run, for the log of its duration.
+	restoring sync.Map // task ID -> struct{}
 }
 
 // New wraps inner, the runc shim's task service, reading marks from marks.
@@ -74,16 +79,21 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	// left the mark; they are checked again against the spec runc will
 	// run (the bundle's), so that nothing but a checked checkpoint is
 	// restored whatever wrote the mark.
+	t0 := time.Now()
 	if err := checkImages(r.Bundle, m.Images); err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
 	}
+	checked := time.Now()
 	r.Checkpoint = m.Images
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	log.G(ctx).WithField("id", r.ID).WithField("images", m.Images).Info("cri-shim: task created as a restore")
+	created := time.Now()
+	l := log.G(ctx).WithField("id", r.ID).WithField("images", m.Images).WithField("check", checked.Sub(t0)).WithField("create", created.Sub(checked))
+	s.restoring.Store(r.ID, struct{}{})
 	if m.RootfsDiff == "" {
+		l.Info("cri-shim: task created as a restore")
 		return resp, nil
 	}
 	// The runc shim mounted the rootfs at <bundle>/rootfs in Create
@@ -94,9 +104,26 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		if _, derr := s.TTRPCTaskService.Delete(ctx, &taskAPI.DeleteRequest{ID: r.ID}); derr != nil {
 			log.G(ctx).WithError(derr).WithField("id", r.ID).Warn("cri-shim: deleting the task whose rootfs changes failed")
 		}
+		s.restoring.Delete(r.ID)
 		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: applying the checkpoint's rootfs changes: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
 	}
+	l.WithField("rootfsDiff", time.Since(created)).Info("cri-shim: task created as a restore")
 	return resp, nil
+}
+
+// Start starts the task; runc restores a task created as a restore here,
+// and the time it took is logged.
+func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
+	if r.ExecID != "" {
+		return s.TTRPCTaskService.Start(ctx, r)
+	}
+	if _, restore := s.restoring.LoadAndDelete(r.ID); !restore {
+		return s.TTRPCTaskService.Start(ctx, r)
+	}
+	t0 := time.Now()
+	resp, err := s.TTRPCTaskService.Start(ctx, r)
+	log.G(ctx).WithField("id", r.ID).WithField("restore", time.Since(t0)).WithField("ok", err == nil).Info("cri-shim: task restored by runc")
+	return resp, err
 }
 
 // maxSpecBytes bounds the bundle's config.json read.
@@ -132,4 +159,12 @@ func applyDiff(ctx context.Context, rootfs, diff string) error {
 	defer ds.Close()
 	_, err = archive.Apply(ctx, rootfs, ds)
 	return err
+}
+
+// Delete deletes the task, and forgets it if it was never started.
+func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	if r.ExecID == "" {
+		s.restoring.Delete(r.ID)
+	}
+	return s.TTRPCTaskService.Delete(ctx, r)
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/podstatus"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 	"github.com/cri-shim/cri-shim/internal/store"
@@ -96,6 +97,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		return fmt.Errorf("state_dir: %w", err)
 	}
 	st.Subscribe(pods.SandboxGone)
+	// The node's sandboxes, and the one announcement that one is gone.
+	table := podtable.New(runtimeapi.NewRuntimeServiceClient(backend), st, log)
 	tasks, err := criu.DialTasks(cfg.Runtime.Endpoint)
 	if err != nil {
 		return fmt.Errorf("runtime.endpoint: %w", err)
@@ -170,7 +173,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		}
 	}
 	checkpoints, err = criu.New(criu.Config{
-		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st,
+		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st, Sandboxes: table,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
@@ -198,8 +201,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// Pods that declare an orchestrator are tracked by the restart machinery
 	// even without restart rules: the orchestrator may restart them.
 	pods.TrackAlso(func(ann map[string]string) bool { d, _ := podspec.ParseOrchestrator(ann); return d != nil })
-	// The order in which the features see a call they share. The state
-	// store is first, so it sees RemovePodSandbox answered after every
+	// The order in which the features see a call they share. The pod
+	// table is first, so it sees RemovePodSandbox answered after every
 	// feature and announces the sandbox gone to all of them (store.Gone);
 	// the channel adds its token mount before the restart state records the
 	// kubelet's CreateContainer (so replays carry it too); the restart state
@@ -207,7 +210,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// With an API server the pod status reporter comes first: podstate
 	// tells it of each restart, and it sees RunPodSandbox answered after
 	// every other feature took the sandbox.
-	shim := []any{st, channels, pods, checkpoints}
+	shim := []any{table, channels, pods, checkpoints}
 	var reporter *podstatus.Reporter
 	if api != nil {
 		reporter = podstatus.New(api, log)
@@ -255,7 +258,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	pods.EventsFrom(feed.Live)
 
 	// The records in step with the runtime before the first call is
-	// answered (an in-place upgrade's calls are already waiting).
+	// answered (an in-place upgrade's calls are already waiting): sandboxes
+	// removed while the shim was down are gone first.
+	if err := table.Sync(ctx); err != nil {
+		log.Warn("pod table: the runtime's sandboxes could not be listed at start; the next relist announces those gone", "err", err)
+	}
 	pods.Resume(ctx)
 
 	var wg sync.WaitGroup
@@ -264,11 +271,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	wg.Add(1)
 	go func() { defer wg.Done(); watchBackend(watchCtx, backend, log) }()
 	wg.Add(1)
+	go func() { defer wg.Done(); table.Run(watchCtx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); pods.Run(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); checkpoints.Run(watchCtx) }()
 	wg.Add(1)
-	go func() { defer wg.Done(); checkpoints.SweepWarm(watchCtx) }()
+	go func() { defer wg.Done(); checkpoints.SweepPulled(watchCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); checkpoints.RunSchedule(watchCtx) }()
 	wg.Add(1)
@@ -282,7 +291,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		go func() {
 			defer wg.Done()
 			podcheckpoint.Run(watchCtx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
-				runtimeapi.NewRuntimeServiceClient(backend), restores, exporter, sources, checkpointEvents, log)
+				nodeRuntime{table, runtimeapi.NewRuntimeServiceClient(backend)}, restores, exporter, sources, checkpointEvents, log)
 		}()
 		wg.Add(1)
 		go func() { defer wg.Done(); reporter.Run(watchCtx) }()
@@ -375,3 +384,18 @@ var criuVersion = sync.OnceValues(func() (string, error) {
 	}
 	return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100), nil
 })
+
+// nodeRuntime is what podcheckpoint reads of the node: the pod table's
+// sandboxes and the runtime's containers.
+type nodeRuntime struct {
+	table *podtable.Table
+	rt    runtimeapi.RuntimeServiceClient
+}
+
+func (n nodeRuntime) List(keep func(*podtable.Sandbox) bool) []podtable.Sandbox {
+	return n.table.List(keep)
+}
+
+func (n nodeRuntime) ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	return n.rt.ListContainers(ctx, in, opts...)
+}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -22,7 +21,8 @@ func (s *Store) Subscribe(f func(id string)) {
 // run or left by an earlier one) is removed durably. It is idempotent; an
 // id that is not a key has no records, but subscribers are still told. An
 // error means a record could not be removed (logged and counted by
-// statefile; a later Gone of the same id, or a sweep, tries again).
+// statefile; a later Gone of the same id, or the pod table's next relist,
+// tries again).
 func (s *Store) Gone(id string) error {
 	s.mu.Lock()
 	subs := append([]func(string){}, s.subs...)
@@ -61,32 +61,6 @@ func (s *Store) Known() (map[string]bool, error) {
 		}
 	}
 	return ids, nil
-}
-
-// Sweep announces Gone for every sandbox that has a record but that list (the
-// runtime's sandboxes) does not return: those removed while the shim was down
-// or behind its back. Only records that existed before list was called are
-// candidates, since a sandbox created meanwhile may be missing from its
-// answer. It returns the sandboxes it announced gone.
-func (s *Store) Sweep(ctx context.Context, list func(context.Context) ([]string, error)) ([]string, error) {
-	known, err := s.Known()
-	if err != nil || len(known) == 0 {
-		return nil, err
-	}
-	live, err := list(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, id := range live {
-		delete(known, id)
-	}
-	var gone []string
-	var errs []error
-	for id := range known {
-		gone = append(gone, id)
-		errs = append(errs, s.Gone(id))
-	}
-	return gone, errors.Join(errs...)
 }
 
 // buckets are the bucket directories under the root.

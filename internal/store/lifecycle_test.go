@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"io/fs"
 	"slices"
@@ -68,39 +67,5 @@ func TestGoneOfAHostileIDRemovesNothing(t *testing.T) {
 	}
 	if got, err := a.Get("x"); err != nil || string(got) != "kept" {
 		t.Fatalf("record %q, %v", got, err)
-	}
-}
-
-func TestSweepAnnouncesSandboxesTheRuntimeNoLongerLists(t *testing.T) {
-	s, a := bucket(t, "podmgmt")
-	b, _ := s.Bucket("warm")
-	a.Put("live", []byte("x"))
-	a.Put("dead1", []byte("x"))
-	b.Put("dead2", []byte("x"))
-	var told []string
-	s.Subscribe(func(id string) { told = append(told, id) })
-	gone, err := s.Sweep(context.Background(), func(context.Context) ([]string, error) {
-		// A sandbox created while the list is asked for: its record is
-		// newer than the sweep's candidates and stays.
-		b.Put("new", []byte("x"))
-		return []string{"live"}, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(gone)
-	slices.Sort(told)
-	if !slices.Equal(gone, []string{"dead1", "dead2"}) || !slices.Equal(told, gone) {
-		t.Fatalf("gone %v, told %v", gone, told)
-	}
-	known, _ := s.Known()
-	if len(known) != 2 || !known["live"] || !known["new"] {
-		t.Fatalf("known after the sweep: %v", known)
-	}
-	if _, err := s.Sweep(context.Background(), func(context.Context) ([]string, error) { return nil, errors.New("down") }); err == nil {
-		t.Fatal("a failed list swept nothing but returned no error")
-	}
-	if known, _ := s.Known(); len(known) != 2 {
-		t.Fatalf("a failed list removed records: %v", known)
 	}
 }

@@ -1,4 +1,4 @@
-package store
+package podtable
 
 import (
 	"context"
@@ -26,13 +26,13 @@ func TestRemovePodSandboxAnnouncesGone(t *testing.T) {
 		{"failed", status.Error(codes.Unavailable, "containerd down"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, b := bucket(t, "podmgmt")
+			tb, b := table(t, nil)
 			if err := b.Put(sb, []byte("x")); err != nil {
 				t.Fatal(err)
 			}
 			told := false
-			s.Subscribe(func(id string) { told = id == sb })
-			_, err := s.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
+			tb.st.Subscribe(func(id string) { told = id == sb })
+			_, err := tb.RemovePodSandbox(context.Background(), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb},
 				func(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 					if tc.runtime != nil {
 						return nil, tc.runtime
