@@ -21,7 +21,7 @@ func runSandboxIn(t *testing.T, svc *Service, rt *fakeRT, ns string, ann map[str
 	t.Helper()
 	req := &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: ns, Uid: rt.uid("u-" + ns)}, Annotations: ann}}
-	return svc.RunPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	return admit(svc, rt).Run(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 		return rt.RunPodSandbox(ctx, r)
 	})
 }

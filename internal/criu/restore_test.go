@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -134,11 +135,16 @@ func TestRestorePodFailureRemovesWhatItCreated(t *testing.T) {
 	}
 }
 
+// admit is the pod table's admission with the service alone.
+func admit(svc *Service, rt *fakeRT) podtable.Admissions {
+	return podtable.Admissions{Features: []podtable.Admitter{svc}, RT: rt, Log: svc.log}
+}
+
 func runSandbox(t *testing.T, svc *Service, rt *fakeRT, ann map[string]string) (*runtimeapi.RunPodSandboxResponse, error) {
 	t.Helper()
 	req := &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "warm", Namespace: "ns", Uid: rt.uid("u2")}, Annotations: ann}}
-	return svc.RunPodSandbox(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	return admit(svc, rt).Run(ctxT(t, 5*time.Second), req, func(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 		return rt.RunPodSandbox(ctx, r)
 	})
 }

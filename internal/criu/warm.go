@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -38,17 +39,16 @@ type warmPod struct {
 }
 
 // The service serves CheckpointPod and RestorePod and takes part in the
-// calls of a warm start (proxy hooks).
+// calls of a warm start (proxy hooks; a pod's admission is the pod table's
+// call, Admit).
 var (
 	_ proxy.CheckpointPodServer = (*Service)(nil)
 	_ proxy.RestorePodServer    = (*Service)(nil)
-	_ proxy.RunPodSandboxHook   = (*Service)(nil)
 	_ proxy.CreateContainerHook = (*Service)(nil)
 	_ proxy.Activity            = (*Service)(nil)
 )
 
-// HookActive: RunPodSandbox is always seen (a pod may ask for a warm start,
-// or for warm restarts); CreateContainer only while a warm start is under
+// HookActive: CreateContainer only while a warm start is under
 // way or a pod asking for warm restarts runs; StartContainer only while a
 // container staged for a restore, or created from a checkpoint for the
 // kubelet, awaits its start. A
@@ -71,21 +71,26 @@ func (s *Service) countHooked() {
 	s.pendingN.Store(int64(len(s.pendingWarm)))
 }
 
-// RunPodSandbox warm-starts a sandbox whose pod names a checkpoint: the
-// checkpoint is checked before the sandbox is created, so a missing or
-// unusable one fails RunPodSandbox with a message the kubelet shows as an
-// event, and the kubelet retries (the pod stays Pending).
-func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
-	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
-	name, ok := req.GetConfig().GetAnnotations()[podspec.RestoreFromKey]
+var _ podtable.Admitter = (*Service)(nil)
+
+// Admit warm-starts a sandbox whose pod names a checkpoint: the checkpoint
+// is checked before the sandbox is created, so a missing or unusable one
+// fails RunPodSandbox with a message the kubelet shows as an event, and the
+// kubelet retries (the pod stays Pending). Once the sandbox exists its
+// warm-start record is written; one that could not be (statefile's rule: not
+// recorded, not acted on) fails the commit, and the pod table removes the
+// sandbox. Every new sandbox is noted if its pod asks for warm restarts.
+func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admission, error) {
+	req := p.Request
+	ann := req.GetConfig().GetAnnotations()
+	name, ok := ann[podspec.RestoreFromKey]
 	if !ok {
-		resp, err := next(ctx, req)
-		if err == nil {
+		return podtable.Admission{Commit: func(_ context.Context, id string) error {
 			s.mu.Lock()
-			s.noteWarmRestartPod(resp.GetPodSandboxId(), req.GetConfig().GetAnnotations())
+			s.noteWarmRestartPod(id, ann)
 			s.mu.Unlock()
-		}
-		return resp, err
+			return nil
+		}}, nil
 	}
 	fail := func(kind error, format string, a ...any) error {
 		err := errorf(kind, "cri-shim: %s %q: %s", podspec.RestoreFromKey, name, fmt.Sprintf(format, a...))
@@ -96,53 +101,44 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	ns := md.GetNamespace()
 	dirName, err := s.restoreDir(ctx, md, name)
 	if err != nil {
-		return nil, fail(err, "%s", message(err))
+		return podtable.Admission{}, fail(err, "%s", message(err))
 	}
+	var adm podtable.Admission
 	if strings.HasPrefix(dirName, PulledDirPrefix) {
 		// Not evicted by the pulled-checkpoint cap before the warm-start
-		// record below names it.
-		defer s.pinPulled(dirName)()
+		// record names it.
+		adm.Done = s.pinPulled(dirName)
 	}
 	dir, m, err := s.openCheckpoint(filepath.Join(s.cfg.Root, dirName), ns)
 	if err != nil {
-		return nil, fail(err, "%v; the pod stays pending and the kubelet retries", err)
+		return adm, fail(err, "%v; the pod stays pending and the kubelet retries", err)
 	}
 	if err := checkHandler(m, req.GetRuntimeHandler()); err != nil {
-		return nil, fail(errdefs.ErrFailedPrecondition, "%v", err)
+		return adm, fail(errdefs.ErrFailedPrecondition, "%v", err)
 	}
 	if err := s.checkRoute(ctx, req.GetRuntimeHandler()); err != nil {
-		return nil, fail(err, "%s; the pod stays pending and the kubelet retries", message(err))
+		return adm, fail(err, "%s; the pod stays pending and the kubelet retries", message(err))
 	}
-	resp, err := next(ctx, req)
-	if err != nil {
-		return nil, err
+	adm.Commit = func(_ context.Context, id string) error {
+		w := &warmPod{SandboxID: id, Checkpoint: dirName, Dir: dir, Namespace: ns, Done: map[string]bool{}, m: m}
+		if err := s.saveWarm(w); err != nil {
+			return fail(errdefs.ErrUnavailable, "recording the warm start: %v; the sandbox was removed and the kubelet retries", err)
+		}
+		s.mu.Lock()
+		s.warm[w.SandboxID] = w
+		s.noteWarmRestartPod(w.SandboxID, ann)
+		s.countHooked()
+		s.mu.Unlock()
+		s.metrics.warmStarts.WithLabelValues("success").Inc()
+		s.log.Info("checkpoint: warm-starting a pod from a checkpoint", "pod", md.GetNamespace()+"/"+md.GetName(),
+			"sandbox", w.SandboxID, "checkpoint", name, "dir", dirName, "containers", len(m.Containers))
+		return nil
 	}
-	w := &warmPod{SandboxID: resp.GetPodSandboxId(), Checkpoint: dirName, Dir: dir, Namespace: ns, Done: map[string]bool{}, m: m}
-	if err := s.saveWarm(w); err != nil {
-		// Not recorded, not acted on (statefile's rule): a sandbox whose
-		// warm start a restarted shim would not know is removed again, and
-		// the kubelet retries.
-		s.undoUnrecorded("sandbox", w.SandboxID, func(ctx context.Context) error {
-			// The remove is tried even if the stop failed: containerd's
-			// RemovePodSandbox stops what still runs.
-			_, serr := s.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: w.SandboxID})
-			if isNotFound(serr) {
-				serr = nil
-			}
-			_, rerr := s.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: w.SandboxID})
-			return errors.Join(serr, rerr)
-		})
-		return nil, fail(errdefs.ErrUnavailable, "recording the warm start: %v; the sandbox was removed and the kubelet retries", err)
+	adm.Undo = func(id string) {
+		s.forgetWarm(id)
+		s.removeWarmRecord(id)
 	}
-	s.mu.Lock()
-	s.warm[w.SandboxID] = w
-	s.noteWarmRestartPod(w.SandboxID, req.GetConfig().GetAnnotations())
-	s.countHooked()
-	s.mu.Unlock()
-	s.metrics.warmStarts.WithLabelValues("success").Inc()
-	s.log.Info("checkpoint: warm-starting a pod from a checkpoint", "pod", md.GetNamespace()+"/"+md.GetName(),
-		"sandbox", w.SandboxID, "checkpoint", name, "dir", dirName, "containers", len(m.Containers))
-	return resp, nil
+	return adm, nil
 }
 
 // restoreDir is the directory under the root a restore-from value names:

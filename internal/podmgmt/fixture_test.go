@@ -25,6 +25,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/events"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/store"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
@@ -141,10 +142,15 @@ func newFx(t *testing.T) *fx {
 	f.m = m
 	ctx := runManager(t, m, context.Background())
 	f.rt.NextIDs("sb")
-	if _, err = m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbConfig(f.port)}, fwd(f.rt.Client().RunPodSandbox)); err != nil {
+	if _, err = admissions(m, f.rt).Run(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbConfig(f.port)}, fwd(f.rt.Client().RunPodSandbox)); err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// admissions is the pod table's admission with the manager alone.
+func admissions(m *Manager, rt *fakeruntime.Runtime) podtable.Admissions {
+	return podtable.Admissions{Features: []podtable.Admitter{m}, RT: rt.Client(), Log: m.log}
 }
 
 // fwd is a runtime client's call as the next step of a hook: the call

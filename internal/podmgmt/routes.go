@@ -3,7 +3,6 @@ package podmgmt
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
@@ -11,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
@@ -18,7 +18,7 @@ import (
 // Manager takes part in these CRI calls (proxy hooks); none of them waits
 // for a sidecar: events are queued, connections made in the background.
 var (
-	_ proxy.RunPodSandboxHook   = (*Manager)(nil)
+	_ podtable.Admitter         = (*Manager)(nil)
 	_ proxy.CreateContainerHook = (*Manager)(nil)
 	_ proxy.StartContainerHook  = (*Manager)(nil)
 	_ proxy.RemoveContainerHook = (*Manager)(nil)
@@ -27,14 +27,11 @@ var (
 	_ proxy.Activity            = (*Manager)(nil)
 )
 
-// HookActive: RunPodSandbox is always seen (it is where a pod declares an
-// orchestrator); the other calls only while a pod on the node has one, and
-// ContainerStatus only while the orchestrator overrides a status.
+// HookActive: the calls only while a pod on the node has a channel (a pod
+// declares one when the pod table admits it: Admit), and ContainerStatus
+// only while the orchestrator overrides a status.
 func (m *Manager) HookActive(method proxy.Method) bool {
-	switch method {
-	case proxy.RunPodSandbox:
-		return true
-	case proxy.ContainerStatus:
+	if method == proxy.ContainerStatus {
 		return m.overridden.Load() > 0
 	}
 	return m.active.Load() > 0
@@ -52,47 +49,44 @@ func notFound(err error) bool {
 	return status.Code(proxy.Status(err)) == codes.NotFound
 }
 
-func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
-	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
-	d, problems := podspec.ParseOrchestrator(req.GetConfig().GetAnnotations())
-	md := req.GetConfig().GetMetadata()
+// Admit reads a new pod's orchestrator declaration (podspec): once its
+// sandbox exists, the channel's token and record are written. A pod whose
+// channel record could not be made durable does not start: the commit fails
+// (Unavailable), the pod table removes the sandbox and the kubelet retries.
+func (m *Manager) Admit(_ context.Context, p *podtable.Pod) (podtable.Admission, error) {
+	cfg := p.Request.GetConfig()
+	md := cfg.GetMetadata()
 	pod := md.GetNamespace() + "/" + md.GetName()
-	for _, pr := range problems {
-		m.metrics.problems.Inc()
-		m.log.Warn("podmgmt: "+pr+"; the pod runs without a pod management channel", "pod", pod)
+	for _, pr := range p.Spec.Problems {
+		if pr.Feature == podspec.FeaturePodManagement {
+			m.metrics.problems.Inc()
+			m.log.Warn("podmgmt: "+pr.Message+"; the pod runs without a pod management channel", "pod", pod)
+		}
 	}
-	if d != nil && hostNetwork(req.GetConfig()) {
+	d := p.Spec.Orchestrator
+	if d == nil {
+		return podtable.Admission{}, nil
+	}
+	if hostNetwork(cfg) {
 		m.metrics.refused.WithLabelValues("host_network").Inc()
 		m.log.Warn("podmgmt: refusing the orchestrator channel of a host-network pod (the shim would connect to the host, not the pod); the pod runs without it",
 			"pod", pod, "container", d.Container, "port", d.Port)
-		d = nil
+		return podtable.Admission{}, nil
 	}
-	resp, err := next(ctx, req)
-	if err != nil || d == nil {
-		return resp, err
+	commit := func(_ context.Context, id string) error {
+		if err := m.newPod(id, md, d); err != nil {
+			m.log.Error("podmgmt: setting up the channel failed; the sandbox is removed, the kubelet retries", "pod", pod, "err", err)
+			return unavailable(err)
+		}
+		m.log.Info("podmgmt: pod declares an orchestrator", "pod", pod, "container", d.Container, "port", d.Port)
+		return nil
 	}
-	if err := m.newPod(resp.PodSandboxId, md, d); err != nil {
-		// A pod whose channel record could not be made durable does not
-		// start: its sandbox is taken down again and the kubelet retries.
-		m.log.Error("podmgmt: setting up the channel failed; removing the sandbox, the kubelet retries", "pod", pod, "err", err)
-		m.rollbackSandbox(ctx, resp.PodSandboxId)
-		return nil, unavailable(err)
+	undo := func(id string) {
+		if err := m.drop(id); err != nil {
+			m.log.Warn("podmgmt: removing the record of a sandbox whose admission failed", "sandbox", id, "err", err)
+		}
 	}
-	m.log.Info("podmgmt: pod declares an orchestrator", "pod", pod, "container", d.Container, "port", d.Port)
-	return resp, nil
-}
-
-// rollbackSandbox stops and removes a sandbox this call created, under a
-// fresh context (the caller's may be the reason it failed).
-func (m *Manager) rollbackSandbox(ctx context.Context, id string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if _, err := m.rt.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
-		m.log.Error("podmgmt: stopping the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
-	}
-	if _, err := m.rt.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
-		m.log.Error("podmgmt: removing the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
-	}
+	return podtable.Admission{Commit: commit, Undo: undo}, nil
 }
 
 // createContainer mounts the pod's token into the declared container and

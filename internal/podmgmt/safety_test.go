@@ -60,7 +60,7 @@ func runSandbox(t *testing.T, m *Manager, rt *fakeruntime.Runtime, id string, po
 			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}}
 	}
 	rt.NextIDs(id)
-	return m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg}, fwd(rt.Client().RunPodSandbox))
+	return admissions(m, rt).Run(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg}, fwd(rt.Client().RunPodSandbox))
 }
 
 // A host-network pod that declares an orchestrator gets no channel: nothing

@@ -139,7 +139,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k.rt.OnCall("RemovePodSandbox", record)
 		failWrites(k.m, always)
 		k.rt.NextIDs("sb1")
-		_, err := k.m.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: k.podConfig(map[string]string{podspec.RestartRulesPrefix + "main": rules88})},
+		_, err := k.admissions().Run(ctx, &runtimeapi.RunPodSandboxRequest{Config: k.podConfig(map[string]string{podspec.RestartRulesPrefix + "main": rules88})},
 			fwd(k.cri.RunPodSandbox))
 		wantUnavailable(t, "RunPodSandbox", err)
 		mu.Lock()

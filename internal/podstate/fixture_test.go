@@ -20,6 +20,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/events"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -95,12 +96,17 @@ func (k kubelet) runPod(annotations map[string]string) string {
 	return sb
 }
 
+// admissions is the pod table's admission with the manager alone.
+func (k kubelet) admissions() podtable.Admissions {
+	return podtable.Admissions{Features: []podtable.Admitter{k.m}, RT: k.cri, Log: k.m.log}
+}
+
 // runSandbox is RunPodSandbox of pod uid-1 answered with sandbox ID sb, as
 // when the kubelet creates a pod's sandbox (again).
 func (k kubelet) runSandbox(sb string, annotations map[string]string) {
 	k.t.Helper()
 	k.rt.NextIDs(sb)
-	if _, err := k.m.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: k.podConfig(annotations)},
+	if _, err := k.admissions().Run(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: k.podConfig(annotations)},
 		fwd(k.cri.RunPodSandbox)); err != nil {
 		k.t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // runtimeService is the part of the CRI the manager calls on the runtime itself.
@@ -70,9 +71,9 @@ type Manager struct {
 	metrics  *metrics
 
 	// trackAlso, when set, makes pods without restart rules tracked too when
-	// it reports true for their annotations (pods that declare an
-	// orchestrator may be restarted on its command).
-	trackAlso func(annotations map[string]string) bool
+	// it reports true for their spec (pods that declare an orchestrator may
+	// be restarted on its command).
+	trackAlso func(podspec.Spec) bool
 
 	// eventsLive reports the event feed's subscription (events.Feed.Live);
 	// without one, Run rescans every second.
@@ -109,7 +110,7 @@ func (m *Manager) EventsFrom(live func() uint64) { m.eventsLive = live }
 
 // TrackAlso sets which pods without restart rules are tracked anyway. Call
 // before serving.
-func (m *Manager) TrackAlso(f func(annotations map[string]string) bool) { m.trackAlso = f }
+func (m *Manager) TrackAlso(f func(podspec.Spec) bool) { m.trackAlso = f }
 
 // New loads the persisted pods from stateDir and returns a manager. Restarts
 // that were in progress when the shim stopped resume when Run starts.

@@ -232,12 +232,13 @@ func TestRestartOnCommand(t *testing.T) {
 	k.rt.ExitOnStart("init", 0)
 	ctx := context.Background()
 	// Untracked: refused.
-	sb := k.runPod(map[string]string{"orchestrated": "yes"})
+	orchestrated := map[string]string{podspec.PodManagementPrefix + "orch": `{"port": 7070, "version": "1.0"}`}
+	sb := k.runPod(orchestrated)
 	if err := k.m.RestartPod(ctx, sb, "x"); err == nil {
 		t.Fatal("an untracked pod was restarted")
 	}
-	k.m.TrackAlso(func(a map[string]string) bool { return a["orchestrated"] == "yes" })
-	sb = k.runPod(map[string]string{"orchestrated": "yes"})
+	k.m.TrackAlso(func(s podspec.Spec) bool { return s.Orchestrator != nil })
+	sb = k.runPod(orchestrated)
 	for _, n := range []string{"init", "sidecar", "main"} {
 		k.start(sb, n)
 	}

@@ -17,7 +17,6 @@ const svc = "/runtime.v1.RuntimeService/"
 // GetContainerEvents) goes through the same view, so the kubelet never sees
 // a triggering exit as final, whichever call it happens to make first.
 var (
-	_ proxy.RunPodSandboxHook        = (*Manager)(nil)
 	_ proxy.CreateContainerHook      = (*Manager)(nil)
 	_ proxy.StopContainerHook        = (*Manager)(nil)
 	_ proxy.RemoveContainerHook      = (*Manager)(nil)
@@ -30,14 +29,9 @@ var (
 	_ proxy.Activity                 = (*Manager)(nil)
 )
 
-// HookActive: RunPodSandbox is always seen (it is where a pod's rules are
-// read); the other calls only while a pod on the node is tracked.
-func (m *Manager) HookActive(method proxy.Method) bool {
-	if method == proxy.RunPodSandbox {
-		return true
-	}
-	return m.Tracked() > 0
-}
+// HookActive: the calls are seen only while a pod on the node is tracked
+// (a pod's rules are read when the pod table admits it: Admit).
+func (m *Manager) HookActive(proxy.Method) bool { return m.Tracked() > 0 }
 
 // unavailable is the error of a call whose step was not carried out
 // because its record could not be made durable: Unavailable at the proxy's

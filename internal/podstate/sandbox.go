@@ -6,66 +6,69 @@ package podstate
 
 import (
 	"context"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
-func (m *Manager) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
-	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
-	resp, err := next(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	cfg := req.GetConfig()
-	spec := podspec.Parse(cfg.GetAnnotations())
-	rules, term := spec.Rules, spec.Termination
+var _ podtable.Admitter = (*Manager)(nil)
+
+// Admit takes a new pod's restart rules (podspec): once its sandbox exists,
+// a pod with rules, or one TrackAlso asks for, is tracked and its record
+// written; a pod whose rules could not be used at all gets a problems-only
+// record for `cri-shim pods`. A record that cannot be written fails the
+// commit (Unavailable): the pod table removes the sandbox and the kubelet
+// retries, since a pod whose rules were not recorded would run without them
+// after a restart of the shim.
+func (m *Manager) Admit(_ context.Context, pod *podtable.Pod) (podtable.Admission, error) {
+	cfg, spec := pod.Request.GetConfig(), pod.Spec
+	md := cfg.GetMetadata()
 	var problems []string
 	for _, p := range spec.Problems {
 		if p.Feature == podspec.FeatureRestart {
 			problems = append(problems, p.Message)
 		}
 	}
-	md := cfg.GetMetadata()
-	for _, pr := range problems {
-		m.metrics.problems.Inc()
-		m.log.Warn("podstate: "+pr, "pod", md.GetNamespace()+"/"+md.GetName())
+	tracked := len(spec.Rules) > 0 || (m.trackAlso != nil && m.trackAlso(spec))
+	if !tracked && len(problems) == 0 {
+		return podtable.Admission{}, nil
 	}
-	if len(rules) == 0 && (m.trackAlso == nil || !m.trackAlso(cfg.GetAnnotations())) {
-		if len(problems) > 0 {
-			if err := m.st.saveProblems(&Pod{SandboxID: resp.PodSandboxId, UID: md.GetUid(), Name: md.GetName(),
+	commit := func(_ context.Context, id string) error {
+		for _, pr := range problems {
+			m.metrics.problems.Inc()
+			m.log.Warn("podstate: "+pr, "pod", md.GetNamespace()+"/"+md.GetName())
+		}
+		if !tracked {
+			if err := m.st.saveProblems(&Pod{SandboxID: id, UID: md.GetUid(), Name: md.GetName(),
 				Namespace: md.GetNamespace(), Problems: problems, Phase: PhaseRunning}); err != nil {
 				m.log.Error("podstate: recording annotation problems", "err", err)
 			}
+			return nil
 		}
-		return resp, nil
+		p := &Pod{
+			SandboxID: id, UID: md.GetUid(), Name: md.GetName(), Namespace: md.GetNamespace(),
+			LogDirectory: cfg.GetLogDirectory(), Rules: spec.Rules, Problems: problems, Termination: spec.Termination,
+			Phase: PhaseRunning, PhaseSince: m.clock.Now(),
+		}
+		m.mu.Lock()
+		m.adopt(p)
+		err := m.save(p)
+		if err != nil {
+			delete(m.pods, p.SandboxID)
+			m.reads.Delete(p.SandboxID)
+			m.tracked.Store(int32(len(m.pods)))
+		}
+		m.mu.Unlock()
+		if err != nil {
+			return unavailable(err)
+		}
+		m.log.Info("podstate: pod has restart rules", "pod", p.Namespace+"/"+p.Name, "sandbox", p.SandboxID, "containers", len(spec.Rules))
+		return nil
 	}
-	p := &Pod{
-		SandboxID: resp.PodSandboxId, UID: md.GetUid(), Name: md.GetName(), Namespace: md.GetNamespace(),
-		LogDirectory: cfg.GetLogDirectory(), Rules: rules, Problems: problems, Termination: term, Phase: PhaseRunning,
-		PhaseSince: m.clock.Now(),
-	}
-	m.mu.Lock()
-	m.adopt(p)
-	err = m.save(p)
-	if err != nil {
-		delete(m.pods, p.SandboxID)
-		m.reads.Delete(p.SandboxID)
-		m.tracked.Store(int32(len(m.pods)))
-	}
-	m.mu.Unlock()
-	if err != nil {
-		// A pod whose rules could not be recorded would run without them
-		// after a restart of the shim: its sandbox is taken down again and
-		// the kubelet retries.
-		m.rollbackSandbox(ctx, resp.PodSandboxId)
-		return nil, unavailable(err)
-	}
-	m.log.Info("podstate: pod has restart rules", "pod", p.Namespace+"/"+p.Name, "sandbox", p.SandboxID, "containers", len(rules))
-	return resp, nil
+	return podtable.Admission{Commit: commit, Undo: m.SandboxGone}, nil
 }
 
 // stopPodSandbox: the kubelet is stopping the pod (deleted, or terminal); a
@@ -123,17 +126,4 @@ func (m *Manager) dropLocked(id string) *Pod {
 	// same pod keeps its position (backoff.Tracker).
 	m.bo.Forget(p.UID, id)
 	return p
-}
-
-// rollbackSandbox stops and removes a sandbox this call created, under a
-// fresh context (the caller's may be the reason it failed).
-func (m *Manager) rollbackSandbox(ctx context.Context, id string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if _, err := m.rt.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
-		m.log.Error("podstate: stopping the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
-	}
-	if _, err := m.rt.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
-		m.log.Error("podstate: removing the sandbox of a failed RunPodSandbox", "sandbox", id, "err", err)
-	}
 }

@@ -3,8 +3,8 @@
 // an in-place restart, the pod not Ready while a container is held by the
 // backoff or restarted (the readiness gate ReadyCondition), and events for
 // restarts, holds and refused annotations. It hears of restarts from
-// podstate (podstate.Observer) and of new pods through the proxy's
-// RunPodSandbox hook; everything it writes is queued (internal/kubeapi), so
+// podstate (podstate.Observer) and of new pods through the pod table's
+// admission (Admit, registered last); everything it writes is queued (internal/kubeapi), so
 // no CRI call waits for the API. docs/kubernetes-api.md.
 package podstatus
 
@@ -241,13 +241,13 @@ func (r *Reporter) WarmRestart(p podstate.PodRef, w podstate.WarmResult) {
 // progress, so its readiness gate is True (a gate with no condition counts
 // as False and would keep the pod from ever being Ready); annotations the
 // shim refuses get a Warning event each.
-func (r *Reporter) sandboxStarted(pod kubeapi.PodRef, ann map[string]string) {
+func (r *Reporter) sandboxStarted(pod kubeapi.PodRef, ann map[string]string, spec podspec.Spec) {
 	if !podspec.Annotated(ann) {
 		return
 	}
 	r.w.SetPodCondition(pod, kubeapi.Condition{Type: ReadyCondition, Status: corev1.ConditionTrue, At: r.now()})
 	// One event per annotation, so that each event's action names its key.
-	for _, p := range podspec.Parse(ann).Problems {
+	for _, p := range spec.Problems {
 		switch p.Feature {
 		case podspec.FeaturePodManagement:
 			r.event(pod, corev1.EventTypeWarning, "InvalidPodManagement", "Ignore "+p.Key, p.Message+"; the pod runs without a pod management channel")

@@ -17,6 +17,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podstate"
+	"github.com/cri-shim/cri-shim/internal/podtable"
 )
 
 // fakeWriter keeps what the reporter queues: the newest condition per type
@@ -162,7 +163,8 @@ func TestSandboxOfAnnotatedPod(t *testing.T) {
 	}
 	run := func(ann map[string]string) {
 		t.Helper()
-		if _, err := r.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		as := podtable.Admissions{Features: []podtable.Admitter{r}}
+		if _, err := as.Run(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 			Metadata: &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: "uid-1"}, Annotations: ann}}, next); err != nil {
 			t.Fatal(err)
 		}

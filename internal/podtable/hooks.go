@@ -21,10 +21,11 @@ var (
 // last, after every other feature's own hook (a sandbox a feature rolled
 // back is never added).
 
-// RunPodSandbox adds the sandbox the runtime created.
+// RunPodSandbox admits the pod through the registered features (Admissions)
+// and adds the sandbox the runtime created.
 func (t *Table) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error) {
-	resp, err := next(ctx, req)
+	resp, err := t.adm.Run(ctx, req, next)
 	if err == nil {
 		t.added(resp.GetPodSandboxId(), req.GetRuntimeHandler(), req.GetConfig(), time.Now())
 	}

@@ -26,7 +26,7 @@ func TestRemovePodSandboxAnnouncesGone(t *testing.T) {
 		{"failed", status.Error(codes.Unavailable, "containerd down"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tb, b := table(t, nil)
+			tb, b := table(t, &lister{})
 			if err := b.Put(sb, []byte("x")); err != nil {
 				t.Fatal(err)
 			}

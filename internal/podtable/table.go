@@ -22,9 +22,11 @@ import (
 	"github.com/cri-shim/cri-shim/internal/store"
 )
 
-// Lister is the runtime call the relist makes.
-type Lister interface {
+// Runtime is what the table calls on the runtime: the relist, and the
+// removal of a sandbox whose admission failed.
+type Runtime interface {
 	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+	Remover
 }
 
 // Sandbox is what the table keeps of one pod sandbox. The maps and the
@@ -49,7 +51,8 @@ const relistTimeout = 10 * time.Second
 
 // Table is the node's pod sandboxes.
 type Table struct {
-	rt    Lister
+	rt    Runtime
+	adm   Admissions
 	st    *store.Store
 	log   *slog.Logger
 	every time.Duration
@@ -62,9 +65,14 @@ type Table struct {
 
 // New is a table that relists rt every Relist and announces gone sandboxes
 // on st's lifecycle.
-func New(rt Lister, st *store.Store, log *slog.Logger) *Table {
-	return &Table{rt: rt, st: st, log: log, every: Relist, pods: map[string]*Sandbox{}, synced: make(chan struct{})}
+func New(rt Runtime, st *store.Store, log *slog.Logger) *Table {
+	return &Table{rt: rt, adm: Admissions{RT: rt, Log: log}, st: st, log: log, every: Relist,
+		pods: map[string]*Sandbox{}, synced: make(chan struct{})}
 }
+
+// Register adds features that admit every pod, in the order they admit and
+// commit it (RunPodSandbox). Call before serving.
+func (t *Table) Register(fs ...Admitter) { t.adm.Features = append(t.adm.Features, fs...) }
 
 // List returns the sandboxes that match keep (all for nil), in no order.
 func (t *Table) List(keep func(*Sandbox) bool) []Sandbox {

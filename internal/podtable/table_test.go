@@ -21,10 +21,11 @@ const sb = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 // lister answers ListPodSandbox with items, or err; during, when set, runs
 // while the call is under way (a sandbox created meanwhile).
 type lister struct {
-	mu     sync.Mutex
-	items  []*runtimeapi.PodSandbox
-	err    error
-	during func()
+	mu               sync.Mutex
+	items            []*runtimeapi.PodSandbox
+	err              error
+	during           func()
+	stopped, removed []string
 }
 
 func (l *lister) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxRequest, ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
@@ -39,8 +40,23 @@ func (l *lister) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxReque
 	return &runtimeapi.ListPodSandboxResponse{Items: l.items}, nil
 }
 
+// StopPodSandbox and RemovePodSandbox record what a rollback removed.
+func (l *lister) StopPodSandbox(_ context.Context, in *runtimeapi.StopPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.StopPodSandboxResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = append(l.stopped, in.GetPodSandboxId())
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (l *lister) RemovePodSandbox(_ context.Context, in *runtimeapi.RemovePodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.RemovePodSandboxResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.removed = append(l.removed, in.GetPodSandboxId())
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
 // table is a table over a new store with one bucket ("podmgmt").
-func table(t *testing.T, rt Lister) (*Table, *store.Bucket) {
+func table(t *testing.T, rt Runtime) (*Table, *store.Bucket) {
 	t.Helper()
 	st, err := store.Open(t.TempDir())
 	if err != nil {

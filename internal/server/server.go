@@ -200,24 +200,27 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	mc.Registry.MustRegister(channels.Collectors()...)
 	// Pods that declare an orchestrator are tracked by the restart machinery
 	// even without restart rules: the orchestrator may restart them.
-	pods.TrackAlso(func(ann map[string]string) bool { d, _ := podspec.ParseOrchestrator(ann); return d != nil })
+	pods.TrackAlso(func(s podspec.Spec) bool { return s.Orchestrator != nil })
+	// A new pod is admitted by each feature in this order (the pod table's
+	// RunPodSandbox): the checkpoint service first (it may refuse the pod:
+	// restore-from), then the restart state, the channel, and last the pod
+	// status reporter, which writes the readiness gate once every other
+	// feature recorded the sandbox.
+	table.Register(checkpoints, pods, channels)
+	var reporter *podstatus.Reporter
+	if api != nil {
+		reporter = podstatus.New(api, log)
+		pods.Observe(reporter)
+		reporter.CatchUpFrom(pods.Snapshot)
+		table.Register(reporter)
+	}
 	// The order in which the features see a call they share. The pod
 	// table is first, so it sees RemovePodSandbox answered after every
 	// feature and announces the sandbox gone to all of them (store.Gone);
 	// the channel adds its token mount before the restart state records the
 	// kubelet's CreateContainer (so replays carry it too); the restart state
 	// sees the kubelet's calls before warm start rewrites them.
-	// With an API server the pod status reporter comes first: podstate
-	// tells it of each restart, and it sees RunPodSandbox answered after
-	// every other feature took the sandbox.
 	shim := []any{table, channels, pods, checkpoints}
-	var reporter *podstatus.Reporter
-	if api != nil {
-		reporter = podstatus.New(api, log)
-		pods.Observe(reporter)
-		reporter.CatchUpFrom(pods.Snapshot)
-		shim = append([]any{reporter}, shim...)
-	}
 	features := append(slices.Clone(o.Features), shim...)
 	p, err := proxy.New(backend, mc, features...)
 	if err != nil {
