@@ -57,10 +57,13 @@ type Table struct {
 	log   *slog.Logger
 	every time.Duration
 
-	mu     sync.RWMutex
-	pods   map[string]*Sandbox
-	synced chan struct{} // closed once the first relist is done
-	once   sync.Once
+	mu   sync.RWMutex
+	pods map[string]*Sandbox
+	// goneDuring holds the sandboxes announced gone while a relist's list
+	// is under way (nil between relists): its answer may still name them.
+	goneDuring map[string]bool
+	synced     chan struct{} // closed once the first relist is done
+	once       sync.Once
 }
 
 // New is a table that relists rt every Relist and announces gone sandboxes
@@ -96,6 +99,9 @@ func (t *Table) Synced() <-chan struct{} { return t.synced }
 func (t *Table) Gone(id string) error {
 	t.mu.Lock()
 	delete(t.pods, id)
+	if t.goneDuring != nil {
+		t.goneDuring[id] = true
+	}
 	t.mu.Unlock()
 	return t.st.Gone(id)
 }
@@ -130,33 +136,40 @@ func (t *Table) relist(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.mu.RLock()
+	t.mu.Lock()
 	for id := range t.pods {
 		known[id] = true
 	}
-	t.mu.RUnlock()
+	t.goneDuring = map[string]bool{}
+	t.mu.Unlock()
 	lctx, cancel := context.WithTimeout(ctx, relistTimeout)
 	defer cancel()
 	resp, err := t.rt.ListPodSandbox(lctx, &runtimeapi.ListPodSandboxRequest{})
+	t.mu.Lock()
+	gone := t.goneDuring
+	t.goneDuring = nil
+	if err == nil {
+		for _, it := range resp.GetItems() {
+			delete(known, it.GetId())
+			if !gone[it.GetId()] { // removed through the shim since
+				t.pods[it.GetId()] = fromList(it)
+			}
+		}
+	}
+	t.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	for _, it := range resp.GetItems() {
-		t.pods[it.GetId()] = fromList(it)
-		delete(known, it.GetId())
-	}
-	t.mu.Unlock()
-	var gone int
+	n := 0
 	for id := range known {
 		if err := t.Gone(id); err != nil {
 			t.log.Warn("pod table: removing the records of a sandbox the runtime no longer has", "sandbox", id, "err", err)
 			continue
 		}
-		gone++
+		n++
 	}
-	if gone > 0 {
-		t.log.Info("pod table: sandboxes the runtime no longer has are gone", "sandboxes", gone)
+	if n > 0 {
+		t.log.Info("pod table: sandboxes the runtime no longer has are gone", "sandboxes", n)
 	}
 	t.once.Do(func() { close(t.synced) })
 	return nil
