@@ -62,15 +62,13 @@ type Table struct {
 	// goneDuring holds the sandboxes announced gone while a relist's list
 	// is under way (nil between relists): its answer may still name them.
 	goneDuring map[string]bool
-	synced     chan struct{} // closed once the first relist is done
-	once       sync.Once
 }
 
 // New is a table that relists rt every Relist and announces gone sandboxes
 // on st's lifecycle.
 func New(rt Runtime, st *store.Store, log *slog.Logger) *Table {
 	return &Table{rt: rt, adm: Admissions{RT: rt, Log: log}, st: st, log: log, every: Relist,
-		pods: map[string]*Sandbox{}, synced: make(chan struct{})}
+		pods: map[string]*Sandbox{}}
 }
 
 // Register adds features that admit every pod, in the order they admit and
@@ -90,10 +88,6 @@ func (t *Table) List(keep func(*Sandbox) bool) []Sandbox {
 	return out
 }
 
-// Synced is closed once the table holds the runtime's sandboxes (the first
-// relist answered); List may miss sandboxes before.
-func (t *Table) Synced() <-chan struct{} { return t.synced }
-
 // Gone forgets sandbox id and announces it gone on the store's lifecycle:
 // every feature drops it, then its records are removed (store.Gone).
 func (t *Table) Gone(id string) error {
@@ -108,7 +102,8 @@ func (t *Table) Gone(id string) error {
 
 // Sync relists the runtime's sandboxes once, announcing gone those it no
 // longer has. The server calls it before the first CRI call is answered, so
-// that every feature starts from the sandboxes that exist.
+// that every feature starts from the sandboxes that exist; List may miss
+// sandboxes before. Relists never overlap: Sync runs before Run.
 func (t *Table) Sync(ctx context.Context) error { return t.relist(ctx) }
 
 // Run relists the runtime's sandboxes every Relist until ctx ends.
@@ -171,7 +166,6 @@ func (t *Table) relist(ctx context.Context) error {
 	if n > 0 {
 		t.log.Info("pod table: sandboxes the runtime no longer has are gone", "sandboxes", n)
 	}
-	t.once.Do(func() { close(t.synced) })
 	return nil
 }
 
