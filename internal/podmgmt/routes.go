@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/containerd/errdefs"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
@@ -41,12 +39,6 @@ func (m *Manager) HookActive(method proxy.Method) bool {
 // durable: the kubelet retries it.
 func unavailable(err error) error {
 	return errdefs.ErrUnavailable.WithMessage(fmt.Sprintf("cri-shim pod management: %v", err))
-}
-
-// notFound reports whether err, from the runtime or a feature after this one,
-// is NotFound, which the kubelet takes as already removed.
-func notFound(err error) bool {
-	return status.Code(proxy.Status(err)) == codes.NotFound
 }
 
 // Admit reads a new pod's orchestrator declaration (podspec): once its
@@ -135,7 +127,7 @@ func (m *Manager) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
 	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
 	resp, err := next(ctx, req)
-	if err != nil && !notFound(err) {
+	if err != nil && !proxy.NotFound(err) {
 		return nil, err
 	}
 	id := req.GetContainerId()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -36,7 +34,7 @@ func (t *Table) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbox
 func (t *Table) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
 	resp, err := next(ctx, req)
-	if err == nil || notFound(err) {
+	if err == nil || proxy.NotFound(err) {
 		t.stopped(req.GetPodSandboxId())
 	}
 	return resp, err
@@ -50,7 +48,7 @@ func (t *Table) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandb
 func (t *Table) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	resp, err := next(ctx, req)
-	if err != nil && !notFound(err) {
+	if err != nil && !proxy.NotFound(err) {
 		return nil, err
 	}
 	if gerr := t.Gone(req.GetPodSandboxId()); gerr != nil {
@@ -58,5 +56,3 @@ func (t *Table) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodS
 	}
 	return resp, err
 }
-
-func notFound(err error) bool { return status.Code(proxy.Status(err)) == codes.NotFound }

@@ -36,3 +36,8 @@ func Status(err error) error {
 	}
 	return errgrpc.ToGRPC(err)
 }
+
+// NotFound reports whether err, from the runtime or a feature after the
+// caller, is NotFound once it reaches the kubelet (Status): a removal the
+// kubelet takes as already done.
+func NotFound(err error) bool { return status.Code(Status(err)) == codes.NotFound }
