@@ -56,7 +56,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCheckKubelet -fuzztime 10s ./cmd/cri-shim
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./internal/restoremark
 	$(GO) test -run '^$$' -fuzz FuzzHandlerRoute -fuzztime 10s ./internal/restoremark
-	$(GO) test -run '^$$' -fuzz FuzzCheck -fuzztime 30s ./internal/criucheck
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime 30s ./internal/criucheck
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckAccess$$' -fuzztime 20s ./internal/criucheck
 	for f in FuzzParseManifest FuzzConfine FuzzCheckpointOptions FuzzCheckName; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/criu || exit 1; done
 

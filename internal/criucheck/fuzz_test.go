@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
 )
 
@@ -54,6 +56,41 @@ func FuzzCheck(f *testing.F) {
 		runtime.ReadMemStats(&after)
 		if d := after.TotalAlloc - before.TotalAlloc; d > maxCheckAlloc {
 			t.Fatalf("Check allocated %d bytes (bound %d)", d, maxCheckAlloc)
+		}
+	})
+}
+
+// FuzzCheckAccess puts the fuzzer's bytes in files.img or remap-fpath.img
+// of a non-root container's checkpoint, over a small root file system with
+// links: CheckAccess must return, never panic or loop, within the bound.
+func FuzzCheckAccess(f *testing.F) {
+	spec := criutest.DefaultSpec()
+	spec.Process.User = specs.User{UID: 1000, GID: 1000}
+	spec.Process.Capabilities = &specs.LinuxCapabilities{}
+	rootfs := f.TempDir()
+	os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755)
+	os.WriteFile(filepath.Join(rootfs, "etc", "shadow"), nil, 0o600)
+	os.Symlink("/etc/shadow", filepath.Join(rootfs, "link"))
+	os.Symlink("loop", filepath.Join(rootfs, "loop"))
+	files, err := criutest.Encode("FILES", regFile(5, "/link", 0), regFile(6, "/loop/x", 2))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint8(0), files)
+	f.Add(uint8(1), []byte{})
+	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		dir := t.TempDir()
+		if err := criutest.ForSpec(spec).Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		name := []string{"files.img", "remap-fpath.img"}[int(which)%2]
+		os.WriteFile(filepath.Join(dir, name), data, 0o600)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_ = CheckAccess(dir, spec, rootfs)
+		runtime.ReadMemStats(&after)
+		if d := after.TotalAlloc - before.TotalAlloc; d > maxCheckAlloc {
+			t.Fatalf("CheckAccess allocated %d bytes (bound %d)", d, maxCheckAlloc)
 		}
 	})
 }

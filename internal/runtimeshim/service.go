@@ -3,7 +3,9 @@
 // addition: the task of a container that cri-shim marked for a restore
 // (internal/restoremark) is created as a restore from the staged CRIU images,
 // with the checkpoint's rootfs changes applied to the new container's rootfs
-// first. Everything else about the container (image, mounts, env, devices,
+// first, and only when the images are within the bundle's spec (checked
+// again here, then the files they hold open against that rootfs; package
+// criucheck). Everything else about the container (image, mounts, env, devices,
 // security context) is the OCI spec containerd's CRI made from the pod's own
 // CreateContainer config; nothing in the checkpoint archive reaches it.
 //
@@ -80,7 +82,11 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	// run (the bundle's), so that nothing but a checked checkpoint is
 	// restored whatever wrote the mark.
 	t0 := time.Now()
-	if err := checkImages(r.Bundle, m.Images); err != nil {
+	spec, err := readSpec(r.Bundle)
+	if err == nil {
+		err = criucheck.Check(m.Images, spec, criucheck.Options{HardLimits: criucheck.OwnHardLimits})
+	}
+	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
 	}
 	checked := time.Now()
@@ -91,23 +97,32 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	}
 	created := time.Now()
 	l := log.G(ctx).WithField("id", r.ID).WithField("images", m.Images).WithField("check", checked.Sub(t0)).WithField("create", created.Sub(checked))
-	s.restoring.Store(r.ID, struct{}{})
-	if m.RootfsDiff == "" {
-		l.Info("cri-shim: task created as a restore")
-		return resp, nil
+	fail := func(what string, err error) (*taskAPI.CreateTaskResponse, error) {
+		if _, derr := s.TTRPCTaskService.Delete(ctx, &taskAPI.DeleteRequest{ID: r.ID}); derr != nil {
+			log.G(ctx).WithError(derr).WithField("id", r.ID).Warn("cri-shim: deleting the task whose restore was refused")
+		}
+		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: %s%v: %w", r.ID, what, err, errdefs.ErrFailedPrecondition))
 	}
 	// The runc shim mounted the rootfs at <bundle>/rootfs in Create
 	// (cmd/containerd-shim-runc-v2/runc/container.go, NewContainer); the
 	// restore happens at Start, so the changes go in between, as
 	// containerd's own restore did (core/runtime/v2/shim.go, shimTask.Create).
-	if err := applyDiff(ctx, filepath.Join(r.Bundle, "rootfs"), m.RootfsDiff); err != nil {
-		if _, derr := s.TTRPCTaskService.Delete(ctx, &taskAPI.DeleteRequest{ID: r.ID}); derr != nil {
-			log.G(ctx).WithError(derr).WithField("id", r.ID).Warn("cri-shim: deleting the task whose rootfs changes failed")
+	rootfs := filepath.Join(r.Bundle, "rootfs")
+	if m.RootfsDiff != "" {
+		if err := applyDiff(ctx, rootfs, m.RootfsDiff); err != nil {
+			return fail("applying the checkpoint's rootfs changes: ", err)
 		}
-		s.restoring.Delete(r.ID)
-		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: applying the checkpoint's rootfs changes: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
+		l = l.WithField("rootfsDiff", time.Since(created))
 	}
-	l.WithField("rootfsDiff", time.Since(created)).Info("cri-shim: task created as a restore")
+	// Only now is the file system the restore opens files in complete:
+	// the files the images hold open must be ones the container's user
+	// could open itself (CRIU opens them as root).
+	t1 := time.Now()
+	if err := criucheck.CheckAccess(m.Images, spec, rootfs); err != nil {
+		return fail("", err)
+	}
+	s.restoring.Store(r.ID, struct{}{})
+	l.WithField("access", time.Since(t1)).Info("cri-shim: task created as a restore")
 	return resp, nil
 }
 
@@ -129,18 +144,18 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 // maxSpecBytes bounds the bundle's config.json read.
 const maxSpecBytes = 16 << 20
 
-// checkImages checks the CRIU images in images against the bundle's spec.
-func checkImages(bundle, images string) error {
+// readSpec reads the bundle's spec, the one runc will run.
+func readSpec(bundle string) (*specs.Spec, error) {
 	f, err := os.Open(filepath.Join(bundle, "config.json"))
 	if err != nil {
-		return fmt.Errorf("reading the container's spec: %w", err)
+		return nil, fmt.Errorf("reading the container's spec: %w", err)
 	}
 	defer f.Close()
 	var spec specs.Spec
 	if err := json.NewDecoder(io.LimitReader(f, maxSpecBytes)).Decode(&spec); err != nil {
-		return fmt.Errorf("the container's spec: %w", err)
+		return nil, fmt.Errorf("the container's spec: %w", err)
 	}
-	return criucheck.Check(images, &spec, criucheck.Options{HardLimits: criucheck.OwnHardLimits})
+	return &spec, nil
 }
 
 // applyDiff applies a layer tar to rootfs with containerd's archive.Apply,

@@ -10,8 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fown"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/regfile"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
@@ -229,5 +234,68 @@ func TestImagesBeyondTheSpecAreRefused(t *testing.T) {
 	}
 	if len(fx.inner.creates) != 0 {
 		t.Fatalf("a task was created: %+v", fx.inner.creates)
+	}
+}
+
+// The images of a non-root container hold open a file its user could not
+// open (mode 0600, another owner), which the checkpoint's own rootfs
+// changes put there: the access check runs on the rootfs with the changes
+// applied, refuses naming the file, and deletes the task.
+func TestFileTheUserCannotOpenIsRefused(t *testing.T) {
+	fx := newFixture(t)
+	spec := criutest.DefaultSpec()
+	spec.Process.User = specs.User{UID: uint32(os.Getuid() + 1), GID: uint32(os.Getgid() + 1)}
+	spec.Process.Capabilities = &specs.LinuxCapabilities{}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fx.bundle, "config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := func(name string) {
+		t.Helper()
+		im := criutest.ForSpec(spec)
+		im.Files = append(im.Files, &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(9), Reg: &regfile.RegFileEntry{
+			Id: proto.Uint32(9), Flags: proto.Uint32(0), Pos: proto.Uint64(0), Name: proto.String(name),
+			Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}})
+		os.RemoveAll(fx.images)
+		os.Mkdir(fx.images, 0o700)
+		if err := im.Write(fx.images); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	tw.WriteHeader(&tar.Header{Name: "secret", Mode: 0o600, Size: 1, Typeflag: tar.TypeReg, Uid: os.Getuid(), Gid: os.Getgid()})
+	tw.Write([]byte("s"))
+	tw.WriteHeader(&tar.Header{Name: "public", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg, Uid: os.Getuid(), Gid: os.Getgid()})
+	tw.Write([]byte("p"))
+	tw.Close()
+	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
+	if err := os.WriteFile(diff, tb.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	open("/public") // the positive control
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err != nil {
+		t.Fatalf("a file the user may read was refused: %v", err)
+	}
+	fx.svc.Delete(context.Background(), &taskAPI.DeleteRequest{ID: id})
+	os.RemoveAll(filepath.Join(fx.bundle, "rootfs"))
+
+	open("/secret")
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fx.svc.Create(context.Background(), fx.request())
+	if err == nil || !strings.Contains(err.Error(), "reg.name") || !strings.Contains(err.Error(), `"/secret"`) {
+		t.Fatalf("want the create refused naming /secret, got %v", err)
+	}
+	if n := len(fx.inner.deletes); n != 2 || fx.inner.deletes[1] != id {
+		t.Fatalf("the refused task was not deleted: %v", fx.inner.deletes)
 	}
 }

@@ -160,7 +160,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		// (CRI_SHIM_BENCH_IMPORT_BASELINE=1 with containerd's
 		// enable_experimental_restore_via_create, make bench-checkpoint-baseline),
 		// containerd's own restore (the archive as the image; off by default in
-		// 2.2.9 and 2.3, removed in 2.4), alternated three times so that page
+		// 2.2.9 and 2.3, removed in 2.4), in ABBA order so that page
 		// cache and disk state favour neither; the median is reported.
 		shimRestore := func() (time.Duration, time.Duration, []string) {
 			return restoreAndStartTimed(b, shim, fmt.Sprintf("%s-r%d", name, len(r.shimRestores)), func(cfg *runtimeapi.PodSandboxConfig) (string, map[string]string) {
@@ -195,16 +195,31 @@ func BenchmarkCheckpoint(b *testing.B) {
 			})
 		}
 		withBase := os.Getenv("CRI_SHIM_BENCH_IMPORT_BASELINE") == "1"
-		for i := 0; i < benchReps(b, withBase); i++ {
+		runShim := func() {
 			d, c, fails := shimRestore()
 			r.shimRestores = append(r.shimRestores, d)
 			r.shimCreates = append(r.shimCreates, c)
 			r.failures = append(r.failures, fails...)
-			if withBase {
-				d, c, fails = baseRestore()
-				r.baseRestores = append(r.baseRestores, d)
-				r.baseCreates = append(r.baseCreates, c)
-				r.failures = append(r.failures, fails...)
+		}
+		runBase := func() {
+			d, c, fails := baseRestore()
+			r.baseRestores = append(r.baseRestores, d)
+			r.baseCreates = append(r.baseCreates, c)
+			r.failures = append(r.failures, fails...)
+		}
+		// With the baseline, the order alternates ABBA (shim, base, base,
+		// shim, ...) so that neither route always follows the other's pod
+		// removal, nor always runs first after the checkpoint.
+		for i := 0; i < benchReps(b, withBase); i++ {
+			switch {
+			case !withBase:
+				runShim()
+			case i%2 == 0:
+				runShim()
+				runBase()
+			default:
+				runBase()
+				runShim()
 			}
 		}
 		// Last: its gigabytes written and read must not slow the restores above.
@@ -371,7 +386,7 @@ func benchSizes(t testing.TB) []int {
 }
 
 // benchReps is how many times each restore runs: 3 with the baseline (the
-// median of 3, alternated), 1 without, or CRI_SHIM_BENCH_REPS.
+// median of 3, in ABBA order), 1 without, or CRI_SHIM_BENCH_REPS.
 func benchReps(t testing.TB, withBase bool) int {
 	if v := os.Getenv("CRI_SHIM_BENCH_REPS"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -93,6 +93,20 @@ func firstCore(t testing.TB, imgs ckptImages) string {
 
 func credsOf(c *criucore.CoreEntry) *creds.CredsEntry { return c.ThreadCore.Creds }
 
+// openFile adds to files.img a regular file open for reading at path name.
+func openFile(t testing.TB, imgs ckptImages, name string) {
+	fs, err := criutest.Decode(imgs["files.img"], func() *fdinfo.FileEntry { return new(fdinfo.FileEntry) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs = append(fs, &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(1 << 20), Reg: &regfile.RegFileEntry{
+		Id: proto.Uint32(1 << 20), Flags: proto.Uint32(0), Pos: proto.Uint64(0), Name: proto.String(name),
+		Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}})
+	if imgs["files.img"], err = criutest.Encode("FILES", criutest.Messages(fs)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestHostileCheckpointsAreRefused (issue 28, item 1, on the real stack): a
 // locked-down container is checkpointed; its CRIU images are edited as an
 // attacker who can write the archive would, one edit per checkpoint, and
@@ -125,18 +139,21 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 	removePod(rt, sb)
 
 	var restoredLogs string
-	restore := func(t *testing.T, dir, name string, uid int64) (string, error) {
+	restoreCfg := func(t *testing.T, dir, name string, cfg *runtimeapi.ContainerConfig) (string, error) {
 		l := filepath.Join(t.TempDir(), "logs")
 		restoredLogs = l
 		os.MkdirAll(l, 0o755)
 		rr, err := rt.RestorePod(ctxT(t, 2*time.Minute), &runtimeapi.RestorePodRequest{CheckpointPath: dir,
-			Config: sandboxCfg(name, name+"-uid", l), ContainerConfigs: []*runtimeapi.ContainerConfig{lockedDownCfg("main", uid)}})
+			Config: sandboxCfg(name, name+"-uid", l), ContainerConfigs: []*runtimeapi.ContainerConfig{cfg}})
 		if err != nil {
 			return "", err
 		}
 		t.Cleanup(func() { removePod(rt, rr.PodSandboxId) })
 		_, err = rt.StartContainer(ctxT(t, 2*time.Minute), &runtimeapi.StartContainerRequest{ContainerId: rr.RestoredContainers[0].ContainerId})
 		return rr.PodSandboxId, err
+	}
+	restore := func(t *testing.T, dir, name string, uid int64) (string, error) {
+		return restoreCfg(t, dir, name, lockedDownCfg("main", uid))
 	}
 
 	t.Run("unedited", func(t *testing.T) {
@@ -196,19 +213,7 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 				imgs["ids-1.img"], _ = criutest.Encode("IDS", ids[0])
 			}
 		}, "mnt_ns_id", 0},
-		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) {
-			fs, err := criutest.Decode(imgs["files.img"], func() *fdinfo.FileEntry { return new(fdinfo.FileEntry) })
-			if err != nil {
-				t.Fatal(err)
-			}
-			fs = append(fs, &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(1 << 20), Reg: &regfile.RegFileEntry{
-				Id: proto.Uint32(1 << 20), Flags: proto.Uint32(0), Pos: proto.Uint64(0), Name: proto.String("/../../../../etc/shadow"),
-				Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}})
-			imgs["files.img"], err = criutest.Encode("FILES", criutest.Messages(fs)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-		}, "reg.name", 0},
+		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) { openFile(t, imgs, "/../../../../etc/shadow") }, "reg.name", 0},
 		{"a block device node", func(t testing.TB, imgs ckptImages) {
 			b, err := criutest.Encode("GHOST_FILE", &ghostfile.GhostFileEntry{Uid: proto.Uint32(0), Gid: proto.Uint32(0),
 				Mode: proto.Uint32(unix.S_IFBLK | 0o666), Rdev: proto.Uint32(uint32(unix.Mkdev(8, 0)))})
@@ -252,6 +257,83 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 			}
 		})
 	}
+
+	// The files a checkpoint holds open are checked by the runtime shim at
+	// task create, on the rootfs with the checkpoint's changes applied and
+	// the pod's volumes mounted: CRIU opens them as root, so a file the
+	// container's user could not open is refused. The pod runs as 1000 and
+	// mounts a root-only host file, as a Secret's key with mode 0400 would
+	// be; the images are the checkpoint's, made a process of user 1000.
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("not for uid 1000"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withToken := func() *runtimeapi.ContainerConfig {
+		c := lockedDownCfg("main", 1000)
+		c.Mounts = append(c.Mounts, &runtimeapi.Mount{ContainerPath: "/secret/token", HostPath: token, Readonly: true})
+		return c
+	}
+	asUser1000 := func(t testing.TB, imgs ckptImages) { // every thread of the tree
+		for name := range imgs {
+			if !regexp.MustCompile(`^core-[0-9]+\.img$`).MatchString(name) {
+				continue
+			}
+			cs, err := criutest.Decode(imgs[name], func() *criucore.CoreEntry { return new(criucore.CoreEntry) })
+			if err != nil || len(cs) != 1 {
+				t.Fatalf("%s: %v", name, err)
+			}
+			cr := credsOf(cs[0])
+			cr.Uid, cr.Euid, cr.Suid, cr.Fsuid = proto.Uint32(1000), proto.Uint32(1000), proto.Uint32(1000), proto.Uint32(1000)
+			cr.Groups = []uint32{cr.GetGid()} // root's supplementary groups are not user 1000's
+			if imgs[name], err = criutest.Encode("CORE", cs[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	edited := func(t *testing.T, name string, edit func(testing.TB, ckptImages)) string {
+		dir := newCheckpointDir(t, name)
+		copyTree(t, src, dir)
+		archives, _ := filepath.Glob(filepath.Join(dir, "containers", "*.tar"))
+		if len(archives) != 1 {
+			t.Fatalf("archives: %v", archives)
+		}
+		editArchive(t, archives[0], func(imgs ckptImages) { edit(t, imgs) })
+		return dir
+	}
+	t.Run("a process of user 1000 (the control of the file check)", func(t *testing.T) {
+		dir := edited(t, "hostile-user", asUser1000)
+		t0 := time.Now()
+		if _, err := restoreCfg(t, dir, "hostile-user", withToken()); err != nil {
+			t.Fatalf("a checkpoint of user 1000 holding no file it cannot open was not restored: %v", err)
+		}
+		waitLine(t, filepath.Join(restoredLogs, "main.log"), t0, 30*time.Second, "the restored counter counting")
+		if _, first := countersSince(t, filepath.Join(restoredLogs, "main.log"), t0); first < last {
+			t.Fatalf("the restored process counted %d first, the checkpointed one had reached %d: not a restore", first, last)
+		}
+	})
+	t.Run("a volume's root-only file held open", func(t *testing.T) {
+		dir := edited(t, "hostile-token", func(t testing.TB, imgs ckptImages) {
+			asUser1000(t, imgs)
+			openFile(t, imgs, "/secret/token")
+		})
+		sb, err := restoreCfg(t, dir, "hostile-token", withToken())
+		if err == nil || !strings.Contains(err.Error(), "checkpoint refused") || !strings.Contains(err.Error(), `"/secret/token": mode 0600`) {
+			t.Fatalf("want StartContainer refused naming /secret/token, got %v", err)
+		}
+		t.Logf("refused: %v", err)
+		cs, lerr := rt.ListContainers(ctxT(t, 30*time.Second), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb}})
+		if lerr != nil {
+			t.Fatal(lerr)
+		}
+		for _, c := range cs.Containers {
+			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				t.Fatalf("container %s of the refused restore is running", c.Id)
+			}
+		}
+		if ents, _ := os.ReadDir(staging); len(ents) > 0 {
+			t.Fatalf("the refused restore left %d staged restores in %s", len(ents), staging)
+		}
+	})
 	assertNoImageChange(t, before, "hostile checkpoint restores")
 }
 
