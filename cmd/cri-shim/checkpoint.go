@@ -21,6 +21,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
@@ -118,7 +119,7 @@ func checkpointPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, p *p
 		os.Remove(dir) // the shim emptied it; the directory is ours
 		return fmt.Errorf("checkpoint failed (%s): %s", status.Code(err), status.Convert(err).Message())
 	}
-	m, err := criu.ReadManifest(dir)
+	m, err := layout.ReadManifest(dir)
 	if err != nil {
 		return err
 	}
@@ -233,7 +234,7 @@ func listCheckpoints(root string) checkpointList {
 }
 
 func removeCheckpoint(root, name string) error {
-	if err := criu.CheckName(name); err != nil {
+	if err := layout.CheckName(name); err != nil {
 		return err
 	}
 	dir := filepath.Join(root, name)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
@@ -51,7 +52,7 @@ type transferResult struct {
 	Seconds    float64  `json:"seconds"`
 }
 
-func containerNames(m *criu.Manifest) []string {
+func containerNames(m *layout.Manifest) []string {
 	names := []string{}
 	for _, c := range m.Containers {
 		names = append(names, c.Name)
@@ -96,7 +97,7 @@ digest. Works while the shim is stopped.`,
 		if strings.Contains(src, "/") {
 			name = filepath.Base(filepath.Clean(src))
 		} else {
-			if err := criu.CheckName(src); err != nil {
+			if err := layout.CheckName(src); err != nil {
 				return exitError{2, err}
 			}
 			src = filepath.Join(cfg.Checkpoint.Root, src)

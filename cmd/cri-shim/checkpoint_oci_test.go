@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/registry"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // writeArchiveCheckpoint writes a checkpoint of one container "app" whose
@@ -38,11 +38,11 @@ func writeArchiveCheckpoint(t *testing.T, dir string) {
 		io.WriteString(tw, m.body)
 	}
 	tw.Close()
-	m := criu.Manifest{FormatVersion: criu.FormatVersion, CheckpointedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-		Pod:        criu.PodInfo{Name: "web", Namespace: "default", UID: "uid-web"},
-		Containers: []criu.ContainerEntry{{Name: "app", Archive: criu.ArchiveName("app"), SizeBytes: int64(b.Len())}}}
+	m := layout.Manifest{FormatVersion: layout.Version, CheckpointedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Pod:        layout.PodInfo{Name: "web", Namespace: "default", UID: "uid-web"},
+		Containers: []layout.ContainerEntry{{Name: "app", Archive: layout.ArchiveName("app"), SizeBytes: int64(b.Len())}}}
 	mb, _ := json.Marshal(m)
-	for name, body := range map[string][]byte{criu.ArchiveName("app"): b.Bytes(), criu.SandboxFile: []byte(`{}`), criu.ManifestFile: mb} {
+	for name, body := range map[string][]byte{layout.ArchiveName("app"): b.Bytes(), layout.SandboxFile: []byte(`{}`), layout.ManifestFile: mb} {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func TestCheckpointPushPull(t *testing.T) {
 			t.Errorf("pull output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, rel := range []string{criu.ManifestFile, criu.SandboxFile, criu.ArchiveName("app")} {
+	for _, rel := range []string{layout.ManifestFile, layout.SandboxFile, layout.ArchiveName("app")} {
 		a, _ := os.ReadFile(filepath.Join(root, "cp-web", rel))
 		b, err := os.ReadFile(filepath.Join(root, "copy", rel))
 		if err != nil || !bytes.Equal(a, b) {

@@ -16,7 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
@@ -79,9 +79,9 @@ func nodeConfig(t *testing.T, dir, listen string) string {
 // writeManifest writes a valid manifest of two containers into dir (t nil:
 // called from the fake's handler, where the CLI's check of it reports).
 func writeManifest(t *testing.T, dir, pod string, at time.Time) {
-	m := criu.Manifest{FormatVersion: criu.FormatVersion, CheckpointedAt: at.UTC(), Managed: true, Runtime: "runc", CRIUVersion: "4.1",
-		Pod:           criu.PodInfo{Name: pod, Namespace: "default", UID: "uid-" + pod, SandboxID: "sb-1"},
-		Containers:    []criu.ContainerEntry{{Name: "sidecar", Archive: "containers/sidecar.tar"}, {Name: "app", Archive: "containers/app.tar"}},
+	m := layout.Manifest{FormatVersion: layout.Version, CheckpointedAt: at.UTC(), Managed: true, Runtime: "runc", CRIUVersion: "4.1",
+		Pod:           layout.PodInfo{Name: pod, Namespace: "default", UID: "uid-" + pod, SandboxID: "sb-1"},
+		Containers:    []layout.ContainerEntry{{Name: "sidecar", Archive: "containers/sidecar.tar"}, {Name: "app", Archive: "containers/app.tar"}},
 		FrozenSeconds: 0.25, TotalSeconds: 1.5, SizeBytes: 3 << 20}
 	b, _ := json.Marshal(m)
 	err := os.MkdirAll(dir, 0o700)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -71,7 +72,7 @@ func TestRetryAfterAbandonedCheckpoint(t *testing.T) {
 				t.Fatalf("retry: %v", err)
 			}
 			fx.svc.inflight.Wait()
-			m, err := ReadManifest(dir)
+			m, err := layout.ReadManifest(dir)
 			if err != nil {
 				t.Fatalf("the retry's checkpoint is not complete: %v", err)
 			}
@@ -174,7 +175,7 @@ func TestIsRuncCheckpoint(t *testing.T) {
 func TestRestartKeepsOutputOfRunningCapture(t *testing.T) {
 	fx := newFixture(t)
 	fx.rt.tasks.setPaused("c1", true)
-	os.WriteFile(filepath.Join(fx.dir, incompleteFile), nil, 0o600)
+	os.WriteFile(filepath.Join(fx.dir, layout.IncompleteFile), nil, 0o600)
 	os.WriteFile(filepath.Join(fx.dir, "pages-1.img"), []byte("being written"), 0o600)
 	out, _ := filepath.EvalSymlinks(fx.dir)
 	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1"}, OutputPath: out, Started: 1}); err != nil {
@@ -233,14 +234,14 @@ func TestPendingResumeRespectsLaterCalls(t *testing.T) {
 	}
 	fx.svc.release(j)
 	// Meanwhile a later call left a complete checkpoint in the directory.
-	if err := writeManifest(out, &Manifest{FormatVersion: FormatVersion, Containers: []ContainerEntry{{Name: "app", Archive: archiveName("app")}}}); err != nil {
+	if err := writeManifest(out, &layout.Manifest{FormatVersion: layout.Version, Containers: []layout.ContainerEntry{{Name: "app", Archive: layout.ArchiveName("app")}}}); err != nil {
 		t.Fatal(err)
 	}
 	fx.svc.resumeRecorded(context.Background())
 	if fx.rt.tasks.isPaused("c1") {
 		t.Fatal("not resumed once the sandbox was free")
 	}
-	if _, err := os.Stat(filepath.Join(out, manifestFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(out, layout.ManifestFile)); err != nil {
 		t.Fatalf("the later call's complete checkpoint was removed: %v", err)
 	}
 	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
@@ -253,7 +254,7 @@ func TestPendingResumeRespectsLaterCalls(t *testing.T) {
 func TestCleanIncompleteSkipsOwnedDirectory(t *testing.T) {
 	fx := newFixture(t)
 	out, _ := filepath.EvalSymlinks(fx.dir)
-	os.WriteFile(filepath.Join(out, incompleteFile), nil, 0o600)
+	os.WriteFile(filepath.Join(out, layout.IncompleteFile), nil, 0o600)
 	os.WriteFile(filepath.Join(out, "pages-1.img"), []byte("being written"), 0o600)
 	j, err := fx.svc.claim(ctxT(t, time.Second), "sb1", out, 0)
 	if err != nil {

@@ -11,11 +11,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // A container's capture happens in two steps. While the pod is paused,
@@ -29,31 +30,7 @@ import (
 // and removes the staging directory. The pod is thus paused only for CRIU and
 // the diff, and the images are written once and copied once.
 
-// RootfsImageRef is what an archive's config.dump names as the container's
-// base image: the image ID (sha256:<64 hex>, the image config's digest) when
-// it is known, else the runtime's image reference. containerd's restore looks
-// the base image up by this name and pulls it when the node lacks it
-// (containerd v2.2 internal/cri/server/container_checkpoint_linux.go,
-// CRImportCheckpoint: GetImage, then Pull of RootfsImageRef). The runtime's
-// image reference is a repository digest as soon as the image was ever
-// pulled from a registry (host/repo@sha256:<manifest>), and another node
-// holding the same image under another name (imported, another mirror) would
-// not find it and pull from the source node's registry; the ID is the same
-// on every node that has the image, and names no host.
-func RootfsImageRef(imageID, imageRef string) string {
-	if IsImageID(imageID) {
-		return imageID
-	}
-	return imageRef
-}
-
-// IsImageID reports whether s is an image ID: sha256:<64 lowercase hex>.
-func IsImageID(s string) bool {
-	hex, ok := strings.CutPrefix(s, "sha256:")
-	return ok && len(hex) == 64 && strings.Trim(hex, "0123456789abcdef") == ""
-}
-
-func stageDir(out, name string) string { return filepath.Join(out, containersDir, "."+name) }
+func stageDir(out, name string) string { return filepath.Join(out, layout.ContainersDir, "."+name) }
 
 // captured is what a capture leaves for packageOne besides the staging
 // directory: the archive being streamed, and the container's log held at the
@@ -91,7 +68,7 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) (*captur
 	c := &captured{}
 	if s.cfg.StreamDuringCapture {
 		var err error
-		if c.stream, err = startStream(filepath.Join(out, archiveName(t.name)), images); err != nil {
+		if c.stream, err = startStream(filepath.Join(out, layout.ArchiveName(t.name)), images); err != nil {
 			// Only a loss of overlap: packageOne writes the archive whole.
 			s.log.Warn("checkpoint: archive not streamed; written after the resume", "container", short(t.id), "err", err)
 			c.stream = nil
@@ -154,7 +131,7 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 	if c.log != nil {
 		defer c.log.Close()
 	}
-	path := filepath.Join(out, archiveName(t.name))
+	path := filepath.Join(out, layout.ArchiveName(t.name))
 	var (
 		f        *os.File
 		streamed map[string]bool
@@ -177,7 +154,7 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 	st := t.status
 	config, err := json.Marshal(&crmetadata.ContainerConfig{
 		ID: t.id, Name: t.name,
-		RootfsImageName: st.GetImage().GetImage(), RootfsImageRef: RootfsImageRef(imageID, st.GetImageRef()), RootfsImage: st.GetImage().GetImage(),
+		RootfsImageName: st.GetImage().GetImage(), RootfsImageRef: layout.RootfsImageRef(imageID, st.GetImageRef()), RootfsImage: st.GetImage().GetImage(),
 		OCIRuntime: t.info.Runtime, CheckpointedAt: checkpointedAt, CreatedTime: t.info.Created,
 	})
 	if err != nil {

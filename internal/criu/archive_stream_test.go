@@ -16,6 +16,8 @@ import (
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // streamFixture is a staging directory with an empty images directory and
@@ -294,7 +296,7 @@ func TestStreamedArchiveHoldsWhatTheUnstreamedOneHolds(t *testing.T) {
 		if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
 			t.Fatalf("after resume %v: %v", after, err)
 		}
-		names, content := readArchive(t, filepath.Join(fx.dir, archiveName("app")))
+		names, content := readArchive(t, filepath.Join(fx.dir, layout.ArchiveName("app")))
 		if _, ok := content["checkpoint/pages-1.img"]; !ok {
 			t.Fatalf("after resume %v: no pages image in the archive", after)
 		}
@@ -386,7 +388,7 @@ func TestArchiveHoldsTheLogAtTheCut(t *testing.T) {
 		if !lr.resumed {
 			t.Fatal("the container was never resumed")
 		}
-		_, content := readArchive(t, filepath.Join(fx.dir, archiveName("app")))
+		_, content := readArchive(t, filepath.Join(fx.dir, layout.ArchiveName("app")))
 		if got := string(content["container.log"]); got != atCut {
 			t.Errorf("after resume %v: the archive's log is %q, want the log at the cut %q", after, got, atCut)
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -43,7 +44,7 @@ type target struct {
 	info    ContainerInfo
 }
 
-func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*Manifest, error) {
+func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*layout.Manifest, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		return nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: the call has no deadline; the CRI contract requires one")
 	}
@@ -107,9 +108,9 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 
 	ver, _ := s.rt.Version(ctx, &runtimeapi.VersionRequest{})
 	md := sb.GetStatus().GetMetadata()
-	m := &Manifest{
-		FormatVersion: FormatVersion,
-		Pod: PodInfo{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), SandboxID: sandboxID,
+	m := &layout.Manifest{
+		FormatVersion: layout.Version,
+		Pod: layout.PodInfo{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), SandboxID: sandboxID,
 			RuntimeHandler: sb.GetStatus().GetRuntimeHandler()},
 		Exited:      exited,
 		Managed:     opts.managed,
@@ -138,7 +139,7 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 // outputDir checks output_path: absolute, inside the root after symlinks, an
 // existing directory. checkEmpty checks it is empty once the call owns it.
 func (s *Service) outputDir(p string) (string, error) {
-	out, err := confine(s.cfg.Root, p)
+	out, err := layout.Confine(s.cfg.Root, p)
 	if err != nil {
 		return "", errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path: %v", err)
 	}
@@ -171,19 +172,19 @@ func checkEmpty(out, p string) error {
 
 // finish writes the sandbox description and the manifest, then clears the
 // incomplete mark.
-func (s *Service) finish(out string, sb *runtimeapi.PodSandboxStatusResponse, m *Manifest) error {
+func (s *Service) finish(out string, sb *runtimeapi.PodSandboxStatusResponse, m *layout.Manifest) error {
 	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(sb)
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(out, sandboxFile), b); err != nil {
+	if err := writeFileSync(filepath.Join(out, layout.SandboxFile), b); err != nil {
 		return err
 	}
 	m.CheckpointedAt = s.now().UTC()
 	if err := writeManifest(out, m); err != nil {
 		return err
 	}
-	if err := os.Remove(filepath.Join(out, incompleteFile)); err != nil {
+	if err := os.Remove(filepath.Join(out, layout.IncompleteFile)); err != nil {
 		return err
 	}
 	return statefile.SyncDir(out)

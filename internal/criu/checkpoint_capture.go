@@ -11,16 +11,17 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
 // capture pauses every target, captures each, and resumes all, whatever
 // happens. On any failure the output directory is emptied.
-func (s *Service) capture(ctx context.Context, j *job, targets []target, opts checkpointOptions, m *Manifest) error {
+func (s *Service) capture(ctx context.Context, j *job, targets []target, opts checkpointOptions, m *layout.Manifest) error {
 	out, sandboxID := j.out, j.sandbox
 	// The mark first: a shim killed after it finds every later file under
 	// a marked directory, which the next start empties.
-	if err := writeFileSync(filepath.Join(out, incompleteFile), nil); err != nil {
+	if err := writeFileSync(filepath.Join(out, layout.IncompleteFile), nil); err != nil {
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrUnavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
 	}
@@ -28,7 +29,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrUnavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
 	}
-	if err := os.Mkdir(filepath.Join(out, containersDir), 0o700); err != nil {
+	if err := os.Mkdir(filepath.Join(out, layout.ContainersDir), 0o700); err != nil {
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrInternal, "CheckpointPod: %v", err)
 	}
@@ -130,7 +131,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			// Run resumes the containers and empties the output once it
 			// has ended (resumeOne).
 			s.resumeFailed(fmt.Errorf("capture still running in containerd after %s", s.dumpTimeout))
-			return errorf(context.DeadlineExceeded, "CheckpointPod: containerd's capture did not end within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
+			return errorf(context.DeadlineExceeded, "CheckpointPod: containerd's capture did not end layout.Within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
 		}
 	case <-giveUp.C:
 		// Deadline: resume now, return, and finish cleaning up once
@@ -216,8 +217,8 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			return fail(errorf(kind, "CheckpointPod: writing the archive of container %s (%s): %v; the pod runs, the partial checkpoint was removed", short(t.id), t.name, perrs[i]))
 		}
 		st, imageID := t.status, imageIDs[i]
-		m.Containers = append(m.Containers, ContainerEntry{
-			Name: t.name, ID: t.id, Archive: archiveName(t.name),
+		m.Containers = append(m.Containers, layout.ContainerEntry{
+			Name: t.name, ID: t.id, Archive: layout.ArchiveName(t.name),
 			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: imageID,
 			RestartCount: restartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
 			SizeBytes: sizes[i], DumpSeconds: took[i].Seconds(),

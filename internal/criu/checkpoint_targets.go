@@ -7,6 +7,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 const restartCountAnnotation = "io.kubernetes.container.restartCount"
@@ -14,7 +16,7 @@ const restartCountAnnotation = "io.kubernetes.container.restartCount"
 // selectTargets checks that every requested container is a running container
 // of the sandbox, and collects the pod's exited containers (completed init
 // containers) for the manifest.
-func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []string) ([]target, []ExitedEntry, error) {
+func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []string) ([]target, []layout.ExitedEntry, error) {
 	lr, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID}})
 	if err != nil {
 		return nil, nil, err
@@ -34,7 +36,7 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			return nil, nil, errorf(errdefs.ErrFailedPrecondition, "CheckpointPod: container %s (%s) is %s; only running containers can be checkpointed", short(id), name, c.GetState())
 		}
-		if err := CheckContainerName(name); err != nil {
+		if err := layout.CheckContainerName(name); err != nil {
 			return nil, nil, errorf(errdefs.ErrInvalidArgument, "CheckpointPod: container %s: %v", short(id), err)
 		}
 		if names[name] {
@@ -71,19 +73,19 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 			latest[n] = c
 		}
 	}
-	var exited []ExitedEntry
+	var exited []layout.ExitedEntry
 	for n, c := range latest {
-		if c.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || CheckContainerName(n) != nil {
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || layout.CheckContainerName(n) != nil {
 			continue
 		}
 		st, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId()})
 		if err != nil {
 			continue // removed meanwhile: not part of the cut
 		}
-		exited = append(exited, ExitedEntry{Name: n, ExitCode: st.GetStatus().GetExitCode(),
+		exited = append(exited, layout.ExitedEntry{Name: n, ExitCode: st.GetStatus().GetExitCode(),
 			RestartCount: restartCount(st.GetStatus().GetAnnotations()), Image: st.GetStatus().GetImage().GetImage()})
 	}
-	slices.SortFunc(exited, func(a, b ExitedEntry) int {
+	slices.SortFunc(exited, func(a, b layout.ExitedEntry) int {
 		if a.Name < b.Name {
 			return -1
 		}

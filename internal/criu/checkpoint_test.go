@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -64,7 +65,7 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 		if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
 			t.Fatalf("left paused: %v", p)
 		}
-		m, err := ReadManifest(fx.dir)
+		m, err := layout.ReadManifest(fx.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,10 +84,10 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 		if got := entries(t, fx.dir); !slices.Equal(got, []string{"containers", "manifest.json", "sandbox.json"}) {
 			t.Errorf("checkpoint holds %v", got)
 		}
-		if got := entries(t, filepath.Join(fx.dir, containersDir)); !slices.Equal(got, []string{"app.tar", "sidecar.tar"}) {
+		if got := entries(t, filepath.Join(fx.dir, layout.ContainersDir)); !slices.Equal(got, []string{"app.tar", "sidecar.tar"}) {
 			t.Errorf("containers/ holds %v (staging left?)", got)
 		}
-		checkArchive(t, filepath.Join(fx.dir, archiveName("app")), "c1")
+		checkArchive(t, filepath.Join(fx.dir, layout.ArchiveName("app")), "c1")
 		if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {
 			t.Errorf("state left behind: %v", got)
 		}
@@ -207,7 +208,7 @@ func TestRetentionKeepsNewestManagedPerPod(t *testing.T) {
 			t.Errorf("%s kept=%v", filepath.Base(d), kept)
 		}
 	}
-	if _, err := ReadManifest(fx.dir); err != nil {
+	if _, err := layout.ReadManifest(fx.dir); err != nil {
 		t.Errorf("unmanaged checkpoint removed: %v", err)
 	}
 	fx.svc.cfg.MaxPerPod, fx.svc.cfg.MaxTotalBytes = 0, 1
@@ -233,15 +234,15 @@ func TestConfine(t *testing.T) {
 	os.Mkdir(in, 0o700)
 	os.Symlink(in, filepath.Join(root, "inlink"))
 	os.Symlink("/", filepath.Join(root, "up"))
-	if got, err := confine(root, filepath.Join(root, "inlink")); err != nil || got != in {
+	if got, err := layout.Confine(root, filepath.Join(root, "inlink")); err != nil || got != in {
 		t.Errorf("in-root symlink: %q %v", got, err)
 	}
 	for _, p := range []string{"", "a", root, root + "/../x", root + "/up", root + "/up/etc", "/etc", root + "/a/../../x", root + "/missing", root + "\x00"} {
-		if _, err := confine(root, p); err == nil {
+		if _, err := layout.Confine(root, p); err == nil {
 			t.Errorf("%q accepted", p)
 		}
 	}
-	if _, err := confine(root, "/nonexistent/x"); !errors.Is(err, errOutsideRoot) {
+	if _, err := layout.Confine(root, "/nonexistent/x"); !errors.Is(err, layout.ErrOutsideRoot) {
 		t.Errorf("a missing path outside the root must be refused as outside, got %v", err)
 	}
 }
@@ -276,7 +277,7 @@ func checkArchive(t *testing.T, path, id string) {
 	var cfg struct {
 		RootfsImageRef string `json:"rootfsImageRef"`
 	}
-	if err := json.Unmarshal([]byte(got["config.dump"]), &cfg); err != nil || !IsImageID(cfg.RootfsImageRef) {
+	if err := json.Unmarshal([]byte(got["config.dump"]), &cfg); err != nil || !layout.IsImageID(cfg.RootfsImageRef) {
 		t.Errorf("config.dump names the base image %q (%v), want an image ID", cfg.RootfsImageRef, err)
 	}
 	var st runtimeapi.ContainerStatus
@@ -300,8 +301,8 @@ func TestRootfsImageRef(t *testing.T) {
 		{"sha256:ABC", repo, repo},
 		{strings.Repeat("a", 64), id, id},
 	} {
-		if got := RootfsImageRef(tc.id, tc.ref); got != tc.want {
-			t.Errorf("RootfsImageRef(%q, %q) = %q, want %q", tc.id, tc.ref, got, tc.want)
+		if got := layout.RootfsImageRef(tc.id, tc.ref); got != tc.want {
+			t.Errorf("layout.RootfsImageRef(%q, %q) = %q, want %q", tc.id, tc.ref, got, tc.want)
 		}
 	}
 }

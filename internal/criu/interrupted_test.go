@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -103,16 +104,16 @@ func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
 	fx := newFixture(t)
 	fx.rt.tasks.setPaused("c1", true)
 	fx.rt.tasks.setPaused("c2", true)
-	os.Mkdir(filepath.Join(fx.dir, containersDir), 0o700)
-	os.WriteFile(filepath.Join(fx.dir, containersDir, "app.tar"), []byte("half"), 0o600)
-	os.WriteFile(filepath.Join(fx.dir, incompleteFile), nil, 0o600)
+	os.Mkdir(filepath.Join(fx.dir, layout.ContainersDir), 0o700)
+	os.WriteFile(filepath.Join(fx.dir, layout.ContainersDir, "app.tar"), []byte("half"), 0o600)
+	os.WriteFile(filepath.Join(fx.dir, layout.IncompleteFile), nil, 0o600)
 	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1", "c2"}, OutputPath: fx.dir, Started: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// A complete checkpoint next to it must survive.
 	other := filepath.Join(fx.root, "complete")
 	os.Mkdir(other, 0o700)
-	if err := writeManifest(other, &Manifest{FormatVersion: FormatVersion, Containers: []ContainerEntry{{Name: "a", Archive: archiveName("a")}}}); err != nil {
+	if err := writeManifest(other, &layout.Manifest{FormatVersion: layout.Version, Containers: []layout.ContainerEntry{{Name: "a", Archive: layout.ArchiveName("a")}}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,7 +133,7 @@ func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if _, err := ReadManifest(other); err != nil {
+	if _, err := layout.ReadManifest(other); err != nil {
 		t.Fatalf("a complete checkpoint was touched: %v", err)
 	}
 	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 0 {

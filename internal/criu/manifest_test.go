@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -20,22 +21,24 @@ import (
 // Manifests whose names would build paths outside containers/ (or are no
 // container name the API allows) are refused, whatever archive they claim.
 func TestManifestNamesAreContainerNames(t *testing.T) {
-	manifest := func(c []ContainerEntry, x []ExitedEntry) *Manifest {
-		return &Manifest{FormatVersion: FormatVersion, Containers: c, Exited: x}
+	manifest := func(c []layout.ContainerEntry, x []layout.ExitedEntry) *layout.Manifest {
+		return &layout.Manifest{FormatVersion: layout.Version, Containers: c, Exited: x}
 	}
-	one := func(name string) []ContainerEntry { return []ContainerEntry{{Name: name, Archive: archiveName(name)}} }
+	one := func(name string) []layout.ContainerEntry {
+		return []layout.ContainerEntry{{Name: name, Archive: layout.ArchiveName(name)}}
+	}
 	for _, tc := range []struct {
 		name string
-		m    *Manifest
+		m    *layout.Manifest
 		ok   bool
 	}{
 		{"plain", manifest(one("app"), nil), true},
-		{"label with digits and dash", manifest(one("web-1"), []ExitedEntry{{Name: "init-0"}}), true},
+		{"label with digits and dash", manifest(one("web-1"), []layout.ExitedEntry{{Name: "init-0"}}), true},
 		{"63 characters", manifest(one(strings.Repeat("a", 63)), nil), true},
-		{"dot-dot up two", manifest([]ContainerEntry{{Name: "../../x", Archive: "containers/../../x.tar"}}, nil), false},
+		{"dot-dot up two", manifest([]layout.ContainerEntry{{Name: "../../x", Archive: "containers/../../x.tar"}}, nil), false},
 		{"dot-dot up one", manifest(one(".."), nil), false},
 		{"slash", manifest(one("a/b"), nil), false},
-		{"absolute", manifest([]ContainerEntry{{Name: "/etc/x", Archive: "containers//etc/x.tar"}}, nil), false},
+		{"absolute", manifest([]layout.ContainerEntry{{Name: "/etc/x", Archive: "containers//etc/x.tar"}}, nil), false},
 		{"dot", manifest(one("a.b"), nil), false},
 		{"upper case", manifest(one("App"), nil), false},
 		{"underscore", manifest(one("a_b"), nil), false},
@@ -44,12 +47,12 @@ func TestManifestNamesAreContainerNames(t *testing.T) {
 		{"64 characters", manifest(one(strings.Repeat("a", 64)), nil), false},
 		{"NUL", manifest(one("a\x00"), nil), false},
 		{"empty", manifest(one(""), nil), false},
-		{"exited dot-dot", manifest(one("app"), []ExitedEntry{{Name: "../../etc"}}), false},
-		{"exited slash", manifest(one("app"), []ExitedEntry{{Name: "x/y"}}), false},
-		{"exited empty", manifest(one("app"), []ExitedEntry{{Name: ""}}), false},
-		{"exited twice", manifest(one("app"), []ExitedEntry{{Name: "i"}, {Name: "i"}}), false},
-		{"exited also captured", manifest(one("app"), []ExitedEntry{{Name: "app"}}), false},
-		{"archive elsewhere", manifest([]ContainerEntry{{Name: "app", Archive: "containers/../app.tar"}}, nil), false},
+		{"exited dot-dot", manifest(one("app"), []layout.ExitedEntry{{Name: "../../etc"}}), false},
+		{"exited slash", manifest(one("app"), []layout.ExitedEntry{{Name: "x/y"}}), false},
+		{"exited empty", manifest(one("app"), []layout.ExitedEntry{{Name: ""}}), false},
+		{"exited twice", manifest(one("app"), []layout.ExitedEntry{{Name: "i"}, {Name: "i"}}), false},
+		{"exited also captured", manifest(one("app"), []layout.ExitedEntry{{Name: "app"}}), false},
+		{"archive elsewhere", manifest([]layout.ContainerEntry{{Name: "app", Archive: "containers/../app.tar"}}, nil), false},
 	} {
 		err := tc.m.Validate()
 		if (err == nil) != tc.ok {
@@ -57,8 +60,8 @@ func TestManifestNamesAreContainerNames(t *testing.T) {
 		}
 		// The same through the bytes a file would hold.
 		b, _ := json.Marshal(tc.m)
-		if _, err := ParseManifest(b); (err == nil) != tc.ok {
-			t.Errorf("%s: ParseManifest = %v, want ok %v", tc.name, err, tc.ok)
+		if _, err := layout.ParseManifest(b); (err == nil) != tc.ok {
+			t.Errorf("%s: layout.ParseManifest = %v, want ok %v", tc.name, err, tc.ok)
 		}
 	}
 }
@@ -77,14 +80,14 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 		escape func(t *testing.T, dir string)
 	}{
 		{"archive symlink to a file outside", func(t *testing.T, dir string) {
-			p := filepath.Join(dir, archiveName("app"))
+			p := filepath.Join(dir, layout.ArchiveName("app"))
 			os.Remove(p)
 			if err := os.Symlink(outside, p); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"archive relative symlink up", func(t *testing.T, dir string) {
-			p := filepath.Join(dir, archiveName("app"))
+			p := filepath.Join(dir, layout.ArchiveName("app"))
 			os.Remove(p)
 			if err := os.Symlink("../../"+filepath.Base(dir)+"-sibling.tar", p); err != nil {
 				t.Fatal(err)
@@ -92,7 +95,7 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 			os.WriteFile(filepath.Join(filepath.Dir(dir), filepath.Base(dir)+"-sibling.tar"), []byte("x"), 0o600)
 		}},
 		{"containers dir symlink outside", func(t *testing.T, dir string) {
-			c := filepath.Join(dir, containersDir)
+			c := filepath.Join(dir, layout.ContainersDir)
 			moved := filepath.Join(filepath.Dir(outside), "moved-"+filepath.Base(dir))
 			if err := os.Rename(c, moved); err != nil {
 				t.Fatal(err)
@@ -102,7 +105,7 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 			}
 		}},
 		{"archive is a directory", func(t *testing.T, dir string) {
-			p := filepath.Join(dir, archiveName("app"))
+			p := filepath.Join(dir, layout.ArchiveName("app"))
 			os.Remove(p)
 			os.Mkdir(p, 0o700)
 		}},
@@ -131,7 +134,7 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(fx.dir, archiveName("app"))
+	p := filepath.Join(fx.dir, layout.ArchiveName("app"))
 	os.Remove(p)
 	os.Symlink(outside, p)
 	n := fx.rt.containerCount()
@@ -151,15 +154,15 @@ func TestArchiveSymlinksOutOfTheCheckpointAreRefused(t *testing.T) {
 // written by the shim, which never makes one).
 func TestManifestSymlinkIsNotFollowed(t *testing.T) {
 	fx := checkpointed(t)
-	real := filepath.Join(t.TempDir(), manifestFile)
-	b, err := os.ReadFile(filepath.Join(fx.dir, manifestFile))
+	real := filepath.Join(t.TempDir(), layout.ManifestFile)
+	b, err := os.ReadFile(filepath.Join(fx.dir, layout.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(real, b, 0o600)
-	os.Remove(filepath.Join(fx.dir, manifestFile))
-	os.Symlink(real, filepath.Join(fx.dir, manifestFile))
-	if _, err := ReadManifest(fx.dir); err == nil {
+	os.Remove(filepath.Join(fx.dir, layout.ManifestFile))
+	os.Symlink(real, filepath.Join(fx.dir, layout.ManifestFile))
+	if _, err := layout.ReadManifest(fx.dir); err == nil {
 		t.Fatal("a symlinked manifest was read")
 	}
 	if _, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar")); status.Code(proxy.Status(err)) != codes.NotFound {
@@ -180,7 +183,7 @@ func TestCheckpointRefusesNamesThatAreNotLabels(t *testing.T) {
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
 		t.Fatal(err)
 	}
-	m, err := ReadManifest(fx.dir)
+	m, err := layout.ReadManifest(fx.dir)
 	if err != nil {
 		t.Fatalf("the checkpoint's manifest does not validate: %v", err)
 	}

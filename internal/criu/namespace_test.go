@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -154,7 +155,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "busybox") {
 		t.Fatalf("same namespace, wrong image: %v", err)
 	}
-	if app := createIn(t, fx.svc, fx.rt, sb.PodSandboxId, "app"); stagedPages(t, fx.svc, app.status.Id) != archivePages(t, filepath.Join(cp, archiveName("app"))) {
+	if app := createIn(t, fx.svc, fx.rt, sb.PodSandboxId, "app"); stagedPages(t, fx.svc, app.status.Id) != archivePages(t, filepath.Join(cp, layout.ArchiveName("app"))) {
 		t.Fatalf("same namespace: app not restored (image %q)", app.config.Image.Image)
 	}
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // ObjectDirPrefix begins the name of every checkpoint directory a PodCheckpoint
@@ -35,7 +37,7 @@ func reservedPrefix(name string) string {
 // ('cri-shim checkpoint --name', 'cri-shim checkpoint pull'): names
 // beginning with a reserved prefix belong to the shim's own directories.
 func CheckNewName(name string) error {
-	if err := CheckName(name); err != nil {
+	if err := layout.CheckName(name); err != nil {
 		return err
 	}
 	if p := reservedPrefix(name); p != "" {

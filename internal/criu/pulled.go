@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -61,7 +62,7 @@ var removeAll = os.RemoveAll
 // no such directory, ErrPulledIncomplete when what is there is no complete
 // checkpoint (to be removed, RemoveIncompletePulled, and pulled again), and
 // is anything else when it could not tell (an I/O error).
-func ReadPulled(dir string) (*Manifest, error) {
+func ReadPulled(dir string) (*layout.Manifest, error) {
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return nil, err
@@ -69,12 +70,12 @@ func ReadPulled(dir string) (*Manifest, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s: %w: not a directory (%s)", dir, ErrPulledIncomplete, fi.Mode().Type())
 	}
-	m, err := ReadManifest(dir)
+	m, err := layout.ReadManifest(dir)
 	if err != nil {
 		return nil, pulledErr(dir, err)
 	}
 	for _, c := range m.Containers {
-		p, err := archivePath(dir, c)
+		p, err := layout.ArchivePath(dir, c)
 		if err != nil {
 			return nil, pulledErr(dir, fmt.Errorf("container %s: %w", c.Name, err))
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -147,9 +148,9 @@ func TestPulledRemovalRenamesFirst(t *testing.T) {
 	fx := newFixture(t)
 	root, _ := filepath.EvalSymlinks(fx.root)
 	d := mkPulled(t, root, digestName('a'), 100, time.Now())
-	os.WriteFile(filepath.Join(d, ManifestFile), []byte("{}"), 0o600)
+	os.WriteFile(filepath.Join(d, layout.ManifestFile), []byte("{}"), 0o600)
 	removeAll = func(p string) error {
-		os.Remove(filepath.Join(p, ManifestFile)) // part of the way, then killed
+		os.Remove(filepath.Join(p, layout.ManifestFile)) // part of the way, then killed
 		return fmt.Errorf("killed")
 	}
 	t.Cleanup(func() { removeAll = os.RemoveAll })
@@ -183,7 +184,7 @@ func TestLeftoverPullsRemovedAtStart(t *testing.T) {
 	fx := newFixtureWith(t, func(rt *fakeRT, cfg *Config) Tasks {
 		os.MkdirAll(cfg.Root, 0o700)
 		leftTemp = mkPulled(t, cfg.Root, pulledTempPrefix+testDigest+"-1", 100, time.Now())
-		os.WriteFile(filepath.Join(leftTemp, incompleteFile), nil, 0o600)
+		os.WriteFile(filepath.Join(leftTemp, layout.IncompleteFile), nil, 0o600)
 		leftRemoving = mkPulled(t, cfg.Root, pulledRemovingPrefix+PulledDir(testDigest)+"-1", 100, time.Now())
 		return rt
 	})
@@ -191,7 +192,7 @@ func TestLeftoverPullsRemovedAtStart(t *testing.T) {
 		t.Errorf("a killed pull's temporary directory is still there after start: %v", err)
 	}
 	mine := mkPulled(t, fx.root, pulledTempPrefix+testDigest+"-2", 100, time.Now())
-	os.WriteFile(filepath.Join(mine, incompleteFile), nil, 0o600)
+	os.WriteFile(filepath.Join(mine, layout.IncompleteFile), nil, 0o600)
 	fx.svc.sweepPulled()
 	fx.svc.cleanIncomplete(nil)
 	ents, _ := os.ReadDir(fx.root)

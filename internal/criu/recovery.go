@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -138,7 +139,7 @@ func (s *Service) resumeOne(ctx context.Context, path string, r frozenRecord) bo
 // marked reports whether dir still carries the incomplete mark: only then is
 // what it holds the unfinished checkpoint of the call that marked it.
 func marked(dir string) bool {
-	_, err := os.Lstat(filepath.Join(dir, incompleteFile))
+	_, err := os.Lstat(filepath.Join(dir, layout.IncompleteFile))
 	return err == nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // RestorePod serves the CRI call (KEP-5823): a new sandbox from req.Config and
@@ -42,15 +44,15 @@ func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 // caller learns nothing of a checkpoint of another namespace, not even
 // whether it exists; the details go to the shim's log only. After that check,
 // refusals say what is wrong, and every archive is confined to the directory.
-func (s *Service) openCheckpoint(p, ns string) (string, *Manifest, error) {
-	dir, err := confine(s.cfg.Root, p)
+func (s *Service) openCheckpoint(p, ns string) (string, *layout.Manifest, error) {
+	dir, err := layout.Confine(s.cfg.Root, p)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) && !errors.Is(err, errOutsideRoot) {
+		if errors.Is(err, os.ErrNotExist) && !errors.Is(err, layout.ErrOutsideRoot) {
 			return "", nil, s.noCheckpoint(p, ns, err)
 		}
 		return "", nil, errorf(errdefs.ErrInvalidArgument, "checkpoint path: %v", err)
 	}
-	m, err := readManifestUnvalidated(dir)
+	m, err := layout.ReadManifestUnvalidated(dir)
 	if err != nil {
 		return "", nil, s.noCheckpoint(dir, ns, err)
 	}
@@ -62,7 +64,7 @@ func (s *Service) openCheckpoint(p, ns string) (string, *Manifest, error) {
 		return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: manifest: %v", dir, err)
 	}
 	for _, c := range m.Containers {
-		if _, err := archivePath(dir, c); err != nil {
+		if _, err := layout.ArchivePath(dir, c); err != nil {
 			return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: container %q: %v", dir, c.Name, err)
 		}
 	}
@@ -87,7 +89,7 @@ func (s *Service) noCheckpoint(path, ns string, why error) error {
 }
 
 // checkHandler refuses a runtime handler other than the checkpoint's.
-func checkHandler(m *Manifest, handler string) error {
+func checkHandler(m *layout.Manifest, handler string) error {
 	if handler != m.Pod.RuntimeHandler {
 		return errorf(errdefs.ErrFailedPrecondition, "runtime handler %q cannot restore a checkpoint taken under handler %q", handler, m.Pod.RuntimeHandler)
 	}
@@ -97,7 +99,7 @@ func checkHandler(m *Manifest, handler string) error {
 // imageMatches reports whether a restore-time image is the checkpointed one:
 // the same name or reference, or a name the runtime resolves to the same
 // image ID (one image often has several names).
-func (s *Service) imageMatches(ctx context.Context, spec *runtimeapi.ImageSpec, e ContainerEntry) bool {
+func (s *Service) imageMatches(ctx context.Context, spec *runtimeapi.ImageSpec, e layout.ContainerEntry) bool {
 	img := spec.GetImage()
 	if img == "" {
 		return true
@@ -130,7 +132,7 @@ func (s *Service) imageID(ctx context.Context, name string) string {
 // and RestoringAnnotation: the container is created from it as any other,
 // and restored at its start from what stageRestore staged
 // (restore_stage.go). Nothing of the archive goes into it.
-func restoredConfig(cfg *runtimeapi.ContainerConfig, e ContainerEntry) *runtimeapi.ContainerConfig {
+func restoredConfig(cfg *runtimeapi.ContainerConfig, e layout.ContainerEntry) *runtimeapi.ContainerConfig {
 	c := proto.Clone(cfg).(*runtimeapi.ContainerConfig)
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
@@ -146,7 +148,7 @@ func restoredConfig(cfg *runtimeapi.ContainerConfig, e ContainerEntry) *runtimea
 // cfg (sandbox config sb) in sandbox, and stages its restore from archive;
 // a container whose staging failed is removed.
 func (s *Service) createRestored(ctx context.Context, sandbox string, sb *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig,
-	e ContainerEntry, archive string) (string, error) {
+	e layout.ContainerEntry, archive string) (string, error) {
 	c := restoredConfig(cfg, e)
 	cr, err := s.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: c, SandboxConfig: sb})
 	if err != nil {
@@ -259,7 +261,7 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 		if err := ctx.Err(); err != nil {
 			return nil, undo(errorf(context.DeadlineExceeded, "RestorePod: deadline expired before container %q was created; everything the call created was removed", e.Name))
 		}
-		archive, err := archivePath(dir, e)
+		archive, err := layout.ArchivePath(dir, e)
 		if err != nil {
 			return nil, undo(errorf(errdefs.ErrFailedPrecondition, "RestorePod: container %q: %v; everything the call created was removed", e.Name, err))
 		}
@@ -281,7 +283,7 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	return resp, nil
 }
 
-func names(m *Manifest) []string {
+func names(m *layout.Manifest) []string {
 	out := make([]string, len(m.Containers))
 	for i, c := range m.Containers {
 		out[i] = c.Name

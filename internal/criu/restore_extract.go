@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // extractForRestore copies the CRIU images (checkpoint/) and the rootfs
@@ -30,7 +32,7 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 	}
 	defer f.Close()
 	tr := tar.NewReader(f)
-	var seen MemberNames
+	var seen layout.MemberNames
 	images := 0
 	for n := 0; ; n++ {
 		hdr, err := tr.Next()
@@ -43,8 +45,8 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 		if n >= maxArchiveEntries {
 			return out, fmt.Errorf("more than %d entries", maxArchiveEntries)
 		}
-		if len(hdr.Name) > MaxMemberName {
-			return out, fmt.Errorf("entry %q: a name of %d bytes, more than %d", truncate(hdr.Name, 64), len(hdr.Name), MaxMemberName)
+		if len(hdr.Name) > layout.MaxMemberName {
+			return out, fmt.Errorf("entry %q: a name of %d bytes, more than %d", truncate(hdr.Name, 64), len(hdr.Name), layout.MaxMemberName)
 		}
 		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
 		if name == "checkpoint" && hdr.Typeflag == tar.TypeDir {

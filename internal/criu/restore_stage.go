@@ -27,6 +27,7 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
@@ -219,7 +220,7 @@ func (s *Service) recoverStaged(ctx context.Context) {
 	ents, _ := s.marks().List()
 	kept := map[string]bool{}
 	for _, e := range ents {
-		if e.Mark == nil || !within(root, e.Mark.Images) {
+		if e.Mark == nil || !layout.Within(root, e.Mark.Images) {
 			continue // another shim's (a second node on the machine) or unreadable
 		}
 		dir := filepath.Join(root, e.ID)

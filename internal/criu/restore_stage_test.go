@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -88,7 +89,7 @@ func TestRestorePodStagesEachContainerAndItsStartRestoresIt(t *testing.T) {
 		t.Fatal("the start of a staged container would not be seen")
 	}
 	for _, rc := range resp.RestoredContainers {
-		want := archivePages(t, filepath.Join(fx.dir, archiveName(rc.Name)))
+		want := archivePages(t, filepath.Join(fx.dir, layout.ArchiveName(rc.Name)))
 		if got := stagedPages(t, fx.svc, rc.ContainerId); got != want {
 			t.Fatalf("%s staged %q, want the archive's %q", rc.Name, got, want)
 		}
@@ -216,7 +217,7 @@ func TestExtractForRestoreRefusals(t *testing.T) {
 // for byte; the log's place in the archive; nothing else.
 func TestExtractForRestoreTakesImagesDiffAndLog(t *testing.T) {
 	fx := checkpointed(t)
-	archive := filepath.Join(fx.dir, archiveName("app"))
+	archive := filepath.Join(fx.dir, layout.ArchiveName("app"))
 	out := t.TempDir()
 	files, err := extractForRestore(archive, out)
 	if err != nil {

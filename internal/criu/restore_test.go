@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -62,7 +63,7 @@ func TestRestorePodCreatesContainersFromTheArchives(t *testing.T) {
 		if c.config.Image.Image != busybox {
 			t.Errorf("%s image %q, want the pod's own %q", c.config.Metadata.Name, c.config.Image.Image, busybox)
 		}
-		want := archivePages(t, filepath.Join(fx.dir, archiveName(c.config.Metadata.Name)))
+		want := archivePages(t, filepath.Join(fx.dir, layout.ArchiveName(c.config.Metadata.Name)))
 		if got := stagedPages(t, fx.svc, c.status.Id); got != want {
 			t.Errorf("%s staged %q, want its archive's %q", c.config.Metadata.Name, got, want)
 		}
@@ -71,7 +72,7 @@ func TestRestorePodCreatesContainersFromTheArchives(t *testing.T) {
 		}
 	}
 	// The checkpoint is not modified.
-	if _, err := ReadManifest(fx.dir); err != nil {
+	if _, err := layout.ReadManifest(fx.dir); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -196,7 +197,7 @@ func TestWarmStart(t *testing.T) {
 		t.Errorf("completed init container not made a no-op: %v %v", init.config.Command, init.config.Mounts)
 	}
 	app := createIn(t, svc2, fx.rt, sb.PodSandboxId, "app")
-	if stagedPages(t, svc2, app.status.Id) != archivePages(t, filepath.Join(later, archiveName("app"))) || app.config.Image.Image != busybox {
+	if stagedPages(t, svc2, app.status.Id) != archivePages(t, filepath.Join(later, layout.ArchiveName("app"))) || app.config.Image.Image != busybox {
 		t.Errorf("app not restored: image %q", app.config.Image.Image)
 	}
 	again := createIn(t, svc2, fx.rt, sb.PodSandboxId, "app")

@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // Stored is a complete checkpoint found under the root.
 type Stored struct {
 	Name     string
 	Dir      string
-	Manifest *Manifest
+	Manifest *layout.Manifest
 }
 
 // List returns the complete checkpoints directly under root, oldest first.
@@ -32,7 +34,7 @@ func List(root string) (out []Stored, problems []string) {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
-		m, err := ReadManifest(dir)
+		m, err := layout.ReadManifest(dir)
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue

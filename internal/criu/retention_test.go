@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // stored writes a checkpoint of namespace ns of size GiB into root, taken
@@ -19,9 +21,9 @@ func stored(t *testing.T, root, name, ns string, gib int64, managed bool, age ti
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	m := &Manifest{FormatVersion: FormatVersion, Pod: PodInfo{Name: "p-" + name, Namespace: ns, UID: "u-" + name}, Managed: managed,
+	m := &layout.Manifest{FormatVersion: layout.Version, Pod: layout.PodInfo{Name: "p-" + name, Namespace: ns, UID: "u-" + name}, Managed: managed,
 		CheckpointedAt: time.Now().Add(-age), SizeBytes: gib << 30,
-		Containers: []ContainerEntry{{Name: "main", Archive: archiveName("main")}}}
+		Containers: []layout.ContainerEntry{{Name: "main", Archive: layout.ArchiveName("main")}}}
 	if err := writeManifest(dir, m); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func TestRetentionSharesBetweenNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := storedNames(t, root), []string{"a-3", "b-old", "pcp-a"}; !slices.Equal(got, want) {
-		t.Fatalf("after retention: %v, want %v (a's oldest scheduled ones removed until a is within its share; b's kept)", got, want)
+		t.Fatalf("after retention: %v, want %v (a's oldest scheduled ones removed until a is layout.Within its share; b's kept)", got, want)
 	}
 
 	// Over the node's total only: the namespace furthest over its share

@@ -18,6 +18,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 )
@@ -131,7 +132,7 @@ func (s *Service) checkpointScheduled(ctx context.Context, sb *podtable.Sandbox,
 		return fmt.Errorf("no running container")
 	}
 	uid := sb.Metadata.GetUid()
-	if err := CheckName(ScheduledPrefix + uid); err != nil {
+	if err := layout.CheckName(ScheduledPrefix + uid); err != nil {
 		return fmt.Errorf("pod UID %q cannot name a checkpoint: %v", truncate(uid, 32), err)
 	}
 	dir := filepath.Join(s.cfg.Root, ScheduledPrefix+uid+"-"+s.now().UTC().Format("20060102T150405Z"))

@@ -10,6 +10,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
@@ -35,7 +36,7 @@ func scheduled(t *testing.T, fx *fixture, id string) []string {
 	m, _ := filepath.Glob(filepath.Join(fx.root, ScheduledPrefix+"uid-"+id+"-*"))
 	var out []string
 	for _, d := range m {
-		if _, err := ReadManifest(d); err != nil {
+		if _, err := layout.ReadManifest(d); err != nil {
 			t.Fatalf("%s: %v", d, err)
 		}
 		out = append(out, filepath.Base(d))
@@ -79,7 +80,7 @@ func TestScheduledCheckpoints(t *testing.T) {
 	if len(got) != 1 || got[0] == first[0] {
 		t.Fatalf("after 61s: %v, want only a new one (keep 1), not %s", got, first[0])
 	}
-	m, _ := ReadManifest(filepath.Join(fx.root, got[0]))
+	m, _ := layout.ReadManifest(filepath.Join(fx.root, got[0]))
 	if !m.Managed || m.Pod.UID != "uid-sa" {
 		t.Fatalf("manifest %+v: want a managed checkpoint of uid-sa", m.Pod)
 	}
@@ -120,7 +121,7 @@ func TestRetentionPerNamespace(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(fx.root, "ma")); !os.IsNotExist(err) {
 		t.Fatalf("the namespace's older checkpoint kept past max_bytes_per_namespace: %v", err)
 	}
-	if _, err := ReadManifest(filepath.Join(fx.root, "mb")); err != nil {
+	if _, err := layout.ReadManifest(filepath.Join(fx.root, "mb")); err != nil {
 		t.Fatalf("the newest (just written) removed: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -35,7 +36,7 @@ type warmPod struct {
 	// Done are the container names already answered from the checkpoint;
 	// later instances (restarts) start fresh.
 	Done map[string]bool `json:"done"`
-	m    *Manifest
+	m    *layout.Manifest
 }
 
 // The service serves CheckpointPod and RestorePod and takes part in the
@@ -150,7 +151,7 @@ func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetad
 	if IsImageRef(name) {
 		return s.pullRestore(ctx, md, name)
 	}
-	if err := CheckName(name); err != nil {
+	if err := layout.CheckName(name); err != nil {
 		return "", errorf(errdefs.ErrInvalidArgument, "%v", err)
 	}
 	switch reservedPrefix(name) {
@@ -177,7 +178,7 @@ func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetad
 	if IsImageRef(d) {
 		return s.pullRestore(ctx, md, d)
 	}
-	if err := CheckName(d); err != nil || !strings.HasPrefix(d, ObjectDirPrefix) {
+	if err := layout.CheckName(d); err != nil || !strings.HasPrefix(d, ObjectDirPrefix) {
 		return "", errorf(errdefs.ErrFailedPrecondition, "PodCheckpoint location %q: not a PodCheckpoint's data directory (%v)", d, err)
 	}
 	return d, nil
@@ -201,7 +202,7 @@ func (s *Service) pullRestore(ctx context.Context, md *runtimeapi.PodSandboxMeta
 		}
 		return "", errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
 	}
-	if CheckName(d) != nil || !strings.HasPrefix(d, PulledDirPrefix) {
+	if layout.CheckName(d) != nil || !strings.HasPrefix(d, PulledDirPrefix) {
 		return "", errorf(errdefs.ErrInternal, "image %s: pulled into %q, not a pulled checkpoint's directory", ref, d)
 	}
 	return d, nil
@@ -286,19 +287,19 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 // binary (archive ""). It is nil when the checkpoint has nothing for the
 // container (it starts fresh), and an error when it has but cannot be used.
 // how says which, for the log.
-func (s *Service) warmConfig(ctx context.Context, cfg *runtimeapi.ContainerConfig, name, cp, dir string, m *Manifest) (_ *runtimeapi.ContainerConfig, archive, how string, _ error) {
+func (s *Service) warmConfig(ctx context.Context, cfg *runtimeapi.ContainerConfig, name, cp, dir string, m *layout.Manifest) (_ *runtimeapi.ContainerConfig, archive, how string, _ error) {
 	if e, ok := m.Container(name); ok {
 		if !s.imageMatches(ctx, cfg.GetImage(), e) {
 			return nil, "", "", fmt.Errorf("image %q is not the checkpointed image %q; checkpoint %q cannot warm-start it",
 				cfg.GetImage().GetImage(), e.Image, cp)
 		}
-		archive, err := archivePath(dir, e)
+		archive, err := layout.ArchivePath(dir, e)
 		if err != nil {
 			return nil, "", "", fmt.Errorf("checkpoint %q cannot warm-start it: %v", cp, err)
 		}
 		return restoredConfig(cfg, e), archive, "restored", nil
 	}
-	x := m.exitedEntry(name)
+	x := m.ExitedContainer(name)
 	if x == nil || x.ExitCode != 0 || s.cfg.ShimBinary == "" {
 		return nil, "", "", nil
 	}

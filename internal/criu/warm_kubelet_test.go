@@ -11,6 +11,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -48,7 +49,7 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sw", OutputPath: dir, ContainerIds: []string{"c-sw"}}); err != nil {
 		t.Fatal(err)
 	}
-	archive := archivePages(t, filepath.Join(dir, archiveName("app")))
+	archive := archivePages(t, filepath.Join(dir, layout.ArchiveName("app")))
 	// The checkpointed instance goes (its name and attempt 0 are free again).
 	if _, err := fx.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: "c-sw"}); err != nil {
 		t.Fatal(err)

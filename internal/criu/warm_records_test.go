@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
@@ -223,7 +224,7 @@ func TestWarmStartNotRecordedIsNotActedOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stagedPages(t, fx.svc, resp.ContainerId) != archivePages(t, filepath.Join(fx.dir, archiveName("app"))) {
+	if stagedPages(t, fx.svc, resp.ContainerId) != archivePages(t, filepath.Join(fx.dir, layout.ArchiveName("app"))) {
 		t.Fatal("the kubelet's retry was not restored")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
@@ -79,7 +80,7 @@ func (s *Service) WarmRestartRequest(ctx context.Context, req *runtimeapi.Create
 			}
 			break // the rest are older still
 		}
-		dir, err := confine(s.cfg.Root, c.Dir)
+		dir, err := layout.Confine(s.cfg.Root, c.Dir)
 		if err != nil {
 			continue
 		}

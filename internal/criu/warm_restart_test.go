@@ -11,6 +11,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
@@ -18,7 +19,7 @@ import (
 // pod (cp1's UID and namespace), with the pod's annotations.
 func warmReq(t *testing.T, fx *fixture, name string, ann map[string]string) *runtimeapi.CreateContainerRequest {
 	t.Helper()
-	m, err := ReadManifest(fx.dir)
+	m, err := layout.ReadManifest(fx.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestWarmRestartRestoresFromThePodsNewestCheckpoint(t *testing.T) {
 	if err := w.Created(cr.ContainerId); err != nil {
 		t.Fatal(err)
 	}
-	if stagedPages(t, fx.svc, cr.ContainerId) != archivePages(t, filepath.Join(newer, archiveName("app"))) {
+	if stagedPages(t, fx.svc, cr.ContainerId) != archivePages(t, filepath.Join(newer, layout.ArchiveName("app"))) {
 		t.Fatal("the restore was not staged from cp2's archive")
 	}
 	if req.Config.Image.Image != "docker.io/library/busybox:latest" {
@@ -139,7 +140,7 @@ func TestWarmRestartRefusals(t *testing.T) {
 	}
 	w, err = fx.svc.WarmRestartRequest(ctx, warmReq(t, fx, "app", map[string]string{podspec.WarmRestartKey: "true", podspec.WarmRestartMaxAgeKey: "3h"}))
 	if w == nil || err != nil {
-		t.Fatalf("within a 3h maximum age: %+v, %v", w, err)
+		t.Fatalf("layout.Within a 3h maximum age: %+v, %v", w, err)
 	}
 	w.Release()
 	if len(fx.svc.restoring) != 0 {
@@ -153,7 +154,7 @@ func TestWarmRestartSkipsAnUnusableNewestCheckpoint(t *testing.T) {
 	fx := checkpointed(t)
 	time.Sleep(2 * time.Millisecond)
 	newer := checkpointAgain(t, fx, "cp2")
-	if err := os.Remove(filepath.Join(newer, archiveName("app"))); err != nil {
+	if err := os.Remove(filepath.Join(newer, layout.ArchiveName("app"))); err != nil {
 		t.Fatal(err)
 	}
 	w, err := fx.svc.WarmRestartRequest(ctxT(t, 5*time.Second), warmReq(t, fx, "app", warmOn))

@@ -31,6 +31,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -222,7 +223,7 @@ func writeAccess(dir string, r *accessRecord) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Lstat(filepath.Join(dir, criu.ManifestFile)); err != nil {
+	if _, err := os.Lstat(filepath.Join(dir, layout.ManifestFile)); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, AccessFile)); err != nil {

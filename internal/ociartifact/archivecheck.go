@@ -11,7 +11,7 @@ import (
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // checkArchive reads a container checkpoint archive to its end and checks
@@ -23,7 +23,7 @@ import (
 // Its config.dump must name the base image by image ID (checkBaseImage).
 func checkArchive(r io.Reader) error {
 	tr := tar.NewReader(r)
-	var seen criu.MemberNames
+	var seen layout.MemberNames
 	n := 0
 	for {
 		h, err := tr.Next()
@@ -83,7 +83,7 @@ func checkBaseImage(r io.Reader) error {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return fmt.Errorf("archive: %s: %w", crmetadata.ConfigDumpFile, err)
 	}
-	if !criu.IsImageID(c.RootfsImageRef) {
+	if !layout.IsImageID(c.RootfsImageRef) {
 		return fmt.Errorf("archive: %s names the base image %q, not by image ID (sha256:<64 hex>); containerd would pull it from the registry it names",
 			crmetadata.ConfigDumpFile, c.RootfsImageRef)
 	}
@@ -100,8 +100,8 @@ var archiveFiles = map[string]bool{
 // archiveMember checks one header and returns its clean name.
 func archiveMember(h *tar.Header) (string, error) {
 	raw := h.Name
-	if len(raw) > criu.MaxMemberName {
-		return "", fmt.Errorf("archive member %q...: a name of %d bytes, more than %d", raw[:64], len(raw), criu.MaxMemberName)
+	if len(raw) > layout.MaxMemberName {
+		return "", fmt.Errorf("archive member %q...: a name of %d bytes, more than %d", raw[:64], len(raw), layout.MaxMemberName)
 	}
 	name := strings.TrimSuffix(raw, "/")
 	if name == "" || strings.ContainsRune(name, 0) || strings.Contains(name, `\`) || !filepath.IsLocal(name) || filepath.Clean(name) != name {

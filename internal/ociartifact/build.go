@@ -19,13 +19,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // Built is a pod checkpoint laid out as an image index, ready to push.
 type Built struct {
 	Index    v1.ImageIndex
-	Manifest *criu.Manifest
+	Manifest *layout.Manifest
 	// Bytes is the size of every blob the index references.
 	Bytes int64
 }
@@ -38,18 +38,18 @@ func Build(dir string, hashed func(n int64)) (*Built, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Lstat(filepath.Join(dir, criu.IncompleteFile)); err == nil {
+	if _, err := os.Lstat(filepath.Join(dir, layout.IncompleteFile)); err == nil {
 		return nil, fmt.Errorf("%s is an incomplete checkpoint", dir)
 	}
-	rawManifest, err := readSmall(filepath.Join(dir, criu.ManifestFile), criu.MaxManifestBytes)
+	rawManifest, err := readSmall(filepath.Join(dir, layout.ManifestFile), layout.MaxManifestBytes)
 	if err != nil {
 		return nil, err
 	}
-	m, err := criu.ParseManifest(rawManifest)
+	m, err := layout.ParseManifest(rawManifest)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	rawSandbox, err := readSmall(filepath.Join(dir, criu.SandboxFile), maxSandboxBytes)
+	rawSandbox, err := readSmall(filepath.Join(dir, layout.SandboxFile), maxSandboxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func Build(dir string, hashed func(n int64)) (*Built, error) {
 	b.Bytes += int64(len(rawManifest) + len(rawSandbox) + len(emptyJSON))
 
 	for _, e := range m.Containers {
-		path, err := criu.ArchivePath(dir, e)
+		path, err := layout.ArchivePath(dir, e)
 		if err != nil {
 			return nil, fmt.Errorf("container %s: %w", e.Name, err)
 		}
@@ -134,7 +134,7 @@ func podArtifact(rawManifest, rawSandbox []byte) (v1.Image, error) {
 	for _, x := range []struct {
 		l     v1.Layer
 		title string
-	}{{mf, criu.ManifestFile}, {sb, criu.SandboxFile}} {
+	}{{mf, layout.ManifestFile}, {sb, layout.SandboxFile}} {
 		d, err := partial.Descriptor(x.l)
 		if err != nil {
 			return nil, err
@@ -161,7 +161,7 @@ func podArtifact(rawManifest, rawSandbox []byte) (v1.Image, error) {
 // only layer, an image config for the node's platform (containerd's CRI
 // restore unpacks the image for the sandbox's platform) and checkpointctl's
 // annotations on the manifest.
-func containerImage(m *criu.Manifest, e criu.ContainerEntry, l *fileLayer) (v1.Image, error) {
+func containerImage(m *layout.Manifest, e layout.ContainerEntry, l *fileLayer) (v1.Image, error) {
 	cfg, err := json.Marshal(v1.ConfigFile{
 		Architecture: runtime.GOARCH, OS: "linux",
 		Created: v1.Time{Time: m.CheckpointedAt.UTC()},
@@ -194,7 +194,7 @@ func containerImage(m *criu.Manifest, e criu.ContainerEntry, l *fileLayer) (v1.I
 	raw, err := json.Marshal(v1.Manifest{
 		SchemaVersion: 2, MediaType: types.OCIManifestSchema1,
 		Config:      *cfgDesc,
-		Layers:      []v1.Descriptor{{MediaType: MediaTypeLayerTar, Size: l.size, Digest: l.digest, Annotations: map[string]string{AnnotationTitle: criu.ArchiveName(e.Name)}}},
+		Layers:      []v1.Descriptor{{MediaType: MediaTypeLayerTar, Size: l.size, Digest: l.digest, Annotations: map[string]string{AnnotationTitle: layout.ArchiveName(e.Name)}}},
 		Annotations: ann,
 	})
 	if err != nil {

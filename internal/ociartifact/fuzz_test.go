@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // withinAlloc runs f and fails t when it allocated more than bound bytes in
@@ -74,7 +75,7 @@ func FuzzParseIndex(f *testing.F) {
 		if p, err := parseIndex(b); err == nil {
 			seen := map[string]bool{}
 			for _, c := range p.containers {
-				if criu.CheckContainerName(c.name) != nil || seen[c.name] {
+				if layout.CheckContainerName(c.name) != nil || seen[c.name] {
 					t.Fatalf("accepted container %q", c.name)
 				}
 				seen[c.name] = true
@@ -112,7 +113,7 @@ func FuzzParseRestoreRef(f *testing.F) {
 			t.Fatalf("%q accepted as %s of %s", s, d, a.Host)
 		}
 		hex, ok := strings.CutPrefix(d.DigestStr(), "sha256:")
-		if !ok || len(hex) != 64 || criu.CheckName(criu.PulledDir(hex)) != nil {
+		if !ok || len(hex) != 64 || layout.CheckName(criu.PulledDir(hex)) != nil {
 			t.Fatalf("%q accepted with digest %q", s, d.DigestStr())
 		}
 		for _, c := range strings.Split(d.Context().RepositoryStr(), "/") {

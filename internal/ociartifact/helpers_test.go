@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // member is one entry of a test archive.
@@ -79,13 +79,13 @@ func writeCheckpoint(t testing.TB, root, name string, archives map[string][]byte
 	t.Helper()
 	dir := filepath.Join(root, name)
 	must(t, os.MkdirAll(filepath.Join(dir, "containers"), 0o700))
-	m := criu.Manifest{FormatVersion: criu.FormatVersion, CheckpointedAt: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC),
-		Pod:     criu.PodInfo{Name: "web", Namespace: "default", UID: "uid-1", SandboxID: "sb1"},
+	m := layout.Manifest{FormatVersion: layout.Version, CheckpointedAt: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC),
+		Pod:     layout.PodInfo{Name: "web", Namespace: "default", UID: "uid-1", SandboxID: "sb1"},
 		Runtime: "2.2.1", CRIUVersion: "4.1", Kernel: "6.8", Managed: true}
 	for _, c := range order {
 		b := archives[c]
-		must(t, os.WriteFile(filepath.Join(dir, criu.ArchiveName(c)), b, 0o600))
-		m.Containers = append(m.Containers, criu.ContainerEntry{Name: c, ID: "id-" + c, Archive: criu.ArchiveName(c),
+		must(t, os.WriteFile(filepath.Join(dir, layout.ArchiveName(c)), b, 0o600))
+		m.Containers = append(m.Containers, layout.ContainerEntry{Name: c, ID: "id-" + c, Archive: layout.ArchiveName(c),
 			Image: "docker.io/library/busybox:1.36", ImageRef: "sha256:abc", SizeBytes: int64(len(b))})
 		m.SizeBytes += int64(len(b))
 	}
@@ -94,8 +94,8 @@ func writeCheckpoint(t testing.TB, root, name string, archives map[string][]byte
 	sb, err := protojson.MarshalOptions{Multiline: true}.Marshal(&runtimeapi.PodSandboxStatusResponse{
 		Status: &runtimeapi.PodSandboxStatus{Id: "sb1", Metadata: &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "uid-1"}}})
 	must(t, err)
-	must(t, os.WriteFile(filepath.Join(dir, criu.SandboxFile), sb, 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, criu.ManifestFile), mb, 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, layout.SandboxFile), sb, 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, layout.ManifestFile), mb, 0o600))
 	return dir
 }
 

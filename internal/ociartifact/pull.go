@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -38,7 +39,7 @@ type PullOptions struct {
 	// Check, if not nil, judges the pulled manifest.json (parsed, and in
 	// agreement with the index) before an archive byte is fetched; its
 	// error ends the pull.
-	Check func(*criu.Manifest) error
+	Check func(*layout.Manifest) error
 	// Planned, if not nil, is told the checkpoint's total archive bytes
 	// once the images are checked, before the archives are fetched.
 	Planned func(total int64)
@@ -58,7 +59,7 @@ type Pulled struct {
 	Dir      string
 	Digest   v1.Hash
 	Bytes    int64
-	Manifest *criu.Manifest
+	Manifest *layout.Manifest
 }
 
 // Pull fetches the pod checkpoint at ref into a new checkpoint directory
@@ -102,9 +103,9 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	}
 	rawManifest, err := f.smallBlob(mfDesc)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", criu.ManifestFile, err)
+		return nil, fmt.Errorf("%s: %w", layout.ManifestFile, err)
 	}
-	m, err := criu.ParseManifest(rawManifest)
+	m, err := layout.ParseManifest(rawManifest)
 	if err != nil {
 		return nil, err
 	}
@@ -118,10 +119,10 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	}
 	rawSandbox, err := f.smallBlob(sbDesc)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", criu.SandboxFile, err)
+		return nil, fmt.Errorf("%s: %w", layout.SandboxFile, err)
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(rawSandbox, &runtimeapi.PodSandboxStatusResponse{}); err != nil {
-		return nil, fmt.Errorf("%s: %w", criu.SandboxFile, err)
+		return nil, fmt.Errorf("%s: %w", layout.SandboxFile, err)
 	}
 
 	// Every container image is checked before an archive byte is fetched.
@@ -144,7 +145,7 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 			return nil, err
 		}
 		if e := m.Containers[i]; e.SizeBytes != 0 && e.SizeBytes != arDesc.Size {
-			return nil, fmt.Errorf("container %s: archive of %d bytes, %s says %d", c.name, arDesc.Size, criu.ManifestFile, e.SizeBytes)
+			return nil, fmt.Errorf("container %s: archive of %d bytes, %s says %d", c.name, arDesc.Size, layout.ManifestFile, e.SizeBytes)
 		}
 		if total += arDesc.Size; total > o.MaxBytes {
 			return nil, fmt.Errorf("checkpoint archives exceed the cap of %d bytes", o.MaxBytes)
@@ -175,7 +176,7 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	}
 	defer w.abandon()
 	for i, c := range idx.containers {
-		if err := w.write(criu.ArchiveName(c.name), func(dst io.Writer) error {
+		if err := w.write(layout.ArchiveName(c.name), func(dst io.Writer) error {
 			return f.archive(archives[i], dst, o.Written)
 		}); err != nil {
 			return nil, fmt.Errorf("container %s: %w", c.name, err)
@@ -185,7 +186,7 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	if err != nil {
 		return nil, err
 	}
-	if _, err := criu.ReadManifest(dir); err != nil {
+	if _, err := layout.ReadManifest(dir); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -197,7 +198,7 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 // its oci- directory.
 func checkPullName(n string, reserved bool) error {
 	if reserved {
-		return criu.CheckName(n)
+		return layout.CheckName(n)
 	}
 	return criu.CheckNewName(n)
 }
@@ -310,7 +311,7 @@ func newPullDir(root, nm string) (*pullDir, error) {
 		return nil, err
 	}
 	w := &pullDir{root: root, name: nm, tmp: tmp}
-	if err := w.write(criu.IncompleteFile, nil); err != nil {
+	if err := w.write(layout.IncompleteFile, nil); err != nil {
 		w.abandon()
 		return nil, err
 	}
@@ -347,17 +348,17 @@ func (w *pullDir) write(rel string, fill func(io.Writer) error) error {
 // finish writes sandbox.json, then manifest.json, clears the mark and
 // renames the directory into place (never over an existing one).
 func (w *pullDir) finish(sandbox, manifest []byte) (string, error) {
-	if err := w.write(criu.SandboxFile, bytesFill(sandbox)); err != nil {
+	if err := w.write(layout.SandboxFile, bytesFill(sandbox)); err != nil {
 		return "", err
 	}
-	tmpManifest := "." + criu.ManifestFile + ".tmp"
+	tmpManifest := "." + layout.ManifestFile + ".tmp"
 	if err := w.write(tmpManifest, bytesFill(manifest)); err != nil {
 		return "", err
 	}
-	if err := os.Rename(filepath.Join(w.tmp, tmpManifest), filepath.Join(w.tmp, criu.ManifestFile)); err != nil {
+	if err := os.Rename(filepath.Join(w.tmp, tmpManifest), filepath.Join(w.tmp, layout.ManifestFile)); err != nil {
 		return "", err
 	}
-	if err := os.Remove(filepath.Join(w.tmp, criu.IncompleteFile)); err != nil {
+	if err := os.Remove(filepath.Join(w.tmp, layout.IncompleteFile)); err != nil {
 		return "", err
 	}
 	if err := statefile.SyncDir(w.tmp); err != nil {

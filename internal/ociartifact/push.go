@@ -8,7 +8,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // Pushed is what Push wrote.
@@ -17,7 +17,7 @@ type Pushed struct {
 	Ref      string
 	Digest   v1.Hash
 	Bytes    int64
-	Manifest *criu.Manifest
+	Manifest *layout.Manifest
 }
 
 // Push lays out the pod checkpoint in dir (Build) and pushes it to ref.

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // A pushed checkpoint pulled back under another name is the same files,
@@ -30,7 +31,7 @@ func TestPushPullRoundTripIsByteIdentical(t *testing.T) {
 	if got.Digest != p.Digest || got.Dir != filepath.Join(root, "copy") {
 		t.Fatalf("pulled %s into %s, pushed %s", got.Digest, got.Dir, p.Digest)
 	}
-	for _, rel := range []string{criu.ManifestFile, criu.SandboxFile, criu.ArchiveName("app"), criu.ArchiveName("sidecar")} {
+	for _, rel := range []string{layout.ManifestFile, layout.SandboxFile, layout.ArchiveName("app"), layout.ArchiveName("sidecar")} {
 		a, err := os.ReadFile(filepath.Join(src, rel))
 		must(t, err)
 		b, err := os.ReadFile(filepath.Join(got.Dir, rel))
@@ -43,7 +44,7 @@ func TestPushPullRoundTripIsByteIdentical(t *testing.T) {
 	if len(ents) != 3 {
 		t.Errorf("pulled directory holds %d entries, want manifest.json, sandbox.json, containers/", len(ents))
 	}
-	if _, err := criu.ReadManifest(got.Dir); err != nil {
+	if _, err := layout.ReadManifest(got.Dir); err != nil {
 		t.Fatal(err)
 	}
 	// Pulled by digest too.

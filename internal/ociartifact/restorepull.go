@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // RestorePullConfig is what restores from image references need.
@@ -204,7 +205,7 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 // deleted) is removed, as the shim removes pulled checkpoints, and answered
 // as none, so that it is pulled again. An I/O error that leaves it unknown
 // is Unavailable, and nothing is removed.
-func (p *RestorePuller) onDisk(dir string) (*criu.Manifest, error) {
+func (p *RestorePuller) onDisk(dir string) (*layout.Manifest, error) {
 	m, err := criu.ReadPulled(dir)
 	switch {
 	case err == nil:
@@ -321,7 +322,7 @@ func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName
 	reg := Registry{Keychain: kc, CAFile: allowed.CAFile, PlainHTTP: allowed.PlainHTTP, Transport: p.cfg.Transport}
 	res, err := Pull(ctx, ref, reg, PullOptions{
 		Root: p.cfg.Root, Name: dirName, reserved: true, MaxBytes: p.cfg.MaxBytes,
-		Check: func(m *criu.Manifest) error {
+		Check: func(m *layout.Manifest) error {
 			if !p.cfg.RestoreAllowed(m.Pod.Namespace, ns) {
 				return fmt.Errorf("%w: taken of pod %s/%s", criu.ErrForeignCheckpoint, m.Pod.Namespace, m.Pod.Name)
 			}

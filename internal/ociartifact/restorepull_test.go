@@ -26,6 +26,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 const zeroDigest = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
@@ -192,7 +193,7 @@ func TestRestorePullByDigest(t *testing.T) {
 	if want := criu.PulledDir(ref[len(ref)-64:]); dir != want {
 		t.Fatalf("pulled into %q, want %q", dir, want)
 	}
-	if _, err := criu.ReadManifest(filepath.Join(root, dir)); err != nil {
+	if _, err := layout.ReadManifest(filepath.Join(root, dir)); err != nil {
 		t.Fatal(err)
 	}
 	r.tr.rewrite = func(*http.Request, []byte) []byte { t.Error("the registry was asked again"); return nil }
@@ -381,7 +382,7 @@ func TestRestorePullRepullsIncompleteDirectory(t *testing.T) {
 	must(t, err)
 	full := filepath.Join(root, dir)
 	must(t, os.RemoveAll(filepath.Join(full, "containers")))
-	must(t, os.Remove(filepath.Join(full, criu.ManifestFile)))
+	must(t, os.Remove(filepath.Join(full, layout.ManifestFile)))
 	old := time.Now().Add(-time.Hour)
 	os.Chtimes(full, old, old)
 	var asked atomic.Int64

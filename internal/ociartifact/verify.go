@@ -11,7 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // Parsers of what a registry returns. Everything here is hostile input: each
@@ -55,7 +55,7 @@ func parseIndex(raw []byte) (*pulledIndex, error) {
 	if f := im.Annotations[AnnotationFormat]; f != FormatName {
 		return nil, fmt.Errorf("%w: annotation %s is %q, want %q", errNotCheckpoint, AnnotationFormat, f, FormatName)
 	}
-	if v, want := im.Annotations[AnnotationFormatVersion], strconv.Itoa(criu.FormatVersion); v != want {
+	if v, want := im.Annotations[AnnotationFormatVersion], strconv.Itoa(layout.Version); v != want {
 		return nil, fmt.Errorf("checkpoint format version %q, this build reads %s", v, want)
 	}
 	if n := len(im.Manifests); n < 2 || n > maxContainers+1 {
@@ -77,7 +77,7 @@ func parseIndex(raw []byte) (*pulledIndex, error) {
 			p.pod = d
 		case RoleContainer:
 			n := d.Annotations[AnnotationContainer]
-			if err := criu.CheckContainerName(n); err != nil {
+			if err := layout.CheckContainerName(n); err != nil {
 				return nil, fmt.Errorf("index manifest %d: %w", i, err)
 			}
 			if seen[n] {
@@ -133,11 +133,11 @@ func parsePodArtifact(raw []byte) (manifest, sandbox v1.Descriptor, err error) {
 	if len(m.Layers) != 2 {
 		return manifest, sandbox, fmt.Errorf("pod manifest has %d blobs, want 2", len(m.Layers))
 	}
-	if err := checkDescriptor(m.Layers[0], MediaTypePodManifest, criu.MaxManifestBytes); err != nil {
-		return manifest, sandbox, fmt.Errorf("pod manifest, %s: %w", criu.ManifestFile, err)
+	if err := checkDescriptor(m.Layers[0], MediaTypePodManifest, layout.MaxManifestBytes); err != nil {
+		return manifest, sandbox, fmt.Errorf("pod manifest, %s: %w", layout.ManifestFile, err)
 	}
 	if err := checkDescriptor(m.Layers[1], MediaTypeSandbox, maxSandboxBytes); err != nil {
-		return manifest, sandbox, fmt.Errorf("pod manifest, %s: %w", criu.SandboxFile, err)
+		return manifest, sandbox, fmt.Errorf("pod manifest, %s: %w", layout.SandboxFile, err)
 	}
 	return m.Layers[0], m.Layers[1], nil
 }
@@ -196,7 +196,7 @@ func parseManifest(raw []byte) (*v1.Manifest, error) {
 
 // checkAgrees checks that the index and the pod's manifest.json describe the
 // same pod and the same containers, in the same order.
-func checkAgrees(p *pulledIndex, m *criu.Manifest) error {
+func checkAgrees(p *pulledIndex, m *layout.Manifest) error {
 	var fromIndex, fromManifest []string
 	for _, c := range p.containers {
 		fromIndex = append(fromIndex, c.name)
@@ -205,7 +205,7 @@ func checkAgrees(p *pulledIndex, m *criu.Manifest) error {
 		fromManifest = append(fromManifest, c.Name)
 	}
 	if !slices.Equal(fromIndex, fromManifest) {
-		return fmt.Errorf("index lists containers [%s], %s [%s]", strings.Join(fromIndex, ","), criu.ManifestFile, strings.Join(fromManifest, ","))
+		return fmt.Errorf("index lists containers [%s], %s [%s]", strings.Join(fromIndex, ","), layout.ManifestFile, strings.Join(fromManifest, ","))
 	}
 	a := p.raw.Annotations
 	for _, x := range []struct{ key, want string }{
@@ -213,7 +213,7 @@ func checkAgrees(p *pulledIndex, m *criu.Manifest) error {
 		{AnnotationContainers, strings.Join(fromManifest, ",")},
 	} {
 		if a[x.key] != x.want {
-			return fmt.Errorf("index annotation %s is %q, %s says %q", x.key, a[x.key], criu.ManifestFile, x.want)
+			return fmt.Errorf("index annotation %s is %q, %s says %q", x.key, a[x.key], layout.ManifestFile, x.want)
 		}
 	}
 	return nil

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -75,7 +75,7 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 }
 
 // capture runs internal/criu's CheckpointPod into dir, made afresh.
-func (r *Reconciler) capture(ctx context.Context, dir, sandbox string, ids []string, timeout time.Duration) (*criu.Manifest, error) {
+func (r *Reconciler) capture(ctx context.Context, dir, sandbox string, ids []string, timeout time.Duration) (*layout.Manifest, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
@@ -91,12 +91,12 @@ func (r *Reconciler) capture(ctx context.Context, dir, sandbox string, ids []str
 		PodSandboxId: sandbox, OutputPath: dir, ContainerIds: ids}); err != nil {
 		return nil, fmt.Errorf("checkpoint (%s): %s", status.Code(err), status.Convert(err).Message())
 	}
-	return criu.ReadManifest(dir)
+	return layout.ReadManifest(dir)
 }
 
 // containerLists splits the manifest's containers (and completed init
 // containers) into init and regular by the pod's spec.
-func containerLists(m *criu.Manifest, pod *corev1.Pod) (init, regular []cpv1.PodCheckpointContainerStatus) {
+func containerLists(m *layout.Manifest, pod *corev1.Pod) (init, regular []cpv1.PodCheckpointContainerStatus) {
 	isInit := map[string]bool{}
 	for _, c := range pod.Spec.InitContainers {
 		isInit[c.Name] = true

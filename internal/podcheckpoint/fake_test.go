@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -232,12 +232,12 @@ func (c *fakeCheckpointer) CheckpointPod(ctx context.Context, req *runtimeapi.Ch
 	if c.fail != nil {
 		return nil, c.fail
 	}
-	m := criu.Manifest{FormatVersion: criu.FormatVersion, SizeBytes: 4096}
+	m := layout.Manifest{FormatVersion: layout.Version, SizeBytes: 4096}
 	for _, id := range req.ContainerIds {
 		for _, ct := range c.rt.containers {
 			if ct.Id == id {
 				n := ct.Metadata.Name
-				m.Containers = append(m.Containers, criu.ContainerEntry{Name: n, ID: id, Archive: "containers/" + n + ".tar", Image: ct.Image.Image})
+				m.Containers = append(m.Containers, layout.ContainerEntry{Name: n, ID: id, Archive: "containers/" + n + ".tar", Image: ct.Image.Image})
 			}
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // streamRounds is how many checkpoints of each pod each mode takes
@@ -79,7 +79,7 @@ func BenchmarkCheckpointStream(b *testing.B) {
 					b.Fatalf("stream_archives=%v, %d MiB: %v", stream, mib, err)
 				}
 				total := time.Since(t0)
-				m, err := criu.ReadManifest(dir)
+				m, err := layout.ReadManifest(dir)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // loadCfg is the benchmark's workload in a busybox container: the shell
@@ -140,7 +140,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 			b.Fatal(err)
 		}
 		r.shimCP = time.Since(t0)
-		m, err := criu.ReadManifest(dir)
+		m, err := layout.ReadManifest(dir)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // startAuthRegistry starts the stack's registry that wants a login (over
@@ -79,7 +80,7 @@ func TestRestoreThroughAuthRegistry(t *testing.T) {
 	restoredWithSecret(t, cs, ns, "a", secret)
 	t.Logf("a: %s", shimLogLine(t, "pulled for a restore", ns+"/a"))
 	pulled := filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(ref[len(ref)-64:]))
-	if _, err := criu.ReadManifest(pulled); err != nil {
+	if _, err := layout.ReadManifest(pulled); err != nil {
 		t.Fatalf("pulled checkpoint: %v", err)
 	}
 

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // podSandbox returns the ID of the one sandbox named name.
@@ -94,7 +94,7 @@ func TestCheckpointRetryAfterDeadline(t *testing.T) {
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		assertRunning(t, ids)
 	}
-	if _, err := criu.ReadManifest(dir); err != nil {
+	if _, err := layout.ReadManifest(dir); err != nil {
 		t.Fatalf("the retry's checkpoint is not complete: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".cri-shim-incomplete")); !errors.Is(err, os.ErrNotExist) {
@@ -138,7 +138,7 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := time.Since(t0)
-	m, err := criu.ReadManifest(ref)
+	m, err := layout.ReadManifest(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 			}
 		}
 		if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err == nil {
-			m, err := criu.ReadManifest(dir)
+			m, err := layout.ReadManifest(dir)
 			_, marker := os.Stat(filepath.Join(dir, ".cri-shim-incomplete"))
 			o.complete = err == nil && errors.Is(marker, os.ErrNotExist)
 			if o.complete {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -224,7 +225,7 @@ func TestRestoreFromImageReference(t *testing.T) {
 	podLogShowsSecret(t, ns, "restored", secret, past)
 	assertNoImageChange(t, images, "the restore of "+ns+"/restored from "+ref)
 	pulled := filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(ref[len(ref)-64:]))
-	m, err := criu.ReadManifest(pulled)
+	m, err := layout.ReadManifest(pulled)
 	if err != nil {
 		t.Fatalf("pulled checkpoint: %v", err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 )
 
@@ -95,7 +95,7 @@ func TestCheckpointPushPullRestore(t *testing.T) {
 		PodSandboxId: src, OutputPath: dir, ContainerIds: []string{ids["a"], ids["disk"]}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := criu.ReadManifest(dir)
+	m, err := layout.ReadManifest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestCheckpointPushPullRestore(t *testing.T) {
 		t.Fatalf("pull -o json: %v: %q", err, out)
 	}
 	t.Logf("pull of %d MiB: %.2fs, peak RSS %d MiB", m.SizeBytes>>20, pullTook.Seconds(), pullRSS>>20)
-	for _, rel := range []string{criu.ManifestFile, criu.SandboxFile, criu.ArchiveName("a"), criu.ArchiveName("disk")} {
+	for _, rel := range []string{layout.ManifestFile, layout.SandboxFile, layout.ArchiveName("a"), layout.ArchiveName("disk")} {
 		if a, b := fileSHA(t, filepath.Join(dir, rel)), fileSHA(t, filepath.Join(copyDir, rel)); a != b {
 			t.Errorf("%s differs after push and pull", rel)
 		}
@@ -178,7 +178,7 @@ func TestCheckpointPushPullRestore(t *testing.T) {
 	}
 
 	// checkpointctl reads a pulled container archive.
-	for _, args := range [][]string{{"show", filepath.Join(copyDir, criu.ArchiveName("a"))}, {"inspect", filepath.Join(copyDir, criu.ArchiveName("disk"))}} {
+	for _, args := range [][]string{{"show", filepath.Join(copyDir, layout.ArchiveName("a"))}, {"inspect", filepath.Join(copyDir, layout.ArchiveName("disk"))}} {
 		b, err := exec.Command(bin("checkpointctl"), args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("checkpointctl %s: %v\n%s", strings.Join(args, " "), err, b)

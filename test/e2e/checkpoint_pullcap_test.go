@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // The pods of TestPulledCheckpointCap write capBlobMiB MiB of random data
@@ -25,7 +26,7 @@ const (
 // archiveBytes is what a pull of checkpoint cp fetches: its archives.
 func archiveBytes(t *testing.T, cp string) int64 {
 	t.Helper()
-	m, err := criu.ReadManifest(filepath.Join(node.env["CHECKPOINTS"], cp))
+	m, err := layout.ReadManifest(filepath.Join(node.env["CHECKPOINTS"], cp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 const busybox = "docker.io/library/busybox:cri-shim"
@@ -202,7 +202,7 @@ func TestCheckpointPodAndRestorePodThroughCRI(t *testing.T) {
 	}
 	took := time.Since(start)
 	assertRunning(t, ids)
-	m, err := criu.ReadManifest(dir)
+	m, err := layout.ReadManifest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

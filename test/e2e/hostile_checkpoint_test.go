@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"archive/tar"
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +23,7 @@ import (
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/seccomp"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -167,63 +171,7 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 		}
 	})
 
-	add := func(set func(*creds.CredsEntry, []uint32)) func(*criucore.CoreEntry) {
-		return func(c *criucore.CoreEntry) { set(credsOf(c), criutest.Caps("CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH")) }
-	}
-	cases := []struct {
-		name  string
-		edit  func(testing.TB, ckptImages)
-		field string
-		uid   int64 // the restoring pod's user
-	}{
-		{"effective capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapEff = w })), "cap_eff", 0},
-		{"permitted capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapPrm = w })), "cap_prm", 0},
-		{"inheritable capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapInh = w })), "cap_inh", 0},
-		{"bounding set raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapBnd = w })), "cap_bnd", 0},
-		{"ambient capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapAmb = w })), "cap_amb", 0},
-		// The images as they are (uid 0), restored by a pod that runs as
-		// 1000 (runAsNonRoot): the restoring pod's spec is the measure.
-		{"uid 0 in a pod running as 1000", func(testing.TB, ckptImages) {}, "creds.uid", 1000},
-		{"no_new_privs cleared", editCore(func(c *criucore.CoreEntry) { credsOf(c).NoNewPrivs = proto.Uint32(0) }), "no_new_privs", 0},
-		{"seccomp removed", editCore(func(c *criucore.CoreEntry) {
-			c.ThreadCore.SeccompMode = criucore.SeccompMode_disabled.Enum()
-			c.ThreadCore.SeccompFilter = nil
-		}), "seccomp_mode", 0},
-		{"seccomp filter replaced by allow-all", func(t testing.TB, imgs ckptImages) {
-			b, err := criutest.Encode("SECCOMP", &seccomp.SeccompEntry{SeccompFilters: []*seccomp.SeccompFilter{{Filter: criutest.AllowAll()}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			imgs["seccomp.img"] = b
-			editCore(func(c *criucore.CoreEntry) { c.ThreadCore.SeccompFilter = proto.Uint32(0) })(t, imgs)
-		}, "seccomp_filters", 0},
-		{"the host's mount namespace", func(t testing.TB, imgs ckptImages) {
-			inv, err := criutest.Decode(imgs["inventory.img"], func() *inventory.InventoryEntry { return new(inventory.InventoryEntry) })
-			if err != nil || len(inv) != 1 {
-				t.Fatalf("inventory.img: %v", err)
-			}
-			editCore(func(c *criucore.CoreEntry) {
-				if c.Ids != nil { // CRIU 4 keeps them in ids-1.img
-					c.Ids.MntNsId = proto.Uint32(inv[0].RootIds.GetMntNsId())
-				}
-			})(t, imgs)
-			if b := imgs["ids-1.img"]; b != nil {
-				ids, _ := criutest.Decode(b, func() *criucore.TaskKobjIdsEntry { return new(criucore.TaskKobjIdsEntry) })
-				ids[0].MntNsId = proto.Uint32(inv[0].RootIds.GetMntNsId())
-				imgs["ids-1.img"], _ = criutest.Encode("IDS", ids[0])
-			}
-		}, "mnt_ns_id", 0},
-		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) { openFile(t, imgs, "/../../../../etc/shadow") }, "reg.name", 0},
-		{"a block device node", func(t testing.TB, imgs ckptImages) {
-			b, err := criutest.Encode("GHOST_FILE", &ghostfile.GhostFileEntry{Uid: proto.Uint32(0), Gid: proto.Uint32(0),
-				Mode: proto.Uint32(unix.S_IFBLK | 0o666), Rdev: proto.Uint32(uint32(unix.Mkdev(8, 0)))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			imgs["ghost-file-99.img"] = b
-		}, "device node", 0},
-		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0},
-	}
+	cases := hostileEdits()
 	before := imagesSnapshot(t)
 	staging := filepath.Join(node.env["CHECKPOINTS"], ".restore-staging")
 	for i, tc := range cases {
@@ -337,6 +285,73 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 	assertNoImageChange(t, before, "hostile checkpoint restores")
 }
 
+// hostileEdit is one edit of a checkpoint's CRIU images an attacker who can
+// write the archive could make, the field its refusal names, and the user
+// of the pod that restores it.
+type hostileEdit struct {
+	name  string
+	edit  func(testing.TB, ckptImages)
+	field string
+	uid   int64 // the restoring pod's user
+}
+
+// hostileEdits are issue 28's hostile checkpoints, each refused by the image
+// check before anything of it runs.
+func hostileEdits() []hostileEdit {
+	add := func(set func(*creds.CredsEntry, []uint32)) func(*criucore.CoreEntry) {
+		return func(c *criucore.CoreEntry) { set(credsOf(c), criutest.Caps("CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH")) }
+	}
+	return []hostileEdit{
+		{"effective capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapEff = w })), "cap_eff", 0},
+		{"permitted capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapPrm = w })), "cap_prm", 0},
+		{"inheritable capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapInh = w })), "cap_inh", 0},
+		{"bounding set raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapBnd = w })), "cap_bnd", 0},
+		{"ambient capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapAmb = w })), "cap_amb", 0},
+		// The images as they are (uid 0), restored by a pod that runs as
+		// 1000 (runAsNonRoot): the restoring pod's spec is the measure.
+		{"uid 0 in a pod running as 1000", func(testing.TB, ckptImages) {}, "creds.uid", 1000},
+		{"no_new_privs cleared", editCore(func(c *criucore.CoreEntry) { credsOf(c).NoNewPrivs = proto.Uint32(0) }), "no_new_privs", 0},
+		{"seccomp removed", editCore(func(c *criucore.CoreEntry) {
+			c.ThreadCore.SeccompMode = criucore.SeccompMode_disabled.Enum()
+			c.ThreadCore.SeccompFilter = nil
+		}), "seccomp_mode", 0},
+		{"seccomp filter replaced by allow-all", func(t testing.TB, imgs ckptImages) {
+			b, err := criutest.Encode("SECCOMP", &seccomp.SeccompEntry{SeccompFilters: []*seccomp.SeccompFilter{{Filter: criutest.AllowAll()}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			imgs["seccomp.img"] = b
+			editCore(func(c *criucore.CoreEntry) { c.ThreadCore.SeccompFilter = proto.Uint32(0) })(t, imgs)
+		}, "seccomp_filters", 0},
+		{"the host's mount namespace", func(t testing.TB, imgs ckptImages) {
+			inv, err := criutest.Decode(imgs["inventory.img"], func() *inventory.InventoryEntry { return new(inventory.InventoryEntry) })
+			if err != nil || len(inv) != 1 {
+				t.Fatalf("inventory.img: %v", err)
+			}
+			editCore(func(c *criucore.CoreEntry) {
+				if c.Ids != nil { // CRIU 4 keeps them in ids-1.img
+					c.Ids.MntNsId = proto.Uint32(inv[0].RootIds.GetMntNsId())
+				}
+			})(t, imgs)
+			if b := imgs["ids-1.img"]; b != nil {
+				ids, _ := criutest.Decode(b, func() *criucore.TaskKobjIdsEntry { return new(criucore.TaskKobjIdsEntry) })
+				ids[0].MntNsId = proto.Uint32(inv[0].RootIds.GetMntNsId())
+				imgs["ids-1.img"], _ = criutest.Encode("IDS", ids[0])
+			}
+		}, "mnt_ns_id", 0},
+		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) { openFile(t, imgs, "/../../../../etc/shadow") }, "reg.name", 0},
+		{"a block device node", func(t testing.TB, imgs ckptImages) {
+			b, err := criutest.Encode("GHOST_FILE", &ghostfile.GhostFileEntry{Uid: proto.Uint32(0), Gid: proto.Uint32(0),
+				Mode: proto.Uint32(unix.S_IFBLK | 0o666), Rdev: proto.Uint32(uint32(unix.Mkdev(8, 0)))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			imgs["ghost-file-99.img"] = b
+		}, "device node", 0},
+		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0},
+	}
+}
+
 // copyTree copies a checkpoint directory.
 func copyTree(t testing.TB, from, to string) {
 	t.Helper()
@@ -360,42 +375,237 @@ func copyTree(t testing.TB, from, to string) {
 	}
 }
 
-// Issue 28's acceptance through the registry: a tenant checkpoints its own
-// pod, raises the CRIU images' effective capabilities, pushes the edited
-// checkpoint to the stack's registry and creates a pod of its namespace
-// restoring from the reference. The pull is allowed (the registry is on the
-// allow-list, the namespace binding holds), and the restore is refused by
-// the image check: a CheckpointRefused event naming cap_eff, the pod never
-// Running, no image name added.
+// Issue 28's acceptance through the registry, for every hostile edit: a
+// tenant checkpoints its own locked-down pod (every capability dropped, no
+// privilege escalation, RuntimeDefault seccomp), edits the CRIU images one
+// way per copy, pushes each copy to the stack's TLS registry and creates a
+// pod of its namespace restoring from the reference. Each pull is allowed
+// (the registry is on the allow-list with its CA, the namespace binding
+// holds) and each restore is refused by the image check: a
+// CheckpointRefused event naming the field, the pod never Running, no
+// image name added. The unedited copy, pushed the same way, restores and
+// runs the checkpointed process (the positive control).
 func TestHostileCheckpointByReferenceIsRefused(t *testing.T) {
-	cs, addr := shimAsNodeWithRegistry(t)
+	cs := needAPIServer(t)
+	addr, ca := startTLSRegistry(t)
+	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nca_file = %q\n",
+		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"], addr, ca))
+	apiKubelet(t, cs)
 	ns := testNamespace(t, cs, "e2e-hostile")
-	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), lockedDownAPIPod("src", "", 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	secret := runningSecret(t, cs, ns, "src", 2*time.Minute)
 	cp := "e2e-hostile-" + strings.ReplaceAll(ns, ".", "-")
 	shimRun(t, "checkpoint", "--namespace", ns, "--pod", "src", "--name", cp)
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], cp)) })
-	archives, _ := filepath.Glob(filepath.Join(node.env["CHECKPOINTS"], cp, "containers", "*.tar"))
-	if len(archives) == 0 {
-		t.Fatal("the checkpoint has no container archive")
+	src := filepath.Join(node.env["CHECKPOINTS"], cp)
+	t.Cleanup(func() { os.RemoveAll(src) })
+	push := func(t *testing.T, name string, edit func(testing.TB, ckptImages), replace func(archive string)) string {
+		dir := filepath.Join(node.env["CHECKPOINTS"], name)
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		copyTree(t, src, dir)
+		archives, _ := filepath.Glob(filepath.Join(dir, "containers", "*.tar"))
+		if len(archives) != 1 {
+			t.Fatalf("archives: %v", archives)
+		}
+		if edit != nil {
+			editArchive(t, archives[0], func(imgs ckptImages) { edit(t, imgs) })
+		}
+		if replace != nil {
+			replace(archives[0])
+		}
+		matchManifestSize(t, dir, archives[0])
+		return pushCheckpoint(t, name, addr+"/e2e/"+name+":v1", "--ca-file", ca)
 	}
-	for _, a := range archives {
-		editArchive(t, a, func(imgs ckptImages) {
-			editCore(func(c *criucore.CoreEntry) { credsOf(c).CapEff = criutest.Caps("CAP_SYS_ADMIN") })(t, imgs)
+	images := imagesSnapshot(t) // the pushes change nothing on the node
+	t.Run("unedited", func(t *testing.T) {
+		ref := push(t, cp+"-control", nil, nil)
+		if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), lockedDownAPIPod("control", ref, 0), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		restoredWithSecret(t, cs, ns, "control", secret)
+	})
+	// What the refusals may not grow: the checkpoint root (a refused pull
+	// or restore leaves nothing in it) and the shim's memory (each archive
+	// and image is checked as a stream, with bounded memory).
+	pid := shimPID(t)
+	rss0 := procStatusKiB(t, pid, "VmRSS")
+	entries0 := rootEntries(t, cp)
+	for i, tc := range hostileEdits() {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := push(t, fmt.Sprintf("%s-%d", cp, i), tc.edit, nil)
+			name := fmt.Sprintf("r%d", i)
+			if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), lockedDownAPIPod(name, ref, tc.uid), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			msg := reasonEvent(t, cs, ns, name, "CheckpointRefused")
+			if !strings.Contains(msg, tc.field) {
+				t.Fatalf("CheckpointRefused event %q does not name %s", msg, tc.field)
+			}
+			t.Logf("refused: %s", msg)
+			stillPending(t, cs, ns, name, secret)
 		})
 	}
-	ref := pushCheckpoint(t, cp, addr+"/e2e/hostile-"+ns+":v1", "--plain-http")
-	images := imagesSnapshot(t) // after the push
-	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("restored", ref), metav1.CreateOptions{}); err != nil {
+	// Archives built to exhaust the node: refused while they stream in,
+	// by the pull's archive check, before anything of them is kept.
+	for i, g := range []struct {
+		name, want string
+		members    int
+		member     func(int) string
+	}{
+		{"member names of 256 KiB", "more than 4096", 64, func(i int) string { return fmt.Sprintf("checkpoint/%d-%s", i, strings.Repeat("n", 256<<10)) }},
+		{"a million members", "more than 100000 entries", 1000000, func(i int) string { return fmt.Sprintf("checkpoint/f%d", i) }},
+	} {
+		t.Run(g.name, func(t *testing.T) {
+			ref := push(t, fmt.Sprintf("%s-giant%d", cp, i), nil, func(path string) { giantArchive(t, path, g.members, g.member) })
+			name := fmt.Sprintf("giant%d", i)
+			if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), lockedDownAPIPod(name, ref, 0), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			msg := eventOf(t, cs, ns, name, "an event saying "+g.want, func(e corev1.Event) bool { return strings.Contains(e.Message, g.want) })
+			t.Logf("refused: %s", truncateMsg(msg, 300))
+			stillPending(t, cs, ns, name, secret)
+		})
+	}
+	assertNoImageChange(t, images, "the refused restores of "+ns+" from "+addr)
+	// Open (issue 28): a pulled checkpoint the image check refuses stays in
+	// the pulled cache (oci-<digest>, counted against pull_max_total_bytes)
+	// instead of being removed; reported here, not yet asserted.
+	var left []string
+	for name := range rootEntries(t, cp) {
+		if !entries0[name] {
+			left = append(left, name)
+		}
+	}
+	t.Logf("the refused restores left %d entries in the checkpoint root: %v", len(left), left)
+	peak := procStatusKiB(t, pid, "VmHWM")
+	t.Logf("shim (pid %d) resident: %d KiB before the refusals, peak %d KiB", pid, rss0, peak)
+	if peak-rss0 > 64<<10 {
+		t.Errorf("the shim's resident memory peaked %d KiB above where it was before the refusals (bound 64 MiB)", peak-rss0)
+	}
+}
+
+// matchManifestSize records archive's new size in dir's manifest.json, as
+// an attacker rewriting the archive would: the pull compares the two, and
+// the image check, not that comparison, is what is tested.
+func matchManifestSize(t testing.TB, dir, archive string) {
+	t.Helper()
+	fi, err := os.Stat(archive)
+	if err != nil {
 		t.Fatal(err)
 	}
-	msg := reasonEvent(t, cs, ns, "restored", "CheckpointRefused")
-	if !strings.Contains(msg, "cap_eff") || !strings.Contains(msg, "CAP_SYS_ADMIN") {
-		t.Fatalf("CheckpointRefused event %q does not name cap_eff and CAP_SYS_ADMIN", msg)
+	mf := filepath.Join(dir, "manifest.json")
+	b, err := os.ReadFile(mf)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("refused: %s", msg)
-	stillPending(t, cs, ns, "restored", secret)
-	assertNoImageChange(t, images, "the refused restore of "+ns+"/restored from "+ref)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := m["containers"].([]any)
+	for _, c := range cs {
+		if e, ok := c.(map[string]any); ok && e["archive"] == "containers/"+filepath.Base(archive) {
+			e["sizeBytes"] = fi.Size()
+		}
+	}
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mf, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// giantArchive writes in place of archive a tar of n empty files named by
+// member.
+func giantArchive(t testing.TB, archive string, n int, member func(int) string) {
+	t.Helper()
+	f, err := os.Create(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	tw := tar.NewWriter(bw)
+	for i := 0; i < n; i++ {
+		if err := tw.WriteHeader(&tar.Header{Name: member(i), Mode: 0o600, Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func truncateMsg(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// shimPID is the running shim's process ID.
+func shimPID(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// procStatusKiB is field (VmRSS, VmHWM...) of process pid's status, in KiB.
+func procStatusKiB(t testing.TB, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// rootEntries are the checkpoint root's entries but the test's own (named
+// with prefix own).
+func rootEntries(t testing.TB, own string) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir(node.env["CHECKPOINTS"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), own) {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+// lockedDownAPIPod is secretAPIPod as a locked-down container of user uid:
+// every capability dropped, no privilege escalation, RuntimeDefault seccomp.
+func lockedDownAPIPod(name, restoreFrom string, uid int64) *corev1.Pod {
+	p := secretAPIPod(name, restoreFrom)
+	no := false
+	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+		RunAsUser:                &uid,
+		AllowPrivilegeEscalation: &no,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	return p
 }

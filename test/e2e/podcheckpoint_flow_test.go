@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
@@ -176,7 +176,7 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 		t.Fatalf("status %+v", s)
 	}
 	data := filepath.Join(node.env["CHECKPOINTS"], s.CheckpointLocation.NodeLocal.Path)
-	if _, err := criu.ReadManifest(data); err != nil {
+	if _, err := layout.ReadManifest(data); err != nil {
 		t.Errorf("checkpoint data: %v", err)
 	}
 	if tp := s.CheckpointedPodTemplate; tp == nil || tp.Spec.NodeName != "" || len(tp.Spec.Containers) != 1 {

@@ -15,7 +15,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // memCfg is a container holding 256 MiB of random memory (memScript), which
@@ -208,7 +208,7 @@ func TestRestoredContainerIsThePodsOwn(t *testing.T) {
 		PodSandboxId: src, OutputPath: dir, ContainerIds: []string{ids["a"], ids["m"]}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := criu.ReadManifest(dir)
+	m, err := layout.ReadManifest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

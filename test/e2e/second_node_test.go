@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
@@ -242,7 +243,7 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := im.Annotations
-	for k, want := range map[string]string{ociartifact.AnnotationFormat: ociartifact.FormatName, ociartifact.AnnotationFormatVersion: strconv.Itoa(criu.FormatVersion),
+	for k, want := range map[string]string{ociartifact.AnnotationFormat: ociartifact.FormatName, ociartifact.AnnotationFormatVersion: strconv.Itoa(layout.Version),
 		ociartifact.AnnotationPodName: "src", ociartifact.AnnotationPodNamespace: ns, ociartifact.AnnotationPodUID: string(src.UID)} {
 		if a[k] != want {
 			t.Errorf("index annotation %s = %q, want %q", k, a[k], want)
@@ -378,12 +379,12 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 
 	// checkpointctl reads each container's archive as node 2 pulled it.
 	pulled := filepath.Join(env2["CHECKPOINTS"], criu.PulledDir(strings.TrimPrefix(ex.Digest, "sha256:")))
-	m, err := criu.ReadManifest(pulled)
+	m, err := layout.ReadManifest(pulled)
 	if err != nil {
 		t.Fatalf("pulled checkpoint on node 2: %v", err)
 	}
 	for _, c := range ctrs {
-		archive := filepath.Join(pulled, criu.ArchiveName(c))
+		archive := filepath.Join(pulled, layout.ArchiveName(c))
 		b, err := exec.Command(bin("checkpointctl"), "inspect", archive).CombinedOutput()
 		if err != nil {
 			t.Fatalf("checkpointctl inspect %s: %v\n%s", archive, err, b)

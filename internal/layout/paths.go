@@ -1,4 +1,4 @@
-package criu
+package layout
 
 import (
 	"errors"
@@ -9,16 +9,16 @@ import (
 	"strings"
 )
 
-// errOutsideRoot marks a path refused by confinement (KEP-5823 "Path traversal
+// ErrOutsideRoot marks a path refused by confinement (KEP-5823 "Path traversal
 // protection"); callers answer it with InvalidArgument.
-var errOutsideRoot = errors.New("outside the checkpoint root")
+var ErrOutsideRoot = errors.New("outside the checkpoint root")
 
-// confine resolves p and checks that it lies strictly inside root once every
+// Confine resolves p and checks that it lies strictly inside root once every
 // symlink is followed. p must be absolute and must not contain ".." elements
 // (even ones that would stay inside the root: a caller that writes them is
 // confused or probing). The resolved path is returned; callers use it from
 // then on so that a symlink swapped in later is not followed.
-func confine(root, p string) (string, error) {
+func Confine(root, p string) (string, error) {
 	if p == "" {
 		return "", fmt.Errorf("path is empty")
 	}
@@ -30,7 +30,7 @@ func confine(root, p string) (string, error) {
 	}
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
-			return "", fmt.Errorf("path %q contains \"..\": %w", p, errOutsideRoot)
+			return "", fmt.Errorf("path %q contains \"..\": %w", p, ErrOutsideRoot)
 		}
 	}
 	realRoot, err := filepath.EvalSymlinks(root)
@@ -42,24 +42,24 @@ func confine(root, p string) (string, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			// Still refuse an escape before saying it is missing, so that a
 			// probe cannot learn what exists outside the root.
-			if !within(realRoot, filepath.Clean(p)) {
-				return "", fmt.Errorf("path %q is %w %s", p, errOutsideRoot, root)
+			if !Within(realRoot, filepath.Clean(p)) {
+				return "", fmt.Errorf("path %q is %w %s", p, ErrOutsideRoot, root)
 			}
 			return "", fmt.Errorf("path %q does not exist: %w", p, os.ErrNotExist)
 		}
 		return "", fmt.Errorf("path %q: %w", p, err)
 	}
-	if !within(realRoot, real) {
+	if !Within(realRoot, real) {
 		if real != filepath.Clean(p) {
-			return "", fmt.Errorf("path %q resolves to %q, %w %s", p, real, errOutsideRoot, root)
+			return "", fmt.Errorf("path %q resolves to %q, %w %s", p, real, ErrOutsideRoot, root)
 		}
-		return "", fmt.Errorf("path %q is %w %s", p, errOutsideRoot, root)
+		return "", fmt.Errorf("path %q is %w %s", p, ErrOutsideRoot, root)
 	}
 	return real, nil
 }
 
-// within reports whether p is strictly below root (both clean and absolute).
-func within(root, p string) bool {
+// Within reports whether p is strictly below root (both clean and absolute).
+func Within(root, p string) bool {
 	rel, err := filepath.Rel(root, p)
 	return err == nil && rel != "." && filepath.IsLocal(rel)
 }
@@ -75,16 +75,16 @@ func CheckName(name string) error {
 	return nil
 }
 
-// archivePath is the path of a container's archive inside the checkpoint
+// ArchivePath is the path of a container's archive inside the checkpoint
 // directory dir (already confined and resolved), checked when it is about to
 // be used: it must resolve, after every symlink, to a regular file strictly
 // inside dir. A manifest is not trusted to name paths, and an archive that is
 // a symlink to a file elsewhere is refused like a "../" name.
-func archivePath(dir string, e ContainerEntry) (string, error) {
+func ArchivePath(dir string, e ContainerEntry) (string, error) {
 	// Not filepath.Join, which would clean "../" away before confine sees it.
-	p, err := confine(dir, dir+"/"+e.Archive)
+	p, err := Confine(dir, dir+"/"+e.Archive)
 	if err != nil {
-		if errors.Is(err, errOutsideRoot) {
+		if errors.Is(err, ErrOutsideRoot) {
 			return "", fmt.Errorf("archive %s is not inside the checkpoint directory once symlinks are followed: %w", e.Archive, err)
 		}
 		return "", fmt.Errorf("archive: %w", err)

@@ -1,4 +1,4 @@
-package criu
+package layout
 
 import "fmt"
 
@@ -28,7 +28,7 @@ func (m *MemberNames) Add(name string) error {
 		m.seen = map[string]struct{}{}
 	}
 	if _, ok := m.seen[name]; ok {
-		return fmt.Errorf("entry %q appears twice", truncate(name, 64))
+		return fmt.Errorf("entry %.64q appears twice", name)
 	}
 	if m.bytes += len(name); m.bytes > maxNameBytes {
 		return fmt.Errorf("more than %d bytes of member names", maxNameBytes)

@@ -1,4 +1,10 @@
-package criu
+// Package layout is the on-disk layout of a pod checkpoint (docs/checkpoint.md,
+// "Layout"): the manifest, the names inside a checkpoint directory, the
+// confinement of paths to the checkpoint root, and the bounds on what is read
+// of an archive from outside. It is a leaf: the capture and restore
+// (internal/criu), the registry artifacts (internal/ociartifact), the
+// PodCheckpoint reconciler and the CLI all read checkpoints through it.
+package layout
 
 import (
 	"encoding/json"
@@ -14,16 +20,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// FormatVersion is the version of the pod checkpoint layout this build writes
-// and the only one it restores. Bump it on any incompatible change.
-const FormatVersion = 1
+// Version is the version of the pod checkpoint layout this build writes and
+// the only one it restores. Bump it on any incompatible change.
+const Version = 1
 
 // File names inside a pod checkpoint directory (docs/checkpoint.md).
 const (
-	manifestFile   = "manifest.json"
-	sandboxFile    = "sandbox.json"
-	containersDir  = "containers"
-	incompleteFile = ".cri-shim-incomplete"
+	ManifestFile   = "manifest.json"
+	SandboxFile    = "sandbox.json"
+	ContainersDir  = "containers"
+	IncompleteFile = ".cri-shim-incomplete"
 )
 
 // Manifest describes one pod checkpoint. It is written last, so a directory
@@ -89,8 +95,8 @@ type ExitedEntry struct {
 // container name as the API allows it (CheckContainerName), so every path
 // built from one stays one element under containers/.
 func (m *Manifest) Validate() error {
-	if m.FormatVersion != FormatVersion {
-		return fmt.Errorf("checkpoint format version %d, this build restores version %d", m.FormatVersion, FormatVersion)
+	if m.FormatVersion != Version {
+		return fmt.Errorf("checkpoint format version %d, this build restores version %d", m.FormatVersion, Version)
 	}
 	if len(m.Containers) == 0 {
 		return errors.New("checkpoint lists no containers")
@@ -104,7 +110,7 @@ func (m *Manifest) Validate() error {
 			return fmt.Errorf("container %q listed twice", c.Name)
 		}
 		seen[c.Name] = true
-		if want := archiveName(c.Name); c.Archive != want {
+		if want := ArchiveName(c.Name); c.Archive != want {
 			return fmt.Errorf("container %q: archive %q, want %q", c.Name, c.Archive, want)
 		}
 		if c.RestartCount < 0 {
@@ -144,9 +150,9 @@ func (m *Manifest) Container(name string) (ContainerEntry, bool) {
 	return ContainerEntry{}, false
 }
 
-// exitedEntry is the entry of a container that had exited when the pod was
-// captured, nil if name is not one.
-func (m *Manifest) exitedEntry(name string) *ExitedEntry {
+// ExitedContainer is the entry of a container that had exited when the pod
+// was captured, nil if name is not one.
+func (m *Manifest) ExitedContainer(name string) *ExitedEntry {
 	for i := range m.Exited {
 		if m.Exited[i].Name == name {
 			return &m.Exited[i]
@@ -155,12 +161,13 @@ func (m *Manifest) exitedEntry(name string) *ExitedEntry {
 	return nil
 }
 
-// archiveName is where a container's archive lives inside the checkpoint.
-// The name is a DNS-1123 label (CheckContainerName, at checkpoint time and in
-// Validate), so it is one safe path element; openArchive still confines the
-// result when it is used, against symlinks.
-func archiveName(container string) string {
-	return containersDir + "/" + container + ".tar"
+// ArchiveName is where a container's archive lives inside the checkpoint,
+// relative to it: containers/<name>.tar. The name is a DNS-1123 label
+// (CheckContainerName, at checkpoint time and in Validate), so it is one safe
+// path element; ArchivePath still confines the result when it is used,
+// against symlinks.
+func ArchiveName(container string) string {
+	return ContainersDir + "/" + container + ".tar"
 }
 
 // ParseManifest decodes and validates a manifest.
@@ -185,7 +192,7 @@ func decodeManifest(b []byte) (*Manifest, error) {
 
 // ReadManifest reads and validates dir/manifest.json.
 func ReadManifest(dir string) (*Manifest, error) {
-	m, err := readManifestUnvalidated(dir)
+	m, err := ReadManifestUnvalidated(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -195,24 +202,24 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return m, nil
 }
 
-// readManifestUnvalidated decodes dir/manifest.json without validating it,
+// ReadManifestUnvalidated decodes dir/manifest.json without validating it,
 // for the namespace check that must come before any detail is reported. It
 // does not follow a symlinked manifest.
-func readManifestUnvalidated(dir string) (*Manifest, error) {
-	f, err := os.OpenFile(filepath.Join(dir, manifestFile), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+func ReadManifestUnvalidated(dir string) (*Manifest, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ManifestFile), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%s has no %s: not a complete pod checkpoint", dir, manifestFile)
+			return nil, fmt.Errorf("%s has no %s: not a complete pod checkpoint", dir, ManifestFile)
 		}
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
+	b, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxManifestBytes {
-		return nil, fmt.Errorf("%s/%s is larger than %d bytes", dir, manifestFile, maxManifestBytes)
+	if len(b) > MaxManifestBytes {
+		return nil, fmt.Errorf("%s/%s is larger than %d bytes", dir, ManifestFile, MaxManifestBytes)
 	}
 	m, err := decodeManifest(b)
 	if err != nil {
@@ -221,34 +228,5 @@ func readManifestUnvalidated(dir string) (*Manifest, error) {
 	return m, nil
 }
 
-// maxManifestBytes bounds what is read of a manifest (a real one is a few KiB).
-const maxManifestBytes = 4 << 20
-
-// writeFileSync writes a file and makes it durable before returning.
-func writeFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func writeManifest(dir string, m *Manifest) error {
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "."+manifestFile+".tmp")
-	if err := writeFileSync(tmp, b); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, manifestFile))
-}
+// MaxManifestBytes bounds what is read of a manifest (a real one is a few KiB).
+const MaxManifestBytes = 4 << 20
