@@ -178,15 +178,7 @@ func sampleShim(t testing.TB, pid int, addr string, pods int, start time.Time) c
 			s.heapBytes, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			s.rssKiB, _ = strconv.ParseInt(f[1], 10, 64)
-		}
-	}
+	s.rssKiB = procStatusKiB(t, pid, "VmRSS")
 	body, err := httpGet("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -410,11 +402,7 @@ func TestChurnRealStack(t *testing.T) {
 	withShimConfigEdit(t, func(b []byte) []byte {
 		return []byte(strings.Replace(string(b), "[metrics]\n", "[metrics]\n  profiling = true\n", 1))
 	})
-	pidb, err := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidb)))
+	pid := shimPID(t)
 	rt := runtimeClient(t, node.env["SHIM_SOCK"])
 	ctx := ctxT(t, 30*time.Minute)
 	o := churnOpts{hostNet: true, logDir: t.TempDir(), ctrEvery: 10}
