@@ -54,6 +54,10 @@ type fakeRT struct {
 	marks     restoremark.Dir
 	plainShim bool
 	restored  map[string]string
+	// refuseStart, when set, is the runtime shim's own check refusing a
+	// claimed mark's images at task create: it records the refusal beside
+	// the mark and fails the start, as cmd/containerd-shim-cri-shim-v2 does.
+	refuseStart *restoremark.Refusal
 }
 
 // uid is a new pod UID: the runtime refuses a second sandbox of one pod
@@ -110,6 +114,15 @@ func newFakeRT(t *testing.T) *fakeRT {
 		m, err := f.marks.Claim(id)
 		if err != nil {
 			return status.Error(codes.FailedPrecondition, err.Error())
+		}
+		f.mu.Lock()
+		refuse := f.refuseStart
+		f.mu.Unlock()
+		if m != nil && refuse != nil {
+			if err := f.marks.Refuse(id, *refuse); err != nil {
+				return status.Error(codes.Internal, err.Error())
+			}
+			return status.Error(codes.FailedPrecondition, "cri-shim restore of "+id+": checkpoint refused: "+refuse.Reason)
 		}
 		if m != nil {
 			b, err := os.ReadFile(filepath.Join(m.Images, "pages-1.img"))

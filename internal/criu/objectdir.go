@@ -56,3 +56,9 @@ func IsImageRef(s string) bool { return strings.ContainsAny(s, "/:@") }
 // restoring pod may not restore from (the namespace binding): a PullRestore
 // error of this class is answered as a missing checkpoint (noCheckpoint).
 var ErrForeignCheckpoint = errors.New("checkpoint of a namespace the pod may not restore from")
+
+// ErrCheckpointRefused is a pulled checkpoint whose content no restore may
+// use (an archive or manifest the checks refuse): a PullRestore error of
+// this class is a refusal, counted and told as an event on the pod like the
+// image check's, and the same digest is refused again without a pull.
+var ErrCheckpointRefused = errors.New("checkpoint refused")

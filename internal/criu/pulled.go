@@ -156,12 +156,12 @@ func (s *Service) releasePulled(dir string) {
 	}
 	s.mu.Lock()
 	for _, w := range s.warm {
-		if w.Dir == dir {
+		if w.holds() == dir {
 			s.mu.Unlock()
 			return
 		}
 	}
-	tmp := s.retirePulledLocked(dir, "its last warm-started pod is gone")
+	tmp := s.retirePulledLocked(dir, "no warm-started pod reads it any more")
 	s.mu.Unlock()
 	s.deleteRetired(tmp)
 }
@@ -205,7 +205,7 @@ func (s *Service) sweepPulled() {
 	s.mu.Lock()
 	inUse := map[string]bool{}
 	for _, w := range s.warm {
-		inUse[w.Dir] = true
+		inUse[w.holds()] = true
 	}
 	for name := range s.pinnedPulled {
 		inUse[filepath.Join(root, name)] = true

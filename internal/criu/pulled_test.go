@@ -11,12 +11,17 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
 const testDigest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -208,5 +213,143 @@ func TestLeftoverPullsRemovedAtStart(t *testing.T) {
 	}
 	if _, err := os.Lstat(leftRemoving); !os.IsNotExist(err) {
 		t.Errorf("a deletion a killed shim left is still there: %v", err)
+	}
+}
+
+// pulledFixture is a checkpoint of pod1 (namespace "ns") in the pulled
+// directory of testDigest, and a warm-started sandbox restoring it by
+// reference.
+func pulledFixture(t *testing.T) (*fixture, string, string) {
+	t.Helper()
+	fx := checkpointed(t)
+	pulled := filepath.Join(fx.root, PulledDir(testDigest))
+	if err := os.Rename(fx.dir, pulled); err != nil {
+		t.Fatal(err)
+	}
+	fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string) (string, error) {
+		if _, err := os.Stat(pulled); err != nil {
+			return "", fmt.Errorf("%w: pulling again", errdefs.ErrUnavailable)
+		}
+		return PulledDir(testDigest), nil
+	}
+	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "reg.example:5000/cp/web@sha256:" + testDigest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fx, pulled, sb.PodSandboxId
+}
+
+// tryCreateIn is the kubelet's CreateContainer of name in sandbox, through svc.
+func tryCreateIn(t *testing.T, svc *Service, rt *fakeRT, sandbox, name string) (*runtimeapi.CreateContainerResponse, error) {
+	return svc.CreateContainer(ctxT(t, 5*time.Second), rt.createReq(t, sandbox, name),
+		func(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+			return rt.CreateContainer(ctx, r)
+		})
+}
+
+// A pulled checkpoint the image check refuses is removed at once, so a
+// hostile pull costs the node no disk while its pod stays pending; the
+// refusal is recorded, so the kubelet's retries (of any container of the
+// pod, by this shim or a restarted one) are refused with it without the
+// checkpoint being read or pulled again.
+func TestRefusedPulledCheckpointIsRemovedAndStaysRefused(t *testing.T) {
+	fx, pulled, sb := pulledFixture(t)
+	checks := 0
+	fx.svc.imageCheck = func(string, *specs.Spec) error {
+		checks++
+		return &criucheck.Refusal{Image: "core-1.img", Field: "tc.creds.cap_eff", Reason: "CAP_SYS_ADMIN is not in the spec's effective set"}
+	}
+	_, err := tryCreateIn(t, fx.svc, fx.rt, sb, "app")
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "CAP_SYS_ADMIN") {
+		t.Fatalf("CreateContainer of a refused checkpoint: %v, want FailedPrecondition naming the capability", err)
+	}
+	if _, err := os.Stat(pulled); !os.IsNotExist(err) {
+		t.Fatalf("the refused pulled checkpoint is still on disk: %v", err)
+	}
+	if c := fx.rt.containersIn(t, sb); len(c) != 0 {
+		t.Fatalf("%d containers left by the refused restore", len(c))
+	}
+	for _, name := range []string{"app", "sidecar"} {
+		_, err := tryCreateIn(t, fx.svc, fx.rt, sb, name)
+		if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "was refused for this pod") || !strings.Contains(err.Error(), "CAP_SYS_ADMIN") {
+			t.Fatalf("retry of %s: %v, want the recorded refusal", name, err)
+		}
+	}
+	if checks != 1 {
+		t.Fatalf("the images were checked %d times, want once", checks)
+	}
+	svc2, err := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc2.imageCheck = acceptImages
+	if _, err := tryCreateIn(t, svc2, fx.rt, sb, "app"); status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "was refused for this pod") {
+		t.Fatalf("retry through a restarted shim: %v, want the recorded refusal", err)
+	}
+	svc2.forgetWarm(sb)
+	if warmRecords(svc2) != 0 {
+		t.Fatal("the refused warm start's record outlived its sandbox")
+	}
+}
+
+// The runtime shim's refusal at task create (the file access check, which
+// needs the container's finished rootfs) is learned from the mark
+// directory: the start fails, the refusal is recorded as the shim's own, and
+// the pulled checkpoint goes.
+func TestRuntimeShimRefusalIsRecorded(t *testing.T) {
+	fx, pulled, sb := pulledFixture(t)
+	fx.svc.imageCheck = acceptImages
+	fx.rt.refuseStart = &restoremark.Refusal{Image: "files.img", Field: "file 1 REG reg.name", Reason: `"/secret/token": uid 1000 cannot open it for reading`}
+	resp, err := tryCreateIn(t, fx.svc, fx.rt, sb, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pulled); err != nil {
+		t.Fatalf("the pulled checkpoint went before any refusal: %v", err)
+	}
+	before := testutil.ToFloat64(fx.svc.metrics.refusals.WithLabelValues(criucheck.KindOf("files.img")))
+	if err := startC(fx.svc, fx.rt, resp.ContainerId); err == nil || !strings.Contains(err.Error(), "checkpoint refused") {
+		t.Fatalf("start refused by the runtime shim: %v", err)
+	}
+	if got := testutil.ToFloat64(fx.svc.metrics.refusals.WithLabelValues(criucheck.KindOf("files.img"))); got != before+1 {
+		t.Errorf("refusals counted %v, want %v", got, before+1)
+	}
+	if _, err := os.Stat(pulled); !os.IsNotExist(err) {
+		t.Fatalf("the refused pulled checkpoint is still on disk: %v", err)
+	}
+	if ents, _ := fx.rt.marks.List(); len(ents) != 0 {
+		t.Fatalf("marks left: %+v", ents)
+	}
+	if left := entries(t, fx.rt.marks.Path); len(left) != 0 {
+		t.Fatalf("files left in the mark directory: %v", left)
+	}
+	if _, err := tryCreateIn(t, fx.svc, fx.rt, sb, "app"); status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "/secret/token") {
+		t.Fatalf("the kubelet's next CreateContainer: %v, want the recorded refusal (not a cold start)", err)
+	}
+}
+
+// A pull whose checkpoint content is refused (ErrCheckpointRefused) fails
+// the sandbox FailedPrecondition, counted and told on the pod as the image
+// check's refusals are.
+func TestPulledContentRefusalIsAnEvent(t *testing.T) {
+	fx := newFixture(t)
+	var events []string
+	fx.svc.cfg.PodEvent = func(ns, pod, uid, typ, reason, action, note string) {
+		events = append(events, ns+"/"+pod+" "+reason+": "+note)
+	}
+	fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string) (string, error) {
+		return "", fmt.Errorf("%w: pulling x: %w", errdefs.ErrFailedPrecondition,
+			fmt.Errorf("%w: archive member \"checkpoint/nnn\"...: a name of 262144 bytes, more than 4096", ErrCheckpointRefused))
+	}
+	before := testutil.ToFloat64(fx.svc.metrics.refusals.WithLabelValues("archive"))
+	_, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "reg.example:5000/cp/web@sha256:" + testDigest})
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "more than 4096") {
+		t.Fatalf("refused pull: %v, want FailedPrecondition naming the member", err)
+	}
+	if len(events) != 1 || !strings.Contains(events[0], "ns/warm CheckpointRefused") || !strings.Contains(events[0], "more than 4096") {
+		t.Fatalf("events %q, want one CheckpointRefused naming the member", events)
+	}
+	if got := testutil.ToFloat64(fx.svc.metrics.refusals.WithLabelValues("archive")); got != before+1 {
+		t.Errorf("archive refusals %v, want %v", got, before+1)
 	}
 }

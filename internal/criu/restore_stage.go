@@ -27,6 +27,7 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
@@ -63,6 +64,9 @@ type restoreFiles struct {
 type staged struct {
 	dir     string // the staging directory
 	sandbox string // the container's sandbox; "" when recovered
+	// sb is the sandbox's config, for an event on the pod; nil when
+	// recovered.
+	sb *runtimeapi.PodSandboxConfig
 }
 
 // stageRestore prepares the restore of container id of sandbox, just
@@ -103,7 +107,7 @@ func (s *Service) stageRestore(ctx context.Context, sb *runtimeapi.PodSandboxCon
 	if s.staged == nil {
 		s.staged = map[string]staged{}
 	}
-	s.staged[id] = staged{dir: dir, sandbox: sandbox}
+	s.staged[id] = staged{dir: dir, sandbox: sandbox, sb: sb}
 	s.stagedN.Store(int64(len(s.staged)))
 	s.mu.Unlock()
 	if err := s.marks().Write(id, restoremark.Mark{Images: files.images, RootfsDiff: files.diff}); err != nil {
@@ -134,6 +138,11 @@ func (s *Service) unstage(id string) (wasStaged, claimed bool) {
 	}
 	dir := st.dir
 	claimed = s.marks().Claimed(id)
+	if claimed {
+		if r := s.marks().Refused(id); r != nil {
+			s.runtimeRefused(st, id, r)
+		}
+	}
 	if err := s.marks().Remove(id); err != nil {
 		s.log.Warn("checkpoint: removing a restore mark", "container", id, "err", err)
 	}
@@ -141,6 +150,21 @@ func (s *Service) unstage(id string) (wasStaged, claimed bool) {
 		s.log.Warn("checkpoint: removing a staged restore", "container", id, "err", err)
 	}
 	return true, claimed
+}
+
+// runtimeRefused handles the runtime shim's refusal r of container id's
+// restore (st, claimed): counted, an event on the pod and, for a warm
+// start, the refusal recorded (refuseWarm) as one of this shim's own.
+func (s *Service) runtimeRefused(st staged, id string, r *restoremark.Refusal) {
+	ref := &criucheck.Refusal{Image: r.Image, Field: r.Field, Reason: r.Reason}
+	s.metrics.refusals.WithLabelValues(criucheck.KindOf(ref.Image)).Inc()
+	s.log.Warn("checkpoint: restore refused by the runtime shim", "container", id, "image", ref.Image, "field", ref.Field, "reason", ref.Reason)
+	if st.sb != nil {
+		s.podEvent(st.sb, "Warning", "CheckpointRefused", "Restore", ref.Error())
+	}
+	if st.sandbox != "" {
+		s.refuseWarm(st.sandbox, short(id), ref)
+	}
 }
 
 // finishRestore ends container id's staged restore once its start returned

@@ -156,7 +156,7 @@ func (s *Service) retain(keep, ns string) error {
 func (s *Service) inUseLocked() map[string]bool {
 	inUse := map[string]bool{}
 	for _, w := range s.warm {
-		inUse[w.Dir] = true
+		inUse[w.holds()] = true
 	}
 	for dir := range s.restoring {
 		inUse[dir] = true

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
@@ -36,7 +37,24 @@ type warmPod struct {
 	// Done are the container names already answered from the checkpoint;
 	// later instances (restarts) start fresh.
 	Done map[string]bool `json:"done"`
-	m    *layout.Manifest
+	// Refused is why the image check refused the checkpoint for one of
+	// the pod's containers (restore_check.go). The pod's spec cannot
+	// change, so every later CreateContainer of the sandbox is refused
+	// with it (whatever its container: part of the pod's cut is hostile),
+	// without reading the checkpoint again, and a pulled
+	// checkpoint is removed at once (holds): a hostile pull costs the
+	// node no disk while its pod stays pending.
+	Refused string `json:"refused,omitempty"`
+	m       *layout.Manifest
+}
+
+// holds is the checkpoint directory the warm start still reads: none once
+// its checkpoint was refused.
+func (w *warmPod) holds() string {
+	if w.Refused != "" {
+		return ""
+	}
+	return w.Dir
 }
 
 // The service serves CheckpointPod and RestorePod and takes part in the
@@ -102,6 +120,11 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 	ns := md.GetNamespace()
 	dirName, err := s.restoreDir(ctx, md, name)
 	if err != nil {
+		if errors.Is(err, ErrCheckpointRefused) {
+			s.metrics.refusals.WithLabelValues("archive").Inc()
+			s.log.Warn("checkpoint: pulled checkpoint refused", "pod", ns+"/"+md.GetName(), "ref", name, "err", err)
+			s.podEvent(req.GetConfig(), "Warning", "CheckpointRefused", "Restore", message(err))
+		}
 		return podtable.Admission{}, fail(err, "%s", message(err))
 	}
 	var adm podtable.Admission
@@ -216,6 +239,11 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	s.mu.Lock()
 	w := s.warm[req.GetPodSandboxId()]
 	name := req.GetConfig().GetMetadata().GetName()
+	if w != nil && w.Refused != "" {
+		refused := w.Refused
+		s.mu.Unlock()
+		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q was refused for this pod (%s): the pod creates no more containers; delete it, or restore another checkpoint", name, w.Checkpoint, refused)
+	}
 	if w == nil || w.Done[name] {
 		restart := s.warmRestartPods[req.GetPodSandboxId()] && req.GetConfig().GetMetadata().GetAttempt() > 0
 		s.mu.Unlock()
@@ -256,6 +284,10 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 				_, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.GetContainerId()})
 				return err
 			})
+			var ref *criucheck.Refusal
+			if errors.As(err, &ref) {
+				s.refuseWarm(w.SandboxID, name, ref)
+			}
 			return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q: %v; the container was removed", name, w.Checkpoint, err)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/cri-shim/cri-shim/internal/criucheck"
 )
 
 // warmBucket is the state store's bucket of warm-start records, one per
@@ -39,7 +41,7 @@ func (s *Service) loadWarm() error {
 		if err == nil && w.SandboxID != id {
 			err = fmt.Errorf("record of sandbox %q in the file of another", w.SandboxID)
 		}
-		if err == nil {
+		if err == nil && w.Refused == "" {
 			w.Dir, w.m, err = s.openCheckpoint(w.Dir, w.Namespace)
 		}
 		if err != nil {
@@ -73,6 +75,28 @@ func (s *Service) forgetWarm(id string) {
 		s.removeWarmRecord(id)
 		s.releasePulled(w.Dir)
 	}
+}
+
+// refuseWarm records that the image check refused the checkpoint of
+// sandbox's warm start for its container name, and removes a pulled
+// checkpoint no other warm start reads. Unrecorded (the store failing), the
+// refusal is only in memory: a restarted shim checks the checkpoint again
+// and refuses it again.
+func (s *Service) refuseWarm(sandbox, name string, r *criucheck.Refusal) {
+	s.mu.Lock()
+	w := s.warm[sandbox]
+	if w == nil || w.Refused != "" {
+		s.mu.Unlock()
+		return
+	}
+	w.Refused = fmt.Sprintf("container %s: %v", name, r)
+	err := s.saveWarm(w)
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Error("checkpoint: recording a refused warm start", "sandbox", sandbox, "err", err)
+	}
+	s.log.Warn("checkpoint: warm start refused; the pod creates no more containers", "sandbox", sandbox, "checkpoint", w.Checkpoint, "reason", w.Refused)
+	s.releasePulled(w.Dir)
 }
 
 // removeWarmRecord deletes a warm-start record durably; a failure is logged

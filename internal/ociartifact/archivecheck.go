@@ -31,17 +31,20 @@ func checkArchive(r io.Reader) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("archive: %w", err)
+			if errors.Is(err, tar.ErrHeader) {
+				return refused(fmt.Errorf("archive: %w", err))
+			}
+			return fmt.Errorf("archive: %w", err) // the registry's stream
 		}
 		if n++; n > maxArchiveEntries {
-			return fmt.Errorf("archive has more than %d entries", maxArchiveEntries)
+			return refused(fmt.Errorf("archive has more than %d entries", maxArchiveEntries))
 		}
 		name, err := archiveMember(h)
 		if err != nil {
-			return err
+			return refused(err)
 		}
 		if err := seen.Add(name); err != nil {
-			return fmt.Errorf("archive: %w", err)
+			return refused(fmt.Errorf("archive: %w", err))
 		}
 		if name == crmetadata.ConfigDumpFile {
 			if err := checkBaseImage(tr); err != nil {
@@ -51,11 +54,11 @@ func checkArchive(r io.Reader) error {
 	}
 	for _, need := range []string{crmetadata.ConfigDumpFile, crmetadata.SpecDumpFile, crmetadata.StatusDumpFile, crmetadata.RootFsDiffTar} {
 		if !seen.Has(need) {
-			return fmt.Errorf("archive has no %s", need)
+			return refused(fmt.Errorf("archive has no %s", need))
 		}
 	}
 	if !seen.Has(crmetadata.CheckpointDirectory) {
-		return fmt.Errorf("archive has no %s/ directory", crmetadata.CheckpointDirectory)
+		return refused(fmt.Errorf("archive has no %s/ directory", crmetadata.CheckpointDirectory))
 	}
 	return nil
 }
@@ -74,17 +77,17 @@ const maxConfigDump = 64 << 10
 func checkBaseImage(r io.Reader) error {
 	b, err := io.ReadAll(io.LimitReader(r, maxConfigDump+1))
 	if err != nil {
-		return fmt.Errorf("archive: %s: %w", crmetadata.ConfigDumpFile, err)
+		return fmt.Errorf("archive: %s: %w", crmetadata.ConfigDumpFile, err) // the registry's stream
 	}
 	if len(b) > maxConfigDump {
-		return fmt.Errorf("archive: %s is larger than %d bytes", crmetadata.ConfigDumpFile, maxConfigDump)
+		return refused(fmt.Errorf("archive: %s is larger than %d bytes", crmetadata.ConfigDumpFile, maxConfigDump))
 	}
 	var c crmetadata.ContainerConfig
 	if err := json.Unmarshal(b, &c); err != nil {
-		return fmt.Errorf("archive: %s: %w", crmetadata.ConfigDumpFile, err)
+		return refused(fmt.Errorf("archive: %s: %w", crmetadata.ConfigDumpFile, err))
 	}
 	if !layout.IsImageID(c.RootfsImageRef) {
-		return fmt.Errorf("archive: %s names the base image %q, not by image ID (sha256:<64 hex>); containerd would pull it from the registry it names",
+		return refusedf("archive: %s names the base image %q, not by image ID (sha256:<64 hex>); containerd would pull it from the registry it names",
 			crmetadata.ConfigDumpFile, c.RootfsImageRef)
 	}
 	return nil

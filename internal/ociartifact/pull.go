@@ -82,14 +82,14 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 		return nil, fmt.Errorf("pull %s: %w", r, err)
 	}
 	if desc.MediaType != types.OCIImageIndex {
-		return nil, fmt.Errorf("%s: %w: media type %q, want an OCI image index", r, errNotCheckpoint, desc.MediaType)
+		return nil, refusedf("%s: %w: media type %q, want an OCI image index", r, errNotCheckpoint, desc.MediaType)
 	}
 	if err := checkRaw(desc.Manifest, desc.Digest, int64(len(desc.Manifest))); err != nil {
 		return nil, err
 	}
 	idx, err := parseIndex(desc.Manifest)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r, err)
+		return nil, refusedf("%s: %w", r, err)
 	}
 	f := fetcher{repo: repo, opts: opts}
 
@@ -99,7 +99,7 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	}
 	mfDesc, sbDesc, err := parsePodArtifact(rawPod)
 	if err != nil {
-		return nil, err
+		return nil, refused(err)
 	}
 	rawManifest, err := f.smallBlob(mfDesc)
 	if err != nil {
@@ -107,10 +107,10 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 	}
 	m, err := layout.ParseManifest(rawManifest)
 	if err != nil {
-		return nil, err
+		return nil, refused(err)
 	}
 	if err := checkAgrees(idx, m); err != nil {
-		return nil, err
+		return nil, refused(err)
 	}
 	if o.Check != nil {
 		if err := o.Check(m); err != nil {
@@ -122,7 +122,7 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 		return nil, fmt.Errorf("%s: %w", layout.SandboxFile, err)
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(rawSandbox, &runtimeapi.PodSandboxStatusResponse{}); err != nil {
-		return nil, fmt.Errorf("%s: %w", layout.SandboxFile, err)
+		return nil, refusedf("%s: %w", layout.SandboxFile, err)
 	}
 
 	// Every container image is checked before an archive byte is fetched.
@@ -135,17 +135,17 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 		}
 		cfgDesc, arDesc, err := parseContainerManifest(raw, c.name)
 		if err != nil {
-			return nil, err
+			return nil, refused(err)
 		}
 		rawCfg, err := f.smallBlob(cfgDesc)
 		if err != nil {
 			return nil, fmt.Errorf("container %s: config: %w", c.name, err)
 		}
 		if err := checkImageConfig(rawCfg, c.name, arDesc.Digest); err != nil {
-			return nil, err
+			return nil, refused(err)
 		}
 		if e := m.Containers[i]; e.SizeBytes != 0 && e.SizeBytes != arDesc.Size {
-			return nil, fmt.Errorf("container %s: archive of %d bytes, %s says %d", c.name, arDesc.Size, layout.ManifestFile, e.SizeBytes)
+			return nil, refusedf("container %s: archive of %d bytes, %s says %d", c.name, arDesc.Size, layout.ManifestFile, e.SizeBytes)
 		}
 		if total += arDesc.Size; total > o.MaxBytes {
 			return nil, fmt.Errorf("checkpoint archives exceed the cap of %d bytes", o.MaxBytes)
@@ -271,6 +271,25 @@ func (f fetcher) archive(d v1.Descriptor, dst io.Writer, written func(int64)) er
 }
 
 var errDigest = errors.New("content does not match its digest")
+
+// contentRefused is a check refusing what a checkpoint's own content says
+// (its index, manifests, manifest.json, archives): the same at every pull
+// of its digest, unlike the registry failing. It reads as err and is also
+// criu.ErrCheckpointRefused.
+type contentRefused struct{ err error }
+
+func (e *contentRefused) Error() string   { return e.err.Error() }
+func (e *contentRefused) Unwrap() []error { return []error{e.err, criu.ErrCheckpointRefused} }
+
+// refused marks err, a check of the checkpoint's content, as a refusal.
+func refused(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &contentRefused{err: err}
+}
+
+func refusedf(format string, a ...any) error { return refused(fmt.Errorf(format, a...)) }
 
 // checkRaw checks bytes against a digest and size.
 func checkRaw(b []byte, d v1.Hash, size int64) error {

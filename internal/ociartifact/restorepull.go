@@ -64,6 +64,16 @@ const maxPullJobs = 4
 // before a new pull is tried.
 const failedFor = 10 * time.Second
 
+// refusedFor is how long a pull whose checkpoint's content was refused
+// (criu.ErrCheckpointRefused) answers the same request: a digest's content
+// does not change, so the kubelet's retries are answered without pulling
+// it again. At most maxRefusedJobs are kept that long; others go after
+// failedFor.
+const refusedFor = 30 * time.Minute
+
+// maxRefusedJobs bounds the refused pulls remembered for refusedFor.
+const maxRefusedJobs = 1024
+
 // RestorePuller pulls the checkpoints restores name by image reference
 // (criu Config.PullRestore). A pull runs in the background, bounded by
 // Timeout; the RunPodSandbox that asked waits for it at most Wait (and never
@@ -88,6 +98,9 @@ type pullJob struct {
 	// refused: the registry refused the pull to the pod's credentials
 	// (refusal): a pod that joined it is not answered by it.
 	refused atomic.Bool
+	// contentRefused: the checkpoint's content was refused; its error is
+	// kept for refusedFor.
+	contentRefused atomic.Bool
 }
 
 // NewRestorePuller makes the puller.
@@ -272,11 +285,16 @@ func (p *RestorePuller) job(kind int, key, uid string, run func(*pullJob) error)
 	k := fmt.Sprintf("%d/%s", kind, key)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	running := 0
+	running, kept := 0, 0
 	for key, j := range p.jobs {
 		select {
 		case <-j.done:
-			if time.Since(j.ended) > failedFor || j.err == nil {
+			keep := failedFor
+			if j.contentRefused.Load() && kept < maxRefusedJobs {
+				keep = refusedFor
+				kept++
+			}
+			if time.Since(j.ended) > keep || j.err == nil {
 				delete(p.jobs, key)
 			}
 		default:
@@ -344,6 +362,9 @@ func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName
 		return fmt.Errorf("pulling %s: %w", ref, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: pulling %s: not done within [checkpoint] pull_timeout %s: %v", errdefs.ErrUnavailable, ref, p.cfg.Timeout, err)
+	case errors.Is(err, criu.ErrCheckpointRefused):
+		j.contentRefused.Store(true)
+		return fmt.Errorf("%w: pulling %s: %w", errdefs.ErrFailedPrecondition, ref, err)
 	case errors.Is(err, errDigest) || errors.Is(err, errNotCheckpoint):
 		return fmt.Errorf("%w: pulling %s: %v", errdefs.ErrFailedPrecondition, ref, err)
 	default:
@@ -364,11 +385,12 @@ func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName
 
 // failedForAnother reports whether j failed for another pod: its failure
 // (refused credentials, say) answers only its own pod, so that another
-// pod's pull is not held back by it.
+// pod's pull is not held back by it. A refusal of the checkpoint's content
+// answers every pod.
 func failedForAnother(j *pullJob, uid string) bool {
 	select {
 	case <-j.done:
-		return j.err != nil && j.uid != uid
+		return j.err != nil && j.uid != uid && !j.contentRefused.Load()
 	default:
 		return false
 	}

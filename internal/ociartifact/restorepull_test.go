@@ -3,6 +3,7 @@ package ociartifact
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -506,5 +507,46 @@ func TestRestorePullProvenanceBeforeAnyByte(t *testing.T) {
 	}
 	if len(asked) != 2 {
 		t.Fatalf("provenance asked %v", asked)
+	}
+}
+
+// A checkpoint whose own content the checks refuse (here manifest.json
+// giving an archive a size its image does not have) is a permanent refusal:
+// FailedPrecondition of class criu.ErrCheckpointRefused, nothing written,
+// and the same digest is answered again, for any pod, without a request to
+// the registry.
+func TestRestorePullContentRefusalIsKept(t *testing.T) {
+	r := newTestRegistry(t)
+	root := t.TempDir()
+	src := twoContainers(t, t.TempDir(), "src")
+	mf := filepath.Join(src, layout.ManifestFile)
+	b, err := os.ReadFile(mf)
+	must(t, err)
+	var m map[string]any
+	must(t, json.Unmarshal(b, &m))
+	c0 := m["containers"].([]any)[0].(map[string]any)
+	c0["sizeBytes"] = c0["sizeBytes"].(float64) + 1
+	b, err = json.Marshal(m)
+	must(t, err)
+	must(t, os.WriteFile(mf, b, 0o600))
+	pushed, err := Push(context.Background(), src, r.ref("cp/web:v1"), r.reg(), nil)
+	must(t, err)
+	p := puller(r, root, nil)
+	_, err = p.Pull(context.Background(), "default", "web", "uid1", pushed.Ref)
+	if !errdefs.IsFailedPrecondition(err) || !errors.Is(err, criu.ErrCheckpointRefused) || !strings.Contains(err.Error(), "archive of") {
+		t.Fatalf("archive size other than manifest.json's: %v, want FailedPrecondition, a checkpoint refusal", err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("left under the root: %v", ents)
+	}
+	var asked int
+	r.tr.rewrite = func(_ *http.Request, b []byte) []byte { asked++; return b }
+	for _, uid := range []string{"uid1", "uid2"} {
+		if _, err := p.Pull(context.Background(), "default", "web2", uid, pushed.Ref); !errors.Is(err, criu.ErrCheckpointRefused) {
+			t.Fatalf("pull again for %s: %v, want the kept refusal", uid, err)
+		}
+	}
+	if asked != 0 {
+		t.Errorf("the registry was asked %d times again for a refused digest", asked)
 	}
 }

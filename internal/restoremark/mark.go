@@ -170,7 +170,7 @@ func (d Dir) Remove(id string) error {
 		return err
 	}
 	var errs []error
-	for _, p := range []string{d.mark(id), d.claimed(id)} {
+	for _, p := range []string{d.mark(id), d.claimed(id), d.refused(id)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -198,6 +198,9 @@ func (d Dir) List() ([]Entry, error) {
 	for _, e := range ents {
 		name := e.Name()
 		id, claimed := name, false
+		if strings.HasSuffix(name, refusedSuffix) {
+			continue // read with its mark (Refused)
+		}
 		if base, ok := strings.CutSuffix(name, claimedSuffix); ok {
 			id, claimed = base, true
 		}

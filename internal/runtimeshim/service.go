@@ -20,6 +20,7 @@ package runtimeshim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -87,6 +88,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		err = criucheck.Check(m.Images, spec, criucheck.Options{HardLimits: criucheck.OwnHardLimits})
 	}
 	if err != nil {
+		s.noteRefusal(ctx, r.ID, err)
 		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
 	}
 	checked := time.Now()
@@ -119,6 +121,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	// could open itself (CRIU opens them as root).
 	t1 := time.Now()
 	if err := criucheck.CheckAccess(m.Images, spec, rootfs); err != nil {
+		s.noteRefusal(ctx, r.ID, err)
 		return fail("", err)
 	}
 	s.restoring.Store(r.ID, struct{}{})
@@ -182,4 +185,16 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		s.restoring.Delete(r.ID)
 	}
 	return s.TTRPCTaskService.Delete(ctx, r)
+}
+
+// noteRefusal leaves, beside container id's claimed mark, the refusal err
+// is (when it is one: not an I/O error), for cri-shim (restoremark.Refuse).
+func (s *Service) noteRefusal(ctx context.Context, id string, err error) {
+	var r *criucheck.Refusal
+	if !errors.As(err, &r) {
+		return
+	}
+	if werr := s.marks.Refuse(id, restoremark.Refusal{Image: r.Image, Field: r.Field, Reason: r.Reason}); werr != nil {
+		log.G(ctx).WithError(werr).WithField("id", id).Warn("cri-shim: recording a refused restore for cri-shim")
+	}
 }

@@ -298,4 +298,8 @@ func TestFileTheUserCannotOpenIsRefused(t *testing.T) {
 	if n := len(fx.inner.deletes); n != 2 || fx.inner.deletes[1] != id {
 		t.Fatalf("the refused task was not deleted: %v", fx.inner.deletes)
 	}
+	// cri-shim learns that the checkpoint, not the node, failed the start.
+	if r := fx.marks.Refused(id); r == nil || r.Image != "files.img" || !strings.Contains(r.Reason, `"/secret"`) {
+		t.Fatalf("the refusal left for cri-shim: %+v", r)
+	}
 }
