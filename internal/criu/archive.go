@@ -1,21 +1,18 @@
 package criu
 
 import (
-	"archive/tar"
 	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 
+	"github.com/cri-shim/cri-shim/internal/ckptarchive"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -23,7 +20,7 @@ import (
 // captureOne has CRIU write the process images and takes the writable-layer
 // diff into a staging directory next to the archive, and takes the log's
 // length; the memory pages are copied into the archive as CRIU writes them
-// (archive_stream.go). Once the pod runs again, packageOne finishes the
+// (internal/ckptarchive). Once the pod runs again, packageOne finishes the
 // archive containerd restores from (the layout of its CRI
 // CheckpointContainer: checkpoint/, rootfs-diff.tar, config.dump, spec.dump,
 // status.dump, container.log), or writes it whole when nothing was streamed,
@@ -36,15 +33,15 @@ func stageDir(out, name string) string { return filepath.Join(out, layout.Contai
 // directory: the archive being streamed, and the container's log held at the
 // cut.
 type captured struct {
-	stream  *streamer // nil: the archive is written whole after the resume
-	log     *os.File  // nil: the container has no log file
-	logSize int64     // the log's length at the cut
+	stream  *ckptarchive.Stream // nil: the archive is written whole after the resume
+	log     *os.File            // nil: the container has no log file
+	logSize int64               // the log's length at the cut
 }
 
 // abandon ends what packageOne will not: the streaming, the open log.
 func (c *captured) abandon() {
 	if c.stream != nil {
-		c.stream.abandon()
+		c.stream.Abandon()
 	}
 	if c.log != nil {
 		_ = c.log.Close()
@@ -54,7 +51,7 @@ func (c *captured) abandon() {
 // captureOne captures one paused container into its staging directory. Unless the
 // service writes archives after the resume, the container's archive is
 // begun at once and its memory pages copied into it as CRIU writes them
-// (archive_stream.go). What it returns, packageOne finishes; on error it
+// (internal/ckptarchive). What it returns, packageOne finishes; on error it
 // leaves nothing open.
 func (s *Service) captureOne(ctx context.Context, out string, t target) (*captured, error) {
 	stage := stageDir(out, t.name)
@@ -68,7 +65,7 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) (*captur
 	c := &captured{}
 	if s.cfg.StreamDuringCapture {
 		var err error
-		if c.stream, err = startStream(filepath.Join(out, layout.ArchiveName(t.name)), images); err != nil {
+		if c.stream, err = ckptarchive.StartStream(filepath.Join(out, layout.ArchiveName(t.name)), images); err != nil {
 			// Only a loss of overlap: packageOne writes the archive whole.
 			s.log.Warn("checkpoint: archive not streamed; written after the resume", "container", short(t.id), "err", err)
 			c.stream = nil
@@ -82,7 +79,7 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) (*captur
 		return fail(err)
 	}
 	if c.stream != nil {
-		c.stream.imagesFinal() // runc has returned: CRIU has ended and closed every image
+		c.stream.ImagesFinal() // runc has returned: CRIU has ended and closed every image
 	}
 	// The log up to the cut: the restored container continues it from
 	// exactly there. Only its length is taken while the container is
@@ -138,12 +135,12 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		err      error
 	)
 	if c.stream != nil {
-		if f, streamed, err = c.stream.finish(); f == nil {
+		if f, streamed, err = c.stream.Finish(); f == nil {
 			return 0, err
 		} else if err != nil {
 			s.log.Warn("checkpoint: streaming the archive failed; writing it after the capture", "container", short(t.id), "err", err)
 		}
-	} else if f, streamed, err = writeComplete(path, filepath.Join(stageDir(out, t.name), crmetadata.CheckpointDirectory)); err != nil {
+	} else if f, streamed, err = ckptarchive.WriteComplete(path, filepath.Join(stageDir(out, t.name), crmetadata.CheckpointDirectory)); err != nil {
 		// Only a loss of speed: the archive is written whole below.
 		s.log.Warn("checkpoint: copying the memory pages in the kernel failed; writing the archive whole", "container", short(t.id), "err", err)
 		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
@@ -167,39 +164,14 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 		f.Close()
 		return 0, err
 	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	tw := tar.NewWriter(bw)
-	err = func() error {
-		for _, m := range []struct {
-			name string
-			b    []byte
-		}{{crmetadata.ConfigDumpFile, config}, {crmetadata.SpecDumpFile, t.info.Spec}, {crmetadata.StatusDumpFile, statusJSON}} {
-			if err := tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o600, Size: int64(len(m.b)), ModTime: checkpointedAt, Typeflag: tar.TypeReg}); err != nil {
-				return err
-			}
-			if _, err := tw.Write(m.b); err != nil {
-				return err
-			}
-		}
-		if c.log != nil {
-			if err := addPrefix(tw, c.log, c.logSize, "container.log", checkpointedAt); err != nil {
-				return fmt.Errorf("container log: %w", err)
-			}
-		}
-		if err := addFile(tw, filepath.Join(stage, "work", crmetadata.DumpLogFile), crmetadata.DumpLogFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		if err := addFile(tw, filepath.Join(stage, crmetadata.RootFsDiffTar), crmetadata.RootFsDiffTar); err != nil {
-			return err
-		}
-		return addTree(ctx, tw, stage, crmetadata.CheckpointDirectory, streamed)
-	}()
-	if err == nil {
-		err = tw.Close()
-	}
-	if err == nil {
-		err = bw.Flush()
-	}
+	err = ckptarchive.WriteRest(ctx, f, ckptarchive.Rest{
+		Dumps: []ckptarchive.Member{
+			{Name: crmetadata.ConfigDumpFile, Data: config},
+			{Name: crmetadata.SpecDumpFile, Data: t.info.Spec},
+			{Name: crmetadata.StatusDumpFile, Data: statusJSON},
+		},
+		Log: c.log, LogSize: c.logSize, Stage: stage, Streamed: streamed, ModTime: checkpointedAt,
+	})
 	// The staging copy goes before the fsync: its pages, if still dirty,
 	// are then dropped rather than written back.
 	if err == nil {
@@ -220,82 +192,3 @@ func (s *Service) packageOne(ctx context.Context, out string, t target, imageID 
 	}
 	return fi.Size(), nil
 }
-
-// addTree adds stage/dir (CRIU's images) to the archive under dir/, but for
-// the names in skip (already in it: streamed). Only directories and regular
-// files are taken.
-func addTree(ctx context.Context, tw *tar.Writer, stage, dir string, skip map[string]bool) error {
-	return filepath.WalkDir(filepath.Join(stage, dir), func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		rel, err := filepath.Rel(stage, p)
-		if err != nil {
-			return err
-		}
-		if skip[rel] {
-			return nil
-		}
-		if d.IsDir() {
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			h, err := tar.FileInfoHeader(fi, "")
-			if err != nil {
-				return err
-			}
-			h.Name = rel + "/"
-			return tw.WriteHeader(h)
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("unexpected %s in CRIU's images: %s", d.Type(), rel)
-		}
-		return addFile(tw, p, rel)
-	})
-}
-
-func addFile(tw *tar.Writer, src, name string) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	h, err := tar.FileInfoHeader(fi, "")
-	if err != nil {
-		return err
-	}
-	h.Name = name
-	if err := tw.WriteHeader(h); err != nil {
-		return err
-	}
-	// Large chunks: the buffered writer below passes them straight to the
-	// file, so memory pages are copied once on their way into the archive.
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
-	_, err = io.CopyBuffer(tw, io.LimitReader(f, h.Size), *buf)
-	return err
-}
-
-// addPrefix adds the first size bytes of f to the archive under name.
-func addPrefix(tw *tar.Writer, f *os.File, size int64, name string, modTime time.Time) error {
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: size, ModTime: modTime, Typeflag: tar.TypeReg}); err != nil {
-		return err
-	}
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
-	n, err := io.CopyBuffer(tw, io.NewSectionReader(f, 0, size), *buf)
-	if err == nil && n != size {
-		err = fmt.Errorf("%d of the %d bytes it had at the cut are left", n, size)
-	}
-	return err
-}
-
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 4<<20); return &b }}

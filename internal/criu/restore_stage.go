@@ -27,6 +27,7 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/ckptarchive"
 	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
@@ -43,22 +44,11 @@ const RestoringAnnotation = "checkpoint.cri-shim.io/restoring"
 // leading dot keeps it out of the checkpoint listing.
 const stagingDirName = ".restore-staging"
 
-// maxArchiveEntries bounds the entries a restore reads of one archive.
-const maxArchiveEntries = 100000
-
 // runtimeShimName is the binary the pods' runtime handler must run for a
 // restore (its runtime_path), named in refusals and by the doctor.
 const runtimeShimName = restoremark.RuntimeShimName
 
 func (s *Service) stagingRoot() string { return filepath.Join(s.cfg.Root, stagingDirName) }
-
-// restoreFiles is what a restore takes of a container's archive.
-type restoreFiles struct {
-	images  string // the CRIU images directory
-	diff    string // the rootfs changes (a layer tar); "" for none
-	logOff  int64  // container.log's data in the archive
-	logSize int64  // -1: the archive has no log
-}
 
 // staged is a restore staged for a container not started yet.
 type staged struct {
@@ -91,15 +81,15 @@ func (s *Service) stageRestore(ctx context.Context, sb *runtimeapi.PodSandboxCon
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	files, err := extractForRestore(archive, dir)
+	files, err := ckptarchive.Extract(archive, dir)
 	if err != nil {
 		return fmt.Errorf("archive %s: %w", filepath.Base(archive), err)
 	}
-	if err := s.checkImages(ctx, sb, id, files.images); err != nil {
+	if err := s.checkImages(ctx, sb, id, files.Images); err != nil {
 		return fmt.Errorf("archive %s: %w", filepath.Base(archive), err)
 	}
-	if logPath != "" && files.logSize >= 0 {
-		if err := copyLog(archive, files.logOff, files.logSize, logPath); err != nil {
+	if logPath != "" && files.LogSize >= 0 {
+		if err := ckptarchive.CopyLog(archive, files.LogOff, files.LogSize, logPath); err != nil {
 			s.log.Warn("checkpoint: the restored container's log starts empty; copying the checkpoint's failed", "container", id, "err", err)
 		}
 	}
@@ -110,7 +100,7 @@ func (s *Service) stageRestore(ctx context.Context, sb *runtimeapi.PodSandboxCon
 	s.staged[id] = staged{dir: dir, sandbox: sandbox, sb: sb}
 	s.stagedN.Store(int64(len(s.staged)))
 	s.mu.Unlock()
-	if err := s.marks().Write(id, restoremark.Mark{Images: files.images, RootfsDiff: files.diff}); err != nil {
+	if err := s.marks().Write(id, restoremark.Mark{Images: files.Images, RootfsDiff: files.Diff}); err != nil {
 		s.unstage(id)
 		return fmt.Errorf("staging the restore: %w", err)
 	}
@@ -305,4 +295,15 @@ func (s *Service) removeUnmarked(ctx context.Context) {
 func (s *Service) createdContainer(ctx context.Context, id string) bool {
 	r, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	return err == nil && r.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_CREATED
+}
+
+// containerLogPath is where the runtime writes a container's log: the
+// sandbox's log directory joined with the container's relative log path;
+// "" when either is missing or the path leaves the directory.
+func containerLogPath(sb *runtimeapi.PodSandboxConfig, c *runtimeapi.ContainerConfig) string {
+	dir, p := sb.GetLogDirectory(), c.GetLogPath()
+	if dir == "" || p == "" || !filepath.IsAbs(dir) || !filepath.IsLocal(p) {
+		return ""
+	}
+	return filepath.Join(dir, p)
 }

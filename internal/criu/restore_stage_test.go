@@ -1,9 +1,7 @@
 package criu
 
 import (
-	"archive/tar"
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/ckptarchive"
+	"github.com/cri-shim/cri-shim/internal/ckptarchive/ckptarchivetest"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -47,25 +47,12 @@ func archivePages(t *testing.T, archive string) string {
 
 func archiveEntry(t *testing.T, archive, name string) string {
 	t.Helper()
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
+	_, content := ckptarchivetest.Read(t, archive)
+	b, ok := content[name]
+	if !ok {
+		t.Fatalf("%s has no %s", archive, name)
 	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			t.Fatalf("%s has no %s: %v", archive, name, err)
-		}
-		if h.Name == name {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return string(b)
-		}
-	}
+	return string(b)
 }
 
 func startC(svc *Service, rt *fakeRT, id string) error {
@@ -163,70 +150,20 @@ func TestRecoverStaged(t *testing.T) {
 	}
 }
 
-// The archive is untrusted: entries the restore takes must be flat regular
-// files, once each; everything else in it is never read.
-func TestExtractForRestoreRefusals(t *testing.T) {
-	type entry struct {
-		name string
-		typ  byte
-		body string
-	}
-	cases := map[string][]entry{
-		"images subdirectory":  {{"checkpoint/sub/pages-1.img", tar.TypeReg, "x"}},
-		"image symlink":        {{"checkpoint/pages-1.img", tar.TypeSymlink, ""}},
-		"image twice":          {{"checkpoint/pages-1.img", tar.TypeReg, "a"}, {"checkpoint/pages-1.img", tar.TypeReg, "b"}},
-		"climbing image name":  {{"checkpoint/../../pages-1.img", tar.TypeReg, "x"}},
-		"diff a hard link":     {{"checkpoint/pages-1.img", tar.TypeReg, "x"}, {"rootfs-diff.tar", tar.TypeLink, ""}},
-		"no images":            {{"config.dump", tar.TypeReg, "{}"}},
-		"images a device node": {{"checkpoint/pages-1.img", tar.TypeChar, ""}},
-	}
-	for name, ents := range cases {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			archive := filepath.Join(dir, "a.tar")
-			f, err := os.Create(archive)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tw := tar.NewWriter(f)
-			for _, e := range ents {
-				h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: 0o600, Size: int64(len(e.body))}
-				if e.typ != tar.TypeReg {
-					h.Size, h.Linkname = 0, "/etc/shadow"
-				}
-				if err := tw.WriteHeader(h); err != nil {
-					t.Fatal(err)
-				}
-				tw.Write([]byte(e.body))
-			}
-			tw.Close()
-			f.Close()
-			out := filepath.Join(dir, "out")
-			os.Mkdir(out, 0o700)
-			if _, err := extractForRestore(archive, out); err == nil {
-				t.Fatal("extracted")
-			}
-			if _, err := os.Lstat(filepath.Join(dir, "pages-1.img")); err == nil {
-				t.Fatal("an entry was written outside the staging directory")
-			}
-		})
-	}
-}
-
 // What the restore takes of a good archive: the images and the diff, byte
 // for byte; the log's place in the archive; nothing else.
 func TestExtractForRestoreTakesImagesDiffAndLog(t *testing.T) {
 	fx := checkpointed(t)
 	archive := filepath.Join(fx.dir, layout.ArchiveName("app"))
 	out := t.TempDir()
-	files, err := extractForRestore(archive, out)
+	files, err := ckptarchive.Extract(archive, out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(files.images, "pages-1.img")); string(b) != archivePages(t, archive) {
+	if b, _ := os.ReadFile(filepath.Join(files.Images, "pages-1.img")); string(b) != archivePages(t, archive) {
 		t.Fatalf("pages %q", b)
 	}
-	if b, _ := os.ReadFile(files.diff); string(b) != archiveEntry(t, archive, "rootfs-diff.tar") {
+	if b, _ := os.ReadFile(files.Diff); string(b) != archiveEntry(t, archive, "rootfs-diff.tar") {
 		t.Fatalf("diff %q", b)
 	}
 	ents, _ := os.ReadDir(out)

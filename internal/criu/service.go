@@ -73,7 +73,7 @@ type Config struct {
 	// refuses image references.
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
 	// StreamDuringCapture copies the memory pages into each archive while
-	// CRIU writes them (archive_stream.go): the whole call is shorter, the
+	// CRIU writes them (internal/ckptarchive): the whole call is shorter, the
 	// pod's freeze longer (docs/checkpoint.md). Otherwise they are copied
 	// once the pod runs again.
 	StreamDuringCapture bool

@@ -1,4 +1,4 @@
-package criu
+package ckptarchive
 
 import (
 	"archive/tar"
@@ -11,19 +11,29 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
-// extractForRestore copies the CRIU images (checkpoint/) and the rootfs
-// changes (rootfs-diff.tar) of a container archive into dir, and finds its
-// log. The archive is untrusted: only regular files are taken, the images
+// MaxEntries bounds the entries a restore reads of one archive.
+const MaxEntries = 100000
+
+// Files is what a restore takes of a container's archive.
+type Files struct {
+	Images  string // the CRIU images directory
+	Diff    string // the rootfs changes (a layer tar); "" for none
+	LogOff  int64  // container.log's data in the archive
+	LogSize int64  // -1: the archive has no log
+}
+
+// Extract copies the CRIU images (checkpoint/) and the rootfs changes
+// (rootfs-diff.tar) of a container archive into dir, and finds its log.
+// The archive is untrusted: only regular files are taken, the images
 // directory is flat, no name repeats, and every other entry is skipped
 // unread.
-func extractForRestore(archive, dir string) (restoreFiles, error) {
-	out := restoreFiles{images: filepath.Join(dir, "checkpoint"), logSize: -1}
-	if err := os.Mkdir(out.images, 0o700); err != nil {
+func Extract(archive, dir string) (Files, error) {
+	out := Files{Images: filepath.Join(dir, "checkpoint"), LogSize: -1}
+	if err := os.Mkdir(out.Images, 0o700); err != nil {
 		return out, err
 	}
 	f, err := os.Open(archive)
@@ -42,8 +52,8 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 		if err != nil {
 			return out, fmt.Errorf("reading: %w", err)
 		}
-		if n >= maxArchiveEntries {
-			return out, fmt.Errorf("more than %d entries", maxArchiveEntries)
+		if n >= MaxEntries {
+			return out, fmt.Errorf("more than %d entries", MaxEntries)
 		}
 		if len(hdr.Name) > layout.MaxMemberName {
 			return out, fmt.Errorf("entry %q: a name of %d bytes, more than %d", truncate(hdr.Name, 64), len(hdr.Name), layout.MaxMemberName)
@@ -59,7 +69,7 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 			if strings.Contains(img, "/") || img == "" || img == "." || img == ".." {
 				return out, fmt.Errorf("entry %q: the CRIU images directory is flat", truncate(hdr.Name, 64))
 			}
-			dst = filepath.Join(out.images, img)
+			dst = filepath.Join(out.Images, img)
 		case name == "rootfs-diff.tar":
 			dst = filepath.Join(dir, name)
 		case name == "container.log":
@@ -79,7 +89,7 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 			return out, err
 		}
 		if name == "container.log" {
-			out.logOff, out.logSize = off, hdr.Size
+			out.LogOff, out.LogSize = off, hdr.Size
 			continue
 		}
 		if err := copyOut(dst, f, off, hdr.Size); err != nil {
@@ -88,7 +98,7 @@ func extractForRestore(archive, dir string) (restoreFiles, error) {
 		if isImage {
 			images++
 		} else {
-			out.diff = dst
+			out.Diff = dst
 		}
 	}
 	if images == 0 {
@@ -127,11 +137,11 @@ func copyOut(dst string, src *os.File, off, n int64) (err error) {
 	return kernelCopy(f, 0, src, off, n)
 }
 
-// copyLog writes the checkpoint's log into the restored container's new log
+// CopyLog writes the checkpoint's log into the restored container's new log
 // file, which the runtime creates only when it starts the container (and
 // then appends to): the restored container's log begins with its output up
 // to the checkpoint.
-func copyLog(archive string, off, n int64, logPath string) error {
+func CopyLog(archive string, off, n int64, logPath string) error {
 	src, err := os.Open(archive)
 	if err != nil {
 		return err
@@ -153,13 +163,9 @@ func copyOutMode(dst string, src *os.File, off, n int64, mode os.FileMode) error
 	return os.Chmod(dst, mode)
 }
 
-// containerLogPath is where the runtime writes a container's log: the
-// sandbox's log directory joined with the container's relative log path;
-// "" when either is missing or the path leaves the directory.
-func containerLogPath(sb *runtimeapi.PodSandboxConfig, c *runtimeapi.ContainerConfig) string {
-	dir, p := sb.GetLogDirectory(), c.GetLogPath()
-	if dir == "" || p == "" || !filepath.IsAbs(dir) || !filepath.IsLocal(p) {
-		return ""
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return filepath.Join(dir, p)
+	return s[:n] + "..."
 }

@@ -1,4 +1,4 @@
-package criu
+package ckptarchive
 
 import (
 	"bytes"
@@ -17,15 +17,15 @@ import (
 // A container's memory pages, nearly all of a checkpoint's bytes, are copied
 // into its archive in the kernel (copy_file_range), with the archive's
 // writeback started as it grows. By default this happens once the pod runs
-// again (writeComplete). With [checkpoint] stream_archives it happens while
-// CRIU still writes them (the streamer), so that the capture and the disk
+// again (WriteComplete). With [checkpoint] stream_archives it happens while
+// CRIU still writes them (the Stream), so that the capture and the disk
 // write overlap: the whole call is shorter, but the copy competes with the
 // capture and the pod's freeze is longer (docs/checkpoint.md, "Writing the
 // archives", has both measured).
 //
 // CRIU writes each task's pages to checkpoint/pages-<n>.img, opened once,
 // appended to in order and closed once (criu/page-xfer.c), and these files
-// are nearly all of a checkpoint's bytes. The streamer follows the images
+// are nearly all of a checkpoint's bytes. The Stream follows the images
 // directory with inotify: it tails the oldest pages image not yet complete,
 // copying each new range into the archive with copy_file_range, and moves on
 // to the next when CRIU closes it (IN_CLOSE_WRITE) or the capture has ended.
@@ -33,7 +33,7 @@ import (
 // is reserved and written once the entry is complete; every streamed entry
 // uses the GNU format, whose header is one block whatever the size. The
 // archive's other members (small images, the writable layer, the dumps) are
-// written after the resume by packageOne, behind the streamed entries.
+// written after the resume (WriteRest), behind the streamed entries.
 //
 // Writeback of the archive is started as it grows (sync_file_range), so that
 // little is left for the final fsync. Anything unexpected (a streamed image
@@ -48,7 +48,7 @@ const (
 	// writebackEvery is how much archive is written between two starts of
 	// its writeback.
 	writebackEvery = 32 << 20
-	// streamIdle is how long the streamer waits for CRIU when it has
+	// streamIdle is how long the Stream waits for CRIU when it has
 	// nothing to copy.
 	streamIdle = 5 * time.Millisecond
 )
@@ -58,8 +58,8 @@ func isPagesImage(name string) bool {
 	return strings.HasPrefix(name, "pages-") && strings.HasSuffix(name, ".img") && !strings.Contains(name, "/")
 }
 
-// streamer copies CRIU's pages images into one archive during the capture.
-type streamer struct {
+// Stream copies CRIU's pages images into one archive during the capture.
+type Stream struct {
 	pagesArchive     // set by run, read after done
 	ifd          int // inotify on images
 
@@ -69,16 +69,16 @@ type streamer struct {
 	err   error         // run's, read after done
 }
 
-// entryEnd is what the streamer copied of one image, checked again once the
+// entryEnd is what the Stream copied of one image, checked again once the
 // capture has ended.
 type entryEnd struct {
 	size  int64
 	mtime time.Time
 }
 
-// startStream creates the archive at path and starts following images (which
+// StartStream creates the archive at path and starts following images (which
 // must exist, and be empty: the watch is set before CRIU runs).
-func startStream(path, images string) (*streamer, error) {
+func StartStream(path, images string) (*Stream, error) {
 	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
@@ -92,7 +92,7 @@ func startStream(path, images string) (*streamer, error) {
 		unix.Close(ifd)
 		return nil, err
 	}
-	s := &streamer{pagesArchive: pagesArchive{f: f, path: path, images: images, streamed: map[string]entryEnd{}},
+	s := &Stream{pagesArchive: pagesArchive{f: f, path: path, images: images, streamed: map[string]entryEnd{}},
 		ifd: ifd, final: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
@@ -102,23 +102,23 @@ func startStream(path, images string) (*streamer, error) {
 	return s, nil
 }
 
-// imagesFinal tells the streamer that CRIU has ended: whatever is in the
+// ImagesFinal tells the Stream that CRIU has ended: whatever is in the
 // images directory is complete.
-func (s *streamer) imagesFinal() { close(s.final) }
+func (s *Stream) ImagesFinal() { close(s.final) }
 
-// abandon stops the streaming and closes the archive (whose directory is
+// Abandon stops the streaming and closes the archive (whose directory is
 // being removed).
-func (s *streamer) abandon() {
+func (s *Stream) Abandon() {
 	close(s.stop)
 	<-s.done
 	_ = s.f.Close()
 }
 
-// finish waits for the streaming to end (imagesFinal must have been called)
+// Finish waits for the streaming to end (ImagesFinal must have been called)
 // and returns the archive positioned after the streamed entries, with their
 // names. If the streaming failed, the archive is emptied, no names are
 // returned, and err says why (the caller writes everything itself).
-func (s *streamer) finish() (f *os.File, streamed map[string]bool, err error) {
+func (s *Stream) Finish() (f *os.File, streamed map[string]bool, err error) {
 	<-s.done
 	if err = s.err; err == nil {
 		err = s.recheck()
@@ -168,7 +168,7 @@ type tailed struct {
 	closed bool // CRIU closed it (or the capture ended)
 }
 
-func (s *streamer) run() error {
+func (s *Stream) run() error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func (s *streamer) run() error {
 }
 
 // wait blocks until an inotify event, the end of the capture, or streamIdle.
-func (s *streamer) wait() {
+func (s *Stream) wait() {
 	fds := []unix.PollFd{{Fd: int32(s.ifd), Events: unix.POLLIN}}
 	_, _ = unix.Poll(fds, int(streamIdle/time.Millisecond))
 }

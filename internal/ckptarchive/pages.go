@@ -1,4 +1,4 @@
-package criu
+package ckptarchive
 
 import (
 	"archive/tar"
@@ -15,7 +15,7 @@ import (
 )
 
 // The pages images of a capture, copied into the head of a container's
-// archive in the kernel (archive_stream.go says why and when).
+// archive in the kernel (stream.go says why and when).
 
 // pagesArchive is an archive whose first members are the images directory's
 // entry and its pages images, copied in the kernel; the rest is written
@@ -39,12 +39,12 @@ func (s *pagesArchive) writeback(end int64) {
 	}
 }
 
-// writeComplete begins the archive at path as the streamer does, once the
+// WriteComplete begins the archive at path as a Stream does, once the
 // capture has ended and the pod runs again: the images directory's entry,
 // then each pages image, whole, copied in the kernel with the archive's
 // writeback started as it grows. It returns the archive positioned after
-// them, with their names, as finish does; on error it leaves no file.
-func writeComplete(path, images string) (*os.File, map[string]bool, error) {
+// them, with their names, as Finish does; on error it leaves no file.
+func WriteComplete(path, images string) (*os.File, map[string]bool, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, nil, err

@@ -1,11 +1,12 @@
-package criu
+package ckptarchive
 
 import (
+	"github.com/cri-shim/cri-shim/internal/ckptarchive/ckptarchivetest"
+
 	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -15,14 +16,11 @@ import (
 	"time"
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // streamFixture is a staging directory with an empty images directory and
 // a streamer on it.
-func streamFixture(t *testing.T) (stage, images, archive string, st *streamer) {
+func streamFixture(t *testing.T) (stage, images, archive string, st *Stream) {
 	t.Helper()
 	stage = t.TempDir()
 	images = filepath.Join(stage, crmetadata.CheckpointDirectory)
@@ -30,7 +28,7 @@ func streamFixture(t *testing.T) (stage, images, archive string, st *streamer) {
 		t.Fatal(err)
 	}
 	archive = filepath.Join(t.TempDir(), "c.tar")
-	st, err := startStream(archive, images)
+	st, err := StartStream(archive, images)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,9 +37,9 @@ func streamFixture(t *testing.T) (stage, images, archive string, st *streamer) {
 
 // finishArchive ends the archive as packageOne does: the streamed entries,
 // then the rest of the images directory.
-func finishArchive(t *testing.T, stage string, st *streamer) (streamErr error) {
+func finishArchive(t *testing.T, stage string, st *Stream) (streamErr error) {
 	t.Helper()
-	f, streamed, err := st.finish()
+	f, streamed, err := st.Finish()
 	if f == nil {
 		t.Fatalf("finish: %v", err)
 	}
@@ -58,37 +56,6 @@ func finishArchive(t *testing.T, stage string, st *streamer) (streamErr error) {
 		t.Fatal(err)
 	}
 	return err
-}
-
-// readArchive returns each member's content ("" for directories), failing
-// on a name seen twice.
-func readArchive(t *testing.T, path string) (names []string, content map[string][]byte) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	content = map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return names, content
-		}
-		if err != nil {
-			t.Fatalf("reading the archive: %v", err)
-		}
-		if _, dup := content[h.Name]; dup {
-			t.Fatalf("%s twice in the archive", h.Name)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, h.Name)
-		content[h.Name] = b
-	}
 }
 
 // sameAsImages checks that the archive holds exactly the images directory.
@@ -199,11 +166,11 @@ func TestStreamerCopiesPagesWhileTheyAreWritten(t *testing.T) {
 	if err := f3.Close(); err != nil {
 		t.Fatal(err)
 	}
-	st.imagesFinal()
+	st.ImagesFinal()
 	if err := finishArchive(t, stage, st); err != nil {
 		t.Fatalf("streaming failed: %v", err)
 	}
-	names, content := readArchive(t, archive)
+	names, content := ckptarchivetest.Read(t, archive)
 	sameAsImages(t, images, content)
 	want := []string{"checkpoint/", "checkpoint/pages-1.img", "checkpoint/pages-2.img", "checkpoint/pages-3.img"}
 	for i, n := range want {
@@ -229,12 +196,12 @@ func TestStreamerFallsBackWhenAnImageChangesAfterItsClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	st.imagesFinal()
+	st.ImagesFinal()
 	if err := finishArchive(t, stage, st); err == nil {
 		t.Fatal("an image changed after it was streamed, and the streamed copy was kept")
 	}
 	// Written whole from the images instead.
-	_, content := readArchive(t, archive)
+	_, content := ckptarchivetest.Read(t, archive)
 	sameAsImages(t, images, content)
 }
 
@@ -249,7 +216,7 @@ func TestStreamerAbandonEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	ended := make(chan struct{})
-	go func() { st.abandon(); close(ended) }()
+	go func() { st.Abandon(); close(ended) }()
 	select {
 	case <-ended:
 	case <-time.After(10 * time.Second):
@@ -282,115 +249,6 @@ func TestStreamedHeaderIsOneBlockForAnySize(t *testing.T) {
 		}
 		if h.Size != size || h.Name != "checkpoint/pages-1.img" {
 			t.Fatalf("size %d: read back %q of %d bytes", size, h.Name, h.Size)
-		}
-	}
-}
-
-// The same checkpoint, streamed or written after the resume, gives the same
-// members with the same contents.
-func TestStreamedArchiveHoldsWhatTheUnstreamedOneHolds(t *testing.T) {
-	archives := map[bool]map[string][]byte{}
-	for _, after := range []bool{false, true} {
-		fx := newFixture(t)
-		fx.svc.cfg.StreamDuringCapture = !after
-		if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
-			t.Fatalf("after resume %v: %v", after, err)
-		}
-		names, content := readArchive(t, filepath.Join(fx.dir, layout.ArchiveName("app")))
-		if _, ok := content["checkpoint/pages-1.img"]; !ok {
-			t.Fatalf("after resume %v: no pages image in the archive", after)
-		}
-		// The pages are copied in the kernel either way, and lead the archive.
-		if names[1] != "checkpoint/pages-1.img" {
-			t.Fatalf("after resume %v: archive begins %v", after, names[:2])
-		}
-		delete(content, crmetadata.ConfigDumpFile) // holds the time of the cut
-		delete(content, crmetadata.StatusDumpFile)
-		archives[after] = content
-	}
-	for name, b := range archives[true] {
-		if !bytes.Equal(archives[false][name], b) {
-			t.Errorf("%s differs between the streamed and the unstreamed archive", name)
-		}
-	}
-	if len(archives[true]) != len(archives[false]) {
-		t.Errorf("streamed archive has %d members, unstreamed %d", len(archives[false]), len(archives[true]))
-	}
-}
-
-// logRT is the fake runtime with a container that logs: on its first resume
-// after the cut the container writes more and the kubelet rotates its log.
-type logRT struct {
-	*fakeRT
-	logPath string
-	resumed bool
-}
-
-func (r *logRT) Resume(ctx context.Context, id string) error {
-	if err := r.fakeRT.Resume(ctx, id); err != nil {
-		return err
-	}
-	if !r.resumed {
-		r.resumed = true
-		f, err := os.OpenFile(r.logPath, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			return err
-		}
-		_, err = f.WriteString("after the cut\n")
-		f.Close()
-		if err != nil {
-			return err
-		}
-		if err := os.Rename(r.logPath, r.logPath+".20261125-010000"); err != nil {
-			return err
-		}
-		return os.WriteFile(r.logPath, []byte("a new file after rotation\n"), 0o600)
-	}
-	return nil
-}
-
-// The archive's log is the log as it was at the cut, though the container
-// wrote more and the kubelet rotated its log before the archive was written.
-func TestArchiveHoldsTheLogAtTheCut(t *testing.T) {
-	for _, after := range []bool{false, true} {
-		var lr *logRT
-		fx := newFixtureWith(t, func(rt *fakeRT, cfg *Config) Tasks {
-			lr = &logRT{fakeRT: rt}
-			cfg.StreamDuringCapture = !after
-			return lr
-		})
-		logDir := t.TempDir()
-		lr.logPath = filepath.Join(logDir, "app.log")
-		atCut := "line 1\nline 2\n"
-		if err := os.WriteFile(lr.logPath, []byte(atCut), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		fx.rt.rt.NextIDs("sbl")
-		if _, err := fx.rt.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-			Metadata: &runtimeapi.PodSandboxMetadata{Name: "logger", Namespace: "ns", Uid: "uid-sbl"}, LogDirectory: logDir}}); err != nil {
-			t.Fatal(err)
-		}
-		fx.rt.rt.NextIDs("cl")
-		if _, err := fx.rt.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: "sbl",
-			SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "logger", Namespace: "ns", Uid: "uid-sbl"}, LogDirectory: logDir},
-			Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, Image: &runtimeapi.ImageSpec{Image: busybox},
-				LogPath: "app.log", Annotations: map[string]string{restartCountAnnotation: "0"}}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fx.rt.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: "cl"}); err != nil {
-			t.Fatal(err)
-		}
-		req := &runtimeapi.CheckpointPodRequest{PodSandboxId: "sbl", OutputPath: fx.dir, ContainerIds: []string{"cl"}}
-		if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), req); err != nil {
-			t.Fatalf("after resume %v: %v", after, err)
-		}
-		if !lr.resumed {
-			t.Fatal("the container was never resumed")
-		}
-		_, content := readArchive(t, filepath.Join(fx.dir, layout.ArchiveName("app")))
-		if got := string(content["container.log"]); got != atCut {
-			t.Errorf("after resume %v: the archive's log is %q, want the log at the cut %q", after, got, atCut)
 		}
 	}
 }
