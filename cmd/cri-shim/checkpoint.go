@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
@@ -104,9 +105,9 @@ func checkpointPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, p *p
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	opts := map[string]string{criu.OptionManaged: "true"}
+	opts := map[string]string{capture.OptionManaged: "true"}
 	if sequential {
-		opts[criu.OptionSequential] = "true"
+		opts[capture.OptionSequential] = "true"
 	}
 	p.line("checkpointing pod %s/%s (%s) into %s", ns, pod, strings.Join(names, ", "), dir)
 	start := time.Now()

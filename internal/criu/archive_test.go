@@ -11,6 +11,7 @@ import (
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/ckptarchive/ckptarchivetest"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
@@ -83,7 +84,7 @@ func (r *logRT) Resume(ctx context.Context, id string) error {
 func TestArchiveHoldsTheLogAtTheCut(t *testing.T) {
 	for _, after := range []bool{false, true} {
 		var lr *logRT
-		fx := newFixtureWith(t, func(rt *fakeRT, cfg *Config) Tasks {
+		fx := newFixtureWith(t, func(rt *fakeRT, cfg *Config) capture.Tasks {
 			lr = &logRT{fakeRT: rt}
 			cfg.StreamDuringCapture = !after
 			return lr
@@ -104,7 +105,7 @@ func TestArchiveHoldsTheLogAtTheCut(t *testing.T) {
 		if _, err := fx.rt.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: "sbl",
 			SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "logger", Namespace: "ns", Uid: "uid-sbl"}, LogDirectory: logDir},
 			Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, Image: &runtimeapi.ImageSpec{Image: busybox},
-				LogPath: "app.log", Annotations: map[string]string{restartCountAnnotation: "0"}}}); err != nil {
+				LogPath: "app.log", Annotations: map[string]string{capture.RestartCountAnnotation: "0"}}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := fx.rt.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: "cl"}); err != nil {

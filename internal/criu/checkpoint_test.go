@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -29,7 +30,7 @@ func cpReq(dir string, ids ...string) *runtimeapi.CheckpointPodRequest {
 // assertClean: nothing paused, nothing in the output, no record left.
 func assertClean(t *testing.T, fx *fixture, when string) {
 	t.Helper()
-	if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
+	if p := fx.rt.tasks.AnyPaused(); len(p) > 0 {
 		t.Fatalf("%s: %v left paused", when, p)
 	}
 	if got := entries(t, fx.dir); len(got) != 0 {
@@ -45,7 +46,7 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 		fx := newFixture(t)
 		req := cpReq(fx.dir, "c1", "c2")
 		if sequential {
-			req.Options = map[string]string{OptionSequential: "true"}
+			req.Options = map[string]string{capture.OptionSequential: "true"}
 		}
 		if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), req); err != nil {
 			t.Fatalf("sequential=%v: %v", sequential, err)
@@ -62,7 +63,7 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 				t.Errorf("a container of another pod was paused")
 			}
 		}
-		if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
+		if p := fx.rt.tasks.AnyPaused(); len(p) > 0 {
 			t.Fatalf("left paused: %v", p)
 		}
 		m, err := layout.ReadManifest(fx.dir)
@@ -120,7 +121,7 @@ func TestCheckpointPodRefusals(t *testing.T) {
 		{"duplicate", nil, cpReq(fx.dir, "c1", "c1"), codes.InvalidArgument},
 		{"empty id", nil, cpReq(fx.dir, ""), codes.InvalidArgument},
 		{"unknown option", nil, &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: fx.dir, ContainerIds: []string{"c1"}, Options: map[string]string{"tcp-established": "true"}}, codes.InvalidArgument},
-		{"bad option value", nil, &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: fx.dir, ContainerIds: []string{"c1"}, Options: map[string]string{OptionSequential: "yes please"}}, codes.InvalidArgument},
+		{"bad option value", nil, &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: fx.dir, ContainerIds: []string{"c1"}, Options: map[string]string{capture.OptionSequential: "yes please"}}, codes.InvalidArgument},
 		{"not running", nil, cpReq(fx.dir, "c1", "i1"), codes.FailedPrecondition},
 		{"created only", nil, cpReq(fx.dir, "x1"), codes.FailedPrecondition},
 		{"other sandbox", nil, cpReq(fx.dir, "c1", "c3"), codes.InvalidArgument},
@@ -144,7 +145,7 @@ func TestCheckpointPodRefusals(t *testing.T) {
 		if status.Code(proxy.Status(err)) != c.code {
 			t.Errorf("%s: got %v, want %s", c.name, err, c.code)
 		}
-		if fx.rt.tasks.pauses != 0 || len(fx.rt.dumpSeen) != 0 {
+		if fx.rt.tasks.Pauses() != 0 || len(fx.rt.dumpSeen) != 0 {
 			t.Fatalf("%s: paused or captured before refusing", c.name)
 		}
 		if got := entries(t, fx.dir); len(got) != 0 {
@@ -163,7 +164,7 @@ func TestCheckpointPodSecondCaptureFails(t *testing.T) {
 		fx.rt.failDump["c1"] = status.Error(codes.Unknown, "criu failed: (00.012) Error (criu/mem.c:123)")
 		req := cpReq(fx.dir, "c2", "c1")
 		if sequential {
-			req.Options = map[string]string{OptionSequential: "true"}
+			req.Options = map[string]string{capture.OptionSequential: "true"}
 		}
 		_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), req)
 		if status.Code(proxy.Status(err)) != codes.Internal {
@@ -175,7 +176,7 @@ func TestCheckpointPodSecondCaptureFails(t *testing.T) {
 
 func TestCheckpointPodPauseFails(t *testing.T) {
 	fx := newFixture(t)
-	fx.rt.tasks.failPause["c1"] = true
+	fx.rt.tasks.FailPause("c1")
 	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c2", "c1"))
 	if status.Code(proxy.Status(err)) != codes.Internal {
 		t.Fatalf("got %v", err)
@@ -191,7 +192,7 @@ func TestRetentionKeepsNewestManagedPerPod(t *testing.T) {
 		d := filepath.Join(fx.root, "m"+string(rune('a'+i)))
 		os.Mkdir(d, 0o700)
 		_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: d,
-			ContainerIds: []string{"c1"}, Options: map[string]string{OptionManaged: "true"}})
+			ContainerIds: []string{"c1"}, Options: map[string]string{capture.OptionManaged: "true"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +216,7 @@ func TestRetentionKeepsNewestManagedPerPod(t *testing.T) {
 	d := filepath.Join(fx.root, "last")
 	os.Mkdir(d, 0o700)
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: d,
-		ContainerIds: []string{"c1"}, Options: map[string]string{OptionManaged: "true"}}); err != nil {
+		ContainerIds: []string{"c1"}, Options: map[string]string{capture.OptionManaged: "true"}}); err != nil {
 		t.Fatal(err)
 	}
 	list, _ := List(fx.root)

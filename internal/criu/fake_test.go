@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
+	"github.com/cri-shim/cri-shim/internal/capture/capturetest"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
@@ -30,7 +32,7 @@ type fakeRT struct {
 	runtimeapi.RuntimeServiceClient
 	runtimeapi.ImageServiceClient
 	rt    *fakeruntime.Runtime
-	tasks *fakeTasks
+	tasks *capturetest.Tasks
 	epoch time.Time    // containers' timestamps count from here
 	clock atomic.Int64 // the runtime's clock while a test sets it (Unix ns); 0: the present
 
@@ -84,7 +86,7 @@ func (f *fakeRT) createReq(t *testing.T, sandbox, name string) *runtimeapi.Creat
 const busybox = "docker.io/library/busybox:latest"
 
 func newFakeRT(t *testing.T) *fakeRT {
-	f := &fakeRT{tasks: newFakeTasks(), epoch: time.Now().Add(-time.Hour), failDump: map[string]error{}, dumpSeen: map[string]map[string]bool{},
+	f := &fakeRT{tasks: capturetest.NewTasks(), epoch: time.Now().Add(-time.Hour), failDump: map[string]error{}, dumpSeen: map[string]map[string]bool{},
 		attempts: map[string]uint32{}, restored: map[string]string{}, dumps: map[string]int{},
 		marks: restoremark.Dir{Path: filepath.Join(t.TempDir(), "marks"), Owner: os.Getuid()}}
 	f.rt = fakeruntime.Start(t, fakeruntime.WithClock(func() time.Time {
@@ -182,7 +184,7 @@ func (f *fakeRT) addContainer(t *testing.T, sandbox, id, name string, state runt
 	f.rt.NextIDs(id)
 	if _, err := f.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, SandboxConfig: f.sandboxConfig(t, sandbox),
 		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}, Image: &runtimeapi.ImageSpec{Image: busybox},
-			Annotations: map[string]string{restartCountAnnotation: "2"}}}); err != nil {
+			Annotations: map[string]string{capture.RestartCountAnnotation: "2"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if state == runtimeapi.ContainerState_CONTAINER_CREATED {
@@ -260,7 +262,7 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 	}
 	seen := map[string]bool{}
 	for _, c := range list.Containers {
-		seen[c.Id] = f.tasks.isPaused(c.Id)
+		seen[c.Id] = f.tasks.IsPaused(c.Id)
 	}
 	f.mu.Lock()
 	f.dumpSeen[id] = seen
@@ -270,7 +272,7 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 		<-hold
 		// A real capture that ends after the caller resumed restores the
 		// freezer state it found: frozen.
-		f.tasks.setPaused(id, true)
+		f.tasks.SetPaused(id, true)
 	}
 	if err != nil {
 		return err
@@ -290,76 +292,8 @@ func (f *fakeRT) RWDiff(_ context.Context, id string, w io.Writer) error {
 	return err
 }
 
-func (f *fakeRT) Info(_ context.Context, id string) (ContainerInfo, error) {
-	return ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0"}`), Created: f.epoch}, nil
-}
-
-// fakeTasks is containerd's task service: a paused flag per container.
-type fakeTasks struct {
-	mu          sync.Mutex
-	paused      map[string]bool
-	failPause   map[string]bool
-	failResumes int // this many Resume calls fail before they work
-	pauses      int
-}
-
-func newFakeTasks() *fakeTasks {
-	return &fakeTasks{paused: map[string]bool{}, failPause: map[string]bool{}}
-}
-
-func (t *fakeTasks) Pause(_ context.Context, id string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.failPause[id] {
-		return status.Error(codes.Unknown, "fake: cannot pause")
-	}
-	t.paused[id] = true
-	t.pauses++
-	return nil
-}
-
-func (t *fakeTasks) Resume(_ context.Context, id string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.failResumes > 0 {
-		t.failResumes--
-		return status.Error(codes.Unavailable, "fake: containerd is restarting")
-	}
-	if !t.paused[id] {
-		return status.Error(codes.FailedPrecondition, "cannot resume a running process")
-	}
-	t.paused[id] = false
-	return nil
-}
-
-func (t *fakeTasks) Paused(_ context.Context, id string) (bool, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.paused[id], nil
-}
-
-func (t *fakeTasks) isPaused(id string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.paused[id]
-}
-
-func (t *fakeTasks) setPaused(id string, p bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.paused[id] = p
-}
-
-func (t *fakeTasks) anyPaused() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []string
-	for id, p := range t.paused {
-		if p {
-			out = append(out, id)
-		}
-	}
-	return out
+func (f *fakeRT) Info(_ context.Context, id string) (capture.ContainerInfo, error) {
+	return capture.ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0"}`), Created: f.epoch}, nil
 }
 
 type fixture struct {
@@ -368,6 +302,9 @@ type fixture struct {
 	root  string
 	dir   string
 	table *podtable.Table // the node's sandboxes: sync after adding some
+	// capturing is what the service is told of captures still running in
+	// containerd (capture.Config.CaptureRunning); nil: none.
+	capturing atomic.Pointer[func(id string) bool]
 }
 
 // newFixture: a sandbox "sb1" with running containers c1 (app) and c2
@@ -379,7 +316,7 @@ func newFixture(t *testing.T) *fixture {
 
 // newFixtureWith is newFixture with the service's configuration and task
 // service chosen by setup (nil: the defaults, and the fake runtime's tasks).
-func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) Tasks) *fixture {
+func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) capture.Tasks) *fixture {
 	t.Helper()
 	base := t.TempDir()
 	root := filepath.Join(base, "checkpoints")
@@ -396,8 +333,17 @@ func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) Tasks) *fi
 		t.Fatal(err)
 	}
 	table := podtable.New(rt, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, Sandboxes: table, ShimBinary: "/usr/bin/cri-shim", RestoreMarks: rt.marks}
-	var tasks Tasks = rt
+	fx := &fixture{rt: rt, root: root, table: table}
+	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, Sandboxes: table, ShimBinary: "/usr/bin/cri-shim", RestoreMarks: rt.marks,
+		CaptureTiming: capture.Timing{Dump: 10 * time.Minute, Resume: 10 * time.Second, RetryEvery: 10 * time.Millisecond,
+			MarginBase: 10 * time.Millisecond, MarginPer: 5 * time.Millisecond},
+		// No runc runs under the fake: no capture runs in containerd
+		// unless a test says so.
+		CaptureRunning: func(id string) bool {
+			f := fx.capturing.Load()
+			return f != nil && (*f)(id)
+		}}
+	var tasks capture.Tasks = rt
 	if setup != nil {
 		tasks = setup(rt, &cfg)
 	}
@@ -405,8 +351,6 @@ func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) Tasks) *fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.retryEvery = 10 * time.Millisecond
-	svc.marginBase, svc.marginPer = 10*time.Millisecond, 5*time.Millisecond
 	// The fake's archives hold no CRIU images (pages-1.img is a line of
 	// text): the images check is criucheck's, tested there and on the real
 	// stack; these tests take every checkpoint (restore_check_test.go
@@ -416,7 +360,8 @@ func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) Tasks) *fi
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{rt: rt, svc: svc, root: root, dir: dir, table: table}
+	fx.svc, fx.dir = svc, dir
+	return fx
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

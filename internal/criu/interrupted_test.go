@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -19,12 +20,11 @@ import (
 // capture ends later (re-freezing the container and writing its archive, as a
 // real late capture would), the service resumes and cleans up again.
 func TestCheckpointPodDeadlineMidCapture(t *testing.T) {
-	fx := newFixture(t)
-	fx.rt.holdDump = make(chan struct{})
 	// The margin the service keeps to resume before the deadline: wide
 	// enough that resuming two containers fits in it on a loaded machine
 	// under -race (the fixture's 20 ms did not).
-	fx.svc.marginBase = 300 * time.Millisecond
+	fx := withMarginBase(t, 300*time.Millisecond)
+	fx.rt.holdDump = make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, err := fx.svc.CheckpointPod(ctx, cpReq(fx.dir, "c1", "c2"))
@@ -37,32 +37,29 @@ func TestCheckpointPodDeadlineMidCapture(t *testing.T) {
 	fx.rt.mu.Lock()
 	captures := len(fx.rt.dumpSeen)
 	fx.rt.mu.Unlock()
-	fx.rt.tasks.mu.Lock()
-	pauses := fx.rt.tasks.pauses
-	fx.rt.tasks.mu.Unlock()
+	pauses := fx.rt.tasks.Pauses()
 	if pauses != 2 || captures != 2 {
 		t.Fatalf("test setup: the deadline did not fall mid-capture (%d pauses, %d captures)", pauses, captures)
 	}
-	if p := fx.rt.tasks.anyPaused(); len(p) > 0 {
+	if p := fx.rt.tasks.AnyPaused(); len(p) > 0 {
 		t.Fatalf("returned with %v paused", p)
 	}
 	if got := entries(t, fx.dir); len(got) != 0 {
 		t.Fatalf("returned with %v in the output", got)
 	}
 	close(fx.rt.holdDump)
-	fx.svc.inflight.Wait()
+	fx.svc.capture.Wait()
 	assertClean(t, fx, "after the late capture ended")
 }
 
 // A deadline too close to pause and resume in time: refused, nothing paused.
 func TestCheckpointPodDeadlineTooShort(t *testing.T) {
-	fx := newFixture(t)
-	fx.svc.marginBase = time.Second
+	fx := withMarginBase(t, time.Second)
 	_, err := fx.svc.CheckpointPod(ctxT(t, 1500*time.Millisecond), cpReq(fx.dir, "c1", "c2"))
 	if status.Code(proxy.Status(err)) != codes.DeadlineExceeded {
 		t.Fatalf("got %v", err)
 	}
-	if fx.rt.tasks.pauses != 0 {
+	if fx.rt.tasks.Pauses() != 0 {
 		t.Fatal("paused although the deadline left no time")
 	}
 	assertClean(t, fx, "after a refused short deadline")
@@ -72,21 +69,21 @@ func TestCheckpointPodDeadlineTooShort(t *testing.T) {
 // stays, and Run resumes the containers once containerd answers again.
 func TestResumeFailureIsRetried(t *testing.T) {
 	fx := newFixture(t)
-	fx.rt.tasks.failResumes = 2
+	fx.rt.tasks.FailResumes(2)
 	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2"))
 	if err == nil {
 		t.Fatal("succeeded although the resume failed")
 	}
-	if len(fx.rt.tasks.anyPaused()) == 0 {
+	if len(fx.rt.tasks.AnyPaused()) == 0 {
 		t.Fatal("test setup: expected a container still paused")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go fx.svc.Run(ctx)
 	deadline := time.Now().Add(5 * time.Second)
-	for len(fx.rt.tasks.anyPaused()) > 0 {
+	for len(fx.rt.tasks.AnyPaused()) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("still paused: %v", fx.rt.tasks.anyPaused())
+			t.Fatalf("still paused: %v", fx.rt.tasks.AnyPaused())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -102,18 +99,16 @@ func TestResumeFailureIsRetried(t *testing.T) {
 // removes the unfinished checkpoint at start.
 func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
 	fx := newFixture(t)
-	fx.rt.tasks.setPaused("c1", true)
-	fx.rt.tasks.setPaused("c2", true)
+	fx.rt.tasks.SetPaused("c1", true)
+	fx.rt.tasks.SetPaused("c2", true)
 	os.Mkdir(filepath.Join(fx.dir, layout.ContainersDir), 0o700)
 	os.WriteFile(filepath.Join(fx.dir, layout.ContainersDir, "app.tar"), []byte("half"), 0o600)
 	os.WriteFile(filepath.Join(fx.dir, layout.IncompleteFile), nil, 0o600)
-	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1", "c2"}, OutputPath: fx.dir, Started: 1}); err != nil {
-		t.Fatal(err)
-	}
+	leaveFrozenRecord(t, fx, `{"sandboxId":"sb1","containers":["c1","c2"],"outputPath":"`+fx.dir+`","started":1}`)
 	// A complete checkpoint next to it must survive.
 	other := filepath.Join(fx.root, "complete")
 	os.Mkdir(other, 0o700)
-	if err := writeManifest(other, &layout.Manifest{FormatVersion: layout.Version, Containers: []layout.ContainerEntry{{Name: "a", Archive: layout.ArchiveName("a")}}}); err != nil {
+	if err := layout.WriteManifest(other, &layout.Manifest{FormatVersion: layout.Version, Containers: []layout.ContainerEntry{{Name: "a", Archive: layout.ArchiveName("a")}}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,9 +120,9 @@ func TestRestartAfterCrashResumesAndCleans(t *testing.T) {
 	done := make(chan struct{})
 	go func() { svc2.Run(ctx); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)
-	for len(fx.rt.tasks.anyPaused()) > 0 || len(entries(t, fx.dir)) > 0 {
+	for len(fx.rt.tasks.AnyPaused()) > 0 || len(entries(t, fx.dir)) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("paused %v, output %v", fx.rt.tasks.anyPaused(), entries(t, fx.dir))
+			t.Fatalf("paused %v, output %v", fx.rt.tasks.AnyPaused(), entries(t, fx.dir))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -149,7 +144,7 @@ func TestConcurrentCheckpointOfOnePodRefused(t *testing.T) {
 		_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1"))
 		errc <- err
 	}()
-	for fx.rt.tasks.isPaused("c1") == false {
+	for fx.rt.tasks.IsPaused("c1") == false {
 		time.Sleep(time.Millisecond)
 	}
 	dir2 := filepath.Join(fx.root, "cp2")
@@ -162,4 +157,13 @@ func TestConcurrentCheckpointOfOnePodRefused(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// withMarginBase is newFixture whose captures keep margin before the
+// caller's deadline (and 5 ms per container) to resume.
+func withMarginBase(t *testing.T, margin time.Duration) *fixture {
+	return newFixtureWith(t, func(rt *fakeRT, cfg *Config) capture.Tasks {
+		cfg.CaptureTiming.MarginBase = margin
+		return rt
+	})
 }

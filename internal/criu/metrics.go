@@ -4,10 +4,6 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are named after KEP-5823's kubelet metrics, with the shim's prefix.
 type metrics struct {
-	checkpoints     *prometheus.CounterVec
-	checkpointTime  prometheus.Histogram
-	checkpointSize  prometheus.Histogram
-	frozen          prometheus.Histogram
 	restores        *prometheus.CounterVec
 	restoreTime     prometheus.Histogram
 	restoreStarts   *prometheus.CounterVec
@@ -23,25 +19,6 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	return &metrics{
-		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cri_shim_pod_checkpoint_operations_total",
-			Help: "CheckpointPod calls served, by result (success, or the gRPC code of the failure).",
-		}, []string{"result"}),
-		checkpointTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cri_shim_pod_checkpoint_duration_seconds",
-			Help:    "Duration of successful CheckpointPod calls.",
-			Buckets: prometheus.ExponentialBuckets(0.1, 2, 12),
-		}),
-		checkpointSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cri_shim_pod_checkpoint_size_bytes",
-			Help:    "Size of the pod checkpoints written.",
-			Buckets: prometheus.ExponentialBuckets(1<<20, 4, 10),
-		}),
-		frozen: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cri_shim_pod_checkpoint_frozen_seconds",
-			Help:    "How long the pod's containers stayed paused for one checkpoint.",
-			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
-		}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cri_shim_pod_restore_operations_total",
 			Help: "RestorePod calls and warm starts served, by result.",
@@ -91,7 +68,6 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen,
-		m.restores, m.restoreTime, m.restoreStarts, m.refusals, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove,
+	return []prometheus.Collector{m.restores, m.restoreTime, m.restoreStarts, m.refusals, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove,
 		m.pulledReserved, m.pulledEvicted, m.pulledRefused}
 }

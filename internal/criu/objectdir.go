@@ -8,17 +8,11 @@ import (
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
-// ObjectDirPrefix begins the name of every checkpoint directory a PodCheckpoint
-// object holds (podcheckpoint.DataDir). Such a directory is restored only
-// through its object, never by a restore-from name given directly.
-const ObjectDirPrefix = "pcp-"
-
-// PulledDirPrefix begins the name of every checkpoint directory a restore
-// from an image reference pulled: "oci-" and the 64 hex digits of the image
-// index's sha256 digest (PulledDir). Such a directory is restored only
-// through its image reference (which the registry allow-list judges), and
-// the shim removes it when no pod uses it (pulled.go).
-const PulledDirPrefix = "oci-"
+// The reserved prefixes of the checkpoint root's directories (internal/layout).
+const (
+	ObjectDirPrefix = layout.ObjectDirPrefix
+	PulledDirPrefix = layout.PulledDirPrefix
+)
 
 // PulledDir is the directory name of the image index with sha256 hex digest hex.
 func PulledDir(hex string) string { return PulledDirPrefix + hex }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
@@ -186,7 +187,7 @@ func TestPulledRemovalRenamesFirst(t *testing.T) {
 // checkpoints.
 func TestLeftoverPullsRemovedAtStart(t *testing.T) {
 	var leftTemp, leftRemoving string
-	fx := newFixtureWith(t, func(rt *fakeRT, cfg *Config) Tasks {
+	fx := newFixtureWith(t, func(rt *fakeRT, cfg *Config) capture.Tasks {
 		os.MkdirAll(cfg.Root, 0o700)
 		leftTemp = mkPulled(t, cfg.Root, pulledTempPrefix+testDigest+"-1", 100, time.Now())
 		os.WriteFile(filepath.Join(leftTemp, layout.IncompleteFile), nil, 0o600)
@@ -199,7 +200,7 @@ func TestLeftoverPullsRemovedAtStart(t *testing.T) {
 	mine := mkPulled(t, fx.root, pulledTempPrefix+testDigest+"-2", 100, time.Now())
 	os.WriteFile(filepath.Join(mine, layout.IncompleteFile), nil, 0o600)
 	fx.svc.sweepPulled()
-	fx.svc.cleanIncomplete(nil)
+	fx.svc.capture.CleanIncomplete(nil)
 	ents, _ := os.ReadDir(fx.root)
 	var names []string
 	for _, e := range ents {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -112,20 +114,8 @@ func (s *Service) imageMatches(ctx context.Context, spec *runtimeapi.ImageSpec, 
 	if spec.GetUserSpecifiedImage() != "" && spec.GetUserSpecifiedImage() == e.Image {
 		return true
 	}
-	id := s.imageID(ctx, img)
+	id := capture.ImageID(ctx, s.img, img)
 	return id != "" && id == e.ImageID
-}
-
-// imageID asks the runtime for the ID of an image name; "" if it has none.
-func (s *Service) imageID(ctx context.Context, name string) string {
-	if s.img == nil || name == "" {
-		return ""
-	}
-	r, err := s.img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}})
-	if err != nil {
-		return ""
-	}
-	return r.GetImage().GetId()
 }
 
 // restoredConfig is the pod's own cfg with the checkpoint's restart count
@@ -138,8 +128,8 @@ func restoredConfig(cfg *runtimeapi.ContainerConfig, e layout.ContainerEntry) *r
 		c.Annotations = map[string]string{}
 	}
 	c.Annotations[RestoringAnnotation] = "true"
-	if restartCount(c.Annotations) < e.RestartCount {
-		c.Annotations[restartCountAnnotation] = strconv.Itoa(e.RestartCount)
+	if capture.RestartCount(c.Annotations) < e.RestartCount {
+		c.Annotations[capture.RestartCountAnnotation] = strconv.Itoa(e.RestartCount)
 	}
 	return c
 }
@@ -172,8 +162,8 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	if _, ok := ctx.Deadline(); !ok {
 		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: the call has no deadline; the CRI contract requires one")
 	}
-	if err := parseRestoreOptions(req.GetOptions()); err != nil {
-		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: %v", err)
+	if opts := req.GetOptions(); len(opts) > 0 { // RestorePod has no runtime options yet
+		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: unknown restore option %q (this runtime has no restore options)", slices.Min(slices.Collect(maps.Keys(opts))))
 	}
 	if req.GetConfig() == nil {
 		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: config (the new sandbox's configuration) is missing")

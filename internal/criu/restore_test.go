@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
@@ -31,7 +32,7 @@ func checkpointed(t *testing.T) *fixture {
 func ctrCfg(name string) *runtimeapi.ContainerConfig {
 	return &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name},
 		Image:       &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:latest"},
-		Annotations: map[string]string{restartCountAnnotation: "0", "io.kubernetes.container.hash": "h"}}
+		Annotations: map[string]string{capture.RestartCountAnnotation: "0", "io.kubernetes.container.hash": "h"}}
 }
 
 func restoreReq(dir string, names ...string) *runtimeapi.RestorePodRequest {
@@ -67,8 +68,8 @@ func TestRestorePodCreatesContainersFromTheArchives(t *testing.T) {
 		if got := stagedPages(t, fx.svc, c.status.Id); got != want {
 			t.Errorf("%s staged %q, want its archive's %q", c.config.Metadata.Name, got, want)
 		}
-		if c.config.Annotations[restartCountAnnotation] != "2" {
-			t.Errorf("%s restart count %q, want the checkpoint's 2", c.config.Metadata.Name, c.config.Annotations[restartCountAnnotation])
+		if c.config.Annotations[capture.RestartCountAnnotation] != "2" {
+			t.Errorf("%s restart count %q, want the checkpoint's 2", c.config.Metadata.Name, c.config.Annotations[capture.RestartCountAnnotation])
 		}
 	}
 	// The checkpoint is not modified.

@@ -24,7 +24,7 @@ func stored(t *testing.T, root, name, ns string, gib int64, managed bool, age ti
 	m := &layout.Manifest{FormatVersion: layout.Version, Pod: layout.PodInfo{Name: "p-" + name, Namespace: ns, UID: "u-" + name}, Managed: managed,
 		CheckpointedAt: time.Now().Add(-age), SizeBytes: gib << 30,
 		Containers: []layout.ContainerEntry{{Name: "main", Archive: layout.ArchiveName("main")}}}
-	if err := writeManifest(dir, m); err != nil {
+	if err := layout.WriteManifest(dir, m); err != nil {
 		t.Fatal(err)
 	}
 	return dir

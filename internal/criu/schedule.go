@@ -18,6 +18,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
@@ -143,7 +144,7 @@ func (s *Service) checkpointScheduled(ctx context.Context, sb *podtable.Sandbox,
 		return err
 	}
 	_, err = s.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: sb.ID, OutputPath: dir, ContainerIds: ids,
-		Options: map[string]string{OptionManaged: "true"}})
+		Options: map[string]string{capture.OptionManaged: "true"}})
 	if err != nil {
 		os.Remove(dir) // emptied by the failed call; the directory is ours
 		return err

@@ -10,6 +10,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
@@ -113,7 +114,7 @@ func TestRetentionPerNamespace(t *testing.T) {
 		d := filepath.Join(fx.root, n)
 		os.Mkdir(d, 0o700)
 		if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: d,
-			ContainerIds: []string{"c1"}, Options: map[string]string{OptionManaged: "true"}}); err != nil {
+			ContainerIds: []string{"c1"}, Options: map[string]string{capture.OptionManaged: "true"}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Millisecond)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 	"github.com/cri-shim/cri-shim/internal/store"
@@ -72,11 +73,11 @@ type Config struct {
 	// namespace binding). It waits for a pull only a bounded time. nil
 	// refuses image references.
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
-	// StreamDuringCapture copies the memory pages into each archive while
-	// CRIU writes them (internal/ckptarchive): the whole call is shorter, the
-	// pod's freeze longer (docs/checkpoint.md). Otherwise they are copied
-	// once the pod runs again.
+	// StreamDuringCapture, CaptureTiming and CaptureRunning are
+	// internal/capture's Config fields of those names.
 	StreamDuringCapture bool
+	CaptureTiming       capture.Timing
+	CaptureRunning      func(id string) bool
 	// PullMaxTotalBytes bounds the pulled checkpoints on the node together,
 	// those being pulled included (ReservePulled); 0: unbounded.
 	PullMaxTotalBytes int64
@@ -90,27 +91,15 @@ type Service struct {
 	cfg   Config
 	rt    runtimeapi.RuntimeServiceClient
 	img   runtimeapi.ImageServiceClient
-	tasks Tasks
+	tasks capture.Tasks
 	log   *slog.Logger
 	now   func() time.Time
 
 	metrics *metrics
 
-	// dumpTimeout bounds one container's capture, whatever the caller's
-	// deadline (the capture goes on in containerd after a caller gives up;
-	// the service waits for it so that nothing is left frozen or written).
-	dumpTimeout time.Duration
-	// resumeTimeout bounds one resume attempt.
-	resumeTimeout time.Duration
-	// retryEvery is how often pods whose resume failed are tried again.
-	retryEvery time.Duration
-	// marginBase and marginPer make the margin kept before the caller's
-	// deadline to resume the pod's containers (see resumeMargin).
-	marginBase, marginPer time.Duration
-
-	// inflight tracks captures still running in containerd after their
-	// CheckpointPod returned on deadline expiry (tests wait on it).
-	inflight sync.WaitGroup
+	// capture serves CheckpointPod (internal/capture); its checkpoints
+	// are retained by this service (retain).
+	capture *capture.Service
 
 	// warmRecs holds the records of warm (warm.go).
 	warmRecs *store.Bucket
@@ -135,20 +124,6 @@ type Service struct {
 	// removing holds the pulled checkpoints renamed away that this shim
 	// is deleting now (pulled.go); the sweep takes any other.
 	removing map[string]bool
-	// jobs and jobsByOut hold the sandboxes and output directories of
-	// checkpoints in progress or still finishing after their call returned
-	// (jobs.go).
-	jobs      map[string]*job
-	jobsByOut map[string]*job
-	// captureRunning reports whether containerd still runs a capture of the
-	// container (a runc checkpoint process), which a shim killed mid-capture
-	// does not wait for; nil is procCaptureRunning.
-	captureRunning func(id string) bool
-	// pendingResume is set while a frozen record could not be cleared;
-	// resumeGen counts resumeFailed calls, so that a pass of resumeRecorded
-	// that started before one does not clear the flag.
-	pendingResume bool
-	resumeGen     uint64
 	// staged holds the restores staged for containers not started yet,
 	// by container ID, stagedN its size for HookActive
 	// (restore_stage.go).
@@ -170,7 +145,7 @@ type Service struct {
 // New builds the service. rt and img are the runtime's CRI clients
 // (containerd), tasks its task service. The checkpoint root and state
 // directory are created.
-func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageServiceClient, tasks Tasks, log *slog.Logger) (*Service, error) {
+func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageServiceClient, tasks capture.Tasks, log *slog.Logger) (*Service, error) {
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("checkpoint root: %w", err)
 	}
@@ -179,22 +154,16 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 	}
 	s := &Service{
 		cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: time.Now, startedAt: time.Now(),
-		metrics:       newMetrics(),
-		dumpTimeout:   10 * time.Minute,
-		resumeTimeout: 10 * time.Second,
-		retryEvery:    5 * time.Second,
-		marginBase:    100 * time.Millisecond,
-		marginPer:     50 * time.Millisecond,
-		warm:          make(map[string]*warmPod),
-		jobs:          make(map[string]*job),
-		jobsByOut:     make(map[string]*job),
+		metrics: newMetrics(),
+		warm:    make(map[string]*warmPod),
 	}
+	c, err := capture.New(capture.Config{Root: cfg.Root, StateDir: cfg.StateDir, StreamDuringCapture: cfg.StreamDuringCapture,
+		CRIUVersion: cfg.CRIUVersion, Retain: s.retain, Timing: cfg.CaptureTiming, CaptureRunning: cfg.CaptureRunning}, rt, img, tasks, log)
+	if err != nil {
+		return nil, err
+	}
+	s.capture = c
 	s.retireLeftoverPulls()
-	if cfg.StreamDuringCapture {
-		log.Info("checkpoint: memory pages copied into the archives during the capture (stream_archives)")
-	} else {
-		log.Info("checkpoint: memory pages copied into the archives after the resume")
-	}
 	if err := s.loadWarm(); err != nil {
 		return nil, err
 	}
@@ -202,44 +171,28 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 	return s, nil
 }
 
-// Collectors are the service's metrics.
+// Collectors are the service's metrics, its captures' included.
 func (s *Service) Collectors() []prometheus.Collector {
-	return append(s.metrics.collectors(), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	return append(append(s.metrics.collectors(), s.capture.Collectors()...), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cri_shim_pulled_checkpoint_bytes",
 		Help: "Bytes of the checkpoints pulled from registries for restores (oci- directories) on this node.",
 	}, func() float64 { return float64(s.PulledBytes()) }))
 }
 
-// Run recovers from a crash of an earlier shim (pods it had frozen are resumed,
-// its unfinished checkpoints removed) and keeps retrying resumes that failed,
-// until ctx ends.
+// CheckpointPod serves the CRI call (internal/capture).
+func (s *Service) CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error) {
+	return s.capture.CheckpointPod(ctx, req)
+}
+
+// Run recovers from a crash of an earlier shim (restores it had staged, pods
+// it had frozen, its unfinished checkpoints) and keeps retrying resumes that
+// failed, until ctx ends.
 func (s *Service) Run(ctx context.Context) {
 	s.adoptWarmRestartPods()
 	s.recoverStaged(ctx)
-	// Records first: a directory whose capture containerd still runs is
-	// emptied by resumeRecorded once that capture ends, not now.
-	s.cleanIncomplete(s.resumeRecorded(ctx))
-	t := time.NewTicker(s.retryEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.mu.Lock()
-			pending := s.pendingResume
-			s.mu.Unlock()
-			if pending {
-				s.resumeRecorded(ctx)
-			}
-		}
-	}
+	s.capture.Recover(ctx)
+	s.capture.RetryResumes(ctx)
 }
 
 // short is an ID's first 13 characters, for logs and messages.
-func short(id string) string {
-	if len(id) > 13 {
-		return id[:13]
-	}
-	return id
-}
+func short(id string) string { return id[:min(len(id), 13)] }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
@@ -340,11 +341,11 @@ func (s *Service) warmConfig(ctx context.Context, cfg *runtimeapi.ContainerConfi
 	c.Command = []string{CompletedMountPath}
 	c.Args = []string{"completed", name, cp}
 	c.WorkingDir = "/"
-	if restartCount(c.Annotations) < x.RestartCount {
+	if capture.RestartCount(c.Annotations) < x.RestartCount {
 		if c.Annotations == nil {
 			c.Annotations = map[string]string{}
 		}
-		c.Annotations[restartCountAnnotation] = strconv.Itoa(x.RestartCount)
+		c.Annotations[capture.RestartCountAnnotation] = strconv.Itoa(x.RestartCount)
 	}
 	return c, "", "completed before the checkpoint; run as a no-op", nil
 }

@@ -42,3 +42,16 @@ func (m *MemberNames) Has(name string) bool {
 	_, ok := m.seen[name]
 	return ok
 }
+
+// ObjectDirPrefix begins the name of every checkpoint directory a
+// PodCheckpoint object holds (podcheckpoint.DataDir). Such a directory is
+// restored only through its object, never by a restore-from name given
+// directly.
+const ObjectDirPrefix = "pcp-"
+
+// PulledDirPrefix begins the name of every checkpoint directory a restore
+// from an image reference pulled: "oci-" and the 64 hex digits of the image
+// index's sha256 digest. Such a directory is restored only through its image
+// reference (which the registry allow-list judges), and nothing but the
+// pull writes there.
+const PulledDirPrefix = "oci-"

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/events"
 
 	gocriu "github.com/checkpoint-restore/go-criu/v8"
@@ -99,7 +100,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	st.Subscribe(pods.SandboxGone)
 	// The node's sandboxes, and the one announcement that one is gone.
 	table := podtable.New(runtimeapi.NewRuntimeServiceClient(backend), st, log)
-	tasks, err := criu.DialTasks(cfg.Runtime.Endpoint)
+	tasks, err := capture.DialTasks(cfg.Runtime.Endpoint)
 	if err != nil {
 		return fmt.Errorf("runtime.endpoint: %w", err)
 	}

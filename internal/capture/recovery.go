@@ -1,4 +1,4 @@
-package criu
+package capture
 
 // Crash recovery: the records of pods a checkpoint froze, and the output
 // directories a killed capture left incomplete.
@@ -56,10 +56,10 @@ func (s *Service) removeRecord(path string) {
 	}
 }
 
-// resumeRecorded resumes every container named by a frozen record left behind
+// ResumeRecorded resumes every container named by a frozen record left behind
 // (by a crash, or by a resume that failed) and removes the records it clears.
 // It returns the output directories of the records it could not clear yet.
-func (s *Service) resumeRecorded(ctx context.Context) (pendingOut map[string]bool) {
+func (s *Service) ResumeRecorded(ctx context.Context) (pendingOut map[string]bool) {
 	pendingOut = map[string]bool{}
 	s.mu.Lock()
 	gen := s.resumeGen
@@ -184,21 +184,21 @@ func (s *Service) thaw(ctx context.Context, id string, check bool) error {
 	return err
 }
 
-// cleanIncomplete removes what an interrupted checkpoint wrote under the root:
+// CleanIncomplete removes what an interrupted checkpoint wrote under the root:
 // any directory still marked incomplete is emptied (the directory itself
 // belongs to its caller and stays), but for those in skip, which a record
 // still pending owns.
-func (s *Service) cleanIncomplete(skip map[string]bool) {
+func (s *Service) CleanIncomplete(skip map[string]bool) {
 	ents, err := os.ReadDir(s.cfg.Root)
 	if err != nil {
 		s.log.Error("checkpoint: reading the checkpoint root", "root", s.cfg.Root, "err", err)
 		return
 	}
 	for _, e := range ents {
-		// Pulls' temporary directories and pulled checkpoints being
-		// deleted are the sweep's (pulled.go); a pull of this shim may
-		// already be writing one.
-		if !e.IsDir() || strings.HasPrefix(e.Name(), pulledTempPrefix) || strings.HasPrefix(e.Name(), pulledRemovingPrefix) {
+		// Names beginning with a dot are the shim's own working
+		// directories, never a checkpoint (layout.CheckName): pulls in
+		// progress, pulled checkpoints being deleted, staged restores.
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		dir := filepath.Join(s.cfg.Root, e.Name())

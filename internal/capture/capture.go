@@ -1,4 +1,4 @@
-package criu
+package capture
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	out, sandboxID := j.out, j.sandbox
 	// The mark first: a shim killed after it finds every later file under
 	// a marked directory, which the next start empties.
-	if err := writeFileSync(filepath.Join(out, layout.IncompleteFile), nil); err != nil {
+	if err := layout.WriteFileSync(filepath.Join(out, layout.IncompleteFile), nil); err != nil {
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrUnavailable, "CheckpointPod: marking the checkpoint incomplete: %v; nothing was paused", err)
 	}
@@ -131,7 +131,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			// Run resumes the containers and empties the output once it
 			// has ended (resumeOne).
 			s.resumeFailed(fmt.Errorf("capture still running in containerd after %s", s.dumpTimeout))
-			return errorf(context.DeadlineExceeded, "CheckpointPod: containerd's capture did not end layout.Within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
+			return errorf(context.DeadlineExceeded, "CheckpointPod: containerd's capture did not end within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
 		}
 	case <-giveUp.C:
 		// Deadline: resume now, return, and finish cleaning up once
@@ -196,7 +196,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	imageIDs := make([]string, len(targets))
 	for i, t := range targets {
 		if imageIDs[i] = t.status.GetImageId(); imageIDs[i] == "" {
-			imageIDs[i] = s.imageID(ctx, t.status.GetImageRef())
+			imageIDs[i] = ImageID(ctx, s.img, t.status.GetImageRef())
 		}
 	}
 	var pw sync.WaitGroup
@@ -220,7 +220,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		m.Containers = append(m.Containers, layout.ContainerEntry{
 			Name: t.name, ID: t.id, Archive: layout.ArchiveName(t.name),
 			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: imageID,
-			RestartCount: restartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
+			RestartCount: RestartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
 			SizeBytes: sizes[i], DumpSeconds: took[i].Seconds(),
 		})
 		m.SizeBytes += sizes[i]

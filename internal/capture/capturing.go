@@ -1,4 +1,4 @@
-package criu
+package capture
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // anyCaptureRunning returns a container of ids that containerd is still
 // capturing.
 func (s *Service) anyCaptureRunning(ids []string) (string, bool) {
-	running := s.captureRunning
+	running := s.cfg.CaptureRunning
 	if running == nil {
 		running = procCaptureRunning
 	}

@@ -1,4 +1,4 @@
-package criu
+package capture
 
 import (
 	"context"

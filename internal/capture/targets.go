@@ -1,4 +1,4 @@
-package criu
+package capture
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
-const restartCountAnnotation = "io.kubernetes.container.restartCount"
+// RestartCountAnnotation is the kubelet's annotation of a container's
+// restart count, which a checkpoint records and a restore gives back.
+const RestartCountAnnotation = "io.kubernetes.container.restartCount"
 
 // selectTargets checks that every requested container is a running container
 // of the sandbox, and collects the pod's exited containers (completed init
@@ -83,7 +85,7 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 			continue // removed meanwhile: not part of the cut
 		}
 		exited = append(exited, layout.ExitedEntry{Name: n, ExitCode: st.GetStatus().GetExitCode(),
-			RestartCount: restartCount(st.GetStatus().GetAnnotations()), Image: st.GetStatus().GetImage().GetImage()})
+			RestartCount: RestartCount(st.GetStatus().GetAnnotations()), Image: st.GetStatus().GetImage().GetImage()})
 	}
 	slices.SortFunc(exited, func(a, b layout.ExitedEntry) int {
 		if a.Name < b.Name {
@@ -94,10 +96,23 @@ func (s *Service) selectTargets(ctx context.Context, sandboxID string, ids []str
 	return targets, exited, nil
 }
 
-func restartCount(ann map[string]string) int {
-	n, err := strconv.Atoi(ann[restartCountAnnotation])
+// RestartCount is the restart count a container's annotations record (0 for none).
+func RestartCount(ann map[string]string) int {
+	n, err := strconv.Atoi(ann[RestartCountAnnotation])
 	if err != nil || n < 0 {
 		return 0
 	}
 	return n
+}
+
+// ImageID asks the runtime for the ID of an image name; "" if it has none.
+func ImageID(ctx context.Context, img runtimeapi.ImageServiceClient, name string) string {
+	if img == nil || name == "" {
+		return ""
+	}
+	r, err := img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}})
+	if err != nil {
+		return ""
+	}
+	return r.GetImage().GetId()
 }

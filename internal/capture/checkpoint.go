@@ -1,4 +1,4 @@
-package criu
+package capture
 
 import (
 	"context"
@@ -129,9 +129,11 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		_ = s.removeOutput(out)
 		return nil, errorf(errdefs.ErrInternal, "CheckpointPod: writing the checkpoint's manifest: %v (partial checkpoint removed)", err)
 	}
-	if err := s.retain(out, m.Pod.Namespace); err != nil {
-		_ = s.removeOutput(out)
-		return nil, errorf(err, "CheckpointPod: %v (the checkpoint was removed)", err)
+	if s.cfg.Retain != nil {
+		if err := s.cfg.Retain(out, m.Pod.Namespace); err != nil {
+			_ = s.removeOutput(out)
+			return nil, errorf(err, "CheckpointPod: %v (the checkpoint was removed)", err)
+		}
 	}
 	return m, nil
 }
@@ -146,8 +148,8 @@ func (s *Service) outputDir(p string) (string, error) {
 	// A pulled checkpoint's directory is named after its digest and
 	// trusted as that content: nothing else writes there.
 	realRoot, _ := filepath.EvalSymlinks(s.cfg.Root)
-	if rel, err := filepath.Rel(realRoot, out); err == nil && strings.HasPrefix(rel, PulledDirPrefix) {
-		return "", errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path %q: directories beginning %q hold checkpoints pulled from a registry", p, PulledDirPrefix)
+	if rel, err := filepath.Rel(realRoot, out); err == nil && strings.HasPrefix(rel, layout.PulledDirPrefix) {
+		return "", errorf(errdefs.ErrInvalidArgument, "CheckpointPod: output_path %q: directories beginning %q hold checkpoints pulled from a registry", p, layout.PulledDirPrefix)
 	}
 	fi, err := os.Stat(out)
 	if err != nil {
@@ -177,11 +179,11 @@ func (s *Service) finish(out string, sb *runtimeapi.PodSandboxStatusResponse, m 
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(out, layout.SandboxFile), b); err != nil {
+	if err := layout.WriteFileSync(filepath.Join(out, layout.SandboxFile), b); err != nil {
 		return err
 	}
 	m.CheckpointedAt = s.now().UTC()
-	if err := writeManifest(out, m); err != nil {
+	if err := layout.WriteManifest(out, m); err != nil {
 		return err
 	}
 	if err := os.Remove(filepath.Join(out, layout.IncompleteFile)); err != nil {

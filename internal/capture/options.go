@@ -1,4 +1,4 @@
-package criu
+package capture
 
 import (
 	"fmt"
@@ -43,14 +43,6 @@ func parseCheckpointOptions(m map[string]string) (checkpointOptions, error) {
 		*dst = b
 	}
 	return o, nil
-}
-
-// parseRestoreOptions: RestorePod has no runtime options yet, so any key is refused.
-func parseRestoreOptions(m map[string]string) error {
-	for _, k := range sortedKeys(m) {
-		return fmt.Errorf("unknown restore option %q (this runtime has no restore options)", k)
-	}
-	return nil
 }
 
 func sortedKeys(m map[string]string) []string {
