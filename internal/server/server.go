@@ -105,85 +105,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		return fmt.Errorf("runtime.endpoint: %w", err)
 	}
 	defer tasks.Close()
-	exe, err := os.Executable()
+	cp, err := wireCheckpoints(cfg, api, st, table, backend, tasks, log)
 	if err != nil {
-		log.Warn("cannot find the shim's own binary; warm-started pods will run completed init containers again", "err", err)
-		exe = ""
+		return err
 	}
-	// With an API connection, restore-from may name a PodCheckpoint object
-	// (docs/podcheckpoint.md), answered from the node's watches (an object
-	// they do not hold is read in the background, waited for at most
-	// [checkpoint] object_wait).
-	var restores *podcheckpoint.Restores
-	var resolve func(ctx context.Context, ns, pod, uid, name string) (string, error)
-	var checkpointEvents podcheckpoint.EventSink
-	if api != nil {
-		checkpointEvents = func(ref corev1.ObjectReference, eventType, reason, note string) {
-			action := "Checkpoint"
-			if ref.Kind == "Pod" {
-				action = "Restore"
-			}
-			api.Writes().Event(kubeapi.Event{Regarding: ref, Type: eventType, Reason: reason, Action: action, Note: note})
-		}
-		restores = podcheckpoint.NewRestores(api.Client.Node, cfg.Checkpoint.ObjectWait.Duration, checkpointEvents)
-		resolve = restores.Resolve
-	}
-	var checkpoints *criu.Service
-	// Restores from image references: pulled from the allow-listed
-	// registries only, with the pod's image pull secrets read as the node.
-	var pullRestore func(ctx context.Context, ns, pod, uid, ref string) (string, error)
-	var exporter podcheckpoint.Exporter
-	var sources podcheckpoint.SourceChecker
-	if len(cfg.Checkpoint.Registries) > 0 {
-		pc := ociartifact.RestorePullConfig{
-			Root: cfg.Checkpoint.Root, NodeAuthFile: cfg.Checkpoint.RegistryAuthFile,
-			MaxBytes: cfg.Checkpoint.PullMaxBytes, Timeout: cfg.Checkpoint.PullTimeout.Duration, Wait: cfg.Checkpoint.PullWait.Duration,
-			RestoreAllowed: func(from, to string) bool { return from == to || cfg.Checkpoint.RestoreAllowed(from, to) },
-			Log:            log,
-		}
-		for _, r := range cfg.Checkpoint.Registries {
-			pc.Registries = append(pc.Registries, ociartifact.Allowed{Host: r.Host, PlainHTTP: r.PlainHTTP, CAFile: r.CAFile})
-		}
-		if api != nil {
-			pc.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
-				return ociartifact.PodKeychain(ctx, api.Client.Resources(), api.Client.Node, ns, pod, uid, log)
-			}
-			exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
-				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
-		}
-		// The cap on pulled checkpoints is kept by the checkpoint service,
-		// which knows the pods using them; it exists before any pull runs.
-		pc.Reserve = func(n int64) (func(), error) { return checkpoints.ReservePulled(n) }
-		if cfg.Checkpoint.RestoreProvenance == config.ProvenanceCluster {
-			pc.Provenance = func(context.Context, string, string) error {
-				return fmt.Errorf("%w: [checkpoint] restore_provenance = \"cluster\" checks a checkpoint's origin with the API server, and this shim has no [kubernetes] connection; set restore_provenance = \"any\" to restore whatever the allowed registries serve", errdefs.ErrPermissionDenied)
-			}
-			if api != nil {
-				pc.Provenance = podcheckpoint.Provenance(api.Client, cfg.Checkpoint.SourceNamespaces)
-			}
-		}
-		puller := ociartifact.NewRestorePuller(pc)
-		pullRestore, sources = puller.Pull, puller
-	}
-	// Events on pods (warm restarts the kubelet drives), with an API connection.
-	var podEvent func(ns, pod, uid, eventType, reason, action, note string)
-	if api != nil {
-		podEvent = func(ns, pod, uid, eventType, reason, action, note string) {
-			api.Writes().Event(kubeapi.Event{Regarding: kubeapi.PodObject(kubeapi.PodRef{Namespace: ns, Name: pod, UID: uid}),
-				Type: eventType, Reason: reason, Action: action, Note: note})
-		}
-	}
-	checkpoints, err = criu.New(criu.Config{
-		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st, Sandboxes: table,
-		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
-		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
-		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
-		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
-		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
-	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
+	checkpoints := cp.service
 	mc.Registry.MustRegister(checkpoints.Collectors()...)
 	// In-place restarts of pods that ask for it start from their latest checkpoint.
 	pods.WarmFrom(func(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*podstate.WarmStart, error) {
@@ -269,37 +195,27 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	}
 	pods.Resume(ctx)
 
-	var wg sync.WaitGroup
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	wg.Add(1)
-	go func() { defer wg.Done(); watchBackend(watchCtx, backend, log) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); table.Run(watchCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); pods.Run(watchCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); checkpoints.Run(watchCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); checkpoints.SweepPulled(watchCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); checkpoints.RunSchedule(watchCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); channels.Run(watchCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); feed.Run(watchCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); api.Run(watchCtx) }()
+	// What runs beside the CRI server until it stops, in no order: each
+	// depends only on objects built above.
+	var bg runGroup
+	bg.Add("runtime connection watch", func(ctx context.Context) { watchBackend(ctx, backend, log) })
+	bg.Add("pod table relist", table.Run)
+	bg.Add("in-place restarts", pods.Run)
+	bg.Add("checkpoint recovery and resume retries", checkpoints.Run)
+	bg.Add("pulled checkpoint sweep", checkpoints.SweepPulled)
+	bg.Add("checkpoint schedules", checkpoints.RunSchedule)
+	bg.Add("pod orchestrator channels", channels.Run)
+	bg.Add("container event feed", feed.Run)
+	bg.Add("API server writer", api.Run)
 	if api != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			podcheckpoint.Run(watchCtx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
-				nodeRuntime{table, runtimeapi.NewRuntimeServiceClient(backend)}, restores, exporter, sources, checkpointEvents, log)
-		}()
-		wg.Add(1)
-		go func() { defer wg.Done(); reporter.Run(watchCtx) }()
+		bg.Add("PodCheckpoint objects", func(ctx context.Context) {
+			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
+				nodeRuntime{table, runtimeapi.NewRuntimeServiceClient(backend)}, cp.restores, cp.exporter, cp.sources, cp.events, log)
+		})
+		bg.Add("pod status reporter", reporter.Run)
 	}
+	stopBackground := bg.Start(ctx)
+	defer stopBackground()
 
 	var hs *http.Server
 	if cfg.Metrics.Address != "" {
@@ -309,9 +225,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 			return fmt.Errorf("metrics.address: %w", err)
 		}
 		hs = &http.Server{Handler: httpMux(mc, probe, statefile.Healthy, cfg.Metrics.Profiling), ReadHeaderTimeout: 5 * time.Second}
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			if err := hs.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics endpoint stopped", "err", err)
 			}
@@ -339,9 +253,104 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		_ = hs.Shutdown(sctx)
 		cancel()
 	}
-	stopWatch()
-	wg.Wait()
+	stopBackground()
 	return err
+}
+
+// checkpointWiring is the checkpoint service and what the PodCheckpoint
+// controller shares with it.
+type checkpointWiring struct {
+	service  *criu.Service
+	restores *podcheckpoint.Restores // nil without an API connection
+	exporter podcheckpoint.Exporter
+	sources  podcheckpoint.SourceChecker
+	events   podcheckpoint.EventSink
+}
+
+// wireCheckpoints builds the checkpoint service: restores from checkpoint
+// names, PodCheckpoint objects (with an API connection) and image
+// references (with [checkpoint] registries).
+func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table *podtable.Table, backend *grpc.ClientConn, tasks capture.Tasks, log *slog.Logger) (*checkpointWiring, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		log.Warn("cannot find the shim's own binary; warm-started pods will run completed init containers again", "err", err)
+		exe = ""
+	}
+	// With an API connection, restore-from may name a PodCheckpoint object
+	// (docs/podcheckpoint.md), answered from the node's watches (an object
+	// they do not hold is read in the background, waited for at most
+	// [checkpoint] object_wait).
+	var resolve func(ctx context.Context, ns, pod, uid, name string) (string, error)
+	var checkpointEvents podcheckpoint.EventSink
+	var restores *podcheckpoint.Restores
+	if api != nil {
+		checkpointEvents = func(ref corev1.ObjectReference, eventType, reason, note string) {
+			action := "Checkpoint"
+			if ref.Kind == "Pod" {
+				action = "Restore"
+			}
+			api.Writes().Event(kubeapi.Event{Regarding: ref, Type: eventType, Reason: reason, Action: action, Note: note})
+		}
+		restores = podcheckpoint.NewRestores(api.Client.Node, cfg.Checkpoint.ObjectWait.Duration, checkpointEvents)
+		resolve = restores.Resolve
+	}
+	var checkpoints *criu.Service
+	w := &checkpointWiring{}
+	// Restores from image references: pulled from the allow-listed
+	// registries only, with the pod's image pull secrets read as the node.
+	var pullRestore func(ctx context.Context, ns, pod, uid, ref string) (string, error)
+	if len(cfg.Checkpoint.Registries) > 0 {
+		pc := ociartifact.RestorePullConfig{
+			Root: cfg.Checkpoint.Root, NodeAuthFile: cfg.Checkpoint.RegistryAuthFile,
+			MaxBytes: cfg.Checkpoint.PullMaxBytes, Timeout: cfg.Checkpoint.PullTimeout.Duration, Wait: cfg.Checkpoint.PullWait.Duration,
+			RestoreAllowed: func(from, to string) bool { return from == to || cfg.Checkpoint.RestoreAllowed(from, to) },
+			Log:            log,
+		}
+		for _, r := range cfg.Checkpoint.Registries {
+			pc.Registries = append(pc.Registries, ociartifact.Allowed{Host: r.Host, PlainHTTP: r.PlainHTTP, CAFile: r.CAFile})
+		}
+		if api != nil {
+			pc.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
+				return ociartifact.PodKeychain(ctx, api.Client.Resources(), api.Client.Node, ns, pod, uid, log)
+			}
+			w.exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
+				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
+		}
+		// The cap on pulled checkpoints is kept by the checkpoint service,
+		// which knows the pods using them; it exists before any pull runs.
+		pc.Reserve = func(n int64) (func(), error) { return checkpoints.ReservePulled(n) }
+		if cfg.Checkpoint.RestoreProvenance == config.ProvenanceCluster {
+			pc.Provenance = func(context.Context, string, string) error {
+				return fmt.Errorf("%w: [checkpoint] restore_provenance = \"cluster\" checks a checkpoint's origin with the API server, and this shim has no [kubernetes] connection; set restore_provenance = \"any\" to restore whatever the allowed registries serve", errdefs.ErrPermissionDenied)
+			}
+			if api != nil {
+				pc.Provenance = podcheckpoint.Provenance(api.Client, cfg.Checkpoint.SourceNamespaces)
+			}
+		}
+		puller := ociartifact.NewRestorePuller(pc)
+		pullRestore, w.sources = puller.Pull, puller
+	}
+	// Events on pods (warm restarts the kubelet drives), with an API connection.
+	var podEvent func(ns, pod, uid, eventType, reason, action, note string)
+	if api != nil {
+		podEvent = func(ns, pod, uid, eventType, reason, action, note string) {
+			api.Writes().Event(kubeapi.Event{Regarding: kubeapi.PodObject(kubeapi.PodRef{Namespace: ns, Name: pod, UID: uid}),
+				Type: eventType, Reason: reason, Action: action, Note: note})
+		}
+	}
+	checkpoints, err = criu.New(criu.Config{
+		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st, Sandboxes: table,
+		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
+		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
+		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
+		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
+		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
+	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	w.service, w.restores, w.events = checkpoints, restores, checkpointEvents
+	return w, nil
 }
 
 // stopGracefully lets unary calls finish; long-lived streams (GetContainerEvents)
