@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/version"
@@ -95,7 +96,11 @@ func (c *Client) load() error {
 	if err != nil {
 		return fmt.Errorf("kubernetes.kubeconfig %s: %w", c.cfg.Kubeconfig, err)
 	}
+	// One token bucket for every client made from this configuration
+	// (rest.CopyConfig keeps the limiter): the shim's requests as a whole
+	// stay within [kubernetes] qps and burst, however many clients it has.
 	rc.QPS, rc.Burst = c.cfg.QPS, c.cfg.Burst
+	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.cfg.QPS, c.cfg.Burst)
 	rc.Timeout = requestTimeout
 	rc.UserAgent = "cri-shim/" + version.Version + " (node " + c.Node + ")"
 	res, err := newRESTResources(rc)

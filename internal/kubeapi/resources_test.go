@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"github.com/cri-shim/cri-shim/internal/config"
@@ -203,6 +204,37 @@ func TestWatchOutlivesRequestTimeout(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("no %s event", want)
+		}
+	}
+}
+
+// Every client the shim makes from its configuration (the core, watch and
+// events clients here, the PodCheckpoint clients from REST()) draws on one
+// token bucket: [kubernetes] qps and burst bound the process, not each
+// client.
+func TestOneRateLimiterPerProcess(t *testing.T) {
+	srv, _ := fakeServer(t)
+	c := connectTo(t, srv)
+	want := c.REST().RateLimiter
+	if want == nil {
+		t.Fatal("the configuration has no rate limiter of its own: each client would make one")
+	}
+	if q := want.QPS(); q != 50 {
+		t.Errorf("limiter QPS %v, want the configured 50", q)
+	}
+	r := c.Resources().(*restResources)
+	other, err := rest.RESTClientFor(func() *rest.Config {
+		cfg := rest.CopyConfig(c.REST())
+		cfg.GroupVersion, cfg.APIPath = &corev1.SchemeGroupVersion, "/api"
+		cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+		return cfg
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cl := range map[string]rest.Interface{"core": r.core, "watch": r.coreWatch, "events": r.events, "a client from REST()": other} {
+		if got := cl.(*rest.RESTClient).GetRateLimiter(); got != want {
+			t.Errorf("%s client has a rate limiter of its own", name)
 		}
 	}
 }

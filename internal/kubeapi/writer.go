@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
 )
 
 // ReportingController names the shim in the events it writes.
@@ -119,12 +120,10 @@ func (w *Writer) Run(ctx context.Context) {
 	recDone := make(chan struct{})
 	go func() { w.rec.run(ctx); close(recDone) }()
 	defer func() { <-recDone }()
-	delay := time.Duration(0)
-	fail := func() {
-		delay = min(max(2*delay, w.o.MinDelay), w.o.MaxDelay)
-		// Jitter, so that the nodes of a cluster do not retry in step.
-		sleep(ctx, delay/2+rand.N(delay/2+1))
-	}
+	// Jittered (backoff.Retry), so that the nodes of a cluster do not
+	// retry in step after an API server restart.
+	retry := backoff.Retry(w.o.MinDelay, w.o.MaxDelay)
+	fail := func() { sleep(ctx, retry.Step()) }
 	for ctx.Err() == nil {
 		if w.q.len() == 0 {
 			select {
@@ -157,7 +156,7 @@ func (w *Writer) Run(ctx context.Context) {
 		switch {
 		case err == nil:
 			w.writes.WithLabelValues(it.kind.String(), "ok").Inc()
-			delay = 0
+			retry = backoff.Retry(w.o.MinDelay, w.o.MaxDelay)
 		case ctx.Err() != nil:
 			w.q.putBack(it)
 			return

@@ -55,6 +55,7 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 			setReady(s, metav1.ConditionTrue, cpv1.ReasonCompleted, note, pc.Generation, r.now())
 		}
 	}
+	retry := r.retries()
 	for {
 		err := r.setStatus(ctx, pc, edit)
 		if err == nil {
@@ -69,7 +70,7 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(r.retryEvery):
+		case <-time.After(retry.Step()):
 		}
 	}
 }

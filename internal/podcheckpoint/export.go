@@ -85,6 +85,7 @@ func (r *Reconciler) startExport(ctx context.Context, pc *cpv1.PodCheckpoint) er
 			r.log.Info("podcheckpoint: exported", "object", key(pc.Namespace, pc.Name), "ref", ref,
 				"bytes", pc.Status.SizeBytes, "seconds", time.Since(start).Seconds())
 		}
+		retry := r.retries()
 		for ctx.Err() == nil {
 			werr := r.exported(ctx, pc, ref, digest, err)
 			if werr == nil || apierrors.IsNotFound(werr) {
@@ -93,7 +94,7 @@ func (r *Reconciler) startExport(ctx context.Context, pc *cpv1.PodCheckpoint) er
 			r.log.Warn("podcheckpoint: writing the export's status, retrying", "object", key(pc.Namespace, pc.Name), "err", werr)
 			select {
 			case <-ctx.Done():
-			case <-time.After(r.retryEvery):
+			case <-time.After(retry.Step()):
 			}
 		}
 	}()

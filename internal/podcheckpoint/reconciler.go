@@ -17,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
@@ -78,7 +80,9 @@ type Reconciler struct {
 	log  *slog.Logger
 	ev   EventSink
 	now  func() time.Time
-	// retryEvery paces status writes the API server refused or did not answer.
+	// retryEvery is the first wait before a status write the API server
+	// refused or did not answer is tried again (backoff.Retry from there,
+	// up to retryMax).
 	retryEvery time.Duration
 
 	queue workqueue.TypedRateLimitingInterface[string]
@@ -109,7 +113,7 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 	}
 	return &Reconciler{
 		cfg: cfg, ckpt: ckpt, rt: rt, objs: objs, pods: pods, ev: ev, log: log, now: time.Now,
-		retryEvery: 2 * time.Second,
+		retryEvery: time.Second,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "podcheckpoint"}),
@@ -424,3 +428,9 @@ func (r *Reconciler) removeData(pc *cpv1.PodCheckpoint) error {
 	}
 	return nil
 }
+
+// retryMax bounds the wait between two tries of a status write.
+const retryMax = time.Minute
+
+// retries is the backoff of one retried status write.
+func (r *Reconciler) retries() *wait.Backoff { return backoff.Retry(r.retryEvery, retryMax) }

@@ -158,6 +158,7 @@ func (r *Reconciler) checkSource(ctx context.Context, pc *cpv1.PodCheckpoint, re
 	} else {
 		info, err = r.cfg.Sources.CheckSource(ctx, pc.Namespace, req.pod, req.uid, pc.Spec.SourceImage)
 	}
+	retry := r.retries()
 	for ctx.Err() == nil {
 		werr := r.sourceChecked(ctx, pc, req, info, err)
 		if werr == nil {
@@ -175,7 +176,7 @@ func (r *Reconciler) checkSource(ctx context.Context, pc *cpv1.PodCheckpoint, re
 		r.log.Warn("podcheckpoint: writing the source image's status, retrying", "object", key(pc.Namespace, pc.Name), "err", werr)
 		select {
 		case <-ctx.Done():
-		case <-time.After(r.retryEvery):
+		case <-time.After(retry.Step()):
 		}
 	}
 	k := key(pc.Namespace, pc.Name)

@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	pb "github.com/cri-shim/cri-shim/api/podmanagement/v1"
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/pkg/podmanagement"
 )
@@ -35,7 +36,7 @@ func (m *Manager) connectLocked(p *pod) {
 // until the sidecar answers, resend the current state, then deliver queued
 // events and serve commands until the connection fails; then again.
 func (m *Manager) connector(ctx context.Context, p *pod) {
-	delay := m.minBackoff
+	retry := backoff.Retry(m.minBackoff, m.maxBackoff)
 	for ctx.Err() == nil {
 		err := m.session(ctx, p)
 		if ctx.Err() != nil {
@@ -47,17 +48,15 @@ func (m *Manager) connector(ctx context.Context, p *pod) {
 		}
 		m.setState(p, "backoff")
 		m.setConnected(p, 0)
+		if err == nil { // it was connected: start over fast
+			retry = backoff.Retry(m.minBackoff, m.maxBackoff)
+		}
+		delay := retry.Step()
 		m.log.Debug("podmgmt: channel down; retrying", "pod", p.Namespace+"/"+p.Name, "in", delay, "err", err)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(delay):
-		}
-		if delay *= 2; delay > m.maxBackoff {
-			delay = m.maxBackoff
-		}
-		if err == nil { // it was connected: start over fast
-			delay = m.minBackoff
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 )
 
@@ -25,7 +26,10 @@ const KubeletFeatureRestartAll = "RestartAllContainersOnContainerExits"
 // them at its start, so they change only when it restarts.
 const (
 	ownerRefresh = 10 * time.Minute
-	ownerRetry   = 5 * time.Second
+	// ownerRetry is the first wait before a failed read of the node is
+	// tried again while its answer is not known (backoff.Retry from there,
+	// up to ownerRefresh).
+	ownerRetry = time.Second
 )
 
 // ownerCheck knows whether the kubelet owns AllContainersRestarting, from
@@ -54,13 +58,16 @@ func (o *ownerCheck) run(ctx context.Context) {
 		return
 	case <-o.c.Ready():
 	}
+	retry := backoff.Retry(ownerRetry, ownerRefresh)
 	for {
 		wait := ownerRefresh
 		if err := o.check(ctx); err != nil {
 			if o.state.Load() == ownerUnknown {
-				wait = ownerRetry
+				wait = retry.Step()
 			}
 			o.log.Debug("podstatus: reading the node's declared features", "err", err)
+		} else {
+			retry = backoff.Retry(ownerRetry, ownerRefresh)
 		}
 		t := time.NewTimer(wait)
 		select {

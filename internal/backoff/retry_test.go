@@ -1,0 +1,30 @@
+package backoff
+
+import (
+	"testing"
+	"time"
+)
+
+// Retry's waits start at min, double up to max, and are jittered: never
+// below the curve, never more than half again above it, and not all alike.
+func TestRetryDoublesToItsCapWithJitter(t *testing.T) {
+	min, max := 100*time.Millisecond, time.Second
+	curve := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000}
+	seen := map[time.Duration]bool{}
+	for run := 0; run < 50; run++ {
+		b := Retry(min, max)
+		for i, c := range curve {
+			c *= time.Millisecond
+			d := b.Step()
+			if d < c || d > c+c/2 {
+				t.Fatalf("wait %d is %v, want %v to %v", i, d, c, c+c/2)
+			}
+			if i == 0 {
+				seen[d] = true
+			}
+		}
+	}
+	if len(seen) < 10 {
+		t.Fatalf("50 first waits took %d values: not jittered", len(seen))
+	}
+}
