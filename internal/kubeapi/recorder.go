@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/tools/record/util"
+	"k8s.io/utils/clock"
 )
 
 // The recorder writes events as client-go's k8s.io/client-go/tools/events
@@ -32,6 +35,17 @@ const (
 	// seriesRefresh: open series are written again this often, so that the
 	// API server's TTL does not remove them.
 	seriesRefresh = 30 * time.Minute
+	// recordQueue bounds the events waiting for the recorder's writer
+	// (client-go's maxQueuedEvents); beyond it they are dropped and counted.
+	recordQueue = 1000
+	// spamBurst and spamQPS are client-go's spam filter of one object's
+	// events (tools/record, events_cache.go: defaultSpamBurst,
+	// defaultSpamQPS): 25 at once, then one every 5 minutes.
+	spamBurst = 25
+	spamQPS   = 1. / 300.
+	// spamObjects bounds the objects the spam filter remembers (client-go's
+	// maxLruCacheEntries).
+	spamObjects = 4096
 )
 
 // seriesKey is what makes two events one series (tools/events, getKey):
@@ -42,23 +56,43 @@ type seriesKey struct {
 }
 
 // recorder aggregates the shim's events into events.k8s.io/v1 Events with
-// series, and writes them in the background.
+// series, filters each object's events as client-go's recorder does, and
+// writes them from one goroutine, in order, as client-go's event sink does.
 type recorder struct {
 	res      Resources
 	instance string // reportingInstance
 	log      *slog.Logger
 	retry    time.Duration
 	now      func() time.Time
+	spam     *record.EventSourceObjectSpamFilter
+	// dropped counts an event not written, by why (spam, queue_full).
+	dropped func(reason string)
 
 	mu    sync.Mutex
 	cache map[seriesKey]*eventsv1.Event
-	wg    sync.WaitGroup
+	// wg counts the events queued or being written.
+	wg sync.WaitGroup
+
+	// queue holds the events to write; the writer starts with the first
+	// (writeQueued) and, once its context ends, takes no more (closed).
+	queue  chan *eventsv1.Event
+	qmu    sync.Mutex
+	closed bool
+	start  sync.Once
 }
 
-func newRecorder(res Resources, log *slog.Logger) *recorder {
+func newRecorder(res Resources, log *slog.Logger, dropped func(reason string)) *recorder {
 	host, _ := os.Hostname()
 	return &recorder{res: res, instance: ReportingController + "-" + host, log: log, retry: recordRetry,
-		now: time.Now, cache: map[seriesKey]*eventsv1.Event{}}
+		now: time.Now, cache: map[seriesKey]*eventsv1.Event{}, dropped: dropped, queue: make(chan *eventsv1.Event, recordQueue),
+		spam: record.NewEventSourceObjectSpamFilter(spamObjects, spamBurst, spamQPS, clock.RealClock{}, spamKey)}
+}
+
+// spamKey is client-go's (tools/record, getSpamKey): the source, the object
+// and the type, not the reason.
+func spamKey(e *corev1.Event) string {
+	o := e.InvolvedObject
+	return strings.Join([]string{e.Source.Component, e.Source.Host, o.Kind, o.Namespace, o.Name, string(o.UID), o.APIVersion, e.Type}, "")
 }
 
 // run finishes and refreshes series until ctx ends, then waits for the
@@ -103,14 +137,52 @@ func (r *recorder) record(ctx context.Context, e *Event) {
 		Note:                e.Note,
 		Type:                e.Type,
 	}
+	if r.spam.Filter(&corev1.Event{InvolvedObject: e.Regarding, Type: e.Type, Source: corev1.EventSource{Component: ReportingController}}) {
+		r.dropped("spam")
+		r.log.Debug("event of an object over its rate not written", "reason", e.Reason, "regarding", e.Regarding.Name)
+		return
+	}
 	if ev = r.aggregate(ev, now); ev == nil {
 		return
 	}
+	r.start.Do(func() { go r.writeQueued(ctx) })
+	r.qmu.Lock()
+	defer r.qmu.Unlock()
+	if r.closed {
+		return
+	}
 	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.write(ctx, ev)
-	}()
+	select {
+	case r.queue <- ev:
+	default:
+		r.wg.Done()
+		r.dropped("queue_full")
+		r.log.Warn("event not written: the recorder's queue is full", "reason", e.Reason, "regarding", e.Regarding.Name)
+	}
+}
+
+// writeQueued writes the queued events in order until ctx ends, then
+// drops what is left.
+func (r *recorder) writeQueued(ctx context.Context) {
+	for {
+		select {
+		case ev := <-r.queue:
+			r.write(ctx, ev)
+			r.wg.Done()
+		case <-ctx.Done():
+			r.qmu.Lock()
+			r.closed = true
+			r.qmu.Unlock()
+			for {
+				select {
+				case <-r.queue:
+					r.wg.Done()
+				default:
+					return
+				}
+			}
+		}
+	}
 }
 
 // aggregate puts ev in the cache and returns what to write: ev itself when
@@ -195,33 +267,74 @@ func (r *recorder) writeOnce(ctx context.Context, ev *eventsv1.Event) (*eventsv1
 }
 
 // finishSeries writes the last count of the series not seen for
-// seriesFinish, and forgets them and the single events as old.
+// seriesFinish, and forgets them and the single events as old. The writes
+// are made without the cache's lock, so recording goes on meanwhile.
 func (r *recorder) finishSeries(ctx context.Context) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	cut := r.now().Add(-seriesFinish)
-	for k, ev := range r.cache {
+	done := r.sweep(func(ev *eventsv1.Event) (write, forget bool) {
 		switch {
 		case ev.Series != nil && ev.Series.LastObservedTime.Time.Before(cut):
-			if _, retry := r.writeOnce(ctx, ev); !retry {
-				delete(r.cache, k)
-			}
+			return true, false
 		case ev.Series == nil && ev.EventTime.Time.Before(cut):
-			delete(r.cache, k)
+			return false, true
+		}
+		return false, false
+	})
+	for _, d := range done {
+		if _, retry := r.writeOnce(ctx, d.copy); !retry {
+			r.settle(d, nil, true)
 		}
 	}
 }
 
 // refreshSeries writes every open series again.
 func (r *recorder) refreshSeries(ctx context.Context) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, ev := range r.cache {
-		if ev.Series == nil {
-			continue
-		}
-		if out, retry := r.writeOnce(ctx, ev); !retry && out != nil {
-			r.cache[k] = out
+	done := r.sweep(func(ev *eventsv1.Event) (bool, bool) { return ev.Series != nil, false })
+	for _, d := range done {
+		if out, retry := r.writeOnce(ctx, d.copy); !retry && out != nil {
+			r.settle(d, out, false)
 		}
 	}
+}
+
+// swept is a cached Event a sweep writes: its key, the Event as cached
+// then, and a copy to write.
+type swept struct {
+	key       seriesKey
+	was, copy *eventsv1.Event
+	count     int32
+}
+
+// sweep forgets the cached Events pick says to forget and returns copies of
+// those it says to write.
+func (r *recorder) sweep(pick func(*eventsv1.Event) (write, forget bool)) []swept {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []swept
+	for k, ev := range r.cache {
+		write, forget := pick(ev)
+		switch {
+		case forget:
+			delete(r.cache, k)
+		case write:
+			out = append(out, swept{key: k, was: ev, copy: ev.DeepCopy(), count: ev.Series.Count})
+		}
+	}
+	return out
+}
+
+// settle records a sweep's write of d: the cached Event becomes out (or
+// is forgotten), unless the series was counted again meanwhile, which its
+// next sweep writes.
+func (r *recorder) settle(d swept, out *eventsv1.Event, forget bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.cache[d.key]; cur != d.was || cur.Series == nil || cur.Series.Count != d.count {
+		return
+	}
+	if forget {
+		delete(r.cache, d.key)
+		return
+	}
+	r.cache[d.key] = out
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -24,7 +26,7 @@ import (
 var backOff = Event{Regarding: PodObject(podA), Type: corev1.EventTypeWarning, Reason: "BackOff", Action: "Hold", Note: "held 2s"}
 
 func testRecorder(t *testing.T, cs *fake.Clientset) (*recorder, context.Context) {
-	r := newRecorder(kubeapitest.Clientset{Interface: cs}, slog.New(slog.DiscardHandler))
+	r := newRecorder(kubeapitest.Clientset{Interface: cs}, slog.New(slog.DiscardHandler), func(string) {})
 	r.retry = time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() { cancel(); r.wg.Wait() })
@@ -78,7 +80,7 @@ func TestRecorderRetriesTransportFailuresOnly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := fake.NewClientset()
 			var tries atomic.Int32
-			cs.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+			cs.PrependReactor("create", "events", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 				if tries.Add(1) < 3 {
 					return true, nil, tc.err
 				}
@@ -129,5 +131,111 @@ func TestEventOfUnknownTypeIsNotWritten(t *testing.T) {
 	r.wg.Wait()
 	if ev := events(t, cs); len(ev) != 0 {
 		t.Fatal(fmt.Sprint("written: ", ev))
+	}
+}
+
+// countingRecorder is testRecorder counting the events it drops, by why.
+func countingRecorder(t *testing.T, cs *fake.Clientset) (*recorder, context.Context, func(string) int) {
+	r, ctx := testRecorder(t, cs)
+	var mu sync.Mutex
+	dropped := map[string]int{}
+	r.dropped = func(why string) { mu.Lock(); dropped[why]++; mu.Unlock() }
+	return r, ctx, func(why string) int { mu.Lock(); defer mu.Unlock(); return dropped[why] }
+}
+
+// One object's events pass client-go's spam filter: 25 at once, then none
+// until its bucket refills (one per 5 minutes); another object's are not
+// held back.
+func TestOneObjectsEventsAreRateLimited(t *testing.T) {
+	cs := fake.NewClientset()
+	r, ctx, dropped := countingRecorder(t, cs)
+	for i := range 30 {
+		e := backOff
+		e.Reason = fmt.Sprintf("Reason%d", i)
+		r.record(ctx, &e)
+	}
+	other := backOff
+	other.Regarding = PodObject(PodRef{Namespace: podA.Namespace, Name: "b", UID: "uid-b"})
+	r.record(ctx, &other)
+	r.wg.Wait()
+	byPod := map[string]int{}
+	for _, ev := range events(t, cs) {
+		byPod[ev.Regarding.Name]++
+	}
+	if byPod["a"] != spamBurst || byPod["b"] != 1 || dropped("spam") != 30-spamBurst {
+		t.Fatalf("written %v, %d dropped as spam; want %d of a, 1 of b, %d dropped", byPod, dropped("spam"), spamBurst, 30-spamBurst)
+	}
+}
+
+// Events wait for one writer in a bounded queue: while the API server
+// holds a write, at most recordQueue wait, the rest are dropped and
+// counted, and no goroutine is started per event.
+func TestRecorderQueueIsBounded(t *testing.T) {
+	cs := fake.NewClientset()
+	release := make(chan struct{})
+	var first sync.Once
+	cs.PrependReactor("create", "events", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		first.Do(func() { <-release })
+		return false, nil, nil
+	})
+	r, ctx, dropped := countingRecorder(t, cs)
+	goroutines := runtime.NumGoroutine()
+	n := recordQueue + 200
+	for i := range n {
+		e := backOff
+		e.Regarding = PodObject(PodRef{Namespace: podA.Namespace, Name: fmt.Sprintf("p%d", i), UID: fmt.Sprintf("u%d", i)})
+		r.record(ctx, &e)
+	}
+	if g := runtime.NumGoroutine(); g > goroutines+5 {
+		t.Errorf("%d goroutines while %d events wait, %d before", g, n, goroutines)
+	}
+	close(release)
+	r.wg.Wait()
+	written := len(events(t, cs))
+	// The writer took the first before the others were queued, or not.
+	if dropped("queue_full")+written != n || written < recordQueue || written > recordQueue+1 {
+		t.Fatalf("%d written, %d dropped of %d; want %d or %d written", written, dropped("queue_full"), n, recordQueue, recordQueue+1)
+	}
+}
+
+// A sweep's writes are made without the cache's lock: an event recorded
+// while the API server holds the sweep's write is not held up by it.
+func TestSweepDoesNotHoldUpRecording(t *testing.T) {
+	cs := fake.NewClientset()
+	r, ctx := testRecorder(t, cs)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.now = func() time.Time { return now }
+	for range 3 {
+		e := backOff
+		r.record(ctx, &e)
+		r.wg.Wait()
+	}
+	hold, held := make(chan struct{}), make(chan struct{})
+	cs.PrependReactor("patch", "events", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		close(held)
+		<-hold
+		return false, nil, nil
+	})
+	now = now.Add(seriesFinish + time.Second)
+	swept := make(chan struct{})
+	go func() { r.finishSeries(ctx); close(swept) }()
+	<-held
+	recorded := make(chan struct{})
+	go func() {
+		e := backOff
+		e.Regarding = PodObject(PodRef{Namespace: podA.Namespace, Name: "b", UID: "uid-b"})
+		r.record(ctx, &e)
+		close(recorded)
+	}()
+	select {
+	case <-recorded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("recording waited for the sweep's write")
+	}
+	close(hold)
+	<-swept
+	r.wg.Wait()
+	if s := events(t, cs); len(s) != 2 {
+		t.Fatalf("%d events, want the finished series and the new one", len(s))
 	}
 }

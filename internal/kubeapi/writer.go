@@ -116,7 +116,7 @@ func (w *Writer) Run(ctx context.Context) {
 	case <-w.c.Ready():
 	}
 	w.res = w.c.Resources()
-	w.rec = newRecorder(w.res, w.log)
+	w.rec = newRecorder(w.res, w.log, func(reason string) { w.dropped.WithLabelValues(kindEvent.String(), reason).Inc() })
 	recDone := make(chan struct{})
 	go func() { w.rec.run(ctx); close(recDone) }()
 	defer func() { <-recDone }()
