@@ -181,6 +181,9 @@ func (r *fakeRuntime) List(keep func(*podtable.Sandbox) bool) []podtable.Sandbox
 func (r *fakeRuntime) ListContainers(_ context.Context, in *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
 	out := &runtimeapi.ListContainersResponse{}
 	for _, c := range r.containers {
+		if st := in.GetFilter().GetState(); st != nil && c.State != st.State {
+			continue // containerd filters by state too
+		}
 		if c.PodSandboxId == in.GetFilter().GetPodSandboxId() {
 			out.Containers = append(out.Containers, c)
 		}

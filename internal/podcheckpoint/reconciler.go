@@ -2,6 +2,7 @@ package podcheckpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -209,6 +210,11 @@ func (r *Reconciler) Lookup(ns, name string) *cpv1.PodCheckpoint {
 	return nil
 }
 
+// errNotYet is an object whose pod is not ready for its checkpoint yet:
+// looked at again with the queue's backoff (500 ms doubling to 30 s), from
+// the pod informer and the runtime, never the API server.
+var errNotYet = errors.New("not yet")
+
 // Run works the queue until ctx ends, then waits for checkpoints in flight.
 func (r *Reconciler) Run(ctx context.Context) {
 	go func() { <-ctx.Done(); r.queue.ShutDown() }()
@@ -218,7 +224,9 @@ func (r *Reconciler) Run(ctx context.Context) {
 			break
 		}
 		if err := r.reconcile(ctx, k); err != nil {
-			r.log.Warn("podcheckpoint: reconcile", "object", k, "err", err)
+			if !errors.Is(err, errNotYet) {
+				r.log.Warn("podcheckpoint: reconcile", "object", k, "err", err)
+			}
 			r.queue.AddRateLimited(k)
 		} else {
 			r.queue.Forget(k)
@@ -331,15 +339,14 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *podt
 		return err
 	}
 	if missing != "" {
-		r.queue.AddAfter(key(pc.Namespace, pc.Name), 2*time.Second)
-		return nil // KEP-5823: every regular container and sidecar running first
+		// KEP-5823: every regular container and sidecar running first.
+		return fmt.Errorf("%w: container %s of pod %s is not running", errNotYet, missing, pc.Spec.SourcePodName)
 	}
 	podKey := key(pc.Namespace, pc.Spec.SourcePodName)
 	r.mu.Lock()
 	if other, ok := r.byPod[podKey]; ok && other != pc.UID {
 		r.mu.Unlock()
-		r.queue.AddAfter(key(pc.Namespace, pc.Name), 2*time.Second)
-		return nil // one checkpoint per pod at a time
+		return fmt.Errorf("%w: another checkpoint of pod %s is in progress", errNotYet, pc.Spec.SourcePodName)
 	}
 	r.started[pc.UID] = true
 	r.byPod[podKey] = pc.UID

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -325,5 +326,30 @@ func TestLateCopyAfterCompletion(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.root, DataDir(done), "manifest.json")); err != nil {
 		t.Errorf("data: %v", err)
+	}
+}
+
+// An object whose pod has a container not running waits with the queue's
+// backoff (its requeues counted), not a fixed poll, and stays Pending.
+func TestWaitForContainersBacksOff(t *testing.T) {
+	e := newEnv(t)
+	p := e.pod("ns", "web", "uid-1")
+	for _, c := range e.rt.containers {
+		if c.Metadata.Name == p.Spec.Containers[1].Name {
+			c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+		}
+	}
+	e.run(t)
+	e.create(object("ns", "cp", "web"))
+	k := key("ns", "cp")
+	deadline := time.Now().Add(5 * time.Second)
+	for e.r.queue.NumRequeues(k) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("requeues %d: the wait for the container is not backed off", e.r.queue.NumRequeues(k))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := e.api.reasons(); slices.Contains(got, cpv1.ReasonInProgress) {
+		t.Fatalf("checkpoint started with a container not running: %v", got)
 	}
 }

@@ -2,10 +2,12 @@ package podcheckpoint
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,10 +44,10 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 		log.Error("PodCheckpoint objects are not reconciled", "err", err)
 		return
 	}
-	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute, Exporter: exp, Sources: src},
-		ckpt, rt, c, conn.Resources(), ev, log)
 	pods := podInformer(conn.Resources(), node)
 	go pods.Run(ctx.Done())
+	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute, Exporter: exp, Sources: src},
+		ckpt, rt, c, informerPods{pods}, ev, log)
 	if restores != nil {
 		restores.connect(&restoreView{object: r.Lookup, pod: cachedPod(pods.GetStore()), get: c.Get, source: r.SourceRestore})
 	}
@@ -75,6 +77,22 @@ func podInformer(res kubeapi.Resources, node string) cache.SharedIndexInformer {
 		return o, nil
 	})
 	return inf
+}
+
+// informerPods reads the node's pods from its pod informer: the source pod
+// of an object this node checkpoints runs on this node, so once the
+// informer has synced it holds the pod, and reading it costs the API server
+// nothing.
+type informerPods struct{ inf cache.SharedIndexInformer }
+
+func (p informerPods) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	if !p.inf.HasSynced() {
+		return nil, errors.New("the node's pods are not listed yet")
+	}
+	if pod := cachedPod(p.inf.GetStore())(ns, name); pod != nil {
+		return pod, nil
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
 }
 
 func cachedPod(s cache.Store) func(ns, name string) *corev1.Pod {
