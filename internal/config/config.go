@@ -58,6 +58,10 @@ type KubernetesConfig struct {
 	// QPS and Burst limit the shim's requests to the API server.
 	QPS   float32 `toml:"qps" comment:"Sustained requests per second to the API server."`
 	Burst int     `toml:"burst" comment:"Requests allowed in a burst above qps."`
+	// PodCheckpoints turns the PodCheckpoint controller on: its watches,
+	// its reconciler and restores naming an object. Off, a cluster without
+	// the CRD (deploy/crd) or its RBAC costs the API server nothing.
+	PodCheckpoints bool `toml:"pod_checkpoints" comment:"Reconcile PodCheckpoint objects of this node's pods, and restore by object name (needs deploy/crd and deploy/rbac); false turns that off."`
 }
 
 // Enabled reports whether the shim talks to an API server.
@@ -201,7 +205,7 @@ func DefaultConfig() Config {
 			PullWait:             Duration{time.Minute},
 			ObjectWait:           Duration{5 * time.Second},
 		},
-		Kubernetes: KubernetesConfig{QPS: 5, Burst: 10},
+		Kubernetes: KubernetesConfig{QPS: 5, Burst: 10, PodCheckpoints: true},
 	}
 }
 

@@ -2,6 +2,9 @@ package podcheckpoint
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -45,5 +49,23 @@ func TestInformerPodsReadTheCache(t *testing.T) {
 	}
 	if _, err := pods.GetPod(ctx, "ns", "db"); !apierrors.IsNotFound(err) {
 		t.Fatalf("a pod the node does not run: %v, want NotFound", err)
+	}
+}
+
+// A list or watch that fails because the CRD or its RBAC is missing is
+// told once, with the switch that turns the controller off.
+func TestWatchErrorNamesTheSwitchOnce(t *testing.T) {
+	var buf strings.Builder
+	w := &Watches{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "checkpoint.cri-shim.io", Resource: "podcheckpoints"}, "")
+	for range 3 {
+		w.watchError(context.Background(), nil, notFound)
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != 1 || !strings.Contains(buf.String(), "pod_checkpoints = false") {
+		t.Fatalf("%d warnings, want one naming the switch:\n%s", n, buf.String())
+	}
+	w.watchError(context.Background(), nil, errors.New("connection refused"))
+	if n := strings.Count(buf.String(), "level=WARN"); n != 2 {
+		t.Fatalf("another cause not told: %d warnings", n)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -34,6 +36,9 @@ type Watches struct {
 	r      *Reconciler
 	node   string
 	log    *slog.Logger
+	// errMu and lastErr keep watchError to one log line per cause.
+	errMu   sync.Mutex
+	lastErr string
 	// pollEvery paces the look at the node's sandboxes (the runtime, not the API).
 	pollEvery time.Duration
 }
@@ -170,6 +175,7 @@ func (w *Watches) informer(opts func(*metav1.ListOptions)) cache.SharedIndexInfo
 		},
 	}
 	inf := cache.NewSharedIndexInformer(lw, &cpv1.PodCheckpoint{}, time.Minute, cache.Indexers{})
+	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
 	observe := func(o any) {
 		if pc, ok := o.(*cpv1.PodCheckpoint); ok {
 			w.r.Observe(pc)
@@ -188,4 +194,22 @@ func (w *Watches) informer(opts func(*metav1.ListOptions)) cache.SharedIndexInfo
 		},
 	})
 	return inf
+}
+
+// watchError tells why a PodCheckpoint list or watch failed, once per
+// cause: the reflector retries with its own backoff. A cluster without the
+// CRD, or without the node's RBAC for it, gets the switch that turns the
+// controller off.
+func (w *Watches) watchError(_ context.Context, _ *cache.Reflector, err error) {
+	msg := err.Error()
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		msg += "; install deploy/crd and deploy/rbac, or set [kubernetes] pod_checkpoints = false"
+	}
+	w.errMu.Lock()
+	repeated := msg == w.lastErr
+	w.lastErr = msg
+	w.errMu.Unlock()
+	if !repeated {
+		w.log.Warn("podcheckpoint: listing or watching PodCheckpoint objects failed; retrying with backoff", "err", msg)
+	}
 }

@@ -207,11 +207,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	bg.Add("pod orchestrator channels", channels.Run)
 	bg.Add("container event feed", feed.Run)
 	bg.Add("API server writer", api.Run)
-	if api != nil {
+	if api != nil && cfg.Kubernetes.PodCheckpoints {
 		bg.Add("PodCheckpoint objects", func(ctx context.Context) {
 			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
 				nodeRuntime{table, runtimeapi.NewRuntimeServiceClient(backend)}, cp.restores, cp.exporter, cp.sources, cp.events, log)
 		})
+	}
+	if api != nil {
 		bg.Add("pod status reporter", reporter.Run)
 	}
 	stopBackground := bg.Start(ctx)
@@ -283,7 +285,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 	var resolve func(ctx context.Context, ns, pod, uid, name string) (string, error)
 	var checkpointEvents podcheckpoint.EventSink
 	var restores *podcheckpoint.Restores
-	if api != nil {
+	if api != nil && cfg.Kubernetes.PodCheckpoints {
 		checkpointEvents = func(ref corev1.ObjectReference, eventType, reason, note string) {
 			action := "Checkpoint"
 			if ref.Kind == "Pod" {
