@@ -87,7 +87,7 @@ matrix: build stack
 	test/matrix.sh
 
 run: build stack
-	test/stack/up.sh --kubelet --apiserver --shim-config deploy/examples/demo/cri-shim.toml
+	test/stack/up.sh --kubelet --apiserver --shim-api --shim-config deploy/examples/demo/cri-shim.toml
 	@GO=$(GO) test/stack/demo.sh
 
 stop:

@@ -11,10 +11,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // demoCommands runs test/stack/demo.sh (what `make run` ends with) on the
-// running node and returns the commands it printed, one per feature, in order.
+// running node, the shim acting as the node in the API, and returns the
+// commands it printed, one per feature and four for the API side, in order.
 func demoCommands(t *testing.T) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -32,8 +36,8 @@ func demoCommands(t *testing.T) []string {
 			cmds = append(cmds, c)
 		}
 	}
-	if len(cmds) != 4 {
-		t.Fatalf("demo.sh printed %d commands, want one for each of the 4 features", len(cmds))
+	if len(cmds) != 8 {
+		t.Fatalf("demo.sh printed %d commands, want one for each of the 4 features and 4 of the API side", len(cmds))
 	}
 	return cmds
 }
@@ -123,21 +127,53 @@ var countLine = regexp.MustCompile(`count (\d+) in (\S+), counting since (\S+)`)
 // was restored with it) and the first it printed in demo-warm: the next count
 // (or the one after, if the log had not caught up when the checkpoint was
 // cut), the same start time: one process that went on where it was checkpointed.
-func warmStarted(out string) error {
-	var lines [][]string
-	for _, l := range strings.Split(out, "\n") {
-		if m := countLine.FindStringSubmatch(l); m != nil {
-			lines = append(lines, m)
+func warmStarted(srcPod, dstPod string) func(string) error {
+	return func(out string) error {
+		var lines [][]string
+		for _, l := range strings.Split(out, "\n") {
+			if m := countLine.FindStringSubmatch(l); m != nil {
+				lines = append(lines, m)
+			}
+		}
+		if len(lines) != 2 {
+			return fmt.Errorf("want the last line in %s and the first in %s:\n%s", srcPod, dstPod, out)
+		}
+		src, dst := lines[0], lines[1]
+		n, _ := strconv.Atoi(src[1])
+		m, _ := strconv.Atoi(dst[1])
+		if !strings.HasPrefix(src[2], srcPod) || !strings.HasPrefix(dst[2], dstPod) || n < 3 || m <= n || m > n+2 || src[3] != dst[3] {
+			return fmt.Errorf("not one process going on from a count of 3 or more in %s to the next in %s:\n%s", srcPod, dstPod, out)
+		}
+		return nil
+	}
+}
+
+// gateHeld: the pod is not Ready and cri-shim's readiness gate is False
+// with reason BackoffHold (a restart held by the backoff).
+func gateHeld(out string) error {
+	for _, r := range table(out) {
+		if r["NAME"] == "demo-api-restart" && r["READY"] == "False" && r["GATE"] == "False" && r["REASON"] == "BackoffHold" {
+			return nil
 		}
 	}
-	if len(lines) != 2 {
-		return fmt.Errorf("want the last line in demo-counter and the first in demo-warm:\n%s", out)
+	return fmt.Errorf("not seen during a hold yet:\n%s", out)
+}
+
+// restartEvents: cri-shim's events of the in-place restart.
+func restartEvents(out string) error {
+	for _, reason := range []string{"RestartAllContainersInPlace", "RestartedInPlace"} {
+		if !strings.Contains(out, reason) {
+			return fmt.Errorf("no %s event:\n%s", reason, out)
+		}
 	}
-	src, dst := lines[0], lines[1]
-	n, _ := strconv.Atoi(src[1])
-	m, _ := strconv.Atoi(dst[1])
-	if !strings.HasPrefix(src[2], "demo-counter-") || !strings.HasPrefix(dst[2], "demo-warm-") || n < 3 || m <= n || m > n+2 || src[3] != dst[3] {
-		return fmt.Errorf("not one process going on from a count of 3 or more in demo-counter to the next in demo-warm:\n%s", out)
+	return nil
+}
+
+// podCheckpointReady: the object is held by the node and Ready.
+func podCheckpointReady(out string) error {
+	rows := table(out)
+	if len(rows) != 1 || rows[0]["READY"] != "True" || rows[0]["REASON"] != "CheckpointCompleted" || rows[0]["NODE"] == "" {
+		return fmt.Errorf("not Ready:\n%s", out)
 	}
 	return nil
 }
@@ -157,11 +193,42 @@ func orchestrated(out string) error {
 // curve, a warm start from a checkpoint and an orchestrator sidecar.
 func TestDemo(t *testing.T) {
 	needKubelet(t)
+	cs := needAPIServer(t)
 	extra, err := os.ReadFile(filepath.Join(node.repo, "deploy", "examples", "demo", "cri-shim.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	withShimConfig(t, string(extra))
+	// As make run: the demo's config, the shim acting as the node
+	// (up.sh --shim-api), the kubelet registered with the API server.
+	withShimConfig(t, string(extra)+fmt.Sprintf("\n[kubernetes]\nkubeconfig = %q\nnode_name = %q\n", node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"]))
+	apiKubelet(t, cs)
+	waitGatePolicy(t, cs, "default")
+	// The demo's API objects go before the kubelet and the shim's API
+	// config do: the shim removes the PodCheckpoint's finalizer, and no
+	// later kubelet in API mode runs the pods again.
+	t.Cleanup(func() {
+		zero := int64(0)
+		for _, p := range []string{"demo-api-restart", "demo-api-counter", "demo-api-warm"} {
+			_ = cs.CoreV1().Pods("default").Delete(ctxT(t, 10*time.Second), p, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		}
+		pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
+		_ = pcs.Delete(ctxT(t, 10*time.Second), "default", "demo-api-counter-cp")
+		eventually(t, time.Minute, "the demo's API pods and PodCheckpoint gone", func() error {
+			l, err := cs.CoreV1().Pods("default").List(ctxT(t, 10*time.Second), metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, p := range l.Items {
+				if strings.HasPrefix(p.Name, "demo-api-") {
+					return fmt.Errorf("pod %s still there", p.Name)
+				}
+			}
+			if _, err := pcs.Get(ctxT(t, 10*time.Second), "default", "demo-api-counter-cp"); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("PodCheckpoint still there: %v", err)
+			}
+			return nil
+		})
+	})
 	t.Cleanup(func() {
 		pauseKubelet(t) // the demo's static pods and their containers
 		os.RemoveAll(filepath.Join(node.env["CHECKPOINTS"], "demo-counter-warm"))
@@ -178,8 +245,13 @@ func TestDemo(t *testing.T) {
 		// main works 55 s, then the restart waits out the pod's first delay.
 		{"in-place restart", inPlaceRestarted, 100 * time.Second},
 		{"crash loop on the shim's curve", crashLoopOnCurve, 30 * time.Second},
-		{"warm start from a checkpoint", warmStarted, 10 * time.Second},
+		{"warm start from a checkpoint", warmStarted("demo-counter-", "demo-warm-"), 10 * time.Second},
 		{"orchestrator sidecar", orchestrated, 10 * time.Second},
+		// main exits every 20 s; holds of 1 to 5 s follow.
+		{"the readiness gate during a hold", gateHeld, 90 * time.Second},
+		{"the restart's events", restartEvents, 30 * time.Second},
+		{"a PodCheckpoint Ready", podCheckpointReady, 10 * time.Second},
+		{"a restore by PodCheckpoint name", warmStarted("demo-api-counter", "demo-api-warm"), 10 * time.Second},
 	}
 	for i, c := range checks {
 		var out string

@@ -59,6 +59,26 @@ wait_for 60 "the orchestrator's restart of worker" log_has demo-orchestrator orc
 wait_for 60 "demo-restart to run" running demo-restart main
 wait_for 60 "demo-crashloop to crash under the curve" log_has demo-crashloop crash 'failing'
 
+# With the shim acting as the node in the API ([kubernetes]; make run): the
+# readiness gate, the events and a PodCheckpoint, on API pods (the stack has
+# no scheduler: demo.sh binds them to this node).
+API=
+if grep -q '^\[kubernetes\]' "$SHIM_CONFIG" && [[ -f $ADMIN_KUBECONFIG && -f $NODE_RUN/kube-apiserver.pid ]]; then API=1; fi
+KUBECTL="$STACK/bin/kubectl --kubeconfig $ADMIN_KUBECONFIG"
+api_place() { sed "s#NODE_NAME#$NODE_NAME#" "$DEMO/api/$1.yaml" | $KUBECTL apply -f - >/dev/null; }
+if [[ -n $API ]]; then
+	log "the API side: demo-api-restart, and a PodCheckpoint of demo-api-counter restored by name"
+	$KUBECTL delete pod demo-api-restart demo-api-counter demo-api-warm --ignore-not-found --wait=true >/dev/null
+	$KUBECTL delete podcheckpoint demo-api-counter-cp --ignore-not-found --wait=true >/dev/null
+	api_place restart
+	api_place counter
+	wait_for 120 "demo-api-counter to count" sh -c "$KUBECTL logs demo-api-counter | grep -q 'count 3 '"
+	$KUBECTL apply -f "$DEMO/api/podcheckpoint.yaml" >/dev/null
+	wait_for 120 "PodCheckpoint demo-api-counter-cp to be Ready" $KUBECTL wait --for=condition=Ready --timeout=1s podcheckpoint/demo-api-counter-cp
+	api_place warm
+	wait_for 120 "demo-api-warm to run from the PodCheckpoint" sh -c "$KUBECTL get pod demo-api-warm -o jsonpath='{.status.phase}' | grep -q Running"
+fi
+
 LOGS=$NODE_DATA/pod-logs
 cat <<TXT
 
@@ -98,6 +118,29 @@ Each feature, and the one command that shows it working:
    $ tail -n 4 $LOGS/default_$(pod demo-orchestrator)_*/orchestrator/0.log
    try: echo "restart-all demo" >> $ORCH/commands   (or "restart worker", "terminate worker 3")
 
+TXT
+if [[ -n $API ]]; then
+	cat <<TXT
+5. The API side, the shim acting as the node (docs/kubernetes-api.md): demo-api-restart's
+   main exits 88 every 20 s. cri-shim's readiness gate (restart.cri-shim.io/ready, added
+   by deploy/admission) keeps the pod not Ready while the restart is held by the backoff
+   (reason BackoffHold), and Ready again once it runs. Run it a few times:
+   $ $KUBECTL get pod demo-api-restart -o custom-columns='NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,GATE:.status.conditions[?(@.type=="restart.cri-shim.io/ready")].status,REASON:.status.conditions[?(@.type=="restart.cri-shim.io/ready")].reason'
+
+6. The restart's events, written by cri-shim:
+   $ $KUBECTL get events --field-selector involvedObject.name=demo-api-restart
+
+7. A PodCheckpoint made with kubectl apply (deploy/examples/demo/api/podcheckpoint.yaml):
+   the node running demo-api-counter checkpointed it and reports it Ready:
+   $ $KUBECTL get podcheckpoint demo-api-counter-cp
+
+8. demo-api-warm names it (checkpoint.cri-shim.io/restore-from: demo-api-counter-cp) and
+   runs as the checkpointed process, one count on:
+   $ $KUBECTL logs demo-api-warm | grep -B 1 -m 1 'in demo-api-warm'
+
+TXT
+fi
+cat <<TXT
 More:
    $CRICTL pods   # every pod, through the shim
    curl -sk https://127.0.0.1:$KUBELET_PORT/pods | head -c 600   # the kubelet's view

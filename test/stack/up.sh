@@ -2,7 +2,7 @@
 # Starts a test node: containerd, cri-shim and (with --kubelet) a standalone
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
-#   up.sh [--kubelet] [--apiserver | --join] [--manifest FILE]... [--shim-config FILE]
+#   up.sh [--kubelet] [--apiserver | --join] [--manifest FILE]... [--shim-config FILE] [--shim-api]
 #   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry|registry-tls|registry-auth
 #         (re)start one component of a running node
 # --apiserver also starts etcd and kube-apiserver on loopback ports, and the
@@ -10,6 +10,8 @@
 # kubelet registers with the API server another node of this machine runs
 # (node2.sh: $PKI is that node's), none is started here.
 # --shim-config appends FILE (TOML) to the shim's config (make run: the demo's).
+# --shim-api: the shim acts as the node in the API ([kubernetes] with the
+# kubelet's kubeconfig; make run).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 KUBELET=
@@ -18,6 +20,7 @@ JOIN=
 ONLY=
 MANIFEST_FILES=()
 SHIM_EXTRA=
+SHIM_API=
 while (($#)); do
 	case $1 in
 	--kubelet) KUBELET=1 ;;
@@ -25,6 +28,7 @@ while (($#)); do
 	--join) JOIN=1 ;;
 	--manifest) MANIFEST_FILES+=("$2"); shift ;;
 	--shim-config) SHIM_EXTRA=$2; shift ;;
+	--shim-api) SHIM_API=1 ;;
 	--start) ONLY=$2; shift ;;
 	*) echo "up.sh: unknown flag $1" >&2; exit 2 ;;
 	esac
@@ -189,6 +193,9 @@ state_dir = "$NODE_DATA/cri-shim"
 TOML
 	if [[ -n $SHIM_EXTRA ]]; then
 		{ echo; cat "$SHIM_EXTRA"; } >>"$NODE_RUN/cri-shim/config.toml"
+	fi
+	if [[ -n $SHIM_API ]]; then
+		printf '\n[kubernetes]\n  kubeconfig = "%s"\n  node_name = "%s"\n' "$KUBELET_KUBECONFIG" "$NODE_NAME" >>"$NODE_RUN/cri-shim/config.toml"
 	fi
 	cat >"$NODE_RUN/crictl.yaml" <<YAML
 runtime-endpoint: unix://$SHIM_SOCK
