@@ -27,9 +27,10 @@ import (
 //
 //   - held: status.nodeName=<node> (a selectable field of the CRD): the
 //     objects this node holds, for their finalizer and for restores by name.
-//   - sources: label checkpoint.cri-shim.io/source-pod in (keys of the
-//     pods whose sandboxes are ready on this node), restarted when that set
-//     changes; none while the node runs no pod.
+//   - sources: label checkpoint.cri-shim.io/source-pod in (keys
+//     "<namespace>.<name>" of the pods whose sandboxes are ready on this
+//     node), restarted when that set changes; none while the node runs no
+//     pod.
 type Watches struct {
 	client *Client
 	rt     Runtime
@@ -149,7 +150,7 @@ func (w *Watches) localKeys() []string {
 	seen := map[string]bool{}
 	var keys []string
 	for _, sb := range w.rt.List(func(s *podtable.Sandbox) bool { return s.Ready }) {
-		k := cpv1.SourcePodKey(sb.Metadata.GetName())
+		k := cpv1.SourcePodKey(sb.Metadata.GetNamespace(), sb.Metadata.GetName())
 		if k != "" && !seen[k] {
 			seen[k] = true
 			keys = append(keys, k)

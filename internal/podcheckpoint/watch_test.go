@@ -12,8 +12,8 @@ import (
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
-// The node selects by the keys of its ready sandboxes' pod names, each once,
-// in one set-based label selector.
+// The node selects by the keys of its ready sandboxes' pods, each once, in
+// one set-based label selector; a name in two namespaces is two keys.
 func TestSourceSelectorOfLocalPods(t *testing.T) {
 	rt := &fakeRuntime{}
 	long := strings.Repeat("x", 80)
@@ -22,7 +22,7 @@ func TestSourceSelectorOfLocalPods(t *testing.T) {
 	}
 	w := &Watches{rt: rt}
 	keys := w.localKeys()
-	if want := []string{"db", "web", cpv1.SourcePodKey(long)}; !slices.Equal(keys, slices.Sorted(slices.Values(want))) {
+	if want := []string{"a.db", "a.web", "b.web", cpv1.SourcePodKey("a", long)}; !slices.Equal(keys, slices.Sorted(slices.Values(want))) {
 		t.Errorf("keys %v", keys)
 	}
 	if got, want := sourceSelector([]string{"db", "web"}), cpv1.SourcePodLabel+" in (db,web)"; got != want {

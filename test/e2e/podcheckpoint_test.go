@@ -69,7 +69,7 @@ func TestPodCheckpointAPI(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got := pc.Labels[cpv1.SourcePodLabel]; got != "web-0" {
+		if got := pc.Labels[cpv1.SourcePodLabel]; got != ns+".web-0" {
 			return fmt.Errorf("label %s = %q", cpv1.SourcePodLabel, got)
 		}
 		// A node may not write a status naming another node.
@@ -86,7 +86,7 @@ func TestPodCheckpointAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := lp.Labels[cpv1.SourcePodLabel], cpv1.SourcePodKey(long); got != want {
+	if got, want := lp.Labels[cpv1.SourcePodLabel], cpv1.SourcePodKey(ns, long); got != want {
 		t.Errorf("label of a 70-character pod name: %q, want %q", got, want)
 	}
 
@@ -105,7 +105,7 @@ func TestPodCheckpointAPI(t *testing.T) {
 	upd.Labels[cpv1.SourcePodLabel] = "other"
 	if got, err := admin.Update(ctxT(t, 10*time.Second), upd); err != nil {
 		t.Errorf("label update: %v", err)
-	} else if got.Labels[cpv1.SourcePodLabel] != "web-0" {
+	} else if got.Labels[cpv1.SourcePodLabel] != ns+".web-0" {
 		t.Errorf("a user changed the source-pod label to %q", got.Labels[cpv1.SourcePodLabel])
 	}
 
