@@ -16,6 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// demoNS is the namespace of the demo's API pods (deploy/examples/demo/api).
+const demoNS = "cri-shim-demo"
+
 // demoCommands runs test/stack/demo.sh (what `make run` ends with) on the
 // running node, the shim acting as the node in the API, and returns the
 // commands it printed, one per feature and four for the API side, in order.
@@ -202,19 +205,19 @@ func TestDemo(t *testing.T) {
 	// (up.sh --shim-api), the kubelet registered with the API server.
 	withShimConfig(t, string(extra)+fmt.Sprintf("\n[kubernetes]\nkubeconfig = %q\nnode_name = %q\n", node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"]))
 	apiKubelet(t, cs)
-	waitGatePolicy(t, cs, "default")
+	waitGatePolicy(t, cs, testNamespace(t, cs, "e2e-demo"))
 	// The demo's API objects go before the kubelet and the shim's API
 	// config do: the shim removes the PodCheckpoint's finalizer, and no
 	// later kubelet in API mode runs the pods again.
 	t.Cleanup(func() {
 		zero := int64(0)
 		for _, p := range []string{"demo-api-restart", "demo-api-counter", "demo-api-warm"} {
-			_ = cs.CoreV1().Pods("default").Delete(ctxT(t, 10*time.Second), p, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			_ = cs.CoreV1().Pods(demoNS).Delete(ctxT(t, 10*time.Second), p, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 		}
 		pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
-		_ = pcs.Delete(ctxT(t, 10*time.Second), "default", "demo-api-counter-cp")
+		_ = pcs.Delete(ctxT(t, 10*time.Second), demoNS, "demo-api-counter-cp")
 		eventually(t, time.Minute, "the demo's API pods and PodCheckpoint gone", func() error {
-			l, err := cs.CoreV1().Pods("default").List(ctxT(t, 10*time.Second), metav1.ListOptions{})
+			l, err := cs.CoreV1().Pods(demoNS).List(ctxT(t, 10*time.Second), metav1.ListOptions{})
 			if err != nil {
 				return err
 			}
@@ -223,7 +226,7 @@ func TestDemo(t *testing.T) {
 					return fmt.Errorf("pod %s still there", p.Name)
 				}
 			}
-			if _, err := pcs.Get(ctxT(t, 10*time.Second), "default", "demo-api-counter-cp"); !apierrors.IsNotFound(err) {
+			if _, err := pcs.Get(ctxT(t, 10*time.Second), demoNS, "demo-api-counter-cp"); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("PodCheckpoint still there: %v", err)
 			}
 			return nil

@@ -64,15 +64,20 @@ wait_for 60 "demo-crashloop to crash under the curve" log_has demo-crashloop cra
 # no scheduler: demo.sh binds them to this node).
 API=
 if grep -q '^\[kubernetes\]' "$SHIM_CONFIG" && [[ -f $ADMIN_KUBECONFIG && -f $NODE_RUN/kube-apiserver.pid ]]; then API=1; fi
-KUBECTL="$STACK/bin/kubectl --kubeconfig $ADMIN_KUBECONFIG"
+KUBECTL="$STACK/bin/kubectl --kubeconfig $ADMIN_KUBECONFIG -n cri-shim-demo"
+api_log_has() { # api_log_has POD REGEX: in the kubelet's log of the API pod's main
+	local f
+	f=$(compgen -G "$NODE_DATA/pod-logs/cri-shim-demo_$1_*/main/*.log") && grep -Eqh "$2" $f
+}
 api_place() { sed "s#NODE_NAME#$NODE_NAME#" "$DEMO/api/$1.yaml" | $KUBECTL apply -f - >/dev/null; }
 if [[ -n $API ]]; then
 	log "the API side: demo-api-restart, and a PodCheckpoint of demo-api-counter restored by name"
+	$KUBECTL apply -f "$DEMO/api/namespace.yaml" >/dev/null
 	$KUBECTL delete pod demo-api-restart demo-api-counter demo-api-warm --ignore-not-found --wait=true >/dev/null
 	$KUBECTL delete podcheckpoint demo-api-counter-cp --ignore-not-found --wait=true >/dev/null
 	api_place restart
 	api_place counter
-	wait_for 120 "demo-api-counter to count" sh -c "$KUBECTL logs demo-api-counter | grep -q 'count 3 '"
+	wait_for 120 "demo-api-counter to count" api_log_has demo-api-counter 'count 3 '
 	$KUBECTL apply -f "$DEMO/api/podcheckpoint.yaml" >/dev/null
 	wait_for 120 "PodCheckpoint demo-api-counter-cp to be Ready" $KUBECTL wait --for=condition=Ready --timeout=1s podcheckpoint/demo-api-counter-cp
 	api_place warm
@@ -136,7 +141,7 @@ if [[ -n $API ]]; then
 
 8. demo-api-warm names it (checkpoint.cri-shim.io/restore-from: demo-api-counter-cp) and
    runs as the checkpointed process, one count on:
-   $ $KUBECTL logs demo-api-warm | grep -B 1 -m 1 'in demo-api-warm'
+   $ grep -h -B 1 -m 1 "in demo-api-warm" $LOGS/cri-shim-demo_demo-api-warm_*/main/0.log
 
 TXT
 fi
