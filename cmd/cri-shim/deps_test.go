@@ -15,8 +15,9 @@ var builtinGroups = []string{"k8s.io/api/core/v1", "k8s.io/api/events/v1"}
 // The binary does not link client-go's typed clientset or its scheme: they
 // register every API group of Kubernetes, which doubled the binary and the
 // start-up memory of a shim that never talks to the API server
-// (bench/results/footprint-*.txt). client-go's tools/events and tools/record
-// import them, so they are out as well.
+// (bench/results/footprint-*.txt). client-go's tools/events imports them, so
+// it is out as well, and so is tools/record, whose strategic merge patch
+// brings kube-openapi and gnostic (4 MB of binary).
 func TestBinaryHasNoClientset(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatalf("go not on PATH: the dependencies are listed with it: %v", err)
@@ -35,6 +36,10 @@ func TestBinaryHasNoClientset(t *testing.T) {
 			t.Errorf("the binary links %s; call the API through internal/kubeapi.Resources", d)
 		case strings.HasPrefix(d, "k8s.io/api/") && !slices.Contains(builtinGroups, d):
 			t.Errorf("the binary links API group %s, beyond %v", d, builtinGroups)
+		case d == "k8s.io/client-go/tools/record" || d == "k8s.io/apimachinery/pkg/util/strategicpatch":
+			// tools/record links strategicpatch and kube-openapi (4 MB);
+			// internal/kubeapi rebuilds its spam filter from flowcontrol.
+			t.Errorf("the binary links %s", d)
 		}
 	}
 }

@@ -16,9 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/tools/record/util"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 )
 
 // The recorder writes events as client-go's k8s.io/client-go/tools/events
@@ -64,7 +65,7 @@ type recorder struct {
 	log      *slog.Logger
 	retry    time.Duration
 	now      func() time.Time
-	spam     *record.EventSourceObjectSpamFilter
+	spam     *spamFilter
 	// dropped counts an event not written, by why (spam, queue_full).
 	dropped func(reason string)
 
@@ -85,14 +86,37 @@ func newRecorder(res Resources, log *slog.Logger, dropped func(reason string)) *
 	host, _ := os.Hostname()
 	return &recorder{res: res, instance: ReportingController + "-" + host, log: log, retry: recordRetry,
 		now: time.Now, cache: map[seriesKey]*eventsv1.Event{}, dropped: dropped, queue: make(chan *eventsv1.Event, recordQueue),
-		spam: record.NewEventSourceObjectSpamFilter(spamObjects, spamBurst, spamQPS, clock.RealClock{}, spamKey)}
+		spam: &spamFilter{cache: lru.New(spamObjects), clock: clock.RealClock{}}}
 }
 
-// spamKey is client-go's (tools/record, getSpamKey): the source, the object
-// and the type, not the reason.
-func spamKey(e *corev1.Event) string {
-	o := e.InvolvedObject
-	return strings.Join([]string{e.Source.Component, e.Source.Host, o.Kind, o.Namespace, o.Name, string(o.UID), o.APIVersion, e.Type}, "")
+// spamFilter is client-go's EventSourceObjectSpamFilter (tools/record,
+// events_cache.go): one token bucket per object and event type (spamBurst,
+// refilled at spamQPS), the buckets of the last spamObjects objects kept.
+// It is rebuilt from the same parts (flowcontrol's passive bucket,
+// k8s.io/utils/lru) because tools/record links strategicpatch and
+// kube-openapi: 4 MB of binary a node agent does not need.
+type spamFilter struct {
+	mu    sync.Mutex
+	cache *lru.Cache
+	clock clock.PassiveClock
+}
+
+// allow takes a token of e's bucket; false when it has none left.
+func (f *spamFilter) allow(e *Event) bool {
+	o := e.Regarding
+	// client-go's getSpamKey: the source (always cri-shim here), the
+	// object and the type, not the reason.
+	key := strings.Join([]string{ReportingController, o.Kind, o.Namespace, o.Name, string(o.UID), o.APIVersion, e.Type}, "/")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var rl flowcontrol.PassiveRateLimiter
+	if v, ok := f.cache.Get(key); ok {
+		rl = v.(flowcontrol.PassiveRateLimiter)
+	} else {
+		rl = flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(spamQPS, spamBurst, f.clock)
+		f.cache.Add(key, rl)
+	}
+	return rl.TryAccept()
 }
 
 // run finishes and refreshes series until ctx ends, then waits for the
@@ -137,7 +161,7 @@ func (r *recorder) record(ctx context.Context, e *Event) {
 		Note:                e.Note,
 		Type:                e.Type,
 	}
-	if r.spam.Filter(&corev1.Event{InvolvedObject: e.Regarding, Type: e.Type, Source: corev1.EventSource{Component: ReportingController}}) {
+	if !r.spam.allow(e) {
 		r.dropped("spam")
 		r.log.Debug("event of an object over its rate not written", "reason", e.Reason, "regarding", e.Regarding.Name)
 		return
