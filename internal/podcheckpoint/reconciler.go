@@ -47,7 +47,9 @@ type Objects interface {
 	UpdateStatus(ctx context.Context, pc *cpv1.PodCheckpoint) (*cpv1.PodCheckpoint, error)
 }
 
-// Pods reads a live Pod object.
+// Pods reads a live Pod object. The pod returned may be an informer's
+// cached copy (informerPods), shared with the cache: callers never change it
+// (Template and SpecMismatch copy what they keep).
 type Pods interface {
 	GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error)
 }
