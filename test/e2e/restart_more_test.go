@@ -92,6 +92,11 @@ func tryRunsOf(t testing.TB, p *corev1.Pod, via string, containers ...string) ([
 func waitRunning(t testing.TB, name string, timeout time.Duration, mainRestarts int32, containers ...string) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
+	defer func() {
+		if pod == nil {
+			logAbout(t, name, 30)
+		}
+	}()
 	eventually(t, timeout, name+" running", func() error {
 		p, err := kubeletPod(t, fullName(name))
 		if err != nil {
