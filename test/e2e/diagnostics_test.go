@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -28,5 +29,9 @@ func logAbout(t testing.TB, what string, n int) {
 			hits = hits[len(hits)-n:]
 		}
 		t.Logf("%s, last %d lines about %s:\n%s", f, len(hits), what, strings.Join(hits, "\n"))
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(node.env["CHECKPOINTS"], &fs); err == nil {
+		t.Logf("checkpoint root: %d MiB free of %d MiB", fs.Bavail*uint64(fs.Bsize)>>20, fs.Blocks*uint64(fs.Bsize)>>20)
 	}
 }
