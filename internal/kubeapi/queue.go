@@ -1,8 +1,11 @@
 package kubeapi
 
 import (
-	"container/list"
+	"math/rand/v2"
 	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
 )
 
 // kind is what a queued item writes.
@@ -49,86 +52,112 @@ func (it *item) merge(newer *item) {
 	}
 }
 
-// queue is a bounded FIFO of items, coalescing by key. put never blocks:
-// when full, the oldest item is dropped and counted.
+// queue holds the writes waiting for the API server. client-go's workqueue
+// orders their keys (a key is queued once however often it is put, and one
+// put while its write is in flight is queued again after it) and delays a
+// failed key's retry; the payloads wait in pending, where the writes of one
+// key coalesce. put never blocks: beyond max writes (pending and in hand),
+// a write of a new key is dropped and counted.
 type queue struct {
-	mu      sync.Mutex
+	wq      workqueue.TypedRateLimitingInterface[string]
 	max     int
-	l       *list.List // of *item, oldest first
-	byKey   map[string]*list.Element
-	wake    chan struct{} // one pending wake-up for the writer
-	dropped func(kind)    // called with the lock held; must not block
+	dropped func(kind) // called with mu held; must not block
+
+	mu      sync.Mutex
+	pending map[string]*item
+	held    int // items taken and not yet done
 }
 
-func newQueue(max int, dropped func(kind)) *queue {
-	return &queue{max: max, l: list.New(), byKey: map[string]*list.Element{}, wake: make(chan struct{}, 1), dropped: dropped}
+func newQueue(max int, minDelay, maxDelay time.Duration, dropped func(kind)) *queue {
+	rl := jittered{workqueue.NewTypedItemExponentialFailureRateLimiter[string](minDelay, maxDelay)}
+	return &queue{
+		wq:      workqueue.NewTypedRateLimitingQueueWithConfig[string](rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubeapi_writes"}),
+		max:     max,
+		dropped: dropped,
+		pending: map[string]*item{},
+	}
 }
 
 // put queues it, merging it into a pending item of the same key.
 func (q *queue) put(it *item) {
 	q.mu.Lock()
-	if e, ok := q.byKey[it.key]; ok {
-		e.Value.(*item).merge(it)
-	} else {
-		q.byKey[it.key] = q.l.PushBack(it)
-		q.trim()
+	if p, ok := q.pending[it.key]; ok {
+		p.merge(it)
+		q.mu.Unlock()
+		return
 	}
-	q.mu.Unlock()
-	q.signal()
-}
-
-// putBack returns an item whose write failed to the front of the queue; if
-// a newer item of its key was queued meanwhile, the newer one absorbs it
-// (its values win) and keeps its place.
-func (q *queue) putBack(it *item) {
-	q.mu.Lock()
-	if e, ok := q.byKey[it.key]; ok {
-		newer := e.Value.(*item)
-		it.merge(newer)
-		newer.conds, newer.op, newer.pod = it.conds, it.op, it.pod
-		if it.tries > newer.tries {
-			newer.tries = it.tries
-		}
-	} else {
-		q.byKey[it.key] = q.l.PushFront(it)
-		q.trim()
-	}
-	q.mu.Unlock()
-	q.signal()
-}
-
-// trim drops the oldest items beyond max. Called with the lock held.
-func (q *queue) trim() {
-	for q.l.Len() > q.max {
-		it := q.l.Remove(q.l.Front()).(*item)
-		delete(q.byKey, it.key)
+	if len(q.pending)+q.held >= q.max {
 		q.dropped(it.kind)
+		q.mu.Unlock()
+		return
 	}
+	q.pending[it.key] = it
+	q.mu.Unlock()
+	q.wq.Add(it.key)
 }
 
-// take removes and returns the oldest item, or nil.
-func (q *queue) take() *item {
+// take waits for the next key and returns its item (nil when its write was
+// already made under a retry of the key); ok is false once the queue is shut
+// down and empty. Every taken key is handed back with done or retry.
+func (q *queue) take() (key string, it *item, ok bool) {
+	key, shutdown := q.wq.Get()
+	if shutdown {
+		return "", nil, false
+	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	e := q.l.Front()
-	if e == nil {
-		return nil
+	it = q.pending[key]
+	delete(q.pending, key)
+	if it != nil {
+		q.held++
 	}
-	it := q.l.Remove(e).(*item)
-	delete(q.byKey, it.key)
-	return it
+	q.mu.Unlock()
+	if it == nil {
+		q.wq.Done(key)
+	}
+	return key, it, true
 }
 
-// len is the number of pending items.
+// done ends the write of a taken item: made, or given up.
+func (q *queue) done(it *item) {
+	q.mu.Lock()
+	q.held--
+	q.mu.Unlock()
+	q.wq.Forget(it.key)
+	q.wq.Done(it.key)
+}
+
+// retry hands a taken item whose write failed back for a later attempt
+// after its key's backoff; if a newer item of its key was queued meanwhile,
+// the two merge (the newer values win) and are written at once.
+func (q *queue) retry(it *item) {
+	q.mu.Lock()
+	q.held--
+	if newer, ok := q.pending[it.key]; ok {
+		it.merge(newer)
+	}
+	q.pending[it.key] = it
+	q.mu.Unlock()
+	q.wq.AddRateLimited(it.key)
+	q.wq.Done(it.key)
+}
+
+// len is the number of writes waiting or in hand.
 func (q *queue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.l.Len()
+	return len(q.pending) + q.held
 }
 
-func (q *queue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+// shutDown makes take return false once the queue is empty.
+func (q *queue) shutDown() { q.wq.ShutDown() }
+
+// jittered spreads a rate limiter's delays by up to half again, so that the
+// nodes of a cluster retrying after one outage do not retry in step.
+type jittered struct {
+	workqueue.TypedRateLimiter[string]
+}
+
+func (j jittered) When(key string) time.Duration {
+	d := j.TypedRateLimiter.When(key)
+	return d + time.Duration(rand.Int64N(int64(d)/2+1))
 }

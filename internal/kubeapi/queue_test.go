@@ -2,6 +2,7 @@ package kubeapi
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -11,8 +12,39 @@ func statusItem(uid string, t corev1.PodConditionType, s corev1.ConditionStatus)
 		conds: map[string]Condition{string(t): {Type: t, Status: s}}}
 }
 
+func testQueue(t *testing.T, max int, dropped func(kind)) *queue {
+	q := newQueue(max, time.Millisecond, 10*time.Millisecond, dropped)
+	t.Cleanup(q.shutDown)
+	return q
+}
+
+// mustTake takes the next item, failing the test if it does not come.
+func mustTake(t *testing.T, q *queue) *item {
+	t.Helper()
+	got := make(chan *item, 1)
+	go func() {
+		for {
+			_, it, ok := q.take()
+			if !ok || it != nil {
+				got <- it
+				return
+			}
+		}
+	}()
+	select {
+	case it := <-got:
+		if it == nil {
+			t.Fatal("queue shut down")
+		}
+		return it
+	case <-time.After(5 * time.Second):
+		t.Fatal("no item")
+	}
+	return nil
+}
+
 func TestQueueCoalescesConditionsOfOnePod(t *testing.T) {
-	q := newQueue(10, func(kind) { t.Fatal("nothing should be dropped") })
+	q := testQueue(t, 10, func(kind) { t.Fatal("nothing should be dropped") })
 	q.put(statusItem("a", "X", corev1.ConditionTrue))
 	q.put(statusItem("b", "X", corev1.ConditionTrue))
 	q.put(statusItem("a", "Y", corev1.ConditionTrue))
@@ -20,51 +52,64 @@ func TestQueueCoalescesConditionsOfOnePod(t *testing.T) {
 	if q.len() != 2 {
 		t.Fatalf("%d items, want 2 (one per pod)", q.len())
 	}
-	a := q.take()
+	a := mustTake(t, q)
 	if a.pod.UID != "a" || len(a.conds) != 2 || a.conds["X"].Status != corev1.ConditionFalse || a.conds["Y"].Status != corev1.ConditionTrue {
 		t.Fatalf("pod a keeps its place and merges, newest per type: %+v", a)
 	}
-	if b := q.take(); b.pod.UID != "b" {
+	q.done(a)
+	if b := mustTake(t, q); b.pod.UID != "b" {
 		t.Fatalf("second item %+v", b)
+	} else {
+		q.done(b)
 	}
-	if q.take() != nil {
-		t.Fatal("queue should be empty")
+	if q.len() != 0 {
+		t.Fatalf("%d left, want none", q.len())
 	}
 }
 
-func TestQueueDropsOldestWhenFull(t *testing.T) {
+// The bound counts the item in hand; a new key beyond it is dropped, a
+// write of a pending key still merges.
+func TestQueueDropsNewKeysWhenFull(t *testing.T) {
 	var dropped []kind
-	q := newQueue(2, func(k kind) { dropped = append(dropped, k) })
-	q.put(&item{key: "event/1", kind: kindEvent})
+	q := testQueue(t, 2, func(k kind) { dropped = append(dropped, k) })
 	q.put(statusItem("a", "X", corev1.ConditionTrue))
-	q.put(&item{key: "op/x", kind: kindOp})
+	a := mustTake(t, q)
+	q.put(statusItem("b", "X", corev1.ConditionTrue))
+	q.put(&item{key: "event/1", kind: kindEvent})
+	q.put(statusItem("b", "Y", corev1.ConditionTrue))
 	if len(dropped) != 1 || dropped[0] != kindEvent {
-		t.Fatalf("dropped %v, want the oldest (an event)", dropped)
+		t.Fatalf("dropped %v, want the event (a and b fill the bound)", dropped)
 	}
-	if it := q.take(); it.key != "pod/a" {
-		t.Fatalf("oldest kept is %q", it.key)
+	q.done(a)
+	if b := mustTake(t, q); b.pod.UID != "b" || len(b.conds) != 2 {
+		t.Fatalf("b merged: %+v", b)
 	}
 }
 
-func TestQueuePutBackYieldsToNewerValues(t *testing.T) {
-	q := newQueue(10, func(kind) {})
-	failed := statusItem("a", "X", corev1.ConditionTrue)
+// A failed item comes back after its key's backoff; a newer item of its key
+// queued meanwhile merges into it, its values winning.
+func TestQueueRetryYieldsToNewerValues(t *testing.T) {
+	q := testQueue(t, 10, func(kind) {})
+	q.put(statusItem("a", "X", corev1.ConditionTrue))
+	failed := mustTake(t, q)
 	failed.conds["Y"] = Condition{Type: "Y", Status: corev1.ConditionTrue}
 	failed.tries = 3
-	q.put(statusItem("b", "X", corev1.ConditionTrue))
 	q.put(statusItem("a", "X", corev1.ConditionFalse)) // queued while the write of failed was in flight
-	q.putBack(failed)
-	if first := q.take(); first.pod.UID != "b" {
-		t.Fatalf("a newer item of the key keeps its place; first is %q", first.key)
-	}
-	a := q.take()
+	q.retry(failed)
+	a := mustTake(t, q)
 	if a.conds["X"].Status != corev1.ConditionFalse || a.conds["Y"].Status != corev1.ConditionTrue || a.tries != 3 {
 		t.Fatalf("merged item %+v: want X False (newer), Y True (kept), tries 3", a)
 	}
+	q.done(a)
 
-	q.putBack(failed)
 	q.put(statusItem("c", "X", corev1.ConditionTrue))
-	if first := q.take(); first != failed {
-		t.Fatalf("a failed item with no newer one goes first, got %q", first.key)
+	c := mustTake(t, q)
+	q.retry(c)
+	start := time.Now()
+	if again := mustTake(t, q); again != c {
+		t.Fatalf("the failed item comes back, got %q", again.key)
+	}
+	if d := time.Since(start); d < time.Millisecond {
+		t.Fatalf("retried after %s, before the key's backoff of 1ms", d)
 	}
 }

@@ -24,7 +24,7 @@ type Op func(ctx context.Context) error
 // WriterOptions tune a Writer; zero values take the defaults.
 type WriterOptions struct {
 	// MaxQueue bounds the pending writes (default 4096); beyond it the
-	// oldest are dropped and counted.
+	// writes of new keys are dropped and counted.
 	MaxQueue int
 	// MinDelay and MaxDelay bound the backoff between failed attempts
 	// (defaults 200ms and 30s).
@@ -83,7 +83,7 @@ func NewWriter(c *Client, o WriterOptions) *Writer {
 		Name: "cri_shim_kubeapi_up",
 		Help: "1 while the API server answers the shim, 0 while its writes wait for it.",
 	})
-	w.q = newQueue(o.MaxQueue, func(k kind) { w.dropped.WithLabelValues(k.String(), "queue_full").Inc() })
+	w.q = newQueue(o.MaxQueue, o.MinDelay, o.MaxDelay, func(k kind) { w.dropped.WithLabelValues(k.String(), "queue_full").Inc() })
 	w.pending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cri_shim_kubeapi_queue_items",
 		Help: "Writes waiting for the API server.",
@@ -120,35 +120,36 @@ func (w *Writer) Run(ctx context.Context) {
 	recDone := make(chan struct{})
 	go func() { w.rec.run(ctx); close(recDone) }()
 	defer func() { <-recDone }()
-	// Jittered (backoff.Retry), so that the nodes of a cluster do not
-	// retry in step after an API server restart.
+	// Probes of a server that does not answer are jittered
+	// (backoff.Retry), and so are a key's retries (the queue's rate
+	// limiter), so that the nodes of a cluster do not retry in step after
+	// an API server restart.
 	retry := backoff.Retry(w.o.MinDelay, w.o.MaxDelay)
-	fail := func() { sleep(ctx, retry.Step()) }
-	for ctx.Err() == nil {
-		if w.q.len() == 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-w.q.wake:
-			}
+	stop := context.AfterFunc(ctx, w.q.shutDown)
+	defer stop()
+	for {
+		_, it, ok := w.q.take()
+		if !ok || ctx.Err() != nil {
+			return
+		}
+		if it == nil {
 			continue
 		}
-		if !w.up.Load() {
+		// While the API server does not answer, the one write in hand
+		// waits for it; the others wait in the queue.
+		for !w.up.Load() {
 			pctx, cancel := context.WithTimeout(ctx, requestTimeout)
 			err := w.c.Probe(pctx)
 			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					w.log.Debug("API server not answering; writes wait", "err", err, "pending", w.q.len())
-				}
-				fail()
-				continue
+			if err == nil {
+				w.setUp(true)
+				break
 			}
-			w.setUp(true)
-		}
-		it := w.q.take()
-		if it == nil {
-			continue
+			if ctx.Err() != nil {
+				return
+			}
+			w.log.Debug("API server not answering; writes wait", "err", err, "pending", w.q.len())
+			sleep(ctx, retry.Step())
 		}
 		wctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		err := w.write(wctx, ctx, it)
@@ -157,20 +158,20 @@ func (w *Writer) Run(ctx context.Context) {
 		case err == nil:
 			w.writes.WithLabelValues(it.kind.String(), "ok").Inc()
 			retry = backoff.Retry(w.o.MinDelay, w.o.MaxDelay)
+			w.q.done(it)
 		case ctx.Err() != nil:
-			w.q.putBack(it)
 			return
 		case Retryable(err) && it.tries+1 < w.o.MaxTries:
 			it.tries++
 			w.writes.WithLabelValues(it.kind.String(), "retry").Inc()
 			w.log.Info("API write failed; retrying", "key", it.key, "try", it.tries, "err", err)
-			w.q.putBack(it)
 			w.setUp(false)
-			fail()
+			w.q.retry(it)
 		default:
 			w.writes.WithLabelValues(it.kind.String(), "failed").Inc()
 			w.dropped.WithLabelValues(it.kind.String(), "failed").Inc()
 			w.log.Warn("API write failed; dropped", "key", it.key, "tries", it.tries+1, "err", err)
+			w.q.done(it)
 		}
 	}
 }
