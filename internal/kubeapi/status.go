@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -51,8 +52,49 @@ const maxMessage = 1024
 // conditions are left as they are. The patch carries the pod's UID, which
 // the API server checks against the stored pod: a pod of the same name
 // created since is not touched (the patch is refused and dropped).
+//
+// A static pod's sandbox carries the pod's config hash as its UID, and the
+// API object the kubelet keeps for it, its mirror pod, has a UID of its own
+// and the hash in mirrorAnnotation. The API server refuses a patch whose UID
+// is not the stored pod's as a change of an immutable field (422 Invalid;
+// k8s.io/apiserver/pkg/registry/rest/update.go, BeforeUpdate and
+// validateCommonFields). Refused, the patch reads the pod once
+// and, if it is the mirror of this static pod, is made again with the
+// mirror's UID, as the kubelet's status manager does (it translates static
+// UIDs to mirror UIDs, pkg/kubelet/status/status_manager.go, syncPod).
 func (w *Writer) patchConditions(ctx context.Context, pod PodRef, conds map[string]Condition) error {
-	b, err := conditionsPatch(pod, conds)
+	uid := pod.UID
+	if m, ok := w.mirrors[pod.UID]; ok {
+		uid = m
+	}
+	err := w.patchAs(ctx, pod, uid, conds)
+	if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+		return err
+	}
+	p, gerr := w.res.GetPod(ctx, pod.Namespace, pod.Name)
+	if gerr != nil || p.Annotations[mirrorAnnotation] != pod.UID || string(p.UID) == uid {
+		delete(w.mirrors, pod.UID)
+		return err
+	}
+	if len(w.mirrors) >= maxMirrors {
+		clear(w.mirrors)
+	}
+	w.mirrors[pod.UID] = string(p.UID)
+	return w.patchAs(ctx, pod, string(p.UID), conds)
+}
+
+// mirrorAnnotation is the annotation of a mirror pod naming its static pod
+// by config hash (kubetypes.ConfigMirrorAnnotationKey; set in
+// pkg/kubelet/pod/mirror_client.go, CreateMirrorPod, from the static pod's
+// kubernetes.io/config.hash, which pkg/kubelet/config/common.go also makes
+// the static pod's UID).
+const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// maxMirrors bounds the static-to-mirror UIDs the writer remembers.
+const maxMirrors = 4096
+
+func (w *Writer) patchAs(ctx context.Context, pod PodRef, uid string, conds map[string]Condition) error {
+	b, err := conditionsPatch(PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: uid}, conds)
 	if err != nil {
 		return err
 	}

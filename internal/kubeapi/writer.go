@@ -46,6 +46,9 @@ type Writer struct {
 	log *slog.Logger
 	o   WriterOptions
 	up  atomic.Bool
+	// mirrors maps static pods' UIDs to their mirror pods' (status.go);
+	// used by Run's goroutine only.
+	mirrors map[string]string
 
 	dropped *prometheus.CounterVec
 	writes  *prometheus.CounterVec
@@ -70,7 +73,7 @@ func NewWriter(c *Client, o WriterOptions) *Writer {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	w := &Writer{c: c, log: o.Log, o: o}
+	w := &Writer{c: c, log: o.Log, o: o, mirrors: map[string]string{}}
 	w.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cri_shim_kubeapi_dropped_total",
 		Help: "Writes to the API server dropped before they were made, by kind (status, event, op) and why (queue_full, failed).",

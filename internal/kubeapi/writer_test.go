@@ -2,6 +2,7 @@ package kubeapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -357,4 +359,75 @@ func TestEmptyReasonClearsTheOldOne(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// uidPrecondition makes the fake clientset refuse a status patch whose
+// metadata.uid is not the stored pod's, as the API server does (the UID is
+// immutable: 422 Invalid from rest.BeforeUpdate); the fake alone applies
+// any patch. It counts the refusals.
+func uidPrecondition(cs *fake.Clientset, refused *atomic.Int32) {
+	cs.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		var p struct {
+			Metadata struct{ UID string } `json:"metadata"`
+		}
+		if err := json.Unmarshal(pa.GetPatch(), &p); err != nil {
+			return true, nil, err
+		}
+		stored, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), pa.GetNamespace(), pa.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if uid := string(stored.(*corev1.Pod).UID); p.Metadata.UID != "" && p.Metadata.UID != uid {
+			refused.Add(1)
+			return true, nil, apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Pod").GroupKind(), pa.GetName(),
+				field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), p.Metadata.UID, "field is immutable")})
+		}
+		return false, nil, nil
+	})
+}
+
+// A static pod's sandbox carries its config hash as UID; its conditions
+// land on its mirror pod, found once by the mirror annotation, and the
+// next write goes to the mirror's UID at once. A pod of the same name that
+// is not the static pod's mirror (another pod, or a mirror of another
+// hash) is not written.
+func TestStaticPodConditionsGoToItsMirrorPod(t *testing.T) {
+	mirror := kubeletPod()
+	mirror.UID = "mirror-uid"
+	mirror.Annotations = map[string]string{mirrorAnnotation: "config-hash"}
+	cs := fake.NewClientset(mirror)
+	var refused atomic.Int32
+	uidPrecondition(cs, &refused)
+	w := NewWriter(NewFor(kubeapitest.Clientset{Interface: cs}, "node-1"), fastOptions())
+	startWriter(t, w)
+	static := PodRef{Namespace: podA.Namespace, Name: podA.Name, UID: "config-hash"}
+	w.SetPodCondition(static, Condition{Type: "X", Status: corev1.ConditionTrue})
+	eventually(t, "X on the mirror pod", func() error {
+		if _, ok := conditions(t, cs)["X"]; !ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	w.SetPodCondition(static, Condition{Type: "Y", Status: corev1.ConditionTrue})
+	eventually(t, "Y on the mirror pod", func() error {
+		if _, ok := conditions(t, cs)["Y"]; !ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if n := refused.Load(); n != 1 {
+		t.Fatalf("%d patches refused, want 1 (the first, before the mirror was known)", n)
+	}
+
+	w.SetPodCondition(PodRef{Namespace: podA.Namespace, Name: podA.Name, UID: "other-hash"}, Condition{Type: "Z", Status: corev1.ConditionTrue})
+	eventually(t, "the write for another hash dropped", func() error {
+		if counter(t, w.dropped, "status", "failed") != 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if _, ok := conditions(t, cs)["Z"]; ok {
+		t.Fatal("a static pod's write landed on the mirror of another")
+	}
 }

@@ -14,6 +14,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podstatus"
 )
 
 // demoNS is the namespace of the demo's API pods (deploy/examples/demo/api).
@@ -264,5 +266,28 @@ func TestDemo(t *testing.T) {
 		})
 		t.Logf("%s: $ %s\n%s", c.feature, cmds[i], out)
 	}
+	// A static pod's conditions land on its mirror pod (the sandbox carries
+	// the static pod's config hash as UID, the mirror a UID of its own).
+	mirror := fullName("demo-restart")
+	mirrorWritten := false
+	defer func() {
+		if !mirrorWritten {
+			logAbout(t, "demo-restart", 20)
+		}
+	}()
+	eventually(t, 30*time.Second, "cri-shim's condition on the mirror pod of "+mirror, func() error {
+		p, err := cs.CoreV1().Pods("default").Get(ctxT(t, 10*time.Second), mirror, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == podstatus.ReadyCondition {
+				t.Logf("mirror pod %s (uid %s, of %s): %s %s %s", mirror, p.UID, p.Annotations["kubernetes.io/config.mirror"], c.Type, c.Status, c.Reason)
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s condition: %+v", podstatus.ReadyCondition, p.Status.Conditions)
+	})
+	mirrorWritten = true
 	assertNoImageChange(t, images, "the demo, its warm start of demo-warm included")
 }
