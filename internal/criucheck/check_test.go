@@ -78,6 +78,36 @@ func TestCheck(t *testing.T) {
 		{name: "a user namespace the spec does not create", edit: func(im *criutest.Images) { im.Cores[1].Ids.UserNsId = proto.Uint32(7) }, field: "ids.user_ns_id"},
 		{name: "a second task in a nested namespace", edit: addChildIn(func(ids *criucore.TaskKobjIdsEntry) { ids.NetNsId = proto.Uint32(999) }), field: "ids.net_ns_id"},
 		{name: "a second task in the same namespaces", edit: addChildIn(func(*criucore.TaskKobjIdsEntry) {})},
+		// What CRIU wrote for a `sleep` that had exited, unreaped, when
+		// the pod was checkpointed (a real dump of the e2e suite).
+		{name: "a dead child as CRIU dumps it", edit: func(im *criutest.Images) {
+			addZombie(2327858608)(im)
+			delete(im.Cores, 17)
+			im.Raw["core-17.img"] = zombieCore
+		}},
+		{name: "a dead child listing two threads", edit: func(im *criutest.Images) {
+			addZombie(17)(im)
+			im.Pstree[1].Threads = []uint32{17, 18}
+		}, field: "threads"},
+		{name: "a dead child in a nested namespace", edit: func(im *criutest.Images) {
+			addZombie(17)(im)
+			ids := proto.Clone(im.Cores[1].Ids).(*criucore.TaskKobjIdsEntry)
+			ids.NetNsId = proto.Uint32(999)
+			b, err := criutest.Encode("IDS", ids)
+			if err != nil {
+				panic(err)
+			}
+			im.Raw["ids-17.img"] = b
+		}, field: "ids.net_ns_id"},
+		{name: "a dead child of another architecture", edit: func(im *criutest.Images) {
+			addZombie(17)(im)
+			im.Cores[17].Mtype = criucore.CoreEntry_AARCH64.Enum()
+		}, field: "mtype"},
+		{name: "the root task dead", edit: func(im *criutest.Images) { im.Cores[1].Tc.TaskState = proto.Uint32(2) }, field: "task_state"},
+		{name: "a live task whose first thread is another's", edit: func(im *criutest.Images) {
+			addChildIn(func(*criucore.TaskKobjIdsEntry) {})(im)
+			im.Pstree[1].Threads = []uint32{1}
+		}, field: "threads"},
 		{name: "network namespace not the runtime's", edit: func(im *criutest.Images) { im.NetNS.ExtKey = proto.String("") }, field: "ext_key"},
 		{name: "plugins", edit: func(im *criutest.Images) {
 			im.Inventory.PluginsEntry = &inventory.PluginsEntry{Plugins: []string{"amdgpu_plugin"}}
@@ -206,6 +236,24 @@ func addChildIn(edit func(*criucore.TaskKobjIdsEntry)) func(*criutest.Images) {
 		edit(c.Ids)
 		im.Cores[2] = c
 		im.Pstree = append(im.Pstree, &pstree.PstreeEntry{Pid: proto.Uint32(2), Ppid: proto.Uint32(1), Pgid: proto.Uint32(1), Sid: proto.Uint32(1), Threads: []uint32{2}})
+	}
+}
+
+// zombieCore is core-17.img of that dump, byte for byte: the magics, then
+// one entry: mtype x86_64 and a task core with task_state 2 (dead), exit
+// code 0 and comm "sleep".
+var zombieCore = []byte{0x19, 0x43, 0x56, 0x54, 0x47, 0x38, 0x05, 0x55, 0x15, 0x00, 0x00, 0x00,
+	0x08, 0x01, 0x1a, 0x11, 0x08, 0x02, 0x10, 0x00, 0x18, 0x00, 0x20, 0x00, 0x28, 0x00, 0x32, 0x05, 's', 'l', 'e', 'e', 'p'}
+
+// addZombie adds process 17, a child of 1 that had exited, as CRIU's
+// dump_one_zombie writes it: a core of its name and exit code only, and a
+// thread list holding tid, the uninitialized memory CRIU leaves there.
+func addZombie(tid uint32) func(*criutest.Images) {
+	return func(im *criutest.Images) {
+		im.Cores[17] = &criucore.CoreEntry{Mtype: criucore.CoreEntry_X86_64.Enum(),
+			Tc: &criucore.TaskCoreEntry{TaskState: proto.Uint32(2), ExitCode: proto.Uint32(0), Personality: proto.Uint32(0),
+				Flags: proto.Uint32(0), BlkSigset: proto.Uint64(0), Comm: proto.String("sleep")}}
+		im.Pstree = append(im.Pstree, &pstree.PstreeEntry{Pid: proto.Uint32(17), Ppid: proto.Uint32(1), Pgid: proto.Uint32(1), Sid: proto.Uint32(1), Threads: []uint32{tid}})
 	}
 }
 

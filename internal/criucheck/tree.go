@@ -81,9 +81,25 @@ func (c *checker) checkTree() error {
 	}
 	for i, pe := range procs {
 		pid := pe.GetPid()
+		core, err := c.taskCore(pid)
+		if err != nil {
+			return err
+		}
+		if core.GetTc().GetTaskState() == taskDead {
+			if i == 0 {
+				return refuse(pidImage("core", pid), "tc.task_state", "the root task is dead")
+			}
+			if err := c.checkZombie(pe, core); err != nil {
+				return err
+			}
+			continue
+		}
 		tids := pe.GetThreads()
 		if len(tids) == 0 {
 			tids = []uint32{pid}
+		}
+		if tids[0] != pid {
+			return refuse(name, "threads", "process %d: its first thread is %d, not the process (CRIU restores the task from core-%d.img)", pid, tids[0], pid)
 		}
 		var coreIDs *criucore.TaskKobjIdsEntry
 		for j, tid := range tids {
@@ -111,6 +127,53 @@ func (c *checker) checkTree() error {
 		}
 	}
 	return nil
+}
+
+// taskDead is CRIU's task_state of a zombie (COMPEL_TASK_DEAD,
+// compel/include/uapi/task-state.h).
+const taskDead = 2
+
+// taskCore reads task pid's own core image, where CRIU's restore reads the
+// task's state, whatever its thread list says (criu/cr-restore.c,
+// fork_with_pid: open_core(vpid(item)), then item->pid->state).
+func (c *checker) taskCore(pid uint32) (*criucore.CoreEntry, error) {
+	name := pidImage("core", pid)
+	var core criucore.CoreEntry
+	if err := oneEntry(c.dir, name, "CORE", &core); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, refuse(name, "", "missing for process %d of pstree.img", pid)
+		}
+		return nil, asRefusal(name, err)
+	}
+	return &core, nil
+}
+
+// checkZombie checks a task that had exited and not been reaped when the
+// checkpoint was taken. CRIU dumps it with a core of its name and exit code
+// only (criu/cr-dump.c, dump_one_zombie) and a thread list it never fills
+// in, so its thread ID is whatever was in memory; the restore forks it,
+// sets its name and exits it with that code (criu/cr-restore.c,
+// restore_one_zombie), reading neither credentials nor thread cores
+// (check_core asks for them from live tasks only). It must still be the
+// node's architecture and, where the image gives it namespaces of its own
+// (ids-<pid>.img), stay in the container's.
+func (c *checker) checkZombie(pe *pstree.PstreeEntry, core *criucore.CoreEntry) error {
+	pid := pe.GetPid()
+	name := pidImage("core", pid)
+	if core.GetMtype() != archOf() {
+		return refuse(name, "mtype", "%v, this node is %v", core.GetMtype(), archOf())
+	}
+	if n := len(pe.GetThreads()); n > 1 {
+		return refuse("pstree.img", "threads", "process %d is dead and lists %d threads; CRIU dumps a dead task with one", pid, n)
+	}
+	if !c.has("ids", pidImage("ids", pid)) {
+		return nil
+	}
+	ids, err := c.taskIDs(pid, nil)
+	if err != nil {
+		return err
+	}
+	return c.checkNamespaces(name, ids)
 }
 
 // taskIDs are a task's namespaces: from ids-<pid>.img where the image has
