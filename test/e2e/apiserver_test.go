@@ -106,6 +106,12 @@ func apiPod(name string, annotations map[string]string, cmd ...string) *corev1.P
 func waitPod(t testing.TB, cs kubernetes.Interface, ns, name string, timeout time.Duration, what string, ok func(*corev1.Pod) error) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
+	done := false
+	defer func() {
+		if !done {
+			logAbout(t, ns+"/"+name, 30)
+		}
+	}()
 	eventually(t, timeout, what, func() error {
 		var err error
 		p, err = cs.CoreV1().Pods(ns).Get(ctxT(t, 10*time.Second), name, metav1.GetOptions{})
@@ -114,6 +120,7 @@ func waitPod(t testing.TB, cs kubernetes.Interface, ns, name string, timeout tim
 		}
 		return ok(p)
 	})
+	done = true
 	return p
 }
 
