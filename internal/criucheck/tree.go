@@ -81,7 +81,7 @@ func (c *checker) checkTree() error {
 	}
 	for i, pe := range procs {
 		pid := pe.GetPid()
-		core, err := c.taskCore(pid)
+		core, err := c.readCore(pid, "process")
 		if err != nil {
 			return err
 		}
@@ -101,14 +101,19 @@ func (c *checker) checkTree() error {
 		if tids[0] != pid {
 			return refuse(name, "threads", "process %d: its first thread is %d, not the process (CRIU restores the task from core-%d.img)", pid, tids[0], pid)
 		}
-		var coreIDs *criucore.TaskKobjIdsEntry
-		for j, tid := range tids {
-			ids, err := c.checkThread(tid, j == 0)
+		// The leader's core is the task's, read above; every other
+		// thread has its own.
+		coreIDs, err := c.checkThread(pidImage("core", pid), core, true)
+		if err != nil {
+			return err
+		}
+		for _, tid := range tids[1:] {
+			th, err := c.readCore(tid, "thread")
 			if err != nil {
 				return err
 			}
-			if j == 0 {
-				coreIDs = ids
+			if _, err := c.checkThread(pidImage("core", tid), th, false); err != nil {
+				return err
 			}
 		}
 		ids, err := c.taskIDs(pid, coreIDs)
@@ -133,17 +138,22 @@ func (c *checker) checkTree() error {
 // compel/include/uapi/task-state.h).
 const taskDead = 2
 
-// taskCore reads task pid's own core image, where CRIU's restore reads the
-// task's state, whatever its thread list says (criu/cr-restore.c,
-// fork_with_pid: open_core(vpid(item)), then item->pid->state).
-func (c *checker) taskCore(pid uint32) (*criucore.CoreEntry, error) {
-	name := pidImage("core", pid)
+// readCore reads the core image of process or thread id (what says which,
+// for the refusal) and refuses one of another architecture. A task's own
+// core is where CRIU's restore reads its state, whatever its thread list
+// says (criu/cr-restore.c, fork_with_pid: open_core(vpid(item)), then
+// item->pid->state).
+func (c *checker) readCore(id uint32, what string) (*criucore.CoreEntry, error) {
+	name := pidImage("core", id)
 	var core criucore.CoreEntry
 	if err := oneEntry(c.dir, name, "CORE", &core); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, refuse(name, "", "missing for process %d of pstree.img", pid)
+			return nil, refuse(name, "", "missing for %s %d of pstree.img", what, id)
 		}
 		return nil, asRefusal(name, err)
+	}
+	if core.GetMtype() != archOf() {
+		return nil, refuse(name, "mtype", "%v, this node is %v", core.GetMtype(), archOf())
 	}
 	return &core, nil
 }
@@ -160,9 +170,6 @@ func (c *checker) taskCore(pid uint32) (*criucore.CoreEntry, error) {
 func (c *checker) checkZombie(pe *pstree.PstreeEntry, core *criucore.CoreEntry) error {
 	pid := pe.GetPid()
 	name := pidImage("core", pid)
-	if core.GetMtype() != archOf() {
-		return refuse(name, "mtype", "%v, this node is %v", core.GetMtype(), archOf())
-	}
 	if n := len(pe.GetThreads()); n > 1 {
 		return refuse("pstree.img", "threads", "process %d is dead and lists %d threads; CRIU dumps a dead task with one", pid, n)
 	}
@@ -224,18 +231,10 @@ func archOf() criucore.CoreEntryMarch {
 	return criucore.CoreEntry_UNKNOWN
 }
 
-func (c *checker) checkThread(tid uint32, leader bool) (*criucore.TaskKobjIdsEntry, error) {
-	name := pidImage("core", tid)
-	var core criucore.CoreEntry
-	if err := oneEntry(c.dir, name, "CORE", &core); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, refuse(name, "", "missing for thread %d of pstree.img", tid)
-		}
-		return nil, asRefusal(name, err)
-	}
-	if core.GetMtype() != archOf() {
-		return nil, refuse(name, "mtype", "%v, this node is %v", core.GetMtype(), archOf())
-	}
+// checkThread checks one live thread's core (name is its image): its
+// credentials, scheduling and seccomp state, and for the task's leader the
+// task's own fields; it returns the leader's namespace IDs.
+func (c *checker) checkThread(name string, core *criucore.CoreEntry, leader bool) (*criucore.TaskKobjIdsEntry, error) {
 	th := core.GetThreadCore()
 	if th == nil || th.Creds == nil {
 		return nil, refuse(name, "thread_core.creds", "missing: the image predates the CRIU versions runc's restore supports")

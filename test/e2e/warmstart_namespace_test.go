@@ -24,6 +24,13 @@ import (
 // file, spec or argument) and logs "secret=<it> n=<counter>" every 100 ms.
 // restoreFrom, when set, names the checkpoint to warm-start from.
 func secretPod(name, ns, restoreFrom string) string {
+	return mainPod(name, ns, restoreFrom, `["sh", "-c", "S=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'); i=0; while true; do echo secret=$S n=$i; i=$((i+1)); sleep 0.1; done"]`)
+}
+
+// mainPod is a static pod ns/name with one busybox container, main, running
+// command (a YAML flow sequence); restoreFrom, when set, names the
+// checkpoint to warm-start from.
+func mainPod(name, ns, restoreFrom, command string) string {
 	ann := ""
 	if restoreFrom != "" {
 		ann = fmt.Sprintf("  annotations:\n    %s: %q\n", podspec.RestoreFromKey, restoreFrom)
@@ -39,8 +46,8 @@ metadata:
   - name: main
     image: docker.io/library/busybox:cri-shim
     imagePullPolicy: Never
-    command: ["sh", "-c", "S=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'); i=0; while true; do echo secret=$S n=$i; i=$((i+1)); sleep 0.1; done"]
-`, name, ns, ann)
+    command: %s
+`, name, ns, ann, command)
 }
 
 var secretLine = regexp.MustCompile(`secret=([0-9a-f]{32}) n=(\d+)`)

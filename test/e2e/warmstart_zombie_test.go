@@ -14,23 +14,7 @@ import (
 // reaps its one child, a `sleep 0` that exits at once: the pod always holds
 // a zombie, which CRIU dumps with an uninitialized thread ID.
 func zombiePodManifest(name, restoreFrom string) string {
-	ann := ""
-	if restoreFrom != "" {
-		ann = fmt.Sprintf("  annotations:\n    checkpoint.cri-shim.io/restore-from: %q\n", restoreFrom)
-	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-  namespace: default
-%sspec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: docker.io/library/busybox:cri-shim
-    imagePullPolicy: Never
-    command: ["sh", "-c", "sleep 0 & exec sleep 3600"]
-`, name, ann)
+	return mainPod(name, "default", restoreFrom, `["sh", "-c", "sleep 0 & exec sleep 3600"]`)
 }
 
 // A checkpoint of a pod holding an exited, unreaped child restores: the
