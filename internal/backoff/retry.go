@@ -2,9 +2,11 @@ package backoff
 
 import (
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // Retry is the shim's one backoff for a retried call (an API write, a
@@ -15,4 +17,20 @@ import (
 // Step gives the next wait.
 func Retry(min, max time.Duration) *wait.Backoff {
 	return &wait.Backoff{Duration: min, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: max}
+}
+
+// RetryLimiter is Retry's curve as a work queue's per-key rate limiter
+// (client-go's workqueue): a key's n-th retry waits min doubled n times, up
+// to max, jittered by up to half again; Forget starts the key over.
+func RetryLimiter(min, max time.Duration) workqueue.TypedRateLimiter[string] {
+	return jittered{workqueue.NewTypedItemExponentialFailureRateLimiter[string](min, max)}
+}
+
+type jittered struct {
+	workqueue.TypedRateLimiter[string]
+}
+
+func (j jittered) When(key string) time.Duration {
+	d := j.TypedRateLimiter.When(key)
+	return d + time.Duration(rand.Int64N(int64(d)/2+1))
 }

@@ -28,3 +28,22 @@ func TestRetryDoublesToItsCapWithJitter(t *testing.T) {
 		t.Fatalf("50 first waits took %d values: not jittered", len(seen))
 	}
 }
+
+// RetryLimiter gives a key Retry's curve, jittered, and Forget starts the
+// key over; keys do not share a position.
+func TestRetryLimiterFollowsTheCurvePerKey(t *testing.T) {
+	l := RetryLimiter(100*time.Millisecond, 400*time.Millisecond)
+	for i, c := range []time.Duration{100, 200, 400, 400} {
+		c *= time.Millisecond
+		if d := l.When("a"); d < c || d > c+c/2 {
+			t.Fatalf("retry %d of a waits %v, want %v to %v", i, d, c, c+c/2)
+		}
+	}
+	if d := l.When("b"); d > 150*time.Millisecond {
+		t.Fatalf("first retry of b waits %v: keys share a position", d)
+	}
+	l.Forget("a")
+	if d := l.When("a"); d > 150*time.Millisecond {
+		t.Fatalf("retry of a after Forget waits %v", d)
+	}
+}

@@ -1,11 +1,12 @@
 package kubeapi
 
 import (
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
 )
 
 // kind is what a queued item writes.
@@ -69,9 +70,8 @@ type queue struct {
 }
 
 func newQueue(max int, minDelay, maxDelay time.Duration, dropped func(kind)) *queue {
-	rl := jittered{workqueue.NewTypedItemExponentialFailureRateLimiter[string](minDelay, maxDelay)}
 	return &queue{
-		wq:      workqueue.NewTypedRateLimitingQueueWithConfig[string](rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubeapi_writes"}),
+		wq:      workqueue.NewTypedRateLimitingQueueWithConfig(backoff.RetryLimiter(minDelay, maxDelay), workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubeapi_writes"}),
 		max:     max,
 		dropped: dropped,
 		pending: map[string]*item{},
@@ -150,14 +150,3 @@ func (q *queue) len() int {
 
 // shutDown makes take return false once the queue is empty.
 func (q *queue) shutDown() { q.wq.ShutDown() }
-
-// jittered spreads a rate limiter's delays by up to half again, so that the
-// nodes of a cluster retrying after one outage do not retry in step.
-type jittered struct {
-	workqueue.TypedRateLimiter[string]
-}
-
-func (j jittered) When(key string) time.Duration {
-	d := j.TypedRateLimiter.When(key)
-	return d + time.Duration(rand.Int64N(int64(d)/2+1))
-}

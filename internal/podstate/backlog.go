@@ -21,10 +21,7 @@ package podstate
 // relist): on an idle node with a 4 s cap it was still two restarts behind
 // (the e2e backoff test). More than that is the kubelet falling behind.
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // maxBacklogWait (Manager.backlogWait) bounds the wait: a kubelet that keeps more exited
 // instances than configured, or removes none, slows restarts down to one a
@@ -63,38 +60,40 @@ func backlog(p *Pod, keep int) (string, int) {
 	return "", 0
 }
 
-// waitBacklog waits, in TerminatingForRestart, until no container the
-// restart creates again has a backlog of exited instances, woken by each
-// removal (forget) and phase change; at most maxBacklogWait.
-func (m *Manager) waitBacklog(ctx context.Context, sandboxID string) error {
-	var deadline time.Time
-	for {
-		m.mu.Lock()
-		p := m.pods[sandboxID]
-		if p == nil || p.Phase != PhaseTerminating {
-			m.mu.Unlock()
-			return nil
-		}
-		name, n := backlog(p, m.keepDead)
-		changed := m.phaseWait()
-		pod := p.Namespace + "/" + p.Name
-		m.mu.Unlock()
-		if name == "" {
-			return nil
-		}
-		now := m.clock.Now()
-		if deadline.IsZero() {
-			deadline = now.Add(m.backlogWait)
-			m.metrics.backlog.Inc()
-			m.log.Info("podstate: restart waits for the kubelet to remove exited instances", "pod", pod, "container", name, "instances", n)
-		}
-		left := deadline.Sub(now)
-		if left <= 0 {
-			m.log.Warn("podstate: exited instances not removed in time; restarting anyway", "pod", pod, "container", name, "instances", n, "waited", m.backlogWait)
-			return nil
-		}
-		if err := m.pause(ctx, left, changed); err != nil {
-			return err
-		}
+// backlogDelay is how long a restart in TerminatingForRestart still waits
+// for the kubelet's removals: 0 once no container it creates again has a
+// backlog of exited instances, or once it has waited maxBacklogWait. The
+// wait begins at the first look that finds a backlog; each removal queues
+// the sandbox's step again (forget), so the restart goes on at once.
+func (m *Manager) backlogDelay(sandboxID string) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[sandboxID]
+	if p == nil || p.Phase != PhaseTerminating || p.backlog.over {
+		return 0
 	}
+	name, n := backlog(p, m.keepDead)
+	if name == "" {
+		return 0
+	}
+	now, pod := m.clock.Now(), p.Namespace+"/"+p.Name
+	if p.backlog.until.IsZero() {
+		p.backlog.until = now.Add(m.backlogWait)
+		m.metrics.backlog.Inc()
+		m.log.Info("podstate: restart waits for the kubelet to remove exited instances", "pod", pod, "container", name, "instances", n)
+	}
+	left := p.backlog.until.Sub(now)
+	if left <= 0 {
+		p.backlog.over = true
+		m.log.Warn("podstate: exited instances not removed in time; restarting anyway", "pod", pod, "container", name, "instances", n, "waited", m.backlogWait)
+		return 0
+	}
+	return left
+}
+
+// backlogWait is a restart's wait for the kubelet's removals (in memory:
+// a restarted shim waits afresh).
+type backlogWait struct {
+	until time.Time // when the wait ends; zero: not begun
+	over  bool      // waited out: the restart goes on whatever the backlog
 }

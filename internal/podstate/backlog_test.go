@@ -15,22 +15,30 @@ func crashOnce(k kubelet, sb string, p *Pod) (done chan error) {
 	k.exit(cur, 1)
 	k.status(cur)
 	done = make(chan error, 1)
-	go func() { done <- k.m.execute(context.Background(), sb) }()
+	go func() { done <- runSteps(k.m, context.Background(), sb) }()
 	return done
+}
+
+// atTheBacklogLimit is a crashing pod whose kubelet keeps one exited
+// instance and has removed none: instances 1 to 5 of main exited, 6
+// running. first is instance 1.
+func atTheBacklogLimit(t *testing.T) (k kubelet, sb string, p *Pod, first string) {
+	k, sb, p = crashingMainPod(t)
+	k.m.KeepDead(1)
+	first = p.Latest["main"]
+	for range 5 {
+		if err := <-crashOnce(k, sb, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k, sb, p, first
 }
 
 // A restart does not create the next instance while the kubelet has not
 // removed the exited ones it keeps no more (one, plus the one just replaced
 // and three more): it goes on as soon as the kubelet removes one.
 func TestRestartWaitsForTheKubeletsRemovals(t *testing.T) {
-	k, sb, p := crashingMainPod(t)
-	k.m.KeepDead(1)
-	first := p.Latest["main"]
-	for range 5 { // instances 1 to 5 exited, 6 running: at the limit
-		if err := <-crashOnce(k, sb, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	k, sb, p, first := atTheBacklogLimit(t)
 	created := len(k.created())
 	done := crashOnce(k, sb, p) // 1 to 6 exited: one too many
 	select {

@@ -108,7 +108,10 @@ func (m *Manager) forget(p *Pod, id string) bool {
 	}
 	delete(p.Instances, id)
 	delete(m.byID, id)
-	m.changed() // a restart may wait for this removal (backlog.go)
+	m.changed()
+	if p.Phase == PhaseTerminating {
+		m.kick(p.SandboxID) // its restart may wait for this removal (backlog.go)
+	}
 	return true
 }
 
@@ -197,7 +200,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 			shown++
 		}
 	}
-	p.Retried = nil
+	p.Retried, p.backlog = nil, backlogWait{}
 	// Only instances other than the trigger need checking against the
 	// runtime (refineShown); with none, the set is final now and this one
 	// save covers it.

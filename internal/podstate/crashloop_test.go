@@ -76,7 +76,7 @@ func TestCrashLoopLetsTheKubeletRemoveReplacedInstances(t *testing.T) {
 	k.status(cur)
 	removedBy := 0
 	for i := 1; i <= 12; i++ {
-		if err := k.m.execute(context.Background(), sb); err != nil {
+		if err := runSteps(k.m, context.Background(), sb); err != nil {
 			t.Fatal(err)
 		}
 		died := pk.relist()
@@ -117,7 +117,7 @@ func TestHoldKeepsTheNewestListedInstanceRunning(t *testing.T) {
 		for step := range 60 {
 			switch r.Intn(4) {
 			case 0:
-				if err := k.m.execute(context.Background(), sb); err != nil {
+				if err := runSteps(k.m, context.Background(), sb); err != nil {
 					t.Fatal(err)
 				}
 			case 1: // the PLEG's list

@@ -101,7 +101,7 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 	if statefile.Healthy() == nil {
 		t.Fatal("statefile reports healthy after a failed write")
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil || len(k.stopped()) != 0 || len(k.created()) != 3 {
+	if err := runSteps(k.m, context.Background(), sb); err != nil || len(k.stopped()) != 0 || len(k.created()) != 3 {
 		t.Fatalf("acted on the unrecorded exit: stopped %v created %v (%v)", k.stopped(), k.created(), err)
 	}
 
@@ -116,7 +116,7 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 	if err := statefile.Healthy(); err != nil {
 		t.Fatalf("still unhealthy after a successful write: %v", err)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 {
+	if err := runSteps(k.m, context.Background(), sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 {
 		t.Fatalf("restart after recovery: phase %s restarts %d (%v)", p.Phase, p.Restarts, err)
 	}
 }
@@ -195,7 +195,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k.exit(ids["main"], 88)
 		k.status(ids["main"])
 		failWrites(k.m, always)
-		err := k.m.execute(ctx, sb)
+		err := runSteps(k.m, ctx, sb)
 		if !errors.Is(err, statefile.ErrNotDurable) || len(k.stopped()) != 0 || len(k.created()) != 3 {
 			t.Fatalf("step not recorded: %v, stopped %v, created %v", err, k.stopped(), k.created())
 		}
@@ -207,7 +207,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k.status(ids["main"])
 		failing := true
 		failWrites(k.m, func(b []byte) bool { return failing && strings.Contains(string(b), `"phase":"Running"`) })
-		if err := k.m.execute(ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != PhaseStartup || len(p.partOf(PartNew)) != 3 {
+		if err := runSteps(k.m, ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != PhaseStartup || len(p.partOf(PartNew)) != 3 {
 			t.Fatalf("swap not recorded: %v, phase %s, new %v", err, p.Phase, p.partOf(PartNew))
 		}
 		for id, st := range k.list() {
@@ -216,7 +216,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 			}
 		}
 		failing = false
-		if err := k.m.execute(ctx, sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 || len(k.created()) != 6 {
+		if err := runSteps(k.m, ctx, sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 || len(k.created()) != 6 {
 			t.Fatalf("retried swap: %v, phase %s, restarts %d, created %v", err, p.Phase, p.Restarts, k.created())
 		}
 	})

@@ -11,14 +11,17 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// execute performs the next steps of a pod's restart; every step is safe to
-// repeat, so a shim killed at any point finishes the restart when it comes back.
-func (m *Manager) execute(ctx context.Context, sandboxID string) error {
+// step performs the next steps of a pod's restart, up to the first that
+// must wait: it returns how long (the backoff delay, or the wait for the
+// kubelet's removals), and the engine runs it again after that. Every step
+// is safe to repeat, so a shim killed at any point finishes the restart
+// when it comes back.
+func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, error) {
 	m.mu.Lock()
 	p := m.pods[sandboxID]
 	if p == nil {
 		m.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	phase, notBefore, term := p.Phase, p.NotBefore, p.Termination
 	// Only instances not yet seen exited need stopping: a CRI container
@@ -34,18 +37,16 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 	switch phase {
 	case PhaseTerminating:
 		if err := m.refineShown(ctx, sandboxID); err != nil {
-			return err
+			return 0, err
 		}
 		if err := m.stopAll(ctx, old, term); err != nil {
-			return err
+			return 0, err
 		}
 		if wait := notBefore.Sub(m.clock.Now()); wait > 0 {
-			if err := m.pause(ctx, wait, nil); err != nil {
-				return err // errStopping: resumed in Terminating by the next process
-			}
+			return wait, nil
 		}
-		if err := m.waitBacklog(ctx, sandboxID); err != nil {
-			return err
+		if wait := m.backlogDelay(sandboxID); wait > 0 {
+			return wait, nil
 		}
 		m.mu.Lock()
 		if p.Phase == PhaseTerminating {
@@ -55,27 +56,11 @@ func (m *Manager) execute(ctx context.Context, sandboxID string) error {
 			_ = m.enter(p, eventStopped) // allowed: the phase was just checked
 		}
 		m.mu.Unlock()
-		return m.replay(ctx, sandboxID)
+		return 0, m.replay(ctx, sandboxID)
 	case PhaseStartup:
-		return m.replay(ctx, sandboxID)
+		return 0, m.replay(ctx, sandboxID)
 	}
-	return nil
-}
-
-// pause waits d, or until wake is closed (nil: never); an error when ctx
-// ends or the shim stops (errStopping).
-func (m *Manager) pause(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-m.quit:
-		return errStopping
-	case <-wake:
-	case <-t.C:
-	}
-	return nil
+	return 0, nil
 }
 
 // refineShown drops from the "shown running" set the instances that had in fact

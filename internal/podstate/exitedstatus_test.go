@@ -56,7 +56,7 @@ func crashedOnce(t *testing.T, sub *uint64) (kubelet, string, string) {
 	prev := p.Latest["main"]
 	k.exit(prev, 1)
 	k.status(prev)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if p.Latest["main"] == prev || p.Phase != PhaseRunning {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -331,4 +332,29 @@ func crashingMainPod(t *testing.T) (kubelet, string, *Pod) {
 	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0})
 	k.start(sb, "main")
 	return k, sb, k.m.pods[sb]
+}
+
+// runSteps runs a sandbox's restart steps in this goroutine as the engine's
+// queue does: a step that must wait runs again after its wait, or at once
+// when a phase changes or an instance is forgotten (which queue it again in
+// the engine: forget).
+func runSteps(m *Manager, ctx context.Context, sandboxID string) error {
+	for {
+		m.mu.Lock()
+		wake := m.phaseWait()
+		m.mu.Unlock()
+		after, err := m.step(ctx, sandboxID)
+		if err != nil || after == 0 {
+			return err
+		}
+		t := time.NewTimer(after)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }

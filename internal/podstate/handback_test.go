@@ -139,7 +139,7 @@ func TestHandedBackInitIsRetriedByTheKubelet(t *testing.T) {
 	k.rt.ExitOnStart("init", 1)
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	p := k.m.pods[sb]
@@ -192,7 +192,7 @@ func TestHandedBackHiddenSurvivesRestart(t *testing.T) {
 	k.rt.ExitOnStart("init", 1)
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	k2 := k.restarted(dir)
@@ -220,7 +220,7 @@ func TestHandedBackInitWithoutSidecar(t *testing.T) {
 	k.rt.ExitOnStart("init", 1)
 	k.exit(main0, 88)
 	k.status(main0)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	spec := podSpec{inits: []struct {

@@ -61,7 +61,7 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 	if s := k.status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Fatalf("the kubelet is shown the terminated instance as %v during the restart", s.State)
 	}
-	if err := k.m.execute(ctx, sb); err != nil {
+	if err := runSteps(k.m, ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	now := p.Latest["main"]

@@ -47,7 +47,7 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 			exit("sb1", testCurve.Delay(2))
 			// The kubelet's garbage collection removes the old sandbox.
 			k.removeSandbox("sb-old")
-			if err := k.m.execute(context.Background(), "sb1"); err != nil {
+			if err := runSteps(k.m, context.Background(), "sb1"); err != nil {
 				t.Fatal(err)
 			}
 			exit("sb1", testCurve.Delay(3))

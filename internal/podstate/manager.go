@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"k8s.io/client-go/util/workqueue"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
@@ -62,10 +63,12 @@ type Manager struct {
 	pods        map[string]*Pod   // by sandbox ID
 	byID        map[string]string // container ID -> sandbox ID
 
-	work   chan string
-	active map[string]context.CancelFunc // sandboxes with an executor running, and its stop (stopExecutor)
-	// quit is closed when Run ends: executors stop at their next wait or
-	// step, after the runtime call they are in (drain.go).
+	// queue holds the sandboxes with a restart step to run (engine.go);
+	// running has the cancel of each step in progress, by sandbox ID.
+	queue   workqueue.TypedRateLimitingInterface[string]
+	running sync.Map
+	// quit is closed when Run ends: steps stop at their next wait, after
+	// the runtime call they are in (engine.go).
 	quit     chan struct{}
 	quitOnce sync.Once
 	metrics  *metrics
@@ -122,7 +125,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	m := &Manager{
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
 		pods: map[string]*Pod{}, byID: map[string]string{},
-		work: make(chan string, 64), active: map[string]context.CancelFunc{}, quit: make(chan struct{}),
+		queue: newQueue(), quit: make(chan struct{}),
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 }, observer: noObserver{}, keepDead: 1, backlogWait: maxBacklogWait,
 	}
 	pods, errs := st.load()
@@ -222,95 +225,4 @@ func (p *Pod) snapshot() Pod {
 		c.Trigger = &t
 	}
 	return c
-}
-
-// kick asks Run to work on a sandbox; a full queue is fine, the periodic scan catches it.
-func (m *Manager) kick(sandboxID string) {
-	select {
-	case m.work <- sandboxID:
-	default:
-	}
-}
-
-// Run drives restarts until ctx ends: it resumes what was in progress and
-// rescans, so nothing depends on a single event (OnEvent sees exits at once).
-func (m *Manager) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer m.drain(&wg)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	m.reconcile(ctx)
-	m.scan(ctx)
-	ticks := 0
-	var lastLive uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case id := <-m.work:
-			m.startExecutor(ctx, &wg, id)
-		case <-tick.C:
-			if ticks++; ticks%10 == 0 {
-				m.reconcile(ctx)
-			}
-			// While the event feed is subscribed, exits arrive through
-			// OnEvent (and the kubelet's status calls): the scan is a
-			// safety net every 10 s. Without a subscription, or after a new
-			// one (events in between are lost), it runs at once.
-			if live := m.eventsLive(); live == 0 || live != lastLive || ticks%10 == 0 {
-				m.scan(ctx)
-				lastLive = live
-			}
-			m.mu.Lock()
-			var ids []string
-			for id, p := range m.pods {
-				if p.Phase != PhaseRunning {
-					ids = append(ids, id)
-				}
-			}
-			m.mu.Unlock()
-			for _, id := range ids {
-				m.startExecutor(ctx, &wg, id)
-			}
-		}
-	}
-}
-
-func (m *Manager) startExecutor(ctx context.Context, wg *sync.WaitGroup, sandboxID string) {
-	m.mu.Lock()
-	if m.active[sandboxID] != nil || m.pods[sandboxID] == nil {
-		m.mu.Unlock()
-		return
-	}
-	// Not cancelled when Run ends: drain lets the runtime call in progress
-	// finish (stopExecutor and drain's deadline cancel it).
-	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.active[sandboxID] = cancel
-	m.mu.Unlock()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer func() {
-			cancel()
-			m.mu.Lock()
-			delete(m.active, sandboxID)
-			m.mu.Unlock()
-		}()
-		if err := m.execute(ectx, sandboxID); err != nil && ectx.Err() == nil && !errors.Is(err, errStopping) {
-			if m.abandonIfSandboxGone(ctx, sandboxID, err) {
-				return
-			}
-			// Retried every second; logged when the error changes, not each time.
-			m.mu.Lock()
-			p := m.pods[sandboxID]
-			repeat := p != nil && p.LastError == err.Error()
-			if p != nil {
-				p.LastError = err.Error()
-			}
-			m.mu.Unlock()
-			if !repeat {
-				m.log.Error("podstate: restart step failed; retrying every second", "sandbox", sandboxID, "err", err)
-			}
-		}
-	}()
 }

@@ -33,7 +33,7 @@ func TestStopPodSandboxAbandonsRestart(t *testing.T) {
 	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 88 {
 		t.Fatalf("after StopPodSandbox the real exit must show: %+v", s)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil || len(k.created()) != 3 {
+	if err := runSteps(k.m, context.Background(), sb); err != nil || len(k.created()) != 3 {
 		t.Fatalf("abandoned restart still replayed: %v %v", k.created(), err)
 	}
 }
@@ -106,7 +106,7 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 		cur := p.Latest["main"]
 		k.exit(cur, 1)
 		k.status(cur)
-		if err := k.m.execute(context.Background(), sb); err != nil {
+		if err := runSteps(k.m, context.Background(), sb); err != nil {
 			t.Fatal(err)
 		}
 		gone = append(gone, cur)
@@ -148,7 +148,7 @@ func TestRestartAbandonedWhenSandboxDies(t *testing.T) {
 		k.rt.OnCall("StartContainer", nil)
 		return k.rt.SandboxExit(sb)
 	})
-	err := k.m.execute(context.Background(), sb)
+	err := runSteps(k.m, context.Background(), sb)
 	starts := k.rt.Requests("StartContainer")
 	failed := starts[len(starts)-1].(*runtimeapi.StartContainerRequest).ContainerId
 	if s := k.container(failed); err == nil || s.Reason != "StartError" {
@@ -162,7 +162,7 @@ func TestRestartAbandonedWhenSandboxDies(t *testing.T) {
 	}
 	// A later step does nothing, and nothing was removed: the failed
 	// instance is still in the runtime.
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if removed := k.rt.Requests("RemoveContainer"); len(removed) != 0 {

@@ -28,7 +28,7 @@ func TestObserverHearsRestartStartAndEnd(t *testing.T) {
 	if got := fmt.Sprint(o.heard); got != "[started p main 88 RestartAllContainers]" {
 		t.Fatalf("heard %s", got)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(o.heard); got != fmt.Sprintf("[started p main 88 RestartAllContainers ended p main %d]", Restarted) {
@@ -70,7 +70,7 @@ func TestSnapshotTellsRestartState(t *testing.T) {
 	if s := k.m.Snapshot(); len(s) != 1 || !s[0].Restarting || s[0].Trigger.ExitCode != 88 {
 		t.Fatalf("during a restart: %+v", s)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if s := k.m.Snapshot(); len(s) != 1 || s[0].Restarting || !s[0].RestartedAll {

@@ -170,7 +170,7 @@ func TestBytesPathsMatchDecodedPaths(t *testing.T) {
 	if k.m.pods[sb].Phase != PhaseTerminating {
 		t.Fatalf("phase %s", k.m.pods[sb].Phase)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	compare("after the restart")

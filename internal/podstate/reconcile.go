@@ -29,7 +29,7 @@ func (m *Manager) abandon(p *Pod) error {
 		*p = snap
 		return err
 	}
-	m.stopExecutor(p.SandboxID)
+	m.cancelStep(p.SandboxID)
 	if restarting {
 		m.observer.RestartEnded(refOf(p), *p.Trigger, Abandoned)
 	}

@@ -34,7 +34,7 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 	if status.Code(proxy.Status(err)) != codes.Unavailable || time.Since(start) > 100*time.Millisecond {
 		t.Fatalf("the kubelet's create of main during its held restart: %v after %s, want Unavailable at once", err, time.Since(start))
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(k.created()); n != 2 {
@@ -68,7 +68,7 @@ func TestStopOfExitedInstanceKeepsItsRule(t *testing.T) {
 	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur || p.Trigger.ExitCode != 1 {
 		t.Fatalf("after the kubelet's stop of an instance that had exited 1: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	next := p.Latest["main"]

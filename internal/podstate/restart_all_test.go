@@ -32,7 +32,7 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 	if st := k.list(); st[ids["init"]] != runtimeapi.ContainerState_CONTAINER_EXITED || st[ids["sidecar"]] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("view during termination: %v", st)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if p.Phase != PhaseRunning || p.Restarts != 1 {
@@ -102,7 +102,7 @@ func TestInitFailingDuringReplayIsHandedBack(t *testing.T) {
 	k.rt.ExitOnStart("init", 1)
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(k.created()[3:]); got != "[init]" {
@@ -194,7 +194,7 @@ func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
 				}
 			}
 			m2 := k.restarted(dir).m
-			if err := m2.execute(context.Background(), sb); err != nil {
+			if err := runSteps(m2, context.Background(), sb); err != nil {
 				t.Fatal(err)
 			}
 			inits := 0
@@ -231,7 +231,7 @@ func TestInterruptedReplayStartIsRetried(t *testing.T) {
 	p.addInstance(resp.ContainerId, "init", PartNew)
 	k.m.save(p)
 	m2 := k.restarted(dir).m
-	if err := m2.execute(context.Background(), sb); err != nil {
+	if err := runSteps(m2, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(k.created()[4:]); got != "[init sidecar main]" {
@@ -276,7 +276,7 @@ func TestReplayRequestReuse(t *testing.T) {
 		cur := p.Latest["main"]
 		k.exit(cur, 1)
 		k.status(cur)
-		if err := k.m.execute(context.Background(), sb); err != nil {
+		if err := runSteps(k.m, context.Background(), sb); err != nil {
 			t.Fatal(err)
 		}
 		return p.Latest["main"]
@@ -294,10 +294,10 @@ func TestReplayRequestReuse(t *testing.T) {
 	k.exit(cur, 1)
 	k.status(cur)
 	k.rt.FailNext("CreateContainer", 1, status.Error(codes.Unavailable, "create failed"))
-	if err := k.m.execute(context.Background(), sb); err == nil {
+	if err := runSteps(k.m, context.Background(), sb); err == nil {
 		t.Fatal("the failing create succeeded")
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if a := attempt(p.Latest["main"]); a != 4 {

@@ -32,7 +32,7 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 		if p.Scope != "main" || p.Trigger.Delay != wantDelay {
 			t.Fatalf("restart %d: scope %q delay %s, want main and %s", i+1, p.Scope, p.Trigger.Delay, wantDelay)
 		}
-		if err := k.m.execute(context.Background(), sb); err != nil {
+		if err := runSteps(k.m, context.Background(), sb); err != nil {
 			t.Fatal(err)
 		}
 		// The executor waited out the delay, counted from the exit.
@@ -66,7 +66,7 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	k.rt.ExitOnStart("main", 1) // every replayed instance exits as soon as it starts
 	k.exit(id, 1)
 	k.status(id)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	p := k.m.pods[sb]
@@ -96,7 +96,7 @@ func TestStatusAfterSwapHoldsAPodRelistPicture(t *testing.T) {
 	if got := k.listPod("uid-1"); len(got) != 1 || got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod relist during the restart: %v, want only the old instance, running", got)
 	}
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	// The read of that relist's pod status, after the swap.
@@ -132,7 +132,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	// The read of that list begins (sandbox status) before the swap and
 	// reaches the old instance after it.
 	k.readPod(sb)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	// A list of running containers only (the log manager's, which reads the
@@ -181,7 +181,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	listPod()
 	k.exit(nw, 1)
 	k.status(nw)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if p := k.m.pods[sb]; p.Phase != PhaseTerminating || p.Trigger.ContainerID == nw {
@@ -256,7 +256,7 @@ func TestRestartOnCommand(t *testing.T) {
 	if err := k.m.RestartPod(ctx, sb, "busy"); err == nil {
 		t.Fatal("a second restart accepted while one is in progress")
 	}
-	if err := k.m.execute(ctx, sb); err != nil {
+	if err := runSteps(k.m, ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	if p.ContainerRestarts["main"] != 1 || p.Restarts != 0 || len(p.Forced) != 0 {
@@ -270,7 +270,7 @@ func TestRestartOnCommand(t *testing.T) {
 	if s := k.status(stopped); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || p.Scope != "" {
 		t.Fatalf("after RestartPod: kubelet sees %v, scope %q; want a pod restart under way", s.State, p.Scope)
 	}
-	if err := k.m.execute(ctx, sb); err != nil {
+	if err := runSteps(k.m, ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	if p.Restarts != 1 || p.Phase != PhaseRunning {
@@ -294,7 +294,7 @@ func TestCrashLoopRecordStaysBounded(t *testing.T) {
 				t.Fatalf("restart %d: the trigger of the restart in progress was forgotten", i+1)
 			}
 		}
-		if err := k.m.execute(context.Background(), sb); err != nil {
+		if err := runSteps(k.m, context.Background(), sb); err != nil {
 			t.Fatal(err)
 		}
 		k.remove(cur) // the kubelet's GC removes the previous instance

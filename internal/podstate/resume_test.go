@@ -66,7 +66,7 @@ func TestKeepShownSurvivesARestartOfTheShim(t *testing.T) {
 	k.list() // the kubelet's relist: main shown running
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	k.m.mu.Lock()
@@ -97,7 +97,7 @@ func TestResumeKeepsThePreviousProcessesListedPicture(t *testing.T) {
 	k2 := k.restarted(dir)
 	m2 := k2.m
 	m2.Resume(context.Background())
-	if err := m2.execute(context.Background(), sb); err != nil {
+	if err := runSteps(m2, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	m2.mu.Lock()

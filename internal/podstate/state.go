@@ -111,6 +111,8 @@ type Pod struct {
 	// warmFailed are the containers whose warm restart failed in the
 	// restart in progress: they start cold (warm.go). Cleared at the swap.
 	warmFailed map[string]bool
+	// backlog is the restart's wait for the kubelet's removals (backlog.go).
+	backlog backlogWait
 }
 
 // SeqEntry is one container of the pod's start order.

@@ -82,7 +82,7 @@ func TestRestartStopsByTermination(t *testing.T) {
 	} {
 		t.Run("value="+tc.value, func(t *testing.T) {
 			k, sb, ids := terminationPod(t, t.TempDir(), tc.value)
-			if err := k.m.execute(context.Background(), sb); err != nil {
+			if err := runSteps(k.m, context.Background(), sb); err != nil {
 				t.Fatal(err)
 			}
 			if p := k.m.pods[sb]; p.Phase != PhaseRunning || p.Restarts != 1 {
@@ -109,7 +109,7 @@ func TestTerminationSurvivesShimRestart(t *testing.T) {
 	if p := m2.pods[sb]; p == nil || p.Termination != podspec.TerminationImmediate {
 		t.Fatalf("pod record after a shim restart: %v", p != nil && p.Termination == podspec.TerminationImmediate)
 	}
-	if err := m2.execute(context.Background(), sb); err != nil {
+	if err := runSteps(m2, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := k.stopTimeout(ids["sidecar"]); got != 2 || len(k.execs()) != 0 {

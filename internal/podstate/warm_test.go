@@ -81,7 +81,7 @@ func warmPod(t *testing.T, src *warmSource) (kubelet, string, *recordingObserver
 func TestWarmRestartCreatesFromTheCheckpoint(t *testing.T) {
 	src := &warmSource{}
 	k, sb, o := warmPod(t, src)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	p := k.m.pods[sb]
@@ -108,7 +108,7 @@ func TestWarmRestartCreatesFromTheCheckpoint(t *testing.T) {
 func TestWarmRestartWithoutACheckpointStartsCold(t *testing.T) {
 	src := &warmSource{err: errors.New("the pod has no checkpoint")}
 	k, sb, o := warmPod(t, src)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: the pod has no checkpoint") {
@@ -125,7 +125,7 @@ func TestWarmCreateRefusedStartsColdThenWarmAgain(t *testing.T) {
 	src := &warmSource{}
 	k, sb, o := warmPod(t, src)
 	k.rt.FailNext("CreateContainer", 1, status.Error(codes.Unavailable, "create failed"))
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	p := k.m.pods[sb]
@@ -144,7 +144,7 @@ func TestWarmCreateRefusedStartsColdThenWarmAgain(t *testing.T) {
 	cur := p.Latest["main"]
 	k.exit(cur, 1)
 	k.status(cur)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	if len(src.asked) != 2 || !strings.Contains(o.heard[len(o.heard)-2]+o.heard[len(o.heard)-1], "warm p main from cp") {
@@ -157,7 +157,7 @@ func TestWarmCreateRefusedStartsColdThenWarmAgain(t *testing.T) {
 func TestWarmStagingFailedStartsCold(t *testing.T) {
 	src := &warmSource{stageErr: errors.New("archive: no CRIU images")}
 	k, sb, o := warmPod(t, src)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	p := k.m.pods[sb]
@@ -177,7 +177,7 @@ func TestWarmStagingFailedStartsCold(t *testing.T) {
 func TestWarmStartWithoutRestoreStartsCold(t *testing.T) {
 	src := &warmSource{notRestored: true}
 	k, sb, o := warmPod(t, src)
-	if err := k.m.execute(context.Background(), sb); err != nil {
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
 	p := k.m.pods[sb]
