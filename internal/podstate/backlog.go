@@ -65,10 +65,13 @@ func backlog(p *Pod, keep int) (string, int) {
 // backlog of exited instances, or once it has waited maxBacklogWait. The
 // wait begins at the first look that finds a backlog; each removal queues
 // the sandbox's step again (forget), so the restart goes on at once.
-func (m *Manager) backlogDelay(sandboxID string) time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[sandboxID]
+func (m *Manager) backlogDelay(sandboxID string) (wait time.Duration) {
+	m.with(sandboxID, func(p *Pod) { wait = m.backlogLeft(p) })
+	return wait
+}
+
+// backlogLeft is backlogDelay of p, with m.mu held.
+func (m *Manager) backlogLeft(p *Pod) time.Duration {
 	if p == nil || p.Phase != PhaseTerminating || p.backlog.over {
 		return 0
 	}

@@ -125,13 +125,16 @@ func settle(p *Pod, id string) {
 // starts the pod's restart. It reports whether the exit triggered a restart.
 // An error means the verdict could not be recorded: nothing changed, nothing
 // was started, and the exit is classified again at the next look.
-func (m *Manager) classify(s *runtimeapi.ContainerStatus) (bool, error) {
+func (m *Manager) classify(s *runtimeapi.ContainerStatus) (restarts bool, err error) {
 	if s == nil || s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return false, nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.classifyLocked(s)
+	m.withContainer(s.Id, func(p *Pod, _ *Instance) {
+		if p != nil {
+			restarts, err = m.classifyLocked(s)
+		}
+	})
+	return restarts, err
 }
 
 // classifyLocked is classify with m.mu held.
@@ -155,7 +158,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	if action != podspec.ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
 		settle(p, s.Id)
 		if err := m.save(p); err != nil {
-			*p = snap
+			m.rollback(p, snap)
 			return false, err
 		}
 		return false, nil
@@ -209,7 +212,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	p.LastError = ""
 	if err := m.save(p); err != nil {
 		// Not started: the curve does not move either.
-		*p = snap
+		m.rollback(p, snap)
 		if hadBackoff {
 			m.bo.Restore(key, prevOwner, prevBackoff)
 		} else {

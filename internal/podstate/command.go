@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,21 +27,22 @@ func (m *Manager) RestartPod(ctx context.Context, sandboxID, reason string) erro
 }
 
 func (m *Manager) command(ctx context.Context, sandboxID, container, action, reason string) error {
-	m.mu.Lock()
-	p := m.pods[sandboxID]
-	if p == nil {
-		m.mu.Unlock()
-		return errors.New("the pod is not tracked by cri-shim's restart machinery")
+	var p *Pod
+	err := errNotTracked
+	m.with(sandboxID, func(pod *Pod) {
+		switch {
+		case pod == nil:
+		case pod.Stopped:
+			err = errors.New("the pod is terminating")
+		case pod.Phase != PhaseRunning:
+			err = fmt.Errorf("a restart of the pod is already in progress (%s)", pod.Phase)
+		default:
+			p, err = pod, nil
+		}
+	})
+	if err != nil {
+		return err
 	}
-	if p.Stopped {
-		m.mu.Unlock()
-		return errors.New("the pod is terminating")
-	}
-	if p.Phase != PhaseRunning {
-		m.mu.Unlock()
-		return fmt.Errorf("a restart of the pod is already in progress (%s)", p.Phase)
-	}
-	m.mu.Unlock()
 	r, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 		PodSandboxId: sandboxID, State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
 	if err != nil {
@@ -68,41 +68,34 @@ func (m *Manager) command(ctx context.Context, sandboxID, container, action, rea
 		return errors.New("no container of the pod is running")
 	}
 	name := target.GetMetadata().GetName()
-	m.mu.Lock()
-	if p.Forced == nil {
-		p.Forced = map[string]string{}
-	}
-	p.Forced[name] = action
-	// The orchestrator restarting a container (or the pod) ends the hold
-	// of what it terminated (hold.go).
-	held := p.Held
-	if action == string(podspec.ActionRestartAllContainers) {
-		p.Held = nil
-	} else if p.Held[name] {
-		held = maps.Clone(p.Held)
-		delete(p.Held, name)
-	}
-	if err := m.saveDurable(p); err != nil {
-		delete(p.Forced, name)
-		p.Held = held
-		m.mu.Unlock()
+	if err := m.update(sandboxID, func(p *Pod) error {
+		if p.Forced == nil {
+			p.Forced = map[string]string{}
+		}
+		p.Forced[name] = action
+		// The orchestrator restarting a container (or the pod) ends the
+		// hold of what it terminated (hold.go).
+		if action == string(podspec.ActionRestartAllContainers) {
+			p.Held = nil
+		} else {
+			delete(p.Held, name)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
-	m.mu.Unlock()
 	m.log.Info("podstate: restart on command", "pod", p.Namespace+"/"+p.Name, "container", name, "action", action, "reason", reason)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	if _, err := m.rt.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: target.GetId(), Timeout: 10}); err != nil {
-		m.mu.Lock()
-		delete(p.Forced, name)
-		if serr := m.save(p); serr != nil {
-			// The record still forces the next exit of this container:
-			// keep memory the same, so what runs is what a restarted
-			// shim would do.
-			p.Forced[name] = action
+		if serr := ignoreUntracked(m.update(sandboxID, func(p *Pod) error {
+			delete(p.Forced, name)
+			return nil
+		})); serr != nil {
+			// The record still forces the next exit of this container, and
+			// so does memory: what runs is what a restarted shim would do.
 			m.log.Warn("podstate: the forced action of a failed command stays recorded", "pod", p.Namespace+"/"+p.Name, "container", name, "err", serr)
 		}
-		m.mu.Unlock()
 		return err
 	}
 	return nil

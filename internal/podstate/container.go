@@ -55,16 +55,17 @@ func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 // when that one's newest instance has exited 0: a regular init container,
 // which a restart must wait for. "" otherwise.
 func (m *Manager) completedBefore(ctx context.Context, req *runtimeapi.CreateContainerRequest) string {
-	name := req.GetConfig().GetMetadata().GetName()
-	m.mu.Lock()
-	p := m.pods[req.PodSandboxId]
-	if p == nil || len(p.Seq) == 0 || slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
-		m.mu.Unlock()
+	name, prev, prevID := req.GetConfig().GetMetadata().GetName(), "", ""
+	m.with(req.PodSandboxId, func(p *Pod) {
+		if p == nil || len(p.Seq) == 0 || slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
+			return
+		}
+		prev = p.Seq[len(p.Seq)-1].Name
+		prevID = p.Latest[prev]
+	})
+	if prev == "" {
 		return ""
 	}
-	prev := p.Seq[len(p.Seq)-1].Name
-	prevID := p.Latest[prev]
-	m.mu.Unlock()
 	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: prevID})
 	if err == nil && st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && st.GetStatus().GetExitCode() == 0 {
 		return prev
@@ -77,42 +78,32 @@ func (m *Manager) completedBefore(ctx context.Context, req *runtimeapi.CreateCon
 // (completedBefore) marks the container before it as one to wait for. When
 // that cannot be recorded nothing changes.
 func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, completed string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[req.PodSandboxId]
-	if p == nil {
-		return nil
-	}
-	snap := p.snapshot()
 	name := req.GetConfig().GetMetadata().GetName()
-	if b, err := proto.Marshal(req); err == nil {
-		p.Creates[name] = b
-	}
-	delete(p.createReq, name)
-	// The kubelet starts a container a handed-back restart left hidden: its
-	// older instances are shown again, as the new one's previous runs.
-	for _, in := range p.Instances {
-		if in.Name == name {
-			in.Hidden = false
+	return ignoreUntracked(m.update(req.PodSandboxId, func(p *Pod) error {
+		if b, err := proto.Marshal(req); err == nil {
+			p.Creates[name] = b
 		}
-	}
-	p.addInstance(id, name, PartNone)
-	m.byID[id] = p.SandboxID
-	if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
-		for i := range p.Seq {
-			if p.Seq[i].Name == completed {
-				p.Seq[i].WaitExit = true
+		delete(p.createReq, name)
+		// The kubelet starts a container a handed-back restart left hidden:
+		// its older instances are shown again, as the new one's previous runs.
+		for _, in := range p.Instances {
+			if in.Name == name {
+				in.Hidden = false
 			}
 		}
-		p.Seq = append(p.Seq, SeqEntry{Name: name})
-	}
-	p.Latest[name] = id
-	if err := m.save(p); err != nil {
-		*p = snap
-		delete(m.byID, id)
-		return err
-	}
-	return nil
+		p.addInstance(id, name, PartNone)
+		m.byID[id] = p.SandboxID
+		if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
+			for i := range p.Seq {
+				if p.Seq[i].Name == completed {
+					p.Seq[i].WaitExit = true
+				}
+			}
+			p.Seq = append(p.Seq, SeqEntry{Name: name})
+		}
+		p.Latest[name] = id
+		return nil
+	}))
 }
 
 // stopContainer: the kubelet stops a container itself (the pod is being
@@ -124,19 +115,24 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 	if err := m.classifyBeforeStop(ctx, req.ContainerId); err != nil {
 		return nil, unavailable(err)
 	}
-	m.mu.Lock()
-	if p := m.pods[m.byID[req.ContainerId]]; p != nil && p.inst(req.ContainerId) != nil && !p.inst(req.ContainerId).Settled {
-		in := p.inst(req.ContainerId)
-		in.Settled = true
-		if err := m.save(p); err != nil {
+	sb := ""
+	m.withContainer(req.ContainerId, func(p *Pod, in *Instance) {
+		if in != nil && !in.Settled {
+			sb = p.SandboxID
+		}
+	})
+	if sb != "" {
+		if err := ignoreUntracked(m.update(sb, func(p *Pod) error {
+			if in := p.inst(req.ContainerId); in != nil {
+				in.Settled = true
+			}
+			return nil
+		})); err != nil {
 			// Not stopped: unrecorded, a rule could restart it after a
 			// restart of the shim. The kubelet retries.
-			in.Settled = false
-			m.mu.Unlock()
 			return nil, unavailable(err)
 		}
 	}
-	m.mu.Unlock()
 	return next(ctx, req)
 }
 
@@ -154,10 +150,10 @@ func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveCon
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, err
 	}
-	m.mu.Lock()
-	if p := m.pods[m.byID[req.ContainerId]]; p != nil {
-		m.forget(p, req.ContainerId)
-	}
-	m.mu.Unlock()
+	m.withContainer(req.ContainerId, func(p *Pod, _ *Instance) {
+		if p != nil {
+			m.forget(p, req.ContainerId)
+		}
+	})
 	return resp, err
 }

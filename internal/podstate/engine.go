@@ -138,15 +138,13 @@ func (m *Manager) process(ctx context.Context, sandboxID string) {
 
 // noteError records a step's error on its pod and reports whether it is a
 // new one (logged once, not at every retry).
-func (m *Manager) noteError(sandboxID string, err error) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[sandboxID]
-	if p == nil || p.LastError == err.Error() {
-		return false
-	}
-	p.LastError = err.Error()
-	return true
+func (m *Manager) noteError(sandboxID string, err error) (isNew bool) {
+	m.with(sandboxID, func(p *Pod) {
+		if isNew = p != nil && p.LastError != err.Error(); isNew {
+			p.LastError = err.Error()
+		}
+	})
+	return isNew
 }
 
 // cancelStep ends the sandbox's step in progress, if any, once its pod's

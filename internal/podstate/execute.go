@@ -1,7 +1,7 @@
 package podstate
 
-// The restart's steps run by the pod's executor, from its recorded phase to
-// the swap.
+// The restart's steps, from the pod's recorded phase to the swap, run by
+// the engine (engine.go) one sandbox at a time.
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
 // step performs the next steps of a pod's restart, up to the first that
@@ -17,23 +19,25 @@ import (
 // is safe to repeat, so a shim killed at any point finishes the restart
 // when it comes back.
 func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, error) {
-	m.mu.Lock()
-	p := m.pods[sandboxID]
-	if p == nil {
-		m.mu.Unlock()
-		return 0, nil
-	}
-	phase, notBefore, term := p.Phase, p.NotBefore, p.Termination
-	// Only instances not yet seen exited need stopping: a CRI container
-	// never runs again once it has exited.
-	old := map[string]string{}
-	for id, in := range p.Instances {
-		if in.Part == PartOld && !in.Dead {
-			old[id] = in.Name
+	var (
+		phase     Phase
+		notBefore time.Time
+		term      podspec.Termination
+		// Only instances not yet seen exited need stopping: a CRI
+		// container never runs again once it has exited.
+		old = map[string]string{}
+	)
+	m.with(sandboxID, func(p *Pod) {
+		if p == nil {
+			return
 		}
-	}
-	m.mu.Unlock()
-
+		phase, notBefore, term = p.Phase, p.NotBefore, p.Termination
+		for id, in := range p.Instances {
+			if in.Part == PartOld && !in.Dead {
+				old[id] = in.Name
+			}
+		}
+	})
 	switch phase {
 	case PhaseTerminating:
 		if err := m.refineShown(ctx, sandboxID); err != nil {
@@ -48,14 +52,15 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 		if wait := m.backlogDelay(sandboxID); wait > 0 {
 			return wait, nil
 		}
-		m.mu.Lock()
-		if p.Phase == PhaseTerminating {
-			// Not saved here: the first create's intent is saved with it
-			// before anything is created. A shim killed in between resumes
-			// in Terminating, whose steps are all done and repeat as no-ops.
-			_ = m.enter(p, eventStopped) // allowed: the phase was just checked
-		}
-		m.mu.Unlock()
+		m.with(sandboxID, func(p *Pod) {
+			if p != nil && p.Phase == PhaseTerminating {
+				// Not saved here: the first create's intent is saved with
+				// it before anything is created. A shim killed in between
+				// resumes in Terminating, whose steps are all done and
+				// repeat as no-ops.
+				_ = m.enter(p, eventStopped) // allowed: the phase was just checked
+			}
+		})
 		return 0, m.replay(ctx, sandboxID)
 	case PhaseStartup:
 		return 0, m.replay(ctx, sandboxID)
@@ -68,38 +73,37 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 // stopAll, so every instance it sees exited exited on its own; nothing is
 // stopped until that is recorded.
 func (m *Manager) refineShown(ctx context.Context, sandboxID string) error {
-	m.mu.Lock()
-	p := m.pods[sandboxID]
-	if p == nil || p.Trigger == nil || p.Refined {
-		m.mu.Unlock()
+	refine, check := false, []string(nil)
+	m.with(sandboxID, func(p *Pod) {
+		if p == nil || p.Trigger == nil || p.Refined {
+			return
+		}
+		refine = true
+		for _, id := range p.shownIDs() {
+			if id != p.Trigger.ContainerID && !p.inst(id).Dead {
+				check = append(check, id)
+			}
+		}
+	})
+	if !refine {
 		return nil
 	}
-	var check []string
-	for _, id := range p.shownIDs() {
-		if id != p.Trigger.ContainerID && !p.inst(id).Dead {
-			check = append(check, id)
-		}
-	}
-	m.mu.Unlock()
+	var exited []string
 	for _, id := range check {
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-		if err != nil || st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			continue
+		if err == nil && st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			exited = append(exited, id)
 		}
-		m.mu.Lock()
-		if in := p.inst(id); in != nil {
-			in.Shown = false
+	}
+	return m.update(sandboxID, func(p *Pod) error {
+		for _, id := range exited {
+			if in := p.inst(id); in != nil {
+				in.Shown = false
+			}
 		}
-		m.mu.Unlock()
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p.Refined = true
-	if err := m.save(p); err != nil {
-		p.Refined = false
-		return err
-	}
-	return nil
+		p.Refined = true
+		return nil
+	})
 }
 
 func (m *Manager) ensureStarted(ctx context.Context, id string) error {

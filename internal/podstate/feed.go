@@ -24,13 +24,11 @@ func (m *Manager) OnEvent(e *events.Event) {
 	default:
 		return
 	}
-	m.mu.Lock()
-	_, known := m.byID[e.ContainerID]
-	if w := m.stateWaits[e.ContainerID]; w != nil {
-		close(w)
-		delete(m.stateWaits, e.ContainerID)
+	if w, ok := m.stateWaits.LoadAndDelete(e.ContainerID); ok {
+		close(w.(chan struct{}))
 	}
-	m.mu.Unlock()
+	known := false
+	m.withContainer(e.ContainerID, func(p *Pod, _ *Instance) { known = p != nil })
 	if !known || e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
 		return
 	}

@@ -18,24 +18,14 @@ import (
 // HoldContainer holds (hold true) a container of a tracked pod, or releases
 // it. It returns once the change is written; on an error nothing changed.
 func (m *Manager) HoldContainer(_ context.Context, sandboxID, container string, hold bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[sandboxID]
-	if p == nil {
-		if !hold {
-			return nil
-		}
-		return errors.New("the pod is not tracked by cri-shim's restart machinery")
-	}
-	if p.Held[container] == hold {
+	err := m.update(sandboxID, func(p *Pod) error {
+		setHeld(p, container, hold)
+		return nil
+	})
+	if errors.Is(err, errNotTracked) && !hold {
 		return nil
 	}
-	setHeld(p, container, hold)
-	if err := m.saveDurable(p); err != nil {
-		setHeld(p, container, !hold)
-		return err
-	}
-	return nil
+	return err
 }
 
 func setHeld(p *Pod, container string, hold bool) {
@@ -49,18 +39,17 @@ func setHeld(p *Pod, container string, hold bool) {
 	p.Held[container] = true
 }
 
-// saveDurable saves a pod whose change must not be acted on unless written;
-// m.mu held.
-func (m *Manager) saveDurable(p *Pod) error { return m.save(p) }
-
 // restartHeld restarts a held container whose newest instance exited, in
 // place, as a Restart rule would (its backoff applies). handled is false when
 // the container is not held or its newest instance is not exited (the
 // caller's refusal stands).
 func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) (handled bool, err error) {
-	m.mu.Lock()
-	held, id := p.Held[name], p.Latest[name]
-	m.mu.Unlock()
+	held, id := false, ""
+	m.with(p.SandboxID, func(p *Pod) {
+		if p != nil {
+			held, id = p.Held[name], p.Latest[name]
+		}
+	})
 	if !held || id == "" {
 		return false, nil
 	}
@@ -72,50 +61,38 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 	if s.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return false, nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch {
-	case p.Stopped:
-		return true, errors.New("the pod is terminating")
-	case p.Phase != PhaseRunning:
-		return true, fmt.Errorf("a restart of the pod is already in progress (%s)", p.Phase)
-	case !p.Held[name] || p.Latest[name] != id:
-		return true, errors.New("the container changed meanwhile; try again")
-	}
-	// The exit is classified once more, as a forced Restart: unsettled and
-	// no longer held for this one step.
-	in := p.inst(id)
-	if in == nil {
-		return true, errors.New("the container changed meanwhile; try again")
-	}
-	wasSettled := in.Settled
-	setHeld(p, name, false)
-	in.Settled = false
-	if p.Forced == nil {
-		p.Forced = map[string]string{}
-	}
-	p.Forced[name] = string(corev1.ContainerRestartRuleActionRestart)
-	if ok, err := m.classifyLocked(s); err != nil || !ok {
-		setHeld(p, name, true)
-		delete(p.Forced, name)
-		in.Settled = wasSettled
-		// The rollback puts memory back to what the record already says
-		// unless classify saved; a failure here is logged by save and the
-		// next save carries it.
-		_ = m.save(p)
-		if err != nil {
-			return true, err
+	err = m.update(p.SandboxID, func(p *Pod) error {
+		in := p.inst(id)
+		switch {
+		case p.Stopped:
+			return errors.New("the pod is terminating")
+		case p.Phase != PhaseRunning:
+			return fmt.Errorf("a restart of the pod is already in progress (%s)", p.Phase)
+		case !p.Held[name] || p.Latest[name] != id || in == nil:
+			return errors.New("the container changed meanwhile; try again")
 		}
-		return true, errors.New("the restart machinery did not take the container")
-	}
-	// The kubelet saw this instance exit (the orchestrator's code): it is
-	// not shown running again while the restart runs.
-	in.Shown = false
-	if err := m.save(p); err != nil {
-		// Memory is right (the restart is recorded); the next save carries
-		// this too. Until then a restarted shim may show the exited
-		// instance as running while the restart runs.
-		m.log.Warn("podstate: recording that a held container's exit is shown", "pod", p.Namespace+"/"+p.Name, "err", err)
+		// The exit is classified once more, as a forced Restart: unsettled
+		// and no longer held for this one step.
+		setHeld(p, name, false)
+		in.Settled = false
+		if p.Forced == nil {
+			p.Forced = map[string]string{}
+		}
+		p.Forced[name] = string(corev1.ContainerRestartRuleActionRestart)
+		if ok, err := m.classifyLocked(s); err != nil || !ok {
+			if err == nil {
+				err = errors.New("the restart machinery did not take the container")
+			}
+			return err
+		}
+		// The kubelet saw this instance exit (the orchestrator's code): it
+		// is not shown running again while the restart runs.
+		in = p.inst(id)
+		in.Shown = false
+		return nil
+	})
+	if err != nil {
+		return true, err
 	}
 	m.log.Info("podstate: restarting a held container on command", "pod", p.Namespace+"/"+p.Name, "container", name, "reason", reason)
 	return true, nil

@@ -113,7 +113,7 @@ func TestWaitForWakesOnTheStopEvent(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := m.waitFor(context.Background(), "c1", true)
+		s, err := m.waitFor(context.Background(), "sb", "c1", true)
 		done <- result{s, err}
 	}()
 	time.Sleep(300 * time.Millisecond) // well under stateRecheck
@@ -147,7 +147,9 @@ func TestWaitForWakesOnTheStopEvent(t *testing.T) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.stateWaits) != 0 {
-		t.Fatalf("waits left behind: %v", m.stateWaits)
+	left := 0
+	m.stateWaits.Range(func(any, any) bool { left++; return true })
+	if left != 0 {
+		t.Fatalf("%d waits left behind", left)
 	}
 }

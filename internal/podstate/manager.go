@@ -102,9 +102,9 @@ type Manager struct {
 	keepDead    int
 	backlogWait time.Duration
 	// stateWaits are the replay's waits for a container's state to change,
-	// by container ID, closed by the event feed's start and stop events
-	// (under mu; waitFor).
-	stateWaits map[string]chan struct{}
+	// by container ID (chan struct{}), closed by the event feed's start and
+	// stop events (waitFor).
+	stateWaits sync.Map
 }
 
 // EventsFrom tells the manager which event feed delivers exits to OnEvent, so
@@ -183,13 +183,14 @@ func (m *Manager) adopt(p *Pod) {
 // Tracked is the number of pods with rules; zero means every call may be forwarded raw.
 func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
 
-// save writes p's record durably. An error (wrapping statefile.ErrNotDurable)
-// means the change it records must not be acted on: the caller undoes it in
-// memory (p.snapshot) and fails, a CRI call with Unavailable (unavailable),
-// so the kubelet or the executor tries again. m.mu held.
 // errPodRemoved refuses a save of a pod whose sandbox was removed meanwhile.
 var errPodRemoved = errors.New("podstate: the pod's sandbox was removed")
 
+// save writes p's record durably. An error (wrapping statefile.ErrNotDurable)
+// means the change it records must not be acted on: the caller undoes it in
+// memory (update does: p.snapshot, rollback) and fails, a CRI call with
+// Unavailable (unavailable), so the kubelet or the engine tries again. m.mu
+// held.
 func (m *Manager) save(p *Pod) error {
 	if m.pods[p.SandboxID] != p {
 		// Removed (or replaced) while a step held it: writing it would bring

@@ -4,9 +4,9 @@ import "time"
 
 // Observer hears of the in-place restarts the manager carries out, so that
 // the pod's status and events in the API server can tell them
-// (internal/podstatus). Its methods are called with the manager's lock held,
-// once the step is recorded: they must return at once (queue, never wait)
-// and must not call the manager.
+// (internal/podstatus). Its methods are called once the step is recorded,
+// some with the manager's lock held: they must return at once (queue, never
+// wait) and must not call the manager.
 type Observer interface {
 	// RestartStarted: t's exit matched a rule (or a command); the pod's
 	// containers, or t.Container alone for a Restart rule, are restarted in

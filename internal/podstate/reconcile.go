@@ -14,19 +14,20 @@ import (
 // really is and no rule restarts anything in it any more. When that cannot be
 // recorded nothing changes. m.mu held.
 func (m *Manager) abandon(p *Pod) error {
-	snap, restarting := p.snapshot(), p.Phase != PhaseRunning && p.Trigger != nil
-	if err := m.enter(p, eventAbandoned); err != nil {
-		return err
-	}
-	p.Scope = ""
-	p.endRestartParts()
-	for _, in := range p.Instances {
-		in.listed = false
-		in.endHold()
-	}
-	p.Stopped = true
-	if err := m.save(p); err != nil {
-		*p = snap
+	restarting := p.Phase != PhaseRunning && p.Trigger != nil
+	if err := m.updateLocked(p, func(p *Pod) error {
+		if err := m.enter(p, eventAbandoned); err != nil {
+			return err
+		}
+		p.Scope = ""
+		p.endRestartParts()
+		for _, in := range p.Instances {
+			in.listed = false
+			in.endHold()
+		}
+		p.Stopped = true
+		return nil
+	}); err != nil {
 		return err
 	}
 	m.cancelStep(p.SandboxID)
@@ -48,21 +49,21 @@ func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, st
 	if ready, err := m.sandboxReady(ctx, sandboxID); err != nil || ready {
 		return false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[sandboxID]
-	if p == nil || p.Stopped {
-		return true
-	}
-	lastErr, phase := p.LastError, p.Phase
-	p.LastError = "restart abandoned, sandbox gone or not ready: " + stepErr.Error()
-	if err := m.abandon(p); err != nil {
-		// Tried again with the step, every second.
-		p.LastError = lastErr
-		return false
-	}
-	m.log.Warn("podstate: sandbox gone or not ready; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase, "err", stepErr)
-	return true
+	gone := true
+	m.with(sandboxID, func(p *Pod) {
+		if p == nil || p.Stopped {
+			return
+		}
+		lastErr, phase := p.LastError, p.Phase
+		p.LastError = "restart abandoned, sandbox gone or not ready: " + stepErr.Error()
+		if err := m.abandon(p); err != nil {
+			// Tried again with the step.
+			p.LastError, gone = lastErr, false
+			return
+		}
+		m.log.Warn("podstate: sandbox gone or not ready; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase, "err", stepErr)
+	})
+	return gone
 }
 
 // reconcile forgets the instances the runtime no longer has (removed

@@ -30,18 +30,25 @@ import (
 // instance a restart in progress in the same pod creates itself.
 func (m *Manager) refuseReplacement(req *runtimeapi.CreateContainerRequest) error {
 	name := req.GetConfig().GetMetadata().GetName()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[req.GetPodSandboxId()]
-	if p == nil || p.Phase == PhaseRunning || p.Stopped || !replaces(p, name) {
-		return nil
+	var err error
+	m.with(req.GetPodSandboxId(), func(p *Pod) {
+		if p != nil && p.Phase != PhaseRunning && !p.Stopped && replaces(p, name) {
+			err = refusal(p, name)
+		}
+	})
+	if err != nil {
+		m.log.Info("podstate: refusing the kubelet's create of a container the restart in progress creates itself",
+			"container", name, "err", err)
 	}
+	return err
+}
+
+// refusal is the error of a create refuseReplacement refuses.
+func refusal(p *Pod, name string) error {
 	wait := ""
 	if d := time.Until(p.NotBefore); d > 0 {
 		wait = ", next instance in " + d.Round(100*time.Millisecond).String()
 	}
-	m.log.Info("podstate: refusing the kubelet's create of a container the restart in progress creates itself",
-		"pod", p.Namespace+"/"+p.Name, "container", name, "phase", p.Phase)
 	return fmt.Errorf("cri-shim: container %q of pod %s/%s is being restarted by its restart rule (%s%s); "+
 		"another instance is not created beside it: %w", name, p.Namespace, p.Name, p.Phase, wait, errdefs.ErrUnavailable)
 }
@@ -70,10 +77,8 @@ func replaces(p *Pod, name string) bool {
 // create that follows the kill is refused (refuseReplacement). An error
 // means the verdict could not be recorded.
 func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
-	m.mu.Lock()
-	p := m.pods[m.byID[id]]
-	unsettled := p != nil && p.inst(id) != nil && !p.inst(id).Settled
-	m.mu.Unlock()
+	unsettled := false
+	m.withContainer(id, func(_ *Pod, in *Instance) { unsettled = in != nil && !in.Settled })
 	if !unsettled {
 		return nil
 	}

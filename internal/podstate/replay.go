@@ -5,8 +5,10 @@ package podstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,17 +29,19 @@ import (
 // new instances stay hidden until all are up, then swap() shows them at once.
 // Why the shim and not the kubelet does the starting: docs/in-place-restart.md.
 func (m *Manager) replay(ctx context.Context, sandboxID string) error {
-	m.mu.Lock()
-	p := m.pods[sandboxID]
-	if p == nil || p.Phase != PhaseStartup {
-		m.mu.Unlock()
+	startup, seq := false, []SeqEntry(nil)
+	m.with(sandboxID, func(p *Pod) {
+		if startup = p != nil && p.Phase == PhaseStartup; !startup {
+			return
+		}
+		seq = slices.Clone(p.Seq)
+		if p.Scope != "" {
+			seq = []SeqEntry{{Name: p.Scope}}
+		}
+	})
+	if !startup {
 		return nil
 	}
-	seq := append([]SeqEntry(nil), p.Seq...)
-	if p.Scope != "" {
-		seq = []SeqEntry{{Name: p.Scope}}
-	}
-	m.mu.Unlock()
 	if len(seq) == 0 {
 		return fmt.Errorf("no recorded start order for the pod")
 	}
@@ -47,14 +51,14 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 		if m.stopping() {
 			return errStopping
 		}
-		if !m.inPhase(sandboxID, PhaseStartup) {
+		id, err := m.replayOne(ctx, sandboxID, e.Name)
+		if errors.Is(err, errNotStartup) {
 			return nil // abandoned (the kubelet stopped the pod)
 		}
-		id, err := m.replayOne(ctx, sandboxID, e.Name)
 		if err != nil {
 			return err
 		}
-		s, err := m.waitFor(ctx, id, e.WaitExit)
+		s, err := m.waitFor(ctx, sandboxID, id, e.WaitExit)
 		if err != nil {
 			return err
 		}
@@ -73,17 +77,32 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 	return m.swap(sandboxID, exited, handBack)
 }
 
+// errNotStartup: the pod's restart is no longer replaying (abandoned).
+var errNotStartup = errors.New("podstate: the pod's restart is no longer in Startup")
+
 // replayOne creates and starts one container again, once: a container created
 // before a crash of the shim is found among the new instances and only started if needed.
 func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string, error) {
 	if err := m.adoptCreated(ctx, sandboxID, name); err != nil {
 		return "", err
 	}
-	m.mu.Lock()
-	p := m.pods[sandboxID]
-	existing := p.newOf(name)
-	retried := p.Retried[name]
-	m.mu.Unlock()
+	var (
+		p                *Pod
+		existing, logDir string
+		retried          bool
+		raw              []byte
+		req              *runtimeapi.CreateContainerRequest
+	)
+	m.with(sandboxID, func(pod *Pod) {
+		if pod == nil || pod.Phase != PhaseStartup {
+			return
+		}
+		p, existing, retried = pod, pod.newOf(name), pod.Retried[name]
+		raw, logDir, req = pod.Creates[name], pod.LogDirectory, pod.createReq[name]
+	})
+	if p == nil {
+		return "", errNotStartup
+	}
 	if existing != "" {
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: existing})
 		if err != nil && status.Code(err) != codes.NotFound {
@@ -109,25 +128,21 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: existing}); err != nil && status.Code(err) != codes.NotFound {
 			return "", fmt.Errorf("remove interrupted %s: %w", existing, err)
 		}
-		m.mu.Lock()
-		delete(p.Instances, existing)
-		delete(m.byID, existing)
-		if p.Retried == nil {
-			p.Retried = map[string]bool{}
-		}
-		p.Retried[name] = true
-		// Not recorded: the retry finds the removed instance NotFound
-		// (interrupted) and goes on from there; nothing is created before
-		// the create's intent below is recorded.
-		err = m.save(p)
-		m.mu.Unlock()
-		if err != nil {
+		// Nothing is created before the create's intent below is
+		// recorded; a retry after a failed write finds the removed
+		// instance NotFound (interrupted) and goes on from there.
+		if err := m.update(sandboxID, func(p *Pod) error {
+			delete(p.Instances, existing)
+			delete(m.byID, existing)
+			if p.Retried == nil {
+				p.Retried = map[string]bool{}
+			}
+			p.Retried[name] = true
+			return nil
+		}); err != nil {
 			return "", err
 		}
 	}
-	m.mu.Lock()
-	raw, logDir, req := p.Creates[name], p.LogDirectory, p.createReq[name]
-	m.mu.Unlock()
 	if req == nil {
 		if raw == nil {
 			return "", fmt.Errorf("no recorded CreateContainer for %q", name)
@@ -152,16 +167,16 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	cfg.Annotations[annotationRestartCount] = strconv.Itoa(n)
 	cfg.LogPath = filepath.Join(name, fmt.Sprintf("%d.log", n))
 	intent := fmt.Sprintf("%s/%d", name, n)
-	m.mu.Lock()
-	creating := p.Creating
-	p.Creating = intent
-	err := m.save(p)
-	if err != nil {
-		p.Creating = creating
-	}
-	m.mu.Unlock()
-	if err != nil {
+	if err := m.update(sandboxID, func(p *Pod) error { p.Creating = intent; return nil }); err != nil {
 		return "", err
+	}
+	// A create that fails, or a restore that could not be staged, leaves
+	// the next try to start again from the recorded request (req now
+	// carries this attempt), so no attempt is skipped.
+	dropReq := func(p *Pod) {
+		if p != nil {
+			delete(p.createReq, name)
+		}
 	}
 	create, ws := m.warmRequest(ctx, p, name, req)
 	if ws != nil {
@@ -169,11 +184,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	}
 	resp, err := m.rt.CreateContainer(ctx, create)
 	if err != nil {
-		// req now carries this attempt; the retry starts again from the
-		// recorded request, so a failed create does not skip an attempt.
-		m.mu.Lock()
-		delete(p.createReq, name)
-		m.mu.Unlock()
+		m.with(sandboxID, dropReq)
 		if ws != nil && ctx.Err() == nil && !m.stopping() {
 			m.warmCold(p, name, "creating the container from checkpoint "+ws.Checkpoint+" failed: "+err.Error())
 			return m.replayOne(ctx, sandboxID, name)
@@ -186,9 +197,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 			if _, rerr := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); rerr != nil && status.Code(rerr) != codes.NotFound {
 				return "", fmt.Errorf("restore of %s from checkpoint %s could not be staged (%v); removing it: %w", name, ws.Checkpoint, err, rerr)
 			}
-			m.mu.Lock()
-			delete(p.createReq, name)
-			m.mu.Unlock()
+			m.with(sandboxID, dropReq)
 			if ctx.Err() == nil && !m.stopping() {
 				m.warmCold(p, name, "staging the restore from checkpoint "+ws.Checkpoint+" failed: "+err.Error())
 				return m.replayOne(ctx, sandboxID, name)
@@ -197,26 +206,27 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		}
 	}
 	reason := string(podspec.ActionRestartAllContainers)
-	m.mu.Lock()
-	if p.Scope != "" {
-		reason = string(corev1.ContainerRestartRuleActionRestart)
-	}
-	m.mu.Unlock()
-	m.metrics.containers.WithLabelValues(reason).Inc()
-	m.mu.Lock()
-	p.addInstance(id, name, PartNew)
-	m.byID[id] = sandboxID
-	if b, err := proto.Marshal(req); err == nil {
-		p.Creates[name] = b
-		if p.createReq == nil {
-			p.createReq = map[string]*runtimeapi.CreateContainerRequest{}
+	m.with(sandboxID, func(p *Pod) {
+		if p == nil {
+			return
 		}
-		p.createReq[name] = req
-	}
-	// Not saved here: the saved intent (p.Creating) lets a restarted shim
-	// adopt this instance by name and attempt (adoptCreated); the next
-	// intent or the swap saves it.
-	m.mu.Unlock()
+		if p.Scope != "" {
+			reason = string(corev1.ContainerRestartRuleActionRestart)
+		}
+		p.addInstance(id, name, PartNew)
+		m.byID[id] = sandboxID
+		if b, err := proto.Marshal(req); err == nil {
+			p.Creates[name] = b
+			if p.createReq == nil {
+				p.createReq = map[string]*runtimeapi.CreateContainerRequest{}
+			}
+			p.createReq[name] = req
+		}
+		// Not saved here: the saved intent (p.Creating) lets a restarted
+		// shim adopt this instance by name and attempt (adoptCreated); the
+		// next intent or the swap saves it.
+	})
+	m.metrics.containers.WithLabelValues(reason).Inc()
 	// Just created: no need to ask its state before starting it.
 	_, err = m.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
 	if ws != nil && ws.Started != nil {
@@ -242,10 +252,12 @@ func (m *Manager) coldAfterFailedRestore(ctx context.Context, p *Pod, sandboxID,
 	if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && status.Code(err) != codes.NotFound {
 		return id, fmt.Errorf("restore of %s from checkpoint %s failed (%v); removing it: %w", name, ws.Checkpoint, startErr, err)
 	}
-	m.mu.Lock()
-	delete(p.Instances, id)
-	delete(m.byID, id)
-	m.mu.Unlock()
+	m.with(sandboxID, func(p *Pod) {
+		if p != nil {
+			delete(p.Instances, id)
+			delete(m.byID, id)
+		}
+	})
 	m.warmCold(p, name, "restoring from checkpoint "+ws.Checkpoint+" failed: "+startErr.Error())
 	return m.replayOne(ctx, sandboxID, name)
 }
@@ -269,10 +281,12 @@ func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) (bool, err
 // killed during or after the create. It may even have been started since, so
 // it is found by name and attempt, not by a recomputed restart count.
 func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) error {
-	m.mu.Lock()
-	p := m.pods[sandboxID]
-	a, pending := strings.CutPrefix(p.Creating, name+"/")
-	m.mu.Unlock()
+	a, pending := "", false
+	m.with(sandboxID, func(p *Pod) {
+		if p != nil {
+			a, pending = strings.CutPrefix(p.Creating, name+"/")
+		}
+	})
 	attempt, err := strconv.ParseUint(a, 10, 32)
 	if !pending || err != nil {
 		return nil
@@ -285,26 +299,17 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 		if c.GetMetadata().GetName() != name || c.GetMetadata().GetAttempt() != uint32(attempt) {
 			continue
 		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		snap := p.snapshot()
-		_, known := m.byID[c.Id]
-		if in := p.inst(c.Id); in != nil {
-			in.Part = PartNew
-		} else {
-			p.addInstance(c.Id, name, PartNew)
-		}
-		m.byID[c.Id] = sandboxID
-		p.Creating = ""
-		if err := m.save(p); err != nil {
-			// Not adopted until recorded: the saved intent still finds it.
-			*p = snap
-			if !known {
-				delete(m.byID, c.Id)
+		// Not adopted until recorded: the saved intent still finds it.
+		return ignoreUntracked(m.update(sandboxID, func(p *Pod) error {
+			if in := p.inst(c.Id); in != nil {
+				in.Part = PartNew
+			} else {
+				p.addInstance(c.Id, name, PartNew)
 			}
-			return err
-		}
-		break
+			m.byID[c.Id] = sandboxID
+			p.Creating = ""
+			return nil
+		}))
 	}
 	return nil
 }
@@ -313,18 +318,22 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 // It looks again when the event feed reports the container started or
 // stopped, or a pod's phase changes; without a live feed (or should an
 // event be lost) it looks every stateRecheck.
-func (m *Manager) waitFor(ctx context.Context, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
+func (m *Manager) waitFor(ctx context.Context, sandboxID, id string, exit bool) (*runtimeapi.ContainerStatus, error) {
 	deadline := m.clock.Now().Add(30 * time.Second)
-	defer m.endStateWait(id)
+	defer m.stateWaits.Delete(id)
 	for {
-		changed, phase := m.stateWait(id) // before the look, so no event falls between
+		changed := m.stateWait(id) // before the look, so no event falls between
 		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 		if err != nil {
 			return nil, fmt.Errorf("status of %s: %w", id, err)
 		}
 		s := st.GetStatus()
+		startup, phase := false, (<-chan struct{})(nil)
+		m.with(sandboxID, func(p *Pod) {
+			startup, phase = p != nil && p.Phase == PhaseStartup, m.phaseWait()
+		})
 		switch {
-		case !m.inPhase(m.sandboxOf(id), PhaseStartup):
+		case !startup:
 			return s, nil
 		case s.State == runtimeapi.ContainerState_CONTAINER_EXITED:
 			return s, nil
@@ -361,38 +370,9 @@ const (
 	stateRecheckNoEvents = 50 * time.Millisecond
 )
 
-// stateWait returns a channel the event feed closes at the container's next
-// start or stop event (OnEvent), and one closed at the next phase change.
-func (m *Manager) stateWait(id string) (changed, phase <-chan struct{}) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w := m.stateWaits[id]
-	if w == nil {
-		if m.stateWaits == nil {
-			m.stateWaits = map[string]chan struct{}{}
-		}
-		w = make(chan struct{})
-		m.stateWaits[id] = w
-	}
-	return w, m.phaseWait()
-}
-
-// endStateWait drops a wait no event closed.
-func (m *Manager) endStateWait(id string) {
-	m.mu.Lock()
-	delete(m.stateWaits, id)
-	m.mu.Unlock()
-}
-
-func (m *Manager) inPhase(sandboxID string, ph Phase) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[sandboxID]
-	return p != nil && p.Phase == ph
-}
-
-func (m *Manager) sandboxOf(id string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.byID[id]
+// stateWait returns a channel the event feed closes at the container's
+// next start or stop event (OnEvent).
+func (m *Manager) stateWait(id string) <-chan struct{} {
+	w, _ := m.stateWaits.LoadOrStore(id, make(chan struct{}))
+	return w.(chan struct{})
 }

@@ -48,11 +48,8 @@ func unavailable(err error) error {
 // each phase change (machine.go).
 func (m *Manager) waitIdle(ctx context.Context, sandboxID string) error {
 	for {
-		m.mu.Lock()
-		p := m.pods[sandboxID]
-		busy := p != nil && p.Phase != PhaseRunning
-		changed := m.phaseWait()
-		m.mu.Unlock()
+		busy, changed := false, (<-chan struct{})(nil)
+		m.with(sandboxID, func(p *Pod) { busy, changed = p != nil && p.Phase != PhaseRunning, m.phaseWait() })
 		if !busy {
 			return nil
 		}

@@ -53,15 +53,15 @@ func (m *Manager) Admit(_ context.Context, pod *podtable.Pod) (podtable.Admissio
 			LogDirectory: cfg.GetLogDirectory(), Rules: spec.Rules, Problems: problems, Termination: spec.Termination,
 			Phase: PhaseRunning, PhaseSince: m.clock.Now(),
 		}
-		m.mu.Lock()
-		m.adopt(p)
-		err := m.save(p)
-		if err != nil {
-			delete(m.pods, p.SandboxID)
-			m.reads.Delete(p.SandboxID)
-			m.tracked.Store(int32(len(m.pods)))
-		}
-		m.mu.Unlock()
+		var err error
+		m.with(id, func(*Pod) {
+			m.adopt(p)
+			if err = m.save(p); err != nil {
+				delete(m.pods, p.SandboxID)
+				m.reads.Delete(p.SandboxID)
+				m.tracked.Store(int32(len(m.pods)))
+			}
+		})
 		if err != nil {
 			return unavailable(err)
 		}
@@ -76,18 +76,19 @@ func (m *Manager) Admit(_ context.Context, pod *podtable.Pod) (podtable.Admissio
 // rule restarts anything in it any more.
 func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
-	m.mu.Lock()
-	if p := m.pods[req.PodSandboxId]; p != nil && !p.Stopped {
-		phase := p.Phase
-		if err := m.abandon(p); err != nil {
-			m.mu.Unlock()
-			return nil, unavailable(err)
+	var err error
+	m.with(req.PodSandboxId, func(p *Pod) {
+		if p == nil || p.Stopped {
+			return
 		}
-		if phase != PhaseRunning {
+		phase := p.Phase
+		if err = m.abandon(p); err == nil && phase != PhaseRunning {
 			m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase)
 		}
+	})
+	if err != nil {
+		return nil, unavailable(err)
 	}
-	m.mu.Unlock()
 	return next(ctx, req)
 }
 
@@ -96,19 +97,21 @@ func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 // lifecycle, which removes the pod's records right after; save skips pods no
 // longer tracked, so none is written again.
 func (m *Manager) SandboxGone(id string) {
-	m.mu.Lock()
-	if p := m.dropLocked(id); p != nil {
+	m.with(id, func(p *Pod) {
+		if p == nil {
+			return
+		}
+		m.dropLocked(id)
 		// Its slots now, so that the slot writer forgets their sequence
 		// too (the store removes the files again, finding none).
 		if err := m.st.remove(id); err != nil {
 			m.log.Warn("podstate: removing the state of a sandbox that is gone", "sandbox", id, "err", err)
 		}
 		m.log.Info("podstate: sandbox gone; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)
-	}
-	m.mu.Unlock()
+	})
 }
 
-// dropLocked forgets a sandbox's pod, if tracked, and stops its executor;
+// dropLocked forgets a sandbox's pod, if tracked, and cancels its step in progress;
 // it returns the pod forgotten. The caller holds m.mu.
 func (m *Manager) dropLocked(id string) *Pod {
 	p := m.pods[id]

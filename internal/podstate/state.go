@@ -105,7 +105,7 @@ type Pod struct {
 	reads *podReads
 	// createReq is Creates decoded, per name, for replays (decoding the
 	// kubelet's request cost a tenth of a millisecond per restart). Only the
-	// pod's executor reads and changes the requests; recordCreate drops an
+	// pod's restart steps read and changes the requests; recordCreate drops an
 	// entry when the kubelet creates the container again.
 	createReq map[string]*runtimeapi.CreateContainerRequest
 	// warmFailed are the containers whose warm restart failed in the

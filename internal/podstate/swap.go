@@ -24,10 +24,13 @@ import (
 // (Instance.Hidden), so that it sees the pod as upstream leaves it after a
 // reset, not initialized, and retries the init container (restartPolicy
 // Always, OnFailure) or fails the pod (Never) itself.
-func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus, handBack bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pods[sandboxID]
+func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus, handBack bool) (err error) {
+	m.with(sandboxID, func(p *Pod) { err = m.swapLocked(p, exited, handBack) })
+	return err
+}
+
+// swapLocked is swap of p (nil: no longer tracked) with m.mu held.
+func (m *Manager) swapLocked(p *Pod, exited []*runtimeapi.ContainerStatus, handBack bool) error {
 	if p == nil || p.Phase != PhaseStartup {
 		for _, s := range exited {
 			if _, err := m.classifyLocked(s); err != nil {
@@ -63,7 +66,7 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus, h
 	p.Scope = ""
 	took, trigger := m.clock.Now().Sub(p.Trigger.FinishedAt), *p.Trigger
 	if err := m.enter(p, eventSwapped); err != nil {
-		*p = snap
+		m.rollback(p, snap)
 		return err
 	}
 	// Hold the instance this swap replaces if a list showed it running (see
@@ -93,7 +96,7 @@ func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus, h
 		err = m.save(p) // one save for the swap and what it classified
 	}
 	if err != nil && m.saves == saves {
-		*p = snap
+		m.rollback(p, snap)
 		return err
 	}
 	// Recorded (a classification's save carried the swap; an exit whose

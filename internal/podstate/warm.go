@@ -55,9 +55,8 @@ type WarmResult struct {
 // for a cold create. A pod whose warm start of this container already failed
 // in this restart is started cold.
 func (m *Manager) warmRequest(ctx context.Context, p *Pod, name string, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerRequest, *WarmStart) {
-	m.mu.Lock()
-	failed := p.warmFailed[name]
-	m.mu.Unlock()
+	failed := false
+	m.with(p.SandboxID, func(p *Pod) { failed = p != nil && p.warmFailed[name] })
 	if m.warm == nil || failed {
 		return req, nil
 	}
@@ -75,12 +74,15 @@ func (m *Manager) warmRequest(ctx context.Context, p *Pod, name string, req *run
 // warmCold records that a container of a pod asking for warm restarts
 // starts cold in this restart, and tells why.
 func (m *Manager) warmCold(p *Pod, name, why string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if p.warmFailed == nil {
-		p.warmFailed = map[string]bool{}
-	}
-	p.warmFailed[name] = true
+	m.with(p.SandboxID, func(p *Pod) {
+		if p == nil {
+			return
+		}
+		if p.warmFailed == nil {
+			p.warmFailed = map[string]bool{}
+		}
+		p.warmFailed[name] = true
+	})
 	m.metrics.warm.WithLabelValues("cold").Inc()
 	m.log.Warn("podstate: warm restart not possible; starting the container cold", "pod", p.Namespace+"/"+p.Name, "container", name, "why", why)
 	m.observer.WarmRestart(refOf(p), WarmResult{Container: name, Cold: why})
@@ -89,8 +91,6 @@ func (m *Manager) warmCold(p *Pod, name, why string) {
 // warmStarted tells that a container was restored from its checkpoint.
 func (m *Manager) warmStarted(p *Pod, name string, ws *WarmStart) {
 	age := m.clock.Now().Sub(ws.CheckpointedAt)
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.metrics.warm.WithLabelValues("restored").Inc()
 	m.log.Info("podstate: container restored from its pod's checkpoint", "pod", p.Namespace+"/"+p.Name, "container", name,
 		"checkpoint", ws.Checkpoint, "age", age.Round(time.Second))
