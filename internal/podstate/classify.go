@@ -12,6 +12,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/wire"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -29,9 +30,9 @@ func (m *Manager) scan(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	vs := make([]cview, len(resp.Containers))
+	vs := make([]wire.Container, len(resp.Containers))
 	for i, c := range resp.Containers {
-		vs[i] = viewOf(c)
+		vs[i] = wire.ContainerOf(c)
 	}
 	// An exit whose verdict could not be recorded is classified again at
 	// the next look (save logged it).
@@ -42,20 +43,20 @@ func (m *Manager) scan(ctx context.Context) {
 // classified, whether the exit triggers a pod restart. It fetches exit codes
 // outside the lock. An error means a verdict could not be recorded: that
 // exit is unclassified still and must not be shown as it is.
-func (m *Manager) classifyExited(ctx context.Context, cs []cview) error {
+func (m *Manager) classifyExited(ctx context.Context, cs []wire.Container) error {
 	var need []string
 	m.mu.Lock()
 	for _, c := range cs {
-		if c.state != runtimeapi.ContainerState_CONTAINER_EXITED {
+		if c.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 			continue
 		}
-		p := m.pods[c.sandbox]
+		p := m.pods[c.Sandbox]
 		if p == nil {
 			continue
 		}
-		markDead(p, c.id)
-		if m.needsClassification(p, c.id, c.name) {
-			need = append(need, c.id)
+		markDead(p, c.ID)
+		if m.needsClassification(p, c.ID, c.Name) {
+			need = append(need, c.ID)
 		}
 	}
 	m.mu.Unlock()

@@ -142,11 +142,7 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 // restarted shim prunes what the runtime no longer has (reconcile).
 func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest,
 	next proxy.UnaryNext[runtimeapi.RemoveContainerRequest, runtimeapi.RemoveContainerResponse]) (*runtimeapi.RemoveContainerResponse, error) {
-	// Dropped before (no cached answer outlives the container) and after (a
-	// status asked while the removal ran may have been kept again).
-	m.dropExited(req.ContainerId)
 	resp, err := next(ctx, req)
-	m.dropExited(req.ContainerId)
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, err
 	}

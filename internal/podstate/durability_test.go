@@ -37,7 +37,7 @@ func always([]byte) bool { return true }
 // tryStatus is status, returning the call's error.
 func (k kubelet) tryStatus(id string) (*runtimeapi.ContainerStatus, error) {
 	b, _ := proto.Marshal(&runtimeapi.ContainerStatusRequest{ContainerId: id})
-	out, err := k.m.ContainerStatusBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
+	out, err := k.view().ContainerStatusBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
 		var r runtimeapi.ContainerStatusRequest
 		if err := proto.Unmarshal(req, &r); err != nil {
 			return nil, err
@@ -58,7 +58,7 @@ func (k kubelet) tryStatus(id string) (*runtimeapi.ContainerStatus, error) {
 // tryList is list, returning the call's error.
 func (k kubelet) tryList() error {
 	b, _ := proto.Marshal(&runtimeapi.ListContainersRequest{})
-	_, err := k.m.ListContainersBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
+	_, err := k.view().ListContainersBytes(context.Background(), b, func(ctx context.Context, req []byte) ([]byte, error) {
 		resp, err := k.cri.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 		if err != nil {
 			return nil, err
@@ -88,7 +88,7 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 	_, err := k.tryStatus(ids["main"])
 	wantUnavailable(t, "ContainerStatus of the exit", err)
 	wantUnavailable(t, "ListContainers", k.tryList())
-	if !k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: ids["main"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
+	if !k.m.DropEvent(&runtimeapi.ContainerEventResponse{ContainerId: ids["main"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
 		ContainersStatuses: []*runtimeapi.ContainerStatus{k.container(ids["main"])}}) {
 		t.Fatal("the exit's event reached the kubelet")
 	}

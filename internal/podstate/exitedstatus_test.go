@@ -20,7 +20,7 @@ func (k kubelet) rawStatus(id string, verbose bool) ([]byte, int, error) {
 		k.t.Fatal(err)
 	}
 	before := k.rt.Calls("ContainerStatus")
-	out, err := k.m.ContainerStatusBytes(context.Background(), req, func(ctx context.Context, b []byte) ([]byte, error) {
+	out, err := k.view().ContainerStatusBytes(context.Background(), req, func(ctx context.Context, b []byte) ([]byte, error) {
 		var r runtimeapi.ContainerStatusRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
 			return nil, err
@@ -149,9 +149,9 @@ func TestExitedStatusDropped(t *testing.T) {
 		k, _, prev := crashedOnce(t, &sub)
 		k.rawStatus(prev, false)
 		_, _ = k.cri.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: prev})
-		k.m.reconcile(context.Background())
-		if _, kept := k.m.exited.Load(prev); kept {
-			t.Fatal("reconcile kept the answer of a container the runtime no longer lists")
+		k.m.reconcile(context.Background()) // forgets the instance
+		if _, calls, err := k.rawStatus(prev, false); calls != 1 || status.Code(err) != codes.NotFound {
+			t.Fatalf("%d runtime calls, err %v; want 1 and NotFound", calls, err)
 		}
 	})
 	t.Run("untracked pod", func(t *testing.T) {

@@ -16,12 +16,7 @@ func (m *Manager) OnEvent(e *events.Event) {
 	if m.Tracked() == 0 {
 		return
 	}
-	switch e.Type {
-	case runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
-		m.dropExited(e.ContainerID) // removed, maybe behind the shim
-		return
-	case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
-	default:
+	if e.Type != runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT && e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
 		return
 	}
 	if w, ok := m.stateWaits.LoadAndDelete(e.ContainerID); ok {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartview"
 )
 
 // kubelet plays the kubelet's part through the manager's route functions.
@@ -199,10 +201,26 @@ func (k kubelet) stopped() []string {
 	return ids
 }
 
-// status reads a container's status through the manager's view.
+// views are the kubelet's views of each manager's pods, as the shim's
+// restartview takes part in the kubelet's reads.
+var views sync.Map // *Manager -> *restartview.View
+
+// view is the restartview of k.m.
+func (k kubelet) view() *restartview.View {
+	if v, ok := views.Load(k.m); ok {
+		return v.(*restartview.View)
+	}
+	v := restartview.New(k.m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := k.m
+	v.EventsFrom(func() uint64 { return m.eventsLive() })
+	got, _ := views.LoadOrStore(k.m, v)
+	return got.(*restartview.View)
+}
+
+// status reads a container's status through the kubelet's view.
 func (k kubelet) status(id string) *runtimeapi.ContainerStatus {
 	var resp runtimeapi.ContainerStatusResponse
-	k.callBytes(k.m.ContainerStatusBytes, &runtimeapi.ContainerStatusRequest{ContainerId: id}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+	k.callBytes(k.view().ContainerStatusBytes, &runtimeapi.ContainerStatusRequest{ContainerId: id}, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
 		var r runtimeapi.ContainerStatusRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
 			return nil, err
@@ -245,7 +263,7 @@ func (k kubelet) list() map[string]runtimeapi.ContainerState {
 // listWith lists containers with req through the manager's view.
 func (k kubelet) listWith(req *runtimeapi.ListContainersRequest) map[string]runtimeapi.ContainerState {
 	var resp runtimeapi.ListContainersResponse
-	k.callBytes(k.m.ListContainersBytes, req, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
+	k.callBytes(k.view().ListContainersBytes, req, &resp, func(ctx context.Context, b []byte) (proto.Message, error) {
 		var r runtimeapi.ListContainersRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
 			return nil, err
@@ -303,11 +321,16 @@ func (k kubelet) event(sb, id string, typ runtimeapi.ContainerEventType) {
 		k.t.Fatal(err)
 	}
 	k.m.OnEvent(e)
+	k.view().OnEvent(e)
 }
 
-// remove deletes a container as the kubelet's container GC does, through the manager.
+// remove deletes a container as the kubelet's container GC does, through
+// the view and the manager, in the shim's order.
 func (k kubelet) remove(id string) {
-	if _, err := k.m.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id}, fwd(k.cri.RemoveContainer)); err != nil {
+	if _, err := k.view().RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id},
+		func(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+			return k.m.RemoveContainer(ctx, req, fwd(k.cri.RemoveContainer))
+		}); err != nil {
 		k.t.Fatal(err)
 	}
 }

@@ -59,16 +59,16 @@ func TestEventsOfRestartingPodAreDropped(t *testing.T) {
 	st, _ := k.cri.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["main"]})
 	ev := &runtimeapi.ContainerEventResponse{ContainerId: ids["main"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
 		ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}}
-	if !k.m.dropEvent(ev) {
+	if !k.m.DropEvent(ev) {
 		t.Fatal("the triggering exit's event was relayed")
 	}
 	k.exit(ids["sidecar"], 137)
 	st, _ = k.cri.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["sidecar"]})
-	if !k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: ids["sidecar"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
+	if !k.m.DropEvent(&runtimeapi.ContainerEventResponse{ContainerId: ids["sidecar"], ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
 		ContainersStatuses: []*runtimeapi.ContainerStatus{st.Status}}) {
 		t.Fatal("an old instance's stop event was relayed during the restart")
 	}
-	if k.m.dropEvent(&runtimeapi.ContainerEventResponse{ContainerId: "unrelated", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT}) {
+	if k.m.DropEvent(&runtimeapi.ContainerEventResponse{ContainerId: "unrelated", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT}) {
 		t.Fatal("an unrelated event was dropped")
 	}
 }

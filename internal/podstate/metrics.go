@@ -12,7 +12,6 @@ type metrics struct {
 	restarts   prometheus.Counter
 	delay      prometheus.Histogram
 	problems   prometheus.Counter
-	reused     prometheus.Counter
 	warm       *prometheus.CounterVec
 	backlog    prometheus.Counter
 }
@@ -36,9 +35,6 @@ func newMetrics() *metrics {
 		problems: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_restart_rule_problems_total", Help: "Malformed restart-rules annotations (the pod runs with plain kubelet behaviour) and unknown restart.cri-shim.io/termination values (graceful applies).",
 		}),
-		reused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cri_shim_exited_status_reused_total", Help: "ContainerStatus calls for exited instances of governed containers answered with the runtime's kept answer, without a round trip.",
-		}),
 		backlog: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_restart_backlog_waits_total", Help: "Restarts that waited for the kubelet to remove exited instances before creating new ones.",
 		}),
@@ -50,5 +46,5 @@ func newMetrics() *metrics {
 
 // Collectors are the manager's metrics, for the shim's registry.
 func (m *Manager) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers, m.metrics.reused, m.metrics.warm, m.metrics.backlog}
+	return []prometheus.Collector{m.metrics.restarts, m.metrics.delay, m.metrics.problems, m.metrics.latency, m.metrics.containers, m.metrics.warm, m.metrics.backlog}
 }

@@ -98,5 +98,4 @@ func (m *Manager) reconcile(ctx context.Context) {
 			_ = m.save(p)
 		}
 	}
-	m.pruneExited(exists)
 }

@@ -137,18 +137,10 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	}
 	// A list of running containers only (the log manager's, which reads the
 	// status of each) shows the held instance as it is.
-	resp, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}},
-		func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
-			return k.cri.ListContainers(ctx, r)
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range resp.Containers {
-		if c.Id == old {
-			t.Fatalf("running-only list after the swap shows the held instance")
-		}
+	running := k.listWith(&runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+	if _, shown := running[old]; shown {
+		t.Fatalf("running-only list after the swap shows the held instance")
 	}
 	if s := k.status(old); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("status after the swap, in the read begun before it: %v, want running as listed", s.State)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 // Resume brings the records in step with the runtime before the shim answers
@@ -53,11 +55,11 @@ func (m *Manager) recordShown(ctx context.Context) {
 	if err != nil {
 		return // the records' own picture (resumeShown) stands
 	}
-	vs := make([]cview, len(resp.Containers))
+	vs := make([]wire.Container, len(resp.Containers))
 	for i, c := range resp.Containers {
-		vs[i] = viewOf(c)
+		vs[i] = wire.ContainerOf(c)
 	}
-	_, _ = m.viewList(ctx, vs, nil)
+	_, _ = m.Verdicts(ctx, vs, nil)
 }
 
 // resumeShown is what a loaded record says the kubelet may have seen: the
@@ -79,13 +81,13 @@ func resumeShown(p *Pod) {
 // know is the replayed create in flight (Creating): the runtime has it, the
 // record does not yet, and until it does it is hidden like the rest of New.
 // m.mu held.
-func pendingCreate(p *Pod, c cview) bool {
+func pendingCreate(p *Pod, c wire.Container) bool {
 	if p.Phase != PhaseStartup || p.Creating == "" {
 		return false
 	}
-	if p.ours(c.id) {
+	if p.ours(c.ID) {
 		return false
 	}
 	name, _, _ := strings.Cut(p.Creating, "/")
-	return name == c.name
+	return name == c.Name
 }

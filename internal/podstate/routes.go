@@ -12,20 +12,15 @@ import (
 
 const svc = "/runtime.v1.RuntimeService/"
 
-// The in-place restart takes part in these CRI calls (proxy hooks). Every
-// status path the kubelet reads (ListContainers, ContainerStatus,
-// GetContainerEvents) goes through the same view, so the kubelet never sees
-// a triggering exit as final, whichever call it happens to make first.
+// The in-place restart takes part in these CRI calls (proxy hooks). What
+// the kubelet reads (ListContainers, ContainerStatus, GetContainerEvents)
+// passes through internal/restartview, which asks this package's view.go.
 var (
 	_ proxy.CreateContainerHook      = (*Manager)(nil)
 	_ proxy.StopContainerHook        = (*Manager)(nil)
 	_ proxy.RemoveContainerHook      = (*Manager)(nil)
 	_ proxy.StopPodSandboxHook       = (*Manager)(nil)
 	_ proxy.PodSandboxStatusObserver = (*Manager)(nil)
-	_ proxy.ListContainersBytesHook  = (*Manager)(nil)
-	_ proxy.ContainerStatusBytesHook = (*Manager)(nil)
-	_ proxy.GetContainerEventsHook   = (*Manager)(nil)
-	_ proxy.StreamContainersHook     = (*Manager)(nil)
 	_ proxy.Activity                 = (*Manager)(nil)
 )
 

@@ -3,6 +3,8 @@ package podstate
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 // podReads counts one pod's PodSandboxStatus calls, and when the latest came
@@ -25,7 +27,7 @@ type podReads struct {
 // before the n-th PodSandboxStatus arrived. The proxy calls it only while a
 // pod is tracked (HookActive).
 func (m *Manager) ObservePodSandboxStatus(req []byte) {
-	id, err := peekSandboxStatusID(req)
+	id, err := wire.PeekSandboxStatusID(req)
 	if err != nil {
 		return
 	}

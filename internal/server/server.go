@@ -37,6 +37,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podstatus"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartview"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 	"github.com/cri-shim/cri-shim/internal/store"
 )
@@ -90,6 +91,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	}
 	pods.KeepDead(cfg.Backoff.KubeletDeadContainers)
 	mc.Registry.MustRegister(pods.Collectors()...)
+	// What the kubelet reads of the pods that restart in place.
+	view := restartview.New(pods, log)
+	mc.Registry.MustRegister(view.Collectors()...)
 	mc.Registry.MustRegister(statefile.Collectors()...)
 	// Every feature's per-sandbox records, and the lifecycle that tells
 	// them when a sandbox is gone.
@@ -145,9 +149,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// table is first, so it sees RemovePodSandbox answered after every
 	// feature and announces the sandbox gone to all of them (store.Gone);
 	// the channel adds its token mount before the restart state records the
-	// kubelet's CreateContainer (so replays carry it too); the restart state
-	// sees the kubelet's calls before warm start rewrites them.
-	shim := []any{table, channels, pods, checkpoints}
+	// kubelet's CreateContainer (so replays carry it too) and overrides a
+	// status before the restart view reads it encoded (a bytes hook is
+	// last on its method); the restart state sees the kubelet's calls
+	// before warm start rewrites them.
+	shim := []any{table, channels, view, pods, checkpoints}
 	features := append(slices.Clone(o.Features), shim...)
 	p, err := proxy.New(backend, mc, features...)
 	if err != nil {
@@ -184,8 +190,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// One subscription to the runtime's container events for every feature.
 	feed := events.NewFeed(backend, log)
 	feed.Subscribe(pods.OnEvent)
+	feed.Subscribe(view.OnEvent)
 	feed.Subscribe(channels.OnEvent)
 	pods.EventsFrom(feed.Live)
+	view.EventsFrom(feed.Live)
 
 	// The records in step with the runtime before the first call is
 	// answered (an in-place upgrade's calls are already waiting): sandboxes
@@ -201,6 +209,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	bg.Add("runtime connection watch", func(ctx context.Context) { watchBackend(ctx, backend, log) })
 	bg.Add("pod table relist", table.Run)
 	bg.Add("in-place restarts", pods.Run)
+	bg.Add("kept exited statuses sweep", view.Run)
 	bg.Add("checkpoint recovery and resume retries", checkpoints.Run)
 	bg.Add("pulled checkpoint sweep", checkpoints.SweepPulled)
 	bg.Add("checkpoint schedules", checkpoints.RunSchedule)

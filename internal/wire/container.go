@@ -1,21 +1,21 @@
-package podstate
+package wire
 
 import (
 	"google.golang.org/protobuf/encoding/protowire"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
-// cview is what the restart view needs of one container: from a decoded
-// Container, or read off an encoded one (peekContainer).
-type cview struct {
-	id, sandbox, name string
-	state             runtimeapi.ContainerState
+// Container is what a feature needs to decide about one container: read
+// off an encoded Container or ContainerStatus (PeekContainer, PeekStatus),
+// or taken from a decoded one (ContainerOf).
+type Container struct {
+	ID, Sandbox, Name string
+	State             runtimeapi.ContainerState
 }
 
-func viewOf(c *runtimeapi.Container) cview {
-	return cview{id: c.Id, sandbox: c.PodSandboxId, name: c.GetMetadata().GetName(), state: c.State}
+// ContainerOf is c's Container.
+func ContainerOf(c *runtimeapi.Container) Container {
+	return Container{ID: c.Id, Sandbox: c.PodSandboxId, Name: c.GetMetadata().GetName(), State: c.State}
 }
 
 // Field numbers in cri-api's api.proto.
@@ -27,7 +27,7 @@ const (
 	fStatusMeta         = 2 // ContainerStatus.metadata
 	fStatusState        = 3 // ContainerStatus.state
 	fMetaName           = 1 // ContainerMetadata.name
-	fListContainers     = 1 // ListContainersResponse.containers
+	FieldListContainers = 1 // ListContainersResponse.containers
 	fListFilter         = 1 // ListContainersRequest.filter
 	fStatusStatus       = 1 // ContainerStatusResponse.status
 	fStatusReqID        = 1 // ContainerStatusRequest.container_id
@@ -35,12 +35,12 @@ const (
 	fSandboxStatusReqID = 1 // PodSandboxStatusRequest.pod_sandbox_id
 )
 
-// peekStatusRequest reads an encoded ContainerStatusRequest: the container
+// PeekStatusRequest reads an encoded ContainerStatusRequest: the container
 // ID, and plain = not verbose (the last occurrence of a field wins; a
 // verbose field of any non-zero value counts as verbose).
-func peekStatusRequest(b []byte) (id string, plain bool, err error) {
+func PeekStatusRequest(b []byte) (id string, plain bool, err error) {
 	plain = true
-	err = wire.Each(b, func(f wire.Field) error {
+	err = Each(b, func(f Field) error {
 		switch {
 		case f.Num == fStatusReqID && f.Type == protowire.BytesType:
 			id = string(f.Bytes)
@@ -56,7 +56,7 @@ func peekStatusRequest(b []byte) (id string, plain bool, err error) {
 
 // metaName merges one occurrence of an embedded ContainerMetadata into name.
 func metaName(b []byte, name *string) error {
-	return wire.Each(b, func(f wire.Field) error {
+	return Each(b, func(f Field) error {
 		if f.Num == fMetaName && f.Type == protowire.BytesType {
 			*name = string(f.Bytes)
 		}
@@ -64,42 +64,42 @@ func metaName(b []byte, name *string) error {
 	})
 }
 
-// peekContainer reads an encoded Container (one entry of a list).
+// PeekContainer reads an encoded Container (one entry of a list).
 // Occurrences of a field merge as in proto decoding: the last one wins.
-func peekContainer(b []byte) (cview, error) {
-	var v cview
-	err := wire.Each(b, func(f wire.Field) error {
+func PeekContainer(b []byte) (Container, error) {
+	var v Container
+	err := Each(b, func(f Field) error {
 		switch {
 		case f.Num == fContainerID && f.Type == protowire.BytesType:
-			v.id = string(f.Bytes)
+			v.ID = string(f.Bytes)
 		case f.Num == fContainerSandbox && f.Type == protowire.BytesType:
-			v.sandbox = string(f.Bytes)
+			v.Sandbox = string(f.Bytes)
 		case f.Num == fContainerMeta && f.Type == protowire.BytesType:
-			return metaName(f.Bytes, &v.name)
+			return metaName(f.Bytes, &v.Name)
 		case f.Num == fContainerState && f.Type == protowire.VarintType:
-			v.state = runtimeapi.ContainerState(int32(f.Varint))
+			v.State = runtimeapi.ContainerState(int32(f.Varint))
 		}
 		return nil
 	})
 	return v, err
 }
 
-// peekStatus reads the status of an encoded ContainerStatusResponse; ok is
+// PeekStatus reads the status of an encoded ContainerStatusResponse; ok is
 // false when the response carries no status.
-func peekStatus(b []byte) (v cview, ok bool, err error) {
-	err = wire.Each(b, func(f wire.Field) error {
+func PeekStatus(b []byte) (v Container, ok bool, err error) {
+	err = Each(b, func(f Field) error {
 		if f.Num != fStatusStatus || f.Type != protowire.BytesType {
 			return nil
 		}
 		ok = true
-		return wire.Each(f.Bytes, func(g wire.Field) error {
+		return Each(f.Bytes, func(g Field) error {
 			switch {
 			case g.Num == fContainerID && g.Type == protowire.BytesType:
-				v.id = string(g.Bytes)
+				v.ID = string(g.Bytes)
 			case g.Num == fStatusMeta && g.Type == protowire.BytesType:
-				return metaName(g.Bytes, &v.name)
+				return metaName(g.Bytes, &v.Name)
 			case g.Num == fStatusState && g.Type == protowire.VarintType:
-				v.state = runtimeapi.ContainerState(int32(g.Varint))
+				v.State = runtimeapi.ContainerState(int32(g.Varint))
 			}
 			return nil
 		})
@@ -107,10 +107,10 @@ func peekStatus(b []byte) (v cview, ok bool, err error) {
 	return v, ok, err
 }
 
-// peekSandboxStatusID reads the sandbox ID of an encoded
+// PeekSandboxStatusID reads the sandbox ID of an encoded
 // PodSandboxStatusRequest (the last occurrence wins).
-func peekSandboxStatusID(b []byte) (id string, err error) {
-	err = wire.Each(b, func(f wire.Field) error {
+func PeekSandboxStatusID(b []byte) (id string, err error) {
+	err = Each(b, func(f Field) error {
 		if f.Num == fSandboxStatusReqID && f.Type == protowire.BytesType {
 			id = string(f.Bytes)
 		}
@@ -119,37 +119,37 @@ func peekSandboxStatusID(b []byte) (id string, err error) {
 	return id, err
 }
 
-// peekListFilter reports whether an encoded ListContainersRequest has a
+// PeekListFilter reports whether an encoded ListContainersRequest has a
 // filter that is not empty. Any filter field counts, known or not.
-func peekListFilter(b []byte) (filtered bool, err error) {
-	err = wire.Each(b, func(f wire.Field) error {
+func PeekListFilter(b []byte) (filtered bool, err error) {
+	err = Each(b, func(f Field) error {
 		if f.Num == fListFilter && f.Type == protowire.BytesType && len(f.Bytes) > 0 {
 			filtered = true
-			return wire.Stop
+			return Stop
 		}
 		return nil
 	})
 	return filtered, err
 }
 
-// editList applies per-entry verdicts to an encoded ListContainersResponse:
+// EditList applies per-entry verdicts to an encoded ListContainersResponse:
 // hidden entries are left out, faked ones get state RUNNING appended (the last
 // occurrence of a scalar field wins, so every reader sees RUNNING), the rest
 // are copied byte for byte, unknown fields included.
-func editList(b []byte, verdicts []verdict) ([]byte, error) {
+func EditList(b []byte, verdicts []Verdict) ([]byte, error) {
 	out := make([]byte, 0, len(b)+2*len(verdicts))
 	i := 0
-	err := wire.Each(b, func(f wire.Field) error {
-		if f.Num != fListContainers || f.Type != protowire.BytesType {
+	err := Each(b, func(f Field) error {
+		if f.Num != FieldListContainers || f.Type != protowire.BytesType {
 			out = append(out, f.Raw...)
 			return nil
 		}
 		v := verdicts[i]
 		i++
 		switch {
-		case v.hide:
-		case v.fake:
-			out = protowire.AppendTag(out, fListContainers, protowire.BytesType)
+		case v.Hide:
+		case v.Fake:
+			out = protowire.AppendTag(out, FieldListContainers, protowire.BytesType)
 			out = protowire.AppendVarint(out, uint64(len(f.Bytes)+2))
 			out = append(out, f.Bytes...)
 			out = protowire.AppendTag(out, fContainerState, protowire.VarintType)
@@ -162,8 +162,8 @@ func editList(b []byte, verdicts []verdict) ([]byte, error) {
 	return out, err
 }
 
-// verdict is the view's decision on one listed container.
-type verdict struct {
-	hide bool // not shown (a new instance during a restart, or filtered out)
-	fake bool // shown running although it is not
+// Verdict is a feature's decision on one listed container.
+type Verdict struct {
+	Hide bool // not shown
+	Fake bool // shown running although it is not
 }

@@ -1,8 +1,6 @@
-package podstate
+package wire
 
 import (
-	"context"
-	"maps"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -21,40 +19,40 @@ func checkPeeks(t *testing.T, b []byte) {
 	t.Helper()
 	var c runtimeapi.Container
 	if proto.Unmarshal(b, &c) == nil {
-		v, err := peekContainer(b)
-		if err != nil || v != viewOf(&c) {
-			t.Fatalf("peekContainer(%x) = %+v, %v; proto %+v", b, v, err, viewOf(&c))
+		v, err := PeekContainer(b)
+		if err != nil || v != ContainerOf(&c) {
+			t.Fatalf("PeekContainer(%x) = %+v, %v; proto %+v", b, v, err, ContainerOf(&c))
 		}
 	}
 	var s runtimeapi.ContainerStatusResponse
 	if proto.Unmarshal(b, &s) == nil {
-		v, ok, err := peekStatus(b)
-		want := cview{id: s.GetStatus().GetId(), name: s.GetStatus().GetMetadata().GetName(), state: s.GetStatus().GetState()}
+		v, ok, err := PeekStatus(b)
+		want := Container{ID: s.GetStatus().GetId(), Name: s.GetStatus().GetMetadata().GetName(), State: s.GetStatus().GetState()}
 		if err != nil || ok != (s.Status != nil) || v != want {
-			t.Fatalf("peekStatus(%x) = %+v %v %v; proto %+v present %v", b, v, ok, err, want, s.Status != nil)
+			t.Fatalf("PeekStatus(%x) = %+v %v %v; proto %+v present %v", b, v, ok, err, want, s.Status != nil)
 		}
 	}
 	var q runtimeapi.ContainerStatusRequest
 	if proto.Unmarshal(b, &q) == nil {
 		// plain must never be reported for a verbose request (its answer
 		// could come from the kept exited statuses).
-		id, plain, err := peekStatusRequest(b)
+		id, plain, err := PeekStatusRequest(b)
 		if err != nil || id != q.ContainerId || (plain && q.Verbose) {
-			t.Fatalf("peekStatusRequest(%x) = %q %v %v; proto %q verbose %v", b, id, plain, err, q.ContainerId, q.Verbose)
+			t.Fatalf("PeekStatusRequest(%x) = %q %v %v; proto %q verbose %v", b, id, plain, err, q.ContainerId, q.Verbose)
 		}
 	}
 	var sr runtimeapi.PodSandboxStatusRequest
 	if proto.Unmarshal(b, &sr) == nil {
-		if id, err := peekSandboxStatusID(b); err != nil || id != sr.PodSandboxId {
-			t.Fatalf("peekSandboxStatusID(%x) = %q, %v; proto %q", b, id, err, sr.PodSandboxId)
+		if id, err := PeekSandboxStatusID(b); err != nil || id != sr.PodSandboxId {
+			t.Fatalf("PeekSandboxStatusID(%x) = %q, %v; proto %q", b, id, err, sr.PodSandboxId)
 		}
 	}
 	var r runtimeapi.ListContainersRequest
 	if proto.Unmarshal(b, &r) == nil {
-		filtered, err := peekListFilter(b)
+		filtered, err := PeekListFilter(b)
 		f := r.GetFilter()
 		if err != nil || (!filtered && (f.GetState() != nil || f.GetId() != "" || f.GetPodSandboxId() != "" || len(f.GetLabelSelector()) > 0)) {
-			t.Fatalf("peekListFilter(%x) = %v, %v; proto filter %v", b, filtered, err, r.GetFilter())
+			t.Fatalf("PeekListFilter(%x) = %v, %v; proto filter %v", b, filtered, err, r.GetFilter())
 		}
 	}
 }
@@ -69,18 +67,18 @@ func TestPeeksAgreeWithProto(t *testing.T) {
 	for _, q := range []*runtimeapi.ContainerStatusRequest{{ContainerId: "c1"}, {ContainerId: "c1", Verbose: true}} {
 		b, _ := proto.Marshal(q)
 		checkPeeks(t, b)
-		if id, plain, err := peekStatusRequest(b); err != nil || id != "c1" || plain == q.Verbose {
-			t.Fatalf("peekStatusRequest(%v) = %q %v %v", q, id, plain, err)
+		if id, plain, err := PeekStatusRequest(b); err != nil || id != "c1" || plain == q.Verbose {
+			t.Fatalf("PeekStatusRequest(%v) = %q %v %v", q, id, plain, err)
 		}
 	}
-	if v, ok, err := peekStatus(s); err != nil || !ok || v.id != "c1" || v.name != "main" || v.state != runtimeapi.ContainerState_CONTAINER_EXITED {
-		t.Fatalf("peekStatus: %+v %v %v", v, ok, err)
+	if v, ok, err := PeekStatus(s); err != nil || !ok || v.ID != "c1" || v.Name != "main" || v.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("PeekStatus: %+v %v %v", v, ok, err)
 	}
 	for _, f := range []*runtimeapi.ContainerFilter{nil, {}, {Id: "x"}, {PodSandboxId: "sb"}, {State: &runtimeapi.ContainerStateValue{}},
 		{LabelSelector: map[string]string{"a": "b"}}} {
 		b, _ := proto.Marshal(&runtimeapi.ListContainersRequest{Filter: f})
 		checkPeeks(t, b)
-		got, _ := peekListFilter(b)
+		got, _ := PeekListFilter(b)
 		if want := f != nil && proto.Size(f) > 0; got != want {
 			t.Fatalf("filter %v: peek says filtered=%v", f, got)
 		}
@@ -102,7 +100,7 @@ func FuzzPeeks(f *testing.F) {
 	f.Fuzz(checkPeeks)
 }
 
-// editList's bytes decode to what the decoded view gives, entry for entry.
+// EditList's bytes decode to what the decoded view gives, entry for entry.
 func TestEditListMatchesDecodedView(t *testing.T) {
 	cs := []*runtimeapi.Container{
 		sampleContainer("keep", runtimeapi.ContainerState_CONTAINER_RUNNING),
@@ -111,7 +109,7 @@ func TestEditListMatchesDecodedView(t *testing.T) {
 		sampleContainer("fake0", runtimeapi.ContainerState_CONTAINER_CREATED), // state absent on the wire
 	}
 	b, _ := proto.Marshal(&runtimeapi.ListContainersResponse{Containers: cs})
-	out, err := editList(b, []verdict{{}, {hide: true}, {fake: true}, {fake: true}})
+	out, err := EditList(b, []Verdict{{}, {Hide: true}, {Fake: true}, {Fake: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,49 +127,4 @@ func TestEditListMatchesDecodedView(t *testing.T) {
 			t.Fatalf("entry %d: %v, want %v", i, got.Containers[i], want[i])
 		}
 	}
-}
-
-// During a restart the encoded paths show the kubelet exactly what the
-// decoded ones do.
-func TestBytesPathsMatchDecodedPaths(t *testing.T) {
-	k, sb, ids := setup(t, t.TempDir())
-	compare := func(when string) {
-		t.Helper()
-		typed, err := k.m.listContainers(context.Background(), &runtimeapi.ListContainersRequest{},
-			func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
-				return k.cri.ListContainers(ctx, r)
-			})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]runtimeapi.ContainerState{}
-		for _, c := range typed.Containers {
-			want[c.Id] = c.State
-		}
-		if got := k.list(); !maps.Equal(got, want) {
-			t.Fatalf("%s: encoded list %v, decoded %v", when, got, want)
-		}
-		for id := range want {
-			ts, err := k.m.containerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id},
-				func(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
-					return k.cri.ContainerStatus(ctx, r)
-				})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bs := k.status(id); !proto.Equal(bs, ts.Status) {
-				t.Fatalf("%s: encoded status of %s %v, decoded %v", when, id, bs, ts.Status)
-			}
-		}
-	}
-	compare("running")
-	k.exit(ids["main"], 88)
-	compare("trigger exited")
-	if k.m.pods[sb].Phase != PhaseTerminating {
-		t.Fatalf("phase %s", k.m.pods[sb].Phase)
-	}
-	if err := runSteps(k.m, context.Background(), sb); err != nil {
-		t.Fatal(err)
-	}
-	compare("after the restart")
 }

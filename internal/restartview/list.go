@@ -1,0 +1,156 @@
+package restartview
+
+// ListContainers and StreamContainers through the engine's view: hidden and
+// faked instances, on the encoded list where possible.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/wire"
+)
+
+// ListContainersBytes serves an unfiltered ListContainers (the kubelet's
+// relist, and its per-pod lists by label) on the encoded messages: the
+// response is read with protowire, and only when the view changes something
+// is it edited, entry by entry, without decoding the rest. A request with a
+// filter, or a message the peek cannot read, takes the decoded path.
+func (v *View) ListContainersBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+	filtered, err := wire.PeekListFilter(req)
+	if err != nil || filtered {
+		return v.listContainersDecoded(ctx, req, next)
+	}
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var cs []wire.Container
+	if err := wire.Each(resp, func(f wire.Field) error {
+		if f.Num != wire.FieldListContainers || f.Type != protowire.BytesType {
+			return nil
+		}
+		c, err := wire.PeekContainer(f.Bytes)
+		cs = append(cs, c)
+		return err
+	}); err != nil {
+		return v.viewDecoded(ctx, resp)
+	}
+	verdicts, err := v.e.Verdicts(ctx, cs, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, vd := range verdicts {
+		if vd.Hide || vd.Fake {
+			return wire.EditList(resp, verdicts)
+		}
+	}
+	return resp, nil
+}
+
+// listContainers is ListContainers on decoded messages. A state filter is
+// applied after the view: an exited old instance that is shown as running
+// must match a "running" filter.
+func (v *View) listContainers(ctx context.Context, req *runtimeapi.ListContainersRequest,
+	next proxy.UnaryNext[runtimeapi.ListContainersRequest, runtimeapi.ListContainersResponse]) (*runtimeapi.ListContainersResponse, error) {
+	want := req.GetFilter().GetState()
+	if want != nil {
+		req.Filter.State = nil
+	}
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Containers, err = v.viewContainers(ctx, resp.Containers, want); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// StreamContainers is ListContainers in batches (kubelets with CRI list
+// streaming): every batch goes through the same view.
+func (v *View) StreamContainers(ctx context.Context, req *runtimeapi.StreamContainersRequest,
+	send func(*runtimeapi.StreamContainersResponse) error,
+	next proxy.StreamNext[runtimeapi.StreamContainersRequest, runtimeapi.StreamContainersResponse]) error {
+	want := req.GetFilter().GetState()
+	if want != nil {
+		req.Filter.State = nil
+	}
+	cs, err := next(ctx, req)
+	if err != nil {
+		return err
+	}
+	return proxy.Relay(cs, send, func(r *runtimeapi.StreamContainersResponse) (bool, error) {
+		var verr error
+		r.Containers, verr = v.viewContainers(ctx, r.Containers, want)
+		return true, verr
+	})
+}
+
+// viewContainers applies the engine's verdicts and the caller's state
+// filter to a decoded list of containers.
+func (v *View) viewContainers(ctx context.Context, cs []*runtimeapi.Container, want *runtimeapi.ContainerStateValue) ([]*runtimeapi.Container, error) {
+	vs := make([]wire.Container, len(cs))
+	for i, c := range cs {
+		vs[i] = wire.ContainerOf(c)
+	}
+	verdicts, err := v.e.Verdicts(ctx, vs, want)
+	if err != nil {
+		return nil, err
+	}
+	out := cs[:0]
+	for i, c := range cs {
+		if verdicts[i].Hide {
+			continue
+		}
+		if verdicts[i].Fake {
+			c.State = runtimeapi.ContainerState_CONTAINER_RUNNING
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// listContainersDecoded is listContainers for a request
+// ListContainersBytes does not serve encoded.
+func (v *View) listContainersDecoded(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+	var r runtimeapi.ListContainersRequest
+	if err := proto.Unmarshal(req, &r); err != nil {
+		return nil, fmt.Errorf("cri-shim: ListContainersRequest: %w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	resp, err := v.listContainers(ctx, &r, func(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		out, err := next(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		resp := &runtimeapi.ListContainersResponse{}
+		return resp, proto.Unmarshal(out, resp)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return proto.Marshal(resp)
+}
+
+// viewDecoded applies the view to an unfiltered list response it decodes.
+func (v *View) viewDecoded(ctx context.Context, resp []byte) ([]byte, error) {
+	var r runtimeapi.ListContainersResponse
+	if err := proto.Unmarshal(resp, &r); err != nil {
+		return nil, fmt.Errorf("cri-shim: runtime's ListContainersResponse: %w: %w", errdefs.ErrInternal, err)
+	}
+	cs, err := v.viewContainers(ctx, r.Containers, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.Containers = cs
+	return proto.Marshal(&r)
+}
