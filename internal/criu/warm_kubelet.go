@@ -20,12 +20,13 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // pendingWarm is a container created from a checkpoint and not started yet.
 type pendingWarm struct {
 	sandbox, name string
-	w             *WarmRestart
+	w             *restartapi.WarmStart
 }
 
 var _ proxy.StartContainerHook = (*Service)(nil)

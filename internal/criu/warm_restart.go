@@ -19,6 +19,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 func truncate(s string, n int) string {
@@ -26,26 +27,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// WarmRestart is the create request that restores one container of a pod
-// restarting in place from a checkpoint.
-type WarmRestart struct {
-	Request        *runtimeapi.CreateContainerRequest
-	Checkpoint     string // its directory name under the root
-	CheckpointedAt time.Time
-	// Release ends the restore's use of the checkpoint (retention may
-	// remove it from then on); call it once the container started or failed.
-	Release func()
-	// Created stages the restore of the container Request created (its
-	// ID); on error the caller removes the container and starts it cold.
-	// Nil when the container is not restored (it completed before the
-	// checkpoint and runs as a no-op).
-	Created func(id string) error
-	// Started is called with StartContainer's result and returns the start's
-	// result: an error too when the container started without its checkpoint
-	// (restore_stage.go, finishRestore), which was then stopped.
-	Started func(id string, err error) error
 }
 
 // errNoWarmCheckpoint: the pod asked for a warm restart and has no usable
@@ -58,7 +39,7 @@ var errNoWarmCheckpoint = errors.New("no checkpoint to warm-restart from")
 // restarts or the checkpoint has nothing for this container, and an error
 // saying why when it asked and none can be used. It reads only the
 // checkpoint root (never the API server) and creates nothing.
-func (s *Service) WarmRestartRequest(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*WarmRestart, error) {
+func (s *Service) WarmRestartRequest(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*restartapi.WarmStart, error) {
 	sb := req.GetSandboxConfig()
 	on, maxAge, err := podspec.ParseWarmRestart(sb.GetAnnotations())
 	if err != nil || !on {
@@ -103,7 +84,7 @@ func (s *Service) WarmRestartRequest(ctx context.Context, req *runtimeapi.Create
 		}
 		s.restoring[c.Dir]++ // keyed as retention lists it
 		s.mu.Unlock()
-		w := &WarmRestart{Request: r, Checkpoint: c.Name, CheckpointedAt: c.Manifest.CheckpointedAt, Release: s.releaser(c.Dir),
+		w := &restartapi.WarmStart{Request: r, Checkpoint: c.Name, CheckpointedAt: c.Manifest.CheckpointedAt, Release: s.releaser(c.Dir),
 			Started: s.finishRestore}
 		if archive != "" {
 			logPath := containerLogPath(r.GetSandboxConfig(), cfg)

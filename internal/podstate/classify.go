@@ -12,6 +12,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 	"github.com/cri-shim/cri-shim/internal/wire"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -178,7 +179,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
 	bst := m.bo.Exited(key, p.SandboxID, started, finished)
 	p.PhaseSince, p.Scope = now, scope
-	p.Trigger = &Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
+	p.Trigger = &restartapi.Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
 	// Shown running until the swap: the trigger, and every instance that may
 	// still run. Instances of containers that ran to completion (regular init
 	// containers, by the recorded start order) or were seen exited are shown

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // runtimeService is the part of the CRI the manager calls on the runtime itself.
@@ -88,10 +89,10 @@ type Manager struct {
 	exited sync.Map
 
 	// observer hears of restarts (observer.go); noObserver when none.
-	observer Observer
+	observer restartapi.Observer
 
 	// warm restores replayed containers of pods that ask for it (warm.go); nil: none.
-	warm WarmSource
+	warm restartapi.WarmSource
 
 	// phaseChanged is closed and replaced at every phase change and every
 	// instance forgotten (under mu; machine.go), so a wait for a restart to

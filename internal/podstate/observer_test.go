@@ -4,16 +4,18 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // recordingObserver notes what it hears, as "started main 88 RestartAllContainers".
 type recordingObserver struct{ heard []string }
 
-func (o *recordingObserver) RestartStarted(p PodRef, t Trigger) {
+func (o *recordingObserver) RestartStarted(p restartapi.PodRef, t restartapi.Trigger) {
 	o.heard = append(o.heard, fmt.Sprintf("started %s %s %d %s", p.Name, t.Container, t.ExitCode, t.Action))
 }
 
-func (o *recordingObserver) RestartEnded(p PodRef, t Trigger, out Outcome) {
+func (o *recordingObserver) RestartEnded(p restartapi.PodRef, t restartapi.Trigger, out restartapi.Outcome) {
 	o.heard = append(o.heard, fmt.Sprintf("ended %s %s %d", p.Name, t.Container, out))
 }
 
@@ -31,7 +33,7 @@ func TestObserverHearsRestartStartAndEnd(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(o.heard); got != fmt.Sprintf("[started p main 88 RestartAllContainers ended p main %d]", Restarted) {
+	if got := fmt.Sprint(o.heard); got != fmt.Sprintf("[started p main 88 RestartAllContainers ended p main %d]", restartapi.Restarted) {
 		t.Fatalf("heard %s", got)
 	}
 }
@@ -55,7 +57,7 @@ func TestObserverHearsAbandonedRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(o.heard); got != fmt.Sprintf("[started p main 88 RestartAllContainers ended p main %d]", Abandoned) {
+	if got := fmt.Sprint(o.heard); got != fmt.Sprintf("[started p main 88 RestartAllContainers ended p main %d]", restartapi.Abandoned) {
 		t.Fatalf("heard %s", got)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // abandon ends the pod's restart in progress for good: the pod is shown as it
@@ -32,7 +34,7 @@ func (m *Manager) abandon(p *Pod) error {
 	}
 	m.cancelStep(p.SandboxID)
 	if restarting {
-		m.observer.RestartEnded(refOf(p), *p.Trigger, Abandoned)
+		m.observer.RestartEnded(refOf(p), *p.Trigger, restartapi.Abandoned)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // replay starts the pod's containers again as the kubelet first started them:
@@ -248,7 +249,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 // failed at its start and creates it again cold. The failed instance never
 // ran and was never shown; once it is gone and forgotten, the replay goes on
 // as if it had not been made.
-func (m *Manager) coldAfterFailedRestore(ctx context.Context, p *Pod, sandboxID, name, id string, ws *WarmStart, startErr error) (string, error) {
+func (m *Manager) coldAfterFailedRestore(ctx context.Context, p *Pod, sandboxID, name, id string, ws *restartapi.WarmStart, startErr error) (string, error) {
 	if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && status.Code(err) != codes.NotFound {
 		return id, fmt.Errorf("restore of %s from checkpoint %s failed (%v); removing it: %w", name, ws.Checkpoint, startErr, err)
 	}

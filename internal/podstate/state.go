@@ -6,6 +6,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // Phase is where a pod is in its in-place restart (KEP-5532's state machine,
@@ -24,19 +25,6 @@ const (
 	// it swaps them in at once and the pod is Running again.
 	PhaseStartup Phase = "Startup"
 )
-
-// Trigger is the exit that started a pod restart.
-type Trigger struct {
-	Container   string    `json:"container"`
-	ContainerID string    `json:"containerId"`
-	ExitCode    int32     `json:"exitCode"`
-	StartedAt   time.Time `json:"startedAt"`
-	FinishedAt  time.Time `json:"finishedAt"`
-	// Action is the rule's action: RestartAllContainers, or Restart (this container only).
-	Action string `json:"action"`
-	// Delay is the backoff applied before the restart.
-	Delay time.Duration `json:"delay"`
-}
 
 // Pod is the persisted state of one pod sandbox that carries restart rules.
 type Pod struct {
@@ -78,8 +66,8 @@ type Pod struct {
 	// Scope is the one container a Restart rule restarts; empty for RestartAllContainers.
 	Scope string `json:"scope,omitempty"`
 	// ContainerRestarts counts Restart-rule restarts per container (its backoff position).
-	ContainerRestarts map[string]int `json:"containerRestarts,omitempty"`
-	Trigger           *Trigger       `json:"trigger,omitempty"`
+	ContainerRestarts map[string]int      `json:"containerRestarts,omitempty"`
+	Trigger           *restartapi.Trigger `json:"trigger,omitempty"`
 	// Refined is set once the shown instances were checked against the
 	// runtime, before the first stop; a resumed restart must not check again
 	// (it would see the instances it stopped itself).

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // swap ends a restart: the new instances become visible and the old ones show
@@ -103,9 +105,9 @@ func (m *Manager) swapLocked(p *Pod, exited []*runtimeapi.ContainerStatus, handB
 	// verdict could not be recorded is classified at the next look).
 	m.metrics.latency.Observe(took.Seconds())
 	if p.Phase == PhaseRunning {
-		m.observer.RestartEnded(refOf(p), trigger, Restarted)
+		m.observer.RestartEnded(refOf(p), trigger, restartapi.Restarted)
 	} else {
-		m.observer.RestartEnded(refOf(p), trigger, RestartedAgain)
+		m.observer.RestartEnded(refOf(p), trigger, restartapi.RestartedAgain)
 	}
 	m.log.Info("podstate: pod restarted in place", "pod", p.Namespace+"/"+p.Name, "restarts", p.Restarts, "sinceExit", took.Round(time.Millisecond))
 	return nil

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // warmSource answers every replayed container with a restore from
@@ -30,7 +31,7 @@ type warmSource struct {
 	staged      []string
 }
 
-func (s *warmSource) source(_ context.Context, req *runtimeapi.CreateContainerRequest) (*WarmStart, error) {
+func (s *warmSource) source(_ context.Context, req *runtimeapi.CreateContainerRequest) (*restartapi.WarmStart, error) {
 	s.asked = append(s.asked, req.GetConfig().GetMetadata().GetName())
 	if s.err != nil {
 		return nil, s.err
@@ -38,7 +39,7 @@ func (s *warmSource) source(_ context.Context, req *runtimeapi.CreateContainerRe
 	r := proto.Clone(req).(*runtimeapi.CreateContainerRequest)
 	r.Config.Image = &runtimeapi.ImageSpec{Image: "archive:" + req.GetConfig().GetMetadata().GetName()}
 	r.Config.Annotations["test.restored-from"] = "cp" // kept in the runtime's status
-	return &WarmStart{Request: r, Checkpoint: "cp", CheckpointedAt: time.Now().Add(-time.Minute), Release: func() { s.released++ },
+	return &restartapi.WarmStart{Request: r, Checkpoint: "cp", CheckpointedAt: time.Now().Add(-time.Minute), Release: func() { s.released++ },
 		Created: func(id string) error {
 			if s.stageErr != nil {
 				return s.stageErr
@@ -54,7 +55,7 @@ func (s *warmSource) source(_ context.Context, req *runtimeapi.CreateContainerRe
 		}}, nil
 }
 
-func (o *recordingObserver) WarmRestart(p PodRef, r WarmResult) {
+func (o *recordingObserver) WarmRestart(p restartapi.PodRef, r restartapi.WarmResult) {
 	if r.Cold != "" {
 		o.heard = append(o.heard, fmt.Sprintf("cold %s %s: %s", p.Name, r.Container, r.Cold))
 		return

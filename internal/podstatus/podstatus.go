@@ -3,7 +3,7 @@
 // an in-place restart, the pod not Ready while a container is held by the
 // backoff or restarted (the readiness gate ReadyCondition), and events for
 // restarts, holds and refused annotations. It hears of restarts from
-// podstate (podstate.Observer) and of new pods through the pod table's
+// the restart engine (restartapi.Observer) and of new pods through the pod table's
 // admission (Admit, registered last); everything it writes is queued (internal/kubeapi), so
 // no CRI call waits for the API. docs/kubernetes-api.md.
 package podstatus
@@ -19,7 +19,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/podspec"
-	"github.com/cri-shim/cri-shim/internal/podstate"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // ReadyCondition is the readiness gate the shim owns: False from the
@@ -55,7 +55,7 @@ type Reporter struct {
 	mu      sync.Mutex
 	waiting map[string]restartingCond
 
-	snapshot func() []podstate.PodState
+	snapshot func() []restartapi.PodState
 }
 
 type restartingCond struct {
@@ -106,8 +106,8 @@ func (r *Reporter) ownerKnown(owner int32) {
 }
 
 // CatchUpFrom sets where Run reads the restart state of the node's pods
-// (podstate.Manager.Snapshot). Call before Run.
-func (r *Reporter) CatchUpFrom(snapshot func() []podstate.PodState) { r.snapshot = snapshot }
+// (the restart engine's Snapshot). Call before Run.
+func (r *Reporter) CatchUpFrom(snapshot func() []restartapi.PodState) { r.snapshot = snapshot }
 
 // Run writes the conditions of every pod podstate tracks once the client is
 // ready (writes queued by an earlier shim process are lost with it), then
@@ -128,7 +128,7 @@ func (r *Reporter) Run(ctx context.Context) {
 // catchUp writes each pod's conditions as they are now, with the time its
 // restart state last changed (so a condition already written keeps its
 // lastTransitionTime). No events: they were told when it happened.
-func (r *Reporter) catchUp(pods []podstate.PodState) {
+func (r *Reporter) catchUp(pods []restartapi.PodState) {
 	for _, s := range pods {
 		pod := ref(s.Pod)
 		if s.Restarting {
@@ -148,9 +148,9 @@ func (r *Reporter) catchUp(pods []podstate.PodState) {
 	}
 }
 
-var _ podstate.Observer = (*Reporter)(nil)
+var _ restartapi.Observer = (*Reporter)(nil)
 
-func ref(p podstate.PodRef) kubeapi.PodRef {
+func ref(p restartapi.PodRef) kubeapi.PodRef {
 	return kubeapi.PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 }
 
@@ -164,11 +164,11 @@ func (r *Reporter) event(pod kubeapi.PodRef, typ, reason, action, note string) {
 	r.w.Event(kubeapi.Event{Regarding: kubeapi.PodObject(pod), Type: typ, Reason: reason, Action: action, Note: note})
 }
 
-func exitOf(t podstate.Trigger) string { return fmt.Sprintf("%s exited %d", t.Container, t.ExitCode) }
+func exitOf(t restartapi.Trigger) string { return fmt.Sprintf("%s exited %d", t.Container, t.ExitCode) }
 
 // RestartStarted: the pod goes not Ready, AllContainersRestarting True for
 // a whole-pod restart, and events for the restart and its backoff hold.
-func (r *Reporter) RestartStarted(p podstate.PodRef, t podstate.Trigger) {
+func (r *Reporter) RestartStarted(p restartapi.PodRef, t restartapi.Trigger) {
 	pod, now := ref(p), r.now()
 	all := t.Action == string(podspec.ActionRestartAllContainers)
 	exit := fmt.Sprintf("container %s exited with code %d", t.Container, t.ExitCode)
@@ -197,16 +197,16 @@ func (r *Reporter) RestartStarted(p podstate.PodRef, t podstate.Trigger) {
 
 // RestartEnded: the pod is Ready again (as far as the shim is concerned)
 // and AllContainersRestarting False once the restarted containers run.
-func (r *Reporter) RestartEnded(p podstate.PodRef, t podstate.Trigger, out podstate.Outcome) {
+func (r *Reporter) RestartEnded(p restartapi.PodRef, t restartapi.Trigger, out restartapi.Outcome) {
 	pod, now := ref(p), r.now()
 	all := t.Action == string(podspec.ActionRestartAllContainers)
 	switch out {
-	case podstate.RestartedAgain:
+	case restartapi.RestartedAgain:
 		// The next restart's RestartStarted already set the conditions.
 		r.event(pod, corev1.EventTypeNormal, "RestartedInPlace", "Restarted ("+exitOf(t)+")",
 			fmt.Sprintf("restarted in place after container %s exited with code %d; a restarted container exited again", t.Container, t.ExitCode))
 		return
-	case podstate.Abandoned:
+	case restartapi.Abandoned:
 		// The pod is being stopped: it stays not Ready.
 		if all {
 			r.setRestarting(pod, kubeapi.Condition{Status: corev1.ConditionFalse, Reason: "RestartAbandoned", Message: "the pod is being stopped", At: now})
@@ -226,7 +226,7 @@ func (r *Reporter) RestartEnded(p podstate.PodRef, t podstate.Trigger, out podst
 // WarmRestart: an event for each container of a pod asking for warm
 // restarts, restored from its checkpoint (Normal) or started cold (Warning,
 // with the reason).
-func (r *Reporter) WarmRestart(p podstate.PodRef, w podstate.WarmResult) {
+func (r *Reporter) WarmRestart(p restartapi.PodRef, w restartapi.WarmResult) {
 	pod := ref(p)
 	if w.Cold != "" {
 		r.event(pod, corev1.EventTypeWarning, "WarmRestartFallback", "Cold start ("+w.Container+")",

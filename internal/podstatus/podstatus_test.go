@@ -16,8 +16,8 @@ import (
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
 	"github.com/cri-shim/cri-shim/internal/podspec"
-	"github.com/cri-shim/cri-shim/internal/podstate"
 	"github.com/cri-shim/cri-shim/internal/podtable"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 )
 
 // fakeWriter keeps what the reporter queues: the newest condition per type
@@ -39,9 +39,9 @@ func (f *fakeWriter) reasons() string {
 }
 
 var (
-	pod     = podstate.PodRef{Namespace: "ns", Name: "web", UID: "uid-1"}
+	pod     = restartapi.PodRef{Namespace: "ns", Name: "web", UID: "uid-1"}
 	exited  = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	trigger = podstate.Trigger{Container: "main", ExitCode: 3, Action: string(podspec.ActionRestartAllContainers),
+	trigger = restartapi.Trigger{Container: "main", ExitCode: 3, Action: string(podspec.ActionRestartAllContainers),
 		Delay: 2 * time.Second, FinishedAt: exited}
 )
 
@@ -71,7 +71,7 @@ func TestRestartOfAllContainers(t *testing.T) {
 	if n := w.events[1].Note; n != "Back-off 2s restarting failed container main (exit code 3)" {
 		t.Fatalf("hold event note %q", n)
 	}
-	r.RestartEnded(pod, trigger, podstate.Restarted)
+	r.RestartEnded(pod, trigger, restartapi.Restarted)
 	ready, restarting = w.conds[ReadyCondition], w.conds[corev1.AllContainersRestarting]
 	if ready.Status != corev1.ConditionTrue || ready.Reason != "" || restarting.Status != corev1.ConditionFalse || restarting.Reason != "" {
 		t.Fatalf("after the restart: ready %+v, restarting %+v", ready, restarting)
@@ -93,7 +93,7 @@ func TestRestartOfAllContainers(t *testing.T) {
 func TestAllContainersRestartingNotWrittenWhenTheKubeletOwnsIt(t *testing.T) {
 	r, w := reporter(ownerKubelet)
 	r.RestartStarted(pod, trigger)
-	r.RestartEnded(pod, trigger, podstate.Restarted)
+	r.RestartEnded(pod, trigger, restartapi.Restarted)
 	if _, ok := w.conds[corev1.AllContainersRestarting]; ok {
 		t.Fatal("AllContainersRestarting written")
 	}
@@ -112,7 +112,7 @@ func TestAllContainersRestartingWaitsForTheOwner(t *testing.T) {
 		if _, ok := w.conds[corev1.AllContainersRestarting]; ok {
 			t.Fatal("written before the owner is known")
 		}
-		r.RestartEnded(pod, trigger, podstate.Restarted)
+		r.RestartEnded(pod, trigger, restartapi.Restarted)
 		r.owner.state.Store(owner)
 		r.ownerKnown(owner)
 		c, ok := w.conds[corev1.AllContainersRestarting]
@@ -146,7 +146,7 @@ func TestRestartOfOneContainer(t *testing.T) {
 // A restart whose new container exits at once, or one given up because the
 // pod stops, leaves the pod not Ready.
 func TestRestartEndedWithoutReadiness(t *testing.T) {
-	for _, out := range []podstate.Outcome{podstate.RestartedAgain, podstate.Abandoned} {
+	for _, out := range []restartapi.Outcome{restartapi.RestartedAgain, restartapi.Abandoned} {
 		r, w := reporter(ownerShim)
 		r.RestartStarted(pod, trigger)
 		r.RestartEnded(pod, trigger, out)
@@ -226,7 +226,7 @@ func TestOwnerFromDeclaredFeatures(t *testing.T) {
 func TestCatchUpWritesConditionsOfTrackedPods(t *testing.T) {
 	r, w := reporter(ownerShim)
 	since := exited.Add(time.Minute)
-	r.catchUp([]podstate.PodState{{Pod: pod, Since: since, RestartedAll: true}})
+	r.catchUp([]restartapi.PodState{{Pod: pod, Since: since, RestartedAll: true}})
 	if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionTrue || !c.At.Equal(since) {
 		t.Fatalf("running pod's gate %+v", c)
 	}
@@ -234,7 +234,7 @@ func TestCatchUpWritesConditionsOfTrackedPods(t *testing.T) {
 		t.Fatalf("running pod's AllContainersRestarting %+v", c)
 	}
 	r, w = reporter(ownerShim)
-	r.catchUp([]podstate.PodState{{Pod: pod, Since: since, Restarting: true, Trigger: trigger}})
+	r.catchUp([]restartapi.PodState{{Pod: pod, Since: since, Restarting: true, Trigger: trigger}})
 	if c := w.conds[ReadyCondition]; c.Status != corev1.ConditionFalse || !strings.Contains(c.Message, "main exited with code 3") {
 		t.Fatalf("restarting pod's gate %+v", c)
 	}
@@ -242,7 +242,7 @@ func TestCatchUpWritesConditionsOfTrackedPods(t *testing.T) {
 		t.Fatalf("restarting pod's AllContainersRestarting %+v", c)
 	}
 	r, w = reporter(ownerShim)
-	r.catchUp([]podstate.PodState{{Pod: pod, Since: since}})
+	r.catchUp([]restartapi.PodState{{Pod: pod, Since: since}})
 	if _, ok := w.conds[corev1.AllContainersRestarting]; ok || len(w.events) != 0 {
 		t.Fatalf("a pod that never restarted all: %v, events %v", w.conds, w.events)
 	}
@@ -252,8 +252,8 @@ func TestCatchUpWritesConditionsOfTrackedPods(t *testing.T) {
 // age when restored, Warning with the reason when the container started cold.
 func TestWarmRestartEvents(t *testing.T) {
 	r, w := reporter(ownerShim)
-	r.WarmRestart(pod, podstate.WarmResult{Container: "main", Checkpoint: "cp1", Age: 90 * time.Second})
-	r.WarmRestart(pod, podstate.WarmResult{Container: "main", Cold: "the pod has no checkpoint"})
+	r.WarmRestart(pod, restartapi.WarmResult{Container: "main", Checkpoint: "cp1", Age: 90 * time.Second})
+	r.WarmRestart(pod, restartapi.WarmResult{Container: "main", Cold: "the pod has no checkpoint"})
 	if got := w.reasons(); got != "Normal/WarmRestarted Warning/WarmRestartFallback" {
 		t.Fatalf("events %s", got)
 	}

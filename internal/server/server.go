@@ -116,14 +116,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	checkpoints := cp.service
 	mc.Registry.MustRegister(checkpoints.Collectors()...)
 	// In-place restarts of pods that ask for it start from their latest checkpoint.
-	pods.WarmFrom(func(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*podstate.WarmStart, error) {
-		w, err := checkpoints.WarmRestartRequest(ctx, req)
-		if w == nil {
-			return nil, err
-		}
-		return &podstate.WarmStart{Request: w.Request, Checkpoint: w.Checkpoint, CheckpointedAt: w.CheckpointedAt, Release: w.Release,
-			Created: w.Created, Started: w.Started}, nil
-	})
+	pods.WarmFrom(checkpoints.WarmRestartRequest)
 	channels, err := podmgmt.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, st, pods, log)
 	if err != nil {
 		return fmt.Errorf("pod management: %w", err)
