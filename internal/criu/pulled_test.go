@@ -54,8 +54,11 @@ func TestWarmStartFromImageReference(t *testing.T) {
 	}
 
 	var asked []string
-	answer := func(ctx context.Context, ns, pod, uid, r string) (string, error) {
+	answer := func(ctx context.Context, ns, pod, uid, r string, reserve func(int64) (func(), error)) (string, error) {
 		asked = append(asked, ns+" "+r)
+		if reserve == nil {
+			t.Error("PullRestore asked without the service's cap on pulled checkpoints")
+		}
 		if _, err := os.Stat(pulled); err != nil {
 			if err := os.Rename(src, pulled); err != nil {
 				return "", err
@@ -93,7 +96,7 @@ func TestWarmStartFromImageReference(t *testing.T) {
 		{fmt.Errorf("connection reset"), codes.Unavailable, "connection reset"},
 		{fmt.Errorf("pulling x: %w", errorf(errdefs.ErrResourceExhausted, "over [checkpoint] pull_max_total_bytes 9")), codes.ResourceExhausted, "pull_max_total_bytes 9"},
 	} {
-		fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string) (string, error) { return "", tc.err }
+		fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string, func(int64) (func(), error)) (string, error) { return "", tc.err }
 		_, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann)
 		if status.Code(proxy.Status(err)) != tc.code || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "kubelet retries") {
 			t.Errorf("PullRestore answering %v: %v, want %s saying %q", tc.err, err, tc.code, tc.says)
@@ -227,7 +230,7 @@ func pulledFixture(t *testing.T) (*fixture, string, string) {
 	if err := os.Rename(fx.dir, pulled); err != nil {
 		t.Fatal(err)
 	}
-	fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string) (string, error) {
+	fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string, func(int64) (func(), error)) (string, error) {
 		if _, err := os.Stat(pulled); err != nil {
 			return "", fmt.Errorf("%w: pulling again", errdefs.ErrUnavailable)
 		}
@@ -338,7 +341,7 @@ func TestPulledContentRefusalIsAnEvent(t *testing.T) {
 	fx.svc.cfg.PodEvent = func(ns, pod, uid, typ, reason, action, note string) {
 		events = append(events, ns+"/"+pod+" "+reason+": "+note)
 	}
-	fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string) (string, error) {
+	fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string, func(int64) (func(), error)) (string, error) {
 		return "", fmt.Errorf("%w: pulling x: %w", errdefs.ErrFailedPrecondition,
 			fmt.Errorf("%w: archive member \"checkpoint/nnn\"...: a name of 262144 bytes, more than 4096", ErrCheckpointRefused))
 	}

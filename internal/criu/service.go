@@ -70,9 +70,11 @@ type Config struct {
 	// image reference (internal/ociartifact's RestorePuller): it returns
 	// the directory under Root it pulled it into (PulledDirPrefix), or an
 	// error of an errdefs class (ErrForeignCheckpoint: refused by the
-	// namespace binding). It waits for a pull only a bounded time. nil
-	// refuses image references.
-	PullRestore func(ctx context.Context, namespace, pod, uid, ref string) (string, error)
+	// namespace binding). It waits for a pull only a bounded time, and asks
+	// reserve for room for the archive bytes it fetches (ReservePulled: the
+	// cap on pulled checkpoints is the service's, which knows the pods
+	// using them). nil refuses image references.
+	PullRestore func(ctx context.Context, namespace, pod, uid, ref string, reserve func(total int64) (release func(), err error)) (string, error)
 	// StreamDuringCapture, CaptureTiming and CaptureRunning are
 	// internal/capture's Config fields of those names.
 	StreamDuringCapture bool

@@ -214,7 +214,7 @@ func (s *Service) pullRestore(ctx context.Context, md *runtimeapi.PodSandboxMeta
 	if s.cfg.PullRestore == nil {
 		return "", errorf(errdefs.ErrInvalidArgument, "image reference %q: this shim restores no image references (it has no [checkpoint] registries)", ref)
 	}
-	d, err := s.cfg.PullRestore(ctx, ns, md.GetName(), md.GetUid(), ref)
+	d, err := s.cfg.PullRestore(ctx, ns, md.GetName(), md.GetUid(), ref, s.ReservePulled)
 	switch {
 	case errors.Is(err, ErrForeignCheckpoint):
 		return "", errorf(errdefs.ErrNotFound, "image %s: %s; the pod stays pending and the kubelet retries", ref, message(s.noCheckpoint(ref, ns, err)))

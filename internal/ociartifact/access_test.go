@@ -106,7 +106,7 @@ func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	dir, err := p.Pull(ctx, "default", "a", "uid-a", ref)
+	dir, err := p.Pull(ctx, "default", "a", "uid-a", ref, nil)
 	must(t, err)
 	rec, err := os.ReadFile(filepath.Join(root, dir, AccessFile))
 	must(t, err)
@@ -119,7 +119,7 @@ func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 	step := func(pod, uid string, wantReq bool, wantErr error, says string) {
 		t.Helper()
 		req0, blobs0 := r.requests(), r.blobGets.Load()
-		got, err := p.Pull(ctx, "default", pod, uid, ref)
+		got, err := p.Pull(ctx, "default", pod, uid, ref, nil)
 		switch {
 		case wantErr == nil && (err != nil || got != dir):
 			t.Errorf("%s: %q %v, want %q", pod, got, err, dir)
@@ -142,7 +142,7 @@ func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 	// A pod of a namespace the binding refuses is told so before anything
 	// else, as by a pull: whether the registry would let it is not asked.
 	req0 := r.requests()
-	if _, err := p.Pull(ctx, "other", "m", "uid-m", ref); !errors.Is(err, criu.ErrForeignCheckpoint) || r.requests() != req0 {
+	if _, err := p.Pull(ctx, "other", "m", "uid-m", ref, nil); !errors.Is(err, criu.ErrForeignCheckpoint) || r.requests() != req0 {
 		t.Errorf("pod of another namespace: %v, %d registry requests", err, r.requests()-req0)
 	}
 	// A refusal is not recorded: asked again after failedFor (here: a new
@@ -150,11 +150,11 @@ func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 	p2 := puller(r.testRegistry, root, func(c *RestorePullConfig) {
 		c.PodKeychain = podSecrets(r.host, map[string][2]string{"uid-m": {"mallory", "guess"}, "uid-b": {"bob", "s3cret-bob"}})
 	})
-	if _, err := p2.Pull(ctx, "default", "m", "uid-m", ref); !errdefs.IsPermissionDenied(err) {
+	if _, err := p2.Pull(ctx, "default", "m", "uid-m", ref, nil); !errdefs.IsPermissionDenied(err) {
 		t.Errorf("refused pod after a restart: %v", err)
 	}
 	req0 = r.requests()
-	if _, err := p2.Pull(ctx, "default", "b", "uid-b", ref); err != nil || r.requests() != req0 {
+	if _, err := p2.Pull(ctx, "default", "b", "uid-b", ref, nil); err != nil || r.requests() != req0 {
 		t.Errorf("recorded pod after a restart: %v, %d requests", err, r.requests()-req0)
 	}
 }
@@ -170,11 +170,11 @@ func TestPulledAccessNeedsTheIndexNotAHeader(t *testing.T) {
 		c.PodKeychain = podSecrets(r.host, map[string][2]string{"uid-a": {"alice", "s3cret-alice"}, "uid-m": {"mallory", "guess"}})
 	})
 	ctx := context.Background()
-	if _, err := p.Pull(ctx, "default", "a", "uid-a", ref); err != nil {
+	if _, err := p.Pull(ctx, "default", "a", "uid-a", ref, nil); err != nil {
 		t.Fatal(err)
 	}
 	heads0, gets0, blobs0 := r.heads.Load(), r.gets.Load(), r.blobGets.Load()
-	if _, err := p.Pull(ctx, "default", "m", "uid-m", ref); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "401 Unauthorized") {
+	if _, err := p.Pull(ctx, "default", "m", "uid-m", ref, nil); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "401 Unauthorized") {
 		t.Errorf("pod whose credentials the registry refuses: %v, want PermissionDenied with the 401", err)
 	}
 	if r.gets.Load() == gets0 || r.heads.Load() != heads0 || r.blobGets.Load() != blobs0 {
@@ -237,10 +237,10 @@ func TestPublicPulledCheckpointIsNodeAccessible(t *testing.T) {
 			return secrets(ctx, ns, pod, uid)
 		}
 	})
-	dir, err := p.Pull(context.Background(), "default", "a", "uid-a", ref)
+	dir, err := p.Pull(context.Background(), "default", "a", "uid-a", ref, nil)
 	must(t, err)
 	req0, reads0 := r.requests(), secretReads.Load()
-	if got, err := p.Pull(context.Background(), "default", "s", "uid-s", ref); err != nil || got != dir {
+	if got, err := p.Pull(context.Background(), "default", "s", "uid-s", ref, nil); err != nil || got != dir {
 		t.Fatalf("another pod: %q %v", got, err)
 	}
 	if r.requests() != req0 || secretReads.Load() != reads0 {
@@ -275,7 +275,7 @@ func TestPulledAccessConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := p.Pull(context.Background(), "default", "p-"+uid, uid, ref)
+			_, err := p.Pull(context.Background(), "default", "p-"+uid, uid, ref, nil)
 			if bad := creds[uid][0] == "bad"; bad != (err != nil) || bad && !errdefs.IsPermissionDenied(err) && !strings.Contains(err.Error(), "401") {
 				t.Errorf("%s (refused credentials: %v): %v", uid, bad, err)
 			}

@@ -43,10 +43,6 @@ type RestorePullConfig struct {
 	// PodKeychain, if set, reads the pod's image pull secrets (PodKeychain
 	// with the node's API connection); nil: the node's credentials only.
 	PodKeychain func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error)
-	// Reserve, if set, is asked for room for a pull's archive bytes before
-	// they are fetched (criu's ReservePulled: the node-wide cap on pulled
-	// checkpoints); see PullOptions.Reserve.
-	Reserve func(total int64) (release func(), err error)
 	// Provenance, if set, is asked, before anything is fetched, whether
 	// a pod of namespace ns may restore the checkpoint whose image index
 	// has digest (podcheckpoint.Provenance: one this cluster exported);
@@ -125,7 +121,11 @@ func NewRestorePuller(cfg RestorePullConfig) *RestorePuller {
 // FailedPrecondition (verification), and criu.ErrForeignCheckpoint for a
 // checkpoint of a namespace the pod may not restore (refused before an
 // archive is fetched).
-func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (string, error) {
+//
+// reserve, if not nil, is asked for room for the pull's archive bytes
+// before they are fetched (the caller's cap on pulled checkpoints: criu's
+// ReservePulled); see PullOptions.Reserve.
+func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, reserve func(total int64) (release func(), err error)) (string, error) {
 	d, allowed, err := ParseRestoreRef(ref, p.cfg.Registries)
 	if err != nil {
 		return "", err
@@ -150,7 +150,7 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string) (str
 		var j *pullJob
 		for {
 			j, err = p.job(jobPull, dirName+"/"+ns, uid, func(j *pullJob) error {
-				return p.pull(j, d, allowed, dirName, ns, pod, uid)
+				return p.pull(j, d, allowed, dirName, ns, pod, uid, reserve)
 			})
 			if err != nil {
 				return "", err
@@ -324,7 +324,7 @@ func (p *RestorePuller) job(kind int, key, uid string, run func(*pullJob) error)
 	return j, nil
 }
 
-func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName, ns, pod, uid string) error {
+func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName, ns, pod, uid string, reserve func(int64) (func(), error)) error {
 	ref, digest := d.String(), d.DigestStr()
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
 	defer cancel()
@@ -348,7 +348,7 @@ func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName
 		},
 		Planned: func(n int64) { j.planned.Store(n) },
 		Written: func(n int64) { j.written.Add(n) },
-		Reserve: p.cfg.Reserve,
+		Reserve: reserve,
 	})
 	switch {
 	case err == nil:

@@ -189,7 +189,7 @@ func TestRestorePullByDigest(t *testing.T) {
 	r := newTestRegistry(t)
 	root, ref := pushed(t, r)
 	p := puller(r, root, nil)
-	dir, err := p.Pull(context.Background(), "default", "web", "uid", ref)
+	dir, err := p.Pull(context.Background(), "default", "web", "uid", ref, nil)
 	must(t, err)
 	if want := criu.PulledDir(ref[len(ref)-64:]); dir != want {
 		t.Fatalf("pulled into %q, want %q", dir, want)
@@ -198,7 +198,7 @@ func TestRestorePullByDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.tr.rewrite = func(*http.Request, []byte) []byte { t.Error("the registry was asked again"); return nil }
-	if again, err := p.Pull(context.Background(), "default", "web", "uid", ref); err != nil || again != dir {
+	if again, err := p.Pull(context.Background(), "default", "web", "uid", ref, nil); err != nil || again != dir {
 		t.Fatalf("second pull: %q %v", again, err)
 	}
 }
@@ -215,7 +215,7 @@ func TestRestorePullRefusesAnotherNamespace(t *testing.T) {
 		}
 		return b
 	}
-	_, err := puller(r, root, nil).Pull(context.Background(), "other", "web", "uid", ref)
+	_, err := puller(r, root, nil).Pull(context.Background(), "other", "web", "uid", ref, nil)
 	if !errors.Is(err, criu.ErrForeignCheckpoint) {
 		t.Fatalf("checkpoint of namespace default for a pod of other: %v", err)
 	}
@@ -237,7 +237,7 @@ func TestRestorePullDigestMismatch(t *testing.T) {
 		}
 		return b
 	}
-	_, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid", ref)
+	_, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid", ref, nil)
 	if err == nil || !strings.Contains(err.Error(), "digest") {
 		t.Fatalf("tampered index: %v", err)
 	}
@@ -245,7 +245,7 @@ func TestRestorePullDigestMismatch(t *testing.T) {
 		t.Errorf("left under the root: %v", ents)
 	}
 	r.tr.rewrite = nil
-	if _, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid", ref[:len(ref)-64]+strings.Repeat("0", 64)); err == nil {
+	if _, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid", ref[:len(ref)-64]+strings.Repeat("0", 64), nil); err == nil {
 		t.Fatal("a digest the registry does not hold was pulled")
 	}
 }
@@ -265,7 +265,7 @@ func TestRestorePullAPIDown(t *testing.T) {
 		}
 	})
 	t0 := time.Now()
-	_, err := p.Pull(context.Background(), "default", "web", "uid-new", ref)
+	_, err := p.Pull(context.Background(), "default", "web", "uid-new", ref, nil)
 	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "connection refused") || time.Since(t0) > 5*time.Second {
 		t.Fatalf("API down: %v after %s", err, time.Since(t0))
 	}
@@ -289,14 +289,14 @@ func TestRestorePullAnswersRetryableWhileSlow(t *testing.T) {
 	}
 	p := puller(r, root, func(c *RestorePullConfig) { c.Wait = 200 * time.Millisecond })
 	defer once.Do(func() { close(release) })
-	_, err := p.Pull(context.Background(), "default", "web", "uid", ref)
+	_, err := p.Pull(context.Background(), "default", "web", "uid", ref, nil)
 	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "kubelet retries") {
 		t.Fatalf("slow pull: %v", err)
 	}
 	once.Do(func() { close(release) })
 	var dir string
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if dir, err = p.Pull(context.Background(), "default", "web", "uid", ref); err == nil {
+		if dir, err = p.Pull(context.Background(), "default", "web", "uid", ref, nil); err == nil {
 			break
 		}
 	}
@@ -317,10 +317,10 @@ func TestRestorePullUsesPodSecret(t *testing.T) {
 			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, "n1", ns, pod, uid, discard())
 		}
 	})
-	if _, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid-new", p0.Ref); err == nil {
+	if _, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid-new", p0.Ref, nil); err == nil {
 		t.Fatal("pulled without credentials")
 	}
-	if _, err := withSecret.Pull(context.Background(), "default", "web", "uid-new", p0.Ref); err != nil {
+	if _, err := withSecret.Pull(context.Background(), "default", "web", "uid-new", p0.Ref, nil); err != nil {
 		t.Fatalf("with the pod's secret: %v", err)
 	}
 }
@@ -339,13 +339,10 @@ func TestRestorePullRefusedOverTheCap(t *testing.T) {
 		return b
 	}
 	var asked int64
-	full := puller(r, root, func(c *RestorePullConfig) {
-		c.Reserve = func(n int64) (func(), error) {
-			asked = n
-			return nil, fmt.Errorf("%w: over [checkpoint] pull_max_total_bytes", errdefs.ErrResourceExhausted)
-		}
+	_, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid", ref, func(n int64) (func(), error) {
+		asked = n
+		return nil, fmt.Errorf("%w: over [checkpoint] pull_max_total_bytes", errdefs.ErrResourceExhausted)
 	})
-	_, err := full.Pull(context.Background(), "default", "web", "uid", ref)
 	if !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "pull_max_total_bytes") {
 		t.Fatalf("over the cap: %v", err)
 	}
@@ -356,10 +353,9 @@ func TestRestorePullRefusedOverTheCap(t *testing.T) {
 		t.Errorf("left under the root: %v", ents)
 	}
 	var released atomic.Int64
-	ok := puller(r, root, func(c *RestorePullConfig) {
-		c.Reserve = func(n int64) (func(), error) { return func() { released.Add(1) }, nil }
-	})
-	if _, err := ok.Pull(context.Background(), "default", "web", "uid", ref); err != nil {
+	if _, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid", ref, func(int64) (func(), error) {
+		return func() { released.Add(1) }, nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if released.Load() != 1 {
@@ -379,7 +375,7 @@ func TestRestorePullRepullsIncompleteDirectory(t *testing.T) {
 	r := newTestRegistry(t)
 	root, ref := pushed(t, r)
 	p := puller(r, root, nil)
-	dir, err := p.Pull(context.Background(), "default", "web", "uid", ref)
+	dir, err := p.Pull(context.Background(), "default", "web", "uid", ref, nil)
 	must(t, err)
 	full := filepath.Join(root, dir)
 	must(t, os.RemoveAll(filepath.Join(full, "containers")))
@@ -388,7 +384,7 @@ func TestRestorePullRepullsIncompleteDirectory(t *testing.T) {
 	os.Chtimes(full, old, old)
 	var asked atomic.Int64
 	r.tr.rewrite = func(_ *http.Request, b []byte) []byte { asked.Add(1); return b }
-	again, err := p.Pull(context.Background(), "default", "web", "uid2", ref)
+	again, err := p.Pull(context.Background(), "default", "web", "uid2", ref, nil)
 	if err != nil || again != dir {
 		t.Fatalf("pull over an incomplete directory: %q %v", again, err)
 	}
@@ -449,12 +445,12 @@ func TestRestorePullRemovedWhileChecked(t *testing.T) {
 			return r.tr.RoundTrip(req)
 		})
 	})
-	dir, err := p.Pull(context.Background(), "default", "a", "uid-a", ref)
+	dir, err := p.Pull(context.Background(), "default", "a", "uid-a", ref, nil)
 	must(t, err)
 	before, err := os.ReadFile(filepath.Join(root, dir, AccessFile))
 	must(t, err)
 	evict.Store(true)
-	_, err = p.Pull(context.Background(), "default", "b", "uid-b", ref)
+	_, err = p.Pull(context.Background(), "default", "b", "uid-b", ref, nil)
 	if evict.Load() {
 		t.Fatal("the access check made no index GET: the checkpoint was not removed while checked")
 	}
@@ -498,11 +494,11 @@ func TestRestorePullProvenanceBeforeAnyByte(t *testing.T) {
 	})
 	r.tr.rewrite = func(*http.Request, []byte) []byte { t.Error("the registry was asked for a refused digest"); return nil }
 	other := ref[:strings.LastIndex(ref, "@")+1] + "sha256:" + strings.Repeat("a", 64)
-	if _, err := p.Pull(context.Background(), "default", "web", "uid", other); !errdefs.IsPermissionDenied(err) {
+	if _, err := p.Pull(context.Background(), "default", "web", "uid", other, nil); !errdefs.IsPermissionDenied(err) {
 		t.Fatalf("want PermissionDenied for a digest no node exported, got %v", err)
 	}
 	r.tr.rewrite = nil
-	if _, err := p.Pull(context.Background(), "default", "web", "uid", ref); err != nil {
+	if _, err := p.Pull(context.Background(), "default", "web", "uid", ref, nil); err != nil {
 		t.Fatalf("an exported digest: %v", err)
 	}
 	if len(asked) != 2 {
@@ -532,7 +528,7 @@ func TestRestorePullContentRefusalIsKept(t *testing.T) {
 	pushed, err := Push(context.Background(), src, r.ref("cp/web:v1"), r.reg(), nil)
 	must(t, err)
 	p := puller(r, root, nil)
-	_, err = p.Pull(context.Background(), "default", "web", "uid1", pushed.Ref)
+	_, err = p.Pull(context.Background(), "default", "web", "uid1", pushed.Ref, nil)
 	if !errdefs.IsFailedPrecondition(err) || !errors.Is(err, criu.ErrCheckpointRefused) || !strings.Contains(err.Error(), "archive of") {
 		t.Fatalf("archive size other than manifest.json's: %v, want FailedPrecondition, a checkpoint refusal", err)
 	}
@@ -542,7 +538,7 @@ func TestRestorePullContentRefusalIsKept(t *testing.T) {
 	var asked int
 	r.tr.rewrite = func(_ *http.Request, b []byte) []byte { asked++; return b }
 	for _, uid := range []string{"uid1", "uid2"} {
-		if _, err := p.Pull(context.Background(), "default", "web2", uid, pushed.Ref); !errors.Is(err, criu.ErrCheckpointRefused) {
+		if _, err := p.Pull(context.Background(), "default", "web2", uid, pushed.Ref, nil); !errors.Is(err, criu.ErrCheckpointRefused) {
 			t.Fatalf("pull again for %s: %v, want the kept refusal", uid, err)
 		}
 	}

@@ -298,11 +298,10 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 		restores = podcheckpoint.NewRestores(api.Client.Node, cfg.Checkpoint.ObjectWait.Duration, checkpointEvents)
 		resolve = restores.Resolve
 	}
-	var checkpoints *criu.Service
 	w := &checkpointWiring{}
 	// Restores from image references: pulled from the allow-listed
 	// registries only, with the pod's image pull secrets read as the node.
-	var pullRestore func(ctx context.Context, ns, pod, uid, ref string) (string, error)
+	var pullRestore func(ctx context.Context, ns, pod, uid, ref string, reserve func(int64) (func(), error)) (string, error)
 	if len(cfg.Checkpoint.Registries) > 0 {
 		pc := ociartifact.RestorePullConfig{
 			Root: cfg.Checkpoint.Root, NodeAuthFile: cfg.Checkpoint.RegistryAuthFile,
@@ -320,9 +319,6 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 			w.exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
 				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
 		}
-		// The cap on pulled checkpoints is kept by the checkpoint service,
-		// which knows the pods using them; it exists before any pull runs.
-		pc.Reserve = func(n int64) (func(), error) { return checkpoints.ReservePulled(n) }
 		if cfg.Checkpoint.RestoreProvenance == config.ProvenanceCluster {
 			pc.Provenance = func(context.Context, string, string) error {
 				return fmt.Errorf("%w: [checkpoint] restore_provenance = \"cluster\" checks a checkpoint's origin with the API server, and this shim has no [kubernetes] connection; set restore_provenance = \"any\" to restore whatever the allowed registries serve", errdefs.ErrPermissionDenied)
@@ -342,7 +338,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 				Type: eventType, Reason: reason, Action: action, Note: note})
 		}
 	}
-	checkpoints, err = criu.New(criu.Config{
+	checkpoints, err := criu.New(criu.Config{
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st, Sandboxes: table,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
