@@ -48,7 +48,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./internal/config
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRules$$' -fuzztime 20s ./internal/podspec
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSlot -fuzztime 20s ./internal/store
-	$(GO) test -run '^$$' -fuzz FuzzPeeks -fuzztime 20s ./internal/podstate
+	$(GO) test -run '^$$' -fuzz FuzzPeeks -fuzztime 20s ./internal/wire
 	for f in FuzzParse FuzzParseOrchestrator FuzzParseWarmRestart FuzzParseSchedule; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/podspec || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./internal/events

@@ -98,7 +98,7 @@ func streamHook[Req, Resp any, PReq interface {
 	proto.Message
 }](m Method, active func() bool, fn func(ctx context.Context, req *Req, send func(*Resp) error, next StreamNext[Req, Resp]) error) hookRoute {
 	method := m.FullName()
-	return hookRoute{Method: method, stream: true, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+	return hookRoute{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
 		if active != nil && !active() {
 			return forwardServerStream(ss, method, backend)
 		}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/metrics"
@@ -38,43 +39,24 @@ type Handler func(ctx context.Context, ss grpc.ServerStream, backend grpc.Client
 // hookRoute is one feature's hook bound to its full method name
 // ("/runtime.v1.RuntimeService/X").
 type hookRoute struct {
-	Method  string
+	Method string
+	// Handler serves the call when the hook is the only one on its method.
 	Handler Handler
-	// Invoke, set by unary and unaryIf, runs the same route on decoded
-	// messages. It lets several features take part in one unary method: the
-	// first serves the call, and its forward to the runtime runs the next
-	// one's Invoke instead (see New).
-	Invoke func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
-	// decoded, when set, is Handler without its raw fast path: the first route
-	// of a chain must always hand decoded messages to the next.
-	decoded Handler
-	// active, set by unaryIf and unaryBytesIf, says whether the route has
-	// anything to do now.
-	active func() bool
-	// bytesRoute: built by unaryBytesIf; its Invoke forwards frames, so it
-	// can only be the last route of a chain.
-	bytesRoute bool
-	// stream: a server-streaming hook, which cannot be chained.
-	stream bool
-}
-
-type member struct {
-	active  func() bool // nil: always active
-	handler Handler
+	// link, for a unary hook, is how it takes part in a chain (chain.go);
+	// nil: the hook cannot share its method (a stream hook, an observer).
+	link *link
 }
 
 type route struct {
 	kind    kind
-	handler Handler // nil: raw pass-through
-	invoke  func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
-	chain   []func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error // routes after the first
-	decoded Handler
-	// members are the chained routes in order; when every one has an active
-	// func and none is active, the call is forwarded raw, and when exactly
-	// one is, it serves the call alone (the others would only pass it on).
-	members []member
-	last    bool // the last route added was built by unaryBytesIf
-	metrics *metrics.Method
+	method  string
+	handler Handler // one hook: its handler; nil: raw pass-through
+	first   *link   // the one hook's link, kept in case a second comes
+	// links are the hooks of a method with two or more, in feature order
+	// (chain.go); newReq and newResp make its messages.
+	links           []*link
+	newReq, newResp func() proto.Message
+	metrics         *metrics.Method
 }
 
 // Proxy is the CRI router. Its tables are built in New and only read afterwards,
@@ -145,26 +127,40 @@ func newWithRoutes(backend *grpc.ClientConn, mc *metrics.Collector, routes []hoo
 		if r.Handler == nil {
 			return nil, fmt.Errorf("proxy: hook on %q has no handler", r.Method)
 		}
-		if rt.handler == nil {
-			rt.handler, rt.invoke, rt.decoded = r.Handler, r.Invoke, r.decoded
-			rt.members = append(rt.members, member{active: r.active, handler: r.Handler})
-			rt.last = r.bytesRoute
-			continue
+		if err := rt.add(r); err != nil {
+			return nil, err
 		}
-		if rt.invoke == nil || r.Invoke == nil {
-			return nil, fmt.Errorf("proxy: two hooks on %q and one of them cannot be chained (a stream hook or an observer)", r.Method)
-		}
-		if rt.last {
-			return nil, fmt.Errorf("proxy: a hook on %q after a bytes hook, which must come last", r.Method)
-		}
-		if rt.chain == nil && rt.decoded != nil {
-			rt.handler = rt.decoded
-		}
-		rt.chain = append(rt.chain, r.Invoke)
-		rt.members = append(rt.members, member{active: r.active, handler: r.Handler})
-		rt.last = r.bytesRoute
 	}
 	return p, nil
+}
+
+// add binds one more hook to the method's route, in feature order.
+func (rt *route) add(r hookRoute) error {
+	if rt.handler == nil && rt.links == nil {
+		rt.handler, rt.first = r.Handler, r.link
+		return nil
+	}
+	if r.link == nil || (rt.links == nil && rt.first == nil) {
+		return fmt.Errorf("proxy: two hooks on %q and one of them cannot be chained (a stream hook or an observer)", r.Method)
+	}
+	if rt.links == nil {
+		rt.links, rt.handler, rt.method = []*link{rt.first}, nil, r.Method
+	}
+	if rt.links[len(rt.links)-1].bytes {
+		return fmt.Errorf("proxy: a hook on %q after a bytes hook, which must come last", r.Method)
+	}
+	rt.links = append(rt.links, r.link)
+	for _, l := range rt.links {
+		if l.newReq != nil {
+			rt.newReq, rt.newResp = l.newReq, l.newResp
+		}
+	}
+	for _, l := range rt.links {
+		if l.bytes {
+			l.newResp = rt.newResp
+		}
+	}
+	return nil
 }
 
 // ServerOptions are the options a grpc.Server needs to serve this proxy: the raw
@@ -219,15 +215,8 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	start := time.Now()
 	var err error
 	switch {
-	case rt.chain != nil:
-		switch only, n := rt.activeMembers(); n {
-		case 0:
-			err = forwardUnary(ss, method, p.backend)
-		case 1:
-			err = Status(only(ss.Context(), ss, p.backend))
-		default:
-			err = Status(rt.handler(ss.Context(), ss, &chainConn{method: method, invokes: rt.chain, backend: p.backend}))
-		}
+	case rt.links != nil:
+		err = Status(rt.serveChain(ss.Context(), ss, p.backend))
 	case rt.handler != nil:
 		err = Status(rt.handler(ss.Context(), ss, p.backend))
 	case rt.kind == kindUnary:
@@ -243,43 +232,4 @@ func (p *Proxy) handle(_ any, ss grpc.ServerStream) error {
 	}
 	rt.metrics.Done(start, err)
 	return err
-}
-
-// chainConn is the backend a chained route sees: its forward of the chained
-// method runs the next route, any other call goes to the runtime.
-type chainConn struct {
-	method  string
-	invokes []func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error
-	backend grpc.ClientConnInterface
-}
-
-func (c *chainConn) Invoke(ctx context.Context, method string, req, resp any, opts ...grpc.CallOption) error {
-	if method != c.method || len(c.invokes) == 0 {
-		return c.backend.Invoke(ctx, method, req, resp, opts...)
-	}
-	var next grpc.ClientConnInterface = c.backend
-	if len(c.invokes) > 1 {
-		next = &chainConn{method: c.method, invokes: c.invokes[1:], backend: c.backend}
-	}
-	// The next feature's error reaches this one as the runtime's would: as
-	// a gRPC status.
-	return Status(c.invokes[0](ctx, next, req, resp))
-}
-
-func (c *chainConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return c.backend.NewStream(ctx, desc, method, opts...)
-}
-
-// activeMembers counts the chained routes with work to do now and returns
-// the handler of the last one counted.
-func (r *route) activeMembers() (Handler, int) {
-	var h Handler
-	n := 0
-	for _, m := range r.members {
-		if m.active == nil || m.active() {
-			h = m.handler
-			n++
-		}
-	}
-	return h, n
 }

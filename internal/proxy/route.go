@@ -21,40 +21,12 @@ func unary[Req, Resp any, PReq interface {
 	*Resp
 	proto.Message
 }](method string, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) hookRoute {
-	nextOf := func(backend grpc.ClientConnInterface) UnaryNext[Req, Resp] {
-		return func(ctx context.Context, r *Req) (*Resp, error) {
-			resp := PResp(new(Resp))
-			if err := backend.Invoke(outgoingContext(ctx), method, PReq(r), resp); err != nil {
-				return nil, err
-			}
-			return (*Resp)(resp), nil
-		}
-	}
-	return hookRoute{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
-		req := PReq(new(Req))
-		if err := ss.RecvMsg(req); err != nil {
-			return err
-		}
-		resp, err := fn(ctx, (*Req)(req), nextOf(backend))
-		if err != nil {
-			return err
-		}
-		return ss.SendMsg(PResp(resp))
-	}, Invoke: func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error {
-		r, err := fn(ctx, req.(*Req), nextOf(backend))
-		if err != nil {
-			return err
-		}
-		out := resp.(PResp)
-		proto.Reset(out)
-		proto.Merge(out, PResp(r))
-		return nil
-	}}
+	return unaryIf[Req, Resp, PReq, PResp](method, nil, fn)
 }
 
-// unaryIf is unary whose typed path runs only while active() reports true;
-// otherwise the call is forwarded raw, so a feature with nothing to do costs
-// the hot path one function call.
+// unaryIf is unary whose typed path runs only while active() reports true
+// (nil: always); otherwise the call is forwarded raw, so a feature with
+// nothing to do costs the hot path one function call.
 func unaryIf[Req, Resp any, PReq interface {
 	*Req
 	proto.Message
@@ -62,30 +34,39 @@ func unaryIf[Req, Resp any, PReq interface {
 	*Resp
 	proto.Message
 }](method string, active func() bool, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) hookRoute {
-	typed := unary[Req, Resp, PReq, PResp](method, fn)
-	return hookRoute{Method: method, Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
-		if !active() {
-			return forwardUnary(ss, method, backend)
-		}
-		return typed.Handler(ctx, ss, backend)
-	}, active: active, decoded: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
-		if active() {
-			return typed.Handler(ctx, ss, backend)
-		}
-		req, resp := PReq(new(Req)), PResp(new(Resp))
+	l := &link{
+		active:  active,
+		newReq:  func() proto.Message { return PReq(new(Req)) },
+		newResp: func() proto.Message { return PResp(new(Resp)) },
+		call: func(ctx context.Context, _ grpc.ClientConnInterface, req proto.Message, next chainNext) (proto.Message, error) {
+			resp, err := fn(ctx, req.(PReq), func(ctx context.Context, r *Req) (*Resp, error) {
+				out, err := next(ctx, PReq(r))
+				if err != nil {
+					return nil, err
+				}
+				return out.(PResp), nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			return PResp(resp), nil
+		},
+	}
+	l.serve = func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+		req := l.newReq()
 		if err := ss.RecvMsg(req); err != nil {
 			return err
 		}
-		if err := backend.Invoke(outgoingContext(ctx), method, req, resp); err != nil {
+		resp, err := l.call(ctx, backend, req, func(ctx context.Context, r proto.Message) (proto.Message, error) {
+			out := l.newResp()
+			return out, backend.Invoke(outgoingContext(ctx), method, r, out)
+		})
+		if err != nil {
 			return err
 		}
 		return ss.SendMsg(resp)
-	}, Invoke: func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error {
-		if !active() {
-			return backend.Invoke(ctx, method, req, resp)
-		}
-		return typed.Invoke(ctx, backend, req, resp)
-	}}
+	}
+	return hookRoute{Method: method, link: l, Handler: l.handler(method)}
 }
 
 // observeUnary is a route that forwards a unary call raw, exactly as a method
@@ -110,7 +91,7 @@ type BytesNext func(ctx context.Context, req []byte) ([]byte, error)
 // change: fn gets the request as the kubelet encoded it and returns the
 // response to send, which may be the runtime's own bytes. While active()
 // reports false the call is forwarded raw. In a chain it must be the last
-// route (New refuses it elsewhere): its forward goes to the runtime.
+// link (New refuses it elsewhere): its forward goes to the runtime.
 func unaryBytesIf(method string, active func() bool, fn func(ctx context.Context, req []byte, next BytesNext) ([]byte, error)) hookRoute {
 	nextOf := func(backend grpc.ClientConnInterface, ss grpc.ServerStream) BytesNext {
 		return func(ctx context.Context, req []byte) ([]byte, error) {
@@ -124,37 +105,36 @@ func unaryBytesIf(method string, active func() bool, fn func(ctx context.Context
 			return b, nil
 		}
 	}
-	return hookRoute{Method: method, bytesRoute: true, active: active,
-		Handler: func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
-			if !active() {
-				return forwardUnary(ss, method, backend)
-			}
-			var in frame
-			if err := ss.RecvMsg(&in); err != nil {
-				return err
-			}
-			req := in.data.Materialize()
-			in.free()
-			resp, err := fn(ctx, req, nextOf(backend, ss))
-			if err != nil {
-				return err
-			}
-			return ss.SendMsg(&frame{data: mem.BufferSlice{mem.SliceBuffer(resp)}})
-		},
-		Invoke: func(ctx context.Context, backend grpc.ClientConnInterface, req, resp any) error {
-			if !active() {
-				return backend.Invoke(ctx, method, req, resp)
-			}
-			b, err := proto.Marshal(req.(proto.Message))
-			if err != nil {
-				return err
-			}
-			out, err := fn(ctx, b, nextOf(backend, nil))
-			if err != nil {
-				return err
-			}
-			return proto.Unmarshal(out, resp.(proto.Message))
-		}}
+	l := &link{active: active, bytes: true}
+	l.serve = func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
+		var in frame
+		if err := ss.RecvMsg(&in); err != nil {
+			return err
+		}
+		req := in.data.Materialize()
+		in.free()
+		resp, err := fn(ctx, req, nextOf(backend, ss))
+		if err != nil {
+			return err
+		}
+		return ss.SendMsg(&frame{data: mem.BufferSlice{mem.SliceBuffer(resp)}})
+	}
+	// In a chain (after a typed link, which decoded the request): the
+	// request is encoded again, and the answer decoded into newResp, the
+	// method's response type (set by New from the typed links).
+	l.call = func(ctx context.Context, backend grpc.ClientConnInterface, req proto.Message, _ chainNext) (proto.Message, error) {
+		b, err := proto.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		out, err := fn(ctx, b, nextOf(backend, nil))
+		if err != nil {
+			return nil, err
+		}
+		resp := l.newResp()
+		return resp, proto.Unmarshal(out, resp)
+	}
+	return hookRoute{Method: method, link: l, Handler: l.handler(method)}
 }
 
 // unaryHook binds a unary hook: always decoded when active is nil, else
@@ -166,8 +146,5 @@ func unaryHook[Req, Resp any, PReq interface {
 	*Resp
 	proto.Message
 }](m Method, active func() bool, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) hookRoute {
-	if active == nil {
-		return unary[Req, Resp, PReq, PResp](m.FullName(), fn)
-	}
 	return unaryIf[Req, Resp, PReq, PResp](m.FullName(), active, fn)
 }

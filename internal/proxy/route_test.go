@@ -79,6 +79,14 @@ func TestRoutesForOneMethodAreChained(t *testing.T) {
 			t.Fatalf("active=%v: chain changed the runtime's error: %v", active, err)
 		}
 	}
+	// An inactive link inside the chain is skipped; the ones around it
+	// still run in order.
+	mid := unaryIf(m, off, tag("+mid"))
+	fx = newFixture(t, unary(m, tag("+first")), mid, unary(m, tag("+last")))
+	if v, err := runtimeapi.NewRuntimeServiceClient(fx.shim).Version(ctxT(t), &runtimeapi.VersionRequest{}); err != nil ||
+		v.RuntimeName != fakeruntime.RuntimeName+"+last+first" {
+		t.Fatalf("chain with an inactive middle link: %q %v", v.GetRuntimeName(), err)
+	}
 }
 
 func TestNewRefusesBadRoutes(t *testing.T) {
