@@ -111,8 +111,11 @@ func (m *Manager) forget(p *Pod, id string) bool {
 	delete(p.Instances, id)
 	delete(m.byID, id)
 	m.changed()
-	if p.Phase == PhaseTerminating {
-		m.kick(p.SandboxID) // its restart may wait for this removal (backlog.go)
+	if p.Phase == PhaseTerminating && !p.backlog.until.IsZero() && !p.backlog.over {
+		// Its restart waits for the kubelet's removals (backlog.go): it
+		// may go on now. A restart still in its backoff delay is queued
+		// for the delay's end already.
+		m.kick(p.SandboxID)
 	}
 	return true
 }
