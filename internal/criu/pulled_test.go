@@ -96,7 +96,9 @@ func TestWarmStartFromImageReference(t *testing.T) {
 		{fmt.Errorf("connection reset"), codes.Unavailable, "connection reset"},
 		{fmt.Errorf("pulling x: %w", errorf(errdefs.ErrResourceExhausted, "over [checkpoint] pull_max_total_bytes 9")), codes.ResourceExhausted, "pull_max_total_bytes 9"},
 	} {
-		fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string, func(int64) (func(), error)) (string, error) { return "", tc.err }
+		fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string, func(int64) (func(), error)) (string, error) {
+			return "", tc.err
+		}
 		_, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann)
 		if status.Code(proxy.Status(err)) != tc.code || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "kubelet retries") {
 			t.Errorf("PullRestore answering %v: %v, want %s saying %q", tc.err, err, tc.code, tc.says)

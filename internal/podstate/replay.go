@@ -374,6 +374,9 @@ const (
 // stateWait returns a channel the event feed closes at the container's
 // next start or stop event (OnEvent).
 func (m *Manager) stateWait(id string) <-chan struct{} {
-	w, _ := m.stateWaits.LoadOrStore(id, make(chan struct{}))
+	w, ok := m.stateWaits.Load(id)
+	if !ok {
+		w, _ = m.stateWaits.LoadOrStore(id, make(chan struct{}))
+	}
 	return w.(chan struct{})
 }

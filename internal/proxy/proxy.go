@@ -108,7 +108,7 @@ func newWithRoutes(backend *grpc.ClientConn, mc *metrics.Collector, routes []hoo
 	for _, sd := range []*grpc.ServiceDesc{&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc} {
 		for _, m := range sd.Methods {
 			fm := "/" + sd.ServiceName + "/" + m.MethodName
-			p.routes[fm] = &route{kind: kindUnary, metrics: mc.For(fm)}
+			p.routes[fm] = &route{kind: kindUnary, method: fm, metrics: mc.For(fm)}
 		}
 		for _, s := range sd.Streams {
 			fm := "/" + sd.ServiceName + "/" + s.StreamName
@@ -116,7 +116,7 @@ func newWithRoutes(backend *grpc.ClientConn, mc *metrics.Collector, routes []hoo
 			if s.ClientStreams {
 				k = kindUnknown
 			}
-			p.routes[fm] = &route{kind: k, metrics: mc.For(fm)}
+			p.routes[fm] = &route{kind: k, method: fm, metrics: mc.For(fm)}
 		}
 	}
 	for _, r := range routes {
@@ -144,22 +144,20 @@ func (rt *route) add(r hookRoute) error {
 		return fmt.Errorf("proxy: two hooks on %q and one of them cannot be chained (a stream hook or an observer)", r.Method)
 	}
 	if rt.links == nil {
-		rt.links, rt.handler, rt.method = []*link{rt.first}, nil, r.Method
+		rt.links, rt.handler = []*link{rt.first}, nil
+		rt.newReq, rt.newResp = rt.first.newReq, rt.first.newResp
 	}
 	if rt.links[len(rt.links)-1].bytes {
 		return fmt.Errorf("proxy: a hook on %q after a bytes hook, which must come last", r.Method)
 	}
+	if r.link.newReq != nil {
+		rt.newReq, rt.newResp = r.link.newReq, r.link.newResp
+	}
+	if r.link.bytes {
+		// Last, after the typed links that give the method's messages.
+		r.link.newResp = rt.newResp
+	}
 	rt.links = append(rt.links, r.link)
-	for _, l := range rt.links {
-		if l.newReq != nil {
-			rt.newReq, rt.newResp = l.newReq, l.newResp
-		}
-	}
-	for _, l := range rt.links {
-		if l.bytes {
-			l.newResp = rt.newResp
-		}
-	}
 	return nil
 }
 

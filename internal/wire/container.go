@@ -109,13 +109,8 @@ func PeekStatus(b []byte) (v Container, ok bool, err error) {
 
 // PeekSandboxStatusID reads the sandbox ID of an encoded
 // PodSandboxStatusRequest (the last occurrence wins).
-func PeekSandboxStatusID(b []byte) (id string, err error) {
-	err = Each(b, func(f Field) error {
-		if f.Num == fSandboxStatusReqID && f.Type == protowire.BytesType {
-			id = string(f.Bytes)
-		}
-		return nil
-	})
+func PeekSandboxStatusID(b []byte) (string, error) {
+	id, _, err := String(b, fSandboxStatusReqID)
 	return id, err
 }
 
