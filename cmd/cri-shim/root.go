@@ -56,7 +56,7 @@ operate a node.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitError{2, err} })
 	root.AddCommand(newServeCmd(), newVersionCmd(), newConfigCmd(), newBackoffCmd(), newPodsCmd(),
-		newCheckpointCmd(), newCheckpointsCmd(), newDoctorCmd(), newCompletedCmd())
+		newCheckpointCmd(), newCheckpointsCmd(), newDoctorCmd(), newCompletedCmd(), newRouterCmd())
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	strict(root)

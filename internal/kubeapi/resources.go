@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Resources is every call the shim makes on built-in resources, as the
@@ -132,4 +133,23 @@ func (r *restResources) PatchEvent(ctx context.Context, ns, name string, patch [
 	out := &eventsv1.Event{}
 	return out, r.events.Patch(types.StrategicMergePatchType).Namespace(ns).Resource("events").Name(name).
 		Body(patch).Do(ctx).Into(out)
+}
+
+// ResourcesFor is Resources on cfg, for a process that is not a node (the
+// PodCheckpoint router) and loads its own configuration.
+func ResourcesFor(cfg *rest.Config) (Resources, error) { return newRESTResources(cfg) }
+
+// PodsListWatch lists and watches the pods of all namespaces that
+// fieldSelector selects, for an informer.
+func PodsListWatch(res Resources, fieldSelector string) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = fieldSelector
+			return res.ListPods(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = fieldSelector
+			return res.WatchPods(ctx, o)
+		},
+	}
 }

@@ -2,11 +2,13 @@ package podcheckpoint
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
@@ -91,6 +93,18 @@ func (c *Client) UpdateStatus(ctx context.Context, pc *cpv1.PodCheckpoint) (*cpv
 	err := c.rc.Put().Namespace(pc.Namespace).Resource(cpv1.Resource).Name(pc.Name).
 		SubResource("status").Body(pc).Do(ctx).Into(out)
 	return out, err
+}
+
+// SetLabel sets the label key of the object to value if the object is still
+// at resourceVersion: a merge patch that carries the version, so the API
+// server answers Conflict when the object changed.
+func (c *Client) SetLabel(ctx context.Context, ns, name, resourceVersion, key, value string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": resourceVersion, "labels": map[string]string{key: value}}})
+	if err != nil {
+		return err
+	}
+	return c.rc.Patch(types.MergePatchType).Namespace(ns).Resource(cpv1.Resource).Name(name).Body(patch).Do(ctx).Error()
 }
 
 // Delete deletes the object.

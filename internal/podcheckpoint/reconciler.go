@@ -176,21 +176,6 @@ func (r *Reconciler) Forget(ns, name string) {
 	r.mu.Unlock()
 }
 
-// prune forgets every object held does not report held (namespace, name),
-// and returns how many.
-func (r *Reconciler) prune(held func(ns, name string) bool) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for k, pc := range r.objects {
-		if !held(pc.Namespace, pc.Name) {
-			delete(r.objects, k)
-			n++
-		}
-	}
-	return n
-}
-
 // forgetUID forgets pc's object if the copy held is of pc's UID.
 func (r *Reconciler) forgetUID(pc *cpv1.PodCheckpoint) {
 	r.mu.Lock()

@@ -8,10 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -51,24 +48,14 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 	if restores != nil {
 		restores.connect(&restoreView{object: r.Lookup, pod: cachedPod(pods.GetStore()), get: c.Get, source: r.SourceRestore})
 	}
-	go NewWatches(c, rt, r, node, log).Run(ctx)
+	go NewWatches(c, r, node, log).Run(ctx)
 	r.Run(ctx)
 }
 
 // podInformer caches the pods bound to node (the kubelet's own watch, and
 // what the Node authorizer lets a node list), less their managed fields.
 func podInformer(res kubeapi.Resources, node string) cache.SharedIndexInformer {
-	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return res.ListPods(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return res.WatchPods(ctx, o)
-		},
-	}
+	lw := kubeapi.PodsListWatch(res, fields.OneTermEqualSelector("spec.nodeName", node).String())
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
 	_ = inf.SetTransform(func(o any) (any, error) {
 		if p, ok := o.(*corev1.Pod); ok {

@@ -17,6 +17,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// listOnly is a ListWatch the reflector lists (it does not stream the
+// initial objects through the watch, as a real API server may).
+type listOnly struct{ *cache.ListWatch }
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
+
 // The reconciler reads pods from the node's pod informer: an error until it
 // has listed, then the node's pods, NotFound for any other.
 func TestInformerPodsReadTheCache(t *testing.T) {

@@ -3,9 +3,6 @@ package podcheckpoint
 import (
 	"context"
 	"log/slog"
-	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,39 +11,36 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/cri-shim/cri-shim/internal/podtable"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
 // Watches feeds the reconciler the PodCheckpoints this node has to do with,
-// and no others (docs/podcheckpoint.md, "What a node watches"):
+// and no others (docs/podcheckpoint.md, "What a node watches"). Both are
+// selected by the node's name alone, so neither is ever restarted because
+// the node's pods changed:
 //
 //   - held: status.nodeName=<node> (a selectable field of the CRD): the
 //     objects this node holds, for their finalizer and for restores by name.
-//   - sources: label checkpoint.cri-shim.io/source-pod in (keys
-//     "<namespace>.<name>" of the pods whose sandboxes are ready on this
-//     node), restarted when that set changes; none while the node runs no
-//     pod.
+//   - routed: label checkpoint.cri-shim.io/node=<node>: the objects whose
+//     source pod runs on this node, as the router (internal/ckptrouter)
+//     labels them. An object the router moves to another node leaves this
+//     watch (a delete event), and the reconciler forgets it.
 type Watches struct {
 	client *Client
-	rt     Runtime
 	r      *Reconciler
 	node   string
 	log    *slog.Logger
 	// errMu and lastErr keep watchError to one log line per cause.
 	errMu   sync.Mutex
 	lastErr string
-	// pollEvery paces the look at the node's sandboxes (the runtime, not the API).
-	pollEvery time.Duration
 }
 
 // NewWatches builds the watches of node for r.
-func NewWatches(c *Client, rt Runtime, r *Reconciler, node string, log *slog.Logger) *Watches {
-	return &Watches{client: c, rt: rt, r: r, node: node, log: log, pollEvery: 2 * time.Second}
+func NewWatches(c *Client, r *Reconciler, node string, log *slog.Logger) *Watches {
+	return &Watches{client: c, r: r, node: node, log: log}
 }
 
 // Run keeps the watches until ctx ends.
@@ -64,100 +58,16 @@ func (w *Watches) Run(ctx context.Context) {
 			w.removeData(pc)
 		}
 	}})
-	go heldInf.Run(ctx.Done())
+	routed := RoutedSelector(w.node)
+	routedInf := w.informer(func(o *metav1.ListOptions) { o.LabelSelector = routed })
 	go w.sweepOrphans(ctx, heldInf)
-
-	var keys []string
-	var stop context.CancelFunc = func() {}
-	defer func() { stop() }()
-	t := time.NewTicker(w.pollEvery)
-	defer t.Stop()
-	for {
-		if now := w.localKeys(); !slices.Equal(now, keys) {
-			stop()
-			keys = now
-			var src cache.SharedIndexInformer
-			var srcCtx context.Context
-			stop, src, srcCtx = w.sources(ctx, keys)
-			go w.pruneAfterSync(srcCtx, heldInf, src)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	go routedInf.RunWithContext(ctx)
+	heldInf.RunWithContext(ctx)
 }
 
-// sources runs the informer of the objects whose source pods are keys
-// until the returned function is called; none (nil) for no keys.
-// It also returns the context the informer runs in.
-func (w *Watches) sources(ctx context.Context, keys []string) (context.CancelFunc, cache.SharedIndexInformer, context.Context) {
-	if len(keys) == 0 {
-		return func() {}, nil, ctx
-	}
-	sel := sourceSelector(keys)
-	ctx, cancel := context.WithCancel(ctx)
-	inf := w.informer(func(o *metav1.ListOptions) { o.LabelSelector = sel })
-	go inf.Run(ctx.Done())
-	return cancel, inf, ctx
-}
-
-// pruneAfterSync makes the reconciler forget the objects that neither held
-// nor src (the sources informer just started; nil for none) holds, once
-// both have synced (ctx: src's, which ends when src is replaced): the objects of a source-pod set the node no longer has
-// are not kept (their watch was cancelled), so that restore by name never
-// answers from a copy no watch updates any more. An object the node still
-// has to do with is in one of the two stores.
-func (w *Watches) pruneAfterSync(ctx context.Context, held, src cache.SharedIndexInformer) {
-	synced := []cache.InformerSynced{held.HasSynced}
-	if src != nil {
-		synced = append(synced, src.HasSynced)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return // stopped (ctx, or src replaced: its successor prunes)
-	}
-	stores := []cache.Store{held.GetStore()}
-	if src != nil {
-		stores = append(stores, src.GetStore())
-	}
-	n := w.r.prune(func(ns, name string) bool {
-		for _, st := range stores {
-			if _, ok, _ := st.GetByKey(ns + "/" + name); ok {
-				return true
-			}
-		}
-		return false
-	})
-	if n > 0 {
-		w.log.Info("podcheckpoint: forgot objects no watch of the node holds any more", "objects", n)
-	}
-}
-
-// sourceSelector selects the objects whose source-pod key is one of keys.
-func sourceSelector(keys []string) string {
-	req, err := labels.NewRequirement(cpv1.SourcePodLabel, selection.In, keys)
-	if err != nil {
-		// A key is always a valid label value (SourcePodKey); never here.
-		return cpv1.SourcePodLabel + " in (" + strings.Join(keys, ",") + ")"
-	}
-	return labels.NewSelector().Add(*req).String()
-}
-
-// localKeys are the sorted, distinct source-pod keys of the pods whose
-// sandboxes are ready on this node.
-func (w *Watches) localKeys() []string {
-	seen := map[string]bool{}
-	var keys []string
-	for _, sb := range w.rt.List(func(s *podtable.Sandbox) bool { return s.Ready }) {
-		k := cpv1.SourcePodKey(sb.Metadata.GetNamespace(), sb.Metadata.GetName())
-		if k != "" && !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return keys
+// RoutedSelector is the label selector of the objects routed to node.
+func RoutedSelector(node string) string {
+	return labels.SelectorFromSet(labels.Set{cpv1.NodeLabel: cpv1.NodeLabelValue(node)}).String()
 }
 
 // informer lists and watches PodCheckpoints of all namespaces as opts

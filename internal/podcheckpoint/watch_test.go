@@ -1,31 +1,70 @@
 package podcheckpoint
 
 import (
-	"slices"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
-	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
+	"k8s.io/client-go/rest"
 )
 
-// The node selects by the keys of its ready sandboxes' pods, each once, in
-// one set-based label selector; a name in two namespaces is two keys.
-func TestSourceSelectorOfLocalPods(t *testing.T) {
-	rt := &fakeRuntime{}
-	long := strings.Repeat("x", 80)
-	for i, p := range []struct{ ns, name string }{{"a", "web"}, {"b", "web"}, {"a", "db"}, {"a", long}} {
-		rt.addPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.ns, Name: p.name, UID: types.UID(string(rune('0' + i)))}})
+// Every PodCheckpoint list and watch a node makes is selected by the node's
+// name: its status.nodeName field or its routing label. Nothing else
+// (neither its pods nor their names) enters a selector, so a change of the
+// node's pods restarts no watch.
+func TestWatchesAreSelectedByTheNodeAlone(t *testing.T) {
+	var mu sync.Mutex
+	var queries []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		queries = append(queries, req.URL.Query().Get("fieldSelector")+"|"+req.URL.Query().Get("labelSelector"))
+		mu.Unlock()
+		if req.URL.Query().Get("watch") == "true" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-req.Context().Done()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"apiVersion":"checkpoint.cri-shim.io/v1alpha1","kind":"PodCheckpointList","metadata":{"resourceVersion":"1"},"items":[]}`)
+	}))
+	defer srv.Close()
+	c, err := NewClient(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
 	}
-	w := &Watches{rt: rt}
-	keys := w.localKeys()
-	if want := []string{"a.db", "a.web", "b.web", cpv1.SourcePodKey("a", long)}; !slices.Equal(keys, slices.Sorted(slices.Values(want))) {
-		t.Errorf("keys %v", keys)
-	}
-	if got, want := sourceSelector([]string{"db", "web"}), cpv1.SourcePodLabel+" in (db,web)"; got != want {
-		t.Errorf("selector %q, want %q", got, want)
+	e := newEnv(t)
+	w := NewWatches(c, e.r, "node-1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); srv.CloseClientConnections(); <-done }()
+
+	allowed := map[string]bool{"status.nodeName=node-1|": true, "|checkpoint.cri-shim.io/node=node-1": true}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		seen := map[string]bool{}
+		for _, q := range queries {
+			if !allowed[q] {
+				t.Fatalf("a request selected %q", q)
+			}
+			seen[q] = true
+		}
+		mu.Unlock()
+		if len(seen) == len(allowed) {
+			break // both informers listed (or began a watch list)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests %v, want one for each of %v", strings.Join(queries, ", "), allowed)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -124,7 +124,21 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cri-shim.socket"), sock, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{unit, filepath.Join(dir, "cri-shim.socket")} {
+	// The router's unit: unprivileged, its kubeconfig a credential.
+	rb, err := os.ReadFile(filepath.Join(repo, "deploy/cri-shim-router.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DynamicUser=yes", "LoadCredential=kubeconfig:", "cri-shim router --kubeconfig ${CREDENTIALS_DIRECTORY}/kubeconfig", "Restart=always"} {
+		if !strings.Contains(string(rb), want) {
+			t.Errorf("router unit lacks %q", want)
+		}
+	}
+	router := filepath.Join(dir, "cri-shim-router.service")
+	if err := os.WriteFile(router, []byte(strings.ReplaceAll(string(rb), "/usr/local/bin/cri-shim", "/bin/true")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{unit, filepath.Join(dir, "cri-shim.socket"), router} {
 		out, err := exec.Command("systemd-analyze", "verify", u).CombinedOutput()
 		if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 			t.Fatalf("systemd-analyze verify %s: %v\n%s", filepath.Base(u), err, out)

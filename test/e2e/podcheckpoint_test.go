@@ -50,27 +50,33 @@ func wantForbidden(t *testing.T, what string, err error, says string) {
 }
 
 // The CRD, RBAC and admission policies of deploy/ as the test stack applies
-// them: a PodCheckpoint is accepted and labelled with its source pod's key,
-// invalid ones are refused by the schema, the spec (timeoutSeconds) is
-// immutable, and a node's identity writes only the status of objects it holds.
+// them: a PodCheckpoint is accepted, only the router's identity sets or
+// changes its node label, invalid ones are refused by the schema, the spec
+// (timeoutSeconds) is immutable, and a node's identity writes only the
+// status of objects it holds.
 func TestPodCheckpointAPI(t *testing.T) {
 	cs := needAPIServer(t)
 	ns := testNamespace(t, cs, "e2e-pcp")
 	admin := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
 	nodeID := podCheckpoints(t, node.env["KUBELET_KUBECONFIG"])
+	router := podCheckpoints(t, node.env["ROUTER_KUBECONFIG"])
 	self := node.env["NODE_NAME"]
 
 	// The policies are loaded by the API server shortly after they are applied.
 	var pc *cpv1.PodCheckpoint
-	eventually(t, 30*time.Second, "the source-pod label set on create", func() error {
+	eventually(t, 30*time.Second, "a user's node label refused on create", func() error {
+		forged := newPodCheckpoint(ns, "forged", "web-0", 30)
+		forged.Labels = map[string]string{cpv1.NodeLabel: self}
+		if _, err := admin.Create(ctxT(t, 10*time.Second), forged); !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) ||
+			!strings.Contains(err.Error(), "only the PodCheckpoint router") {
+			_ = admin.Delete(ctxT(t, 10*time.Second), ns, "forged")
+			return fmt.Errorf("user creates a labelled object: %v", err)
+		}
 		var err error
 		_ = admin.Delete(ctxT(t, 10*time.Second), ns, "cp")
 		pc, err = admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "cp", "web-0", 30))
 		if err != nil {
 			return err
-		}
-		if got := pc.Labels[cpv1.SourcePodLabel]; got != ns+".web-0" {
-			return fmt.Errorf("label %s = %q", cpv1.SourcePodLabel, got)
 		}
 		// A node may not write a status naming another node.
 		other := pc.DeepCopy()
@@ -82,15 +88,11 @@ func TestPodCheckpointAPI(t *testing.T) {
 		return nil
 	})
 	long := strings.Repeat("a", 70)
-	lp, err := admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "long", long, 0))
-	if err != nil {
+	if _, err := admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "long", long, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := lp.Labels[cpv1.SourcePodLabel], cpv1.SourcePodKey(ns, long); got != want {
-		t.Errorf("label of a 70-character pod name: %q, want %q", got, want)
-	}
 
-	_, err = admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "no-pod", "", 0))
+	_, err := admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "no-pod", "", 0))
 	wantInvalid(t, "no sourcePodName", err, "spec.sourcePodName")
 	_, err = admin.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "bad-pod", "Web_0", 0))
 	wantInvalid(t, "sourcePodName not a pod name", err, "spec.sourcePodName")
@@ -101,12 +103,27 @@ func TestPodCheckpointAPI(t *testing.T) {
 	*upd.Spec.TimeoutSeconds = 60
 	_, err = admin.Update(ctxT(t, 10*time.Second), upd)
 	wantInvalid(t, "timeoutSeconds changed", err, "spec is immutable")
+	// The node label: the router's identity sets it (a patch at the
+	// object's version); a user may neither set nor remove it.
 	upd = pc.DeepCopy()
-	upd.Labels[cpv1.SourcePodLabel] = "other"
-	if got, err := admin.Update(ctxT(t, 10*time.Second), upd); err != nil {
-		t.Errorf("label update: %v", err)
-	} else if got.Labels[cpv1.SourcePodLabel] != ns+".web-0" {
-		t.Errorf("a user changed the source-pod label to %q", got.Labels[cpv1.SourcePodLabel])
+	upd.Labels = map[string]string{cpv1.NodeLabel: "other-node"}
+	_, err = admin.Update(ctxT(t, 10*time.Second), upd)
+	wantForbidden(t, "user sets the node label", err, "only the PodCheckpoint router")
+	if err := router.SetLabel(ctxT(t, 10*time.Second), ns, "cp", pc.ResourceVersion, cpv1.NodeLabel, "other-node"); err != nil {
+		t.Fatalf("the router labels an object: %v", err)
+	}
+	if err := router.SetLabel(ctxT(t, 10*time.Second), ns, "cp", pc.ResourceVersion, cpv1.NodeLabel, self); !apierrors.IsConflict(err) {
+		t.Errorf("the router labels from a stale version: %v, want Conflict", err)
+	}
+	if pc, err = admin.Get(ctxT(t, 10*time.Second), ns, "cp"); err != nil {
+		t.Fatal(err)
+	}
+	upd = pc.DeepCopy()
+	delete(upd.Labels, cpv1.NodeLabel)
+	_, err = admin.Update(ctxT(t, 10*time.Second), upd)
+	wantForbidden(t, "user removes the node label", err, "only the PodCheckpoint router")
+	if _, err := router.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "by-router", "web-0", 0)); !apierrors.IsForbidden(err) {
+		t.Errorf("the router creates a PodCheckpoint: %v, want Forbidden", err)
 	}
 
 	// A node may not create objects (RBAC) ...

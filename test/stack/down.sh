@@ -37,6 +37,7 @@ stop_pid containerd
 stop_pid registry
 stop_pid registry-tls
 stop_pid registry-auth
+stop_pid cri-shim-router
 stop_pid kube-apiserver
 stop_pid etcd
 # runc shims outlive containerd; only ours (bound to our socket) are stopped.

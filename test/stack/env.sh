@@ -41,6 +41,8 @@ APISERVER_PORT=${CRI_SHIM_APISERVER_PORT:-16443}
 PKI=${CRI_SHIM_PKI:-$NODE_DATA/pki}
 ADMIN_KUBECONFIG=$NODE_RUN/admin.kubeconfig
 KUBELET_KUBECONFIG=$NODE_RUN/kubelet.kubeconfig
+ROUTER_KUBECONFIG=$NODE_RUN/router.kubeconfig
+ROUTER_METRICS=${CRI_SHIM_ROUTER_METRICS:-127.0.0.1:19102}
 # The second node (node2.sh): its own paths, name, ports, bridge and
 # cgroup root; its kubelet registers with the API server node 1 runs.
 NODE2_RUN=${CRI_SHIM_NODE2_RUN:-/run/cri-shim-node2}

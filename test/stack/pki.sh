@@ -2,7 +2,8 @@
 # Certificates and kubeconfigs of the test control plane, made with openssl:
 # a CA; the API server's and the TLS registry's serving certificates
 # (127.0.0.1, localhost); an admin
-# client (O=system:masters); the kubelet's client (system:node:<node>, so the
+# client (O=system:masters); the PodCheckpoint router's (its service
+# account's user name); the kubelet's client (system:node:<node>, so the
 # Node authorizer and NodeRestriction confine it to its node; one per node
 # name, so a second node with CRI_SHIM_PKI set to the first's gets its own,
 # signed by the same CA); the service-account key pair.
@@ -37,6 +38,8 @@ cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.d
 cert registry "/CN=cri-shim-test-registry" "IP:127.0.0.1,DNS:localhost"
 cert admin "/O=system:masters/CN=cri-shim-test-admin"
 cert "kubelet-$NODE_NAME" "/O=system:nodes/CN=system:node:$NODE_NAME"
+# The PodCheckpoint router, as the service account deploy/rbac/router.yaml binds.
+cert router "/CN=system:serviceaccount:cri-shim-system:cri-shim-router"
 if [[ ! -f sa.key ]]; then
 	openssl genrsa -out sa.key 2048 2>/dev/null
 	openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -66,3 +69,4 @@ YAML
 }
 kubeconfig "$ADMIN_KUBECONFIG" admin
 kubeconfig "$KUBELET_KUBECONFIG" "kubelet-$NODE_NAME"
+kubeconfig "$ROUTER_KUBECONFIG" router

@@ -3,9 +3,10 @@
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
 #   up.sh [--kubelet] [--apiserver | --join] [--manifest FILE]... [--shim-config FILE] [--shim-api]
-#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|registry|registry-tls|registry-auth
+#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|router|registry|registry-tls|registry-auth
 #         (re)start one component of a running node
-# --apiserver also starts etcd and kube-apiserver on loopback ports, and the
+# --apiserver also starts etcd, kube-apiserver on loopback ports and the
+# PodCheckpoint router (cri-shim router), and the
 # kubelet (with --kubelet) registers with it as node $NODE_NAME. --join: the
 # kubelet registers with the API server another node of this machine runs
 # (node2.sh: $PKI is that node's), none is started here.
@@ -247,6 +248,8 @@ ETCD_PORT=$ETCD_PORT
 APISERVER_PORT=$APISERVER_PORT
 ADMIN_KUBECONFIG=$ADMIN_KUBECONFIG
 KUBELET_KUBECONFIG=$KUBELET_KUBECONFIG
+ROUTER_KUBECONFIG=$ROUTER_KUBECONFIG
+ROUTER_METRICS=$ROUTER_METRICS
 ENV
 }
 
@@ -405,7 +408,16 @@ start_apiserver() {
 	wait_for 90 kube-apiserver curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
 		"https://127.0.0.1:$APISERVER_PORT/readyz" ||
 		{ tail -n 30 "$NODE_RUN/kube-apiserver.log" >&2; return 1; }
-	apply_deploy
+	apply_deploy && start_router
+}
+
+# start_router: the PodCheckpoint router (`cri-shim router`), the cluster's
+# one, as its service account (deploy/rbac/router.yaml).
+start_router() {
+	[[ -x $SHIM_BIN ]] || { log "missing $SHIM_BIN: run make build"; return 1; }
+	spawn cri-shim-router "$SHIM_BIN" router --kubeconfig "$ROUTER_KUBECONFIG" --metrics-address "$ROUTER_METRICS"
+	wait_for 30 cri-shim-router curl -sf "http://$ROUTER_METRICS/healthz" ||
+		{ tail -n 30 "$NODE_RUN/cri-shim-router.log" >&2; return 1; }
 }
 
 # apply_deploy: the cluster-wide objects cri-shim ships (CRD, RBAC, admission
@@ -464,6 +476,7 @@ if [[ -n $ONLY ]]; then
 	kubelet-api) start_kubelet api ;;
 	kubelet-dropin) start_kubelet dropin ;;
 	apiserver) start_apiserver ;;
+	router) start_router ;;
 	registry) start_registry ;;
 	registry-tls) start_registry_tls ;;
 	registry-auth) start_registry_auth ;;

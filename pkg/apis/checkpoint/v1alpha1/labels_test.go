@@ -7,25 +7,29 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// Every pod maps to a valid label value; a short key is "<namespace>.<name>"
-// as it is, so one name in two namespaces has two keys.
-func TestSourcePodKeyIsALabelValue(t *testing.T) {
-	for _, ns := range []string{"a", "team-b", strings.Repeat("n", 63)} {
-		for _, name := range []string{
-			"a", "web-0", strings.Repeat("a", 63), strings.Repeat("a", 64),
-			strings.Repeat("a", 61) + ".-b" + strings.Repeat("c", 100),
-			strings.Repeat("a.", 126) + "a",
-		} {
-			k := SourcePodKey(ns, name)
-			if errs := validation.IsValidLabelValue(k); len(errs) > 0 {
-				t.Errorf("SourcePodKey(%q, %q) = %q: %v", ns, name, k, errs)
-			}
-			if full := ns + "." + name; len(full) <= 63 && k != full {
-				t.Errorf("SourcePodKey(%q, %q) = %q, want %q", ns, name, k, full)
-			}
-		}
+// Every node name maps to a valid label value; a short name is its own
+// value, and long names that share a prefix map to different values.
+func TestNodeLabelValueIsALabelValue(t *testing.T) {
+	names := []string{
+		"a", "node-1", "ip-10-0-0-1.ec2.internal", strings.Repeat("a", 63), strings.Repeat("a", 64),
+		strings.Repeat("a", 30) + "." + strings.Repeat("b", 100),
+		strings.Repeat("a.", 126) + "a",
 	}
-	if SourcePodKey("a", "web") == SourcePodKey("b", "web") {
-		t.Error("one pod name in two namespaces has one key")
+	seen := map[string]string{}
+	for _, n := range names {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			t.Fatalf("test name %q is not a node name: %v", n, errs)
+		}
+		v := NodeLabelValue(n)
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			t.Errorf("NodeLabelValue(%q) = %q: %v", n, v, errs)
+		}
+		if len(n) <= 63 && v != n {
+			t.Errorf("NodeLabelValue(%q) = %q, want the name", n, v)
+		}
+		if o, ok := seen[v]; ok {
+			t.Errorf("%q and %q share the value %q", o, n, v)
+		}
+		seen[v] = n
 	}
 }
