@@ -13,21 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"github.com/cri-shim/cri-shim/internal/ckptrouter"
 	"github.com/cri-shim/cri-shim/internal/config"
-	"github.com/cri-shim/cri-shim/internal/kubeapi"
-	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	"github.com/cri-shim/cri-shim/internal/version"
-	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
 func newRouterCmd() *cobra.Command {
@@ -75,26 +67,10 @@ func runRouter(kubeconfig, metricsAddr, level string, qps float32, burst, worker
 	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(qps, burst)
 	rc.Timeout = 15 * time.Second
 	rc.UserAgent = "cri-shim-router/" + version.Version
-	res, err := kubeapi.ResourcesFor(rc)
+	r, err := ckptrouter.NewForConfig(rc, log)
 	if err != nil {
 		return err
 	}
-	objects, err := podcheckpoint.NewClient(rc)
-	if err != nil {
-		return err
-	}
-	pods := kubeapi.PodsListWatch(res, fields.OneTermNotEqualSelector("spec.nodeName", "").String())
-	objs := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return objects.List(ctx, "", o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return objects.Watch(ctx, "", o)
-		},
-	}
-	r := ckptrouter.New(pods, objs, func(ctx context.Context, ns, name, rv, value string) error {
-		return objects.SetLabel(ctx, ns, name, rv, cpv1.NodeLabel, value)
-	}, log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -103,7 +79,13 @@ func runRouter(kubeconfig, metricsAddr, level string, qps float32, burst, worker
 		reg.MustRegister(r.Collectors()...)
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if !r.Synced() {
+				http.Error(w, "pods and PodCheckpoints not listed yet", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
 		l, err := net.Listen("tcp", metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-address: %w", err)

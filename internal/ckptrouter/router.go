@@ -86,6 +86,9 @@ func New(pods, objects cache.ListerWatcher, label LabelFunc, log *slog.Logger) *
 	return r
 }
 
+// Synced says whether both watches have listed (the router's health).
+func (r *Router) Synced() bool { return r.pods.HasSynced() && r.objects.HasSynced() }
+
 // Collectors are the router's metrics.
 func (r *Router) Collectors() []prometheus.Collector { return []prometheus.Collector{r.written} }
 
@@ -121,6 +124,9 @@ func (r *Router) next(ctx context.Context) bool {
 	}
 	defer r.queue.Done(key)
 	if err := r.route(ctx, key); err != nil {
+		if ctx.Err() != nil {
+			return true // stopping: the queue is shut down next
+		}
 		r.written.WithLabelValues("error").Inc()
 		lvl := slog.LevelWarn
 		if apierrors.IsConflict(err) {

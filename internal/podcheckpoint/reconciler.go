@@ -283,6 +283,11 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 		if pc.Status.NodeName == r.cfg.Node {
 			return r.fail(ctx, pc, "pod "+pc.Spec.SourcePodName+" no longer runs on node "+r.cfg.Node)
 		}
+		if r.boundHere(ctx, pc) {
+			// The router routes an object once its pod is bound, before
+			// the pod's sandbox is ready: looked at again with backoff.
+			return fmt.Errorf("%w: pod %s has no ready sandbox on this node yet", errNotYet, pc.Spec.SourcePodName)
+		}
 		return nil // not a pod of this node
 	}
 	uid := types.UID(sb.Metadata.GetUid())
@@ -310,6 +315,19 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 		return nil
 	}
 	return r.start(ctx, pc, sb)
+}
+
+// boundHere says whether no node holds pc yet and its source pod is bound
+// to this node, or the node's pod informer cannot tell yet (not listed).
+func (r *Reconciler) boundHere(ctx context.Context, pc *cpv1.PodCheckpoint) bool {
+	if pc.Status.NodeName != "" {
+		return false
+	}
+	pod, err := r.pods.GetPod(ctx, pc.Namespace, pc.Spec.SourcePodName)
+	if err != nil {
+		return !apierrors.IsNotFound(err)
+	}
+	return pod.Spec.NodeName == r.cfg.Node && pod.DeletionTimestamp == nil
 }
 
 // start runs the checkpoint in the background once the pod is ready for one.

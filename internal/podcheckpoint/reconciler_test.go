@@ -353,3 +353,29 @@ func TestWaitForContainersBacksOff(t *testing.T) {
 		t.Fatalf("checkpoint started with a container not running: %v", got)
 	}
 }
+
+// The router routes an object once its pod is bound, which is before the
+// pod's sandbox is ready: such an object is looked at again with backoff
+// (not only at the informer's next resync), and nothing is written for it
+// meanwhile. An object of a pod the node's informer does not hold is not.
+func TestBoundPodWithoutSandboxIsRequeued(t *testing.T) {
+	e := newEnv(t)
+	e.pods[key("ns", "starting")] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "starting", UID: "uid-2"},
+		Spec: corev1.PodSpec{NodeName: "node-a"}}
+	e.run(t)
+	e.create(object("ns", "early", "starting"))
+	e.create(object("ns", "elsewhere", "not-here"))
+	deadline := time.Now().Add(5 * time.Second)
+	for e.r.queue.NumRequeues(key("ns", "early")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("requeues %d: an object of a bound pod without a sandbox is not looked at again", e.r.queue.NumRequeues(key("ns", "early")))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.r.queue.NumRequeues(key("ns", "elsewhere")); n != 0 {
+		t.Errorf("an object of a pod not on this node was requeued %d times", n)
+	}
+	if got := e.api.reasons(); len(got) != 0 {
+		t.Errorf("wrote %v before the pod had a sandbox", got)
+	}
+}

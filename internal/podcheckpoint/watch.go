@@ -33,6 +33,8 @@ type Watches struct {
 	r      *Reconciler
 	node   string
 	log    *slog.Logger
+	// stores are the two watches' caches (set before they run).
+	stores []cache.Store
 	// errMu and lastErr keep watchError to one log line per cause.
 	errMu   sync.Mutex
 	lastErr string
@@ -60,9 +62,20 @@ func (w *Watches) Run(ctx context.Context) {
 	}})
 	routed := RoutedSelector(w.node)
 	routedInf := w.informer(func(o *metav1.ListOptions) { o.LabelSelector = routed })
+	w.stores = []cache.Store{heldInf.GetStore(), routedInf.GetStore()}
 	go w.sweepOrphans(ctx, heldInf)
 	go routedInf.RunWithContext(ctx)
 	heldInf.RunWithContext(ctx)
+}
+
+// watched says whether either watch still has the object key.
+func (w *Watches) watched(key string) bool {
+	for _, st := range w.stores {
+		if _, ok, _ := st.GetByKey(key); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // RoutedSelector is the label selector of the objects routed to node.
@@ -75,7 +88,7 @@ func RoutedSelector(node string) string {
 // object it holds (a checkpoint waiting for its pod's containers, a status
 // write that failed).
 func (w *Watches) informer(opts func(*metav1.ListOptions)) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{
+	return w.informerOn(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			opts(&o)
 			return w.client.List(ctx, "", o)
@@ -84,7 +97,11 @@ func (w *Watches) informer(opts func(*metav1.ListOptions)) cache.SharedIndexInfo
 			opts(&o)
 			return w.client.Watch(ctx, "", o)
 		},
-	}
+	})
+}
+
+// informerOn is informer on lw.
+func (w *Watches) informerOn(lw cache.ListerWatcher) cache.SharedIndexInformer {
 	inf := cache.NewSharedIndexInformer(lw, &cpv1.PodCheckpoint{}, time.Minute, cache.Indexers{})
 	_ = inf.SetWatchErrorHandlerWithContext(w.watchError)
 	observe := func(o any) {
@@ -99,7 +116,9 @@ func (w *Watches) informer(opts func(*metav1.ListOptions)) cache.SharedIndexInfo
 			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 				o = d.Obj
 			}
-			if pc, ok := o.(*cpv1.PodCheckpoint); ok {
+			// Forgotten once neither watch has it: an object leaves one
+			// watch and may stay in the other (held, and routed away).
+			if pc, ok := o.(*cpv1.PodCheckpoint); ok && !w.watched(pc.Namespace+"/"+pc.Name) {
 				w.r.Forget(pc.Namespace, pc.Name)
 			}
 		},

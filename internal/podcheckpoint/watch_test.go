@@ -11,7 +11,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	fcache "k8s.io/client-go/tools/cache/testing"
+
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
 // Every PodCheckpoint list and watch a node makes is selected by the node's
@@ -67,4 +72,37 @@ func TestWatchesAreSelectedByTheNodeAlone(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// An object that leaves one watch while the other still has it (held by
+// this node, and routed away) is still known to the reconciler; once
+// neither has it, it is forgotten.
+func TestForgottenOnlyWhenNeitherWatchHasIt(t *testing.T) {
+	e := newEnv(t)
+	w := &Watches{r: e.r, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	held, routed := fcache.NewFakeControllerSource(), fcache.NewFakeControllerSource()
+	hi, ri := w.informerOn(held), w.informerOn(routed)
+	w.stores = []cache.Store{hi.GetStore(), ri.GetStore()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hi.RunWithContext(ctx)
+	go ri.RunWithContext(ctx)
+	pc := &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cp", UID: "u1"}}
+	pc.Status.NodeName = "node-1"
+	held.Add(pc.DeepCopy())
+	routed.Add(pc.DeepCopy())
+	known := func() bool { return e.r.get(key("ns", "cp")) != nil }
+	waitFor(t, "both watches have it", func() bool {
+		_, a, _ := hi.GetStore().GetByKey("ns/cp")
+		_, b, _ := ri.GetStore().GetByKey("ns/cp")
+		return a && b && known()
+	})
+	routed.Delete(pc.DeepCopy())
+	waitFor(t, "the routed watch lets it go", func() bool { _, ok, _ := ri.GetStore().GetByKey("ns/cp"); return !ok })
+	time.Sleep(50 * time.Millisecond)
+	if !known() {
+		t.Fatal("forgotten although the held watch still has it")
+	}
+	held.Delete(pc.DeepCopy())
+	waitFor(t, "forgotten once neither watch has it", func() bool { return !known() })
 }

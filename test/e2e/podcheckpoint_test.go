@@ -149,6 +149,16 @@ func TestPodCheckpointAPI(t *testing.T) {
 	if held, err = nodeID.Update(ctxT(t, 10*time.Second), held); err != nil {
 		t.Fatalf("node sets its finalizer: %v", err)
 	}
+	// The router changes only the node label, and only of an object no
+	// node holds.
+	err = router.SetLabel(ctxT(t, 10*time.Second), ns, "cp", held.ResourceVersion, cpv1.NodeLabel, "other-node-2")
+	wantForbidden(t, "router moves a held object", err, "does not move an object")
+	lp, err := admin.Get(ctxT(t, 10*time.Second), ns, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = router.SetLabel(ctxT(t, 10*time.Second), ns, "long", lp.ResourceVersion, "app", "x")
+	wantForbidden(t, "router sets another label", err, "changes only the label")
 	relabel := held.DeepCopy()
 	relabel.Annotations = map[string]string{"x": "y"}
 	_, err = nodeID.Update(ctxT(t, 10*time.Second), relabel)
