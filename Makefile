@@ -18,7 +18,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build generate test unit unit-nonroot e2e e2e-oldest matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline fuzz vet clean release
+.PHONY: proto all build generate test unit unit-nonroot e2e e2e-oldest matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline bench-fleet fuzz vet clean release
 
 all: build
 
@@ -136,6 +136,20 @@ bench-checkpoint: build stack
 	set -e; for v in $(BENCH_CONTAINERDS); do \
 		(source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker"); \
 		CRI_SHIM_CONTAINERD_VERSION=$$v $(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/; \
+	done
+
+# The fleet harness (test/fleet, issue 30): one real etcd + kube-apiserver
+# and N simulated nodes running the shim's API side in one process, each as
+# system:node:<name>, through sync, idle, churn and restart-storm phases and a
+# kubelet-like baseline; one run per FLEET_NODES, each written to
+# bench/results/fleet-<time>-n<N>.md. FLEET_PHASE: seconds per timed phase;
+# FLEET_CHURN: seconds of churn (3600 for the hour the memory check asks).
+FLEET_NODES ?= 50 100 200 500
+FLEET_PHASE ?= 60
+FLEET_CHURN ?= $(FLEET_PHASE)
+bench-fleet: build stack
+	set -e; for n in $(FLEET_NODES); do \
+		CRI_SHIM_FLEET_NODES=$$n CRI_SHIM_FLEET_PHASE=$(FLEET_PHASE) CRI_SHIM_FLEET_CHURN=$(FLEET_CHURN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 90m ./test/fleet/; \
 	done
 
 # The same benchmark on containerd 2.2.9 with containerd's own restore through

@@ -57,6 +57,9 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 	}
 	retry := r.retries()
 	for {
+		if cur := r.get(key(pc.Namespace, pc.Name)); cur != nil && cur.UID == pc.UID {
+			pc = cur // the newest copy: one from before the checkpoint began is a Conflict and a GET
+		}
 		err := r.setStatus(ctx, pc, edit)
 		if err == nil {
 			event()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -162,11 +163,20 @@ func (r *Reconciler) Observe(pc *cpv1.PodCheckpoint) {
 }
 
 // newer reports whether a is a later version of the same object than b.
-// Resource versions are opaque; the generation of an immutable spec never
-// moves, so the one the API server returned last wins (both watches and
-// the reconciler's own writes feed Observe in order per source).
+// Two watches and the reconciler's own writes feed Observe, each in order
+// but not with each other: a copy one watch delivers late must not replace
+// the newer one a write returned, or the next write is a Conflict and a
+// GET. Resource versions are etcd revisions, compared as numbers as
+// client-go's MutationCache does (tools/cache/mutation_cache.go, through
+// apiserver's APIObjectVersioner); one that is not a number is taken as
+// newer when it differs.
 func newer(a, b *cpv1.PodCheckpoint) bool {
-	return a.ResourceVersion != b.ResourceVersion
+	av, aerr := strconv.ParseUint(a.ResourceVersion, 10, 64)
+	bv, berr := strconv.ParseUint(b.ResourceVersion, 10, 64)
+	if aerr != nil || berr != nil {
+		return a.ResourceVersion != b.ResourceVersion
+	}
+	return av > bv
 }
 
 // Forget drops an object a watch saw deleted (or no longer selects).

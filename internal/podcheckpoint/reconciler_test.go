@@ -379,3 +379,30 @@ func TestBoundPodWithoutSandboxIsRequeued(t *testing.T) {
 		t.Errorf("wrote %v before the pod had a sandbox", got)
 	}
 }
+
+// A copy one watch delivers late does not replace the newer one a write
+// (or the other watch) gave: its write would be a Conflict and a GET.
+func TestObserveKeepsTheNewerCopy(t *testing.T) {
+	e := newEnv(t)
+	pc := object("ns", "cp", "web")
+	pc.UID, pc.ResourceVersion = "u1", "10"
+	e.r.Observe(pc.DeepCopy())
+	old := pc.DeepCopy()
+	old.ResourceVersion = "9"
+	e.r.Observe(old)
+	if got := e.r.get(key("ns", "cp")); got.ResourceVersion != "10" {
+		t.Errorf("kept version %s, want 10", got.ResourceVersion)
+	}
+	later := pc.DeepCopy()
+	later.ResourceVersion = "11"
+	e.r.Observe(later)
+	if got := e.r.get(key("ns", "cp")); got.ResourceVersion != "11" {
+		t.Errorf("kept version %s, want 11", got.ResourceVersion)
+	}
+	other := pc.DeepCopy()
+	other.UID, other.ResourceVersion = "u2", "5" // the name's new object
+	e.r.Observe(other)
+	if got := e.r.get(key("ns", "cp")); got.UID != "u2" {
+		t.Errorf("kept UID %s, want the new object's", got.UID)
+	}
+}
