@@ -64,9 +64,10 @@ type queue struct {
 	max     int
 	dropped func(kind) // called with mu held; must not block
 
-	mu      sync.Mutex
-	pending map[string]*item
-	held    int // items taken and not yet done
+	mu       sync.Mutex
+	pending  map[string]*item
+	held     int // items taken and not yet done
+	statuses int // status items pending or in hand
 }
 
 func newQueue(max int, minDelay, maxDelay time.Duration, dropped func(kind)) *queue {
@@ -92,6 +93,9 @@ func (q *queue) put(it *item) {
 		return
 	}
 	q.pending[it.key] = it
+	if it.kind == kindStatus {
+		q.statuses++
+	}
 	q.mu.Unlock()
 	q.wq.Add(it.key)
 }
@@ -121,6 +125,9 @@ func (q *queue) take() (key string, it *item, ok bool) {
 func (q *queue) done(it *item) {
 	q.mu.Lock()
 	q.held--
+	if it.kind == kindStatus {
+		q.statuses--
+	}
 	q.mu.Unlock()
 	q.wq.Forget(it.key)
 	q.wq.Done(it.key)
@@ -134,11 +141,21 @@ func (q *queue) retry(it *item) {
 	q.held--
 	if newer, ok := q.pending[it.key]; ok {
 		it.merge(newer)
+		if it.kind == kindStatus {
+			q.statuses-- // two counted items became one
+		}
 	}
 	q.pending[it.key] = it
 	q.mu.Unlock()
 	q.wq.AddRateLimited(it.key)
 	q.wq.Done(it.key)
+}
+
+// statusPending says whether a pod status write is waiting or in hand.
+func (q *queue) statusPending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.statuses > 0
 }
 
 // len is the number of writes waiting or in hand.

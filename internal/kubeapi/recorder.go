@@ -76,10 +76,13 @@ type recorder struct {
 
 	// queue holds the events to write; the writer starts with the first
 	// (writeQueued) and, once its context ends, takes no more (closed).
-	queue  chan *eventsv1.Event
-	qmu    sync.Mutex
-	closed bool
-	start  sync.Once
+	queue chan *eventsv1.Event
+	// statusPending says whether a pod status write waits in the writer:
+	// an event write yields to it (nil: never).
+	statusPending func() bool
+	qmu           sync.Mutex
+	closed        bool
+	start         sync.Once
 }
 
 func newRecorder(res Resources, log *slog.Logger, dropped func(reason string)) *recorder {
@@ -191,6 +194,7 @@ func (r *recorder) writeQueued(ctx context.Context) {
 	for {
 		select {
 		case ev := <-r.queue:
+			r.yield(ctx)
 			r.write(ctx, ev)
 			r.wg.Done()
 		case <-ctx.Done():
@@ -205,6 +209,27 @@ func (r *recorder) writeQueued(ctx context.Context) {
 					return
 				}
 			}
+		}
+	}
+}
+
+// yieldMax bounds how long an event write waits for the status writes
+// queued beside it. Both share the process's token bucket; in a restart
+// storm (every pod of a node at once) a node has two events per status
+// write, and the readiness gate is what the workload's Service waits on.
+const yieldMax = 10 * time.Second
+
+// yield waits, at most yieldMax, while a pod status write is pending.
+func (r *recorder) yield(ctx context.Context) {
+	if r.statusPending == nil {
+		return
+	}
+	deadline := r.now().Add(yieldMax)
+	for r.statusPending() && r.now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -239,3 +239,62 @@ func TestSweepDoesNotHoldUpRecording(t *testing.T) {
 		t.Fatalf("%d events, want the finished series and the new one", len(s))
 	}
 }
+
+// An event write waits while a pod status write is pending (both share the
+// token bucket, and the readiness gate matters more), and goes once none
+// is, or after yieldMax.
+func TestEventWritesYieldToStatusWrites(t *testing.T) {
+	cs := fake.NewClientset()
+	r, ctx := testRecorder(t, cs)
+	var pending atomic.Bool
+	pending.Store(true)
+	r.statusPending = pending.Load
+	r.record(ctx, &backOff)
+	time.Sleep(200 * time.Millisecond)
+	if n := len(events(t, cs)); n != 0 {
+		t.Fatalf("%d events written while a status write was pending", n)
+	}
+	pending.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(events(t, cs)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the event was not written once no status write was pending")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A status write that never ends holds an event back yieldMax at most.
+	pending.Store(true)
+	now := time.Now()
+	r.now = func() time.Time { now = now.Add(time.Second); return now }
+	e := backOff
+	e.Reason = "Other"
+	r.record(ctx, &e)
+	deadline = time.Now().Add(5 * time.Second)
+	for len(events(t, cs)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("an event waited for a pending status write past yieldMax")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The queue counts the status writes pending or in hand: one merged into a
+// retried one counts once, and done ends it.
+func TestQueueCountsPendingStatusWrites(t *testing.T) {
+	q := testQueue(t, 10, func(kind) {})
+	if q.statusPending() {
+		t.Fatal("an empty queue has a status write pending")
+	}
+	q.put(statusItem("a", "X", corev1.ConditionTrue))
+	a := mustTake(t, q)
+	if !q.statusPending() {
+		t.Fatal("a status write in hand is not pending")
+	}
+	q.put(statusItem("a", "Y", corev1.ConditionTrue))
+	q.retry(a) // merges with the newer item of its key
+	a = mustTake(t, q)
+	q.done(a)
+	if q.statusPending() {
+		t.Fatalf("a status write still counted after done (%d)", q.statuses)
+	}
+}

@@ -120,6 +120,7 @@ func (w *Writer) Run(ctx context.Context) {
 	}
 	w.res = w.c.Resources()
 	w.rec = newRecorder(w.res, w.log, func(reason string) { w.dropped.WithLabelValues(kindEvent.String(), reason).Inc() })
+	w.rec.statusPending = w.q.statusPending
 	recDone := make(chan struct{})
 	go func() { w.rec.run(ctx); close(recDone) }()
 	defer func() { <-recDone }()
