@@ -54,6 +54,9 @@ type Writer struct {
 	writes  *prometheus.CounterVec
 	upGauge prometheus.Gauge
 	pending prometheus.GaugeFunc
+	events  prometheus.GaugeFunc
+	// recorder is rec for the events gauge, which other goroutines read.
+	recorder atomic.Pointer[recorder]
 }
 
 // NewWriter makes a writer on c; call Run to start writing.
@@ -91,12 +94,21 @@ func NewWriter(c *Client, o WriterOptions) *Writer {
 		Name: "cri_shim_kubeapi_queue_items",
 		Help: "Writes waiting for the API server.",
 	}, func() float64 { return float64(w.q.len()) })
+	w.events = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cri_shim_kubeapi_event_queue_items",
+		Help: "Events handed to the recorder and not yet written.",
+	}, func() float64 {
+		if r := w.recorder.Load(); r != nil {
+			return float64(len(r.queue))
+		}
+		return 0
+	})
 	return w
 }
 
 // Collectors are the writer's metrics, for the shim's registry.
 func (w *Writer) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{w.dropped, w.writes, w.upGauge, w.pending}
+	return []prometheus.Collector{w.dropped, w.writes, w.upGauge, w.pending, w.events}
 }
 
 // Do queues op under key, replacing an op of that key not yet run.
@@ -121,6 +133,7 @@ func (w *Writer) Run(ctx context.Context) {
 	w.res = w.c.Resources()
 	w.rec = newRecorder(w.res, w.log, func(reason string) { w.dropped.WithLabelValues(kindEvent.String(), reason).Inc() })
 	w.rec.statusPending = w.q.statusPending
+	w.recorder.Store(w.rec)
 	recDone := make(chan struct{})
 	go func() { w.rec.run(ctx); close(recDone) }()
 	defer func() { <-recDone }()

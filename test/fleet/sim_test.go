@@ -102,8 +102,11 @@ type simNode struct {
 	reg      *prometheus.Registry // the writer's metrics
 }
 
-// pending is how many writes the node's API writer has waiting.
-func (n *simNode) pending() float64 { return n.metric("cri_shim_kubeapi_queue_items") }
+// pending is how many writes the node's API writer and event recorder
+// have waiting.
+func (n *simNode) pending() float64 {
+	return n.metric("cri_shim_kubeapi_queue_items") + n.metric("cri_shim_kubeapi_event_queue_items")
+}
 
 // metric sums the samples of one of the writer's metrics.
 func (n *simNode) metric(name string) float64 {
