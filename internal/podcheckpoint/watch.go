@@ -60,7 +60,7 @@ func (w *Watches) Run(ctx context.Context) {
 			w.removeData(pc)
 		}
 	}})
-	routed := RoutedSelector(w.node)
+	routed := routedSelector(w.node)
 	routedInf := w.informer(func(o *metav1.ListOptions) { o.LabelSelector = routed })
 	w.stores = []cache.Store{heldInf.GetStore(), routedInf.GetStore()}
 	go w.sweepOrphans(ctx, heldInf)
@@ -78,8 +78,8 @@ func (w *Watches) watched(key string) bool {
 	return false
 }
 
-// RoutedSelector is the label selector of the objects routed to node.
-func RoutedSelector(node string) string {
+// routedSelector is the label selector of the objects routed to node.
+func routedSelector(node string) string {
 	return labels.SelectorFromSet(labels.Set{cpv1.NodeLabel: cpv1.NodeLabelValue(node)}).String()
 }
 
