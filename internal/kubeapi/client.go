@@ -26,6 +26,11 @@ import (
 // writer's queue for longer.
 const requestTimeout = 15 * time.Second
 
+// drainTimeout bounds how long the writer goes on writing what was queued
+// once it is stopped (a shim's stop or in-place upgrade waits that long at
+// most, and only while writes are queued and the API server answers).
+const drainTimeout = time.Second
+
 // loadRetry is how often Connect looks for a kubeconfig that is missing or
 // unreadable: on a new node the kubelet writes it only after TLS
 // bootstrapping, and the kubelet needs the shim's socket first.

@@ -142,11 +142,21 @@ func (w *Writer) Run(ctx context.Context) {
 	// limiter), so that the nodes of a cluster do not retry in step after
 	// an API server restart.
 	retry := backoff.Retry(w.o.MinDelay, w.o.MaxDelay)
-	stop := context.AfterFunc(ctx, w.q.shutDown)
+	// At stop the writes already queued are still made, while the API
+	// server answers and for at most drainTimeout: the features that queue
+	// them stop before the writer (server.Run's run group), so a readiness
+	// gate or a PodCheckpoint's outcome queued just before is not lost.
+	// Events handed over then are not written.
+	writes, endWrites := context.WithCancel(context.WithoutCancel(ctx))
+	defer endWrites()
+	stop := context.AfterFunc(ctx, func() {
+		w.q.shutDown()
+		time.AfterFunc(drainTimeout, endWrites)
+	})
 	defer stop()
 	for {
 		_, it, ok := w.q.take()
-		if !ok || ctx.Err() != nil {
+		if !ok || writes.Err() != nil {
 			return
 		}
 		if it == nil {
@@ -168,7 +178,7 @@ func (w *Writer) Run(ctx context.Context) {
 			w.log.Debug("API server not answering; writes wait", "err", err, "pending", w.q.len())
 			sleep(ctx, retry.Step())
 		}
-		wctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		wctx, cancel := context.WithTimeout(writes, requestTimeout)
 		err := w.write(wctx, ctx, it)
 		cancel()
 		switch {
@@ -176,9 +186,9 @@ func (w *Writer) Run(ctx context.Context) {
 			w.writes.WithLabelValues(it.kind.String(), "ok").Inc()
 			retry = backoff.Retry(w.o.MinDelay, w.o.MaxDelay)
 			w.q.done(it)
-		case ctx.Err() != nil:
+		case writes.Err() != nil:
 			return
-		case Retryable(err) && it.tries+1 < w.o.MaxTries:
+		case Retryable(err) && it.tries+1 < w.o.MaxTries && ctx.Err() == nil:
 			it.tries++
 			w.writes.WithLabelValues(it.kind.String(), "retry").Inc()
 			w.log.Info("API write failed; retrying", "key", it.key, "try", it.tries, "err", err)

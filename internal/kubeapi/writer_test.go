@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -429,5 +430,66 @@ func TestStaticPodConditionsGoToItsMirrorPod(t *testing.T) {
 	})
 	if _, ok := conditions(t, cs)["Z"]; ok {
 		t.Fatal("a static pod's write landed on the mirror of another")
+	}
+}
+
+// At stop, what the features queued before they stopped is still written
+// while the API server answers; with the server down the writer stops at
+// once.
+func TestQueuedWritesAreMadeAtStop(t *testing.T) {
+	pod := func(name string) *corev1.Pod {
+		p := kubeletPod()
+		p.Name, p.UID = name, types.UID("uid-"+name)
+		return p
+	}
+	cs := fake.NewClientset(pod("a"), pod("b"), pod("c"))
+	inHand, release := make(chan struct{}), make(chan struct{})
+	var patches atomic.Int32
+	cs.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if patches.Add(1) == 1 {
+			close(inHand)
+			<-release
+		}
+		return false, nil, nil
+	})
+	w := NewWriter(NewFor(kubeapitest.Clientset{Interface: cs}, "node-1"), fastOptions())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	for _, name := range []string{"a", "b", "c"} {
+		w.SetPodCondition(PodRef{Namespace: "ns", Name: name, UID: "uid-" + name}, Condition{Type: "X", Status: corev1.ConditionTrue})
+	}
+	<-inHand
+	cancel()
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(drainTimeout + time.Second):
+		t.Fatal("the writer did not stop within its drain time")
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		p, err := cs.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Status.Conditions) != 3 {
+			t.Errorf("pod %s: conditions %v, want X written at stop", name, p.Status.Conditions)
+		}
+	}
+
+	// The server down: nothing is probed or written after the stop.
+	down := NewFor(kubeapitest.Clientset{Interface: cs}, "node-1")
+	down.probe = func(context.Context) error { return errors.New("connection refused") }
+	w = NewWriter(down, fastOptions())
+	ctx, cancel = context.WithCancel(context.Background())
+	done = make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	w.SetPodCondition(podA, Condition{Type: "Y", Status: corev1.ConditionTrue})
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	<-done
+	if d := time.Since(start); d > drainTimeout/2 {
+		t.Errorf("stopping with the server down took %s", d)
 	}
 }

@@ -2,35 +2,78 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
-// runGroup is what runs beside the CRI server: each runnable is started
-// with the group, under a context the group cancels when it stops, and the
-// group's stop waits for all of them to return.
+// runGroup is what runs beside the CRI server, as controller-runtime's
+// Manager.Add or containerd's plugin registration: each runnable is added
+// with the runnables it uses while it runs. The group starts a runnable
+// after those and stops it before them: a feature that queues API writes
+// stops before the writer, which then makes what was queued; the
+// PodCheckpoint controller stops before the resume retries that undo a
+// capture it cancelled. Runnables with nothing between them start and stop
+// side by side.
 type runGroup struct {
-	runs []namedRun
+	runs []*runnable
 }
 
-type namedRun struct {
-	name string
-	run  func(context.Context)
+type runnable struct {
+	name   string
+	run    func(context.Context)
+	uses   []string
+	users  []*runnable // runnables that use this one
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
-// Add adds run, named for what it does.
-func (g *runGroup) Add(name string, run func(context.Context)) {
-	g.runs = append(g.runs, namedRun{name, run})
+// Add adds run, named for what it does, which uses the runnables named in
+// uses (added before it) while it runs.
+func (g *runGroup) Add(name string, run func(context.Context), uses ...string) {
+	g.runs = append(g.runs, &runnable{name: name, run: run, uses: uses})
 }
 
-// Start starts every runnable and returns the group's stop, which cancels
-// their context and waits for them; calling it again does nothing.
-func (g *runGroup) Start(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+// Start starts every runnable, each after those it uses, and returns the
+// group's stop. The runnables run until stop, not until ctx ends: stop
+// cancels each once every runnable that uses it has returned, and waits for
+// all of them; calling it again does nothing. A name used but not added
+// (or added later: there are no cycles) is an error, and nothing starts.
+func (g *runGroup) Start(ctx context.Context) (stop func(), err error) {
+	byName := map[string]*runnable{}
 	for _, r := range g.runs {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.run(ctx) }()
+		if byName[r.name] != nil {
+			return nil, fmt.Errorf("runnable %q added twice", r.name)
+		}
+		for _, u := range r.uses {
+			dep := byName[u]
+			if dep == nil {
+				return nil, fmt.Errorf("runnable %q uses %q, which is not added before it", r.name, u)
+			}
+			dep.users = append(dep.users, r)
+		}
+		byName[r.name] = r
+	}
+	base := context.WithoutCancel(ctx)
+	for _, r := range g.runs {
+		var rctx context.Context
+		rctx, r.cancel = context.WithCancel(base)
+		r.done = make(chan struct{})
+		go func() { defer close(r.done); r.run(rctx) }()
 	}
 	var once sync.Once
-	return func() { once.Do(func() { cancel(); wg.Wait() }) }
+	return func() {
+		once.Do(func() {
+			for _, r := range g.runs {
+				go func() {
+					for _, u := range r.users {
+						<-u.done
+					}
+					r.cancel()
+				}()
+			}
+			for _, r := range g.runs {
+				<-r.done
+			}
+		})
+	}, nil
 }

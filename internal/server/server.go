@@ -196,29 +196,34 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	}
 	pods.Resume(ctx)
 
-	// What runs beside the CRI server until it stops, in no order: each
-	// depends only on objects built above.
+	// What runs beside the CRI server until it stops, each added after
+	// what it uses while it runs (it is stopped before those).
 	var bg runGroup
 	bg.Add("runtime connection watch", func(ctx context.Context) { watchBackend(ctx, backend, log) })
 	bg.Add("pod table relist", table.Run)
-	bg.Add("in-place restarts", pods.Run)
-	bg.Add("kept exited statuses sweep", view.Run)
-	bg.Add("checkpoint recovery and resume retries", checkpoints.Run)
-	bg.Add("pulled checkpoint sweep", checkpoints.SweepPulled)
-	bg.Add("checkpoint schedules", checkpoints.RunSchedule)
-	bg.Add("pod orchestrator channels", channels.Run)
 	bg.Add("container event feed", feed.Run)
 	bg.Add("API server writer", api.Run)
+	restartUses := []string{"container event feed"}
+	if api != nil {
+		bg.Add("pod status reporter", reporter.Run, "API server writer")
+		restartUses = append(restartUses, "pod status reporter")
+	}
+	bg.Add("in-place restarts", pods.Run, restartUses...)
+	bg.Add("kept exited statuses sweep", view.Run, "container event feed")
+	bg.Add("pod orchestrator channels", channels.Run, "container event feed", "in-place restarts")
+	bg.Add("checkpoint recovery and resume retries", checkpoints.Run)
+	bg.Add("pulled checkpoint sweep", checkpoints.SweepPulled)
+	bg.Add("checkpoint schedules", checkpoints.RunSchedule, "checkpoint recovery and resume retries")
 	if api != nil && cfg.Kubernetes.PodCheckpoints {
 		bg.Add("PodCheckpoint objects", func(ctx context.Context) {
 			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
 				nodeRuntime{table, runtimeapi.NewRuntimeServiceClient(backend)}, cp.restores, cp.exporter, cp.sources, cp.events, log)
-		})
+		}, "API server writer", "checkpoint recovery and resume retries")
 	}
-	if api != nil {
-		bg.Add("pod status reporter", reporter.Run)
+	stopBackground, err := bg.Start(ctx)
+	if err != nil {
+		return err
 	}
-	stopBackground := bg.Start(ctx)
 	defer stopBackground()
 
 	var hs *http.Server

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A runnable is stopped only after every runnable that uses it has
+// returned; ctx ending does not stop the group, its stop does; a use of a
+// name not added before is refused before anything starts.
+func TestRunGroupStopsUsersFirst(t *testing.T) {
+	var mu sync.Mutex
+	var stopped []string
+	record := func(name string, linger time.Duration) func(context.Context) {
+		return func(ctx context.Context) {
+			<-ctx.Done()
+			time.Sleep(linger) // a runnable finishing its last work
+			mu.Lock()
+			stopped = append(stopped, name)
+			mu.Unlock()
+		}
+	}
+	var g runGroup
+	g.Add("writer", record("writer", 0))
+	g.Add("feed", record("feed", 0))
+	g.Add("reporter", record("reporter", 20*time.Millisecond), "writer")
+	g.Add("restarts", record("restarts", 40*time.Millisecond), "feed", "reporter")
+	ctx, cancel := context.WithCancel(context.Background())
+	stop, err := g.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	time.Sleep(30 * time.Millisecond)
+	mu.Lock()
+	early := len(stopped)
+	mu.Unlock()
+	if early != 0 {
+		t.Fatalf("%d runnables stopped when ctx ended, before the group's stop", early)
+	}
+	stop()
+	stop()
+	pos := func(name string) int { return slices.Index(stopped, name) }
+	if len(stopped) != 4 || pos("restarts") > pos("reporter") || pos("reporter") > pos("writer") || pos("restarts") > pos("feed") {
+		t.Fatalf("stop order %v: a runnable stopped before one that uses it", stopped)
+	}
+
+	var bad runGroup
+	bad.Add("reporter", record("x", 0), "writer")
+	bad.Add("writer", record("y", 0))
+	if _, err := bad.Start(context.Background()); err == nil {
+		t.Fatal("a use of a runnable added later was accepted")
+	}
+}
