@@ -18,6 +18,10 @@ func TestAuditCounts(t *testing.T) {
 		`{"stage":"ResponseComplete","verb":"update","requestURI":"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1","userAgent":"kubelet-baseline/fleet","user":{"username":"system:node:n1"},"objectRef":{"resource":"leases"},"responseStatus":{"code":429}}`,
 		`{"stage":"ResponseComplete","verb":"patch","requestURI":"/api/v1/namespaces/a/pods/p/status","userAgent":"cri-shim/dev (node n1)","user":{"username":"system:node:n1"},"objectRef":{"resource":"pods","subresource":"status","namespace":"a","name":"p"},"responseStatus":{"code":200}}`,
 		`{"stage":"ResponseComplete","verb":"list","requestURI":"/api/v1/pods","userAgent":"kubectl","user":{"username":"admin"},"objectRef":{"resource":"pods"}}`,
+		`{"stage":"ResponseComplete","verb":"update","requestURI":"/apis/checkpoint.cri-shim.io/v1alpha1/namespaces/a/podcheckpoints/x/status","userAgent":"cri-shim/dev (node n2)","user":{"username":"system:node:n2"},"objectRef":{"resource":"podcheckpoints","subresource":"status"},"responseStatus":{"code":200}}`,
+		`{"stage":"ResponseComplete","verb":"update","requestURI":"/apis/checkpoint.cri-shim.io/v1alpha1/namespaces/a/podcheckpoints/x/status","userAgent":"cri-shim/dev (node n3)","user":{"username":"system:node:n3"},"objectRef":{"resource":"podcheckpoints","subresource":"status"},"responseStatus":{"code":409}}`,
+		`{"auditID":"w1","stage":"ResponseStarted","verb":"watch","requestURI":"/api/v1/pods?fieldSelector=spec.nodeName%3Dn3&sendInitialEvents=true&watch=true","requestReceivedTimestamp":"2026-11-27T10:00:00Z","userAgent":"cri-shim/dev (node n3)","user":{"username":"system:node:n3"},"objectRef":{"resource":"pods"}}`,
+		`{"auditID":"w1","stage":"ResponseComplete","verb":"watch","requestURI":"/api/v1/pods?fieldSelector=spec.nodeName%3Dn3&sendInitialEvents=true&watch=true","requestReceivedTimestamp":"2026-11-27T10:00:00Z","stageTimestamp":"2026-11-27T10:00:02.5Z","userAgent":"cri-shim/dev (node n3)","user":{"username":"system:node:n3"},"objectRef":{"resource":"pods"},"responseStatus":{"code":500}}`,
 	}
 	pc := phaseCounts{side: [2]*counts{newCounts(), newCounts()}}
 	for _, l := range lines {
@@ -33,6 +37,15 @@ func TestAuditCounts(t *testing.T) {
 	}
 	if s.watchDelta["n1"] != 2 || s.perNode["n1"] != 3 || s.lists["n1"] != 2 || len(s.statusAt["a/p"]) != 1 {
 		t.Errorf("shim: watches %d, requests %d, lists %d, status writes %v", s.watchDelta["n1"], s.perNode["n1"], s.lists["n1"], s.statusAt)
+	}
+	if s.pcpStatus["n2"] != 1 || s.pcpStatus["n3"] != 0 || s.conflicts["n3"] != 1 || s.conflicts["n2"] != 0 {
+		t.Errorf("PodCheckpoint status writes taken %v, conflicts %v", s.pcpStatus, s.conflicts)
+	}
+	if l := s.listLog["n3"]; len(l) != 1 || l[0].String() != "watch-list pods at 10:00:00.0 (500 after 2.5 s)" || len(s.openLists) != 0 {
+		t.Errorf("n3's lists %v, still open %v", l, s.openLists)
+	}
+	if len(s.listLog["n1"]) != 2 {
+		t.Errorf("n1's lists %v", s.listLog["n1"])
 	}
 	if k.perNode["n1"] != 1 || pc.leaseTooMany != 1 || k.codes[429] != 1 {
 		t.Errorf("kubelet: requests %d, lease 429s %d", k.perNode["n1"], pc.leaseTooMany)

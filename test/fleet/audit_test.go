@@ -3,6 +3,7 @@ package fleet
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 // auditEvent is what the harness reads of an audit.k8s.io/v1 Event.
 type auditEvent struct {
+	AuditID    string `json:"auditID"`
 	Stage      string `json:"stage"`
 	Verb       string `json:"verb"`
 	RequestURI string `json:"requestURI"`
@@ -30,6 +32,7 @@ type auditEvent struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 	Received time.Time `json:"requestReceivedTimestamp"`
+	Staged   time.Time `json:"stageTimestamp"`
 }
 
 // auditReader reads the API server's audit log from where it last stopped.
@@ -55,14 +58,40 @@ type counts struct {
 	pcpLists   int            // of them, lists of PodCheckpoints
 	watchDelta map[string]int // watches started minus ended, by node
 	lastWatch  map[string]time.Time
-	perSecond  map[int64]int          // requests and watch starts by second
-	codes      map[int]int            // response codes >= 400
-	statusAt   map[string][]time.Time // pods/status patches by namespace/name
+	perSecond  map[int64]int           // requests and watch starts by second
+	codes      map[int]int             // response codes >= 400
+	statusAt   map[string][]time.Time  // pods/status patches by namespace/name
+	conflicts  map[string]int          // 409 answers by node
+	pcpStatus  map[string]int          // PodCheckpoint status writes the API server took, by node
+	listLog    map[string][]*listEvent // each node's lists
+	openLists  map[string]*listEvent   // watch-lists not ended yet, by audit ID
+}
+
+// listEvent is one list of a node: a LIST, or a watch-list (a list streamed
+// through a watch), with when its stream ended and how.
+type listEvent struct {
+	res          string
+	watch        bool
+	start, ended time.Time
+	code         int
+}
+
+func (l *listEvent) String() string {
+	kind := "list"
+	if l.watch {
+		kind = "watch-list"
+	}
+	end := "open"
+	if !l.ended.IsZero() {
+		end = fmt.Sprintf("%d after %.1f s", l.code, l.ended.Sub(l.start).Seconds())
+	}
+	return fmt.Sprintf("%s %s at %s (%s)", kind, l.res, l.start.Format("15:04:05.0"), end)
 }
 
 func newCounts() *counts {
 	return &counts{perNode: map[string]int{}, byVerb: map[string]int{}, lists: map[string]int{}, watchDelta: map[string]int{},
-		lastWatch: map[string]time.Time{}, perSecond: map[int64]int{}, codes: map[int]int{}, statusAt: map[string][]time.Time{}}
+		lastWatch: map[string]time.Time{}, perSecond: map[int64]int{}, codes: map[int]int{}, statusAt: map[string][]time.Time{},
+		conflicts: map[string]int{}, pcpStatus: map[string]int{}, listLog: map[string][]*listEvent{}, openLists: map[string]*listEvent{}}
 }
 
 // phaseCounts is what one phase's requests of the simulated nodes were.
@@ -133,6 +162,9 @@ func (pc *phaseCounts) add(e auditEvent) {
 			c.watchDelta[node]++
 			if strings.Contains(e.RequestURI, "sendInitialEvents=true") {
 				c.lists[node]++ // a list streamed through the watch (client-go's watch-list)
+				l := &listEvent{res: res, watch: true, start: e.Received}
+				c.listLog[node] = append(c.listLog[node], l)
+				c.openLists[e.AuditID] = l
 				if res == "podcheckpoints" {
 					c.pcpLists++
 				}
@@ -144,6 +176,13 @@ func (pc *phaseCounts) add(e auditEvent) {
 			pc.checkScope(node, e, res)
 		case "ResponseComplete", "Panic":
 			c.watchDelta[node]--
+			if l := c.openLists[e.AuditID]; l != nil {
+				l.ended = e.Staged
+				if e.ResponseStatus != nil {
+					l.code = e.ResponseStatus.Code
+				}
+				delete(c.openLists, e.AuditID)
+			}
 		}
 		return
 	}
@@ -155,6 +194,11 @@ func (pc *phaseCounts) add(e auditEvent) {
 	c.perSecond[e.Received.Unix()]++
 	if e.Verb == "list" {
 		c.lists[node]++
+		l := &listEvent{res: res, start: e.Received, ended: e.Staged}
+		if e.ResponseStatus != nil {
+			l.code = e.ResponseStatus.Code
+		}
+		c.listLog[node] = append(c.listLog[node], l)
 		if res == "podcheckpoints" {
 			c.pcpLists++
 		}
@@ -165,6 +209,12 @@ func (pc *phaseCounts) add(e auditEvent) {
 		if e.ResponseStatus.Code == 429 && res == "leases" {
 			pc.leaseTooMany++
 		}
+		if e.ResponseStatus.Code == 409 {
+			c.conflicts[node]++
+		}
+	}
+	if res == "podcheckpoints/status" && e.ResponseStatus != nil && e.ResponseStatus.Code < 300 {
+		c.pcpStatus[node]++
 	}
 	if res == "pods/status" && e.ObjectRef != nil {
 		k := e.ObjectRef.Namespace + "/" + e.ObjectRef.Name

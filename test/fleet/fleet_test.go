@@ -150,8 +150,12 @@ func BenchmarkFleet(b *testing.B) {
 	heapShims := shimMemory(sims, n, heapKubelets)
 	churnFor := time.Duration(envInt("CRI_SHIM_FLEET_CHURN", int(phase/time.Second))) * time.Second
 	measure("churn", func() string {
-		note := f.churn(sims, churnFor)
-		return fmt.Sprintf("%s; shim memory per node %.0f KiB at the start, %.0f KiB at the end", note, heapShims, shimMemory(sims, n, heapKubelets))
+		var samples []string
+		every := max(churnFor/12, 30*time.Second)
+		note := f.churn(sims, churnFor, every, func() {
+			samples = append(samples, fmt.Sprintf("%.0f", shimMemory(sims, n, heapKubelets)))
+		})
+		return fmt.Sprintf("%s; shim memory per node %.0f KiB at the start, then every %s (KiB): %s", note, heapShims, every, strings.Join(samples, ", "))
 	})
 	measure("checkpoint wave", func() string {
 		for i := range f.nodes {
@@ -159,6 +163,11 @@ func BenchmarkFleet(b *testing.B) {
 		}
 		return f.waitReady(10 * time.Minute)
 	})
+	sourceNote := "spec.sourceImage race: not run (process mode cannot drive a restore)"
+	if !f.process {
+		race := measure("source-image restores", func() string { return f.sourceRace(sims) })
+		sourceNote = sourceFigures(race.counts.side[shim])
+	}
 	stormNote := "restart storm: not run (process mode cannot drive restarts)"
 	if !f.process {
 		restartAt := map[string]time.Time{}
@@ -208,7 +217,7 @@ func BenchmarkFleet(b *testing.B) {
 	audit.read(b)
 	killNote10 := kill(fmt.Sprintf("API server kill -9, %d PodCheckpoints", 10*f.objects))
 
-	report := renderReport(n, f.objects, f.mode(), phase, heapKubelets, heapShims, results, []string{stormNote, killNote, killNote10})
+	report := renderReport(n, f.objects, f.mode(), phase, heapKubelets, heapShims, results, []string{sourceNote, stormNote, killNote, killNote10})
 	b.Log("\n" + report)
 	out := filepath.Join("../../bench/results", fmt.Sprintf("fleet-%s-n%d-%s.md", time.Now().UTC().Format("20060102-150405"), n, f.mode()))
 	if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
@@ -335,12 +344,18 @@ func (f *fleet) claims() string {
 }
 
 // churn replaces one pod per node per minute, spread evenly, for d; the
-// node's runtime follows.
-func (f *fleet) churn(sims []shimNode, d time.Duration) string {
+// node's runtime follows. It calls sample every sampleEvery and at the end.
+func (f *fleet) churn(sims []shimNode, d, sampleEvery time.Duration, sample func()) string {
 	replaced := 0
 	every := time.Minute / time.Duration(f.n)
 	end := time.Now().Add(d)
+	nextSample := time.Now().Add(sampleEvery)
+	defer sample()
 	for i := 0; time.Now().Before(end); i++ {
+		if now := time.Now(); now.After(nextSample) && now.Add(sampleEvery/2).Before(end) {
+			sample()
+			nextSample = now.Add(sampleEvery)
+		}
 		k := i % f.n
 		j := podsPerNode - 2 - (i/f.n)%(podsPerNode-12) // never a pod with an object
 		f.mu.Lock()
@@ -381,14 +396,28 @@ func stormFigures(c *counts, restartAt map[string]time.Time) string {
 		}
 	}
 	slices.Sort(lags)
+	// How fast the API server took the storm's status writes: the gate lag
+	// cannot be lower than the writes before a pod's own over that rate.
+	var first, last time.Time
+	for _, at := range c.statusAt {
+		for _, w := range at {
+			if first.IsZero() || w.Before(first) {
+				first = w
+			}
+			if w.After(last) {
+				last = w
+			}
+		}
+	}
+	rate := float64(writes) / max(last.Sub(first).Seconds(), 1)
 	p := func(q float64) float64 {
 		if len(lags) == 0 {
 			return 0
 		}
 		return lags[int(q*float64(len(lags)-1))]
 	}
-	return fmt.Sprintf("restart storm: %d restarts, %.2f pods/status writes per restart, readiness-gate lag p50 %.2f s, p99 %.2f s, max %.2f s; pods with no status write: %d",
-		len(restartAt), float64(writes)/float64(max(1, len(restartAt))), p(0.5), p(0.99), p(1), missing)
+	return fmt.Sprintf("restart storm: %d restarts, %.2f pods/status writes per restart, readiness-gate lag p50 %.2f s, p99 %.2f s, max %.2f s; pods with no status write: %d; status writes taken at %.0f/s (%d over %.1f s)",
+		len(restartAt), float64(writes)/float64(max(1, len(restartAt))), p(0.5), p(0.99), p(1), missing, rate, writes, last.Sub(first).Seconds())
 }
 
 // resyncFigures: after the API server was ready again, how long until
@@ -401,9 +430,15 @@ func resyncFigures(c *counts, ready time.Time, r *phaseResult) string {
 			last = t
 		}
 	}
-	maxLists := 0
-	for _, l := range c.lists {
-		maxLists = max(maxLists, l)
+	maxLists, busiestNode := 0, ""
+	for node, l := range c.lists {
+		if l > maxLists {
+			maxLists, busiestNode = l, node
+		}
+	}
+	var busiestLists []string
+	for _, l := range c.listLog[busiestNode] {
+		busiestLists = append(busiestLists, l.String())
 	}
 	busiest, total := 0, 0
 	for _, v := range c.perSecond {
@@ -422,8 +457,8 @@ func resyncFigures(c *counts, ready time.Time, r *phaseResult) string {
 	if c.pcpLists > 0 {
 		perList = toNodes / float64(c.pcpLists)
 	}
-	return fmt.Sprintf("%d nodes' shims re-watched, the last %.1f s after the API server was ready; at most %d lists by one node (%d in all); busiest second %d requests, mean %.1f (ratio %.1f); %d PodCheckpoints in the cluster; PodCheckpoint watch events %.0f, the router's %d re-lists' share %d, so %.2f per node's PodCheckpoint list",
-		len(c.lastWatch), last.Sub(ready).Seconds(), maxLists, nodeLists, busiest, mean, float64(busiest)/max(mean, 1), r.objects, r.pcpEvents, r.counts.routerLists, r.counts.routerLists*r.objects, perList)
+	return fmt.Sprintf("%d nodes' shims re-watched, the last %.1f s after the API server was ready; at most %d lists by one node (%d in all; %s: %s); busiest second %d requests, mean %.1f (ratio %.1f); %d PodCheckpoints in the cluster; PodCheckpoint watch events %.0f, the router's %d re-lists' share %d, so %.2f per node's PodCheckpoint list",
+		len(c.lastWatch), last.Sub(ready).Seconds(), maxLists, nodeLists, busiestNode, strings.Join(busiestLists, "; "), busiest, mean, float64(busiest)/max(mean, 1), r.objects, r.pcpEvents, r.counts.routerLists, r.counts.routerLists*r.objects, perList)
 }
 
 // dropped sums the writes the nodes' API writers dropped.

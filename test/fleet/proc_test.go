@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -24,6 +27,9 @@ type shimNode interface {
 	remove(p *corev1.Pod)
 	// restart reports an in-place restart of p; false when the mode cannot.
 	restart(p *corev1.Pod) bool
+	// restoreFrom resolves the restore of p from the PodCheckpoint name, as
+	// the node's RunPodSandbox would; false when the mode cannot.
+	restoreFrom(ctx context.Context, p *corev1.Pod, name string) (bool, error)
 	// pending and dropped are the node's API writer's queue and drops.
 	pending() float64
 	dropped() float64
@@ -32,16 +38,22 @@ type shimNode interface {
 func (n *simNode) add(p *corev1.Pod)    { n.rt.set(p) }
 func (n *simNode) remove(p *corev1.Pod) { n.rt.remove(string(p.UID)) }
 func (n *simNode) dropped() float64     { return n.metric("cri_shim_kubeapi_dropped_total") }
+func (n *simNode) restoreFrom(ctx context.Context, p *corev1.Pod, name string) (bool, error) {
+	_, err := n.restores.Resolve(ctx, p.Namespace, p.Name, string(p.UID), name)
+	return true, err
+}
 
 // procNode is `cri-shim serve` with [kubernetes] as the node, its runtime
-// endpoint an in-memory CRI runtime (internal/fakeruntime) in this process
-// that has a sandbox and a running container for every pod bound to the
-// node. Its checkpoints fail (the runtime has no tasks API): process mode
-// calibrates the steady state, not the capture.
+// endpoint an in-memory CRI runtime (internal/fakeruntime) in this process.
+// The harness runs each pod bound to the node through the shim's socket as
+// the kubelet would (RunPodSandbox, CreateContainer, StartContainer), so the
+// shim's pod table has it. Its checkpoints fail (the runtime has no tasks
+// API): process mode calibrates the steady state, not the capture.
 type procNode struct {
 	name string
 	rt   *fakeruntime.Runtime
 	cmd  *exec.Cmd
+	cri  runtimeapi.RuntimeServiceClient // the shim's socket
 	mu   sync.Mutex
 	sb   map[string]string // pod UID -> sandbox ID
 }
@@ -84,24 +96,43 @@ node_name = %q
 		_ = n.cmd.Process.Signal(syscall.SIGTERM)
 		_, _ = n.cmd.Process.Wait()
 	})
+	sock := filepath.Join(dir, "shim.sock")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s: the shim did not listen within 30 s (%s)", name, filepath.Join(dir, "shim.log"))
+		}
+	}
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	n.cri = runtimeapi.NewRuntimeServiceClient(cc)
 	return n
 }
 
 func (n *procNode) add(p *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := n.rt.Client()
-	sb, err := c.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: string(p.UID)}}})
+	c := n.cri
+	sbc := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: string(p.UID)}}
+	sb, err := c.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbc})
 	if err != nil {
+		log.Printf("node %s: RunPodSandbox %s/%s: %v", n.name, p.Namespace, p.Name, err)
 		return
 	}
 	for _, ct := range p.Spec.Containers {
 		_, _ = n.rt.ImageClient().PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ct.Image}})
-		cr, err := c.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId,
+		cr, err := c.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: sbc,
 			Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: ct.Name}, Image: &runtimeapi.ImageSpec{Image: ct.Image}}})
 		if err == nil {
-			_, _ = c.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId})
+			_, err = c.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId})
+		}
+		if err != nil {
+			log.Printf("node %s: container %s of %s/%s: %v", n.name, ct.Name, p.Namespace, p.Name, err)
 		}
 	}
 	n.mu.Lock()
@@ -119,10 +150,13 @@ func (n *procNode) remove(p *corev1.Pod) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _ = n.rt.Client().StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
-	_, _ = n.rt.Client().RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+	_, _ = n.cri.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+	_, _ = n.cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
 }
 
 func (n *procNode) restart(*corev1.Pod) bool { return false }
-func (n *procNode) pending() float64         { return 0 }
-func (n *procNode) dropped() float64         { return 0 }
+func (n *procNode) restoreFrom(context.Context, *corev1.Pod, string) (bool, error) {
+	return false, nil
+}
+func (n *procNode) pending() float64 { return 0 }
+func (n *procNode) dropped() float64 { return 0 }

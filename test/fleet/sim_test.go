@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/layout"
+	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	"github.com/cri-shim/cri-shim/internal/podstatus"
 	"github.com/cri-shim/cri-shim/internal/podtable"
@@ -100,6 +102,26 @@ type simNode struct {
 	reporter *podstatus.Reporter
 	api      *kubeapi.API
 	reg      *prometheus.Registry // the writer's metrics
+	restores *podcheckpoint.Restores
+}
+
+// registryAnswer is how long the simulated registry takes to answer a
+// source check (one index GET).
+const registryAnswer = 200 * time.Millisecond
+
+// simSource answers every spec.sourceImage check as a registry serving a
+// checkpoint of pod team-0/origin would (the registry itself is not what
+// the harness measures).
+type simSource struct{}
+
+func (simSource) CheckSource(ctx context.Context, ns, pod, uid, ref string) (ociartifact.SourceInfo, error) {
+	select {
+	case <-ctx.Done():
+		return ociartifact.SourceInfo{}, ctx.Err()
+	case <-time.After(registryAnswer):
+	}
+	_, digest, _ := strings.Cut(ref, "@")
+	return ociartifact.SourceInfo{Digest: digest, PodNamespace: ns, PodName: "origin", PodUID: "origin-uid", Containers: []string{"app"}}, nil
 }
 
 // pending is how many writes the node's API writer and event recorder
@@ -145,7 +167,8 @@ func startShimNode(ctx context.Context, t testing.TB, cp *controlPlane, name, ro
 	}
 	go api.Run(ctx)
 	go n.reporter.Run(ctx)
-	go podcheckpoint.Run(ctx, api.Client, name, dir, n.rt, n.rt, nil, nil, nil, events, log)
+	n.restores = podcheckpoint.NewRestores(name, 15*time.Second, events)
+	go podcheckpoint.Run(ctx, api.Client, name, dir, n.rt, n.rt, n.restores, nil, simSource{}, events, log)
 	return n
 }
 
