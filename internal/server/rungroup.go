@@ -34,10 +34,11 @@ func (g *runGroup) Add(name string, run func(context.Context), uses ...string) {
 }
 
 // Start starts every runnable, each after those it uses, and returns the
-// group's stop. The runnables run until stop, not until ctx ends: stop
-// cancels each once every runnable that uses it has returned, and waits for
-// all of them; calling it again does nothing. A name used but not added
-// (or added later: there are no cycles) is an error, and nothing starts.
+// group's stop. The stop begins when ctx ends or stop is called, whichever
+// comes first: it cancels each runnable once every runnable that uses it has
+// returned, and stop waits for all of them; calling it again does nothing
+// more. A name used but not added (or added later: there are no cycles) is
+// an error, and nothing starts.
 func (g *runGroup) Start(ctx context.Context) (stop func(), err error) {
 	byName := map[string]*runnable{}
 	for _, r := range g.runs {
@@ -61,7 +62,7 @@ func (g *runGroup) Start(ctx context.Context) (stop func(), err error) {
 		go func() { defer close(r.done); r.run(rctx) }()
 	}
 	var once sync.Once
-	return func() {
+	stop = func() {
 		once.Do(func() {
 			for _, r := range g.runs {
 				go func() {
@@ -75,5 +76,10 @@ func (g *runGroup) Start(ctx context.Context) (stop func(), err error) {
 				<-r.done
 			}
 		})
-	}, nil
+	}
+	// The server's context ends at SIGTERM or an upgrade: the features stop
+	// then, side by side with the CRI server's graceful stop, not after it
+	// (a restart begun during the stop would be cut short by the exec).
+	context.AfterFunc(ctx, stop)
+	return stop, nil
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // A runnable is stopped only after every runnable that uses it has
-// returned; ctx ending does not stop the group, its stop does; a use of a
-// name not added before is refused before anything starts.
+// returned, whether ctx ended or stop was called; a use of a name not added
+// before is refused before anything starts.
 func TestRunGroupStopsUsersFirst(t *testing.T) {
 	var mu sync.Mutex
 	var stopped []string
@@ -33,19 +33,46 @@ func TestRunGroupStopsUsersFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cancel()
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
 	mu.Lock()
 	early := len(stopped)
 	mu.Unlock()
 	if early != 0 {
-		t.Fatalf("%d runnables stopped when ctx ended, before the group's stop", early)
+		t.Fatalf("%d runnables stopped before ctx ended or stop was called", early)
+	}
+	cancel() // the server's context ends: the stop begins
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(stopped)
+		mu.Unlock()
+		if n == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d runnables stopped after ctx ended", n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	stop()
 	stop()
 	pos := func(name string) int { return slices.Index(stopped, name) }
-	if len(stopped) != 4 || pos("restarts") > pos("reporter") || pos("reporter") > pos("writer") || pos("restarts") > pos("feed") {
+	if pos("restarts") > pos("reporter") || pos("reporter") > pos("writer") || pos("restarts") > pos("feed") {
 		t.Fatalf("stop order %v: a runnable stopped before one that uses it", stopped)
+	}
+
+	// stop called first does the same.
+	stopped = nil
+	var h runGroup
+	h.Add("writer", record("writer", 0))
+	h.Add("reporter", record("reporter", 20*time.Millisecond), "writer")
+	stop, err = h.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if !slices.Equal(stopped, []string{"reporter", "writer"}) {
+		t.Fatalf("stop order %v", stopped)
 	}
 
 	var bad runGroup
