@@ -22,8 +22,11 @@ func TestAuditCounts(t *testing.T) {
 		`{"stage":"ResponseComplete","verb":"update","requestURI":"/apis/checkpoint.cri-shim.io/v1alpha1/namespaces/a/podcheckpoints/x/status","userAgent":"cri-shim/dev (node n3)","user":{"username":"system:node:n3"},"objectRef":{"resource":"podcheckpoints","subresource":"status"},"responseStatus":{"code":409}}`,
 		`{"auditID":"w1","stage":"ResponseStarted","verb":"watch","requestURI":"/api/v1/pods?fieldSelector=spec.nodeName%3Dn3&sendInitialEvents=true&watch=true","requestReceivedTimestamp":"2026-11-27T10:00:00Z","userAgent":"cri-shim/dev (node n3)","user":{"username":"system:node:n3"},"objectRef":{"resource":"pods"}}`,
 		`{"auditID":"w1","stage":"ResponseComplete","verb":"watch","requestURI":"/api/v1/pods?fieldSelector=spec.nodeName%3Dn3&sendInitialEvents=true&watch=true","requestReceivedTimestamp":"2026-11-27T10:00:00Z","stageTimestamp":"2026-11-27T10:00:02.5Z","userAgent":"cri-shim/dev (node n3)","user":{"username":"system:node:n3"},"objectRef":{"resource":"pods"},"responseStatus":{"code":500}}`,
+		`{"auditID":"r1","stage":"ResponseStarted","verb":"watch","requestURI":"/apis/checkpoint.cri-shim.io/v1alpha1/podcheckpoints?sendInitialEvents=true&watch=true","user":{"username":"system:serviceaccount:cri-shim-system:cri-shim-router"},"objectRef":{"resource":"podcheckpoints"}}`,
+		`{"auditID":"r1","stage":"ResponseComplete","verb":"watch","requestURI":"/apis/checkpoint.cri-shim.io/v1alpha1/podcheckpoints?sendInitialEvents=true&watch=true","user":{"username":"system:serviceaccount:cri-shim-system:cri-shim-router"},"objectRef":{"resource":"podcheckpoints"},"responseStatus":{"code":429}}`,
+		`{"auditID":"r2","stage":"ResponseStarted","verb":"watch","requestURI":"/apis/checkpoint.cri-shim.io/v1alpha1/podcheckpoints?sendInitialEvents=true&watch=true","user":{"username":"system:serviceaccount:cri-shim-system:cri-shim-router"},"objectRef":{"resource":"podcheckpoints"}}`,
 	}
-	pc := phaseCounts{side: [2]*counts{newCounts(), newCounts()}}
+	pc := newPhaseCounts()
 	for _, l := range lines {
 		var e auditEvent
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
@@ -43,6 +46,12 @@ func TestAuditCounts(t *testing.T) {
 	}
 	if l := s.listLog["n3"]; len(l) != 1 || l[0].String() != "watch-list pods at 10:00:00.0 (500 after 2.5 s)" || len(s.openLists) != 0 {
 		t.Errorf("n3's lists %v, still open %v", l, s.openLists)
+	}
+	if s.lists["n3"] != 0 || s.refused["n3"] != 1 || s.pcpLists != 2 {
+		t.Errorf("n3: lists %d, refused %d (want 0 and 1: the watch-list ended 500); PodCheckpoint lists %d", s.lists["n3"], s.refused["n3"], s.pcpLists)
+	}
+	if pc.routerLists != 1 {
+		t.Errorf("router lists %d, want 1 (one served, one refused)", pc.routerLists)
 	}
 	if len(s.listLog["n1"]) != 2 {
 		t.Errorf("n1's lists %v", s.listLog["n1"])

@@ -54,7 +54,8 @@ const (
 type counts struct {
 	perNode    map[string]int // non-watch requests by node
 	byVerb     map[string]int // "verb resource[/sub]", non-watch
-	lists      map[string]int // lists by node, watch-lists included
+	lists      map[string]int // lists served by node, watch-lists included
+	refused    map[string]int // lists and watch-lists the API server refused (429: not ready or overloaded), by node
 	pcpLists   int            // of them, lists of PodCheckpoints
 	watchDelta map[string]int // watches started minus ended, by node
 	lastWatch  map[string]time.Time
@@ -91,7 +92,7 @@ func (l *listEvent) String() string {
 func newCounts() *counts {
 	return &counts{perNode: map[string]int{}, byVerb: map[string]int{}, lists: map[string]int{}, watchDelta: map[string]int{},
 		lastWatch: map[string]time.Time{}, perSecond: map[int64]int{}, codes: map[int]int{}, statusAt: map[string][]time.Time{},
-		conflicts: map[string]int{}, pcpStatus: map[string]int{}, listLog: map[string][]*listEvent{}, openLists: map[string]*listEvent{}}
+		conflicts: map[string]int{}, pcpStatus: map[string]int{}, listLog: map[string][]*listEvent{}, openLists: map[string]*listEvent{}, refused: map[string]int{}}
 }
 
 // phaseCounts is what one phase's requests of the simulated nodes were.
@@ -99,14 +100,19 @@ type phaseCounts struct {
 	side         [2]*counts
 	unscoped     []string // PodCheckpoint lists and watches of a node without its node selector
 	leaseTooMany int      // 429 answers to the kubelet's lease writes
-	routerLists  int      // the router's lists of PodCheckpoints
+	routerLists  int      // the router's lists of PodCheckpoints served
+	routerOpen   map[string]bool
+}
+
+func newPhaseCounts() phaseCounts {
+	return phaseCounts{side: [2]*counts{newCounts(), newCounts()}, routerOpen: map[string]bool{}}
 }
 
 const routerUser = "system:serviceaccount:cri-shim-system:cri-shim-router"
 
 func (a *auditReader) read(t testing.TB) phaseCounts {
 	t.Helper()
-	pc := phaseCounts{side: [2]*counts{newCounts(), newCounts()}}
+	pc := newPhaseCounts()
 	f, err := os.Open(a.path)
 	if err != nil {
 		t.Fatal(err)
@@ -136,9 +142,20 @@ func (a *auditReader) read(t testing.TB) phaseCounts {
 func (pc *phaseCounts) add(e auditEvent) {
 	node, isNode := strings.CutPrefix(e.User.Username, "system:node:")
 	if !isNode {
-		if e.User.Username == routerUser && e.ObjectRef != nil && e.ObjectRef.Resource == "podcheckpoints" &&
-			(e.Verb == "list" && e.Stage == "ResponseComplete" || e.Verb == "watch" && e.Stage == "ResponseStarted" && strings.Contains(e.RequestURI, "sendInitialEvents=true")) {
+		if e.User.Username != routerUser || e.ObjectRef == nil || e.ObjectRef.Resource != "podcheckpoints" {
+			return
+		}
+		switch {
+		case e.Verb == "list" && e.Stage == "ResponseComplete" && !refused(e):
 			pc.routerLists++
+		case e.Verb == "watch" && e.Stage == "ResponseStarted" && strings.Contains(e.RequestURI, "sendInitialEvents=true"):
+			pc.routerLists++
+			pc.routerOpen[e.AuditID] = true
+		case e.Verb == "watch" && e.Stage == "ResponseComplete" && pc.routerOpen[e.AuditID]:
+			delete(pc.routerOpen, e.AuditID)
+			if refused(e) {
+				pc.routerLists--
+			}
 		}
 		return
 	}
@@ -182,6 +199,14 @@ func (pc *phaseCounts) add(e auditEvent) {
 					l.code = e.ResponseStatus.Code
 				}
 				delete(c.openLists, e.AuditID)
+				if refused(e) {
+					// Counted as a list when it started: it sent nothing.
+					c.lists[node]--
+					c.refused[node]++
+					if res == "podcheckpoints" {
+						c.pcpLists--
+					}
+				}
 			}
 		}
 		return
@@ -193,14 +218,19 @@ func (pc *phaseCounts) add(e auditEvent) {
 	c.byVerb[e.Verb+" "+res]++
 	c.perSecond[e.Received.Unix()]++
 	if e.Verb == "list" {
-		c.lists[node]++
 		l := &listEvent{res: res, start: e.Received, ended: e.Staged}
 		if e.ResponseStatus != nil {
 			l.code = e.ResponseStatus.Code
 		}
 		c.listLog[node] = append(c.listLog[node], l)
-		if res == "podcheckpoints" {
+		switch {
+		case refused(e):
+			c.refused[node]++
+		case res == "podcheckpoints":
 			c.pcpLists++
+			fallthrough
+		default:
+			c.lists[node]++
 		}
 		pc.checkScope(node, e, res)
 	}
@@ -238,4 +268,11 @@ func (pc *phaseCounts) checkScope(node string, e auditEvent, res string) {
 		return
 	}
 	pc.unscoped = append(pc.unscoped, e.RequestURI)
+}
+
+// refused says whether the API server answered a list or watch with an
+// error status (429 while its watch cache is not ready, or overloaded):
+// nothing was listed.
+func refused(e auditEvent) bool {
+	return e.ResponseStatus != nil && e.ResponseStatus.Code >= 400
 }

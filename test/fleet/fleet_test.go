@@ -316,10 +316,40 @@ func (f *fleet) waitReady(within time.Duration) string {
 			return fmt.Sprintf("%d of %d PodCheckpoints Ready", ready, f.objects)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Sprintf("only %d of %d PodCheckpoints Ready after %s", ready, f.objects, within)
+			return fmt.Sprintf("only %d of %d PodCheckpoints Ready after %s (%s)", ready, f.objects, within, f.notReady(5))
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// notReady describes at most n objects that are not Ready: routing label,
+// holder, Ready reason and message, and where their source pod is bound.
+func (f *fleet) notReady(n int) string {
+	l, err := f.pcp.List(f.ctx, "", metav1.ListOptions{})
+	if err != nil {
+		return "objects not listed: " + err.Error()
+	}
+	bound := map[string]string{}
+	for i := range f.nodes {
+		for _, p := range f.podsOf(i) {
+			bound[p.Namespace+"/"+p.Name] = f.nodes[i]
+		}
+	}
+	var out []string
+	for _, pc := range l.Items {
+		reason, msg := "no Ready condition", ""
+		for _, c := range pc.Status.Conditions {
+			if c.Type == cpv1.ConditionReady {
+				reason, msg = c.Reason, c.Message
+			}
+		}
+		if reason == cpv1.ReasonCompleted || pc.Spec.SourceImage != "" || len(out) >= n {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s/%s: label %q, held by %q, %s %q, pod bound to %q", pc.Namespace, pc.Name,
+			pc.Labels[cpv1.NodeLabel], pc.Status.NodeName, reason, msg, bound[pc.Namespace+"/"+pc.Spec.SourcePodName]))
+	}
+	return strings.Join(out, "; ")
 }
 
 // claims counts the objects held by a node their pod is not bound to.
@@ -436,6 +466,11 @@ func resyncFigures(c *counts, ready time.Time, r *phaseResult) string {
 			maxLists, busiestNode = l, node
 		}
 	}
+	refusedAll, refusedMost := 0, 0
+	for _, k := range c.refused {
+		refusedAll += k
+		refusedMost = max(refusedMost, k)
+	}
 	var busiestLists []string
 	for _, l := range c.listLog[busiestNode] {
 		busiestLists = append(busiestLists, l.String())
@@ -457,8 +492,8 @@ func resyncFigures(c *counts, ready time.Time, r *phaseResult) string {
 	if c.pcpLists > 0 {
 		perList = toNodes / float64(c.pcpLists)
 	}
-	return fmt.Sprintf("%d nodes' shims re-watched, the last %.1f s after the API server was ready; at most %d lists by one node (%d in all; %s: %s); busiest second %d requests, mean %.1f (ratio %.1f); %d PodCheckpoints in the cluster; PodCheckpoint watch events %.0f, the router's %d re-lists' share %d, so %.2f per node's PodCheckpoint list",
-		len(c.lastWatch), last.Sub(ready).Seconds(), maxLists, nodeLists, busiestNode, strings.Join(busiestLists, "; "), busiest, mean, float64(busiest)/max(mean, 1), r.objects, r.pcpEvents, r.counts.routerLists, r.counts.routerLists*r.objects, perList)
+	return fmt.Sprintf("%d nodes' shims re-watched, the last %.1f s after the API server was ready; at most %d lists by one node (%d in all; %s: %s); lists and watch-lists refused (429, nothing listed): %d, at most %d by one node; busiest second %d requests, mean %.1f (ratio %.1f); %d PodCheckpoints in the cluster; PodCheckpoint watch events %.0f, the router's %d re-lists' share %d, so %.2f per node's PodCheckpoint list",
+		len(c.lastWatch), last.Sub(ready).Seconds(), maxLists, nodeLists, busiestNode, strings.Join(busiestLists, "; "), refusedAll, refusedMost, busiest, mean, float64(busiest)/max(mean, 1), r.objects, r.pcpEvents, r.counts.routerLists, r.counts.routerLists*r.objects, perList)
 }
 
 // dropped sums the writes the nodes' API writers dropped.

@@ -113,17 +113,56 @@ build_critest() {
 	mark critest "$dir/go.mod" "$dir/go.sum"
 }
 
-# CRIU: bookworm's 3.17 fails `criu check` on this kernel (vDSO layout); trixie's
-# 4.x works but needs a newer glibc. Its packages are unpacked into a private
-# prefix and run through that prefix's dynamic loader, leaving the system alone.
-# The mirror is the one this machine's apt already uses, with the suite swapped.
+# CRIU: bookworm's 3.17 fails `criu check` on this kernel (vDSO layout).
+# trixie's 4.1.1 passes the check, but on kernel 6.18.44 its dump of any
+# process (a plain `sleep` too) hangs for good in the parasite's cure
+# ("Waiting for N to trap"); sid's 4.2.1 dumps. Each suite's CRIU needs a
+# newer glibc than the system's: its packages are unpacked into a private
+# prefix and run through that prefix's dynamic loader, leaving the system
+# alone. The mirror is the one this machine's apt already uses, with the
+# suite swapped. The first suite whose CRIU dumps a live process here is
+# kept, and a cached CRIU that no longer dumps (a new kernel) is replaced.
+CRIU_SUITES=(trixie sid)
 CRIU_DEBS=(criu libc6 libgnutls30t64 libnftables1 libcompel1 libnettle8t64 libhogweed6t64 libunistring5
 	libidn2-0 libp11-kit0 libtasn1-6 libgmp10 libnftnl11 libxtables12 libjansson4 libmnl0 libffi8 libbsd0
-	libmd0 libprotobuf-c1 libnl-3-200 libnet1 libuuid1)
+	libmd0 libprotobuf-c1 libnl-3-200 libuuid1)
+declare -A CRIU_LIBNET=([trixie]=libnet1 [sid]=libnet9)
+
+# criu_dumps CRIU: whether CRIU dumps a live process (left running) within
+# 20 s on this kernel.
+criu_dumps() {
+	local dir pid ok=1
+	dir=$(mktemp -d)
+	setsid sleep 600 </dev/null >/dev/null 2>&1 &
+	pid=$!
+	sleep 0.2
+	if timeout 20 "$1" dump -t "$pid" -D "$dir" --leave-running -o "$dir/dump.log" >/dev/null 2>&1; then ok=0; fi
+	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	rm -rf "$dir"
+	return $ok
+}
+
 install_criu() {
-	local prefix=$STACK/criu
-	if [[ -x $BIN/criu ]] && "$BIN/criu" --version >/dev/null 2>&1 && [[ -f $STACK/stamps/criu ]]; then return 0; fi
-	log "installing CRIU 4 from Debian trixie into $prefix"
+	if [[ -x $BIN/criu && -f $STACK/stamps/criu ]] && "$BIN/criu" --version >/dev/null 2>&1 && criu_dumps "$BIN/criu"; then return 0; fi
+	local suite
+	for suite in "${CRIU_SUITES[@]}"; do
+		install_criu_from "$suite" || continue
+		if criu_dumps "$BIN/criu"; then
+			touch "$STACK/stamps/criu"
+			return 0
+		fi
+		log "CRIU from $suite ($("$BIN/criu" --version | head -n1)) does not dump a process on kernel $(uname -r); trying the next suite"
+	done
+	rm -f "$STACK/stamps/criu"
+	log "no CRIU of ${CRIU_SUITES[*]} dumps a process on kernel $(uname -r): checkpoints cannot work on this machine"
+	return 1
+}
+
+# install_criu_from SUITE: CRIU and its libraries from Debian SUITE.
+install_criu_from() {
+	local suite=$1 prefix=$STACK/criu
+	log "installing CRIU 4 from Debian $suite into $prefix"
 	local mirror
 	mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
 	if [[ -z $mirror ]]; then
@@ -133,23 +172,22 @@ install_criu() {
 	local apt=$STACK/criu-apt
 	rm -rf "$apt" "$prefix"
 	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs" "$prefix"
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main" > "$apt/sources.list"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main" > "$apt/sources.list"
 	local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
 		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o "APT::Get::List-Cleanup=0")
-	apt-get "${opts[@]}" update -qq
-	(cd "$apt/debs" && apt-get "${opts[@]}" download "${CRIU_DEBS[@]}" >/dev/null)
+	apt-get "${opts[@]}" update -qq || return 1
+	(cd "$apt/debs" && apt-get "${opts[@]}" download "${CRIU_DEBS[@]}" "${CRIU_LIBNET[$suite]}" >/dev/null) || return 1
 	for d in "$apt"/debs/*.deb; do dpkg-deb -x "$d" "$prefix"; done
 	local ld
 	ld=$(find "$prefix" -name 'ld-linux-x86-64.so.2' | head -n1)
 	[[ -n $ld ]] || { log "CRIU prefix has no dynamic loader"; return 1; }
 	cat > "$BIN/criu" <<EOF
 #!/bin/sh
-# CRIU from Debian trixie, run with its own glibc (installed by test/stack/install.sh).
+# CRIU from Debian $suite, run with its own glibc (installed by test/stack/install.sh).
 exec "$ld" --library-path "$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu" "$prefix/usr/sbin/criu" "\$@"
 EOF
 	chmod +x "$BIN/criu"
 	"$BIN/criu" --version
-	touch "$STACK/stamps/criu"
 }
 
 build_images() {
