@@ -322,6 +322,17 @@ func (f *fleet) waitReady(within time.Duration) string {
 	}
 }
 
+// boundNodes maps each pod the harness bound, namespace/name, to its node.
+func (f *fleet) boundNodes() map[string]string {
+	bound := map[string]string{}
+	for i := range f.nodes {
+		for _, p := range f.podsOf(i) {
+			bound[p.Namespace+"/"+p.Name] = f.nodes[i]
+		}
+	}
+	return bound
+}
+
 // notReady describes at most n objects that are not Ready: routing label,
 // holder, Ready reason and message, and where their source pod is bound.
 func (f *fleet) notReady(n int) string {
@@ -329,12 +340,7 @@ func (f *fleet) notReady(n int) string {
 	if err != nil {
 		return "objects not listed: " + err.Error()
 	}
-	bound := map[string]string{}
-	for i := range f.nodes {
-		for _, p := range f.podsOf(i) {
-			bound[p.Namespace+"/"+p.Name] = f.nodes[i]
-		}
-	}
+	bound := f.boundNodes()
 	var out []string
 	for _, pc := range l.Items {
 		reason, msg := "no Ready condition", ""
@@ -354,12 +360,7 @@ func (f *fleet) notReady(n int) string {
 
 // claims counts the objects held by a node their pod is not bound to.
 func (f *fleet) claims() string {
-	bound := map[string]string{}
-	for i := range f.nodes {
-		for _, p := range f.podsOf(i) {
-			bound[p.Namespace+"/"+p.Name] = f.nodes[i]
-		}
-	}
+	bound := f.boundNodes()
 	l, err := f.pcp.List(f.ctx, "", metav1.ListOptions{})
 	if err != nil {
 		return "objects not listed: " + err.Error()

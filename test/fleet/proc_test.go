@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -28,8 +29,8 @@ type shimNode interface {
 	// restart reports an in-place restart of p; false when the mode cannot.
 	restart(p *corev1.Pod) bool
 	// restoreFrom resolves the restore of p from the PodCheckpoint name, as
-	// the node's RunPodSandbox would; false when the mode cannot.
-	restoreFrom(ctx context.Context, p *corev1.Pod, name string) (bool, error)
+	// the node's RunPodSandbox would (in-process nodes only).
+	restoreFrom(ctx context.Context, p *corev1.Pod, name string) error
 	// pending and dropped are the node's API writer's queue and drops.
 	pending() float64
 	dropped() float64
@@ -38,9 +39,9 @@ type shimNode interface {
 func (n *simNode) add(p *corev1.Pod)    { n.rt.set(p) }
 func (n *simNode) remove(p *corev1.Pod) { n.rt.remove(string(p.UID)) }
 func (n *simNode) dropped() float64     { return n.metric("cri_shim_kubeapi_dropped_total") }
-func (n *simNode) restoreFrom(ctx context.Context, p *corev1.Pod, name string) (bool, error) {
+func (n *simNode) restoreFrom(ctx context.Context, p *corev1.Pod, name string) error {
 	_, err := n.restores.Resolve(ctx, p.Namespace, p.Name, string(p.UID), name)
-	return true, err
+	return err
 }
 
 // procNode is `cri-shim serve` with [kubernetes] as the node, its runtime
@@ -155,8 +156,8 @@ func (n *procNode) remove(p *corev1.Pod) {
 }
 
 func (n *procNode) restart(*corev1.Pod) bool { return false }
-func (n *procNode) restoreFrom(context.Context, *corev1.Pod, string) (bool, error) {
-	return false, nil
+func (n *procNode) restoreFrom(context.Context, *corev1.Pod, string) error {
+	return errors.New("process mode cannot drive a restore")
 }
 func (n *procNode) pending() float64 { return 0 }
 func (n *procNode) dropped() float64 { return 0 }

@@ -56,7 +56,7 @@ func (f *fleet) sourceRace(sims []shimNode) string {
 			<-start
 			ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 			defer cancel()
-			if _, err := s.restoreFrom(ctx, pods[i], sourceObject); err != nil {
+			if err := s.restoreFrom(ctx, pods[i], sourceObject); err != nil {
 				mu.Lock()
 				refused++
 				mu.Unlock()
