@@ -70,7 +70,8 @@ else
 endif
 
 e2e: build stack
-	$(GO) test -count=1 -v -timeout 40m ./test/e2e/... 2>&1 | tee _output/e2e.log; exit $${PIPESTATUS[0]}
+	$(GO) test -count=1 -v -timeout 60m ./test/e2e/... 2>&1 | tee _output/e2e.log; rc=$${PIPESTATUS[0]}; \
+		test/e2e-summary.sh _output/e2e.log; exit $$rc
 
 test: unit e2e e2e-oldest
 

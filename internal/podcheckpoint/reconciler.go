@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -418,37 +416,6 @@ func (r *Reconciler) fail(ctx context.Context, pc *cpv1.PodCheckpoint, msg strin
 		r.ev.emit(objectRef(pc), corev1.EventTypeWarning, EventCheckpointFailed, msg)
 	}
 	return err
-}
-
-// finalize removes the node's data of a deleted object, then its finalizer.
-func (r *Reconciler) finalize(ctx context.Context, pc *cpv1.PodCheckpoint) error {
-	if !slices.Contains(pc.Finalizers, cpv1.NodeDataFinalizer) {
-		return nil
-	}
-	if err := r.removeData(pc); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	delete(r.exportFailed, pc.UID)
-	r.mu.Unlock()
-	pc.Finalizers = slices.DeleteFunc(pc.Finalizers, func(f string) bool { return f == cpv1.NodeDataFinalizer })
-	out, err := r.objs.Update(ctx, pc)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	r.Observe(out)
-	return nil
-}
-
-func (r *Reconciler) removeData(pc *cpv1.PodCheckpoint) error {
-	dir := filepath.Join(r.cfg.Root, DataDir(pc))
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("removing %s: %w", dir, err)
-	}
-	return nil
 }
 
 // retryMax bounds the wait between two tries of a status write.

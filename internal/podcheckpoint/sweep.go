@@ -2,11 +2,14 @@ package podcheckpoint
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
@@ -95,4 +98,35 @@ func (w *Watches) sweepOnce(store cache.Store, now time.Time) int {
 		w.log.Info("podcheckpoint: removed the data of an object that is gone", "dir", name)
 	}
 	return n
+}
+
+// finalize removes the node's data of a deleted object, then its finalizer.
+func (r *Reconciler) finalize(ctx context.Context, pc *cpv1.PodCheckpoint) error {
+	if !slices.Contains(pc.Finalizers, cpv1.NodeDataFinalizer) {
+		return nil
+	}
+	if err := r.removeData(pc); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	delete(r.exportFailed, pc.UID)
+	r.mu.Unlock()
+	pc.Finalizers = slices.DeleteFunc(pc.Finalizers, func(f string) bool { return f == cpv1.NodeDataFinalizer })
+	out, err := r.objs.Update(ctx, pc)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.Observe(out)
+	return nil
+}
+
+func (r *Reconciler) removeData(pc *cpv1.PodCheckpoint) error {
+	dir := filepath.Join(r.cfg.Root, DataDir(pc))
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
 }
