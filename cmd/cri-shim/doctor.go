@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -134,47 +133,6 @@ func cgroupFinding(fsType int64) finding {
 	}
 	return finding{"cgroup", warn, "v1: deprecated; kubelet v1.36 refuses it unless failCgroupV1: false (and cgroupDriver: cgroupfs without systemd's unified hierarchy)",
 		"boot with systemd.unified_cgroup_hierarchy=1, or set failCgroupV1: false in the kubelet's configuration"}
-}
-
-var criuVersionRE = regexp.MustCompile(`Version:\s*(\d+)\.(\d+)`)
-
-// checkCRIU finds the criu runc will run (the first on PATH) and asks it for
-// its version and `criu check`.
-func checkCRIU() finding {
-	bin, err := exec.LookPath("criu")
-	if err != nil {
-		return finding{"criu", warn, "not on PATH: CheckpointPod, RestorePod and warm starts fail; everything else works",
-			"install CRIU 4 (runc runs the first criu on its PATH)"}
-	}
-	out, err := exec.Command(bin, "--version").CombinedOutput()
-	if err != nil {
-		return finding{"criu", warn, fmt.Sprintf("%s --version: %v", bin, err), "reinstall CRIU 4"}
-	}
-	f := criuVersionFinding(bin, string(out))
-	if f.level != ok || os.Geteuid() != 0 {
-		return f
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, bin, "check").CombinedOutput(); err != nil {
-		return finding{"criu", warn, fmt.Sprintf("%s: criu check failed: %s", f.detail, lastLine(string(out))),
-			"see `criu check` (a CRIU too old for this kernel fails here: Debian bookworm's 3.17 does on 6.x)"}
-	}
-	f.detail += "; criu check: looks good"
-	return f
-}
-
-func criuVersionFinding(bin, out string) finding {
-	m := criuVersionRE.FindStringSubmatch(out)
-	if m == nil {
-		return finding{"criu", warn, fmt.Sprintf("%s: no version in %q", bin, lastLine(out)), "install CRIU 4"}
-	}
-	major, _ := strconv.Atoi(m[1])
-	v := m[1] + "." + m[2]
-	if major < 4 {
-		return finding{"criu", warn, fmt.Sprintf("%s is CRIU %s: older than 4, which checkpoints fail with on recent kernels", bin, v), "install CRIU 4"}
-	}
-	return finding{"criu", ok, fmt.Sprintf("%s is CRIU %s", bin, v), ""}
 }
 
 // checkRuntime asks the runtime behind endpoint for its version and status.
