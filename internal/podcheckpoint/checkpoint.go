@@ -65,7 +65,13 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 			event()
 			return
 		}
-		if apierrors.IsNotFound(err) {
+		if final(err) {
+			// Gone, replaced, another node's, or refused for good: the
+			// outcome cannot be recorded, and data no object records is
+			// not kept.
+			if !apierrors.IsNotFound(err) {
+				r.log.Warn("podcheckpoint: the outcome cannot be written; its data removed", "object", key(pc.Namespace, pc.Name), "err", err)
+			}
 			r.removeData(pc)
 			return
 		}

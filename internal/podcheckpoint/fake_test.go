@@ -39,6 +39,10 @@ type fakeAPI struct {
 	// closed (or the Get's context ends): a server that does not answer.
 	hold        chan struct{}
 	gets, inGet int // Get calls made, and those not returned yet
+	// statusFault, when set, is asked before each status write with the
+	// Ready reason it writes: an error fails the write, before it is
+	// applied or, with applied, after (a server whose answer was lost).
+	statusFault func(reason string) (applied bool, err error)
 }
 
 func newFakeAPI() *fakeAPI { return &fakeAPI{objs: map[string]*cpv1.PodCheckpoint{}} }
@@ -96,6 +100,18 @@ func (f *fakeAPI) write(pc *cpv1.PodCheckpoint, statusOnly bool) (*cpv1.PodCheck
 	if cur.ResourceVersion != pc.ResourceVersion {
 		return nil, apierrors.NewConflict(gr, pc.Name, fmt.Errorf("stale %s, now %s", pc.ResourceVersion, cur.ResourceVersion))
 	}
+	var fault error
+	if statusOnly && f.statusFault != nil {
+		reason := ""
+		if c := ready(pc); c != nil {
+			reason = c.Reason
+		}
+		applied, err := f.statusFault(reason)
+		if err != nil && !applied {
+			return nil, err
+		}
+		fault = err
+	}
 	next := cur.DeepCopy()
 	if statusOnly {
 		next.Status = *pc.Status.DeepCopy()
@@ -111,6 +127,9 @@ func (f *fakeAPI) write(pc *cpv1.PodCheckpoint, statusOnly bool) (*cpv1.PodCheck
 		delete(f.objs, key(pc.Namespace, pc.Name))
 	} else {
 		f.objs[key(pc.Namespace, pc.Name)] = next
+	}
+	if fault != nil {
+		return nil, fault
 	}
 	return next.DeepCopy(), nil
 }

@@ -92,9 +92,13 @@ type Reconciler struct {
 	mu      sync.Mutex
 	objects map[string]*cpv1.PodCheckpoint // ns/name -> newest seen
 	// started holds the objects this process checkpointed: a copy of one
-	// that a watch delivers late (still InProgress or Pending) is not taken
-	// for the leftover of an earlier shim, nor started again.
+	// that a watch delivers late (still InProgress or Pending) is not
+	// started again. claimed holds those it wrote InProgress for, or tried
+	// to: a write that failed may have been applied with its answer lost,
+	// so an InProgress copy of one is not an earlier shim's leftover, and
+	// its checkpoint is started once the write succeeds.
 	started map[types.UID]bool
+	claimed map[types.UID]bool
 	byPod   map[string]types.UID // ns/pod -> object checkpointing it
 	// exporting holds the objects being pushed (export.go), exportFailed
 	// when the last push of an object failed.
@@ -121,6 +125,7 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "podcheckpoint"}),
 		objects: make(map[string]*cpv1.PodCheckpoint),
 		started: make(map[types.UID]bool),
+		claimed: make(map[types.UID]bool),
 		byPod:   make(map[string]types.UID),
 
 		exporting:    make(map[types.UID]bool),
@@ -264,7 +269,7 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 	}
 	r.mu.Lock()
 	// The pod's checkpoint in flight is this object's (spec is immutable).
-	busy, ours := r.byPod[key(pc.Namespace, pc.Spec.SourcePodName)] == pc.UID, r.started[pc.UID]
+	busy, ours, claimed := r.byPod[key(pc.Namespace, pc.Spec.SourcePodName)] == pc.UID, r.started[pc.UID], r.claimed[pc.UID]
 	r.mu.Unlock()
 	if pc.DeletionTimestamp != nil {
 		if busy {
@@ -280,7 +285,7 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 	if terminal(pc) || busy || ours {
 		return nil
 	}
-	if c := ready(pc); pc.Status.NodeName == r.cfg.Node && c != nil && c.Reason == cpv1.ReasonInProgress {
+	if c := ready(pc); pc.Status.NodeName == r.cfg.Node && c != nil && c.Reason == cpv1.ReasonInProgress && !claimed {
 		// This node was checkpointing it and no checkpoint runs: an earlier
 		// shim died mid-checkpoint (KEP-5823: not resumable; finalise as failed).
 		r.removeData(pc)
@@ -361,7 +366,7 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *podt
 		r.mu.Unlock()
 		return fmt.Errorf("%w: another checkpoint of pod %s is in progress", errNotYet, pc.Spec.SourcePodName)
 	}
-	r.started[pc.UID] = true
+	r.claimed[pc.UID] = true
 	r.byPod[podKey] = pc.UID
 	r.mu.Unlock()
 	msg := fmt.Sprintf("checkpointing %d containers of pod %s", len(ids), pc.Spec.SourcePodName)
@@ -369,9 +374,17 @@ func (r *Reconciler) start(ctx context.Context, pc *cpv1.PodCheckpoint, sb *podt
 		setReady(s, metav1.ConditionFalse, cpv1.ReasonInProgress, msg, pc.Generation, r.now())
 	})
 	if err != nil {
-		r.done(pc, podKey)
+		// Not started: the queue's backoff takes the object up again. Had
+		// it counted as started, it would stay Pending (or InProgress) for
+		// good after one refused write.
+		r.mu.Lock()
+		delete(r.byPod, podKey)
+		r.mu.Unlock()
 		return err
 	}
+	r.mu.Lock()
+	r.started[pc.UID] = true
+	r.mu.Unlock()
 	r.ev.emit(objectRef(pc), corev1.EventTypeNormal, EventCheckpointStarted, msg)
 	timeout := r.cfg.DefaultTimeout
 	if t := pc.Spec.TimeoutSeconds; t != nil && *t > 0 {

@@ -3,16 +3,19 @@ package podcheckpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -326,6 +329,62 @@ func TestLateCopyAfterCompletion(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.root, DataDir(done), "manifest.json")); err != nil {
 		t.Errorf("data: %v", err)
+	}
+}
+
+// The write that marks an object CheckpointInProgress fails (the API server
+// refuses it with 429, or applies it and its answer is lost): the object is
+// taken up again and completed, once, not left Pending for good nor failed
+// as an earlier shim's leftover.
+func TestInProgressWriteFails(t *testing.T) {
+	for _, applied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
+			e := newEnv(t)
+			var once sync.Once
+			e.api.statusFault = func(reason string) (bool, error) {
+				var err error
+				if reason == cpv1.ReasonInProgress {
+					once.Do(func() { err = apierrors.NewTooManyRequests("storm", 1) })
+				}
+				return applied, err
+			}
+			e.run(t)
+			e.pod("ns", "web", "uid-1")
+			e.create(object("ns", "cp", "web"))
+			e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
+			if n := e.ck.count(); n != 1 {
+				t.Errorf("%d checkpoints, want 1", n)
+			}
+			if h := e.api.reasons(); slices.Contains(h, cpv1.ReasonFailed) {
+				t.Errorf("reasons written %v: failed as a leftover", h)
+			}
+		})
+	}
+}
+
+// An object deleted and created again under its name while its checkpoint
+// runs: the outcome cannot be written to it, so the checkpoint's data goes,
+// and its write is not retried for ever.
+func TestObjectReplacedMidCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	e.ck.release = make(chan struct{})
+	e.run(t)
+	e.pod("ns", "web", "uid-1")
+	e.create(object("ns", "cp", "web"))
+	old := e.waitReason(t, "ns", "cp", cpv1.ReasonInProgress)
+	e.api.put(&cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cp", UID: "obj-cp-2", Generation: 1},
+		Spec: cpv1.PodCheckpointSpec{SourcePodName: "other"}})
+	close(e.ck.release)
+	dir := filepath.Join(e.root, DataDir(old))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(dir); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s of the replaced object is still there", dir)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
