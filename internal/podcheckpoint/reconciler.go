@@ -185,18 +185,28 @@ func newer(a, b *cpv1.PodCheckpoint) bool {
 // Forget drops an object a watch saw deleted (or no longer selects).
 func (r *Reconciler) Forget(ns, name string) {
 	r.mu.Lock()
-	delete(r.objects, key(ns, name))
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	if cur := r.objects[key(ns, name)]; cur != nil {
+		r.drop(cur)
+	}
 }
 
 // forgetUID forgets pc's object if the copy held is of pc's UID.
 func (r *Reconciler) forgetUID(pc *cpv1.PodCheckpoint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := key(pc.Namespace, pc.Name)
-	if cur := r.objects[k]; cur != nil && cur.UID == pc.UID {
-		delete(r.objects, k)
+	if cur := r.objects[key(pc.Namespace, pc.Name)]; cur != nil && cur.UID == pc.UID {
+		r.drop(cur)
 	}
+}
+
+// drop forgets pc and what this process recorded of its checkpoint, so a
+// node that checkpoints on a schedule does not keep a record of every
+// object it ever made. r.mu held.
+func (r *Reconciler) drop(pc *cpv1.PodCheckpoint) {
+	delete(r.objects, key(pc.Namespace, pc.Name))
+	delete(r.started, pc.UID)
+	delete(r.claimed, pc.UID)
 }
 
 // Lookup returns the newest copy seen of an object, nil if none: the

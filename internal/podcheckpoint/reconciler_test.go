@@ -293,6 +293,12 @@ func TestDeleteRemovesData(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("data left after delete: %v", err)
 	}
+	e.r.Forget("ns", "cp") // the watch's delete
+	e.r.mu.Lock()
+	defer e.r.mu.Unlock()
+	if len(e.r.objects)+len(e.r.started)+len(e.r.claimed) != 0 {
+		t.Errorf("kept after the delete: %d objects, %d started, %d claimed", len(e.r.objects), len(e.r.started), len(e.r.claimed))
+	}
 }
 
 // The outcome of a checkpoint taken while the API server does not answer is
