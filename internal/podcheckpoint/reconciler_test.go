@@ -85,6 +85,18 @@ func (e *env) waitEvents(t *testing.T, want ...string) {
 	}
 }
 
+// eventually waits up to 5 s for cond, failing with what.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (e *env) waitReason(t *testing.T, ns, name, reason string) *cpv1.PodCheckpoint {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -280,16 +292,10 @@ func TestDeleteRemovesData(t *testing.T) {
 	now := metav1.Now()
 	pc.DeletionTimestamp = &now
 	e.r.Observe(e.api.put(pc))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := e.api.Get(context.Background(), "ns", "cp"); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("object never released")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually(t, "object never released", func() bool {
+		_, err := e.api.Get(context.Background(), "ns", "cp")
+		return err != nil
+	})
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("data left after delete: %v", err)
 	}
@@ -382,16 +388,10 @@ func TestObjectReplacedMidCheckpoint(t *testing.T) {
 		Spec: cpv1.PodCheckpointSpec{SourcePodName: "other"}})
 	close(e.ck.release)
 	dir := filepath.Join(e.root, DataDir(old))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := os.Stat(dir); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s of the replaced object is still there", dir)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually(t, dir+" of the replaced object is still there", func() bool {
+		_, err := os.Stat(dir)
+		return os.IsNotExist(err)
+	})
 }
 
 // An object whose pod has a container not running waits with the queue's
