@@ -15,7 +15,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/podmgmt"
 	"github.com/cri-shim/cri-shim/internal/podspec"
-	"github.com/cri-shim/cri-shim/internal/podstate"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // podList is the -o json|yaml form of `cri-shim pods`.
@@ -93,7 +93,7 @@ command first checks that its socket answers.`,
 }
 
 func readPods(stateDir string, now time.Time) (podList, error) {
-	pods, err := podstate.ReadPods(stateDir)
+	pods, err := restartrecord.ReadPods(stateDir)
 	if err != nil {
 		return podList{}, err
 	}
@@ -114,7 +114,7 @@ func readPods(stateDir string, now time.Time) (podList, error) {
 		if t := p.Trigger; t != nil {
 			it.LastTrigger = &triggerItem{Container: t.Container, ExitCode: t.ExitCode, Action: t.Action, DelaySeconds: t.Delay.Seconds()}
 		}
-		if p.Phase != podstate.PhaseRunning && p.NotBefore.After(now) {
+		if p.Phase != restartrecord.PhaseRunning && p.NotBefore.After(now) {
 			nb := p.NotBefore
 			it.NextRestartAt = &nb
 		}

@@ -28,11 +28,6 @@ import "time"
 // minute per pod instead of stopping them.
 const maxBacklogWait = time.Minute
 
-// backlogSlack is how many instances of a container beyond the kubelet's
-// keep a restart tolerates: the one it replaces and three more. A kubelet
-// falling behind piles up hundreds (bench/results/backoff-stress-20261124-184953-stopped.txt).
-const backlogSlack = 4
-
 // KeepDead sets how many exited instances of each container the kubelet
 // keeps (its --maximum-dead-containers-per-container; 1 by default). Call
 // before Run.
@@ -40,24 +35,6 @@ func (m *Manager) KeepDead(n int) {
 	if n >= 1 {
 		m.keepDead = n
 	}
-}
-
-// backlog returns a container the restart in progress creates again that
-// has more than keep+backlogSlack instances on record (every instance the runtime still
-// has: removals are forgotten), and how many; "" when none has.
-func backlog(p *Pod, keep int) (string, int) {
-	counts := map[string]int{}
-	for _, in := range p.Instances {
-		if p.Scope == "" || in.Name == p.Scope {
-			counts[in.Name]++
-		}
-	}
-	for name, n := range counts {
-		if n > keep+backlogSlack {
-			return name, n
-		}
-	}
-	return "", 0
 }
 
 // backlogDelay is how long a restart in TerminatingForRestart still waits
@@ -72,31 +49,24 @@ func (m *Manager) backlogDelay(sandboxID string) (wait time.Duration) {
 
 // backlogLeft is backlogDelay of p, with m.mu held.
 func (m *Manager) backlogLeft(p *Pod) time.Duration {
-	if p == nil || p.Phase != PhaseTerminating || p.backlog.over {
+	if p == nil || p.Phase != PhaseTerminating || p.Backlog.Over {
 		return 0
 	}
-	name, n := backlog(p, m.keepDead)
+	name, n := p.Backlogged(m.keepDead)
 	if name == "" {
 		return 0
 	}
 	now, pod := m.clock.Now(), p.Namespace+"/"+p.Name
-	if p.backlog.until.IsZero() {
-		p.backlog.until = now.Add(m.backlogWait)
+	if p.Backlog.Until.IsZero() {
+		p.Backlog.Until = now.Add(m.backlogWait)
 		m.metrics.backlog.Inc()
 		m.log.Info("podstate: restart waits for the kubelet to remove exited instances", "pod", pod, "container", name, "instances", n)
 	}
-	left := p.backlog.until.Sub(now)
+	left := p.Backlog.Until.Sub(now)
 	if left <= 0 {
-		p.backlog.over = true
+		p.Backlog.Over = true
 		m.log.Warn("podstate: exited instances not removed in time; restarting anyway", "pod", pod, "container", name, "instances", n, "waited", m.backlogWait)
 		return 0
 	}
 	return left
-}
-
-// backlogWait is a restart's wait for the kubelet's removals (in memory:
-// a restarted shim waits afresh).
-type backlogWait struct {
-	until time.Time // when the wait ends; zero: not begun
-	over  bool      // waited out: the restart goes on whatever the backlog
 }

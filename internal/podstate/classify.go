@@ -13,6 +13,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/restartapi"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/wire"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -55,7 +56,7 @@ func (m *Manager) classifyExited(ctx context.Context, cs []wire.Container) error
 		if p == nil {
 			continue
 		}
-		markDead(p, c.ID)
+		p.MarkDead(c.ID)
 		if m.needsClassification(p, c.ID, c.Name) {
 			need = append(need, c.ID)
 		}
@@ -75,7 +76,7 @@ func (m *Manager) classifyExited(ctx context.Context, cs []wire.Container) error
 }
 
 func (m *Manager) needsClassification(p *Pod, id, name string) bool {
-	in := p.inst(id)
+	in := p.Inst(id)
 	if in == nil || p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || in.Settled ||
 		p.Held[name] { // terminated by the orchestrator (hold.go)
 		return false
@@ -83,18 +84,12 @@ func (m *Manager) needsClassification(p *Pod, id, name string) bool {
 	return true
 }
 
-func markDead(p *Pod, id string) {
-	if in := p.inst(id); in != nil {
-		in.Dead = true
-	}
-}
-
 // forget drops a container instance that no longer exists from the pod's
 // record, unless a restart in progress still refers to it (its trigger, the
 // instances it stops or shows, the ones it created) or it is the newest
 // instance of its container. It reports whether it dropped it. m.mu held.
 func (m *Manager) forget(p *Pod, id string) bool {
-	in := p.inst(id)
+	in := p.Inst(id)
 	if in == nil {
 		return false
 	}
@@ -111,19 +106,13 @@ func (m *Manager) forget(p *Pod, id string) bool {
 	delete(p.Instances, id)
 	delete(m.byID, id)
 	m.changed()
-	if p.Phase == PhaseTerminating && !p.backlog.until.IsZero() && !p.backlog.over {
+	if p.Phase == PhaseTerminating && !p.Backlog.Until.IsZero() && !p.Backlog.Over {
 		// Its restart waits for the kubelet's removals (backlog.go): it
 		// may go on now. A restart still in its backoff delay is queued
 		// for the delay's end already.
 		m.kick(p.SandboxID)
 	}
 	return true
-}
-
-func settle(p *Pod, id string) {
-	if in := p.inst(id); in != nil {
-		in.Settled = true
-	}
 }
 
 // classify records an exited container's verdict and, on a matching rule,
@@ -150,18 +139,18 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	if p == nil {
 		return false, nil
 	}
-	markDead(p, s.Id)
+	p.MarkDead(s.Id)
 	if !m.needsClassification(p, s.Id, name) {
 		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id, nil
 	}
-	snap := p.snapshot()
+	snap := p.Snapshot()
 	action := p.Rules.Match(name, s.ExitCode)
 	if forced, ok := p.Forced[name]; ok {
 		action = corev1.ContainerRestartRuleAction(forced)
 		delete(p.Forced, name)
 	}
 	if action != podspec.ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
-		settle(p, s.Id)
+		p.Settle(s.Id)
 		if err := m.save(p); err != nil {
 			m.rollback(p, snap)
 			return false, err
@@ -176,7 +165,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		// One container: its own curve, and only its instances take part.
 		key.Container, scope = name, name
 	}
-	if err := m.enter(p, eventMatched); err != nil {
+	if err := m.enter(p, restartrecord.EventMatched); err != nil {
 		return false, err
 	}
 	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
@@ -196,7 +185,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		}
 	}
 	// The old instances: all of the pod's, or the one container's.
-	p.endRestartParts()
+	p.EndRestartParts()
 	shown := 0
 	for id, in := range p.Instances {
 		if scope != "" && in.Name != scope {
@@ -208,7 +197,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 			shown++
 		}
 	}
-	p.Retried, p.backlog = nil, backlogWait{}
+	p.Retried, p.Backlog = nil, restartrecord.Backlog{}
 	// Only instances other than the trigger need checking against the
 	// runtime (refineShown); with none, the set is final now and this one
 	// save covers it.

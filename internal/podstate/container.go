@@ -83,7 +83,7 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 		if b, err := proto.Marshal(req); err == nil {
 			p.Creates[name] = b
 		}
-		delete(p.createReq, name)
+		delete(p.CreateReq, name)
 		// The kubelet starts a container a handed-back restart left hidden:
 		// its older instances are shown again, as the new one's previous runs.
 		for _, in := range p.Instances {
@@ -91,7 +91,7 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 				in.Hidden = false
 			}
 		}
-		p.addInstance(id, name, PartNone)
+		p.AddInstance(id, name, PartNone)
 		m.byID[id] = p.SandboxID
 		if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
 			for i := range p.Seq {
@@ -123,7 +123,7 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 	})
 	if sb != "" {
 		if err := ignoreUntracked(m.update(sb, func(p *Pod) error {
-			if in := p.inst(req.ContainerId); in != nil {
+			if in := p.Inst(req.ContainerId); in != nil {
 				in.Settled = true
 			}
 			return nil

@@ -23,8 +23,8 @@ import (
 // failWrites makes the pod store's writes fail, as on a full or read-only
 // disk, while fail reports true for the record about to be written.
 func failWrites(m *Manager, fail func(record []byte) bool) {
-	write := m.st.write
-	m.st.write = func(path string, b []byte) error {
+	write := m.st.Write
+	m.st.Write = func(path string, b []byte) error {
 		if fail(b) {
 			return syscall.ENOSPC
 		}
@@ -92,7 +92,7 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 		ContainersStatuses: []*runtimeapi.ContainerStatus{k.container(ids["main"])}}) {
 		t.Fatal("the exit's event reached the kubelet")
 	}
-	if p.Phase != PhaseRunning || p.Trigger != nil || p.inst(ids["main"]).Settled {
+	if p.Phase != PhaseRunning || p.Trigger != nil || p.Inst(ids["main"]).Settled {
 		t.Fatalf("unrecorded verdict in force: phase %s trigger %+v", p.Phase, p.Trigger)
 	}
 	if _, _, ok := k.m.bo.Get(backoff.Key{PodUID: p.UID}); ok {
@@ -170,7 +170,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 				return &runtimeapi.StopContainerResponse{}, nil
 			})
 		wantUnavailable(t, "StopContainer", err)
-		if forwarded || k.m.pods[sb].inst(ids["main"]).Settled {
+		if forwarded || k.m.pods[sb].Inst(ids["main"]).Settled {
 			t.Fatal("the kubelet's stop was carried out without its record")
 		}
 	})
@@ -207,11 +207,11 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		k.status(ids["main"])
 		failing := true
 		failWrites(k.m, func(b []byte) bool { return failing && strings.Contains(string(b), `"phase":"Running"`) })
-		if err := runSteps(k.m, ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != PhaseStartup || len(p.partOf(PartNew)) != 3 {
-			t.Fatalf("swap not recorded: %v, phase %s, new %v", err, p.Phase, p.partOf(PartNew))
+		if err := runSteps(k.m, ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != PhaseStartup || len(p.PartOf(PartNew)) != 3 {
+			t.Fatalf("swap not recorded: %v, phase %s, new %v", err, p.Phase, p.PartOf(PartNew))
 		}
 		for id, st := range k.list() {
-			if p.inst(id).Part == PartNew {
+			if p.Inst(id).Part == PartNew {
 				t.Fatalf("new instance %s shown (%v) before its swap was recorded", id, st)
 			}
 		}

@@ -103,7 +103,7 @@ func TestRemovalQueuesTheWaitingRestart(t *testing.T) {
 	k.exit(cur, 1)
 	k.status(cur) // 1 to 6 exited: one too many; the engine takes it from here
 	until(t, k.m, 5*time.Second, "the restart never began its wait for removals", func() bool {
-		return !p.backlog.until.IsZero() && steps(k.m) == 0
+		return !p.Backlog.Until.IsZero() && steps(k.m) == 0
 	})
 	if n := len(k.created()); n != created {
 		t.Fatalf("%d instances created while waiting", n-created)

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // step performs the next steps of a pod's restart, up to the first that
@@ -58,7 +59,7 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 				// it before anything is created. A shim killed in between
 				// resumes in Terminating, whose steps are all done and
 				// repeat as no-ops.
-				_ = m.enter(p, eventStopped) // allowed: the phase was just checked
+				_ = m.enter(p, restartrecord.EventStopped) // allowed: the phase was just checked
 			}
 		})
 		return 0, m.replay(ctx, sandboxID)
@@ -79,8 +80,8 @@ func (m *Manager) refineShown(ctx context.Context, sandboxID string) error {
 			return
 		}
 		refine = true
-		for _, id := range p.shownIDs() {
-			if id != p.Trigger.ContainerID && !p.inst(id).Dead {
+		for _, id := range p.ShownIDs() {
+			if id != p.Trigger.ContainerID && !p.Inst(id).Dead {
 				check = append(check, id)
 			}
 		}
@@ -97,7 +98,7 @@ func (m *Manager) refineShown(ctx context.Context, sandboxID string) error {
 	}
 	return m.update(sandboxID, func(p *Pod) error {
 		for _, id := range exited {
-			if in := p.inst(id); in != nil {
+			if in := p.Inst(id); in != nil {
 				in.Shown = false
 			}
 		}

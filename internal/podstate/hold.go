@@ -19,24 +19,13 @@ import (
 // it. It returns once the change is written; on an error nothing changed.
 func (m *Manager) HoldContainer(_ context.Context, sandboxID, container string, hold bool) error {
 	err := m.update(sandboxID, func(p *Pod) error {
-		setHeld(p, container, hold)
+		p.SetHeld(container, hold)
 		return nil
 	})
 	if errors.Is(err, errNotTracked) && !hold {
 		return nil
 	}
 	return err
-}
-
-func setHeld(p *Pod, container string, hold bool) {
-	if !hold {
-		delete(p.Held, container)
-		return
-	}
-	if p.Held == nil {
-		p.Held = map[string]bool{}
-	}
-	p.Held[container] = true
 }
 
 // restartHeld restarts a held container whose newest instance exited, in
@@ -62,7 +51,7 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 		return false, nil
 	}
 	err = m.update(p.SandboxID, func(p *Pod) error {
-		in := p.inst(id)
+		in := p.Inst(id)
 		switch {
 		case p.Stopped:
 			return errors.New("the pod is terminating")
@@ -73,7 +62,7 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 		}
 		// The exit is classified once more, as a forced Restart: unsettled
 		// and no longer held for this one step.
-		setHeld(p, name, false)
+		p.SetHeld(name, false)
 		in.Settled = false
 		if p.Forced == nil {
 			p.Forced = map[string]string{}
@@ -87,7 +76,7 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 		}
 		// The kubelet saw this instance exit (the orchestrator's code): it
 		// is not shown running again while the restart runs.
-		in = p.inst(id)
+		in = p.Inst(id)
 		in.Shown = false
 		return nil
 	})

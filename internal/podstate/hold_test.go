@@ -84,7 +84,7 @@ func TestHoldNotWrittenIsNotHeld(t *testing.T) {
 	k.start(sb, "main")
 	// Both slots unwritable (directories where the files go).
 	for i := range uint64(2) {
-		f := k.m.st.slot(sb, i)
+		f := k.m.st.Slot(sb, i)
 		os.Remove(f)
 		if err := os.Mkdir(f, 0o700); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/events"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // The machine allows exactly the restart's steps: a rule matches a running
@@ -23,11 +24,11 @@ import (
 // changes nothing.
 func TestMachineAllowsOnlyTheRestartsSteps(t *testing.T) {
 	phases := []Phase{PhaseRunning, PhaseTerminating, PhaseStartup}
-	evs := []event{eventMatched, eventStopped, eventSwapped, eventAbandoned}
-	want := map[Phase]map[event]Phase{
-		PhaseRunning:     {eventMatched: PhaseTerminating, eventAbandoned: PhaseRunning},
-		PhaseTerminating: {eventStopped: PhaseStartup, eventAbandoned: PhaseRunning},
-		PhaseStartup:     {eventSwapped: PhaseRunning, eventAbandoned: PhaseRunning},
+	evs := []restartrecord.Event{restartrecord.EventMatched, restartrecord.EventStopped, restartrecord.EventSwapped, restartrecord.EventAbandoned}
+	want := map[Phase]map[restartrecord.Event]Phase{
+		PhaseRunning:     {restartrecord.EventMatched: PhaseTerminating, restartrecord.EventAbandoned: PhaseRunning},
+		PhaseTerminating: {restartrecord.EventStopped: PhaseStartup, restartrecord.EventAbandoned: PhaseRunning},
+		PhaseStartup:     {restartrecord.EventSwapped: PhaseRunning, restartrecord.EventAbandoned: PhaseRunning},
 	}
 	m := machineManager(t)
 	for _, from := range phases {
@@ -68,7 +69,7 @@ func TestWaitIdleEndsAtThePhaseChange(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	m.mu.Lock()
-	_ = m.enter(p, eventSwapped)
+	_ = m.enter(p, restartrecord.EventSwapped)
 	m.mu.Unlock()
 	select {
 	case err := <-done:

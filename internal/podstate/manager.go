@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,6 +23,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/restartapi"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // runtimeService is the part of the CRI the manager calls on the runtime itself.
@@ -45,13 +45,13 @@ type runtimeService interface {
 // forward raw when it is zero.
 type Manager struct {
 	rt    runtimeService
-	st    *store
+	st    *restartrecord.Store
 	bo    *backoff.Tracker
 	log   *slog.Logger
 	clock backoff.Clock
 
 	tracked atomic.Int32
-	// reads are the tracked pods' read counters by sandbox ID (Pod.reads),
+	// reads are the tracked pods' read counters by sandbox ID (Pod.Reads),
 	// for ObservePodSandboxStatus, which takes no lock.
 	reads sync.Map
 
@@ -119,7 +119,7 @@ func (m *Manager) TrackAlso(f func(podspec.Spec) bool) { m.trackAlso = f }
 // New loads the persisted pods from stateDir and returns a manager. Restarts
 // that were in progress when the shim stopped resume when Run starts.
 func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logger) (*Manager, error) {
-	st, err := newStore(stateDir)
+	st, err := restartrecord.Open(stateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		queue: newQueue(), quit: make(chan struct{}),
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 }, observer: noObserver{}, keepDead: 1, backlogWait: maxBacklogWait,
 	}
-	pods, errs := st.load()
+	pods, errs := st.Load()
 	for _, err := range errs {
 		log.Error("podstate: unreadable state file skipped", "err", err)
 	}
@@ -146,7 +146,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	})
 	for _, p := range pods {
 		m.adopt(p)
-		resumeShown(p)
+		p.ResumeShown()
 		if p.Trigger != nil && p.Scope == "" {
 			bo.Restore(backoff.Key{PodUID: p.UID}, p.SandboxID, backoff.State{Restarts: p.Restarts, NotBefore: p.NotBefore})
 		}
@@ -171,10 +171,10 @@ func (m *Manager) adopt(p *Pod) {
 		p.Phase = PhaseRunning
 	}
 	m.pods[p.SandboxID] = p
-	if p.reads == nil {
-		p.reads = &podReads{}
+	if p.Reads == nil {
+		p.Reads = &restartrecord.Reads{}
 	}
-	m.reads.Store(p.SandboxID, p.reads)
+	m.reads.Store(p.SandboxID, p.Reads)
 	for id := range p.Instances {
 		m.byID[id] = p.SandboxID
 	}
@@ -189,7 +189,7 @@ var errPodRemoved = errors.New("podstate: the pod's sandbox was removed")
 
 // save writes p's record durably. An error (wrapping statefile.ErrNotDurable)
 // means the change it records must not be acted on: the caller undoes it in
-// memory (update does: p.snapshot, rollback) and fails, a CRI call with
+// memory (update does: p.Snapshot, rollback) and fails, a CRI call with
 // Unavailable (unavailable), so the kubelet or the engine tries again. m.mu
 // held.
 func (m *Manager) save(p *Pod) error {
@@ -198,7 +198,7 @@ func (m *Manager) save(p *Pod) error {
 		// back the record of a sandbox that is gone, and the step must stop.
 		return errPodRemoved
 	}
-	if err := m.st.save(p); err != nil {
+	if err := m.st.Save(p); err != nil {
 		if !m.saveFailing {
 			m.log.Error("podstate: state write failed; restart steps are not carried out until writes succeed again",
 				"pod", p.Namespace+"/"+p.Name, "err", err)
@@ -212,19 +212,4 @@ func (m *Manager) save(p *Pod) error {
 		m.log.Info("podstate: state writes succeed again")
 	}
 	return nil
-}
-
-// snapshot is a copy of p that a step puts back (*p = snap) when the record
-// of its change could not be written: every map and slice a step edits in
-// place is copied.
-func (p *Pod) snapshot() Pod {
-	c := *p
-	c.Forced, c.Held, c.Creates = maps.Clone(p.Forced), maps.Clone(p.Held), maps.Clone(p.Creates)
-	c.Instances, c.Seq, c.ContainerRestarts = cloneInstances(p.Instances), slices.Clone(p.Seq), maps.Clone(p.ContainerRestarts)
-	c.Retried, c.Latest, c.createReq = maps.Clone(p.Retried), maps.Clone(p.Latest), maps.Clone(p.createReq)
-	if p.Trigger != nil {
-		t := *p.Trigger
-		c.Trigger = &t
-	}
-	return c
 }

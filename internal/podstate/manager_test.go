@@ -122,11 +122,11 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 	}
 	k.m.reconcile(context.Background())
 	for _, id := range gone {
-		if p.ours(id) {
+		if p.Ours(id) {
 			t.Fatalf("removed instance %s still recorded", id)
 		}
 	}
-	if !p.ours(trigger) {
+	if !p.Ours(trigger) {
 		t.Fatal("the trigger of the restart in progress was pruned")
 	}
 }

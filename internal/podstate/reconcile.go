@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/restartapi"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // abandon ends the pod's restart in progress for good: the pod is shown as it
@@ -18,14 +19,14 @@ import (
 func (m *Manager) abandon(p *Pod) error {
 	restarting := p.Phase != PhaseRunning && p.Trigger != nil
 	if err := m.updateLocked(p, func(p *Pod) error {
-		if err := m.enter(p, eventAbandoned); err != nil {
+		if err := m.enter(p, restartrecord.EventAbandoned); err != nil {
 			return err
 		}
 		p.Scope = ""
-		p.endRestartParts()
+		p.EndRestartParts()
 		for _, in := range p.Instances {
-			in.listed = false
-			in.endHold()
+			in.Listed = false
+			in.EndHold()
 		}
 		p.Stopped = true
 		return nil

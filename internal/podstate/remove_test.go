@@ -86,3 +86,7 @@ func TestStoreGoneForgetsThePod(t *testing.T) {
 		t.Fatalf("records left after Gone: %v", left)
 	}
 }
+
+// recordsDir is where the pods' records are under stateDir (restartrecord's
+// slot bucket).
+func recordsDir(stateDir string) string { return filepath.Join(stateDir, "store", "podstate") }

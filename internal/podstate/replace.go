@@ -2,10 +2,7 @@ package podstate
 
 import (
 	"context"
-	"fmt"
-	"time"
 
-	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -32,8 +29,8 @@ func (m *Manager) refuseReplacement(req *runtimeapi.CreateContainerRequest) erro
 	name := req.GetConfig().GetMetadata().GetName()
 	var err error
 	m.with(req.GetPodSandboxId(), func(p *Pod) {
-		if p != nil && p.Phase != PhaseRunning && !p.Stopped && replaces(p, name) {
-			err = refusal(p, name)
+		if p != nil && p.Phase != PhaseRunning && !p.Stopped && p.Replaces(name) {
+			err = p.Refusal(name)
 		}
 	})
 	if err != nil {
@@ -41,31 +38,6 @@ func (m *Manager) refuseReplacement(req *runtimeapi.CreateContainerRequest) erro
 			"container", name, "err", err)
 	}
 	return err
-}
-
-// refusal is the error of a create refuseReplacement refuses.
-func refusal(p *Pod, name string) error {
-	wait := ""
-	if d := time.Until(p.NotBefore); d > 0 {
-		wait = ", next instance in " + d.Round(100*time.Millisecond).String()
-	}
-	return fmt.Errorf("cri-shim: container %q of pod %s/%s is being restarted by its restart rule (%s%s); "+
-		"another instance is not created beside it: %w", name, p.Namespace, p.Name, p.Phase, wait, errdefs.ErrUnavailable)
-}
-
-// replaces reports whether p's restart in progress creates the next
-// instance of container name: the one container of a Restart rule, or any
-// container with an instance from before a pod restart.
-func replaces(p *Pod, name string) bool {
-	if p.Scope != "" {
-		return p.Scope == name
-	}
-	for _, in := range p.Instances {
-		if in.Part == PartOld && in.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // classifyBeforeStop classifies the exit of an instance the kubelet stops

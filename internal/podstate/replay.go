@@ -98,8 +98,8 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		if pod == nil || pod.Phase != PhaseStartup {
 			return
 		}
-		p, existing, retried = pod, pod.newOf(name), pod.Retried[name]
-		raw, logDir, req = pod.Creates[name], pod.LogDirectory, pod.createReq[name]
+		p, existing, retried = pod, pod.NewOf(name), pod.Retried[name]
+		raw, logDir, req = pod.Creates[name], pod.LogDirectory, pod.CreateReq[name]
 	})
 	if p == nil {
 		return "", errNotStartup
@@ -176,7 +176,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	// carries this attempt), so no attempt is skipped.
 	dropReq := func(p *Pod) {
 		if p != nil {
-			delete(p.createReq, name)
+			delete(p.CreateReq, name)
 		}
 	}
 	create, ws := m.warmRequest(ctx, p, name, req)
@@ -214,14 +214,14 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		if p.Scope != "" {
 			reason = string(corev1.ContainerRestartRuleActionRestart)
 		}
-		p.addInstance(id, name, PartNew)
+		p.AddInstance(id, name, PartNew)
 		m.byID[id] = sandboxID
 		if b, err := proto.Marshal(req); err == nil {
 			p.Creates[name] = b
-			if p.createReq == nil {
-				p.createReq = map[string]*runtimeapi.CreateContainerRequest{}
+			if p.CreateReq == nil {
+				p.CreateReq = map[string]*runtimeapi.CreateContainerRequest{}
 			}
-			p.createReq[name] = req
+			p.CreateReq[name] = req
 		}
 		// Not saved here: the saved intent (p.Creating) lets a restarted
 		// shim adopt this instance by name and attempt (adoptCreated); the
@@ -302,10 +302,10 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 		}
 		// Not adopted until recorded: the saved intent still finds it.
 		return ignoreUntracked(m.update(sandboxID, func(p *Pod) error {
-			if in := p.inst(c.Id); in != nil {
+			if in := p.Inst(c.Id); in != nil {
 				in.Part = PartNew
 			} else {
-				p.addInstance(c.Id, name, PartNew)
+				p.AddInstance(c.Id, name, PartNew)
 			}
 			m.byID[c.Id] = sandboxID
 			p.Creating = ""

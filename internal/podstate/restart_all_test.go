@@ -228,7 +228,7 @@ func TestInterruptedReplayStartIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.cancelledStart(resp.ContainerId)
-	p.addInstance(resp.ContainerId, "init", PartNew)
+	p.AddInstance(resp.ContainerId, "init", PartNew)
 	k.m.save(p)
 	m2 := k.restarted(dir).m
 	if err := runSteps(m2, context.Background(), sb); err != nil {

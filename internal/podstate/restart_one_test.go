@@ -157,7 +157,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	// That read was the last that can belong to a list from before the swap;
 	// once it is done (readWindow after it began), the hold ends.
 	k.m.mu.Lock()
-	k.m.pods[sb].reads.at.Store(time.Now().Add(-readWindow).UnixNano())
+	k.m.pods[sb].Reads.At.Store(time.Now().Add(-readWindow).UnixNano())
 	k.m.mu.Unlock()
 	if got := listPod(); got[old] != runtimeapi.ContainerState_CONTAINER_EXITED || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod list after the read: %v, want old exited and new %s running", got, nw)
@@ -282,7 +282,7 @@ func TestCrashLoopRecordStaysBounded(t *testing.T) {
 		if i%2 == 1 {
 			// Removed while the next restart is pending: the trigger is kept.
 			k.remove(cur)
-			if !p.ours(cur) {
+			if !p.Ours(cur) {
 				t.Fatalf("restart %d: the trigger of the restart in progress was forgotten", i+1)
 			}
 		}

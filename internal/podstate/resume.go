@@ -53,41 +53,11 @@ func (m *Manager) recordShown(ctx context.Context) {
 	}
 	resp, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
-		return // the records' own picture (resumeShown) stands
+		return // the records' own picture (Pod.ResumeShown) stands
 	}
 	vs := make([]wire.Container, len(resp.Containers))
 	for i, c := range resp.Containers {
 		vs[i] = wire.ContainerOf(c)
 	}
 	_, _ = m.Verdicts(ctx, vs, nil)
-}
-
-// resumeShown is what a loaded record says the kubelet may have seen: the
-// instances a restart in progress shows running. The previous process's
-// lists may have shown them, so a swap before the kubelet's next read keeps
-// them shown (a hold), as it would have in that process.
-func resumeShown(p *Pod) {
-	if p.Phase == PhaseRunning {
-		return
-	}
-	for _, in := range p.Instances {
-		if in.Shown {
-			in.listed = true
-		}
-	}
-}
-
-// pendingCreate reports whether a listed instance the pod's record does not
-// know is the replayed create in flight (Creating): the runtime has it, the
-// record does not yet, and until it does it is hidden like the rest of New.
-// m.mu held.
-func pendingCreate(p *Pod, c wire.Container) bool {
-	if p.Phase != PhaseStartup || p.Creating == "" {
-		return false
-	}
-	if p.ours(c.ID) {
-		return false
-	}
-	name, _, _ := strings.Cut(p.Creating, "/")
-	return name == c.Name
 }

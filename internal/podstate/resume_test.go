@@ -44,7 +44,7 @@ func TestResumeAdoptsAnUnrecordedCreateBeforeServing(t *testing.T) {
 	}
 	m2.Resume(context.Background())
 	m2.mu.Lock()
-	in := m2.pods[sb].inst(orphan.ContainerId)
+	in := m2.pods[sb].Inst(orphan.ContainerId)
 	adopted := in != nil && in.Part == PartNew
 	n := ""
 	if in != nil {
@@ -70,7 +70,7 @@ func TestKeepShownSurvivesARestartOfTheShim(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.m.mu.Lock()
-	phase, until := k.m.pods[sb].Phase, k.m.pods[sb].inst(ids["main"]).HeldUntil
+	phase, until := k.m.pods[sb].Phase, k.m.pods[sb].Inst(ids["main"]).HeldUntil
 	k.m.mu.Unlock()
 	if phase != PhaseRunning || until.IsZero() {
 		t.Fatalf("after the swap: phase %s, main kept shown until %v; want Running and kept", phase, until)

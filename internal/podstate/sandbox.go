@@ -42,7 +42,7 @@ func (m *Manager) Admit(_ context.Context, pod *podtable.Pod) (podtable.Admissio
 			m.log.Warn("podstate: "+pr, "pod", md.GetNamespace()+"/"+md.GetName())
 		}
 		if !tracked {
-			if err := m.st.saveProblems(&Pod{SandboxID: id, UID: md.GetUid(), Name: md.GetName(),
+			if err := m.st.SaveProblems(&Pod{SandboxID: id, UID: md.GetUid(), Name: md.GetName(),
 				Namespace: md.GetNamespace(), Problems: problems, Phase: PhaseRunning}); err != nil {
 				m.log.Error("podstate: recording annotation problems", "err", err)
 			}
@@ -104,7 +104,7 @@ func (m *Manager) SandboxGone(id string) {
 		m.dropLocked(id)
 		// Its slots now, so that the slot writer forgets their sequence
 		// too (the store removes the files again, finding none).
-		if err := m.st.remove(id); err != nil {
+		if err := m.st.Remove(id); err != nil {
 			m.log.Warn("podstate: removing the state of a sandbox that is gone", "sandbox", id, "err", err)
 		}
 		m.log.Info("podstate: sandbox gone; state dropped", "pod", p.Namespace+"/"+p.Name, "sandbox", id)

@@ -1,19 +1,11 @@
 package podstate
 
 import (
-	"sync/atomic"
 	"time"
 
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/wire"
 )
-
-// podReads counts one pod's PodSandboxStatus calls, and when the latest came
-// (Unix ns). Atomic: the kubelet's reads do not wait for m.mu, which a step
-// holds across its state write.
-type podReads struct {
-	n  atomic.Uint64
-	at atomic.Int64
-}
 
 // Holds: what the kubelet was shown running stays running for the reads
 // that follow that showing, across a swap.
@@ -32,9 +24,9 @@ func (m *Manager) ObservePodSandboxStatus(req []byte) {
 		return
 	}
 	if v, ok := m.reads.Load(id); ok {
-		r := v.(*podReads)
-		r.at.Store(m.clock.Now().UnixNano())
-		r.n.Add(1)
+		r := v.(*restartrecord.Reads)
+		r.At.Store(m.clock.Now().UnixNano())
+		r.N.Add(1)
 	}
 }
 
@@ -55,15 +47,15 @@ const readWindow = 5 * time.Second
 // the list after it shows it exited: that change makes the kubelet read the
 // pod again and record the instance's real end. m.mu held.
 func (m *Manager) heldLocked(p *Pod, id string) bool {
-	in := p.inst(id)
-	if in == nil || !in.held() {
+	in := p.Inst(id)
+	if in == nil || !in.Held() {
 		return false
 	}
 	now := m.clock.Now()
-	at, reads := in.heldAt, p.reads.n.Load()
+	at, reads := in.HeldAt, p.Reads.N.Load()
 	if p.Stopped || !now.Before(in.HeldUntil) || reads >= at+2 ||
-		(reads == at+1 && now.Sub(time.Unix(0, p.reads.at.Load())) >= readWindow) {
-		in.endHold()
+		(reads == at+1 && now.Sub(time.Unix(0, p.Reads.At.Load())) >= readWindow) {
+		in.EndHold()
 		return false
 	}
 	return true

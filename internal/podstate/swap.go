@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/restartapi"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // swap ends a restart: the new instances become visible and the old ones show
@@ -41,9 +42,9 @@ func (m *Manager) swapLocked(p *Pod, exited []*runtimeapi.ContainerStatus, handB
 		}
 		return nil
 	}
-	snap, saves := p.snapshot(), m.saves
+	snap, saves := p.Snapshot(), m.saves
 	replaced := map[string]string{} // container name: the instance this swap replaces
-	for id, name := range p.partOf(PartNew) {
+	for id, name := range p.PartOf(PartNew) {
 		replaced[name] = p.Latest[name]
 		p.Latest[name] = id
 	}
@@ -67,7 +68,7 @@ func (m *Manager) swapLocked(p *Pod, exited []*runtimeapi.ContainerStatus, handB
 	}
 	p.Scope = ""
 	took, trigger := m.clock.Now().Sub(p.Trigger.FinishedAt), *p.Trigger
-	if err := m.enter(p, eventSwapped); err != nil {
+	if err := m.enter(p, restartrecord.EventSwapped); err != nil {
 		m.rollback(p, snap)
 		return err
 	}
@@ -78,16 +79,16 @@ func (m *Manager) swapLocked(p *Pod, exited []*runtimeapi.ContainerStatus, handB
 	// running, so the kubelet would never see one exit and never remove it.
 	for id, in := range p.Instances {
 		prev, ok := replaced[in.Name]
-		if !in.listed || in.Part == PartNew || !ok {
+		if !in.Listed || in.Part == PartNew || !ok {
 			continue
 		}
 		if id == prev {
-			in.HeldUntil, in.heldAt = m.clock.Now().Add(maxHold), p.reads.n.Load()
+			in.HeldUntil, in.HeldAt = m.clock.Now().Add(maxHold), p.Reads.N.Load()
 		}
-		in.listed = false
+		in.Listed = false
 	}
-	p.endRestartParts()
-	p.LastError, p.Creating, p.warmFailed = "", "", nil
+	p.EndRestartParts()
+	p.LastError, p.Creating, p.WarmFailed = "", "", nil
 	var err error
 	for _, s := range exited {
 		if _, err = m.classifyLocked(s); err != nil {

@@ -32,7 +32,7 @@ func (m *Manager) withContainer(id string, f func(p *Pod, in *Instance)) {
 		f(nil, nil)
 		return
 	}
-	f(p, p.inst(id))
+	f(p, p.Inst(id))
 }
 
 // update changes a sandbox's pod and records it durably. When change
@@ -51,7 +51,7 @@ func (m *Manager) update(sandboxID string, change func(p *Pod) error) error {
 
 // updateLocked is update of p with m.mu held.
 func (m *Manager) updateLocked(p *Pod, change func(p *Pod) error) error {
-	snap, saves := p.snapshot(), m.saves
+	snap, saves := p.Snapshot(), m.saves
 	err := change(p)
 	if err == nil {
 		err = m.save(p)
@@ -68,7 +68,7 @@ func (m *Manager) updateLocked(p *Pod, change func(p *Pod) error) error {
 	return err
 }
 
-// rollback puts p back to snap (p.snapshot) after a change that could not
+// rollback puts p back to snap (p.Snapshot) after a change that could not
 // be recorded; the container index follows its instances. m.mu held.
 func (m *Manager) rollback(p *Pod, snap Pod) {
 	for id := range p.Instances {

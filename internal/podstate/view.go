@@ -19,7 +19,7 @@ import (
 // recorded the list is not answered (Unavailable): shown as it is, the exit
 // would have the kubelet restart the container itself.
 //
-// Every list records the instances it shows running (Instance.listed), and
+// Every list records the instances it shows running (Instance.Listed), and
 // a list without a state filter shows a held instance running
 // (Instance.HeldUntil): the kubelet's PLEG reads the statuses of what its
 // unfiltered lists showed. A state-filtered list shows held instances as
@@ -37,8 +37,8 @@ func (m *Manager) Verdicts(ctx context.Context, cs []wire.Container, want *runti
 		state := c.State
 		p := m.pods[c.Sandbox]
 		if p != nil {
-			hide, fake := view(p, c.ID)
-			if hide || pendingCreate(p, c) {
+			hide, fake := p.View(c.ID)
+			if hide || p.PendingCreate(c.ID, c.Name) {
 				out[i].Hide = true
 				continue
 			}
@@ -55,8 +55,8 @@ func (m *Manager) Verdicts(ctx context.Context, cs []wire.Container, want *runti
 			continue
 		}
 		if p != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			if in := p.inst(c.ID); in != nil {
-				in.listed = true
+			if in := p.Inst(c.ID); in != nil {
+				in.Listed = true
 			}
 		}
 	}
@@ -93,15 +93,15 @@ func (m *Manager) statusMayChangeLocked(c wire.Container) bool {
 		return false
 	}
 	exited := c.State == runtimeapi.ContainerState_CONTAINER_EXITED
-	in := p.inst(c.ID)
+	in := p.Inst(c.ID)
 	if in == nil {
 		return false
 	}
 	if exited && (!in.Dead || m.needsClassification(p, c.ID, c.Name)) {
 		return true
 	}
-	_, fake := view(p, c.ID)
-	return fake || in.held()
+	_, fake := p.View(c.ID)
+	return fake || in.Held()
 }
 
 // FixStatus classifies an exit it is the first to see and shows an old
@@ -130,7 +130,7 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 	if p == nil {
 		return nil
 	}
-	_, fake := view(p, s.Id)
+	_, fake := p.View(s.Id)
 	if !fake && m.heldLocked(p, s.Id) {
 		fake = true // listed running before a swap: keep to that list's picture
 	}
@@ -139,26 +139,6 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 		s.FinishedAt, s.ExitCode, s.Reason, s.Message = 0, 0, "", ""
 	}
 	return nil
-}
-
-// view says how the kubelet sees one instance of a tracked pod, from the
-// pod's record alone: during a restart, the instances that were running (and
-// the trigger) still run, and the new instances do not exist yet. A hold
-// (heldLocked) may show a replaced instance running after the swap too, and
-// an instance a handed-back restart left behind stays hidden (Instance.Hidden).
-// Called with m.mu held.
-func view(p *Pod, id string) (hide, fakeRunning bool) {
-	in := p.inst(id)
-	if in != nil && in.Hidden {
-		return true, false
-	}
-	if p.Phase == PhaseRunning || in == nil {
-		return false, false
-	}
-	if in.Part == PartNew {
-		return true, false
-	}
-	return false, in.Shown
 }
 
 // DropEvent says whether a container event is kept from the kubelet: one
@@ -178,7 +158,7 @@ func (m *Manager) DropEvent(e *runtimeapi.ContainerEventResponse) bool {
 	hide, fake := false, false
 	m.withContainer(e.ContainerId, func(p *Pod, _ *Instance) {
 		if p != nil {
-			hide, fake = view(p, e.ContainerId)
+			hide, fake = p.View(e.ContainerId)
 		}
 	})
 	if hide || fake {

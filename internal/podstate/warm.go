@@ -23,7 +23,7 @@ func (m *Manager) WarmFrom(f restartapi.WarmSource) { m.warm = f }
 // in this restart is started cold.
 func (m *Manager) warmRequest(ctx context.Context, p *Pod, name string, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerRequest, *restartapi.WarmStart) {
 	failed := false
-	m.with(p.SandboxID, func(p *Pod) { failed = p != nil && p.warmFailed[name] })
+	m.with(p.SandboxID, func(p *Pod) { failed = p != nil && p.WarmFailed[name] })
 	if m.warm == nil || failed {
 		return req, nil
 	}
@@ -45,10 +45,10 @@ func (m *Manager) warmCold(p *Pod, name, why string) {
 		if p == nil {
 			return
 		}
-		if p.warmFailed == nil {
-			p.warmFailed = map[string]bool{}
+		if p.WarmFailed == nil {
+			p.WarmFailed = map[string]bool{}
 		}
-		p.warmFailed[name] = true
+		p.WarmFailed[name] = true
 	})
 	m.metrics.warm.WithLabelValues("cold").Inc()
 	m.log.Warn("podstate: warm restart not possible; starting the container cold", "pod", p.Namespace+"/"+p.Name, "container", name, "why", why)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/cri-shim/cri-shim/internal/podstate"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -234,7 +235,7 @@ func TestKill9DuringRestart(t *testing.T) {
 					return fmt.Errorf("no sandbox yet")
 				}
 				sandbox = strings.Fields(out)[0]
-				pods, err := podstate.ReadPods(filepath.Join(node.env["NODE_DATA"], "cri-shim"))
+				pods, err := restartrecord.ReadPods(filepath.Join(node.env["NODE_DATA"], "cri-shim"))
 				if err != nil {
 					return err
 				}

@@ -1,4 +1,4 @@
-package podstate
+package restartrecord
 
 import (
 	"os"
@@ -14,11 +14,11 @@ func recordsDir(stateDir string) string { return filepath.Join(stateDir, "store"
 
 func loadOne(t *testing.T, dir string) (*Pod, []error) {
 	t.Helper()
-	st, err := newStore(dir)
+	st, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, errs := st.load()
+	pods, errs := st.Load()
 	if len(pods) > 1 {
 		t.Fatalf("%d pods loaded", len(pods))
 	}
@@ -32,17 +32,17 @@ func loadOne(t *testing.T, dir string) (*Pod, []error) {
 // the reload replaces it.
 func TestPodRecordRoundTripsThroughTheStore(t *testing.T) {
 	dir := t.TempDir()
-	st, _ := newStore(dir)
+	st, _ := Open(dir)
 	for i := 1; i <= 3; i++ {
-		if err := st.save(&Pod{SandboxID: sbA, Restarts: i, Phase: PhaseStartup}); err != nil {
+		if err := st.Save(&Pod{SandboxID: sbA, Restarts: i, Phase: PhaseStartup}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st2, _ := newStore(dir)
-	if pods, errs := st2.load(); len(errs) > 0 || len(pods) != 1 || pods[0].Restarts != 3 || pods[0].Phase != PhaseStartup {
+	st2, _ := Open(dir)
+	if pods, errs := st2.Load(); len(errs) > 0 || len(pods) != 1 || pods[0].Restarts != 3 || pods[0].Phase != PhaseStartup {
 		t.Fatalf("reloaded %+v, errors %v", pods, errs)
 	}
-	if err := st2.save(&Pod{SandboxID: sbA, Restarts: 4}); err != nil {
+	if err := st2.Save(&Pod{SandboxID: sbA, Restarts: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := loadOne(t, dir); p.Restarts != 4 {
@@ -55,11 +55,11 @@ func TestPodRecordRoundTripsThroughTheStore(t *testing.T) {
 
 func TestStoreBothSlotsBadIsReportedNotFatal(t *testing.T) {
 	dir := t.TempDir()
-	st, _ := newStore(dir)
-	_ = st.save(&Pod{SandboxID: sbA})
-	_ = st.save(&Pod{SandboxID: sbA})
+	st, _ := Open(dir)
+	_ = st.Save(&Pod{SandboxID: sbA})
+	_ = st.Save(&Pod{SandboxID: sbA})
 	for i := range uint64(2) {
-		_ = os.WriteFile(st.slot(sbA, i), []byte("junk"), 0o600)
+		_ = os.WriteFile(st.Slot(sbA, i), []byte("junk"), 0o600)
 	}
 	p, errs := loadOne(t, dir)
 	if p != nil || len(errs) != 1 || !strings.Contains(errs[0].Error(), "no header line") {

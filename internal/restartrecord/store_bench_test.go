@@ -1,4 +1,4 @@
-package podstate
+package restartrecord
 
 import (
 	"os"
@@ -33,7 +33,7 @@ func benchPod() *Pod {
 	for _, n := range []string{"init", "sidecar", "main"} {
 		p.Creates[n] = []byte(strings.Repeat("r", 900))
 		id := strings.Repeat(n[:1], 64)
-		p.addInstance(id, n, PartNone)
+		p.AddInstance(id, n, PartNone)
 		p.Latest[n] = id
 		p.Seq = append(p.Seq, SeqEntry{Name: n})
 	}
@@ -46,7 +46,7 @@ func benchPod() *Pod {
 // A crash-looping pod saves about three times per restart.
 func BenchmarkStoreSave(b *testing.B) {
 	dir := benchDir(b)
-	st, err := newStore(dir)
+	st, err := Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func BenchmarkStoreSave(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		p.Restarts = i
-		if err := st.save(p); err != nil {
+		if err := st.Save(p); err != nil {
 			b.Fatal(err)
 		}
 	}

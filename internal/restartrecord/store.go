@@ -1,6 +1,6 @@
-package podstate
+package restartrecord
 
-// The pod records on disk, in the shim's one state store (internal/store):
+// The records on disk, in the shim's one state store (internal/store):
 // the restart state in the slot bucket "podstate" (two checksummed slots per
 // sandbox, rewritten in place: a crash-looping pod saves three times per
 // restart), the pods whose rules could not be used in the plain bucket
@@ -22,42 +22,43 @@ const (
 	problemsBucket = "podstate-problems"
 )
 
-// store keeps each tracked pod's record (Pod as JSON) in a slot bucket, so
+// Store keeps each tracked pod's record (Pod as JSON) in a slot bucket, so
 // a kill -9 or a power loss during a save leaves the record before it
 // (statestore.Slots). Each save is durable before it returns and reported to
 // statefile's health: a step whose save failed is not carried out
 // (docs/operations.md, "Readiness on write failure"). Saves of one pod are
-// serialised by the manager's lock.
-type store struct {
+// serialised by podstate's lock.
+type Store struct {
 	slots    *statestore.Slots
 	problems *statestore.Bucket
-	// write writes one slot durably (statestore.WriteSlot; tests make it fail).
-	write func(path string, b []byte) error
+	// Write writes one slot durably (statestore.WriteSlot; tests make it fail).
+	Write func(path string, b []byte) error
 }
 
-// newStore opens the pod records in the state store under stateDir.
-func newStore(stateDir string) (*store, error) {
+// Open opens the pod records in the state store under stateDir.
+func Open(stateDir string) (*Store, error) {
 	st, err := statestore.Open(statestore.RootIn(stateDir))
 	if err != nil {
-		return nil, fmt.Errorf("podstate: %w", err)
+		return nil, fmt.Errorf("restartrecord: %w", err)
 	}
 	slots, err := st.Slots(podsBucket, slotMagic)
 	if err != nil {
-		return nil, fmt.Errorf("podstate: %w", err)
+		return nil, fmt.Errorf("restartrecord: %w", err)
 	}
 	problems, err := st.Bucket(problemsBucket)
 	if err != nil {
-		return nil, fmt.Errorf("podstate: %w", err)
+		return nil, fmt.Errorf("restartrecord: %w", err)
 	}
-	s := &store{slots: slots, problems: problems, write: statestore.WriteSlot}
-	slots.Write = func(path string, b []byte) error { return s.write(path, b) }
+	s := &Store{slots: slots, problems: problems, Write: statestore.WriteSlot}
+	slots.Write = func(path string, b []byte) error { return s.Write(path, b) }
 	return s, nil
 }
 
-// slot is the file of a pod's slot i.
-func (s *store) slot(sandboxID string, i uint64) string { return s.slots.Path(sandboxID, i) }
+// Slot is the file of a pod's slot i.
+func (s *Store) Slot(sandboxID string, i uint64) string { return s.slots.Path(sandboxID, i) }
 
-func (s *store) save(p *Pod) error {
+// Save writes p's record durably.
+func (s *Store) Save(p *Pod) error {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -65,22 +66,20 @@ func (s *store) save(p *Pod) error {
 	return s.slots.Put(p.SandboxID, body)
 }
 
-func (s *store) remove(sandboxID string) error {
+// Remove removes the records of sandboxID.
+func (s *Store) Remove(sandboxID string) error {
 	return errors.Join(s.slots.Remove(sandboxID), s.problems.Remove(sandboxID))
 }
 
-// saveProblems records a pod whose rules could not be used at all, so
+// SaveProblems records a pod whose rules could not be used at all, so
 // `cri-shim pods` can show why it runs with plain kubelet behaviour. Such pods
 // are not tracked: their calls stay on the raw path.
-func (s *store) saveProblems(p *Pod) error {
+func (s *Store) SaveProblems(p *Pod) error {
 	return s.problems.PutJSON(p.SandboxID, p)
 }
 
-// load reads every saved pod; unreadable ones are reported and skipped.
-func (s *store) load() ([]*Pod, []error) {
-	pods, errs := readAll(s.slots)
-	return pods, errs
-}
+// Load reads every saved pod; unreadable ones are reported and skipped.
+func (s *Store) Load() ([]*Pod, []error) { return readAll(s.slots) }
 
 func readAll(slots *statestore.Slots) ([]*Pod, []error) {
 	ids, err := slots.List()

@@ -1,6 +1,15 @@
-package podstate
+// Package restartrecord is the durable record of a pod's in-place restart
+// (KEP-5532, carried out under the kubelet by internal/podstate): the pod and
+// its container instances, the phases a restart passes through and the
+// events that move it on, the record's store on disk, and the edits of a
+// record that need nothing but the record. podstate drives restarts with it;
+// `cri-shim pods` reads it.
+package restartrecord
 
 import (
+	"maps"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -27,6 +36,8 @@ const (
 )
 
 // Pod is the persisted state of one pod sandbox that carries restart rules.
+// Its fields are changed under podstate's lock, and saved (Store.Save)
+// before the change is acted on.
 type Pod struct {
 	SandboxID    string        `json:"sandboxId"`
 	UID          string        `json:"uid"`
@@ -44,7 +55,7 @@ type Pod struct {
 	// container's next exit is classified with it instead of the rules.
 	Forced map[string]string `json:"forced,omitempty"`
 	// Held are containers the orchestrator terminated: their exits are left
-	// alone until it restarts them (hold.go).
+	// alone until it restarts them (SetHeld).
 	Held map[string]bool `json:"held,omitempty"`
 
 	// Creates holds the kubelet's latest CreateContainer request per container
@@ -52,7 +63,7 @@ type Pod struct {
 	// the kubelet would.
 	Creates map[string][]byte `json:"creates"`
 	// Instances is the one record of every container instance created in
-	// this sandbox that still exists, by container ID (instance.go): what
+	// this sandbox that still exists, by container ID: what
 	// the restart knows of it and what the kubelet is shown of it.
 	Instances map[string]*Instance `json:"instances"`
 	// Seq is the order in which the kubelet first created the pod's containers;
@@ -87,24 +98,53 @@ type Pod struct {
 	Stopped bool `json:"stopped,omitempty"`
 
 	// In memory only.
-	// reads counts the kubelet's PodSandboxStatus calls for this pod
-	// (ObservePodSandboxStatus); each hold keeps its count when it began
-	// (Instance.heldAt).
-	reads *podReads
-	// createReq is Creates decoded, per name, for replays (decoding the
+	// Reads counts the kubelet's PodSandboxStatus calls for this pod; each
+	// hold keeps its count when it began (Instance.HeldAt).
+	Reads *Reads `json:"-"`
+	// CreateReq is Creates decoded, per name, for replays (decoding the
 	// kubelet's request cost a tenth of a millisecond per restart). Only the
-	// pod's restart steps read and changes the requests; recordCreate drops an
-	// entry when the kubelet creates the container again.
-	createReq map[string]*runtimeapi.CreateContainerRequest
-	// warmFailed are the containers whose warm restart failed in the
-	// restart in progress: they start cold (warm.go). Cleared at the swap.
-	warmFailed map[string]bool
-	// backlog is the restart's wait for the kubelet's removals (backlog.go).
-	backlog backlogWait
+	// pod's restart steps read and change the requests; a create of the
+	// container by the kubelet drops its entry.
+	CreateReq map[string]*runtimeapi.CreateContainerRequest `json:"-"`
+	// WarmFailed are the containers whose warm restart failed in the
+	// restart in progress: they start cold. Cleared at the swap.
+	WarmFailed map[string]bool `json:"-"`
+	// Backlog is the restart's wait for the kubelet's removals (Backlogged).
+	Backlog Backlog `json:"-"`
 }
 
 // SeqEntry is one container of the pod's start order.
 type SeqEntry struct {
 	Name     string `json:"name"`
 	WaitExit bool   `json:"waitExit"`
+}
+
+// Snapshot is a copy of p that a step puts back (*p = snap) when the record
+// of its change could not be written: every map and slice a step edits in
+// place is copied.
+func (p *Pod) Snapshot() Pod {
+	c := *p
+	c.Forced, c.Held, c.Creates = maps.Clone(p.Forced), maps.Clone(p.Held), maps.Clone(p.Creates)
+	c.Instances, c.Seq, c.ContainerRestarts = cloneInstances(p.Instances), slices.Clone(p.Seq), maps.Clone(p.ContainerRestarts)
+	c.Retried, c.Latest, c.CreateReq = maps.Clone(p.Retried), maps.Clone(p.Latest), maps.Clone(p.CreateReq)
+	if p.Trigger != nil {
+		t := *p.Trigger
+		c.Trigger = &t
+	}
+	return c
+}
+
+// Reads counts one pod's PodSandboxStatus calls (N), and when the latest
+// came (At, Unix ns). Atomic: the kubelet's reads do not wait for the lock a
+// restart step holds across its state write.
+type Reads struct {
+	N  atomic.Uint64
+	At atomic.Int64
+}
+
+// Backlog is a restart's wait for the kubelet's removals (in memory: a
+// restarted shim waits afresh).
+type Backlog struct {
+	Until time.Time // when the wait ends; zero: not begun
+	Over  bool      // waited out: the restart goes on whatever the backlog
 }

@@ -1,4 +1,4 @@
-package podstate
+package restartrecord
 
 // One record per container instance: everything the restart knows of an
 // instance, in one place, so a restart step changes one record instead of
@@ -39,7 +39,7 @@ type Instance struct {
 	// HeldUntil: a swap replaced it after a list showed it running; until
 	// then (at the latest) it is shown running, in ContainerStatus and in
 	// lists without a state filter, while the kubelet's reads of the pod
-	// may belong to a list from before the swap (heldLocked). The kubelet
+	// may belong to a list from before the swap (podstate's heldLocked). The kubelet
 	// reads a pod as one list and then, seconds later under load, the
 	// status of each container that list showed (kuberuntime_container.go
 	// getPodContainerStatuses): a swap in between would show it the old
@@ -60,36 +60,36 @@ type Instance struct {
 	// container before it. Recorded with the swap.
 	Hidden bool `json:"hidden,omitempty"`
 
-	// listed: some list (any caller, any filter) showed it running; the
+	// Listed: some list (any caller, any filter) showed it running; the
 	// swap that replaces it holds it if so. In memory only.
-	listed bool
-	// heldAt is the pod's read count when its hold began; a hold loaded
+	Listed bool `json:"-"`
+	// HeldAt is the pod's read count when its hold began; a hold loaded
 	// from disk has 0 and counts from this process's start.
-	heldAt uint64
+	HeldAt uint64 `json:"-"`
 }
 
-// held reports whether the instance has a hold, over or not.
-func (in *Instance) held() bool { return !in.HeldUntil.IsZero() }
+// Held reports whether the instance has a hold, over or not.
+func (in *Instance) Held() bool { return !in.HeldUntil.IsZero() }
 
-// endHold drops the instance's hold.
-func (in *Instance) endHold() { in.HeldUntil, in.heldAt = time.Time{}, 0 }
+// EndHold drops the instance's hold.
+func (in *Instance) EndHold() { in.HeldUntil, in.HeldAt = time.Time{}, 0 }
 
-// inst is the record of instance id, nil when the pod has none.
-func (p *Pod) inst(id string) *Instance { return p.Instances[id] }
+// Inst is the record of instance id, nil when the pod has none.
+func (p *Pod) Inst(id string) *Instance { return p.Instances[id] }
 
-// ours reports whether id is an instance of the pod.
-func (p *Pod) ours(id string) bool { return p.Instances[id] != nil }
+// Ours reports whether id is an instance of the pod.
+func (p *Pod) Ours(id string) bool { return p.Instances[id] != nil }
 
-// addInstance records a new instance of container name with its part.
-func (p *Pod) addInstance(id, name string, part Part) {
+// AddInstance records a new instance of container name with its part.
+func (p *Pod) AddInstance(id, name string, part Part) {
 	if p.Instances == nil {
 		p.Instances = map[string]*Instance{}
 	}
 	p.Instances[id] = &Instance{Name: name, Part: part}
 }
 
-// partOf returns the IDs of the instances with part, by ID -> name.
-func (p *Pod) partOf(part Part) map[string]string {
+// PartOf returns the IDs of the instances with part, by ID -> name.
+func (p *Pod) PartOf(part Part) map[string]string {
 	out := map[string]string{}
 	for id, in := range p.Instances {
 		if in.Part == part {
@@ -99,9 +99,9 @@ func (p *Pod) partOf(part Part) map[string]string {
 	return out
 }
 
-// newOf is the instance the restart in progress created for container
+// NewOf is the instance the restart in progress created for container
 // name, "" when none.
-func (p *Pod) newOf(name string) string {
+func (p *Pod) NewOf(name string) string {
 	for id, in := range p.Instances {
 		if in.Part == PartNew && in.Name == name {
 			return id
@@ -110,8 +110,8 @@ func (p *Pod) newOf(name string) string {
 	return ""
 }
 
-// shownIDs are the old instances shown running until the swap.
-func (p *Pod) shownIDs() []string {
+// ShownIDs are the old instances shown running until the swap.
+func (p *Pod) ShownIDs() []string {
 	var out []string
 	for id, in := range p.Instances {
 		if in.Shown {
@@ -121,9 +121,9 @@ func (p *Pod) shownIDs() []string {
 	return out
 }
 
-// endRestartParts ends every instance's part in a restart: at the swap and
+// EndRestartParts ends every instance's part in a restart: at the swap and
 // when a restart is abandoned.
-func (p *Pod) endRestartParts() {
+func (p *Pod) EndRestartParts() {
 	for _, in := range p.Instances {
 		in.Part, in.Shown = PartNone, false
 	}
