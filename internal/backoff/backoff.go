@@ -123,9 +123,6 @@ func NewTracker(c Curve, clock Clock) *Tracker {
 	return &Tracker{curve: c, clock: clock, entries: map[Key]*entry{}}
 }
 
-// Curve returns the tracker's effective curve.
-func (t *Tracker) Curve() Curve { return t.curve }
-
 // Exited records that key's process (or pod) ran from started to finished in
 // sandbox owner and must now be restarted; owner takes the key over. It
 // returns the delay and the earliest time of the restart: finished plus the
@@ -147,20 +144,6 @@ func (t *Tracker) Exited(k Key, owner string, started, finished time.Time) State
 	s.LastDelay = t.curve.Delay(s.Restarts)
 	s.NotBefore = finished.Add(s.LastDelay)
 	return *s
-}
-
-// Remaining is how long key must still wait (0 if it may restart now).
-func (t *Tracker) Remaining(k Key) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.entries[k]
-	if e == nil {
-		return 0
-	}
-	if d := e.NotBefore.Sub(t.clock.Now()); d > 0 {
-		return d
-	}
-	return 0
 }
 
 // Get returns key's state and owner, if any.

@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,33 @@ func TestForgetOnlyWhatTheSandboxOwns(t *testing.T) {
 	tr.Forget("u", "new")
 	if _, _, ok := tr.Get(pod); ok {
 		t.Fatal("Forget of the owner kept its key")
+	}
+}
+
+// Remaining is how long key must still wait (0 if it may restart now).
+func (t *Tracker) Remaining(k Key) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.entries[k]
+	if e == nil {
+		return 0
+	}
+	if d := e.NotBefore.Sub(t.clock.Now()); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// Sleep ends at its duration with ctx live, and at once, reporting it, when
+// ctx is done.
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Fatal("a sleep with a live context reported it done")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if Sleep(ctx, time.Hour) || time.Since(start) > time.Second {
+		t.Fatal("a sleep with a done context did not end at once, reporting it")
 	}
 }

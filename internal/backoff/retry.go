@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -33,4 +34,17 @@ type jittered struct {
 func (j jittered) When(key string) time.Duration {
 	d := j.TypedRateLimiter.When(key)
 	return d + time.Duration(rand.Int64N(int64(d)/2+1))
+}
+
+// Sleep waits d, or until ctx is done; it reports whether ctx is still live
+// (false: the caller stops).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/criucheck"
 )
 
@@ -118,10 +119,8 @@ var pulledSweepEvery = 5 * time.Minute
 func (s *Service) SweepPulled(ctx context.Context) {
 	for {
 		s.sweepPulled()
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, pulledSweepEvery) {
 			return
-		case <-time.After(pulledSweepEvery):
 		}
 	}
 }

@@ -166,7 +166,6 @@ type checker struct {
 	files   map[string][]string // by check kind
 	root    nsIDs               // the root task's namespaces
 	criuIDs nsIDs               // CRIU's own namespaces (inventory root_ids)
-	tids    []uint32            // every thread of the tree
 	// cgroupTops are the container's cgroup directories (cgroup.img), as
 	// the root a cgroup mount shows.
 	cgroupTops map[string]bool

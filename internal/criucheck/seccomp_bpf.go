@@ -33,7 +33,6 @@ const (
 	retActionFull  = 0xffff0000
 
 	maxFilterInsns = 4096 // BPF_MAXINSNS
-	x32Bit         = 0x40000000
 )
 
 // filterFlagSpecAllow is SECCOMP_FILTER_FLAG_SPEC_ALLOW: the filter turns off

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
@@ -118,12 +119,6 @@ func (e *Event) Status() (*runtimeapi.ContainerStatus, error) {
 	return e.status, e.err
 }
 
-// Full decodes the whole event, for subscribers that forward it.
-func (e *Event) Full() (*runtimeapi.ContainerEventResponse, error) {
-	r := &runtimeapi.ContainerEventResponse{}
-	return r, proto.Unmarshal(e.raw, r)
-}
-
 // Feed is the shim's one subscription to the runtime's container events.
 type Feed struct {
 	conn grpc.ClientConnInterface
@@ -168,10 +163,7 @@ func (f *Feed) Run(ctx context.Context) {
 			continue
 		}
 		f.log.Debug("events: container event stream ended; subscribing again", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(f.Retry):
-		}
+		backoff.Sleep(ctx, f.Retry)
 	}
 }
 

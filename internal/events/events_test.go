@@ -176,3 +176,9 @@ func BenchmarkParseAndStatus(b *testing.B) {
 		}
 	})
 }
+
+// Full decodes the whole event, for subscribers that forward it.
+func (e *Event) Full() (*runtimeapi.ContainerEventResponse, error) {
+	r := &runtimeapi.ContainerEventResponse{}
+	return r, proto.Unmarshal(e.raw, r)
+}

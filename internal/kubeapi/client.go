@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/version"
 )
@@ -89,7 +90,7 @@ func (c *Client) Connect(ctx context.Context) {
 			}
 			c.log.Log(ctx, lvl, "Kubernetes API client not ready; status and events are queued until it is", "err", err, "retry", loadRetry)
 		}
-		sleep(ctx, loadRetry)
+		backoff.Sleep(ctx, loadRetry)
 		if ctx.Err() != nil {
 			return
 		}

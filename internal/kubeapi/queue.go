@@ -15,41 +15,33 @@ type kind int
 const (
 	kindStatus kind = iota // pod conditions, coalesced per pod
 	kindEvent              // one event, never coalesced
-	kindOp                 // a caller's write, the latest per key
 )
 
 func (k kind) String() string {
-	switch k {
-	case kindStatus:
+	if k == kindStatus {
 		return "status"
-	case kindEvent:
-		return "event"
 	}
-	return "op"
+	return "event"
 }
 
 // item is one pending write. Items with the same key coalesce: a pod's
-// conditions merge (the newer of a type wins), an op is replaced by the newer.
+// conditions merge (the newer of a type wins).
 type item struct {
 	key   string
 	kind  kind
 	pod   PodRef
 	conds map[string]Condition // kindStatus: by condition type
 	event *Event               // kindEvent
-	op    Op                   // kindOp
 	tries int                  // failed attempts so far
 }
 
 // merge folds newer into it (same key).
 func (it *item) merge(newer *item) {
-	switch it.kind {
-	case kindStatus:
+	if it.kind == kindStatus {
 		for t, c := range newer.conds {
 			it.conds[t] = c
 		}
 		it.pod = newer.pod
-	case kindOp:
-		it.op = newer.op
 	}
 }
 

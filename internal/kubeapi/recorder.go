@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -226,10 +227,8 @@ func (r *recorder) yield(ctx context.Context) {
 	}
 	deadline := r.now().Add(yieldMax)
 	for r.statusPending() && r.now().Before(deadline) {
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, 20*time.Millisecond) {
 			return
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -265,12 +264,8 @@ func (r *recorder) write(ctx context.Context, ev *eventsv1.Event) {
 			r.log.Error("event not written (retry limit reached)", "reason", ev.Reason, "regarding", ev.Regarding.Name)
 			return
 		}
-		t := time.NewTimer(r.retry + rand.N(r.retry/4+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, r.retry+rand.N(r.retry/4+1)) {
 			return
-		case <-t.C:
 		}
 	}
 }

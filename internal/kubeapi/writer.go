@@ -16,11 +16,6 @@ import (
 // ReportingController names the shim in the events it writes.
 const ReportingController = "cri-shim"
 
-// Op is a write queued under a key with Writer.Do; of the ops queued under
-// one key only the newest runs. An error that Retryable accepts is retried
-// with backoff; any other drops the op (counted and logged).
-type Op func(ctx context.Context) error
-
 // WriterOptions tune a Writer; zero values take the defaults.
 type WriterOptions struct {
 	// MaxQueue bounds the pending writes (default 4096); beyond it the
@@ -79,7 +74,7 @@ func NewWriter(c *Client, o WriterOptions) *Writer {
 	w := &Writer{c: c, log: o.Log, o: o, mirrors: map[string]string{}}
 	w.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cri_shim_kubeapi_dropped_total",
-		Help: "Writes to the API server dropped before they were made, by kind (status, event, op) and why (queue_full, failed).",
+		Help: "Writes to the API server dropped before they were made, by kind (status, event) and why (queue_full, failed).",
 	}, []string{"kind", "reason"})
 	w.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cri_shim_kubeapi_writes_total",
@@ -110,17 +105,6 @@ func NewWriter(c *Client, o WriterOptions) *Writer {
 func (w *Writer) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{w.dropped, w.writes, w.upGauge, w.pending, w.events}
 }
-
-// Do queues op under key, replacing an op of that key not yet run.
-func (w *Writer) Do(key string, op Op) {
-	if w == nil {
-		return
-	}
-	w.q.put(&item{key: "op/" + key, kind: kindOp, op: op})
-}
-
-// Up reports whether the last contact with the API server succeeded.
-func (w *Writer) Up() bool { return w != nil && w.up.Load() }
 
 // Run writes queued items until ctx is done; until the client is ready
 // they wait in the queue.
@@ -176,7 +160,7 @@ func (w *Writer) Run(ctx context.Context) {
 				return
 			}
 			w.log.Debug("API server not answering; writes wait", "err", err, "pending", w.q.len())
-			sleep(ctx, retry.Step())
+			backoff.Sleep(ctx, retry.Step())
 		}
 		wctx, cancel := context.WithTimeout(writes, requestTimeout)
 		err := w.write(wctx, ctx, it)
@@ -221,12 +205,9 @@ func (w *Writer) write(ctx, bg context.Context, it *item) error {
 	switch it.kind {
 	case kindStatus:
 		return w.patchConditions(ctx, it.pod, it.conds)
-	case kindEvent:
-		w.rec.record(bg, it.event)
-		return nil
-	default:
-		return it.op(ctx)
 	}
+	w.rec.record(bg, it.event)
+	return nil
 }
 
 // Retryable reports whether a failed write may succeed later unchanged: the
@@ -241,13 +222,4 @@ func Retryable(err error) bool {
 	}
 	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
 		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || se.Status().Code >= 500
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

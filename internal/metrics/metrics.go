@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -140,27 +139,3 @@ func (m *Method) StreamOpened() { m.streams.Inc() }
 
 // StreamClosed is the counterpart of StreamOpened.
 func (m *Method) StreamClosed() { m.streams.Dec() }
-
-// ErrorCount reads the error counter of a method label and code (for tests and `cri-shim` status output).
-func (c *Collector) ErrorCount(fullMethod string, code codes.Code) float64 {
-	return value(c.errors.WithLabelValues(strings.TrimPrefix(fullMethod, "/"), code.String()))
-}
-
-// StreamsInFlight reads the in-flight stream gauge of a method.
-func (c *Collector) StreamsInFlight(fullMethod string) float64 {
-	return value(c.streams.WithLabelValues(strings.TrimPrefix(fullMethod, "/")))
-}
-
-func value(m prometheus.Metric) float64 {
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
-		return -1
-	}
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	}
-	return -1
-}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -76,10 +77,8 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 			return
 		}
 		r.log.Warn("podcheckpoint: writing status, retrying", "object", key(pc.Namespace, pc.Name), "err", err)
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, retry.Step()) {
 			return
-		case <-time.After(retry.Step()):
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -92,10 +93,7 @@ func (r *Reconciler) startExport(ctx context.Context, pc *cpv1.PodCheckpoint) er
 				return
 			}
 			r.log.Warn("podcheckpoint: writing the export's status, retrying", "object", key(pc.Namespace, pc.Name), "err", werr)
-			select {
-			case <-ctx.Done():
-			case <-time.After(retry.Step()):
-			}
+			backoff.Sleep(ctx, retry.Step())
 		}
 	}()
 	return nil

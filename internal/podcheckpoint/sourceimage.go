@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
@@ -174,10 +175,7 @@ func (r *Reconciler) checkSource(ctx context.Context, pc *cpv1.PodCheckpoint, re
 			break
 		}
 		r.log.Warn("podcheckpoint: writing the source image's status, retrying", "object", key(pc.Namespace, pc.Name), "err", werr)
-		select {
-		case <-ctx.Done():
-		case <-time.After(retry.Step()):
-		}
+		backoff.Sleep(ctx, retry.Step())
 	}
 	k := key(pc.Namespace, pc.Name)
 	r.mu.Lock()

@@ -53,10 +53,8 @@ func (m *Manager) connector(ctx context.Context, p *pod) {
 		}
 		delay := retry.Step()
 		m.log.Debug("podmgmt: channel down; retrying", "pod", p.Namespace+"/"+p.Name, "in", delay, "err", err)
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, delay) {
 			return
-		case <-time.After(delay):
 		}
 	}
 }

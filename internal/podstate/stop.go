@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
@@ -95,10 +96,7 @@ func (m *Manager) runPreStop(ctx context.Context, id, handlerJSON string, grace 
 		if d > grace {
 			d = grace
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
+		backoff.Sleep(ctx, d)
 	default:
 		m.log.Warn("podstate: preStop handler type not run by the shim during an in-place restart", "container", id)
 	}

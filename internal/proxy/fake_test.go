@@ -196,3 +196,35 @@ func (fx *fixture) addContainer(t testing.TB, sb string, sbCfg *runtimeapi.PodSa
 	}
 	return resp.ContainerId
 }
+
+// metricValue is the value of the series of family name whose label values
+// are labels (in the order of the labels' names, as Gather sorts them), read from mc's registry; -1 when
+// there is none.
+func metricValue(t *testing.T, mc *metrics.Collector, name string, labels ...string) float64 {
+	t.Helper()
+	fams, err := mc.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for i, l := range m.GetLabel() {
+				if l.GetValue() != labels[i] {
+					continue series
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
+}

@@ -65,7 +65,7 @@ func TestErrorStatusPassesThroughUnchanged(t *testing.T) {
 	if len(ss.Details) != 1 {
 		t.Fatalf("details lost: %v", ss)
 	}
-	if got := fx.mc.ErrorCount("/runtime.v1.RuntimeService/Version", codes.FailedPrecondition); got != 1 {
+	if got := metricValue(t, fx.mc, "cri_shim_grpc_errors_total", codes.FailedPrecondition.String(), "runtime.v1.RuntimeService/Version"); got != 1 {
 		t.Fatalf("error metric = %v, want 1", got)
 	}
 }

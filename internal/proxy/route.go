@@ -12,18 +12,6 @@ import (
 // on the method or, from the last, to the runtime.
 type UnaryNext[Req, Resp any] func(ctx context.Context, req *Req) (*Resp, error)
 
-// unary builds the route of a unary hook: the request is decoded, fn decides
-// what to do with it and may call next to forward it.
-func unary[Req, Resp any, PReq interface {
-	*Req
-	proto.Message
-}, PResp interface {
-	*Resp
-	proto.Message
-}](method string, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) hookRoute {
-	return unaryIf[Req, Resp, PReq, PResp](method, nil, fn)
-}
-
 // unaryIf is unary whose typed path runs only while active() reports true
 // (nil: always); otherwise the call is forwarded raw, so a feature with
 // nothing to do costs the hot path one function call.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
@@ -174,4 +175,16 @@ func TestBytesRoute(t *testing.T) {
 	if _, err := newWithRoutes(backend, metrics.New(CRIMethods()), []hookRoute{unaryBytesIf(m, func() bool { return true }, edit), unaryIf(m, func() bool { return true }, tag)}); err == nil {
 		t.Fatal("a route chained after a bytes route was accepted")
 	}
+}
+
+// unary builds the route of a unary hook: the request is decoded, fn decides
+// what to do with it and may call next to forward it.
+func unary[Req, Resp any, PReq interface {
+	*Req
+	proto.Message
+}, PResp interface {
+	*Resp
+	proto.Message
+}](method string, fn func(ctx context.Context, req *Req, next UnaryNext[Req, Resp]) (*Resp, error)) hookRoute {
+	return unaryIf[Req, Resp, PReq, PResp](method, nil, fn)
 }

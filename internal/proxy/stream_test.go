@@ -96,7 +96,7 @@ func TestStreamCancelledByCallerLeavesNothingBehind(t *testing.T) {
 	if n := settledGoroutines(base); n > base+2 {
 		t.Fatalf("goroutines: %d before, %d after 20 cancelled streams", base, n)
 	}
-	if got := fx.mc.StreamsInFlight("/runtime.v1.RuntimeService/GetContainerEvents"); got != 0 {
+	if got := metricValue(t, fx.mc, "cri_shim_grpc_streams_in_flight", "runtime.v1.RuntimeService/GetContainerEvents"); got != 0 {
 		t.Fatalf("in-flight stream gauge = %v after all streams ended", got)
 	}
 }
