@@ -16,17 +16,9 @@ import (
 
 // CheckpointConfig confines and retains pod checkpoints.
 type CheckpointConfig struct {
-	// Root is the only directory under which CheckpointPod writes and RestorePod
-	// and the restore-from annotation read (KEP-5823 path traversal protection).
 	Root string `toml:"root" comment:"Every checkpoint path must resolve inside this directory; created if missing."`
-	// MaxPerPod keeps at most this many checkpoints per pod among those cri-shim
-	// manages (made by 'cri-shim checkpoint'); 0 keeps all.
 	MaxPerPod int `toml:"max_per_pod" comment:"Checkpoints kept per pod (those made by 'cri-shim checkpoint'), oldest removed first; 0 keeps all."`
-	// MaxTotalBytes bounds the size of the managed checkpoints; 0 means no bound.
 	MaxTotalBytes int64 `toml:"max_total_bytes" comment:"Total bytes of checkpoints on the node (pulled ones apart): scheduled ones are removed oldest first from the namespace furthest over its share, a PodCheckpoint beyond it fails; 0 means no bound."`
-	// MaxBytesPerNamespace is each namespace's share of the checkpoint
-	// root: scheduled checkpoints beyond it are removed oldest first, a
-	// PodCheckpoint beyond it fails; 0 means no bound.
 	MaxBytesPerNamespace int64 `toml:"max_bytes_per_namespace" comment:"Each namespace's share of the checkpoint root (its scheduled checkpoints, PodCheckpoint data and named checkpoints): scheduled ones beyond it are removed oldest first, a PodCheckpoint beyond it fails; 0 means no bound."`
 	// MinInterval is the shortest checkpoint schedule a pod's
 	// checkpoint.cri-shim.io/interval annotation gets (a pod asking more
@@ -45,9 +37,6 @@ type CheckpointConfig struct {
 	// that pod's memory (docs/checkpoint.md). Each pair lets pods of To
 	// restore checkpoints taken in From; one direction only.
 	RestoreNamespaceAllow []NamespacePair `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)."`
-	// Registries is the allow-list of registries a restore-from image
-	// reference (which a pod names) may make the node pull from; empty
-	// refuses every image reference (docs/checkpoint-oci.md).
 	Registries []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused)."`
 	// RestoreProvenance decides which checkpoints a restore from an image
 	// reference may pull: "cluster" (default) only those a node of this
@@ -59,17 +48,11 @@ type CheckpointConfig struct {
 	// image pull secrets; empty: the default keychain ($DOCKER_CONFIG or
 	// ~/.docker/config.json of the shim's user).
 	RegistryAuthFile string `toml:"registry_auth_file" comment:"The node's docker config.json for registry credentials after the pod's image pull secrets (e.g. /var/lib/kubelet/config.json); empty: ~/.docker/config.json."`
-	// PullMaxBytes caps the archives of a checkpoint pulled for a restore.
 	PullMaxBytes int64 `toml:"pull_max_bytes" comment:"Largest checkpoint (archive bytes) a restore from an image reference pulls."`
-	// PullMaxTotalBytes bounds the pulled checkpoints of the node together,
-	// those being pulled included: a pull that does not fit once unused
-	// pulled checkpoints are removed (oldest first) is refused, and retried.
 	PullMaxTotalBytes int64 `toml:"pull_max_total_bytes" comment:"Total bytes of checkpoints pulled for restores on this node, pulls in progress included; unused ones are removed oldest first to make room, then a pull is refused (ResourceExhausted, retried). 0: no bound; else at least pull_max_bytes."`
 	// PullTimeout bounds one such pull (it runs in the background), and one
 	// PodCheckpoint export's push.
 	PullTimeout Duration `toml:"pull_timeout" comment:"How long one pull for a restore may take (it runs in the background)."`
-	// PullWait is how long the kubelet's RunPodSandbox waits for its pull
-	// before it is answered Unavailable and retried.
 	PullWait Duration `toml:"pull_wait" comment:"How long RunPodSandbox waits for its pull before answering Unavailable (the kubelet retries; at most 3m, under the kubelet's 4m sandbox timeout)."`
 	// ObjectWait is how long the kubelet's RunPodSandbox of a pod whose
 	// restore-from names a PodCheckpoint the node does not watch (one held

@@ -24,7 +24,6 @@ const DefaultPath = "/etc/cri-shim/config.toml"
 
 // Config is the whole configuration file.
 type Config struct {
-	// StateDir holds the shim's on-disk state (pod restart state, tokens).
 	StateDir string `toml:"state_dir" comment:"Directory for the shim's own state; created if missing."`
 	// Server is the CRI endpoint the shim serves to the kubelet and crictl.
 	Server ServerConfig `toml:"server"`
@@ -55,7 +54,6 @@ type KubernetesConfig struct {
 	// NodeName is this node's name in the API; empty means the hostname,
 	// trimmed and lowercased, as the kubelet picks it without --hostname-override.
 	NodeName string `toml:"node_name" comment:"This node's name in the API (the kubelet's --hostname-override); empty = the hostname, lowercased."`
-	// QPS and Burst limit the shim's requests to the API server.
 	QPS   float32 `toml:"qps" comment:"Sustained requests per second to the API server."`
 	Burst int     `toml:"burst" comment:"Requests allowed in a burst above qps."`
 	// PodCheckpoints turns the PodCheckpoint controller on: its watches,
@@ -86,9 +84,7 @@ func (k KubernetesConfig) Node() (string, error) {
 // BackoffConfig is the KEP-4603 restart curve: initial_delay doubling up to
 // max_delay, or up to the per-node max_container_restart_period when it is set.
 type BackoffConfig struct {
-	// InitialDelay is the wait before the first restart (no free first restart).
 	InitialDelay Duration `toml:"initial_delay" comment:"Wait before the first restart; doubles on each restart."`
-	// MaxDelay caps the curve when no per-node maximum is set.
 	MaxDelay Duration `toml:"max_delay" comment:"Cap of the curve when max_container_restart_period is not set."`
 	// MaxContainerRestartPeriod is the per-node maximum in whole seconds (1..300),
 	// like the kubelet's crashLoopBackOff.maxContainerRestartPeriod. Unset by default;
@@ -103,16 +99,12 @@ type BackoffConfig struct {
 
 // ServerConfig is the shim's own CRI socket.
 type ServerConfig struct {
-	// Listen is the unix socket path (or unix:///path) the shim serves CRI on.
 	Listen string `toml:"listen" comment:"Unix socket the kubelet and crictl connect to."`
-	// SocketMode is the octal permission of the socket file.
 	SocketMode string `toml:"socket_mode" comment:"Octal permissions of the socket file."`
-	// SocketGroup, if set, is the group (name or numeric id) that owns the socket.
 	SocketGroup string `toml:"socket_group" comment:"Group owning the socket (name or gid); empty keeps root's."`
 	// MaxRecvMsgSize and MaxSendMsgSize bound a CRI message, in bytes. The kubelet uses 16 MiB.
 	MaxRecvMsgSize int `toml:"max_recv_message_size" comment:"Largest CRI message accepted, bytes (kubelet: 16 MiB)."`
 	MaxSendMsgSize int `toml:"max_send_message_size" comment:"Largest CRI message sent, bytes."`
-	// ShutdownTimeout bounds how long SIGTERM waits for calls in flight before closing streams.
 	ShutdownTimeout Duration `toml:"shutdown_timeout" comment:"How long SIGTERM waits for calls in flight."`
 	// MaxProcs is the shim's GOMAXPROCS: how many threads run its Go code at
 	// once. The shim relays small messages at the kubelet's pace; with more
@@ -131,25 +123,19 @@ type ServerConfig struct {
 
 // RuntimeConfig is the runtime the shim forwards to.
 type RuntimeConfig struct {
-	// Endpoint is containerd's CRI socket.
 	Endpoint string `toml:"endpoint" comment:"The runtime's CRI socket (containerd)."`
-	// ReconnectMaxDelay caps the reconnect backoff while the runtime is down.
 	ReconnectMaxDelay Duration `toml:"reconnect_max_delay" comment:"Longest wait between reconnect attempts while the runtime is down."`
 }
 
 // MetricsConfig is the HTTP side of the shim.
 type MetricsConfig struct {
-	// Address is host:port for /metrics, /healthz and /readyz; empty disables it.
 	Address string `toml:"address" comment:"host:port for /metrics, /healthz, /readyz; empty disables."`
-	// Profiling adds Go's /debug/pprof handlers to the same endpoint (keep it on loopback).
 	Profiling bool `toml:"profiling" comment:"Serve /debug/pprof on the metrics address too (keep that address on loopback)."`
 }
 
 // LogConfig configures logging.
 type LogConfig struct {
-	// Level is debug, info, warn or error.
 	Level string `toml:"level" comment:"debug, info, warn or error."`
-	// Format is json or text.
 	Format string `toml:"format" comment:"json or text."`
 }
 

@@ -7,19 +7,14 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/cri-shim/cri-shim/internal/config"
 )
 
 // Allowed is one registry of the operator's allow-list ([checkpoint]
 // registries): the only registries a restore from an image reference, which
 // a pod names, may make the node connect to.
-type Allowed struct {
-	// Host is the registry as references spell it: host or host:port.
-	Host string
-	// PlainHTTP allows plain HTTP; only for a loopback host.
-	PlainHTTP bool
-	// CAFile is a PEM bundle trusted for this registry besides the system roots.
-	CAFile string
-}
+type Allowed = config.RegistryConfig
 
 // repoComponent is a path component of a repository name (OCI distribution
 // spec, "Pulling manifests").

@@ -313,9 +313,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 			MaxBytes: cfg.Checkpoint.PullMaxBytes, Timeout: cfg.Checkpoint.PullTimeout.Duration, Wait: cfg.Checkpoint.PullWait.Duration,
 			RestoreAllowed: func(from, to string) bool { return from == to || cfg.Checkpoint.RestoreAllowed(from, to) },
 			Log:            log,
-		}
-		for _, r := range cfg.Checkpoint.Registries {
-			pc.Registries = append(pc.Registries, ociartifact.Allowed{Host: r.Host, PlainHTTP: r.PlainHTTP, CAFile: r.CAFile})
+			Registries:     cfg.Checkpoint.Registries,
 		}
 		if api != nil {
 			pc.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
@@ -406,14 +404,6 @@ var criuVersion = sync.OnceValues(func() (string, error) {
 // nodeRuntime is what podcheckpoint reads of the node: the pod table's
 // sandboxes and the runtime's containers.
 type nodeRuntime struct {
-	table *podtable.Table
-	rt    runtimeapi.RuntimeServiceClient
-}
-
-func (n nodeRuntime) List(keep func(*podtable.Sandbox) bool) []podtable.Sandbox {
-	return n.table.List(keep)
-}
-
-func (n nodeRuntime) ListContainers(ctx context.Context, in *runtimeapi.ListContainersRequest, opts ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
-	return n.rt.ListContainers(ctx, in, opts...)
+	*podtable.Table
+	runtimeapi.RuntimeServiceClient
 }
