@@ -16,10 +16,10 @@ import (
 
 // CheckpointConfig confines and retains pod checkpoints.
 type CheckpointConfig struct {
-	Root string `toml:"root" comment:"Every checkpoint path must resolve inside this directory; created if missing."`
-	MaxPerPod int `toml:"max_per_pod" comment:"Checkpoints kept per pod (those made by 'cri-shim checkpoint'), oldest removed first; 0 keeps all."`
-	MaxTotalBytes int64 `toml:"max_total_bytes" comment:"Total bytes of checkpoints on the node (pulled ones apart): scheduled ones are removed oldest first from the namespace furthest over its share, a PodCheckpoint beyond it fails; 0 means no bound."`
-	MaxBytesPerNamespace int64 `toml:"max_bytes_per_namespace" comment:"Each namespace's share of the checkpoint root (its scheduled checkpoints, PodCheckpoint data and named checkpoints): scheduled ones beyond it are removed oldest first, a PodCheckpoint beyond it fails; 0 means no bound."`
+	Root                 string `toml:"root" comment:"Every checkpoint path must resolve inside this directory; created if missing."`
+	MaxPerPod            int    `toml:"max_per_pod" comment:"Checkpoints kept per pod (those made by 'cri-shim checkpoint'), oldest removed first; 0 keeps all."`
+	MaxTotalBytes        int64  `toml:"max_total_bytes" comment:"Total bytes of checkpoints on the node (pulled ones apart): scheduled ones are removed oldest first from the namespace furthest over its share, a PodCheckpoint beyond it fails; 0 means no bound."`
+	MaxBytesPerNamespace int64  `toml:"max_bytes_per_namespace" comment:"Each namespace's share of the checkpoint root (its scheduled checkpoints, PodCheckpoint data and named checkpoints): scheduled ones beyond it are removed oldest first, a PodCheckpoint beyond it fails; 0 means no bound."`
 	// MinInterval is the shortest checkpoint schedule a pod's
 	// checkpoint.cri-shim.io/interval annotation gets (a pod asking more
 	// often is checkpointed at this interval): each checkpoint freezes the pod
@@ -36,8 +36,8 @@ type CheckpointConfig struct {
 	// checkpoint of a pod in its own namespace, because a checkpoint holds
 	// that pod's memory (docs/checkpoint.md). Each pair lets pods of To
 	// restore checkpoints taken in From; one direction only.
-	RestoreNamespaceAllow []NamespacePair `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)."`
-	Registries []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused)."`
+	RestoreNamespaceAllow []NamespacePair  `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)."`
+	Registries            []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused)."`
 	// RestoreProvenance decides which checkpoints a restore from an image
 	// reference may pull: "cluster" (default) only those a node of this
 	// cluster exported, recorded in a PodCheckpoint's status in the pod's
@@ -47,13 +47,13 @@ type CheckpointConfig struct {
 	// RegistryAuthFile is the node's docker config.json, used after a pod's
 	// image pull secrets; empty: the default keychain ($DOCKER_CONFIG or
 	// ~/.docker/config.json of the shim's user).
-	RegistryAuthFile string `toml:"registry_auth_file" comment:"The node's docker config.json for registry credentials after the pod's image pull secrets (e.g. /var/lib/kubelet/config.json); empty: ~/.docker/config.json."`
-	PullMaxBytes int64 `toml:"pull_max_bytes" comment:"Largest checkpoint (archive bytes) a restore from an image reference pulls."`
-	PullMaxTotalBytes int64 `toml:"pull_max_total_bytes" comment:"Total bytes of checkpoints pulled for restores on this node, pulls in progress included; unused ones are removed oldest first to make room, then a pull is refused (ResourceExhausted, retried). 0: no bound; else at least pull_max_bytes."`
+	RegistryAuthFile  string `toml:"registry_auth_file" comment:"The node's docker config.json for registry credentials after the pod's image pull secrets (e.g. /var/lib/kubelet/config.json); empty: ~/.docker/config.json."`
+	PullMaxBytes      int64  `toml:"pull_max_bytes" comment:"Largest checkpoint (archive bytes) a restore from an image reference pulls."`
+	PullMaxTotalBytes int64  `toml:"pull_max_total_bytes" comment:"Total bytes of checkpoints pulled for restores on this node, pulls in progress included; unused ones are removed oldest first to make room, then a pull is refused (ResourceExhausted, retried). 0: no bound; else at least pull_max_bytes."`
 	// PullTimeout bounds one such pull (it runs in the background), and one
 	// PodCheckpoint export's push.
 	PullTimeout Duration `toml:"pull_timeout" comment:"How long one pull for a restore may take (it runs in the background)."`
-	PullWait Duration `toml:"pull_wait" comment:"How long RunPodSandbox waits for its pull before answering Unavailable (the kubelet retries; at most 3m, under the kubelet's 4m sandbox timeout)."`
+	PullWait    Duration `toml:"pull_wait" comment:"How long RunPodSandbox waits for its pull before answering Unavailable (the kubelet retries; at most 3m, under the kubelet's 4m sandbox timeout)."`
 	// ObjectWait is how long the kubelet's RunPodSandbox of a pod whose
 	// restore-from names a PodCheckpoint the node does not watch (one held
 	// by another node) waits for the object's read from the API server

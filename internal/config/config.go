@@ -53,9 +53,9 @@ type KubernetesConfig struct {
 	Kubeconfig string `toml:"kubeconfig" comment:"The kubelet's kubeconfig (e.g. /etc/kubernetes/kubelet.conf); the shim acts as the node. Empty: standalone, no API server."`
 	// NodeName is this node's name in the API; empty means the hostname,
 	// trimmed and lowercased, as the kubelet picks it without --hostname-override.
-	NodeName string `toml:"node_name" comment:"This node's name in the API (the kubelet's --hostname-override); empty = the hostname, lowercased."`
-	QPS   float32 `toml:"qps" comment:"Sustained requests per second to the API server."`
-	Burst int     `toml:"burst" comment:"Requests allowed in a burst above qps."`
+	NodeName string  `toml:"node_name" comment:"This node's name in the API (the kubelet's --hostname-override); empty = the hostname, lowercased."`
+	QPS      float32 `toml:"qps" comment:"Sustained requests per second to the API server."`
+	Burst    int     `toml:"burst" comment:"Requests allowed in a burst above qps."`
 	// PodCheckpoints turns the PodCheckpoint controller on: its watches,
 	// its reconciler and restores naming an object. Off, a cluster without
 	// the CRD (deploy/crd) or its RBAC costs the API server nothing.
@@ -85,7 +85,7 @@ func (k KubernetesConfig) Node() (string, error) {
 // max_delay, or up to the per-node max_container_restart_period when it is set.
 type BackoffConfig struct {
 	InitialDelay Duration `toml:"initial_delay" comment:"Wait before the first restart; doubles on each restart."`
-	MaxDelay Duration `toml:"max_delay" comment:"Cap of the curve when max_container_restart_period is not set."`
+	MaxDelay     Duration `toml:"max_delay" comment:"Cap of the curve when max_container_restart_period is not set."`
 	// MaxContainerRestartPeriod is the per-node maximum in whole seconds (1..300),
 	// like the kubelet's crashLoopBackOff.maxContainerRestartPeriod. Unset by default;
 	// when set it replaces max_delay and lowers initial_delay to itself if needed.
@@ -99,12 +99,12 @@ type BackoffConfig struct {
 
 // ServerConfig is the shim's own CRI socket.
 type ServerConfig struct {
-	Listen string `toml:"listen" comment:"Unix socket the kubelet and crictl connect to."`
-	SocketMode string `toml:"socket_mode" comment:"Octal permissions of the socket file."`
+	Listen      string `toml:"listen" comment:"Unix socket the kubelet and crictl connect to."`
+	SocketMode  string `toml:"socket_mode" comment:"Octal permissions of the socket file."`
 	SocketGroup string `toml:"socket_group" comment:"Group owning the socket (name or gid); empty keeps root's."`
 	// MaxRecvMsgSize and MaxSendMsgSize bound a CRI message, in bytes. The kubelet uses 16 MiB.
-	MaxRecvMsgSize int `toml:"max_recv_message_size" comment:"Largest CRI message accepted, bytes (kubelet: 16 MiB)."`
-	MaxSendMsgSize int `toml:"max_send_message_size" comment:"Largest CRI message sent, bytes."`
+	MaxRecvMsgSize  int      `toml:"max_recv_message_size" comment:"Largest CRI message accepted, bytes (kubelet: 16 MiB)."`
+	MaxSendMsgSize  int      `toml:"max_send_message_size" comment:"Largest CRI message sent, bytes."`
 	ShutdownTimeout Duration `toml:"shutdown_timeout" comment:"How long SIGTERM waits for calls in flight."`
 	// MaxProcs is the shim's GOMAXPROCS: how many threads run its Go code at
 	// once. The shim relays small messages at the kubelet's pace; with more
@@ -123,19 +123,19 @@ type ServerConfig struct {
 
 // RuntimeConfig is the runtime the shim forwards to.
 type RuntimeConfig struct {
-	Endpoint string `toml:"endpoint" comment:"The runtime's CRI socket (containerd)."`
+	Endpoint          string   `toml:"endpoint" comment:"The runtime's CRI socket (containerd)."`
 	ReconnectMaxDelay Duration `toml:"reconnect_max_delay" comment:"Longest wait between reconnect attempts while the runtime is down."`
 }
 
 // MetricsConfig is the HTTP side of the shim.
 type MetricsConfig struct {
-	Address string `toml:"address" comment:"host:port for /metrics, /healthz, /readyz; empty disables."`
-	Profiling bool `toml:"profiling" comment:"Serve /debug/pprof on the metrics address too (keep that address on loopback)."`
+	Address   string `toml:"address" comment:"host:port for /metrics, /healthz, /readyz; empty disables."`
+	Profiling bool   `toml:"profiling" comment:"Serve /debug/pprof on the metrics address too (keep that address on loopback)."`
 }
 
 // LogConfig configures logging.
 type LogConfig struct {
-	Level string `toml:"level" comment:"debug, info, warn or error."`
+	Level  string `toml:"level" comment:"debug, info, warn or error."`
 	Format string `toml:"format" comment:"json or text."`
 }
 
