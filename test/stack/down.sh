@@ -29,8 +29,14 @@ fi
 stop_pid kubelet
 if [[ -S $CONTAINERD_SOCK ]] && crictl --runtime-endpoint "unix://$CONTAINERD_SOCK" version >/dev/null 2>&1; then
 	log "removing pods"
-	crictl --runtime-endpoint "unix://$CONTAINERD_SOCK" --timeout 30s rmp -fa >/dev/null 2>&1
-	crictl --runtime-endpoint "unix://$CONTAINERD_SOCK" --timeout 30s rm -fa >/dev/null 2>&1
+	# One rmp -fa can run out of time with a thousand containers (the proxy
+	# bench); pods left in containerd's store keep their names reserved
+	# for the next run. So again while any is left, a few times.
+	for _ in 1 2 3 4 5; do
+		crictl --runtime-endpoint "unix://$CONTAINERD_SOCK" --timeout 30s rmp -fa >/dev/null 2>&1
+		crictl --runtime-endpoint "unix://$CONTAINERD_SOCK" --timeout 30s rm -fa >/dev/null 2>&1
+		[[ -z $(crictl --runtime-endpoint "unix://$CONTAINERD_SOCK" pods -q 2>/dev/null) ]] && break
+	done
 fi
 stop_pid cri-shim
 stop_pid containerd
@@ -40,8 +46,13 @@ stop_pid registry-auth
 stop_pid cri-shim-router
 stop_pid kube-apiserver
 stop_pid etcd
-# runc shims outlive containerd; only ours (bound to our socket) are stopped.
-pkill -KILL -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null
+# Runtime shims (runc's, and cri-shim's own) outlive containerd, and the
+# containers under a shim outlive it: each of ours (bound to our socket) is
+# stopped with its process tree.
+descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+for pid in $(pgrep -f "containerd-shim-(runc|cri-shim)-v2 .*-address $CONTAINERD_SOCK"); do
+	kill -KILL "$pid" $(descendants "$pid") 2>/dev/null
+done
 pkill -KILL -f "kubelet --config $NODE_RUN/kubelet.yaml" 2>/dev/null
 # Unmount, deepest first, whatever the node left mounted (under its own
 # directories only: /run/cri-shim-node is a prefix of node 2's /run/cri-shim-node2).
