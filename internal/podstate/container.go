@@ -115,6 +115,7 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 	if err := m.classifyBeforeStop(ctx, req.ContainerId); err != nil {
 		return nil, unavailable(err)
 	}
+	asked := m.clock.Now()
 	sb := ""
 	m.withContainer(req.ContainerId, func(p *Pod, in *Instance) {
 		if in != nil && !in.Settled {
@@ -133,7 +134,13 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 			return nil, unavailable(err)
 		}
 	}
-	return next(ctx, req)
+	resp, err := next(ctx, req)
+	if err == nil && sb != "" {
+		if err := m.classifyAfterStop(ctx, req.ContainerId, asked); err != nil {
+			return nil, unavailable(err)
+		}
+	}
+	return resp, err
 }
 
 // removeContainer forgets an instance the kubelet's container GC removed, so

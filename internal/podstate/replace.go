@@ -2,6 +2,7 @@ package podstate
 
 import (
 	"context"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -60,4 +61,35 @@ func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
 	}
 	_, err = m.classify(st.GetStatus())
 	return err
+}
+
+// classifyAfterStop is classifyBeforeStop for an exit the runtime had not
+// recorded yet when the kubelet's stop arrived: containerd reports a
+// container RUNNING until it has handled its task's exit, a few
+// milliseconds after the process died, and a tcpSocket probe that fails on
+// the dead process can land in between (seen in TestLivenessProbeDuringBackoffHold).
+// An instance whose process finished before the stop was asked (containerd's
+// exit time, on the host's clock like asked) ended on its own: its stop is
+// taken back as the kubelet's decision and the exit is classified against
+// its rule, before the kubelet, which waits for this answer, creates the
+// next instance. An error means the verdict could not be recorded.
+func (m *Manager) classifyAfterStop(ctx context.Context, id string, asked time.Time) error {
+	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	s := st.GetStatus()
+	if err != nil || s.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || s.FinishedAt == 0 ||
+		!time.Unix(0, s.FinishedAt).Before(asked) {
+		return nil // the kubelet's stop ended it, or it cannot be told
+	}
+	var cerr error
+	m.withContainer(id, func(p *Pod, in *Instance) {
+		if p == nil || in == nil || !in.Settled || p.Phase != PhaseRunning {
+			return
+		}
+		snap := p.Snapshot()
+		in.Settled = false
+		if _, cerr = m.classifyLocked(s); cerr != nil {
+			m.rollback(p, snap)
+		}
+	})
+	return cerr
 }

@@ -77,3 +77,35 @@ func TestStopOfExitedInstanceKeepsItsRule(t *testing.T) {
 		t.Fatalf("kubelet-stopped running instance: %v/%d, phase %s; want its real exit and no restart", s.State, s.ExitCode, p.Phase)
 	}
 }
+
+// aheadClock is the real clock moved on by d.
+type aheadClock time.Duration
+
+func (a aheadClock) Now() time.Time { return time.Now().Add(time.Duration(a)) }
+
+// The kubelet's stop arrives after the process died but before the runtime
+// recorded the exit (containerd still says RUNNING): the runtime's exit
+// time, before the stop was asked, shows the exit was the container's own,
+// so its rule governs it once the stop returns, and the kubelet's create
+// that follows is refused. The shim's clock runs 0.5 s ahead here: the stop
+// "arrived" 0.5 s after the exit the stop's own call records.
+func TestStopRacingTheRuntimesExitKeepsItsRule(t *testing.T) {
+	k, sb, p := crashingMainPod(t)
+	cur := p.Latest["main"]
+	k.m.clock = aheadClock(500 * time.Millisecond)
+	_, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: cur},
+		func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+			k.exit(cur, 1) // the exit the runtime records only now
+			return k.cri.StopContainer(ctx, r)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur || p.Trigger.ExitCode != 1 {
+		t.Fatalf("after a stop racing the runtime's exit: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
+	}
+	_, err = k.m.CreateContainer(context.Background(), k.createReq(sb, "main", 1), fwd(k.cri.CreateContainer))
+	if status.Code(proxy.Status(err)) != codes.Unavailable {
+		t.Fatalf("the kubelet's create after the stop: %v, want Unavailable (the restart creates it)", err)
+	}
+}
