@@ -72,7 +72,9 @@ func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
 // exit time, on the host's clock like asked) ended on its own: its stop is
 // taken back as the kubelet's decision and the exit is classified against
 // its rule, before the kubelet, which waits for this answer, creates the
-// next instance. An error means the verdict could not be recorded.
+// next instance. An error means the verdict could not be recorded; the
+// instance is then left unsettled, so the kubelet's retried stop records
+// the stop and classifies the exit again.
 func (m *Manager) classifyAfterStop(ctx context.Context, id string, asked time.Time) error {
 	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	s := st.GetStatus()
@@ -85,11 +87,8 @@ func (m *Manager) classifyAfterStop(ctx context.Context, id string, asked time.T
 		if p == nil || in == nil || !in.Settled || p.Phase != PhaseRunning {
 			return
 		}
-		snap := p.Snapshot()
 		in.Settled = false
-		if _, cerr = m.classifyLocked(s); cerr != nil {
-			m.rollback(p, snap)
-		}
+		_, cerr = m.classifyLocked(s) // puts back all but the unsettle when its save fails
 	})
 	return cerr
 }

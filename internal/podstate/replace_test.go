@@ -109,3 +109,35 @@ func TestStopRacingTheRuntimesExitKeepsItsRule(t *testing.T) {
 		t.Fatalf("the kubelet's create after the stop: %v, want Unavailable (the restart creates it)", err)
 	}
 }
+
+// When the verdict of such an exit cannot be written, the stop is answered
+// Unavailable and the instance stays unsettled: the kubelet's retried stop
+// classifies the exit again, and its rule governs it once the write works.
+func TestStopRacingTheRuntimesExitRetriedAfterAFailedWrite(t *testing.T) {
+	k, _, p := crashingMainPod(t)
+	cur := p.Latest["main"]
+	k.m.clock = aheadClock(500 * time.Millisecond)
+	failing := false
+	failWrites(k.m, func([]byte) bool { return failing })
+	stop := func(exit bool) error {
+		_, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: cur},
+			func(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+				if exit {
+					k.exit(cur, 1)
+					failing = true // the verdict's write fails
+				}
+				return k.cri.StopContainer(ctx, r)
+			})
+		return err
+	}
+	if err := stop(true); status.Code(proxy.Status(err)) != codes.Unavailable || p.Phase != PhaseRunning {
+		t.Fatalf("stop with the verdict unwritten: %v, phase %s; want Unavailable and no restart", err, p.Phase)
+	}
+	failing = false
+	if err := stop(false); err != nil {
+		t.Fatal(err)
+	}
+	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur {
+		t.Fatalf("after the retried stop: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
+	}
+}
