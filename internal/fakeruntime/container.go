@@ -40,6 +40,14 @@ type container struct {
 	finishedAt          int64
 	exitCode            int32
 	reason, message     string
+	// exiting: the process died at this time with this code, and its
+	// exit is not recorded yet (ExitUnrecorded).
+	exiting *exit
+}
+
+type exit struct {
+	at   int64
+	code int32
 }
 
 func (c *container) state() runtimeapi.ContainerState {
@@ -175,12 +183,16 @@ func (r *Runtime) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 }
 
 // killLocked ends a RUNNING container with code and returns its STOPPED
-// event; a container in any other state keeps its first exit.
+// event; a container in any other state keeps its first exit, and one whose
+// process had died (ExitUnrecorded) its own exit time and code.
 func (r *Runtime) killLocked(c *container, code int32) []*runtimeapi.ContainerEventResponse {
 	if c.state() != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return nil
 	}
 	c.finishedAt, c.exitCode = r.now(), code
+	if e := c.exiting; e != nil { // it had died already: its own exit
+		c.finishedAt, c.exitCode, c.exiting = e.at, e.code, nil
+	}
 	return []*runtimeapi.ContainerEventResponse{r.eventLocked(c.id, c.sandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)}
 }
 
@@ -195,7 +207,9 @@ func (r *Runtime) StopContainer(_ context.Context, req *runtimeapi.StopContainer
 		if req.Timeout > 0 {
 			code = exitSIGTERM
 		}
-		evs = r.killLocked(c, code)
+		if c.exiting == nil { // else its task is gone: nothing to signal
+			evs = r.killLocked(c, code)
+		}
 	}
 	r.mu.Unlock()
 	r.events.send(evs...)
@@ -276,6 +290,28 @@ func (r *Runtime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (
 // is EXITED with its finish time and a STOPPED event follows.
 func (r *Runtime) Exit(id string, code int32) error {
 	return r.exit(id, code, "")
+}
+
+// ExitUnrecorded plays a RUNNING container's process ending with code
+// while containerd handles the exit: it deletes the task before it records
+// the exit (handleContainerExit, internal/cri/server/events.go), so the
+// status says RUNNING and a StopContainer returns at once and changes
+// nothing (container_stop.go) until record is called, which records the
+// exit with the time it happened and sends the STOPPED event.
+func (r *Runtime) ExitUnrecorded(id string, code int32) (record func(), err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.containers[lookup(r.containers, id)]
+	if c == nil || c.state() != runtimeapi.ContainerState_CONTAINER_RUNNING || c.exiting != nil {
+		return nil, fmt.Errorf("fakeruntime: no running container %q", id)
+	}
+	c.exiting = &exit{at: r.now(), code: code}
+	return func() {
+		r.mu.Lock()
+		evs := r.killLocked(c, code)
+		r.mu.Unlock()
+		r.events.send(evs...)
+	}, nil
 }
 
 // OOMKill plays the kernel killing a RUNNING container for memory: EXITED

@@ -2,6 +2,7 @@ package fakeruntime_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +196,40 @@ func TestExecSyncOnlyInRunningContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantErr(t, exec("nope"), codes.NotFound, `failed to exec in container: failed to find container "nope" in store: not found`)
+}
+
+// Between a process's death and containerd recording it, the container is
+// RUNNING and a stop changes nothing; the recorded exit keeps the time and
+// code of the death, whether record or the sandbox's stop records it.
+func TestExitUnrecordedUntilRecorded(t *testing.T) {
+	c := &clock{}
+	c.set(100)
+	rt := fakeruntime.Start(t, fakeruntime.WithClock(c.now))
+	sb := runPod(t, rt, nil)
+	for _, byKill := range []bool{false, true} {
+		id := create(t, rt, sb, fmt.Sprintf("main-%v", byKill), 0)
+		start(t, rt, id)
+		c.set(200)
+		record, err := rt.ExitUnrecorded(id, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.set(300)
+		if _, err := rt.Client().StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 30}); err != nil {
+			t.Fatal(err)
+		}
+		if s := cstatus(t, rt, id); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Fatalf("stopped while its exit is unrecorded: %v, want RUNNING", s)
+		}
+		if byKill { // the sandbox's stop kills what runs in it
+			if _, err := rt.Client().StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			record()
+		}
+		if s := cstatus(t, rt, id); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 || s.FinishedAt != 200e9 {
+			t.Fatalf("recorded: %v, want EXITED 1 at 200 s", s)
+		}
+	}
 }

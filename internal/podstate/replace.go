@@ -5,6 +5,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/backoff"
 )
 
 // A liveness probe during a held restart (item 11 of issue 14; docs/backoff.md).
@@ -64,22 +66,23 @@ func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
 }
 
 // classifyAfterStop is classifyBeforeStop for an exit the runtime had not
-// recorded yet when the kubelet's stop arrived: containerd reports a
-// container RUNNING until it has handled its task's exit, a few
-// milliseconds after the process died, and a tcpSocket probe that fails on
-// the dead process can land in between (seen in TestLivenessProbeDuringBackoffHold).
-// An instance whose process finished before the stop was asked (containerd's
-// exit time, on the host's clock like asked) ended on its own: its stop is
+// recorded yet when the kubelet's stop arrived. containerd reports a
+// container RUNNING until it has handled its task's exit, and it deletes the
+// task before it records the exit (handleContainerExit,
+// internal/cri/server/events.go). A tcpSocket probe that fails on the dead
+// process can land in that window: the stop then finds the exit being
+// recorded (it waits for it), or no task at all, and returns at once with
+// the container still RUNNING (stopContainer, container_stop.go). Either
+// way the process finished before the stop was asked (containerd's exit
+// time, on the host's clock like asked): it ended on its own, so its stop is
 // taken back as the kubelet's decision and the exit is classified against
 // its rule, before the kubelet, which waits for this answer, creates the
 // next instance. An error means the verdict could not be recorded; the
 // instance is then left unsettled, so the kubelet's retried stop records
 // the stop and classifies the exit again.
 func (m *Manager) classifyAfterStop(ctx context.Context, id string, asked time.Time) error {
-	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-	s := st.GetStatus()
-	if err != nil || s.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || s.FinishedAt == 0 ||
-		!time.Unix(0, s.FinishedAt).Before(asked) {
+	s := m.recordedExit(ctx, id)
+	if s == nil || !time.Unix(0, s.FinishedAt).Before(asked) {
 		return nil // the kubelet's stop ended it, or it cannot be told
 	}
 	var cerr error
@@ -89,6 +92,41 @@ func (m *Manager) classifyAfterStop(ctx context.Context, id string, asked time.T
 		}
 		in.Settled = false
 		_, cerr = m.classifyLocked(s) // puts back all but the unsettle when its save fails
+		if cerr == nil {
+			m.log.Info("podstate: the kubelet's stop came after the container's own exit; its rule governs that exit",
+				"pod", p.Namespace+"/"+p.Name, "container", id, "exitedBeforeStop", asked.Sub(time.Unix(0, s.FinishedAt)).Round(time.Millisecond))
+		}
 	})
 	return cerr
+}
+
+// exitRecordWait bounds how long a stop that returned with its container
+// still RUNNING waits for containerd to record the exit: the task's delete
+// before it unmounts the rootfs, which containerd lets take 10 s under I/O
+// pressure (events.go).
+const exitRecordWait = 10 * time.Second
+
+// recordedExit is container id's status once containerd has recorded its
+// exit, or nil if it cannot be read or is not recorded within
+// exitRecordWait.
+func (m *Manager) recordedExit(ctx context.Context, id string) *runtimeapi.ContainerStatus {
+	ctx, cancel := context.WithTimeout(ctx, exitRecordWait)
+	defer cancel()
+	for {
+		st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		s := st.GetStatus()
+		switch {
+		case err != nil:
+			return nil
+		case s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED && s.FinishedAt != 0:
+			return s
+		case s.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING:
+			return nil
+		}
+		if !backoff.Sleep(ctx, 20*time.Millisecond) {
+			m.log.Info("podstate: a stopped container is still running in the runtime's status; its exit is taken as the kubelet's",
+				"container", id, "waited", exitRecordWait)
+			return nil
+		}
+	}
 }

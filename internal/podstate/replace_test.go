@@ -141,3 +141,30 @@ func TestStopRacingTheRuntimesExitRetriedAfterAFailedWrite(t *testing.T) {
 		t.Fatalf("after the retried stop: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
 	}
 }
+
+// The kubelet's stop lands while containerd handles the process's exit: the
+// task is deleted, so the stop returns at once with the container still
+// RUNNING, and the exit is recorded a moment later with the time the
+// process died (events.go, container_stop.go). The shim waits for that
+// record: the exit was the container's own, so its rule governs it, and the
+// kubelet's create that follows is refused.
+func TestStopDuringTheRuntimesExitHandlingKeepsItsRule(t *testing.T) {
+	k, sb, p := crashingMainPod(t)
+	cur := p.Latest["main"]
+	record, err := k.rt.ExitUnrecorded(cur, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(100*time.Millisecond, record)
+	_, err = k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: cur, Timeout: 2}, fwd(k.cri.StopContainer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur || p.Trigger.ExitCode != 1 {
+		t.Fatalf("after a stop during the runtime's handling of the exit: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
+	}
+	_, err = k.m.CreateContainer(context.Background(), k.createReq(sb, "main", 1), fwd(k.cri.CreateContainer))
+	if status.Code(proxy.Status(err)) != codes.Unavailable {
+		t.Fatalf("the kubelet's create after the stop: %v, want Unavailable (the restart creates it)", err)
+	}
+}
