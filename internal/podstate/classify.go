@@ -145,6 +145,9 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	}
 	snap := p.Snapshot()
 	action := p.Rules.Match(name, s.ExitCode)
+	if asked := p.Inst(s.Id).StopAsked; !asked.IsZero() && !time.Unix(0, s.FinishedAt).Before(asked) {
+		action = "" // the kubelet stopped it (container.go)
+	}
 	if forced, ok := p.Forced[name]; ok {
 		action = corev1.ContainerRestartRuleAction(forced)
 		delete(p.Forced, name)

@@ -106,26 +106,26 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 	}))
 }
 
-// stopContainer: the kubelet stops a container itself (the pod is being
-// deleted, a liveness probe failed): its exit is the kubelet's decision, so
-// no rule restarts it.
+// StopContainer: the kubelet stops a container itself (the pod is being
+// deleted, a liveness probe failed). An exit the stop causes is the
+// kubelet's decision, so no rule restarts it; an exit before the stop was
+// asked is the container's own and keeps its rule (replace.go). The time
+// the stop was asked is recorded before the stop acts, and the exit is
+// classified before the kubelet, which waits for this answer, creates the
+// next instance.
 func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
 	next proxy.UnaryNext[runtimeapi.StopContainerRequest, runtimeapi.StopContainerResponse]) (*runtimeapi.StopContainerResponse, error) {
-	// An instance that already exited on its own keeps its rule (replace.go).
-	if err := m.classifyBeforeStop(ctx, req.ContainerId); err != nil {
-		return nil, unavailable(err)
-	}
 	asked := m.clock.Now()
-	sb := ""
+	sb, record := "", false
 	m.withContainer(req.ContainerId, func(p *Pod, in *Instance) {
-		if in != nil && !in.Settled {
-			sb = p.SandboxID
+		if in != nil && m.needsClassification(p, req.ContainerId, in.Name) {
+			sb, record = p.SandboxID, in.StopAsked.IsZero() // a retried stop keeps the first time
 		}
 	})
-	if sb != "" {
+	if record {
 		if err := ignoreUntracked(m.update(sb, func(p *Pod) error {
 			if in := p.Inst(req.ContainerId); in != nil {
-				in.Settled = true
+				in.StopAsked = asked
 			}
 			return nil
 		})); err != nil {
@@ -136,8 +136,8 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 	}
 	resp, err := next(ctx, req)
 	if err == nil && sb != "" {
-		if err := m.classifyAfterStop(ctx, req.ContainerId, asked); err != nil {
-			return nil, unavailable(err)
+		if err := m.settleStopped(ctx, sb, req.ContainerId); err != nil {
+			return nil, unavailable(err) // unsettled still: the retried stop classifies it
 		}
 	}
 	return resp, err

@@ -43,61 +43,33 @@ func (m *Manager) refuseReplacement(req *runtimeapi.CreateContainerRequest) erro
 	return err
 }
 
-// classifyBeforeStop classifies the exit of an instance the kubelet stops
-// after it exited on its own, before the kubelet's stop is taken as the
-// kubelet's decision (stopContainer). A liveness probe that fails right
-// after the process died reaches the kubelet before the shim has seen the
-// exit (the kubelet's view predates it); the exit is the container's own, so
-// its rule governs it: the restart is held on the curve, and the kubelet's
-// create that follows the kill is refused (refuseReplacement). An error
-// means the verdict could not be recorded.
-func (m *Manager) classifyBeforeStop(ctx context.Context, id string) error {
-	unsettled := false
-	m.withContainer(id, func(_ *Pod, in *Instance) { unsettled = in != nil && !in.Settled })
-	if !unsettled {
-		return nil
-	}
-	st, err := m.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-	if err != nil {
-		return nil // gone or unreadable: the stop goes on as the kubelet's
-	}
-	_, err = m.classify(st.GetStatus())
-	return err
-}
-
-// classifyAfterStop is classifyBeforeStop for an exit the runtime had not
-// recorded yet when the kubelet's stop arrived. containerd reports a
+// A stop that races the container's own exit (liveness, as above): a probe
+// that fails right after the process died reaches the kubelet, whose view
+// predates the exit, and its StopContainer can reach the shim before the
+// exit is seen, or before containerd has recorded it. containerd reports a
 // container RUNNING until it has handled its task's exit, and it deletes the
 // task before it records the exit (handleContainerExit,
-// internal/cri/server/events.go). A tcpSocket probe that fails on the dead
-// process can land in that window: the stop then finds the exit being
-// recorded (it waits for it), or no task at all, and returns at once with
-// the container still RUNNING (stopContainer, container_stop.go). Either
-// way the process finished before the stop was asked (containerd's exit
-// time, on the host's clock like asked): it ended on its own, so its stop is
-// taken back as the kubelet's decision and the exit is classified against
-// its rule, before the kubelet, which waits for this answer, creates the
-// next instance. An error means the verdict could not be recorded; the
-// instance is then left unsettled, so the kubelet's retried stop records
-// the stop and classifies the exit again.
-func (m *Manager) classifyAfterStop(ctx context.Context, id string, asked time.Time) error {
-	s := m.recordedExit(ctx, id)
-	if s == nil || !time.Unix(0, s.FinishedAt).Before(asked) {
-		return nil // the kubelet's stop ended it, or it cannot be told
+// internal/cri/server/events.go); a stop in that window finds the exit
+// being recorded (and waits for it) or no task at all (and returns at once,
+// the container still RUNNING: stopContainer, container_stop.go). The exit
+// time containerd records tells whose exit it was (StopAsked), once it is
+// recorded: the stop waits for that (recordedExit).
+
+// settleStopped classifies the exit of instance id, which the kubelet
+// stopped, once containerd has recorded it; one that cannot be read, or is
+// not recorded within exitRecordWait, is taken as the kubelet's decision.
+func (m *Manager) settleStopped(ctx context.Context, sandboxID, id string) error {
+	if s := m.recordedExit(ctx, id); s != nil {
+		restarts, err := m.classify(s)
+		if restarts {
+			m.log.Info("podstate: the kubelet's stop came after the container's own exit; its rule governs that exit", "container", id)
+		}
+		return err
 	}
-	var cerr error
-	m.withContainer(id, func(p *Pod, in *Instance) {
-		if p == nil || in == nil || !in.Settled || p.Phase != PhaseRunning {
-			return
-		}
-		in.Settled = false
-		_, cerr = m.classifyLocked(s) // puts back all but the unsettle when its save fails
-		if cerr == nil {
-			m.log.Info("podstate: the kubelet's stop came after the container's own exit; its rule governs that exit",
-				"pod", p.Namespace+"/"+p.Name, "container", id, "exitedBeforeStop", asked.Sub(time.Unix(0, s.FinishedAt)).Round(time.Millisecond))
-		}
-	})
-	return cerr
+	return ignoreUntracked(m.update(sandboxID, func(p *Pod) error {
+		p.Settle(id)
+		return nil
+	}))
 }
 
 // exitRecordWait bounds how long a stop that returned with its container
@@ -125,7 +97,7 @@ func (m *Manager) recordedExit(ctx context.Context, id string) *runtimeapi.Conta
 		}
 		if !backoff.Sleep(ctx, 20*time.Millisecond) {
 			m.log.Info("podstate: a stopped container is still running in the runtime's status; its exit is taken as the kubelet's",
-				"container", id, "waited", exitRecordWait)
+				"container", id)
 			return nil
 		}
 	}

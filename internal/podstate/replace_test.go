@@ -2,9 +2,11 @@ package podstate
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -166,5 +168,46 @@ func TestStopDuringTheRuntimesExitHandlingKeepsItsRule(t *testing.T) {
 	_, err = k.m.CreateContainer(context.Background(), k.createReq(sb, "main", 1), fwd(k.cri.CreateContainer))
 	if status.Code(proxy.Status(err)) != codes.Unavailable {
 		t.Fatalf("the kubelet's create after the stop: %v, want Unavailable (the restart creates it)", err)
+	}
+}
+
+// A shim killed while the kubelet's stop runs: the time the stop was asked
+// is on disk before the stop acts, so the restarted shim still tells the
+// container's own exit (before it: its rule) from the one the stop caused
+// (after it: none).
+func TestStopAskedSurvivesAShimRestart(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		t.Run(map[bool]string{true: "own exit", false: "stop's exit"}[own], func(t *testing.T) {
+			dir := t.TempDir()
+			k := newKubelet(t, dir)
+			sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0})
+			cur := k.start(sb, "main")
+			var record func()
+			if own {
+				var err error
+				if record, err = k.rt.ExitUnrecorded(cur, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			killed := errors.New("the shim was killed")
+			_, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: cur, Timeout: 2},
+				func(context.Context, *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+					return nil, killed
+				})
+			if !errors.Is(err, killed) {
+				t.Fatalf("stop: %v", err)
+			}
+			if own {
+				record()
+			} else if _, err := k.cri.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: cur, Timeout: 2}); err != nil {
+				t.Fatal(err)
+			}
+			k = k.restarted(dir)
+			k.status(cur) // the kubelet's next look
+			p := k.m.pods[sb]
+			if restarted := p.Phase == PhaseTerminating && p.Trigger != nil && p.Trigger.ContainerID == cur; restarted != own {
+				t.Fatalf("after a restart of the shim: phase %s trigger %+v; want a restart %v", p.Phase, p.Trigger, own)
+			}
+		})
 	}
 }

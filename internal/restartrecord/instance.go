@@ -36,6 +36,12 @@ type Instance struct {
 	Settled bool `json:"settled,omitempty"`
 	// Dead: seen exited; it is not shown running during a restart.
 	Dead bool `json:"dead,omitempty"`
+	// StopAsked: when the kubelet's first stop of it reached the shim
+	// (the host's clock, as containerd's exit times). An exit after it is
+	// the kubelet's decision, which no rule restarts; one before it is the
+	// container's own. Recorded before the stop acts, so a restarted shim
+	// tells the two apart as well.
+	StopAsked time.Time `json:"stopAsked,omitzero"`
 	// HeldUntil: a swap replaced it after a list showed it running; until
 	// then (at the latest) it is shown running, in ContainerStatus and in
 	// lists without a state filter, while the kubelet's reads of the pod
