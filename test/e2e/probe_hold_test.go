@@ -20,6 +20,9 @@ import (
 // run, stamping the host's uptime at each start and exit; a Restart rule
 // opts its failures into the shim's curve; a liveness probe (probe: an exec
 // or tcpSocket block) checked every second fails once the process is dead.
+// Its first check waits a second: one made as the container starts can find
+// httpd not listening yet and have the kubelet kill a live instance, its own
+// decision (seen once in 4 runs, 2026-11-27).
 func probePod(name, probe string) string {
 	dir := filepath.Join(node.env["NODE_DATA"], "bench", name)
 	return fmt.Sprintf(`apiVersion: v1
@@ -39,6 +42,7 @@ spec:
     command: ["sh", "-c", "n=$(cat /t/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > /t/count; echo start $n $(cut -d' ' -f1 /proc/uptime) >> /t/t.log; httpd -f -p 8080 & sleep 3; echo exit $n $(cut -d' ' -f1 /proc/uptime) >> /t/t.log; exit 1"]
     livenessProbe:
 %[3]s
+      initialDelaySeconds: 1
       periodSeconds: 1
       failureThreshold: 1
       timeoutSeconds: 1
