@@ -116,10 +116,13 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
 	next proxy.UnaryNext[runtimeapi.StopContainerRequest, runtimeapi.StopContainerResponse]) (*runtimeapi.StopContainerResponse, error) {
 	asked := m.clock.Now()
-	sb, record := "", false
+	sb, record, settle := "", false, false
 	m.withContainer(req.ContainerId, func(p *Pod, in *Instance) {
-		if in != nil && m.needsClassification(p, req.ContainerId, in.Name) {
+		if in != nil && !in.Settled {
+			// Recorded in every phase: an exit classified later (after a
+			// restart of another container, a hold) is told by it too.
 			sb, record = p.SandboxID, in.StopAsked.IsZero() // a retried stop keeps the first time
+			settle = m.needsClassification(p, req.ContainerId, in.Name)
 		}
 	})
 	if record {
@@ -135,7 +138,7 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 		}
 	}
 	resp, err := next(ctx, req)
-	if err == nil && sb != "" {
+	if err == nil && settle {
 		if err := m.settleStopped(ctx, sb, req.ContainerId); err != nil {
 			return nil, unavailable(err) // unsettled still: the retried stop classifies it
 		}

@@ -73,9 +73,9 @@ func (m *Manager) settleStopped(ctx context.Context, sandboxID, id string) error
 }
 
 // exitRecordWait bounds how long a stop that returned with its container
-// still RUNNING waits for containerd to record the exit: the task's delete
-// before it unmounts the rootfs, which containerd lets take 10 s under I/O
-// pressure (events.go).
+// still RUNNING waits for containerd to record the exit: containerd gives
+// the task's delete (which unmounts the rootfs) 10 s, then retries the exit
+// with a backoff (handleEventTimeout, events.go).
 const exitRecordWait = 10 * time.Second
 
 // recordedExit is container id's status once containerd has recorded its

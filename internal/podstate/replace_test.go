@@ -211,3 +211,27 @@ func TestStopAskedSurvivesAShimRestart(t *testing.T) {
 		})
 	}
 }
+
+// The kubelet stops one container while the restart of another holds the
+// pod's phase: the stop is recorded all the same, so once that restart is
+// over the exit it caused is still the kubelet's, not a rule's.
+func TestStopDuringAnotherContainersRestartIsTheKubelets(t *testing.T) {
+	k := newKubelet(t, t.TempDir())
+	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0, podspec.RestartRulesPrefix + "side": restartNotIn0})
+	main, side := k.start(sb, "main"), k.start(sb, "side")
+	p := k.m.pods[sb]
+	k.exit(main, 1)
+	k.status(main)
+	if p.Phase != PhaseTerminating || p.Scope != "main" {
+		t.Fatalf("test setup: phase %s scope %q", p.Phase, p.Scope)
+	}
+	if _, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: side, Timeout: 2}, fwd(k.cri.StopContainer)); err != nil {
+		t.Fatal(err)
+	}
+	if err := runSteps(k.m, context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || p.Phase != PhaseRunning || len(k.created()) != 3 {
+		t.Fatalf("side after main's restart: %v, phase %s, created %v; want its real exit and only main restarted", s.State, p.Phase, k.created())
+	}
+}
