@@ -67,9 +67,7 @@ func TestStopOfExitedInstanceKeepsItsRule(t *testing.T) {
 		}
 	}
 	stop(cur)
-	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur || p.Trigger.ExitCode != 1 {
-		t.Fatalf("after the kubelet's stop of an instance that had exited 1: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
-	}
+	wantHeld(t, p, cur, "after the kubelet's stop of an instance that had exited 1")
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
@@ -103,13 +101,8 @@ func TestStopRacingTheRuntimesExitKeepsItsRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur || p.Trigger.ExitCode != 1 {
-		t.Fatalf("after a stop racing the runtime's exit: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
-	}
-	_, err = k.m.CreateContainer(context.Background(), k.createReq(sb, "main", 1), fwd(k.cri.CreateContainer))
-	if status.Code(proxy.Status(err)) != codes.Unavailable {
-		t.Fatalf("the kubelet's create after the stop: %v, want Unavailable (the restart creates it)", err)
-	}
+	wantHeld(t, p, cur, "after a stop racing the runtime's exit")
+	wantCreateRefused(t, k, sb)
 }
 
 // When the verdict of such an exit cannot be written, the stop is answered
@@ -139,9 +132,7 @@ func TestStopRacingTheRuntimesExitRetriedAfterAFailedWrite(t *testing.T) {
 	if err := stop(false); err != nil {
 		t.Fatal(err)
 	}
-	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur {
-		t.Fatalf("after the retried stop: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
-	}
+	wantHeld(t, p, cur, "after the retried stop")
 }
 
 // The kubelet's stop lands while containerd handles the process's exit: the
@@ -162,13 +153,8 @@ func TestStopDuringTheRuntimesExitHandlingKeepsItsRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != cur || p.Trigger.ExitCode != 1 {
-		t.Fatalf("after a stop during the runtime's handling of the exit: phase %s trigger %+v, want its restart held", p.Phase, p.Trigger)
-	}
-	_, err = k.m.CreateContainer(context.Background(), k.createReq(sb, "main", 1), fwd(k.cri.CreateContainer))
-	if status.Code(proxy.Status(err)) != codes.Unavailable {
-		t.Fatalf("the kubelet's create after the stop: %v, want Unavailable (the restart creates it)", err)
-	}
+	wantHeld(t, p, cur, "after a stop during the runtime's handling of the exit")
+	wantCreateRefused(t, k, sb)
 }
 
 // A shim killed while the kubelet's stop runs: the time the stop was asked
@@ -233,5 +219,24 @@ func TestStopDuringAnotherContainersRestartIsTheKubelets(t *testing.T) {
 	}
 	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || p.Phase != PhaseRunning || len(k.created()) != 3 {
 		t.Fatalf("side after main's restart: %v, phase %s, created %v; want its real exit and only main restarted", s.State, p.Phase, k.created())
+	}
+}
+
+// wantHeld fails t unless p's restart, triggered by instance id's exit 1,
+// is in progress.
+func wantHeld(t *testing.T, p *Pod, id, after string) {
+	t.Helper()
+	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != id || p.Trigger.ExitCode != 1 {
+		t.Fatalf("%s: phase %s trigger %+v, want its restart held", after, p.Phase, p.Trigger)
+	}
+}
+
+// wantCreateRefused fails t unless the kubelet's create of main is refused
+// (the restart in progress creates it).
+func wantCreateRefused(t *testing.T, k kubelet, sb string) {
+	t.Helper()
+	_, err := k.m.CreateContainer(context.Background(), k.createReq(sb, "main", 1), fwd(k.cri.CreateContainer))
+	if status.Code(proxy.Status(err)) != codes.Unavailable {
+		t.Fatalf("the kubelet's create after the stop: %v, want Unavailable (the restart creates it)", err)
 	}
 }
