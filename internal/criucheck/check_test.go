@@ -158,39 +158,43 @@ func TestCheck(t *testing.T) {
 		{name: "org.criu.config annotation", spec: func(s *specs.Spec) { s.Annotations = map[string]string{"org.criu.config": "/tmp/x"} }, field: "org.criu.config"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			spec := criutest.DefaultSpec()
-			if tc.spec != nil {
-				tc.spec(spec)
-			}
-			im := criutest.ForSpec(spec)
-			if tc.edit != nil {
-				tc.edit(im)
-			}
-			dir := t.TempDir()
-			if err := im.Write(dir); err != nil {
-				t.Fatal(err)
-			}
-			err := Check(dir, spec, Options{})
-			if tc.field == "" {
-				if err != nil {
-					t.Fatalf("refused a checkpoint the spec allows: %v", err)
-				}
-				return
-			}
-			var r *Refusal
-			if !errors.As(err, &r) {
-				t.Fatalf("want a refusal naming %q, got %v", tc.field, err)
-			}
-			if !strings.Contains(r.Error(), tc.field) {
-				t.Fatalf("refusal %q does not name %q", r.Error(), tc.field)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkEdit(t, tc.spec, tc.edit, tc.field) })
 	}
 }
 
-// withSeccomp gives the spec a profile that denies ptrace (and allows
-// everything else); criutest's filter allows everything.
+// checkEdit checks the images of criutest.DefaultSpec edited by spec,
+// made by ForSpec and edited by edit: accepted when field is "", else
+// refused naming field.
+func checkEdit(t *testing.T, spec func(*specs.Spec), edit func(*criutest.Images), field string) {
+	t.Helper()
+	s := criutest.DefaultSpec()
+	if spec != nil {
+		spec(s)
+	}
+	im := criutest.ForSpec(s)
+	if edit != nil {
+		edit(im)
+	}
+	dir := t.TempDir()
+	if err := im.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	err := Check(dir, s, Options{})
+	if field == "" {
+		if err != nil {
+			t.Fatalf("refused a checkpoint the spec allows: %v", err)
+		}
+		return
+	}
+	var r *Refusal
+	if !errors.As(err, &r) {
+		t.Fatalf("want a refusal naming %q, got %v", field, err)
+	}
+	if !strings.Contains(r.Error(), field) {
+		t.Fatalf("refusal %q does not name %q", r.Error(), field)
+	}
+}
+
 func withSeccomp(s *specs.Spec) {
 	s.Linux.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow,
 		Architectures: []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32},

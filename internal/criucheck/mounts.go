@@ -1,6 +1,7 @@
 package criucheck
 
 import (
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -34,20 +35,66 @@ var freshTypes = map[mnt.Fstype]string{
 }
 
 // checkMounts compares the mount tree the restore rebuilds
-// (mountpoints-*.img; criu/mount.c, populate_mnt_ns) with the spec's: every
-// mount is the root, a bind mount runc hands to CRIU as external (the spec's
-// mounts and masked paths), or a fresh kernel file system at a place where
-// the spec mounts the same type; none is less restricted than the spec's.
+// (mountpoints-*.img; criu/mount.c, populate_mnt_ns: CRIU mounts exactly
+// what the image lists, and runc's restore re-applies no mask) with the
+// mounts runc makes for the spec: every mount is the root, a bind mount
+// runc hands to CRIU as external (the spec's mounts and masked files), or
+// a fresh kernel file system where the spec mounts that type, rooted where
+// runc roots it; none is less restricted than the spec's; and every mount
+// of the spec, read-only and masked paths included, is there.
 func (c *checker) checkMounts() error {
+	seen := map[string]bool{}
 	for _, name := range c.files["mounts"] {
 		err := eachEntry(c.dir, name, "MNTS", func() *mnt.MntEntry { return new(mnt.MntEntry) }, func(m *mnt.MntEntry) error {
+			seen[mountpointOf(m)] = true
 			return c.checkMount(name, m)
 		})
 		if err != nil {
 			return asRefusal(name, err)
 		}
 	}
+	if len(c.files["mounts"]) == 0 {
+		return nil // the mount namespace is not the restore's (checkRootNamespaces)
+	}
+	image := c.files["mounts"][0]
+	for _, m := range c.p.spec.Mounts {
+		if d := path.Clean("/" + m.Destination); !seen[d] {
+			return refuse(image, "mountpoint "+d, "missing: the container's spec mounts %s there", m.Type)
+		}
+	}
+	for _, masked := range []bool{false, true} {
+		for _, p := range linuxPaths(c.p.spec, masked) {
+			if !seen[p] && c.onNode(p) {
+				return refuse(image, "mountpoint "+p, "missing: the container's spec makes it read-only or masks it")
+			}
+		}
+	}
 	return nil
+}
+
+// onNode reports whether runc would find path p of the container to make
+// read-only or mask (it skips those that do not exist: libcontainer/
+// rootfs_linux.go, readonlyPath, maskPaths): a path on the spec's proc or
+// sysfs mount is looked up in the node's, the same kernel's; another is
+// taken to exist.
+func (c *checker) onNode(p string) bool {
+	for _, m := range c.p.spec.Mounts {
+		d := path.Clean("/" + m.Destination)
+		var host string
+		switch m.Type {
+		case "proc":
+			host = "/proc"
+		case "sysfs":
+			host = "/sys"
+		default:
+			continue
+		}
+		if rest, ok := strings.CutPrefix(p, d+"/"); ok {
+			_, err := os.Lstat(host + "/" + rest)
+			return err == nil
+		}
+	}
+	return true
 }
 
 func mountpointOf(m *mnt.MntEntry) string {
@@ -106,29 +153,63 @@ func (c *checker) checkMount(image string, m *mnt.MntEntry) error {
 	if !ok {
 		return refuse(image, field+" fstype", "%v: the restore would mount a file system a container is not given", mnt.Fstype(m.GetFstype()))
 	}
+	root := path.Clean("/" + m.GetRoot())
+	wantRoot := "/"
 	switch {
-	case sm != nil && sm.Type == typ:
+	case typ == "cgroup2" && sm != nil && sm.Type == "cgroup":
+		// cgroup v2: runc mounts the unified hierarchy where the spec
+		// mounts cgroups (libcontainer/rootfs_linux.go, mountCgroupV2),
+		// rooted at the container's cgroup; the kernel shows that root
+		// relative to the reader's cgroup namespace (kernel/cgroup,
+		// cgroup_show_path), so "/" where the container's namespace is
+		// rooted at its cgroup.
+		if !c.cgroupTops[root] && (root != "/" || !c.specHasNS(specs.CgroupNamespace)) {
+			return refuse(image, field+" root", "%q is not the container's cgroup", m.GetRoot())
+		}
+		wantRoot = root
 	case typ == "cgroup" && under(mp, specMountsOfType(spec, "cgroup")):
 		// cgroup v1: one mount per controller below the spec's cgroup
 		// mount, of the container's own cgroup (cgroup.img's directory),
 		// with that mount's flags.
-		if len(c.cgroupTops) > 0 && !c.cgroupTops[m.GetRoot()] {
+		if !c.cgroupTops[root] {
 			return refuse(image, field+" root", "%q is not the container's cgroup", m.GetRoot())
 		}
 		return checkFlags(image, field, m, specMount(spec, parentOf(mp, specMountsOfType(spec, "cgroup"))), spec, mp)
+	case typ == "cgroup" || typ == "cgroup2":
+		return refuse(image, field+" fstype", "%s where runc mounts no such hierarchy", typ)
+	case sm != nil && sm.Type == typ:
 	case typ == "tmpfs" && sm != nil && sm.Type == "cgroup":
 		// cgroup v1: the tmpfs holding the controllers' mounts, which runc
 		// mounts with its default flags, not the spec's read-only
 		// (libcontainer/rootfs_linux.go, mountCgroupV1); the controllers'
 		// mounts below keep it.
+		if root != "/" {
+			return refuse(image, field+" root", "%q; runc mounts it anew", m.GetRoot())
+		}
 		return checkFlags(image, field, m, &specs.Mount{Options: []string{"nosuid", "nodev", "noexec"}}, spec, mp)
-	case slices.Contains(linuxPaths(spec, false), mp) || slices.Contains(linuxPaths(spec, true), mp):
-		// runc's read-only remounts and masked directories.
+	case slices.Contains(linuxPaths(spec, false), mp):
+		// runc's read-only paths: a bind of the path onto itself, which
+		// CRIU rebuilds from the file system the path is on
+		// (libcontainer/rootfs_linux.go, readonlyPath).
+		on := parentOf(mp, specMountsOfType(spec, typ))
+		if on == "" {
+			return refuse(image, field+" fstype", "%s, and the container's %s is on no %s mount", typ, mp, typ)
+		}
+		wantRoot = strings.TrimPrefix(mp, on)
 		if m.GetFlags()&unix.MS_RDONLY == 0 {
-			return refuse(image, field+" flags", "read-write, and the container's spec makes it read-only or masks it")
+			return refuse(image, field+" flags", "read-write, and the container's spec makes it read-only")
+		}
+	case slices.Contains(linuxPaths(spec, true), mp):
+		// runc's masked directories: an empty read-only tmpfs
+		// (libcontainer/rootfs_linux.go, maskPath).
+		if typ != "tmpfs" || m.GetFlags()&unix.MS_RDONLY == 0 {
+			return refuse(image, field+" flags", "a read-write or non-tmpfs mount where the container's spec masks the path")
 		}
 	default:
 		return refuse(image, field+" fstype", "%s where the container's spec mounts no %s", typ, typ)
+	}
+	if root != wantRoot {
+		return refuse(image, field+" root", "%q; runc mounts it at %q", m.GetRoot(), wantRoot)
 	}
 	return checkFlags(image, field, m, sm, spec, mp)
 }

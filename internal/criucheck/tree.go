@@ -281,6 +281,7 @@ func (c *checker) checkNamespaces(image string, ids nsIDs) error {
 var ociNS = map[string]specs.LinuxNamespaceType{
 	"pid": specs.PIDNamespace, "net": specs.NetworkNamespace, "ipc": specs.IPCNamespace, "uts": specs.UTSNamespace,
 	"mnt": specs.MountNamespace, "user": specs.UserNamespace, "time": specs.TimeNamespace,
+	"cgroup": specs.CgroupNamespace,
 }
 
 // checkRootNamespaces compares the root task's namespaces with CRIU's own
@@ -289,8 +290,9 @@ var ociNS = map[string]specs.LinuxNamespaceType{
 // get_clone_mask), so every namespace the spec gives the container must
 // differ there; those runc joins by path (ipc, uts, time, mnt, user) are
 // joined whatever the image says (criu/namespaces.c, join_namespaces),
-// and a network or PID namespace given by path is the runtime's only
-// through its external key (checkExternalNS).
+// a network or PID namespace given by path is the runtime's only through
+// its external key (checkExternalNS), and a cgroup namespace is created by
+// CRIU at the root cgroup.img's prefix names (checkCgroup).
 func (c *checker) checkRootNamespaces(image string) error {
 	inSpec := map[specs.LinuxNamespaceType]bool{}
 	if c.p.spec.Linux != nil {

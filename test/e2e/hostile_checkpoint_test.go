@@ -303,7 +303,7 @@ func hostileEdits() []hostileEdit {
 	add := func(set func(*creds.CredsEntry, []uint32)) func(*criucore.CoreEntry) {
 		return func(c *criucore.CoreEntry) { set(credsOf(c), criutest.Caps("CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH")) }
 	}
-	return []hostileEdit{
+	return append([]hostileEdit{
 		{"effective capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapEff = w })), "cap_eff", 0},
 		{"permitted capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapPrm = w })), "cap_prm", 0},
 		{"inheritable capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapInh = w })), "cap_inh", 0},
@@ -351,7 +351,7 @@ func hostileEdits() []hostileEdit {
 			imgs["ghost-file-99.img"] = b
 		}, "device node", 0},
 		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0},
-	}
+	}, hostileTreeEdits()...)
 }
 
 // copyTree copies a checkpoint directory.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/cgroup"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/creds"
 	criucore "github.com/checkpoint-restore/go-criu/v8/crit/images/criu-core"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
@@ -37,6 +38,8 @@ type Images struct {
 	// NetNS and PidNS, when set, are the root task's namespace images.
 	NetNS *netdev.NetnsEntry
 	PidNS *pidns.PidnsEntry
+	// Cgroup is cgroup.img, when set.
+	Cgroup *cgroup.CgroupEntry
 	// Raw files written as they are (names to contents).
 	Raw map[string][]byte
 }
@@ -114,19 +117,65 @@ func ForSpec(spec *specs.Spec) *Images {
 			}
 		}
 	}
-	im.Mounts = append(im.Mounts, Mount(1, 0, "/", mnt.Fstype_AUTO, 0))
-	for i, m := range spec.Mounts {
-		id := uint32(i + 2)
-		switch m.Type {
-		case "bind", "rbind", "":
-			e := Mount(id, 1, m.Destination, mnt.Fstype_AUTO, flagsOf(m.Options))
-			e.ExtKey = proto.String(m.Destination)
-			im.Mounts = append(im.Mounts, e)
-		default:
-			im.Mounts = append(im.Mounts, Mount(id, 1, m.Destination, fstypes[m.Type], flagsOf(m.Options)))
+	v2 := false
+	if spec.Linux != nil {
+		for _, n := range spec.Linux.Namespaces {
+			v2 = v2 || n.Type == specs.CgroupNamespace
 		}
 	}
+	im.Cgroup = CgroupV1()
+	if v2 {
+		im.Cgroup = CgroupV2()
+	}
+	im.Mounts = mountsOf(spec, v2)
 	return im
+}
+
+// mountsOf are the mounts runc makes for spec, as CRIU dumps them: the
+// root, the spec's mounts (binds as external ones; the cgroup mount as a
+// tmpfs of one mount per hierarchy on cgroup v1, the unified hierarchy on
+// v2), its read-only paths as binds of their own file system, its masked
+// paths as binds of /dev/null.
+func mountsOf(spec *specs.Spec, v2 bool) []*mnt.MntEntry {
+	out := []*mnt.MntEntry{Mount(1, 0, "/", mnt.Fstype_AUTO, 0)}
+	add := func(e *mnt.MntEntry) *mnt.MntEntry {
+		e.MntId = u32(uint32(len(out) + 1))
+		out = append(out, e)
+		return e
+	}
+	for _, m := range spec.Mounts {
+		switch m.Type {
+		case "bind", "rbind", "":
+			add(Mount(0, 1, m.Destination, mnt.Fstype_AUTO, flagsOf(m.Options))).ExtKey = proto.String(m.Destination)
+		case "cgroup":
+			if v2 {
+				add(Mount(0, 1, m.Destination, mnt.Fstype_CGROUP2, flagsOf(m.Options)))
+				continue
+			}
+			add(Mount(0, 1, m.Destination, mnt.Fstype_TMPFS, flagsOf([]string{"nosuid", "nodev", "noexec"})))
+			for _, h := range []string{"cpu,cpuacct", "memory", "pids", "systemd"} {
+				add(Mount(0, 1, m.Destination+"/"+h, mnt.Fstype_CGROUP, flagsOf(m.Options))).Root = proto.String("/" + CgroupV1Dir)
+			}
+		default:
+			add(Mount(0, 1, m.Destination, fstypes[m.Type], flagsOf(m.Options)))
+		}
+	}
+	if spec.Linux == nil {
+		return out
+	}
+	for _, p := range spec.Linux.ReadonlyPaths {
+		var on specs.Mount
+		for _, m := range spec.Mounts {
+			if strings.HasPrefix(p, m.Destination+"/") {
+				on = m
+			}
+		}
+		add(Mount(0, 1, p, fstypes[on.Type], 1)).Root = proto.String(strings.TrimPrefix(p, on.Destination))
+	}
+	for _, p := range spec.Linux.MaskedPaths {
+		add(Mount(0, 1, p, mnt.Fstype_AUTO, 1)).ExtKey = proto.String("/dev/null")
+	}
+	return out
 }
 
 var fstypes = map[string]mnt.Fstype{"proc": mnt.Fstype_PROC, "sysfs": mnt.Fstype_SYSFS, "tmpfs": mnt.Fstype_TMPFS,
@@ -224,6 +273,11 @@ func (im *Images) Write(dir string) error {
 	}
 	if im.PidNS != nil {
 		if err := w(fmt.Sprintf("pidns-%d.img", root.GetPidNsId()), "PIDNS", im.PidNS); err != nil {
+			return err
+		}
+	}
+	if im.Cgroup != nil {
+		if err := w("cgroup.img", "CGROUP", im.Cgroup); err != nil {
 			return err
 		}
 	}
@@ -340,3 +394,47 @@ func DefaultSpec() *specs.Spec {
 }
 
 func u32(v uint32) *uint32 { return &v }
+
+// The container's cgroup in the layouts below: the kubelet's cgroupfs
+// driver's on cgroup v1, the systemd driver's on cgroup v2.
+const (
+	CgroupV1Dir = "kubepods/besteffort/pod0f4c/4be1c0ffee"
+	CgroupV2Dir = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f4c.slice/cri-containerd-4be1c0ffee.scope"
+)
+
+// CgroupV1 is cgroup.img as CRIU dumps a container's task on a cgroup v1
+// host: one entry per hierarchy (cpu and cpuacct co-mounted, systemd's
+// named one, and the unified one of a hybrid host), each with the
+// container's directory, and one set naming it in each.
+func CgroupV1() *cgroup.CgroupEntry {
+	hier := [][]string{{"cpu", "cpuacct"}, {"memory"}, {"pids"}, {"name=systemd"}, {""}}
+	e := &cgroup.CgroupEntry{}
+	set := &cgroup.CgSetEntry{Id: u32(1)}
+	for _, h := range hier {
+		e.Controllers = append(e.Controllers, &cgroup.CgControllerEntry{Cnames: h, Dirs: []*cgroup.CgroupDirEntry{{
+			DirName:    proto.String(CgroupV1Dir),
+			DirPerms:   &cgroup.CgroupPerms{Mode: u32(0o40755), Uid: u32(0), Gid: u32(0)},
+			Properties: []*cgroup.CgroupPropEntry{{Name: proto.String("cgroup.clone_children"), Value: proto.String("0")}},
+		}}})
+		set.Ctls = append(set.Ctls, &cgroup.CgMemberEntry{Name: proto.String(strings.Join(h, ",")), Path: proto.String("/" + CgroupV1Dir)})
+	}
+	e.Sets = []*cgroup.CgSetEntry{set}
+	return e
+}
+
+// CgroupV2 is cgroup.img as CRIU dumps a container's task on a cgroup v2
+// host, the container in a cgroup namespace rooted at its cgroup: the
+// unified hierarchy alone, and the member's namespace prefix the
+// container's cgroup's length.
+func CgroupV2() *cgroup.CgroupEntry {
+	return &cgroup.CgroupEntry{
+		Controllers: []*cgroup.CgControllerEntry{{Cnames: []string{""}, Dirs: []*cgroup.CgroupDirEntry{{
+			DirName:    proto.String(CgroupV2Dir),
+			DirPerms:   &cgroup.CgroupPerms{Mode: u32(0o40755), Uid: u32(0), Gid: u32(0)},
+			Properties: []*cgroup.CgroupPropEntry{{Name: proto.String("memory.max"), Value: proto.String("max")}},
+		}}}},
+		Sets: []*cgroup.CgSetEntry{{Id: u32(1), Ctls: []*cgroup.CgMemberEntry{{
+			Name: proto.String(""), Path: proto.String("/" + CgroupV2Dir), CgnsPrefix: u32(uint32(len("/" + CgroupV2Dir))),
+		}}}},
+	}
+}
