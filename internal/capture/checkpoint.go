@@ -117,6 +117,7 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 		Runtime:     ver.GetRuntimeName() + " " + ver.GetRuntimeVersion(),
 		CRIUVersion: s.criuVersion(),
 		Kernel:      kernelRelease(),
+		CgroupMode:  layout.NodeCgroupMode(),
 	}
 	start := s.now()
 	if err := s.capture(ctx, j, targets, opts, m); err != nil {

@@ -65,6 +65,10 @@ func (s *Service) openCheckpoint(p, ns string) (string, *layout.Manifest, error)
 	if err := m.Validate(); err != nil {
 		return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: manifest: %v", dir, err)
 	}
+	if node := nodeCgroupMode(); m.CgroupMode != "" && m.CgroupMode != node {
+		return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s was taken on a cgroup %s node and this node runs cgroup %s: "+
+			"CRIU's cgroup images of one mode do not describe a container of the other", dir, m.CgroupMode, node)
+	}
 	for _, c := range m.Containers {
 		if _, err := layout.ArchivePath(dir, c); err != nil {
 			return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: container %q: %v", dir, c.Name, err)
@@ -72,6 +76,9 @@ func (s *Service) openCheckpoint(p, ns string) (string, *layout.Manifest, error)
 	}
 	return dir, m, nil
 }
+
+// nodeCgroupMode is the node's cgroup mode (a variable for tests).
+var nodeCgroupMode = layout.NodeCgroupMode
 
 // restoreAllowed is the namespace binding of a restore (docs/checkpoint.md):
 // a pod of namespace to may start from a checkpoint of a pod of namespace

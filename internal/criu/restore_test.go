@@ -219,3 +219,30 @@ func TestWarmStart(t *testing.T) {
 		t.Errorf("warm-start record left after RemovePodSandbox: %v", got)
 	}
 }
+
+// A checkpoint records its node's cgroup mode; a node of the other mode
+// refuses it before anything is created, naming both.
+func TestRestorePodRefusesAnotherCgroupMode(t *testing.T) {
+	fx := checkpointed(t)
+	m, err := layout.ReadManifest(fx.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.CgroupMode != layout.NodeCgroupMode() {
+		t.Fatalf("the manifest records cgroup mode %q, the node's is %q", m.CgroupMode, layout.NodeCgroupMode())
+	}
+	other := layout.CgroupV2
+	if m.CgroupMode == layout.CgroupV2 {
+		other = layout.CgroupV1
+	}
+	defer func(f func() string) { nodeCgroupMode = f }(nodeCgroupMode)
+	nodeCgroupMode = func() string { return other }
+	before := fx.rt.sandboxCount()
+	_, err = fx.svc.RestorePod(ctxT(t, 5*time.Second), restoreReq(fx.dir, "app", "sidecar"))
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cgroup "+m.CgroupMode+" node") {
+		t.Fatalf("got %v, want FailedPrecondition naming the checkpoint's cgroup mode", err)
+	}
+	if fx.rt.sandboxCount() != before {
+		t.Fatal("the refused restore created a sandbox")
+	}
+}

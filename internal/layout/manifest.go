@@ -49,9 +49,12 @@ type Manifest struct {
 	// subject to retention.
 	Managed bool `json:"managed,omitempty"`
 
-	Runtime       string  `json:"runtime"`
-	CRIUVersion   string  `json:"criuVersion"`
-	Kernel        string  `json:"kernel"`
+	Runtime     string `json:"runtime"`
+	CRIUVersion string `json:"criuVersion"`
+	Kernel      string `json:"kernel"`
+	// CgroupMode is the node's cgroup mode at the capture (CgroupV1 or
+	// CgroupV2); empty in checkpoints of builds that did not record it.
+	CgroupMode    string  `json:"cgroupMode,omitempty"`
 	FrozenSeconds float64 `json:"frozenSeconds"`
 	TotalSeconds  float64 `json:"totalSeconds"`
 	SizeBytes     int64   `json:"sizeBytes"`
@@ -100,6 +103,9 @@ func (m *Manifest) Validate() error {
 	}
 	if len(m.Containers) == 0 {
 		return errors.New("checkpoint lists no containers")
+	}
+	if m.CgroupMode != "" && m.CgroupMode != CgroupV1 && m.CgroupMode != CgroupV2 {
+		return fmt.Errorf("cgroup mode %q, want %q or %q", m.CgroupMode, CgroupV1, CgroupV2)
 	}
 	seen := make(map[string]bool, len(m.Containers))
 	for i, c := range m.Containers {
