@@ -23,6 +23,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/config"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
@@ -80,7 +81,7 @@ func doctor(out io.Writer, cfg config.Config, path string) int {
 	} else {
 		fs = append(fs, finding{"config", ok, path + " is valid", ""})
 	}
-	fs = append(fs, checkKernel(), checkCgroup("/sys/fs/cgroup"), checkCRIU())
+	fs = append(fs, checkKernel(), checkCgroup("/sys/fs/cgroup"), checkCRIU(), checkRunc(layout.NodeCgroupMode()))
 	fs = append(fs, checkRuntime(cfg.Runtime.Endpoint)...)
 	fs = append(fs, checkSocket(cfg.Server.Listen, cfg.SocketModeBits()))
 	fs = append(fs, checkDir("state_dir", cfg.StateDir), checkDir("checkpoint.root", cfg.Checkpoint.Root))

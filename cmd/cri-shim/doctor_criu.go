@@ -8,8 +8,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cri-shim/cri-shim/internal/criucheck"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 var criuVersionRE = regexp.MustCompile(`Version:\s*(\d+)\.(\d+)`)
@@ -98,4 +102,32 @@ func criuVersionFinding(bin, out string) finding {
 		return finding{"criu", warn, fmt.Sprintf("%s is CRIU %s: older than 4, which checkpoints fail with on recent kernels", bin, v), "install CRIU 4"}
 	}
 	return finding{"criu", ok, fmt.Sprintf("%s is CRIU %s", bin, v), ""}
+}
+
+// checkRunc asks the runc on PATH (the runc shim's default binary) for its
+// version: on a cgroup v2 node a runc older than 1.2 would restore into the
+// cgroup a checkpoint's images name, so the runtime shim refuses restores
+// there (criucheck.RuncRestoresCgroupV2).
+func checkRunc(mode string) finding {
+	bin, err := exec.LookPath("runc")
+	if err != nil {
+		return finding{"runc", warn, "not on PATH: the runc shim runs the runtime's configured BinaryName", ""}
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return finding{"runc", warn, fmt.Sprintf("%s --version: %v", bin, err), "reinstall runc"}
+	}
+	return runcFinding(bin, string(out), mode)
+}
+
+func runcFinding(bin, out, mode string) finding {
+	ver := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+	if mode != layout.CgroupV2 {
+		return finding{"runc", ok, bin + ": " + ver, ""}
+	}
+	if err := criucheck.RuncRestoresCgroupV2(out); err != nil {
+		return finding{"runc", warn, fmt.Sprintf("%s: %v: RestorePod and warm starts are refused on this cgroup v2 node", bin, err),
+			"install runc 1.2 or later (Debian bookworm's is 1.1.5)"}
+	}
+	return finding{"runc", ok, bin + ": " + ver + " (restores into the new container's cgroup on cgroup v2)", ""}
 }

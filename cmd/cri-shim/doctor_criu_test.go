@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // fakeCRIU writes a criu stand-in running script, with "$log" set to the
@@ -35,5 +37,18 @@ func TestCheckCRIUDumps(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("a hanging dump held the doctor %v", d)
+	}
+}
+
+func TestRuncFinding(t *testing.T) {
+	old := "runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1\n"
+	if f := runcFinding("/usr/sbin/runc", old, layout.CgroupV1); f.level != ok {
+		t.Errorf("runc 1.1 on cgroup v1: %+v", f)
+	}
+	if f := runcFinding("/usr/sbin/runc", old, layout.CgroupV2); f.level != warn || !strings.Contains(f.detail, "refused") {
+		t.Errorf("runc 1.1 on cgroup v2: %+v, want a warning that restores are refused", f)
+	}
+	if f := runcFinding("/usr/sbin/runc", "runc version 1.2.6\n", layout.CgroupV2); f.level != ok {
+		t.Errorf("runc 1.2 on cgroup v2: %+v", f)
 	}
 }

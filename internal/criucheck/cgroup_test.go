@@ -143,3 +143,19 @@ func TestCheckCgroup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { checkEdit(t, tc.spec, tc.edit, tc.field) })
 	}
 }
+
+func TestRuncRestoresCgroupV2(t *testing.T) {
+	for out, ok := range map[string]bool{
+		"runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1\n": false,
+		"runc version 1.2.0\n":  true,
+		"runc version 1.10.1\n": true,
+		"runc version 2.0.0\n":  true,
+		"runc version 0.9.9\n":  false,
+		"crun version 1.8\n":    false,
+		"":                      false,
+	} {
+		if err := RuncRestoresCgroupV2(out); (err == nil) != ok {
+			t.Errorf("%q: %v, want accepted %v", out, err, ok)
+		}
+	}
+}

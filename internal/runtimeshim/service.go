@@ -109,6 +109,9 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	// (cmd/containerd-shim-runc-v2/runc/container.go, NewContainer); the
 	// restore happens at Start, so the changes go in between, as
 	// containerd's own restore did (core/runtime/v2/shim.go, shimTask.Create).
+	if err := checkRunc(ctx, r.Bundle); err != nil {
+		return fail("", err)
+	}
 	rootfs := filepath.Join(r.Bundle, "rootfs")
 	if m.RootfsDiff != "" {
 		if err := applyDiff(ctx, rootfs, m.RootfsDiff); err != nil {
