@@ -1,6 +1,9 @@
 package criucheck
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,8 +63,16 @@ func (f *accessFixture) write(t *testing.T, p string, mode os.FileMode) {
 
 func (f *accessFixture) check(t *testing.T, files []*fdinfo.FileEntry, extra func(dir string)) error {
 	t.Helper()
+	return f.checkImages(t, files, nil, extra)
+}
+
+func (f *accessFixture) checkImages(t *testing.T, files []*fdinfo.FileEntry, edit func(*criutest.Images), extra func(dir string)) error {
+	t.Helper()
 	im := criutest.ForSpec(f.spec)
 	im.Files = append(im.Files, files...)
+	if edit != nil {
+		edit(im)
+	}
 	dir := t.TempDir()
 	if err := im.Write(dir); err != nil {
 		t.Fatal(err)
@@ -78,8 +89,10 @@ func TestCheckAccess(t *testing.T) {
 		spec   func(*specs.Spec)
 		setup  func(t *testing.T, f *accessFixture)
 		files  []*fdinfo.FileEntry
-		remap  uint32 // a file ID remap-fpath.img remaps
+		edit   func(*criutest.Images)
+		remap  uint32 // a file ID remap-fpath.img remaps to a ghost
 		refuse string // "" for accepted; else a part of the reason
+		field  string // the refusal's field; reg.name when empty
 	}{
 		{name: "a file every user reads", files: []*fdinfo.FileEntry{regFile(5, "/etc/hostname", unix.O_RDONLY)}},
 		{name: "a root-only file read", files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_RDONLY)}, refuse: "cannot open it for reading"},
@@ -95,16 +108,56 @@ func TestCheckAccess(t *testing.T) {
 			if err := os.Symlink("../secret/token", filepath.Join(f.rootfs, "etc", "token")); err != nil {
 				t.Fatal(err)
 			}
-		}, files: []*fdinfo.FileEntry{regFile(5, "/etc/token", unix.O_RDONLY)}, refuse: "mode 0400"},
+		}, files: []*fdinfo.FileEntry{regFile(5, "/etc/token", unix.O_RDONLY)}, refuse: "/etc/token is a symbolic link"},
+		{name: "a directory link in the rootfs into the volume", setup: func(t *testing.T, f *accessFixture) {
+			if err := os.Symlink("../secret", filepath.Join(f.rootfs, "etc", "s")); err != nil {
+				t.Fatal(err)
+			}
+		}, files: []*fdinfo.FileEntry{regFile(5, "/etc/s/ca.crt", unix.O_RDONLY)}, refuse: "component /etc/s is a symbolic link"},
 		{name: "an absolute link to a root-only file", setup: func(t *testing.T, f *accessFixture) {
 			if err := os.Symlink("/etc/shadow", filepath.Join(f.rootfs, "tmp", "s")); err != nil {
 				t.Fatal(err)
 			}
-		}, files: []*fdinfo.FileEntry{regFile(5, "/tmp/s", unix.O_RDONLY)}, refuse: "mode 0600"},
-		{name: "a link loop", setup: func(t *testing.T, f *accessFixture) {
+		}, files: []*fdinfo.FileEntry{regFile(5, "/tmp/s", unix.O_RDONLY)}, refuse: "/tmp/s is a symbolic link"},
+		{name: "a link held open itself (O_PATH|O_NOFOLLOW)", setup: func(t *testing.T, f *accessFixture) {
+			if err := os.Symlink("/etc/shadow", filepath.Join(f.rootfs, "tmp", "s")); err != nil {
+				t.Fatal(err)
+			}
+		}, files: []*fdinfo.FileEntry{regFile(5, "/tmp/s", unix.O_PATH|unix.O_NOFOLLOW)}},
+		{name: "a link loop a watch follows", setup: func(t *testing.T, f *accessFixture) {
 			os.Symlink("b", filepath.Join(f.rootfs, "tmp", "a"))
 			os.Symlink("a", filepath.Join(f.rootfs, "tmp", "b"))
-		}, files: []*fdinfo.FileEntry{regFile(5, "/tmp/a", unix.O_RDONLY)}, refuse: "too many levels"},
+		}, files: []*fdinfo.FileEntry{inotifyOn(5, "/tmp/a")}, refuse: "too many levels", field: "ify.wd.f_handle.path"},
+		{name: "a watch on a root-only file", files: []*fdinfo.FileEntry{inotifyOn(5, "/etc/shadow")}, refuse: "for reading", field: "ify.wd.f_handle.path"},
+		{name: "a watch on a link to a readable file", setup: func(t *testing.T, f *accessFixture) {
+			os.Symlink("/etc/hostname", filepath.Join(f.rootfs, "tmp", "h"))
+		}, files: []*fdinfo.FileEntry{inotifyOn(5, "/tmp/h")}},
+		{name: "a file through runc's /dev/fd link", edit: devFdLink, files: []*fdinfo.FileEntry{regFile(5, "/dev/fd/7/etc/shadow", unix.O_RDONLY)},
+			refuse: "component /dev/fd is a symbolic link"},
+		{name: "a socket bound through runc's /dev/fd link", edit: devFdLink, files: []*fdinfo.FileEntry{unixSocket(5, "/dev/fd/7/run/x.sock", "")},
+			refuse: "/proc/self/fd/7", field: "usk.name"},
+		{name: "a socket bound through a rootfs link into /proc", setup: func(t *testing.T, f *accessFixture) {
+			os.Symlink("/proc/1/root/run", filepath.Join(f.rootfs, "run", "host"))
+		}, files: []*fdinfo.FileEntry{unixSocket(5, "/run/host/docker.sock", "")}, refuse: "/proc/1/root", field: "usk.name"},
+		{name: "a socket bound through /var/run -> /run", setup: func(t *testing.T, f *accessFixture) {
+			os.MkdirAll(filepath.Join(f.rootfs, "var"), 0o755)
+			os.Symlink("../run", filepath.Join(f.rootfs, "var", "run"))
+		}, files: []*fdinfo.FileEntry{unixSocket(5, "/var/run/app.sock", "")}},
+		{name: "a volume mounted through /var/run -> /run, by its d_path", setup: func(t *testing.T, f *accessFixture) {
+			os.MkdirAll(filepath.Join(f.rootfs, "var"), 0o755)
+			os.Symlink("/run", filepath.Join(f.rootfs, "var", "run"))
+			f.spec.Mounts = append(f.spec.Mounts, specs.Mount{Destination: "/var/run/secrets", Type: "bind", Source: f.volume, Options: []string{"rbind"}})
+		}, files: []*fdinfo.FileEntry{regFile(5, "/run/secrets/token", unix.O_RDONLY)}, refuse: `"/run/secrets/token": mode 0400`},
+		{name: "a cwd the user may only search", setup: func(t *testing.T, f *accessFixture) {
+			f.mkdir(t, filepath.Join(f.rootfs, "srv"), 0o711)
+			os.Chmod(filepath.Join(f.rootfs, "srv"), 0o711)
+		}, edit: func(im *criutest.Images) { im.Files[1] = regFile(criutest.CwdFileID, "/srv", 0) }},
+		{name: "a cwd the user may not search", edit: func(im *criutest.Images) { im.Files[1] = regFile(criutest.CwdFileID, "/private", 0) },
+			refuse: "cannot open it for executing or searching"},
+		{name: "a file the user may only search, opened for reading", setup: func(t *testing.T, f *accessFixture) {
+			f.mkdir(t, filepath.Join(f.rootfs, "srv"), 0o711)
+			os.Chmod(filepath.Join(f.rootfs, "srv"), 0o711)
+		}, files: []*fdinfo.FileEntry{regFile(5, "/srv", unix.O_RDONLY)}, refuse: "for reading"},
 		{name: "a missing file (CRIU's open fails)", files: []*fdinfo.FileEntry{regFile(5, "/etc/nothing", unix.O_RDONLY)}},
 		{name: "a file on a mount that is not a bind", files: []*fdinfo.FileEntry{regFile(5, "/proc/kcore", unix.O_RDONLY)}},
 		{name: "a remapped file (a ghost of the images)", files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_RDONLY)}, remap: 5},
@@ -115,6 +168,9 @@ func TestCheckAccess(t *testing.T) {
 			files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_WRONLY)}, refuse: "for writing"},
 		{name: "CAP_DAC_OVERRIDE opens anything", spec: func(s *specs.Spec) { s.Process.Capabilities.Permitted = []string{"CAP_DAC_OVERRIDE"} },
 			files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_RDWR)}},
+		{name: "CAP_DAC_OVERRIDE opens nothing through a link", spec: func(s *specs.Spec) { s.Process.Capabilities.Permitted = []string{"CAP_DAC_OVERRIDE"} },
+			setup: func(t *testing.T, f *accessFixture) { os.Symlink("/etc", filepath.Join(f.rootfs, "tmp", "e")) },
+			files: []*fdinfo.FileEntry{regFile(5, "/tmp/e/shadow", unix.O_RDWR)}, refuse: "component /tmp/e is a symbolic link"},
 		{name: "the owner", spec: func(s *specs.Spec) { s.Process.User.UID = uint32(os.Getuid()) },
 			files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_RDWR), regFile(6, "/secret/token", unix.O_RDONLY)}},
 		{name: "the owner without the owner's write bit", spec: func(s *specs.Spec) { s.Process.User.UID = uint32(os.Getuid()) },
@@ -135,13 +191,13 @@ func TestCheckAccess(t *testing.T) {
 			var extra func(string)
 			if tc.remap != 0 {
 				extra = func(dir string) {
-					e := &remap.RemapFilePathEntry{OrigId: proto.Uint32(tc.remap), RemapId: proto.Uint32(99)}
+					e := &remap.RemapFilePathEntry{OrigId: proto.Uint32(tc.remap), RemapId: proto.Uint32(99), RemapType: remap.RemapType_GHOST.Enum()}
 					if err := criutest.WriteImage(filepath.Join(dir, "remap-fpath.img"), "REMAP_FPATH", e); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			err := f.check(t, tc.files, extra)
+			err := f.checkImages(t, tc.files, tc.edit, extra)
 			if tc.refuse == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -151,9 +207,13 @@ func TestCheckAccess(t *testing.T) {
 			if err == nil {
 				t.Fatalf("accepted; want a refusal saying %q", tc.refuse)
 			}
+			field := tc.field
+			if field == "" {
+				field = "reg.name"
+			}
 			r, ok := err.(*Refusal)
-			if !ok || r.Image != "files.img" || !strings.HasSuffix(r.Field, "reg.name") || !strings.Contains(r.Reason, tc.refuse) {
-				t.Fatalf("want a files.img reg.name refusal saying %q, got %v", tc.refuse, err)
+			if !ok || r.Image != "files.img" || !strings.HasSuffix(r.Field, field) || !strings.Contains(r.Reason, tc.refuse) {
+				t.Fatalf("want a files.img %s refusal saying %q, got %v", field, tc.refuse, err)
 			}
 		})
 	}
@@ -168,4 +228,17 @@ func TestCheckAccessRootWithDefaultCaps(t *testing.T) {
 	if err := f.check(t, []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_RDWR)}, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// devFdLink gives the checkpoint the /dev tmpfs image runc's /dev has: the
+// link fd -> /proc/self/fd (the spec's /dev is mount 3 of criutest's tree).
+func devFdLink(im *criutest.Images) {
+	var b bytes.Buffer
+	gz := gzip.NewWriter(&b)
+	tw := tar.NewWriter(gz)
+	tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "./fd", Typeflag: tar.TypeSymlink, Linkname: "/proc/self/fd", Mode: 0o777})
+	tw.Close()
+	gz.Close()
+	im.Raw["tmpfs-dev-3.tar.gz.img"] = b.Bytes()
 }

@@ -36,12 +36,7 @@ func prop(name, value string) *cgroup.CgroupPropEntry {
 // them, v2 with its namespace prefix); each hostile edit is refused
 // naming its field.
 func TestCheckCgroup(t *testing.T) {
-	cases := []struct {
-		name  string
-		spec  func(*specs.Spec)
-		edit  func(*criutest.Images)
-		field string
-	}{
+	cases := []checkCase{
 		{name: "cgroup v1, co-mounted controllers"},
 		{name: "cgroup v2 with a cgroup namespace", spec: withCgroupNS},
 		{name: "co-mounted member named in another order", edit: func(im *criutest.Images) {

@@ -72,14 +72,16 @@ var imageKinds = []struct {
 	{regexp.MustCompile(`^mm-[0-9]+\.img$`), "mm"},
 	{regexp.MustCompile(`^pagemap-[0-9]+\.img$`), ""},
 	{regexp.MustCompile(`^pages-[0-9]+\.img$`), ""},
-	// A task's cwd and root name files of files.img.
-	{regexp.MustCompile(`^fs-[0-9]+\.img$`), ""},
-	// Data of pipes, FIFOs and socket queues, timers, signal handlers,
-	// the remap of a file to a ghost or a link: contents and names of
-	// objects files.img declares.
+	{regexp.MustCompile(`^fs-[0-9]+\.img$`), "fs"},
+	{regexp.MustCompile(`^remap-fpath\.img$`), "remap"},
+	// Data of pipes, FIFOs and socket queues, timers, signal handlers:
+	// contents of objects files.img declares.
 	{regexp.MustCompile(`^tty-info\.img$`), "tty"},
-	{regexp.MustCompile(`^(pipes-data|fifo-data|sk-queues|remap-fpath|tty-data)\.img$`), ""},
-	{regexp.MustCompile(`^(timens|utsns|ipcns-var|ipcns-shm|ipcns-msg|ipcns-sem|ipcns-shm-pages)-[0-9]+\.img$`), ""},
+	{regexp.MustCompile(`^(pipes-data|fifo-data|sk-queues|tty-data)\.img$`), ""},
+	{regexp.MustCompile(`^utsns-[0-9]+\.img$`), "uts"},
+	{regexp.MustCompile(`^ipcns-var-[0-9]+\.img$`), "ipcvar"},
+	{regexp.MustCompile(`^(ipcns-shm|ipcns-msg|ipcns-sem|ipcns-shm-pages)-[0-9]+\.img$`), "ipcobj"},
+	{regexp.MustCompile(`^timens-[0-9]+\.img$`), "timens"},
 	{regexp.MustCompile(`^tcp-stream-[0-9a-f]+\.img$`), ""},
 	{regexp.MustCompile(`^cgroup\.img$`), "cgroup"},
 	{regexp.MustCompile(`^(stats-dump|stats-restore|irmap-cache)\.img$`), ""},
@@ -182,8 +184,10 @@ func (c *checker) run() error {
 		c.checkInventory,
 		c.checkTree,
 		c.checkExternalNS,
+		c.checkNSImages,
 		c.checkSeccomp,
 		c.checkFiles,
+		c.checkTaskFiles,
 		c.checkMemory,
 		c.checkCgroup,
 		c.checkDescriptors,

@@ -11,13 +11,11 @@ import (
 	criucore "github.com/checkpoint-restore/go-criu/v8/crit/images/criu-core"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fh"
-	"github.com/checkpoint-restore/go-criu/v8/crit/images/fown"
 	fsnotify "github.com/checkpoint-restore/go-criu/v8/crit/images/fsnotify"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/inventory"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/mnt"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/ns"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
-	"github.com/checkpoint-restore/go-criu/v8/crit/images/regfile"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/proto"
@@ -28,9 +26,7 @@ import (
 func root(im *criutest.Images) *creds.CredsEntry { return im.Cores[1].ThreadCore.Creds }
 
 func regFile(id uint32, name string, flags uint32) *fdinfo.FileEntry {
-	return &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(id), Reg: &regfile.RegFileEntry{
-		Id: proto.Uint32(id), Flags: proto.Uint32(flags), Pos: proto.Uint64(0), Name: proto.String(name),
-		Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}}
+	return criutest.RegFile(id, name, flags)
 }
 
 func nonRoot(s *specs.Spec) {
@@ -41,12 +37,8 @@ func nonRoot(s *specs.Spec) {
 // Every check on a checkpoint the spec allows, then one edit at a time:
 // each edit is refused naming its field.
 func TestCheck(t *testing.T) {
-	cases := []struct {
-		name  string
-		spec  func(*specs.Spec)
-		edit  func(*criutest.Images)
-		field string // "" for accepted
-	}{
+	defer setMmapMinAddr(65536)()
+	cases := []checkCase{
 		{name: "the spec's own", field: ""},
 		{name: "a non-root spec's own", spec: nonRoot, field: ""},
 		{name: "capability added to effective", edit: func(im *criutest.Images) { root(im).CapEff = criutest.Caps("CAP_SYS_ADMIN") }, field: "creds.cap_eff"},
@@ -157,6 +149,9 @@ func TestCheck(t *testing.T) {
 			edit: func(im *criutest.Images) { im.Cores[1].Tc.OomScoreAdj = proto.Int32(-1000) }, field: "oom_score_adj"},
 		{name: "org.criu.config annotation", spec: func(s *specs.Spec) { s.Annotations = map[string]string{"org.criu.config": "/tmp/x"} }, field: "org.criu.config"},
 	}
+	cases = append(cases, pathCases...)
+	cases = append(cases, taskFileCases...)
+	cases = append(cases, namespaceCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { checkEdit(t, tc.spec, tc.edit, tc.field) })
 	}
@@ -195,6 +190,25 @@ func checkEdit(t *testing.T, spec func(*specs.Spec), edit func(*criutest.Images)
 	}
 }
 
+// checkCase is a case of TestCheck: the default spec edited by spec, its
+// own checkpoint edited by edit, refused naming field ("" for accepted).
+type checkCase struct {
+	name  string
+	spec  func(*specs.Spec)
+	edit  func(*criutest.Images)
+	field string
+}
+
+// setMmapMinAddr makes the node's mmap_min_addr v until the returned
+// function restores it.
+func setMmapMinAddr(v uint64) func() {
+	old := mmapMinAddr
+	mmapMinAddr = func() uint64 { return v }
+	return func() { mmapMinAddr = old }
+}
+
+// withSeccomp gives the spec a profile that denies ptrace (and allows
+// everything else); criutest's filter allows everything.
 func withSeccomp(s *specs.Spec) {
 	s.Linux.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow,
 		Architectures: []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32},
@@ -239,6 +253,7 @@ func addChildIn(edit func(*criucore.TaskKobjIdsEntry)) func(*criutest.Images) {
 		c := proto.Clone(im.Cores[1]).(*criucore.CoreEntry)
 		edit(c.Ids)
 		im.Cores[2] = c
+		im.FS[2] = im.FS[1]
 		im.Pstree = append(im.Pstree, &pstree.PstreeEntry{Pid: proto.Uint32(2), Ppid: proto.Uint32(1), Pgid: proto.Uint32(1), Sid: proto.Uint32(1), Threads: []uint32{2}})
 	}
 }

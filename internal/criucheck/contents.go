@@ -6,8 +6,11 @@ import (
 	"errors"
 	"io"
 	"path"
+	"regexp"
+	"strconv"
 
 	ghostfile "github.com/checkpoint-restore/go-criu/v8/crit/images/ghost-file"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/mnt"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,32 +85,8 @@ func (c *checker) checkTmpfs() error {
 }
 
 func (c *checker) checkTmpfsImage(name string) error {
-	f, _, err := openRegular(c.dir, name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return refuse(name, "", "not a gzip stream: %v", err)
-	}
-	lr := &io.LimitedReader{R: gz, N: maxTmpfsBytes + 1}
-	tr := tar.NewReader(lr)
 	links := map[string]bool{} // symlinks extracted so far
-	for n := 0; ; n++ {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if lr.N <= 0 {
-			return refuse(name, "", "more than %d bytes of contents", maxTmpfsBytes)
-		}
-		if err != nil {
-			return refuse(name, "", "%v", err)
-		}
-		if n >= maxTmpfsEntries {
-			return refuse(name, "", "more than %d entries", maxTmpfsEntries)
-		}
+	return eachTmpfsEntry(c.dir, name, func(h *tar.Header) error {
 		field := "entry " + h.Name
 		if why := checkPath(h.Name); why != "" || len(h.Name) > 0 && h.Name[0] == '/' {
 			return refuse(name, field, "a name outside the mount")
@@ -136,5 +115,91 @@ func (c *checker) checkTmpfsImage(name string) error {
 		if h.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
 			return refuse(name, field, "mode %#o is set-user-ID or set-group-ID", h.Mode)
 		}
+		return nil
+	})
+}
+
+// eachTmpfsEntry calls fn with each entry of the tmpfs image dir/name, a
+// gzipped tar, within the bounds of entries and bytes.
+func eachTmpfsEntry(dir, name string, fn func(*tar.Header) error) error {
+	f, _, err := openRegular(dir, name)
+	if err != nil {
+		return err
 	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return refuse(name, "", "not a gzip stream: %v", err)
+	}
+	lr := &io.LimitedReader{R: gz, N: maxTmpfsBytes + 1}
+	tr := tar.NewReader(lr)
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if lr.N <= 0 {
+			return refuse(name, "", "more than %d bytes of contents", maxTmpfsBytes)
+		}
+		if err != nil {
+			return refuse(name, "", "%v", err)
+		}
+		if n >= maxTmpfsEntries {
+			return refuse(name, "", "more than %d entries", maxTmpfsEntries)
+		}
+		if err := fn(h); err != nil {
+			return err
+		}
+	}
+}
+
+var (
+	mountsImage = regexp.MustCompile(`^mountpoints-[0-9]+\.img$`)
+	tmpfsImage  = regexp.MustCompile(`^tmpfs-dev-([0-9]+)\.tar\.gz\.img$`)
+)
+
+// tmpfsLinks are the symbolic links the restore extracts into the tmpfs
+// mounts (tmpfs-dev-<mnt_id>.tar.gz.img; criu/filesystems.c,
+// tmpfs_restore), by container path (the mount's mountpoint in
+// mountpoints-*.img, then the entry's name), to their targets: runc's
+// /dev/fd -> /proc/self/fd among them.
+func tmpfsLinks(dir string) (map[string]string, error) {
+	names, err := imageNames(dir, mountsImage)
+	if err != nil {
+		return nil, err
+	}
+	mps := map[uint32]string{}
+	for _, n := range names {
+		err := eachEntry(dir, n, "MNTS", func() *mnt.MntEntry { return new(mnt.MntEntry) }, func(m *mnt.MntEntry) error {
+			mps[m.GetMntId()] = mountpointOf(m)
+			return nil
+		})
+		if err != nil {
+			return nil, asRefusal(n, err)
+		}
+	}
+	if names, err = imageNames(dir, tmpfsImage); err != nil {
+		return nil, err
+	}
+	links := map[string]string{}
+	for _, n := range names {
+		id, err := strconv.ParseUint(tmpfsImage.FindStringSubmatch(n)[1], 10, 32)
+		if err != nil {
+			return nil, refuse(n, "", "no mount ID")
+		}
+		mp, ok := mps[uint32(id)]
+		if !ok {
+			continue // CRIU restores no mount from it
+		}
+		err = eachTmpfsEntry(dir, n, func(h *tar.Header) error {
+			if h.Typeflag == tar.TypeSymlink && checkPath(h.Name) == "" {
+				links[path.Join(mp, path.Clean(h.Name))] = h.Linkname
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, asRefusal(n, err)
+		}
+	}
+	return links, nil
 }

@@ -66,8 +66,8 @@ func (c *checker) checkFile(f *fdinfo.FileEntry) error {
 		if r == nil {
 			return refuse(name, field("reg"), "missing")
 		}
-		if err := checkPath(r.GetName()); err != "" {
-			return refuse(name, field("reg.name"), "%q %s", r.GetName(), err)
+		if why := c.p.openPathWhy(r.GetName()); why != "" {
+			return refuse(name, field("reg.name"), "%q %s", r.GetName(), why)
 		}
 		if r.GetExt() {
 			return refuse(name, field("reg.ext"), "an external file: the restore would take it from the host")
@@ -93,8 +93,18 @@ func (c *checker) checkFile(f *fdinfo.FileEntry) error {
 		// A name is a path or an abstract name of the pod's network
 		// namespace; a socket CRIU should connect outside the tree
 		// (external, or a peer it is told to find) is refused.
-		if u := f.GetUsk(); u.GetUflags() != 0 {
+		u := f.GetUsk()
+		if u.GetUflags() != 0 {
 			return refuse(name, field("usk.uflags"), "%#x: a socket connected outside the checkpoint", u.GetUflags())
+		}
+		// A path name is bound, unlinked and connected to by CRIU as
+		// root from the container's root (criu/sk-unix.c).
+		p, why := uskPath(u.GetName(), u.GetNameDir())
+		if why == "" && p != "" {
+			why = c.p.openPathWhy(p)
+		}
+		if why != "" {
+			return refuse(name, field("usk.name"), "%q %s", u.GetName(), why)
 		}
 	case fdinfo.FdTypes_INETSK:
 		s := f.GetIsk()
@@ -135,7 +145,7 @@ func (c *checker) checkFile(f *fdinfo.FileEntry) error {
 			if p == "" {
 				return refuse(name, field("ify.wd"), "a watch without a path: the restore would open its file by handle")
 			}
-			if why := checkPath(p); why != "" {
+			if why := c.p.openPathWhy(p); why != "" {
 				return refuse(name, field("ify.wd.f_handle.path"), "%q %s", p, why)
 			}
 		}
@@ -169,7 +179,9 @@ func (c *checker) checkSockOpts(image, field string, mark, prio uint32) error {
 }
 
 // checkPath returns why a path the restore opens or creates is not one of
-// the container's, or "".
+// the container's, or "": the rules of every path, relative ones (a tmpfs
+// image's entries) too. A path CRIU opens from the container's root has the
+// rules of openPathWhy on top.
 func checkPath(p string) string {
 	if p == "" || strings.IndexByte(p, 0) >= 0 {
 		return "is empty or has a NUL"

@@ -7,7 +7,9 @@ import (
 	"slices"
 	"testing"
 
+	remap "github.com/checkpoint-restore/go-criu/v8/crit/images/remap-file-path"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
 )
@@ -62,7 +64,8 @@ func FuzzCheck(f *testing.F) {
 
 // FuzzCheckAccess puts the fuzzer's bytes in files.img or remap-fpath.img
 // of a non-root container's checkpoint, over a small root file system with
-// links: CheckAccess must return, never panic or loop, within the bound.
+// links: CheckAccess must return, never panic or loop, within the bound,
+// whatever the paths (links, loops, /proc, socket names).
 func FuzzCheckAccess(f *testing.F) {
 	spec := criutest.DefaultSpec()
 	spec.Process.User = specs.User{UID: 1000, GID: 1000}
@@ -78,6 +81,18 @@ func FuzzCheckAccess(f *testing.F) {
 	}
 	f.Add(uint8(0), files)
 	f.Add(uint8(1), []byte{})
+	// Paths through links, /proc and a socket's name_dir; a ghost remap.
+	paths, err := criutest.Encode("FILES", regFile(5, "/link/x", 0), regFile(6, "/proc/self/fd/3", 0x200000|0x20000),
+		inotifyOn(7, "/loop"), unixSocket(8, "s.sock", "/link"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint8(0), paths)
+	remaps, err := criutest.Encode("REMAP_FPATH", &remap.RemapFilePathEntry{OrigId: proto.Uint32(5), RemapId: proto.Uint32(9), RemapType: remap.RemapType_GHOST.Enum()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint8(1), remaps)
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		dir := t.TempDir()
 		if err := criutest.ForSpec(spec).Write(dir); err != nil {

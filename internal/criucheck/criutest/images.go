@@ -15,12 +15,18 @@ import (
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/creds"
 	criucore "github.com/checkpoint-restore/go-criu/v8/crit/images/criu-core"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fown"
+	fsimg "github.com/checkpoint-restore/go-criu/v8/crit/images/fs"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/inventory"
+	ipcvar "github.com/checkpoint-restore/go-criu/v8/crit/images/ipc-var"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/mnt"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/netdev"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pidns"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/regfile"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/seccomp"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/timens"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/utsns"
 	"github.com/checkpoint-restore/go-criu/v8/magic"
 	"github.com/moby/sys/capability"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -40,6 +46,13 @@ type Images struct {
 	PidNS *pidns.PidnsEntry
 	// Cgroup is cgroup.img, when set.
 	Cgroup *cgroup.CgroupEntry
+	// FS are the live tasks' roots, cwds and umasks, by PID.
+	FS map[uint32]*fsimg.FsEntry
+	// UTS and IPCVar, when set, are the root task's UTS and IPC namespace
+	// images; Timens the clocks (timens-0.img).
+	UTS    *utsns.UtsnsEntry
+	IPCVar *ipcvar.IpcVarEntry
+	Timens *timens.TimensEntry
 	// Raw files written as they are (names to contents).
 	Raw map[string][]byte
 }
@@ -49,6 +62,32 @@ const (
 	HostNS      = 1
 	ContainerNS = 100
 )
+
+// File IDs of files.img's entries for the root task's root and cwd, both
+// the container's root, as CRIU dumps them (flags 0).
+const (
+	RootFileID = 1
+	CwdFileID  = 2
+)
+
+// Hostname is the root task's host name in the UTS image.
+const Hostname = "pod-a"
+
+// RegFile is a regular file entry of files.img for path name.
+func RegFile(id uint32, name string, flags uint32) *fdinfo.FileEntry {
+	return &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: u32(id), Reg: &regfile.RegFileEntry{
+		Id: u32(id), Flags: u32(flags), Pos: proto.Uint64(0), Name: proto.String(name),
+		Fown: &fown.FownEntry{Uid: u32(0), Euid: u32(0), Signum: u32(0), PidType: u32(0), Pid: u32(0)}}}
+}
+
+// IPCDefaults is the IPC image of a new IPC namespace, as CRIU dumps it
+// (criu/ipc_ns.c, dump_ipc_var; the next IDs unset).
+func IPCDefaults() *ipcvar.IpcVarEntry {
+	return &ipcvar.IpcVarEntry{SemCtls: []uint32{32000, 1024000000, 500, 32000}, MsgCtlmax: u32(8192), MsgCtlmnb: u32(16384),
+		MsgCtlmni: u32(32000), AutoMsgmni: u32(0), ShmCtlmax: proto.Uint64(^uint64(0) - 1<<24), ShmCtlall: proto.Uint64(^uint64(0) - 1<<24),
+		ShmCtlmni: u32(4096), ShmRmidForced: u32(0), MqQueuesMax: u32(256), MqMsgMax: u32(10), MqMsgsizeMax: u32(8192),
+		MqMsgDefault: u32(10), MqMsgsizeDefault: u32(8192)}
+}
 
 // ForSpec is a one-process tree (PID 1) that spec allows: its credentials
 // are the spec's user and capability sets, it is in the spec's namespaces,
@@ -101,11 +140,15 @@ func ForSpec(spec *specs.Spec) *Images {
 		ThreadCore: th,
 	}
 	im := &Images{
-		Inventory: &inventory.InventoryEntry{ImgVersion: u32(2), RootIds: hostIDs},
-		Pstree:    []*pstree.PstreeEntry{{Pid: u32(1), Ppid: u32(0), Pgid: u32(1), Sid: u32(1), Threads: []uint32{1}}},
-		Cores:     map[uint32]*criucore.CoreEntry{1: core},
-		Seccomp:   sc,
-		Raw:       map[string][]byte{"pages-1.img": make([]byte, 4096)},
+		Inventory: &inventory.InventoryEntry{ImgVersion: u32(2), RootIds: hostIDs, NsPerId: proto.Bool(true)},
+		Files:     []*fdinfo.FileEntry{RegFile(RootFileID, "/", 0), RegFile(CwdFileID, "/", 0)},
+		FS:        map[uint32]*fsimg.FsEntry{1: {RootId: u32(RootFileID), CwdId: u32(CwdFileID), Umask: u32(0o22)}},
+		Timens: &timens.TimensEntry{Monotonic: &timens.Timespec{TvSec: proto.Uint64(86400), TvNsec: proto.Uint64(5)},
+			Boottime: &timens.Timespec{TvSec: proto.Uint64(86500), TvNsec: proto.Uint64(0)}},
+		Pstree:  []*pstree.PstreeEntry{{Pid: u32(1), Ppid: u32(0), Pgid: u32(1), Sid: u32(1), Threads: []uint32{1}}},
+		Cores:   map[uint32]*criucore.CoreEntry{1: core},
+		Seccomp: sc,
+		Raw:     map[string][]byte{"pages-1.img": make([]byte, 4096)},
 	}
 	if spec.Linux != nil {
 		for _, n := range spec.Linux.Namespaces {
@@ -114,6 +157,10 @@ func ForSpec(spec *specs.Spec) *Images {
 				im.NetNS = &netdev.NetnsEntry{ExtKey: proto.String("extRootNetNS")}
 			case n.Type == specs.PIDNamespace && n.Path != "":
 				im.PidNS = &pidns.PidnsEntry{ExtKey: proto.String("extRootPidNS")}
+			case n.Type == specs.UTSNamespace:
+				im.UTS = &utsns.UtsnsEntry{Nodename: proto.String(Hostname), Domainname: proto.String("(none)")}
+			case n.Type == specs.IPCNamespace:
+				im.IPCVar = IPCDefaults()
 			}
 		}
 	}
@@ -278,6 +325,26 @@ func (im *Images) Write(dir string) error {
 	}
 	if im.Cgroup != nil {
 		if err := w("cgroup.img", "CGROUP", im.Cgroup); err != nil {
+			return err
+		}
+	}
+	if im.UTS != nil {
+		if err := w(fmt.Sprintf("utsns-%d.img", root.GetUtsNsId()), "UTSNS", im.UTS); err != nil {
+			return err
+		}
+	}
+	if im.IPCVar != nil {
+		if err := w(fmt.Sprintf("ipcns-var-%d.img", root.GetIpcNsId()), "IPC_VAR", im.IPCVar); err != nil {
+			return err
+		}
+	}
+	if im.Timens != nil {
+		if err := w("timens-0.img", "TIMENS", im.Timens); err != nil {
+			return err
+		}
+	}
+	for pid, e := range im.FS {
+		if err := w(fmt.Sprintf("fs-%d.img", pid), "FS", e); err != nil {
 			return err
 		}
 	}
