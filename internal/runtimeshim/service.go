@@ -71,8 +71,8 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	}
 	if m == nil {
 		if r.Checkpoint != "" {
-			// A restore cri-shim did not stage (containerd's own, from
-			// CreateContainer of a checkpoint image, or ctr's) would hand
+			// A restore cri-shim did not stage (containerd's own: its
+			// CRI's import of a checkpoint archive or image) would hand
 			// runc images and a rootfs diff nobody checked.
 			log.G(ctx).WithField("id", r.ID).WithField("checkpoint", r.Checkpoint).Warn("cri-shim: refused a restore without cri-shim's mark")
 			return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim's runtime shim restores only checkpoints cri-shim staged and checked; a restore from %q without its mark is refused: %w", r.Checkpoint, errdefs.ErrFailedPrecondition))

@@ -280,8 +280,8 @@ func TestMarkedDiffBound(t *testing.T) {
 }
 
 // A create that asks for a restore (containerd's own: a checkpoint image
-// imported by CreateContainer, or ctr) without cri-shim's mark is refused
-// rather than handed to runc unchecked.
+// imported by CreateContainer) without cri-shim's mark is refused rather
+// than handed to runc unchecked.
 func TestUnmarkedCheckpointIsRefused(t *testing.T) {
 	fx := newFixture(t)
 	r := fx.request()
