@@ -111,7 +111,8 @@ func OpenRootfsDiff(file string, spec *specs.Spec, maxBytes int64) (*RootfsDiff,
 		closeBoth()
 		return nil, refuse(RootfsDiffImage, "", "compressed with %s; only a plain or gzip layer tar is read", c.Extension())
 	}
-	return &RootfsDiff{close: closeBoth, r: ds, p: policyOf(spec), max: maxBytes}, nil
+	// Read counts one byte past the bound.
+	return &RootfsDiff{close: closeBoth, r: ds, p: policyOf(spec), max: min(maxBytes, math.MaxInt64-1)}, nil
 }
 
 // Close closes the diff.

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -345,6 +346,9 @@ func TestRootfsDiffFormats(t *testing.T) {
 	}
 	if err := CheckRootfsDiff(p, &specs.Spec{}, 1<<20); err == nil {
 		t.Fatal("a spec without a process")
+	}
+	if err := CheckRootfsDiff(p, diffSpec(false), math.MaxInt64); err != nil {
+		t.Fatalf("the largest bound: %v", err)
 	}
 }
 
