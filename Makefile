@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandlerRoute -fuzztime 10s ./internal/restoremark
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime 30s ./internal/criucheck
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckAccess$$' -fuzztime 20s ./internal/criucheck
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckRootfsDiff$$' -fuzztime 20s ./internal/criucheck
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckpointOptions$$' -fuzztime 10s ./internal/capture
 	for f in FuzzParseManifest FuzzConfine FuzzCheckName; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/layout || exit 1; done

@@ -285,7 +285,7 @@ func checkArchive(t *testing.T, path, id string) {
 	if err := json.Unmarshal([]byte(got["status.dump"]), &st); err != nil || st.Id != id || len(st.Annotations) == 0 {
 		t.Errorf("status.dump: %v %+v", err, &st)
 	}
-	if !strings.HasPrefix(got["checkpoint/pages-1.img"], "criu images of "+id+",") || got["rootfs-diff.tar"] != "layer of "+id {
+	if !strings.HasPrefix(got["checkpoint/pages-1.img"], "criu images of "+id+",") || got["rootfs-diff.tar"] != string(fakeLayer(id)) {
 		t.Errorf("images or diff not carried into the archive")
 	}
 }

@@ -1,6 +1,9 @@
 package criu
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -60,6 +63,9 @@ type fakeRT struct {
 	// claimed mark's images at task create: it records the refusal beside
 	// the mark and fails the start, as cmd/containerd-shim-cri-shim-v2 does.
 	refuseStart *restoremark.Refusal
+	// diff, when set, is the writable layer of every capture in place of
+	// fakeLayer's.
+	diff []byte
 }
 
 // uid is a new pod UID: the runtime refuses a second sandbox of one pod
@@ -288,12 +294,38 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 }
 
 func (f *fakeRT) RWDiff(_ context.Context, id string, w io.Writer) error {
-	_, err := io.WriteString(w, "layer of "+id)
+	f.mu.Lock()
+	b := f.diff
+	f.mu.Unlock()
+	if b == nil {
+		b = fakeLayer(id)
+	}
+	_, err := w.Write(b)
 	return err
 }
 
+// fakeLayer is container id's writable layer: a gzip layer tar of one file
+// of root's, as containerd's diff service writes one.
+func fakeLayer(id string) []byte {
+	return gzipLayer(&tar.Header{Name: "layer-of-" + id, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(id))}, []byte(id))
+}
+
+// gzipLayer is a gzip layer tar of one entry h with data.
+func gzipLayer(h *tar.Header, data []byte) []byte {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	tw := tar.NewWriter(zw)
+	tw.WriteHeader(h)
+	tw.Write(data)
+	tw.Close()
+	zw.Close()
+	return b.Bytes()
+}
+
+// Info: every container runs as root with containerd's default capabilities.
 func (f *fakeRT) Info(_ context.Context, id string) (capture.ContainerInfo, error) {
-	return capture.ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0"}`), Created: f.epoch}, nil
+	return capture.ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0","process":{"user":{"uid":0,"gid":0},"cwd":"/",` +
+		`"capabilities":{"bounding":["CAP_CHOWN","CAP_KILL"],"permitted":["CAP_CHOWN","CAP_KILL"],"effective":["CAP_CHOWN","CAP_KILL"]}}}`), Created: f.epoch}, nil
 }
 
 type fixture struct {

@@ -34,7 +34,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cri_shim_checkpoint_restores_refused_total",
-			Help: "Restores refused because the checkpoint's CRIU images would give the container more than its spec allows, by the image kind of the first offending field (core: credentials, seccomp, namespaces; mounts; files; seccomp; ...), or because a pulled checkpoint's archive or manifest is refused (archive).",
+			Help: "Restores refused because the checkpoint's CRIU images would give the container more than its spec allows, by the image kind of the first offending field (core: credentials, seccomp, namespaces; mounts; files; seccomp; ...), or because the checkpoint's rootfs changes are (rootfs_diff), or because a pulled checkpoint's archive or manifest is refused (archive).",
 		}, []string{"image"}),
 		warmStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cri_shim_pod_warm_starts_total",

@@ -62,9 +62,10 @@ type staged struct {
 // stageRestore prepares the restore of container id of sandbox, just
 // created by the runtime, from its archive: the CRIU images and rootfs changes are copied
 // into id's staging directory, the log into the container's log file
-// (logPath, "" for none), the images checked against the container's spec
-// (restore_check.go; sb is the sandbox's config), and the mark left for the
-// runtime shim. On error
+// (logPath, "" for none), the images and the rootfs changes checked against
+// the container's spec (restore_check.go; sb is the sandbox's config), and
+// the mark left for the runtime shim, with the bound the rootfs changes were
+// held to. On error
 // nothing is left behind; the caller removes the container.
 func (s *Service) stageRestore(ctx context.Context, sb *runtimeapi.PodSandboxConfig, sandbox, id, archive, logPath string) (err error) {
 	root := s.stagingRoot()
@@ -85,7 +86,7 @@ func (s *Service) stageRestore(ctx context.Context, sb *runtimeapi.PodSandboxCon
 	if err != nil {
 		return fmt.Errorf("archive %s: %w", filepath.Base(archive), err)
 	}
-	if err := s.checkImages(ctx, sb, id, files.Images); err != nil {
+	if err := s.checkStaged(ctx, sb, id, files.Images, files.Diff); err != nil {
 		return fmt.Errorf("archive %s: %w", filepath.Base(archive), err)
 	}
 	if logPath != "" && files.LogSize >= 0 {
@@ -100,7 +101,11 @@ func (s *Service) stageRestore(ctx context.Context, sb *runtimeapi.PodSandboxCon
 	s.staged[id] = staged{dir: dir, sandbox: sandbox, sb: sb}
 	s.stagedN.Store(int64(len(s.staged)))
 	s.mu.Unlock()
-	if err := s.marks().Write(id, restoremark.Mark{Images: files.Images, RootfsDiff: files.Diff}); err != nil {
+	mark := restoremark.Mark{Images: files.Images, RootfsDiff: files.Diff}
+	if files.Diff != "" {
+		mark.RootfsDiffMaxBytes = s.rootfsDiffMax()
+	}
+	if err := s.marks().Write(id, mark); err != nil {
 		s.unstage(id)
 		return fmt.Errorf("staging the restore: %w", err)
 	}
@@ -147,7 +152,7 @@ func (s *Service) unstage(id string) (wasStaged, claimed bool) {
 // start, the refusal recorded (refuseWarm) as one of this shim's own.
 func (s *Service) runtimeRefused(st staged, id string, r *restoremark.Refusal) {
 	ref := &criucheck.Refusal{Image: r.Image, Field: r.Field, Reason: r.Reason}
-	s.metrics.refusals.WithLabelValues(criucheck.KindOf(ref.Image)).Inc()
+	s.metrics.refusals.WithLabelValues(criucheck.RefusalKind(ref.Image)).Inc()
 	s.log.Warn("checkpoint: restore refused by the runtime shim", "container", id, "image", ref.Image, "field", ref.Field, "reason", ref.Reason)
 	if st.sb != nil {
 		s.podEvent(st.sb, "Warning", "CheckpointRefused", "Restore", ref.Error())

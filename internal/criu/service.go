@@ -86,6 +86,11 @@ type Config struct {
 	// RestoreMarks is where restores are marked for the runtime shim
 	// (restore_stage.go); the zero value is restoremark.Default().
 	RestoreMarks restoremark.Dir
+	// RootfsDiffMaxBytes bounds what a restored checkpoint's rootfs diff
+	// may expand to ([checkpoint] pull_max_bytes, the largest checkpoint
+	// the node takes); 0, or more than restoremark.MaxRootfsDiffBytes, is
+	// that constant.
+	RootfsDiffMaxBytes int64
 }
 
 // Service serves CheckpointPod and RestorePod and the warm-start routes.

@@ -49,6 +49,27 @@ type Mark struct {
 	// RootfsDiff is a layer tar (gzip or plain, with OCI whiteouts) applied
 	// to the container's rootfs before the restore; empty for none.
 	RootfsDiff string `json:"rootfsDiff,omitempty"`
+	// RootfsDiffMaxBytes is the most the diff may expand to (cri-shim's
+	// [checkpoint] pull_max_bytes); 0 or more than MaxRootfsDiffBytes is
+	// MaxRootfsDiffBytes (RootfsDiffLimit).
+	RootfsDiffMaxBytes int64 `json:"rootfsDiffMaxBytes,omitempty"`
+}
+
+// MaxRootfsDiffBytes bounds a rootfs diff's expanded size whatever a mark
+// says: the runtime shim has no configuration of its own. It is the default
+// of cri-shim's [checkpoint] pull_max_bytes, the largest checkpoint archive
+// the node takes, so a plain diff of any archive the node accepts is within
+// it; a smaller pull_max_bytes lowers it.
+const MaxRootfsDiffBytes = 16 << 30
+
+// RootfsDiffLimit is the bound on a rootfs diff's expanded size for a
+// configured or marked bound n: n, or MaxRootfsDiffBytes when n is not
+// within (0, MaxRootfsDiffBytes].
+func RootfsDiffLimit(n int64) int64 {
+	if n <= 0 || n > MaxRootfsDiffBytes {
+		return MaxRootfsDiffBytes
+	}
+	return n
 }
 
 // Dir is a directory of marks. Owner is the uid every file and directory
@@ -239,7 +260,8 @@ func decode(r io.Reader) (*Mark, error) {
 }
 
 // check refuses a mark whose paths are not absolute and clean, or are not
-// owner's: a directory of images, a regular file for the diff.
+// owner's (a directory of images, a regular file for the diff), or whose
+// diff bound is negative.
 func (m *Mark) check(owner int) error {
 	if err := checkPath(m.Images, owner, true); err != nil {
 		return fmt.Errorf("images: %w", err)
@@ -248,6 +270,9 @@ func (m *Mark) check(owner int) error {
 		if err := checkPath(m.RootfsDiff, owner, false); err != nil {
 			return fmt.Errorf("rootfs diff: %w", err)
 		}
+	}
+	if m.RootfsDiffMaxBytes < 0 {
+		return fmt.Errorf("rootfs diff bound %d is negative", m.RootfsDiffMaxBytes)
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ func fixture(t *testing.T) (Dir, Mark) {
 	if err := os.WriteFile(diff, []byte("tar"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return Dir{Path: filepath.Join(root, "marks"), Owner: os.Getuid()}, Mark{Images: images, RootfsDiff: diff}
+	return Dir{Path: filepath.Join(root, "marks"), Owner: os.Getuid()}, Mark{Images: images, RootfsDiff: diff, RootfsDiffMaxBytes: 1 << 30}
 }
 
 func TestWriteClaimRemove(t *testing.T) {
@@ -100,6 +100,12 @@ func TestClaimRefusesUntrustedMarks(t *testing.T) {
 		"diff a directory": func(t *testing.T, d Dir, m Mark) {
 			writeRaw(t, d, `{"images":"`+m.Images+`","rootfsDiff":"`+m.Images+`"}`)
 		},
+		"diff bound negative": func(t *testing.T, d Dir, m Mark) {
+			writeRaw(t, d, `{"images":"`+m.Images+`","rootfsDiff":"`+m.RootfsDiff+`","rootfsDiffMaxBytes":-1}`)
+		},
+		"diff bound not an integer": func(t *testing.T, d Dir, m Mark) {
+			writeRaw(t, d, `{"images":"`+m.Images+`","rootfsDiff":"`+m.RootfsDiff+`","rootfsDiffMaxBytes":1.5}`)
+		},
 		"unknown field": func(t *testing.T, d Dir, m Mark) {
 			writeRaw(t, d, `{"images":"`+m.Images+`","spec":"x"}`)
 		},
@@ -136,10 +142,31 @@ func TestWriteRefusesBadInput(t *testing.T) {
 	if got, err := d.Claim("../../etc/passwd"); got != nil || err != nil {
 		t.Fatalf("claim of a non-ID: %v %v", got, err)
 	}
+	if err := d.Write(id, Mark{Images: m.Images, RootfsDiff: m.RootfsDiff, RootfsDiffMaxBytes: -1}); err == nil {
+		t.Fatal("a negative diff bound was accepted")
+	}
+}
+
+// The diff bound a mark carries is read back as written; none, or one
+// above the fixed bound, is the fixed bound.
+func TestRootfsDiffLimit(t *testing.T) {
+	d, m := fixture(t)
+	m.RootfsDiffMaxBytes = 12345
+	must(t, d.Write(id, m))
+	got, err := d.Claim(id)
+	if err != nil || got.RootfsDiffMaxBytes != 12345 || RootfsDiffLimit(got.RootfsDiffMaxBytes) != 12345 {
+		t.Fatalf("claimed %+v, %v", got, err)
+	}
+	for n, want := range map[int64]int64{0: MaxRootfsDiffBytes, -1: MaxRootfsDiffBytes, MaxRootfsDiffBytes + 1: MaxRootfsDiffBytes, 1 << 62: MaxRootfsDiffBytes, MaxRootfsDiffBytes: MaxRootfsDiffBytes, 1: 1} {
+		if got := RootfsDiffLimit(n); got != want {
+			t.Errorf("RootfsDiffLimit(%d) = %d, want %d", n, got, want)
+		}
+	}
 }
 
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"images":"/a","rootfsDiff":"/b"}`))
+	f.Add([]byte(`{"images":"/a","rootfsDiff":"/b","rootfsDiffMaxBytes":17179869184}`))
 	f.Add([]byte(`{"images":1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decode(strings.NewReader(string(b)))

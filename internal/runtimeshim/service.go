@@ -3,9 +3,10 @@
 // addition: the task of a container that cri-shim marked for a restore
 // (internal/restoremark) is created as a restore from the staged CRIU images,
 // with the checkpoint's rootfs changes applied to the new container's rootfs
-// first, and only when the images are within the bundle's spec (checked
-// again here, then the files they hold open against that rootfs; package
-// criucheck). Everything else about the container (image, mounts, env, devices,
+// first, and only when the images and the changes are within the bundle's
+// spec (checked again here, then the files the images hold open against that
+// rootfs; package criucheck). A restore without a mark is refused: this shim
+// restores only what cri-shim staged and checked. Everything else about the container (image, mounts, env, devices,
 // security context) is the OCI spec containerd's CRI made from the pod's own
 // CreateContainer config; nothing in the checkpoint archive reaches it.
 //
@@ -30,7 +31,6 @@ import (
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/pkg/archive"
-	"github.com/containerd/containerd/v2/pkg/archive/compression"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
@@ -70,6 +70,13 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore: %v: %w", err, errdefs.ErrFailedPrecondition))
 	}
 	if m == nil {
+		if r.Checkpoint != "" {
+			// A restore cri-shim did not stage (containerd's own: its
+			// CRI's import of a checkpoint archive or image) would hand
+			// runc images and a rootfs diff nobody checked.
+			log.G(ctx).WithField("id", r.ID).WithField("checkpoint", r.Checkpoint).Warn("cri-shim: refused a restore without cri-shim's mark")
+			return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim's runtime shim restores only checkpoints cri-shim staged and checked; a restore from %q without its mark is refused: %w", r.Checkpoint, errdefs.ErrFailedPrecondition))
+		}
 		return s.TTRPCTaskService.Create(ctx, r)
 	}
 	if r.Checkpoint != "" {
@@ -78,14 +85,19 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if m.RootfsDiff != "" && len(r.Rootfs) == 0 {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: the checkpoint has rootfs changes and the task has no rootfs mounts to apply them to: %w", r.ID, errdefs.ErrFailedPrecondition))
 	}
-	// cri-shim checked the images against this container's spec before it
-	// left the mark; they are checked again against the spec runc will
-	// run (the bundle's), so that nothing but a checked checkpoint is
+	// cri-shim checked the images and the rootfs diff against this
+	// container's spec before it left the mark; they are checked again
+	// against the spec runc will run (the bundle's), before anything is
+	// created or applied, so that nothing but a checked checkpoint is
 	// restored whatever wrote the mark.
 	t0 := time.Now()
+	diffMax := restoremark.RootfsDiffLimit(m.RootfsDiffMaxBytes)
 	spec, err := readSpec(r.Bundle)
 	if err == nil {
 		err = criucheck.Check(m.Images, spec, criucheck.Options{HardLimits: criucheck.OwnHardLimits})
+	}
+	if err == nil && m.RootfsDiff != "" {
+		err = criucheck.CheckRootfsDiff(m.RootfsDiff, spec, diffMax)
 	}
 	if err != nil {
 		s.noteRefusal(ctx, r.ID, err)
@@ -114,7 +126,8 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	}
 	rootfs := filepath.Join(r.Bundle, "rootfs")
 	if m.RootfsDiff != "" {
-		if err := applyDiff(ctx, rootfs, m.RootfsDiff); err != nil {
+		if err := applyDiff(ctx, rootfs, m.RootfsDiff, spec, diffMax); err != nil {
+			s.noteRefusal(ctx, r.ID, err)
 			return fail("applying the checkpoint's rootfs changes: ", err)
 		}
 		l = l.WithField("rootfsDiff", time.Since(created))
@@ -166,19 +179,17 @@ func readSpec(bundle string) (*specs.Spec, error) {
 
 // applyDiff applies a layer tar to rootfs with containerd's archive.Apply,
 // the applier of image layers: it keeps every entry inside rootfs (symlinks
-// included) and honours OCI whiteouts.
-func applyDiff(ctx context.Context, rootfs, diff string) error {
-	f, err := os.Open(diff)
+// included) and honours OCI whiteouts. The diff was checked already; each
+// header is decided again by the same rules as it is applied, and the
+// expanded stream bounded again by maxBytes (criucheck.RootfsDiff), so the
+// file read here is held to them even if it changed since.
+func applyDiff(ctx context.Context, rootfs, diff string, spec *specs.Spec, maxBytes int64) error {
+	d, err := criucheck.OpenRootfsDiff(diff, spec, maxBytes)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	ds, err := compression.DecompressStream(f)
-	if err != nil {
-		return err
-	}
-	defer ds.Close()
-	_, err = archive.Apply(ctx, rootfs, ds)
+	defer d.Close()
+	_, err = archive.Apply(ctx, rootfs, d, archive.WithFilter(d.Filter))
 	return err
 }
 

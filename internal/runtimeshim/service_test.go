@@ -16,6 +16,8 @@ import (
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
@@ -152,12 +154,20 @@ func TestMarkedTaskIsCreatedAsARestore(t *testing.T) {
 	}
 }
 
-// The diff is applied with containerd's layer applier: an entry that climbs
-// out of the rootfs stays inside it.
+// The diff is applied with containerd's layer applier: a symlink may point
+// anywhere, and an entry written through it stays inside the rootfs; a name
+// that climbs out is refused before anything is applied.
 func TestRootfsDiffStaysInsideTheRootfs(t *testing.T) {
 	fx := newFixture(t)
 	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
-	layer(t, diff, map[string]string{"../../escaped": "x"}, "")
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "../../../..", Uid: os.Getuid(), Gid: os.Getgid()})
+	tw.WriteHeader(&tar.Header{Name: "up/escaped", Typeflag: tar.TypeReg, Mode: 0o644, Uid: os.Getuid(), Gid: os.Getgid()})
+	tw.Close()
+	if err := os.WriteFile(diff, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +176,122 @@ func TestRootfsDiffStaysInsideTheRootfs(t *testing.T) {
 		if _, serr := os.Stat(p); serr == nil {
 			t.Fatalf("a diff entry was written outside the rootfs at %s (create: %v)", p, err)
 		}
+	}
+	if _, serr := os.Stat(filepath.Join(fx.bundle, "rootfs", "escaped")); err != nil || serr != nil {
+		t.Fatalf("the entry below the symlink was not applied inside the rootfs: %v, %v", err, serr)
+	}
+
+	fx = newFixture(t)
+	layer(t, diff, map[string]string{"../../escaped": "x"}, "")
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err == nil || !strings.Contains(err.Error(), "../../escaped name") || len(fx.inner.creates) != 0 {
+		t.Fatalf("a name out of the rootfs: %v, %d tasks created", err, len(fx.inner.creates))
+	}
+}
+
+// A setuid-root binary in the diff (issue 41: a pod of user 1000 ran one
+// with euid 0) is refused before any task exists or any entry is applied:
+// the rootfs is as it was, and the refusal is left for cri-shim.
+func TestSetuidDiffIsRefusedBeforeAnythingIsApplied(t *testing.T) {
+	fx := newFixture(t)
+	rootfs := filepath.Join(fx.bundle, "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
+	setuidLayer(t, diff)
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fx.svc.Create(context.Background(), fx.request())
+	if err == nil || !strings.Contains(err.Error(), "checkpoint refused") || !strings.Contains(err.Error(), "bin/evil mode") {
+		t.Fatalf("want the create refused naming bin/evil's mode, got %v", err)
+	}
+	if len(fx.inner.creates) != 0 {
+		t.Fatalf("a task was created: %+v", fx.inner.creates)
+	}
+	for _, p := range []string{"data", "bin"} {
+		if _, err := os.Lstat(filepath.Join(rootfs, p)); !os.IsNotExist(err) {
+			t.Fatalf("the refused diff was applied in part: %s: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(rootfs, "etc", "keep")); err != nil {
+		t.Fatal(err)
+	}
+	if r := fx.marks.Refused(id); r == nil || r.Image != "rootfs-diff.tar" || r.Field != "bin/evil mode" {
+		t.Fatalf("the refusal left for cri-shim: %+v", r)
+	}
+}
+
+// setuidLayer writes a diff of an ordinary file, then a set-user-ID binary
+// of root.
+func setuidLayer(t *testing.T, path string) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "data/first", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1, Uid: os.Getuid(), Gid: os.Getgid()})
+	tw.Write([]byte("1"))
+	tw.WriteHeader(&tar.Header{Name: "bin/evil", Typeflag: tar.TypeReg, Mode: 0o4755, Size: 4, Uid: 0, Gid: 0})
+	tw.Write([]byte("\x7fELF"))
+	tw.Close()
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same rules decide each header while the diff is applied: a diff that
+// changed after its check is stopped at the entry that breaks them.
+func TestApplyFiltersEachHeader(t *testing.T) {
+	fx := newFixture(t)
+	rootfs := filepath.Join(fx.bundle, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	diff := filepath.Join(t.TempDir(), "rootfs-diff.tar")
+	setuidLayer(t, diff)
+	err := applyDiff(context.Background(), rootfs, diff, criutest.DefaultSpec(), 1<<20)
+	if err == nil || !strings.Contains(err.Error(), "bin/evil mode") {
+		t.Fatalf("apply: %v, want bin/evil refused", err)
+	}
+	if _, err := os.Lstat(filepath.Join(rootfs, "bin", "evil")); !os.IsNotExist(err) {
+		t.Fatalf("the set-user-ID binary was applied: %v", err)
+	}
+}
+
+// The mark's bound on the diff's expanded size is the one the runtime shim
+// holds it to.
+func TestMarkedDiffBound(t *testing.T) {
+	fx := newFixture(t)
+	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
+	layer(t, diff, map[string]string{"data/big": strings.Repeat("x", 8192)}, "")
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff, RootfsDiffMaxBytes: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err == nil || !strings.Contains(err.Error(), "data/big size") {
+		t.Fatalf("a diff above the mark's bound: %v", err)
+	}
+	if len(fx.inner.creates) != 0 {
+		t.Fatal("a task was created")
+	}
+}
+
+// A create that asks for a restore (containerd's own: a checkpoint image
+// imported by CreateContainer) without cri-shim's mark is refused rather
+// than handed to runc unchecked.
+func TestUnmarkedCheckpointIsRefused(t *testing.T) {
+	fx := newFixture(t)
+	r := fx.request()
+	r.Checkpoint = filepath.Join(fx.bundle, "..", "restore", "checkpoint")
+	_, err := fx.svc.Create(context.Background(), r)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "restores only checkpoints cri-shim staged and checked") || !strings.Contains(err.Error(), r.Checkpoint) {
+		t.Fatalf("want FailedPrecondition refusing the unmarked restore, got %v", err)
+	}
+	if len(fx.inner.creates) != 0 {
+		t.Fatalf("the restore was handed to runc: %+v", fx.inner.creates)
 	}
 }
 
@@ -185,12 +311,30 @@ func TestUnusableMarkFailsTheCreate(t *testing.T) {
 	}
 }
 
+// A diff that is not a tar is refused before the task is created; one the
+// rules allow but the rootfs cannot take (an entry below a file) fails
+// after, and the half-made task is deleted.
 func TestFailedDiffDeletesTheTask(t *testing.T) {
 	fx := newFixture(t)
 	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
 	if err := os.WriteFile(diff, []byte("not a tar at all, but long enough to be read as one......"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err == nil || !strings.Contains(err.Error(), "not a layer tar") || len(fx.inner.creates) != 0 {
+		t.Fatalf("a diff that is not a tar: %v, %d tasks created", err, len(fx.inner.creates))
+	}
+
+	fx = newFixture(t)
+	if err := os.MkdirAll(filepath.Join(fx.bundle, "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fx.bundle, "rootfs", "blocker"), []byte("a file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	layer(t, diff, map[string]string{"blocker/below": "x"}, "")
 	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +386,12 @@ func TestImagesBeyondTheSpecAreRefused(t *testing.T) {
 // changes put there: the access check runs on the rootfs with the changes
 // applied, refuses naming the file, and deletes the task.
 func TestFileTheUserCannotOpenIsRefused(t *testing.T) {
+	if os.Getuid() != 0 {
+		// The applier gives each file the diff's owner: as another user the
+		// files can only be the test's own, which the diff's owner rule
+		// refuses for a container of another user without CAP_CHOWN.
+		t.Skip("the diff's files must be root's: run as root")
+	}
 	fx := newFixture(t)
 	spec := criutest.DefaultSpec()
 	spec.Process.User = specs.User{UID: uint32(os.Getuid() + 1), GID: uint32(os.Getgid() + 1)}

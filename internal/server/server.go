@@ -348,6 +348,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
 		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
+		RootfsDiffMaxBytes: cfg.Checkpoint.PullMaxBytes,
 	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)

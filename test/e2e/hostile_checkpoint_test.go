@@ -113,13 +113,14 @@ func openFile(t testing.TB, imgs ckptImages, name string) {
 	}
 }
 
-// TestHostileCheckpointsAreRefused (issue 28, item 1, on the real stack): a
-// locked-down container is checkpointed; its CRIU images are edited as an
-// attacker who can write the archive would, one edit per checkpoint, and
-// each is restored through the shim. Each restore is refused naming the
-// field, and leaves nothing: no sandbox, no staged files, no image. The
-// unedited checkpoint restores and runs (the positive control), and so does
-// one whose dump files name another image (those are never read).
+// TestHostileCheckpointsAreRefused (issue 28, item 1, and issue 41, item 4,
+// on the real stack): a locked-down container is checkpointed; its CRIU
+// images or its rootfs changes are edited as an attacker who can write the
+// archive would, one edit per checkpoint, and each is restored through the
+// shim. Each restore is refused naming the field, and leaves nothing: no
+// sandbox, no staged files, no image. The unedited checkpoint restores and
+// runs (the positive control), and so does one whose dump files name
+// another image (those are never read).
 func TestHostileCheckpointsAreRefused(t *testing.T) {
 	needNode(t)
 	pauseKubelet(t)
@@ -173,7 +174,7 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 		}
 	})
 
-	cases := hostileEdits()
+	cases := append(hostileEdits(), hostileDiffEdits()...)
 	before := imagesSnapshot(t)
 	staging := filepath.Join(node.env["CHECKPOINTS"], ".restore-staging")
 	for i, tc := range cases {
@@ -184,7 +185,12 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 			if len(archives) != 1 {
 				t.Fatalf("archives: %v", archives)
 			}
-			editArchive(t, archives[0], func(imgs ckptImages) { tc.edit(t, imgs) })
+			if tc.edit != nil {
+				editArchive(t, archives[0], func(imgs ckptImages) { tc.edit(t, imgs) })
+			}
+			if tc.diff != nil {
+				editDiff(t, archives[0], tc.diff)
+			}
 			name := fmt.Sprintf("hostile-r%d", i)
 			_, err := restore(t, dir, name, tc.uid)
 			if err == nil {
@@ -222,23 +228,6 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 		c := lockedDownCfg("main", 1000)
 		c.Mounts = append(c.Mounts, &runtimeapi.Mount{ContainerPath: "/secret/token", HostPath: token, Readonly: true})
 		return c
-	}
-	asUser1000 := func(t testing.TB, imgs ckptImages) { // every thread of the tree
-		for name := range imgs {
-			if !regexp.MustCompile(`^core-[0-9]+\.img$`).MatchString(name) {
-				continue
-			}
-			cs, err := criutest.Decode(imgs[name], func() *criucore.CoreEntry { return new(criucore.CoreEntry) })
-			if err != nil || len(cs) != 1 {
-				t.Fatalf("%s: %v", name, err)
-			}
-			cr := credsOf(cs[0])
-			cr.Uid, cr.Euid, cr.Suid, cr.Fsuid = proto.Uint32(1000), proto.Uint32(1000), proto.Uint32(1000), proto.Uint32(1000)
-			cr.Groups = []uint32{cr.GetGid()} // root's supplementary groups are not user 1000's
-			if imgs[name], err = criutest.Encode("CORE", cs[0]); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
 	edited := func(t *testing.T, name string, edit func(testing.TB, ckptImages)) string {
 		dir := newCheckpointDir(t, name)
@@ -287,14 +276,35 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 	assertNoImageChange(t, before, "hostile checkpoint restores")
 }
 
-// hostileEdit is one edit of a checkpoint's CRIU images an attacker who can
-// write the archive could make, the field its refusal names, and the user
-// of the pod that restores it.
+// asUser1000 makes every thread of the tree a process of user 1000.
+func asUser1000(t testing.TB, imgs ckptImages) {
+	for name := range imgs {
+		if !regexp.MustCompile(`^core-[0-9]+\.img$`).MatchString(name) {
+			continue
+		}
+		cs, err := criutest.Decode(imgs[name], func() *criucore.CoreEntry { return new(criucore.CoreEntry) })
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		cr := credsOf(cs[0])
+		cr.Uid, cr.Euid, cr.Suid, cr.Fsuid = proto.Uint32(1000), proto.Uint32(1000), proto.Uint32(1000), proto.Uint32(1000)
+		cr.Groups = []uint32{cr.GetGid()} // root's supplementary groups are not user 1000's
+		if imgs[name], err = criutest.Encode("CORE", cs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// hostileEdit is one edit of a checkpoint an attacker who can write the
+// archive could make: of its CRIU images (edit) and of its rootfs changes
+// (diff: entries appended to rootfs-diff.tar), either nil for none; the
+// field its refusal names, and the user of the pod that restores it.
 type hostileEdit struct {
 	name  string
 	edit  func(testing.TB, ckptImages)
 	field string
 	uid   int64 // the restoring pod's user
+	diff  func(testing.TB, *tar.Writer)
 }
 
 // hostileEdits are issue 28's hostile checkpoints, each refused by the image
@@ -304,19 +314,19 @@ func hostileEdits() []hostileEdit {
 		return func(c *criucore.CoreEntry) { set(credsOf(c), criutest.Caps("CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH")) }
 	}
 	return append([]hostileEdit{
-		{"effective capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapEff = w })), "cap_eff", 0},
-		{"permitted capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapPrm = w })), "cap_prm", 0},
-		{"inheritable capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapInh = w })), "cap_inh", 0},
-		{"bounding set raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapBnd = w })), "cap_bnd", 0},
-		{"ambient capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapAmb = w })), "cap_amb", 0},
+		{"effective capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapEff = w })), "cap_eff", 0, nil},
+		{"permitted capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapPrm = w })), "cap_prm", 0, nil},
+		{"inheritable capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapInh = w })), "cap_inh", 0, nil},
+		{"bounding set raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapBnd = w })), "cap_bnd", 0, nil},
+		{"ambient capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapAmb = w })), "cap_amb", 0, nil},
 		// The images as they are (uid 0), restored by a pod that runs as
 		// 1000 (runAsNonRoot): the restoring pod's spec is the measure.
-		{"uid 0 in a pod running as 1000", func(testing.TB, ckptImages) {}, "creds.uid", 1000},
-		{"no_new_privs cleared", editCore(func(c *criucore.CoreEntry) { credsOf(c).NoNewPrivs = proto.Uint32(0) }), "no_new_privs", 0},
+		{"uid 0 in a pod running as 1000", func(testing.TB, ckptImages) {}, "creds.uid", 1000, nil},
+		{"no_new_privs cleared", editCore(func(c *criucore.CoreEntry) { credsOf(c).NoNewPrivs = proto.Uint32(0) }), "no_new_privs", 0, nil},
 		{"seccomp removed", editCore(func(c *criucore.CoreEntry) {
 			c.ThreadCore.SeccompMode = criucore.SeccompMode_disabled.Enum()
 			c.ThreadCore.SeccompFilter = nil
-		}), "seccomp_mode", 0},
+		}), "seccomp_mode", 0, nil},
 		{"seccomp filter replaced by allow-all", func(t testing.TB, imgs ckptImages) {
 			b, err := criutest.Encode("SECCOMP", &seccomp.SeccompEntry{SeccompFilters: []*seccomp.SeccompFilter{{Filter: criutest.AllowAll()}}})
 			if err != nil {
@@ -324,7 +334,7 @@ func hostileEdits() []hostileEdit {
 			}
 			imgs["seccomp.img"] = b
 			editCore(func(c *criucore.CoreEntry) { c.ThreadCore.SeccompFilter = proto.Uint32(0) })(t, imgs)
-		}, "seccomp_filters", 0},
+		}, "seccomp_filters", 0, nil},
 		{"the host's mount namespace", func(t testing.TB, imgs ckptImages) {
 			inv, err := criutest.Decode(imgs["inventory.img"], func() *inventory.InventoryEntry { return new(inventory.InventoryEntry) })
 			if err != nil || len(inv) != 1 {
@@ -340,8 +350,8 @@ func hostileEdits() []hostileEdit {
 				ids[0].MntNsId = proto.Uint32(inv[0].RootIds.GetMntNsId())
 				imgs["ids-1.img"], _ = criutest.Encode("IDS", ids[0])
 			}
-		}, "mnt_ns_id", 0},
-		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) { openFile(t, imgs, "/../../../../etc/shadow") }, "reg.name", 0},
+		}, "mnt_ns_id", 0, nil},
+		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) { openFile(t, imgs, "/../../../../etc/shadow") }, "reg.name", 0, nil},
 		{"a block device node", func(t testing.TB, imgs ckptImages) {
 			b, err := criutest.Encode("GHOST_FILE", &ghostfile.GhostFileEntry{Uid: proto.Uint32(0), Gid: proto.Uint32(0),
 				Mode: proto.Uint32(unix.S_IFBLK | 0o666), Rdev: proto.Uint32(uint32(unix.Mkdev(8, 0)))})
@@ -349,8 +359,8 @@ func hostileEdits() []hostileEdit {
 				t.Fatal(err)
 			}
 			imgs["ghost-file-99.img"] = b
-		}, "device node", 0},
-		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0},
+		}, "device node", 0, nil},
+		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0, nil},
 	}, hostileTreeEdits()...)
 }
 
