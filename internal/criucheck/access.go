@@ -84,6 +84,10 @@ func CheckAccess(dir string, spec *specs.Spec, rootfs string) error {
 	if err != nil {
 		return err
 	}
+	writes, err := mappedWrites(dir)
+	if err != nil {
+		return err
+	}
 	links, err := tmpfsLinks(dir)
 	if err != nil {
 		return err
@@ -111,6 +115,7 @@ func CheckAccess(dir string, spec *specs.Spec, rootfs string) error {
 			if want, ok := searched[f.GetId()]; ok {
 				w.want = want
 			}
+			w.want |= writes[f.GetId()]
 			if r.GetFlags()&(unix.O_PATH|unix.O_NOFOLLOW) == unix.O_PATH|unix.O_NOFOLLOW {
 				w.last = lastKeep
 			}

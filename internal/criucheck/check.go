@@ -14,7 +14,8 @@
 // CreateContainer config and refuses, naming the first offending field.
 //
 // Every image is decoded with go-criu's generated types, entry by entry, with
-// bounded sizes (decode.go); unknown image files are refused.
+// bounded sizes (decode.go); every populated field must have a rule
+// (fields.go); unknown image files are refused.
 package criucheck
 
 import (
@@ -53,7 +54,7 @@ const maxImageFiles = 100000
 // none is refused: its content would be restored unchecked.
 var imageKinds = []struct {
 	re    *regexp.Regexp
-	check string // the check that covers it; "" for memory contents
+	check string // the check that covers it; "" for one not decoded (fields.go, imageClasses says why)
 }{
 	{regexp.MustCompile(`^inventory\.img$`), "inventory"},
 	{regexp.MustCompile(`^pstree\.img$`), "pstree"},
@@ -74,19 +75,21 @@ var imageKinds = []struct {
 	{regexp.MustCompile(`^pages-[0-9]+\.img$`), ""},
 	{regexp.MustCompile(`^fs-[0-9]+\.img$`), "fs"},
 	{regexp.MustCompile(`^remap-fpath\.img$`), "remap"},
-	// Data of pipes, FIFOs and socket queues, timers, signal handlers:
-	// contents of objects files.img declares.
+	// Data of pipes, FIFOs, sockets and terminals files.img declares:
+	// entries decoded and checked (fieldchecks.go), the data skipped.
 	{regexp.MustCompile(`^tty-info\.img$`), "tty"},
-	{regexp.MustCompile(`^(pipes-data|fifo-data|sk-queues|tty-data)\.img$`), ""},
+	{regexp.MustCompile(`^(pipes-data|fifo-data)\.img$`), "pipedata"},
+	{regexp.MustCompile(`^sk-queues\.img$`), "skqueues"},
+	{regexp.MustCompile(`^tty-data\.img$`), "ttydata"},
 	{regexp.MustCompile(`^utsns-[0-9]+\.img$`), "uts"},
 	{regexp.MustCompile(`^ipcns-var-[0-9]+\.img$`), "ipcvar"},
 	{regexp.MustCompile(`^(ipcns-shm|ipcns-msg|ipcns-sem|ipcns-shm-pages)-[0-9]+\.img$`), "ipcobj"},
 	{regexp.MustCompile(`^timens-[0-9]+\.img$`), "timens"},
-	{regexp.MustCompile(`^tcp-stream-[0-9a-f]+\.img$`), ""},
+	{regexp.MustCompile(`^tcp-stream-[0-9a-f]+\.img$`), "tcpstream"},
 	{regexp.MustCompile(`^cgroup\.img$`), "cgroup"},
 	{regexp.MustCompile(`^(stats-dump|stats-restore|irmap-cache)\.img$`), ""},
-	{regexp.MustCompile(`^(memfd|memfd-inode)\.img$`), ""},
-	{regexp.MustCompile(`^timerfd\.img$`), ""},
+	{regexp.MustCompile(`^(memfd|memfd-inode)\.img$`), "memfd"},
+	{regexp.MustCompile(`^timerfd\.img$`), "timerfd"},
 	{regexp.MustCompile(`^rseq\.img$`), ""},
 	// runc's own records beside CRIU's (libcontainer/criu_linux.go).
 	{regexp.MustCompile(`^descriptors\.json$`), ""},
@@ -138,7 +141,7 @@ func Check(dir string, spec *specs.Spec, opts Options) error {
 }
 
 // KindOf names the check an image file belongs to ("core", "mounts",
-// "files"...; "memory" for contents that are not checked, "unknown" for a
+// "files"...; "memory" for contents that are not decoded, "unknown" for a
 // file no container checkpoint has), for metrics.
 func KindOf(name string) string {
 	k, ok := kindOf(name)
@@ -194,6 +197,7 @@ func (c *checker) run() error {
 		c.checkMounts,
 		c.checkGhosts,
 		c.checkTmpfs,
+		c.checkFieldRules,
 	} {
 		if err := step(); err != nil {
 			return err

@@ -110,7 +110,7 @@ func TestCheck(t *testing.T) {
 		{name: "a namespace file", edit: func(im *criutest.Images) {
 			im.Files = append(im.Files, &fdinfo.FileEntry{Type: fdinfo.FdTypes_NS.Enum(), Id: proto.Uint32(6),
 				Nsf: &ns.NsFileEntry{Id: proto.Uint32(6), NsId: proto.Uint32(1), NsCflag: proto.Uint32(0x40000000), Flags: proto.Uint32(0)}})
-		}, field: "NS"},
+		}, field: "file_entry.nsf"},
 		{name: "an inotify watch by handle", edit: func(im *criutest.Images) {
 			im.Files = append(im.Files, &fdinfo.FileEntry{Type: fdinfo.FdTypes_INOTIFY.Enum(), Id: proto.Uint32(7),
 				Ify: &fsnotify.InotifyFileEntry{Id: proto.Uint32(7), Flags: proto.Uint32(0), Fown: regFile(0, "x", 0).Reg.Fown,
@@ -166,15 +166,7 @@ func checkEdit(t *testing.T, spec func(*specs.Spec), edit func(*criutest.Images)
 	if spec != nil {
 		spec(s)
 	}
-	im := criutest.ForSpec(s)
-	if edit != nil {
-		edit(im)
-	}
-	dir := t.TempDir()
-	if err := im.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	err := Check(dir, s, Options{})
+	err := checkImagesOf(t, s, edit)
 	if field == "" {
 		if err != nil {
 			t.Fatalf("refused a checkpoint the spec allows: %v", err)

@@ -129,34 +129,43 @@ func (e *entryReader) next(m proto.Message) error {
 	if err := proto.Unmarshal(buf, m); err != nil {
 		return fmt.Errorf("%s: entry %d: %w", e.name, e.n, err)
 	}
-	if f := unknownField(m.ProtoReflect()); f != "" {
-		return fmt.Errorf("%s: entry %d: %s has fields this decoder does not know; CRIU might use them", e.name, e.n, f)
+	if err := fieldRules.walk(e.name, m.ProtoReflect()); err != nil {
+		var r *Refusal
+		if errors.As(err, &r) {
+			return err
+		}
+		return fmt.Errorf("%s: entry %d: %w", e.name, e.n, err)
 	}
 	return nil
 }
 
-// unknownField names the first message, m or nested, with fields the
-// generated types do not know (a newer CRIU's, or an attacker's), or "".
-func unknownField(m protoreflect.Message) string {
+// walk refuses m, an entry of image, if it or a message in it has fields
+// the generated types do not know (a newer CRIU's, or an attacker's), or a
+// populated field whose rule (fields.go) is missing or refuses it.
+func (rs fieldRuleSet) walk(image string, m protoreflect.Message) error {
 	if len(m.GetUnknown()) > 0 {
-		return string(m.Descriptor().Name())
+		return fmt.Errorf("%s has fields this decoder does not know; CRIU might use them", m.Descriptor().Name())
 	}
-	var found string
+	var err error
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		r, ok := rs.rule(fd)
 		switch {
-		case fd.Message() == nil:
+		case !ok:
+			err = refuse(image, string(fd.FullName()), "a field the checker has not classified")
+		case r.class == classRefused:
+			err = refuse(image, string(fd.FullName()), "a field cri-shim refuses: %s", r.why)
+		case fd.Message() == nil || fd.IsMap():
 		case fd.IsList():
 			l := v.List()
-			for i := 0; i < l.Len() && found == ""; i++ {
-				found = unknownField(l.Get(i).Message())
+			for i := 0; i < l.Len() && err == nil; i++ {
+				err = rs.walk(image, l.Get(i).Message())
 			}
-		case fd.IsMap():
 		default:
-			found = unknownField(v.Message())
+			err = rs.walk(image, v.Message())
 		}
-		return found == ""
+		return err == nil
 	})
-	return found
+	return err
 }
 
 // eachEntry decodes every entry of dir/name (magic want) into a fresh m from
