@@ -44,6 +44,13 @@ func lockedDownCfg(name string, uid int64) *runtimeapi.ContainerConfig {
 	sc.Capabilities = &runtimeapi.Capability{DropCapabilities: []string{"ALL"}}
 	sc.NoNewPrivs = true
 	sc.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
+	// The kubelet's default masks and read-only paths, which it sends with
+	// every unprivileged container (kubernetes pkg/securitycontext/util.go,
+	// defaultMaskedPaths, defaultReadonlyPaths); containerd sets none when
+	// the request has none.
+	sc.MaskedPaths = []string{"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
+	sc.ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 	return c
 }
 
@@ -240,7 +247,10 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 		return dir
 	}
 	t.Run("a process of user 1000 (the control of the file check)", func(t *testing.T) {
-		dir := edited(t, "hostile-user", asUser1000)
+		dir := edited(t, "hostile-user", func(t testing.TB, imgs ckptImages) {
+			asUser1000(t, imgs)
+			addBindMount(t, imgs, "/secret/token", token)
+		})
 		t0 := time.Now()
 		if _, err := restoreCfg(t, dir, "hostile-user", withToken()); err != nil {
 			t.Fatalf("a checkpoint of user 1000 holding no file it cannot open was not restored: %v", err)
@@ -253,6 +263,7 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 	t.Run("a volume's root-only file held open", func(t *testing.T) {
 		dir := edited(t, "hostile-token", func(t testing.TB, imgs ckptImages) {
 			asUser1000(t, imgs)
+			addBindMount(t, imgs, "/secret/token", token)
 			openFile(t, imgs, "/secret/token")
 		})
 		sb, err := restoreCfg(t, dir, "hostile-token", withToken())

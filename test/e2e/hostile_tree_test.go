@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"testing"
 
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/cgroup"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/mnt"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
@@ -32,6 +34,7 @@ func editCgroup(edit func(*cgroup.CgroupEntry)) func(testing.TB, ckptImages) {
 func dropMountpoint(mp string) func(testing.TB, ckptImages) {
 	return func(t testing.TB, imgs ckptImages) {
 		dropped := false
+		var all []string
 		for name, b := range imgs {
 			if !regexp.MustCompile(`^mountpoints-[0-9]+\.img$`).MatchString(name) {
 				continue
@@ -39,6 +42,9 @@ func dropMountpoint(mp string) func(testing.TB, ckptImages) {
 			ms, err := criutest.Decode(b, func() *mnt.MntEntry { return new(mnt.MntEntry) })
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
+			}
+			for _, m := range ms {
+				all = append(all, fmt.Sprintf("%s(%d root=%s ext=%q)", m.GetMountpoint(), m.GetFstype(), m.GetRoot(), m.GetExtKey()))
 			}
 			n := len(ms)
 			ms = slices.DeleteFunc(ms, func(m *mnt.MntEntry) bool { return m.GetMountpoint() == mp || m.GetMountpoint() == "."+mp })
@@ -48,9 +54,42 @@ func dropMountpoint(mp string) func(testing.TB, ckptImages) {
 			}
 		}
 		if !dropped {
-			t.Fatalf("no mount at %s in the checkpoint", mp)
+			t.Fatalf("no mount at %s in the checkpoint: %v", mp, all)
 		}
 	}
+}
+
+// addBindMount adds to the checkpoint's mount tree the bind mount runc
+// hands CRIU for a read-only volume at dest of host path source, as a
+// checkpoint of a pod with that volume has it: an external mount keyed by
+// its destination, below the root, like the spec's other binds
+// (/etc/hostname's), read-only.
+func addBindMount(t testing.TB, imgs ckptImages, dest, source string) {
+	for name, b := range imgs {
+		if !regexp.MustCompile(`^mountpoints-[0-9]+\.img$`).MatchString(name) {
+			continue
+		}
+		ms, err := criutest.Decode(b, func() *mnt.MntEntry { return new(mnt.MntEntry) })
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		i := slices.IndexFunc(ms, func(m *mnt.MntEntry) bool { return m.GetExtKey() == "/etc/hostname" })
+		if i < 0 {
+			continue
+		}
+		m := proto.Clone(ms[i]).(*mnt.MntEntry)
+		top := uint32(0)
+		for _, x := range ms {
+			top = max(top, x.GetMntId())
+		}
+		m.MntId, m.Mountpoint, m.ExtKey, m.Root = proto.Uint32(top+1), proto.String(dest), proto.String(dest), proto.String(source)
+		m.Flags = proto.Uint32(m.GetFlags() | unix.MS_RDONLY)
+		if imgs[name], err = criutest.Encode("MNTS", criutest.Messages(append(ms, m))...); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatal("no /etc/hostname bind mount in the checkpoint to copy")
 }
 
 // hostileTreeEdits are issue 41's edits of the cgroup and mount images:
