@@ -73,6 +73,8 @@ done
 	done
 	echo
 	echo "Tests: $(for f in "${FEATURES[@]}"; do printf '`%s` ' "${f#*|}"; done)(test/e2e; [testing.md](testing.md))."
+	echo
+	echo "The restore's image check ([security.md](security.md)) knows two cgroup layouts. cgroup v1 (this test bed's hybrid host, the kubelet's cgroupfs driver, no cgroup namespace) ran on the real stack in every pair above, in each restore column and in the hostile-checkpoint tests. cgroup v2 (the unified hierarchy, a cgroup namespace, the systemd driver's paths) is checked with synthetic images only (\`TestCheckCgroup\`, \`TestCheckMountTree\` in internal/criucheck): the test bed has no cgroup v2 node yet. A checkpoint records its node's mode and restores only on a node of the same mode; on a v2 node the runtime shim refuses restores under runc older than 1.2."
 } >"$OUT"
 echo "[matrix] wrote $OUT" >&2
 exit $rc

@@ -55,6 +55,18 @@ func TestCheck(t *testing.T) {
 		{name: "securebits without CAP_SETPCAP", spec: func(s *specs.Spec) { s.Process.Capabilities = &specs.LinuxCapabilities{} },
 			edit: func(im *criutest.Images) { root(im).Secbits = proto.Uint32(1) }, field: "creds.secbits"},
 		{name: "an LSM profile of the image's", edit: func(im *criutest.Images) { root(im).LsmProfile = proto.String("unconfined-ish") }, field: "lsm_profile"},
+		// As CRIU dumps a task confined by containerd's AppArmor profile
+		// (criu/lsm.c, collect_lsm_profile reads /proc/<pid>/attr/current).
+		{name: "the spec's AppArmor profile", spec: withAppArmor, edit: func(im *criutest.Images) {
+			root(im).LsmProfile = proto.String("cri-containerd.apparmor.d (enforce)")
+		}},
+		{name: "no LSM label where the spec confines the process", spec: withAppArmor, field: "lsm_profile"},
+		{name: "no LSM label where the spec has an SELinux label", spec: func(s *specs.Spec) {
+			s.Process.SelinuxLabel = "system_u:system_r:container_t:s0:c1,c2"
+		}, field: "lsm_profile"},
+		{name: "the spec's SELinux label", spec: func(s *specs.Spec) { s.Process.SelinuxLabel = "system_u:system_r:container_t:s0:c1,c2" },
+			edit: func(im *criutest.Images) { root(im).LsmProfile = proto.String("system_u:system_r:container_t:s0:c1,c2") }},
+		{name: "no LSM label for an unconfined spec", spec: func(s *specs.Spec) { s.Process.ApparmorProfile = "unconfined" }},
 		{name: "seccomp disabled", spec: withSeccomp, edit: func(im *criutest.Images) {
 			im.Cores[1].ThreadCore.SeccompMode = criucore.SeccompMode_disabled.Enum()
 		}, field: "seccomp_mode"},
@@ -198,6 +210,9 @@ func setMmapMinAddr(v uint64) func() {
 	mmapMinAddr = func() uint64 { return v }
 	return func() { mmapMinAddr = old }
 }
+
+// withAppArmor confines the process with containerd's default profile.
+func withAppArmor(s *specs.Spec) { s.Process.ApparmorProfile = "cri-containerd.apparmor.d" }
 
 // withSeccomp gives the spec a profile that denies ptrace (and allows
 // everything else); criutest's filter allows everything.

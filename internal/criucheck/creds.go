@@ -69,6 +69,12 @@ func (c *checker) checkCreds(image string, cr *creds.CredsEntry) error {
 	if p.noNewPrivs && cr.GetNoNewPrivs() == 0 {
 		return refuse(image, "thread_core.creds.no_new_privs", "not set, and the container's spec sets noNewPrivileges")
 	}
+	if l := c.specLSMLabel(); l != "" && cr.GetLsmProfile() == "" {
+		// CRIU sets no label where the image has none: the restored
+		// process would keep the label CRIU runs with, the runtime's, not
+		// the container's (criu/lsm.c, render_lsm_profile).
+		return refuse(image, "thread_core.creds.lsm_profile", "empty, and the container's spec confines it with %q", l)
+	}
 	if cr.GetLsmProfile() != "" || len(cr.GetApparmorData()) > 0 || cr.GetLsmSockcreate() != "" {
 		// runc restore applies no LSM label of the image's: CRIU would
 		// switch to the profile the image names (criu/lsm.c).
@@ -86,6 +92,19 @@ func (c *checker) checkCreds(image string, cr *creds.CredsEntry) error {
 // see).
 func (c *checker) mayChangeIDs(capName string) bool {
 	return c.p.uid == 0 && c.p.may(capName)
+}
+
+// specLSMLabel is the LSM label the spec confines the process with, "" for
+// none (no AppArmor profile or "unconfined", no SELinux label).
+func (c *checker) specLSMLabel() string {
+	pr := c.p.spec.Process
+	switch {
+	case pr.SelinuxLabel != "":
+		return pr.SelinuxLabel
+	case pr.ApparmorProfile != "" && pr.ApparmorProfile != "unconfined":
+		return pr.ApparmorProfile
+	}
+	return ""
 }
 
 // lsmMatches accepts an LSM label only when it is the spec's own.

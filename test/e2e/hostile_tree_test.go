@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"regexp"
 	"slices"
 	"testing"
@@ -28,33 +27,41 @@ func editCgroup(edit func(*cgroup.CgroupEntry)) func(testing.TB, ckptImages) {
 	}
 }
 
+// editMounts replaces the checkpoint's mount namespace images' entries by
+// what edit makes of them.
+func editMounts(t testing.TB, imgs ckptImages, edit func([]*mnt.MntEntry) []*mnt.MntEntry) {
+	for name, b := range imgs {
+		if !regexp.MustCompile(`^mountpoints-[0-9]+\.img$`).MatchString(name) {
+			continue
+		}
+		ms, err := criutest.Decode(b, func() *mnt.MntEntry { return new(mnt.MntEntry) })
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if imgs[name], err = criutest.Encode("MNTS", criutest.Messages(edit(ms))...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // dropMountpoint removes the mount at mp from the checkpoint's mount
 // namespace images, as an attacker removing a read-only or masked path
 // would.
 func dropMountpoint(mp string) func(testing.TB, ckptImages) {
 	return func(t testing.TB, imgs ckptImages) {
+		var seen []string
 		dropped := false
-		var all []string
-		for name, b := range imgs {
-			if !regexp.MustCompile(`^mountpoints-[0-9]+\.img$`).MatchString(name) {
-				continue
-			}
-			ms, err := criutest.Decode(b, func() *mnt.MntEntry { return new(mnt.MntEntry) })
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
+		editMounts(t, imgs, func(ms []*mnt.MntEntry) []*mnt.MntEntry {
 			for _, m := range ms {
-				all = append(all, fmt.Sprintf("%s(%d root=%s ext=%q)", m.GetMountpoint(), m.GetFstype(), m.GetRoot(), m.GetExtKey()))
+				seen = append(seen, m.GetMountpoint())
 			}
 			n := len(ms)
 			ms = slices.DeleteFunc(ms, func(m *mnt.MntEntry) bool { return m.GetMountpoint() == mp || m.GetMountpoint() == "."+mp })
 			dropped = dropped || len(ms) < n
-			if imgs[name], err = criutest.Encode("MNTS", criutest.Messages(ms)...); err != nil {
-				t.Fatal(err)
-			}
-		}
+			return ms
+		})
 		if !dropped {
-			t.Fatalf("no mount at %s in the checkpoint: %v", mp, all)
+			t.Fatalf("no mount at %s in the checkpoint; its mounts: %v", mp, seen)
 		}
 	}
 }
@@ -65,17 +72,11 @@ func dropMountpoint(mp string) func(testing.TB, ckptImages) {
 // its destination, below the root, like the spec's other binds
 // (/etc/hostname's), read-only.
 func addBindMount(t testing.TB, imgs ckptImages, dest, source string) {
-	for name, b := range imgs {
-		if !regexp.MustCompile(`^mountpoints-[0-9]+\.img$`).MatchString(name) {
-			continue
-		}
-		ms, err := criutest.Decode(b, func() *mnt.MntEntry { return new(mnt.MntEntry) })
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	added := false
+	editMounts(t, imgs, func(ms []*mnt.MntEntry) []*mnt.MntEntry {
 		i := slices.IndexFunc(ms, func(m *mnt.MntEntry) bool { return m.GetExtKey() == "/etc/hostname" })
 		if i < 0 {
-			continue
+			return ms
 		}
 		m := proto.Clone(ms[i]).(*mnt.MntEntry)
 		top := uint32(0)
@@ -84,12 +85,12 @@ func addBindMount(t testing.TB, imgs ckptImages, dest, source string) {
 		}
 		m.MntId, m.Mountpoint, m.ExtKey, m.Root = proto.Uint32(top+1), proto.String(dest), proto.String(dest), proto.String(source)
 		m.Flags = proto.Uint32(m.GetFlags() | unix.MS_RDONLY)
-		if imgs[name], err = criutest.Encode("MNTS", criutest.Messages(append(ms, m))...); err != nil {
-			t.Fatal(err)
-		}
-		return
+		added = true
+		return append(ms, m)
+	})
+	if !added {
+		t.Fatal("no /etc/hostname bind mount in the checkpoint to copy")
 	}
-	t.Fatal("no /etc/hostname bind mount in the checkpoint to copy")
 }
 
 // hostileTreeEdits are issue 41's edits of the cgroup and mount images:
