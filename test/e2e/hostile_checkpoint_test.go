@@ -372,7 +372,7 @@ func hostileEdits() []hostileEdit {
 			imgs["ghost-file-99.img"] = b
 		}, "device node", 0, nil},
 		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0, nil},
-	}, hostileTreeEdits()...)
+	}, append(hostileTreeEdits(), hostilePathEdits()...)...)
 }
 
 // copyTree copies a checkpoint directory.
