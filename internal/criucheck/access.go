@@ -93,7 +93,7 @@ func CheckAccess(dir string, spec *specs.Spec, rootfs string) error {
 		return err
 	}
 	v := newView(rootfs, spec.Mounts, p, links)
-	perms := !p.may("CAP_DAC_OVERRIDE") && !p.may("CAP_FOWNER") && !p.may("CAP_SETUID")
+	perms := !p.passesFilePerms()
 	err = eachEntry(dir, name, "FILES", func() *fdinfo.FileEntry { return new(fdinfo.FileEntry) }, func(f *fdinfo.FileEntry) error {
 		field := func(s string) string { return "file " + itoa(f.GetId()) + " " + f.GetType().String() + " " + s }
 		check := func(fieldName, p string, w walk) error {

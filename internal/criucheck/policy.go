@@ -82,3 +82,12 @@ func (p *policy) may(c string) bool {
 	b := capBits[c]
 	return p.permitted&(1<<b) != 0
 }
+
+// passesFilePerms reports whether the spec's processes get past any file's
+// owner and mode: CAP_DAC_OVERRIDE passes the permission checks, CAP_FOWNER
+// the owner's (chmod any file, then use it), CAP_SETUID becomes the owner.
+// CAP_CHOWN alone is not counted, which is stricter than the kernel: such a
+// process could chown a file to itself first.
+func (p *policy) passesFilePerms() bool {
+	return p.may("CAP_DAC_OVERRIDE") || p.may("CAP_FOWNER") || p.may("CAP_SETUID")
+}

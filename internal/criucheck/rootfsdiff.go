@@ -31,6 +31,10 @@ package criucheck
 //     it is read and may not pass maxBytes; a header whose size would pass
 //     it is refused before its data is read; at most maxDiffEntries entries,
 //     maxDiffNameBytes of names together.
+//
+// While the diff is applied, each entry is also held to where it lands: only
+// what the container's user could have written to the rootfs as it then is
+// (RootfsDiff.ApplyFilter, diffwrites.go).
 
 import (
 	"archive/tar"
@@ -72,7 +76,7 @@ const (
 // RootfsDiff is a rootfs diff opened for reading under the rules of one
 // container's spec. Read gives its expanded tar stream, at most maxBytes of
 // it (a *Refusal past that); Filter decides each header. A diff is read once:
-// by CheckRootfsDiff, or by archive.Apply with Filter as its filter.
+// by CheckRootfsDiff, or by archive.Apply with ApplyFilter as its filter.
 type RootfsDiff struct {
 	close func() error
 	r     io.Reader
@@ -138,9 +142,9 @@ func (d *RootfsDiff) tooLarge() *Refusal {
 	return refuse(RootfsDiffImage, "", "expands to more than %d bytes", d.max)
 }
 
-// Filter decides one header of the diff, as archive.Apply's filter (its
-// archive.WithFilter): an entry is applied or the diff refused, never
-// skipped.
+// Filter decides one header of the diff by the rules above: an entry is
+// applied or the diff refused, never skipped. ApplyFilter adds where the
+// entry lands, for archive.Apply (its archive.WithFilter).
 func (d *RootfsDiff) Filter(h *tar.Header) (bool, error) {
 	if err := d.header(h); err != nil {
 		return false, err

@@ -182,14 +182,17 @@ func readSpec(bundle string) (*specs.Spec, error) {
 // included) and honours OCI whiteouts. The diff was checked already; each
 // header is decided again by the same rules as it is applied, and the
 // expanded stream bounded again by maxBytes (criucheck.RootfsDiff), so the
-// file read here is held to them even if it changed since.
+// file read here is held to them even if it changed since. Only here, with
+// the rootfs mounted and the entries before it applied, is each entry also
+// held to what the container's user could have written there
+// (RootfsDiff.ApplyFilter): the applier writes as root.
 func applyDiff(ctx context.Context, rootfs, diff string, spec *specs.Spec, maxBytes int64) error {
 	d, err := criucheck.OpenRootfsDiff(diff, spec, maxBytes)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	_, err = archive.Apply(ctx, rootfs, d, archive.WithFilter(d.Filter))
+	_, err = archive.Apply(ctx, rootfs, d, archive.WithFilter(d.ApplyFilter(rootfs)))
 	return err
 }
 

@@ -381,21 +381,10 @@ func TestImagesBeyondTheSpecAreRefused(t *testing.T) {
 	}
 }
 
-// The images of a non-root container hold open a file its user could not
-// open (mode 0600, another owner), which the checkpoint's own rootfs
-// changes put there: the access check runs on the rootfs with the changes
-// applied, refuses naming the file, and deletes the task.
-func TestFileTheUserCannotOpenIsRefused(t *testing.T) {
-	if os.Getuid() != 0 {
-		// The applier gives each file the diff's owner: as another user the
-		// files can only be the test's own, which the diff's owner rule
-		// refuses for a container of another user without CAP_CHOWN.
-		t.Skip("the diff's files must be root's: run as root")
-	}
-	fx := newFixture(t)
-	spec := criutest.DefaultSpec()
-	spec.Process.User = specs.User{UID: uint32(os.Getuid() + 1), GID: uint32(os.Getgid() + 1)}
-	spec.Process.Capabilities = &specs.LinuxCapabilities{}
+// useSpec makes spec the bundle's, and the staged images a checkpoint of
+// it, edited by edit when it is not nil.
+func (fx *fixture) useSpec(t *testing.T, spec *specs.Spec, edit func(*criutest.Images)) {
+	t.Helper()
 	b, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -403,21 +392,47 @@ func TestFileTheUserCannotOpenIsRefused(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(fx.bundle, "config.json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	im := criutest.ForSpec(spec)
+	if edit != nil {
+		edit(im)
+	}
+	os.RemoveAll(fx.images)
+	if err := os.Mkdir(fx.images, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Write(fx.images); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// userSpec is a container of user uid without capabilities.
+func userSpec(uid, gid uint32) *specs.Spec {
+	spec := criutest.DefaultSpec()
+	spec.Process.User = specs.User{UID: uid, GID: gid}
+	spec.Process.Capabilities = &specs.LinuxCapabilities{}
+	return spec
+}
+
+// The images of a container without capabilities hold open a file its user
+// could not open (its own, mode 0200), which the checkpoint's own rootfs
+// changes put there: the access check runs on the rootfs with the changes
+// applied, refuses naming the file, and deletes the task. The container's
+// user is the test's own, so that the applier may give the files that owner
+// whoever runs the test.
+func TestFileTheUserCannotOpenIsRefused(t *testing.T) {
+	fx := newFixture(t)
+	spec := userSpec(uint32(os.Getuid()), uint32(os.Getgid()))
 	open := func(name string) {
 		t.Helper()
-		im := criutest.ForSpec(spec)
-		im.Files = append(im.Files, &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(9), Reg: &regfile.RegFileEntry{
-			Id: proto.Uint32(9), Flags: proto.Uint32(0), Pos: proto.Uint64(0), Name: proto.String(name),
-			Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}})
-		os.RemoveAll(fx.images)
-		os.Mkdir(fx.images, 0o700)
-		if err := im.Write(fx.images); err != nil {
-			t.Fatal(err)
-		}
+		fx.useSpec(t, spec, func(im *criutest.Images) {
+			im.Files = append(im.Files, &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(9), Reg: &regfile.RegFileEntry{
+				Id: proto.Uint32(9), Flags: proto.Uint32(0), Pos: proto.Uint64(0), Name: proto.String(name),
+				Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}})
+		})
 	}
 	var tb bytes.Buffer
 	tw := tar.NewWriter(&tb)
-	tw.WriteHeader(&tar.Header{Name: "secret", Mode: 0o600, Size: 1, Typeflag: tar.TypeReg, Uid: os.Getuid(), Gid: os.Getgid()})
+	tw.WriteHeader(&tar.Header{Name: "secret", Mode: 0o200, Size: 1, Typeflag: tar.TypeReg, Uid: os.Getuid(), Gid: os.Getgid()})
 	tw.Write([]byte("s"))
 	tw.WriteHeader(&tar.Header{Name: "public", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg, Uid: os.Getuid(), Gid: os.Getgid()})
 	tw.Write([]byte("p"))
@@ -441,7 +456,7 @@ func TestFileTheUserCannotOpenIsRefused(t *testing.T) {
 	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = fx.svc.Create(context.Background(), fx.request())
+	_, err := fx.svc.Create(context.Background(), fx.request())
 	if err == nil || !strings.Contains(err.Error(), "reg.name") || !strings.Contains(err.Error(), `"/secret"`) {
 		t.Fatalf("want the create refused naming /secret, got %v", err)
 	}
@@ -451,5 +466,97 @@ func TestFileTheUserCannotOpenIsRefused(t *testing.T) {
 	// cri-shim learns that the checkpoint, not the node, failed the start.
 	if r := fx.marks.Refused(id); r == nil || r.Image != "files.img" || !strings.Contains(r.Reason, `"/secret"`) {
 		t.Fatalf("the refusal left for cri-shim: %+v", r)
+	}
+}
+
+// otherUser is a user other than the test's own: 1000 (1001 if the test
+// runs as 1000).
+func otherUser() uint32 {
+	if os.Getuid() == 1000 {
+		return 1001
+	}
+	return 1000
+}
+
+// Issue 41's pod of user 1000 without capabilities: its diff replaces
+// /etc/passwd (another user's file, root's when the test runs as root, mode
+// 0644 in a 0755 /etc) with a file of its own, which passes the checks of
+// each header alone. The applier refuses it at that entry, as the user could
+// neither write the file nor unlink it; /etc/passwd is as it was, the task
+// is deleted, and the refusal is left for cri-shim.
+func TestDiffReplacingAnotherUsersFileIsRefused(t *testing.T) {
+	fx := newFixture(t)
+	them := otherUser()
+	fx.useSpec(t, userSpec(them, them), nil)
+	etc := filepath.Join(fx.bundle, "rootfs", "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	evil := "root::0:0:root:/root:/bin/sh\n"
+	tw.WriteHeader(&tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(evil)), Uid: int(them), Gid: int(them)})
+	tw.Write([]byte(evil))
+	tw.Close()
+	diff := filepath.Join(filepath.Dir(fx.images), "rootfs-diff.tar")
+	if err := os.WriteFile(diff, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images, RootfsDiff: diff}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fx.svc.Create(context.Background(), fx.request())
+	if err == nil || !strings.Contains(err.Error(), "checkpoint refused") || !strings.Contains(err.Error(), "etc/passwd write") {
+		t.Fatalf("want the create refused naming etc/passwd, got %v", err)
+	}
+	if got, rerr := os.ReadFile(filepath.Join(etc, "passwd")); rerr != nil || string(got) != "root:x:0:0:root:/root:/bin/sh\n" {
+		t.Fatalf("/etc/passwd after the refusal: %q %v", got, rerr)
+	}
+	if len(fx.inner.creates) != 1 || len(fx.inner.deletes) != 1 || fx.inner.deletes[0] != id {
+		t.Fatalf("the task of the refused restore: created %d, deleted %v", len(fx.inner.creates), fx.inner.deletes)
+	}
+	if r := fx.marks.Refused(id); r == nil || r.Image != "rootfs-diff.tar" || r.Field != "etc/passwd write" {
+		t.Fatalf("the refusal left for cri-shim: %+v", r)
+	}
+}
+
+// Each entry is checked against the rootfs as the entries before it left
+// it: a file in a directory the diff made just before is accepted, and the
+// first entry the user could not have written stops the diff there.
+func TestDiffEntriesAreCheckedAsApplied(t *testing.T) {
+	rootfs := t.TempDir()
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(rootfs, "ro"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: uid, Gid: gid})
+	tw.WriteHeader(&tar.Header{Name: "app/state", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1, Uid: uid, Gid: gid})
+	tw.Write([]byte("1"))
+	tw.WriteHeader(&tar.Header{Name: "ro/x", Typeflag: tar.TypeReg, Mode: 0o644, Uid: uid, Gid: gid})
+	tw.WriteHeader(&tar.Header{Name: "after", Typeflag: tar.TypeReg, Mode: 0o644, Uid: uid, Gid: gid})
+	tw.Close()
+	diff := filepath.Join(t.TempDir(), "rootfs-diff.tar")
+	if err := os.WriteFile(diff, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := applyDiff(context.Background(), rootfs, diff, userSpec(uint32(uid), uint32(gid)), 1<<20)
+	if err == nil || !strings.Contains(err.Error(), "ro/x write") {
+		t.Fatalf("apply: %v, want ro/x refused", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(rootfs, "app", "state")); err != nil || string(got) != "1" {
+		t.Fatalf("the file in the directory the diff made: %q %v", got, err)
+	}
+	for _, p := range []string{"ro/x", "after"} {
+		if _, err := os.Lstat(filepath.Join(rootfs, p)); !os.IsNotExist(err) {
+			t.Fatalf("%s was applied: %v", p, err)
+		}
 	}
 }

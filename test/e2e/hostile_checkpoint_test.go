@@ -199,20 +199,27 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 				editDiff(t, archives[0], tc.diff)
 			}
 			name := fmt.Sprintf("hostile-r%d", i)
-			_, err := restore(t, dir, name, tc.uid)
+			sb, err := restore(t, dir, name, tc.uid)
 			if err == nil {
 				t.Fatalf("restored; want it refused naming %q", tc.field)
 			}
 			if !strings.Contains(err.Error(), "checkpoint refused") || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("want a refusal naming %q, got %v", tc.field, err)
 			}
-			sbs, err := rt.ListPodSandbox(ctxT(t, 30*time.Second), &runtimeapi.ListPodSandboxRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range sbs.Items {
-				if s.GetMetadata().GetName() == name {
-					t.Fatalf("the refused restore left sandbox %s (%v)", s.Id, s.State)
+			if tc.atStart {
+				if sb == "" {
+					t.Fatalf("refused by RestorePod; want the runtime shim's refusal at StartContainer: %v", err)
+				}
+				noneRunning(t, rt, sb)
+			} else {
+				sbs, err := rt.ListPodSandbox(ctxT(t, 30*time.Second), &runtimeapi.ListPodSandboxRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range sbs.Items {
+					if s.GetMetadata().GetName() == name {
+						t.Fatalf("the refused restore left sandbox %s (%v)", s.Id, s.State)
+					}
 				}
 			}
 			if ents, _ := os.ReadDir(staging); len(ents) > 0 {
@@ -271,20 +278,28 @@ func TestHostileCheckpointsAreRefused(t *testing.T) {
 			t.Fatalf("want StartContainer refused naming /secret/token, got %v", err)
 		}
 		t.Logf("refused: %v", err)
-		cs, lerr := rt.ListContainers(ctxT(t, 30*time.Second), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb}})
-		if lerr != nil {
-			t.Fatal(lerr)
-		}
-		for _, c := range cs.Containers {
-			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-				t.Fatalf("container %s of the refused restore is running", c.Id)
-			}
-		}
+		noneRunning(t, rt, sb)
 		if ents, _ := os.ReadDir(staging); len(ents) > 0 {
 			t.Fatalf("the refused restore left %d staged restores in %s", len(ents), staging)
 		}
 	})
 	assertNoImageChange(t, before, "hostile checkpoint restores")
+}
+
+// noneRunning fails t if a container of sandbox sb runs: the sandbox of a
+// restore refused at StartContainer stays (the kubelet removes it), its
+// container must not run.
+func noneRunning(t testing.TB, rt runtimeapi.RuntimeServiceClient, sb string) {
+	t.Helper()
+	cs, err := rt.ListContainers(ctxT(t, 30*time.Second), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs.Containers {
+		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Fatalf("container %s of the refused restore is running", c.Id)
+		}
+	}
 }
 
 // asUser1000 makes every thread of the tree a process of user 1000.
@@ -309,13 +324,17 @@ func asUser1000(t testing.TB, imgs ckptImages) {
 // hostileEdit is one edit of a checkpoint an attacker who can write the
 // archive could make: of its CRIU images (edit) and of its rootfs changes
 // (diff: entries appended to rootfs-diff.tar), either nil for none; the
-// field its refusal names, and the user of the pod that restores it.
+// field its refusal names, the user of the pod that restores it, and where
+// it is refused: by RestorePod's checks (staging), or only by the runtime
+// shim while StartContainer applies the rootfs changes (atStart: what an
+// entry may write depends on the rootfs it lands in).
 type hostileEdit struct {
-	name  string
-	edit  func(testing.TB, ckptImages)
-	field string
-	uid   int64 // the restoring pod's user
-	diff  func(testing.TB, *tar.Writer)
+	name    string
+	edit    func(testing.TB, ckptImages)
+	field   string
+	uid     int64 // the restoring pod's user
+	diff    func(testing.TB, *tar.Writer)
+	atStart bool
 }
 
 // hostileEdits are issue 28's hostile checkpoints, each refused by the image
@@ -325,19 +344,19 @@ func hostileEdits() []hostileEdit {
 		return func(c *criucore.CoreEntry) { set(credsOf(c), criutest.Caps("CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH")) }
 	}
 	return append([]hostileEdit{
-		{"effective capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapEff = w })), "cap_eff", 0, nil},
-		{"permitted capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapPrm = w })), "cap_prm", 0, nil},
-		{"inheritable capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapInh = w })), "cap_inh", 0, nil},
-		{"bounding set raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapBnd = w })), "cap_bnd", 0, nil},
-		{"ambient capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapAmb = w })), "cap_amb", 0, nil},
+		{"effective capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapEff = w })), "cap_eff", 0, nil, false},
+		{"permitted capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapPrm = w })), "cap_prm", 0, nil, false},
+		{"inheritable capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapInh = w })), "cap_inh", 0, nil, false},
+		{"bounding set raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapBnd = w })), "cap_bnd", 0, nil, false},
+		{"ambient capabilities raised", editCore(add(func(c *creds.CredsEntry, w []uint32) { c.CapAmb = w })), "cap_amb", 0, nil, false},
 		// The images as they are (uid 0), restored by a pod that runs as
 		// 1000 (runAsNonRoot): the restoring pod's spec is the measure.
-		{"uid 0 in a pod running as 1000", func(testing.TB, ckptImages) {}, "creds.uid", 1000, nil},
-		{"no_new_privs cleared", editCore(func(c *criucore.CoreEntry) { credsOf(c).NoNewPrivs = proto.Uint32(0) }), "no_new_privs", 0, nil},
+		{"uid 0 in a pod running as 1000", func(testing.TB, ckptImages) {}, "creds.uid", 1000, nil, false},
+		{"no_new_privs cleared", editCore(func(c *criucore.CoreEntry) { credsOf(c).NoNewPrivs = proto.Uint32(0) }), "no_new_privs", 0, nil, false},
 		{"seccomp removed", editCore(func(c *criucore.CoreEntry) {
 			c.ThreadCore.SeccompMode = criucore.SeccompMode_disabled.Enum()
 			c.ThreadCore.SeccompFilter = nil
-		}), "seccomp_mode", 0, nil},
+		}), "seccomp_mode", 0, nil, false},
 		{"seccomp filter replaced by allow-all", func(t testing.TB, imgs ckptImages) {
 			b, err := criutest.Encode("SECCOMP", &seccomp.SeccompEntry{SeccompFilters: []*seccomp.SeccompFilter{{Filter: criutest.AllowAll()}}})
 			if err != nil {
@@ -345,7 +364,7 @@ func hostileEdits() []hostileEdit {
 			}
 			imgs["seccomp.img"] = b
 			editCore(func(c *criucore.CoreEntry) { c.ThreadCore.SeccompFilter = proto.Uint32(0) })(t, imgs)
-		}, "seccomp_filters", 0, nil},
+		}, "seccomp_filters", 0, nil, false},
 		{"the host's mount namespace", func(t testing.TB, imgs ckptImages) {
 			inv, err := criutest.Decode(imgs["inventory.img"], func() *inventory.InventoryEntry { return new(inventory.InventoryEntry) })
 			if err != nil || len(inv) != 1 {
@@ -361,8 +380,8 @@ func hostileEdits() []hostileEdit {
 				ids[0].MntNsId = proto.Uint32(inv[0].RootIds.GetMntNsId())
 				imgs["ids-1.img"], _ = criutest.Encode("IDS", ids[0])
 			}
-		}, "mnt_ns_id", 0, nil},
-		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) { openFile(t, imgs, "/../../../../etc/shadow") }, "reg.name", 0, nil},
+		}, "mnt_ns_id", 0, nil, false},
+		{"a file of the host by ..", func(t testing.TB, imgs ckptImages) { openFile(t, imgs, "/../../../../etc/shadow") }, "reg.name", 0, nil, false},
 		{"a block device node", func(t testing.TB, imgs ckptImages) {
 			b, err := criutest.Encode("GHOST_FILE", &ghostfile.GhostFileEntry{Uid: proto.Uint32(0), Gid: proto.Uint32(0),
 				Mode: proto.Uint32(unix.S_IFBLK | 0o666), Rdev: proto.Uint32(uint32(unix.Mkdev(8, 0)))})
@@ -370,8 +389,8 @@ func hostileEdits() []hostileEdit {
 				t.Fatal(err)
 			}
 			imgs["ghost-file-99.img"] = b
-		}, "device node", 0, nil},
-		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0, nil},
+		}, "device node", 0, nil, false},
+		{"an image file CRIU would act on unchecked", func(t testing.TB, imgs ckptImages) { imgs["apparmor.img"] = []byte("policy") }, "apparmor.img", 0, nil, false},
 	}, append(hostileTreeEdits(), hostilePathEdits()...)...)
 }
 

@@ -45,13 +45,13 @@ func hostilePathEdits() []hostileEdit {
 	return []hostileEdit{
 		{"a file through /proc/self/root", func(t testing.TB, imgs ckptImages) {
 			openFile(t, imgs, "/proc/self/root/etc/shadow")
-		}, "reg.name", 0, nil},
+		}, "reg.name", 0, nil, false},
 		{"the task's root moved off the container's", func(t testing.TB, imgs ckptImages) {
 			openFile(t, imgs, "/tmp")
 			editOne(t, imgs, `^fs-1\.img$`, "FS", func() *fsimg.FsEntry { return new(fsimg.FsEntry) }, func(e *fsimg.FsEntry) {
 				e.RootId = proto.Uint32(1 << 20) // openFile's entry
 			})
-		}, "root_id", 0, nil},
+		}, "root_id", 0, nil, false},
 		{"a linked remap", func(t testing.TB, imgs ckptImages) {
 			openFile(t, imgs, "/etc/hostname")
 			b, err := criutest.Encode("REMAP_FPATH", &remap.RemapFilePathEntry{OrigId: proto.Uint32(1 << 20), RemapId: proto.Uint32(1 << 21),
@@ -60,21 +60,21 @@ func hostilePathEdits() []hostileEdit {
 				t.Fatal(err)
 			}
 			imgs["remap-fpath.img"] = b
-		}, "remap_type", 0, nil},
+		}, "remap_type", 0, nil, false},
 		{"memory at address 0", func(t testing.TB, imgs ckptImages) {
 			editOne(t, imgs, `^mm-1\.img$`, "MM", func() *mm.MmEntry { return new(mm.MmEntry) }, func(e *mm.MmEntry) {
 				e.Vmas[0].Start = proto.Uint64(0)
 			})
-		}, "vmas[0].start", 0, nil},
+		}, "vmas[0].start", 0, nil, false},
 		{"a host name CRIU would set", func(t testing.TB, imgs ckptImages) {
 			editOne(t, imgs, `^utsns-[0-9]+\.img$`, "UTSNS", func() *utsns.UtsnsEntry { return new(utsns.UtsnsEntry) }, func(e *utsns.UtsnsEntry) {
 				e.Nodename = proto.String("pod\nroot")
 			})
-		}, "nodename", 0, nil},
+		}, "nodename", 0, nil, false},
 		{"an IPC limit CRIU would raise", func(t testing.TB, imgs ckptImages) {
 			editOne(t, imgs, `^ipcns-var-[0-9]+\.img$`, "IPC_VAR", func() *ipcvar.IpcVarEntry { return new(ipcvar.IpcVarEntry) }, func(e *ipcvar.IpcVarEntry) {
 				e.MsgCtlmnb = proto.Uint32(1 << 30)
 			})
-		}, "msg_ctlmnb", 0, nil},
+		}, "msg_ctlmnb", 0, nil, false},
 	}
 }

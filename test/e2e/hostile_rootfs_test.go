@@ -78,10 +78,12 @@ func diffEntry(t testing.TB, tw *tar.Writer, h *tar.Header, data []byte) {
 	}
 }
 
-// hostileDiffEdits are issue 41's hostile rootfs changes, each refused by
-// the rootfs diff check (internal/criucheck, CheckRootfsDiff) before any of
-// it is applied: what the runtime shim's applier would otherwise write as
-// root into the restored container's rootfs.
+// hostileDiffEdits are issue 41's hostile rootfs changes: what the runtime
+// shim's applier would otherwise write as root into the restored
+// container's rootfs. Each is refused by the rootfs diff check
+// (internal/criucheck, CheckRootfsDiff) before any of it is applied, or, for
+// what depends on where an entry lands, by the runtime shim while it applies
+// the diff (RootfsDiff.ApplyFilter; atStart).
 func hostileDiffEdits() []hostileEdit {
 	return []hostileEdit{
 		{name: "a set-user-ID root binary in the rootfs changes", field: "usr/local/bin/evil mode", uid: 0,
@@ -110,6 +112,14 @@ func hostileDiffEdits() []hostileEdit {
 		{name: "a file of uid 4242 for a pod of user 1000", field: "tmp/foreign uid", uid: 1000, edit: asUser1000,
 			diff: func(t testing.TB, tw *tar.Writer) {
 				diffEntry(t, tw, &tar.Header{Name: "tmp/foreign", Typeflag: tar.TypeReg, Mode: 0o644, Uid: 4242, Gid: 4242}, []byte("x"))
+			}},
+		// The same pod's diff replaces busybox's /etc/passwd (root's, 0644,
+		// in root's 0755 /etc) with one giving root no password: a file of
+		// root, which each header's rules allow, but one user 1000 could
+		// neither write nor unlink.
+		{name: "/etc/passwd replaced in a pod of user 1000", field: "etc/passwd write", uid: 1000, edit: asUser1000, atStart: true,
+			diff: func(t testing.TB, tw *tar.Writer) {
+				diffEntry(t, tw, &tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644}, []byte("root::0:0:root:/root:/bin/sh\n"))
 			}},
 	}
 }

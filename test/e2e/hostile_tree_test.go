@@ -104,11 +104,11 @@ func hostileTreeEdits() []hostileEdit {
 			d := e.Controllers[0].Dirs[0]
 			d.Children = append(d.Children, &cgroup.CgroupDirEntry{DirName: proto.String("x"),
 				Properties: []*cgroup.CgroupPropEntry{{Name: proto.String("../../../../../../../../../../tmp/cri-shim-e2e-owned"), Value: proto.String("owned")}}})
-		}), "properties ../", 0, nil},
+		}), "properties ../", 0, nil, false},
 		{"a cgroup controller name that is a mount option", editCgroup(func(e *cgroup.CgroupEntry) {
 			e.Controllers[0].Cnames = append(e.Controllers[0].Cnames, "release_agent=/tmp/cri-shim-e2e-agent")
-		}), "cnames", 0, nil},
-		{"/proc/sys left out of the mount tree", dropMountpoint("/proc/sys"), "mountpoint /proc/sys", 0, nil},
-		{"a masked path left out of the mount tree", dropMountpoint("/proc/keys"), "mountpoint /proc/keys", 0, nil},
+		}), "cnames", 0, nil, false},
+		{"/proc/sys left out of the mount tree", dropMountpoint("/proc/sys"), "mountpoint /proc/sys", 0, nil, false},
+		{"a masked path left out of the mount tree", dropMountpoint("/proc/keys"), "mountpoint /proc/keys", 0, nil, false},
 	}
 }
