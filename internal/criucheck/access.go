@@ -446,7 +446,7 @@ func splitPath(p string) []string {
 // others' otherwise; CAP_DAC_READ_SEARCH reads any file and searches any
 // directory.
 func (p *policy) permits(st *unix.Stat_t, want uint32) bool {
-	if p.may("CAP_DAC_READ_SEARCH") && want&mayWrite == 0 && (want&mayExec == 0 || st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+	if p.holds("CAP_DAC_READ_SEARCH") && want&mayWrite == 0 && (want&mayExec == 0 || st.Mode&unix.S_IFMT == unix.S_IFDIR) {
 		return true
 	}
 	mode := st.Mode & 0o7

@@ -162,13 +162,16 @@ func TestCheckAccess(t *testing.T) {
 		{name: "a file on a mount that is not a bind", files: []*fdinfo.FileEntry{regFile(5, "/proc/kcore", unix.O_RDONLY)}},
 		{name: "a remapped file (a ghost of the images)", files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_RDONLY)}, remap: 5},
 		{name: "a path only for O_PATH", files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_PATH)}},
-		{name: "CAP_DAC_READ_SEARCH reads", spec: func(s *specs.Spec) { s.Process.Capabilities.Permitted = []string{"CAP_DAC_READ_SEARCH"} },
+		{name: "CAP_DAC_READ_SEARCH reads", spec: held("CAP_DAC_READ_SEARCH"),
 			files: []*fdinfo.FileEntry{regFile(5, "/private/key", unix.O_RDONLY), regFile(6, "/etc/shadow", unix.O_RDONLY)}},
-		{name: "CAP_DAC_READ_SEARCH does not write", spec: func(s *specs.Spec) { s.Process.Capabilities.Permitted = []string{"CAP_DAC_READ_SEARCH"} },
+		{name: "CAP_DAC_READ_SEARCH does not write", spec: held("CAP_DAC_READ_SEARCH"),
 			files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_WRONLY)}, refuse: "for writing"},
-		{name: "CAP_DAC_OVERRIDE opens anything", spec: func(s *specs.Spec) { s.Process.Capabilities.Permitted = []string{"CAP_DAC_OVERRIDE"} },
+		{name: "CAP_DAC_OVERRIDE opens anything", spec: held("CAP_DAC_OVERRIDE"),
 			files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_RDWR)}},
-		{name: "CAP_DAC_OVERRIDE opens nothing through a link", spec: func(s *specs.Spec) { s.Process.Capabilities.Permitted = []string{"CAP_DAC_OVERRIDE"} },
+		{name: "CAP_DAC_OVERRIDE in the permitted set alone of a user other than root", spec: func(s *specs.Spec) {
+			s.Process.Capabilities.Permitted = []string{"CAP_DAC_OVERRIDE"}
+		}, files: []*fdinfo.FileEntry{regFile(5, "/etc/shadow", unix.O_RDWR)}, refuse: "cannot open it"},
+		{name: "CAP_DAC_OVERRIDE opens nothing through a link", spec: held("CAP_DAC_OVERRIDE"),
 			setup: func(t *testing.T, f *accessFixture) { os.Symlink("/etc", filepath.Join(f.rootfs, "tmp", "e")) },
 			files: []*fdinfo.FileEntry{regFile(5, "/tmp/e/shadow", unix.O_RDWR)}, refuse: "component /tmp/e is a symbolic link"},
 		{name: "the owner", spec: func(s *specs.Spec) { s.Process.User.UID = uint32(os.Getuid()) },
@@ -241,4 +244,14 @@ func devFdLink(im *criutest.Images) {
 	tw.Close()
 	gz.Close()
 	im.Raw["tmpfs-dev-3.tar.gz.img"] = b.Bytes()
+}
+
+// held gives the spec's process capabilities it keeps as a user other than
+// root: permitted and ambient (policy.holds).
+func held(caps ...string) func(*specs.Spec) {
+	return func(s *specs.Spec) {
+		s.Process.Capabilities.Permitted = caps
+		s.Process.Capabilities.Inheritable = caps
+		s.Process.Capabilities.Ambient = caps
+	}
 }

@@ -281,7 +281,7 @@ func (w *diffWrites) overwriteWhy(h *tar.Header, n *node) string {
 func (w *diffWrites) changeWhy(h *tar.Header, n *node) (what, why string) {
 	uid, gid, mode := uint32(h.Uid), uint32(h.Gid), uint32(h.Mode)&0o7777
 	owns := n.st.Uid == w.p.uid
-	chown := w.p.may("CAP_CHOWN")
+	chown := w.p.holds("CAP_CHOWN")
 	switch {
 	case uid != n.st.Uid && !chown:
 		return "owner", fmt.Sprintf("uid %d cannot give %s (%s) to uid %d: chown needs CAP_CHOWN", w.p.uid, n.path, modeOwner(&n.st), uid)
@@ -299,7 +299,7 @@ func (w *diffWrites) changeWhy(h *tar.Header, n *node) (what, why string) {
 // parent with h's owner ("" if it could): it is the user's, in its group or
 // parent's when parent is set-group-ID, then chgrp'd to one of its groups.
 func (w *diffWrites) newOwnerWhy(h *tar.Header, parent *node, p string) string {
-	if w.p.may("CAP_CHOWN") {
+	if w.p.holds("CAP_CHOWN") {
 		return ""
 	}
 	uid, gid := uint32(h.Uid), uint32(h.Gid)

@@ -27,14 +27,15 @@ func diffUsers() (me, myGID, them uint32) {
 }
 
 // writesSpec is a container of user uid (group gid) without capabilities
-// but caps, with the spec's usual mounts, a volume at /etc/app/conf, the
+// but caps (ambient too, as a process other than root keeps only those
+// across runc's exec), with the spec's usual mounts, a volume at /etc/app/conf, the
 // service account's at /var/run/secrets/kubernetes.io/serviceaccount and
 // cwd /work.
 func writesSpec(uid, gid uint32, caps ...string) *specs.Spec {
 	s := criutest.DefaultSpec()
 	s.Process.User = specs.User{UID: uid, GID: gid}
 	s.Process.NoNewPrivileges = true
-	s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps, Inheritable: caps, Ambient: caps}
 	s.Process.Cwd = "/work"
 	s.Mounts = append(s.Mounts,
 		specs.Mount{Destination: "/etc/app/conf", Type: "bind", Source: "/var/lib/kubelet/pods/x/volumes/conf", Options: []string{"rbind"}},
@@ -217,6 +218,15 @@ func TestRootfsDiffWrites(t *testing.T) {
 			// written every one of them.
 			if err := check(writesSpec(them, them, "CAP_DAC_OVERRIDE"), tc.h); err != nil {
 				t.Fatalf("with CAP_DAC_OVERRIDE: %v", err)
+			}
+			// containerd's defaults in the permitted set of a user other
+			// than root are gone after runc's exec: the rule holds.
+			if tc.field != "" && tc.spec == other {
+				s := writesSpec(them, them)
+				s.Process.Capabilities = criutest.DefaultSpec().Process.Capabilities
+				if err := check(s, tc.h); err == nil {
+					t.Fatal("accepted for a user other than root with CAP_DAC_OVERRIDE only in the permitted set")
+				}
 			}
 		})
 	}

@@ -83,11 +83,26 @@ func (p *policy) may(c string) bool {
 	return p.permitted&(1<<b) != 0
 }
 
-// passesFilePerms reports whether the spec's processes get past any file's
-// owner and mode: CAP_DAC_OVERRIDE passes the permission checks, CAP_FOWNER
-// the owner's (chmod any file, then use it), CAP_SETUID becomes the owner.
-// CAP_CHOWN alone is not counted, which is stricter than the kernel: such a
-// process could chown a file to itself first.
+// holds reports whether the container's process keeps capability c once
+// runc has started it: root keeps the spec's permitted set; a user other
+// than root only its ambient set, since runc execs it as that user and
+// execve clears the permitted set but for the ambient one
+// (capabilities(7)), whatever the spec's permitted set says (containerd
+// puts its defaults there for every user). The checks of what a process
+// could have done to files (open, write, chown) use it.
+func (p *policy) holds(c string) bool {
+	held := p.permitted
+	if p.uid != 0 {
+		held = p.ambient
+	}
+	return held&(1<<capBits[c]) != 0
+}
+
+// passesFilePerms reports whether the container's process gets past any
+// file's owner and mode: CAP_DAC_OVERRIDE passes the permission checks,
+// CAP_FOWNER the owner's (chmod any file, then use it), CAP_SETUID becomes
+// the owner. CAP_CHOWN alone is not counted, which is stricter than the
+// kernel: such a process could chown a file to itself first.
 func (p *policy) passesFilePerms() bool {
-	return p.may("CAP_DAC_OVERRIDE") || p.may("CAP_FOWNER") || p.may("CAP_SETUID")
+	return p.holds("CAP_DAC_OVERRIDE") || p.holds("CAP_FOWNER") || p.holds("CAP_SETUID")
 }

@@ -270,7 +270,7 @@ func (d *RootfsDiff) checkOwner(h *tar.Header, no func(what, format string, args
 	if !valid(h.Gid) {
 		return no("gid", "%d is not a group ID", h.Gid)
 	}
-	if d.p.may("CAP_CHOWN") {
+	if d.p.holds("CAP_CHOWN") {
 		return nil
 	}
 	if uid := uint32(h.Uid); uid != 0 && uid != d.p.uid {
