@@ -537,8 +537,9 @@ func TestHostileCheckpointByReferenceIsRefused(t *testing.T) {
 	}
 	assertNoImageChange(t, images, "the refused restores of "+ns+" from "+addr)
 	// A refused pulled checkpoint is removed at the refusal (its pod stays
-	// pending on the recorded refusal): the checkpoint root holds what it
-	// held before, byte for byte.
+	// pending on the recorded refusal): the checkpoint root holds no new
+	// entry and no more bytes than before (fewer when the sweep of unused
+	// pulled checkpoints took the control's meanwhile).
 	var left []string
 	for name := range rootEntries(t, cp) {
 		if !entries0[name] {
@@ -548,7 +549,7 @@ func TestHostileCheckpointByReferenceIsRefused(t *testing.T) {
 	if len(left) != 0 {
 		t.Errorf("the refused restores left %d entries in the checkpoint root: %v", len(left), left)
 	}
-	if du := diskUse(t, cp); du != du0 {
+	if du := diskUse(t, cp); du > du0 {
 		t.Errorf("the checkpoint root holds %d bytes after the refusals, %d before", du, du0)
 	}
 	peak := procStatusKiB(t, pid, "VmHWM")
