@@ -47,7 +47,13 @@ type Service struct {
 	marks restoremark.Dir
 	// restoring holds the tasks created as a restore whose Start (where
 	// runc restores them) has not run, for the log of its duration.
-	restoring sync.Map // task ID -> struct{}
+	restoring sync.Map // task ID -> pendingRestore
+}
+
+// pendingRestore is what Start checks again of a task created as a restore.
+type pendingRestore struct {
+	images, rootfs string
+	spec           *specs.Spec
 }
 
 // New wraps inner, the runc shim's task service, reading marks from marks.
@@ -140,7 +146,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		s.noteRefusal(ctx, r.ID, err)
 		return fail("", err)
 	}
-	s.restoring.Store(r.ID, struct{}{})
+	s.restoring.Store(r.ID, pendingRestore{images: m.Images, rootfs: rootfs, spec: spec})
 	l.WithField("access", time.Since(t1)).Info("cri-shim: task created as a restore")
 	return resp, nil
 }
@@ -151,8 +157,19 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	if r.ExecID != "" {
 		return s.TTRPCTaskService.Start(ctx, r)
 	}
-	if _, restore := s.restoring.LoadAndDelete(r.ID); !restore {
+	v, restore := s.restoring.LoadAndDelete(r.ID)
+	if !restore {
 		return s.TTRPCTaskService.Start(ctx, r)
+	}
+	// CRIU opens the images' files now, not at create: a file of a volume
+	// the pod shares could have been swapped since (for a link to a file
+	// its user cannot open), so the paths and access are checked again,
+	// as close to runc's restore as this shim gets. A refusal leaves the
+	// task unstarted; containerd's CRI deletes a task whose start failed.
+	p := v.(pendingRestore)
+	if err := criucheck.CheckAccess(p.images, p.spec, p.rootfs); err != nil {
+		s.noteRefusal(ctx, r.ID, err)
+		return nil, errgrpc.ToGRPC(fmt.Errorf("cri-shim restore of %s: %v: %w", r.ID, err, errdefs.ErrFailedPrecondition))
 	}
 	t0 := time.Now()
 	resp, err := s.TTRPCTaskService.Start(ctx, r)

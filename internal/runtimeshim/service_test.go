@@ -32,6 +32,7 @@ type inner struct {
 	taskAPI.TTRPCTaskService
 	creates []*taskAPI.CreateTaskRequest
 	deletes []string
+	starts  []string
 }
 
 func (f *inner) Create(_ context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
@@ -40,6 +41,11 @@ func (f *inner) Create(_ context.Context, r *taskAPI.CreateTaskRequest) (*taskAP
 		return nil, err
 	}
 	return &taskAPI.CreateTaskResponse{Pid: 0}, nil
+}
+
+func (f *inner) Start(_ context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
+	f.starts = append(f.starts, r.ID)
+	return &taskAPI.StartResponse{}, nil
 }
 
 func (f *inner) Delete(_ context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
@@ -558,5 +564,42 @@ func TestDiffEntriesAreCheckedAsApplied(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(rootfs, p)); !os.IsNotExist(err) {
 			t.Fatalf("%s was applied: %v", p, err)
 		}
+	}
+}
+
+// A file the images hold open is checked again at Start, where CRIU opens
+// it: one swapped since the create for one the user cannot open (a shared
+// volume's, say) is refused before runc restores, and cri-shim learns why.
+func TestFileSwappedAfterCreateIsRefusedAtStart(t *testing.T) {
+	fx := newFixture(t)
+	spec := userSpec(uint32(os.Getuid()), uint32(os.Getgid()))
+	fx.useSpec(t, spec, func(im *criutest.Images) {
+		im.Files = append(im.Files, &fdinfo.FileEntry{Type: fdinfo.FdTypes_REG.Enum(), Id: proto.Uint32(9), Reg: &regfile.RegFileEntry{
+			Id: proto.Uint32(9), Flags: proto.Uint32(0), Pos: proto.Uint64(0), Name: proto.String("/data"),
+			Fown: &fown.FownEntry{Uid: proto.Uint32(0), Euid: proto.Uint32(0), Signum: proto.Uint32(0), PidType: proto.Uint32(0), Pid: proto.Uint32(0)}}})
+	})
+	if err := fx.marks.Write(id, restoremark.Mark{Images: fx.images}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.Create(context.Background(), fx.request()); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(fx.bundle, "rootfs", "data")
+	if err := os.WriteFile(data, []byte("d"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Readable at create... swapped for a file its owner may only write.
+	if err := os.Chmod(data, 0o200); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fx.svc.Start(context.Background(), &taskAPI.StartRequest{ID: id})
+	if err == nil || !strings.Contains(err.Error(), `"/data"`) {
+		t.Fatalf("start after the swap: %v, want it refused naming /data", err)
+	}
+	if len(fx.inner.starts) != 0 {
+		t.Fatalf("runc's shim was asked to start (restore) the task: %v", fx.inner.starts)
+	}
+	if r := fx.marks.Refused(id); r == nil || r.Image != "files.img" {
+		t.Fatalf("refusal left for cri-shim: %+v", r)
 	}
 }
