@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
-	"github.com/opencontainers/runtime-spec/specs-go"
 	"io"
 	"log/slog"
 	"os"
@@ -16,12 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/capture/capturetest"
+	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
@@ -66,6 +68,12 @@ type fakeRT struct {
 	// diff, when set, is the writable layer of every capture in place of
 	// fakeLayer's.
 	diff []byte
+	// spec, when set, is every container's OCI spec in place of Info's
+	// minimal one, and each capture writes the CRIU images criutest.ForSpec
+	// makes for it (edited by editImages, when set) beside its pages:
+	// images criucheck.Check accepts, so that a test runs the real checks.
+	spec       *specs.Spec
+	editImages func(*criutest.Images)
 }
 
 // uid is a new pod UID: the runtime refuses a second sandbox of one pod
@@ -286,8 +294,19 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 	f.mu.Lock()
 	f.dumps[id]++
 	n := f.dumps[id]
+	spec, edit := f.spec, f.editImages
 	f.mu.Unlock()
-	if err := os.WriteFile(filepath.Join(imageDir, "pages-1.img"), []byte(fmt.Sprintf("criu images of %s, capture %d", id, n)), 0o600); err != nil {
+	pages := []byte(fmt.Sprintf("criu images of %s, capture %d", id, n))
+	if spec != nil {
+		im := criutest.ForSpec(spec)
+		if edit != nil {
+			edit(im)
+		}
+		im.Raw["pages-1.img"] = pages
+		if err := im.Write(imageDir); err != nil {
+			return err
+		}
+	} else if err := os.WriteFile(filepath.Join(imageDir, "pages-1.img"), pages, 0o600); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("dump ok"), 0o600)
@@ -322,8 +341,15 @@ func gzipLayer(h *tar.Header, data []byte) []byte {
 	return b.Bytes()
 }
 
-// Info: every container runs as root with containerd's default capabilities.
+// Info: every container runs as root with two capabilities, or with f.spec.
 func (f *fakeRT) Info(_ context.Context, id string) (capture.ContainerInfo, error) {
+	f.mu.Lock()
+	spec := f.spec
+	f.mu.Unlock()
+	if spec != nil {
+		b, err := json.Marshal(spec)
+		return capture.ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: b, Created: f.epoch}, err
+	}
 	return capture.ContainerInfo{Runtime: "io.containerd.runc.v2", Spec: []byte(`{"ociVersion":"1.2.0","process":{"user":{"uid":0,"gid":0},"cwd":"/",` +
 		`"capabilities":{"bounding":["CAP_CHOWN","CAP_KILL"],"permitted":["CAP_CHOWN","CAP_KILL"],"effective":["CAP_CHOWN","CAP_KILL"]}}}`), Created: f.epoch}, nil
 }

@@ -227,7 +227,13 @@ func TestLeftoverPullsRemovedAtStart(t *testing.T) {
 // reference.
 func pulledFixture(t *testing.T) (*fixture, string, string) {
 	t.Helper()
-	fx := checkpointed(t)
+	return pulledFixtureOf(t, checkpointed(t))
+}
+
+// pulledFixtureOf is pulledFixture of fx's checkpoint (fx.dir), which it
+// moves into the pulled directory.
+func pulledFixtureOf(t *testing.T, fx *fixture) (*fixture, string, string) {
+	t.Helper()
 	pulled := filepath.Join(fx.root, PulledDir(testDigest))
 	if err := os.Rename(fx.dir, pulled); err != nil {
 		t.Fatal(err)

@@ -22,7 +22,17 @@ import (
 
 func checkpointed(t *testing.T) *fixture {
 	t.Helper()
+	return checkpointedWith(t, nil)
+}
+
+// checkpointedWith is checkpointed with the fixture set up by before (nil:
+// as newFixture leaves it) before the checkpoint is taken.
+func checkpointedWith(t *testing.T, before func(*fixture)) *fixture {
+	t.Helper()
 	fx := newFixture(t)
+	if before != nil {
+		before(fx)
+	}
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
 		t.Fatal(err)
 	}

@@ -33,26 +33,36 @@ func kubeletCreate(t *testing.T, fx *fixture, sb string, attempt uint32) (string
 	return resp.GetContainerId(), stagedPages(t, fx.svc, resp.GetContainerId())
 }
 
+// warmRestartPod adds sandbox id of a pod asking for warm restarts, its
+// container app (c-<id>) checkpointed into <id>-cp and then removed (its
+// name and attempt 0 are free again); it returns the checkpoint's archive
+// of app.
+func warmRestartPod(t *testing.T, fx *fixture, id string) string {
+	t.Helper()
+	scheduledPod(t, fx, id, map[string]string{podspec.WarmRestartKey: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	fx.svc.adoptWarmRestartPods()
+	dir := filepath.Join(fx.root, id+"-cp")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: id, OutputPath: dir, ContainerIds: []string{"c-" + id}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: "c-" + id}); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, layout.ArchiveName("app"))
+}
+
 // A pod asking for warm restarts whose container the kubelet restarts
 // (attempt above 0) gets the container restored from its checkpoint; a
 // first start (attempt 0) is cold. A restore that fails at start makes the
 // next create cold, and the one after warm again.
 func TestKubeletRestartIsWarm(t *testing.T) {
 	fx := newFixture(t)
-	scheduledPod(t, fx, "sw", map[string]string{podspec.WarmRestartKey: "true"}, runtimeapi.ContainerState_CONTAINER_RUNNING)
-	fx.svc.adoptWarmRestartPods()
+	archive := archivePages(t, warmRestartPod(t, fx, "sw"))
 	if !fx.svc.HookActive(proxy.CreateContainer) || fx.svc.HookActive(proxy.StartContainer) {
 		t.Fatal("hooks: CreateContainer must be active for a warm-restart pod, StartContainer not yet")
-	}
-	dir := filepath.Join(fx.root, "sw-cp")
-	os.Mkdir(dir, 0o700)
-	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sw", OutputPath: dir, ContainerIds: []string{"c-sw"}}); err != nil {
-		t.Fatal(err)
-	}
-	archive := archivePages(t, filepath.Join(dir, layout.ArchiveName("app")))
-	// The checkpointed instance goes (its name and attempt 0 are free again).
-	if _, err := fx.rt.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: "c-sw"}); err != nil {
-		t.Fatal(err)
 	}
 	if _, img := kubeletCreate(t, fx, "sw", 0); img == archive {
 		t.Fatal("a first start (attempt 0) was restored")
