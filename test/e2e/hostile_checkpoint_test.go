@@ -488,6 +488,30 @@ func TestHostileCheckpointByReferenceIsRefused(t *testing.T) {
 			stillPending(t, cs, ns, name, secret)
 		})
 	}
+	// The same checks on the warm start by annotation of a directory: a pod
+	// of the namespace whose restore-from names a checkpoint directory of
+	// the node (not an image reference) with one hostile edit, the cgroup
+	// property that climbs out of CRIU's yard.
+	t.Run("warm start by annotation of an edited directory", func(t *testing.T) {
+		const name = "by-dir"
+		dir := filepath.Join(node.env["CHECKPOINTS"], cp+"-dir")
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		copyTree(t, src, dir)
+		archives, _ := filepath.Glob(filepath.Join(dir, "containers", "*.tar"))
+		if len(archives) != 1 {
+			t.Fatalf("archives: %v", archives)
+		}
+		editArchive(t, archives[0], func(imgs ckptImages) { hostileTreeEdits()[0].edit(t, imgs) })
+		if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), lockedDownAPIPod(name, filepath.Base(dir), 0), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		msg := reasonEvent(t, cs, ns, name, "CheckpointRefused")
+		if !strings.Contains(msg, "properties ../") {
+			t.Fatalf("CheckpointRefused event %q does not name the cgroup property", msg)
+		}
+		t.Logf("refused: %s", msg)
+		stillPending(t, cs, ns, name, secret)
+	})
 	// Archives refused while they stream in, by the pull's archive check,
 	// before anything of them is kept: two built to exhaust the node, and
 	// one whose config.dump names a base image by a registry reference
