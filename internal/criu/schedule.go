@@ -34,9 +34,13 @@ const (
 	scheduleTimeout = 5 * time.Minute
 )
 
-// RunSchedule checkpoints the pods that ask for it until ctx ends.
+// RunSchedule checkpoints the pods that ask for it until ctx ends. It
+// wakes when the next pod is due, and at least every scheduleTick to find
+// new pods and annotations: a fixed tick alone made each interval the
+// configured one plus up to a tick (a checkpoint taken just after a tick is
+// not yet an interval old at the tick an interval later).
 func (s *Service) RunSchedule(ctx context.Context) {
-	t := time.NewTicker(scheduleTick)
+	t := time.NewTimer(scheduleTick)
 	defer t.Stop()
 	bad := map[string]string{} // sandbox -> the annotation error logged for it
 	for {
@@ -44,15 +48,37 @@ func (s *Service) RunSchedule(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.scheduleOnce(ctx, bad)
+			t.Reset(untilNext(s.now(), s.scheduleOnce(ctx, bad)))
 		}
 	}
 }
 
+// minScheduleWait keeps the schedule from spinning on a pod that is due but
+// cannot be checkpointed yet (a container not running).
+const minScheduleWait = time.Second
+
+// untilNext is how long the schedule waits after a pass: until next (the
+// earliest time a pod is due; zero for none), at most scheduleTick, at
+// least minScheduleWait.
+func untilNext(now, next time.Time) time.Duration {
+	d := scheduleTick
+	if !next.IsZero() {
+		d = min(d, next.Sub(now))
+	}
+	return max(d, minScheduleWait)
+}
+
 // scheduleOnce checkpoints, one at a time, every ready sandbox whose
-// schedule is due.
-func (s *Service) scheduleOnce(ctx context.Context, bad map[string]string) {
+// schedule is due, and returns when the next one is due (zero: no pod is
+// known to be due before the next tick).
+func (s *Service) scheduleOnce(ctx context.Context, bad map[string]string) time.Time {
 	var stored []Stored
+	var next time.Time
+	due := func(t time.Time) { // a time past is the next tick's
+		if t.After(s.now()) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
 	listed := false
 	for _, sb := range s.cfg.Sandboxes.List(func(p *podtable.Sandbox) bool { return p.Ready }) {
 		sched, err := podspec.ParseSchedule(sb.Annotations, s.cfg.MinInterval)
@@ -71,6 +97,7 @@ func (s *Service) scheduleOnce(ctx context.Context, bad map[string]string) {
 			listed = true
 		}
 		if newest := newestOf(stored, sb.Metadata); !newest.IsZero() && s.now().Sub(newest) < sched.Interval {
+			due(newest.Add(sched.Interval))
 			continue
 		}
 		if err := s.checkpointScheduled(ctx, &sb, sched); err != nil {
@@ -80,7 +107,11 @@ func (s *Service) scheduleOnce(ctx context.Context, bad map[string]string) {
 		}
 		s.metrics.scheduled.WithLabelValues("success").Inc()
 		stored, _ = List(s.cfg.Root)
+		if newest := newestOf(stored, sb.Metadata); !newest.IsZero() {
+			due(newest.Add(sched.Interval))
+		}
 	}
+	return next
 }
 
 func podName(sb podtable.Sandbox) string {

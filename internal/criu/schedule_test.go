@@ -58,10 +58,19 @@ func TestScheduledCheckpoints(t *testing.T) {
 	now := time.Now()
 	fx.svc.now = func() time.Time { return now }
 	bad := map[string]string{}
-	fx.svc.scheduleOnce(context.Background(), bad)
+	next := fx.svc.scheduleOnce(context.Background(), bad)
 	first := scheduled(t, fx, "sa")
 	if len(first) != 1 {
 		t.Fatalf("first tick: %v, want one checkpoint of the scheduled pod", first)
+	}
+	// The schedule wakes when the pod is next due: an interval (the node's
+	// minimum) after the checkpoint was taken, not at a tick after that.
+	m1, err := layout.ReadManifest(filepath.Join(fx.root, first[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := m1.CheckpointedAt.Add(time.Minute); !next.Equal(want) {
+		t.Fatalf("next due %v, want %v (the checkpoint's time plus the interval)", next, want)
 	}
 	if len(scheduled(t, fx, "sb"))+len(scheduled(t, fx, "sc")) != 0 || !strings.Contains(bad["sb"], podspec.IntervalKey) {
 		t.Fatalf("malformed or not-running pods checkpointed, or the refusal not noted: %v", bad)
@@ -71,7 +80,9 @@ func TestScheduledCheckpoints(t *testing.T) {
 	}
 	// 10s asked, the node's minimum is a minute: not due after 30 s.
 	now = now.Add(30 * time.Second)
-	fx.svc.scheduleOnce(context.Background(), bad)
+	if next := fx.svc.scheduleOnce(context.Background(), bad); !next.Equal(m1.CheckpointedAt.Add(time.Minute)) {
+		t.Fatalf("not due yet: next %v, want %v", next, m1.CheckpointedAt.Add(time.Minute))
+	}
 	if got := scheduled(t, fx, "sa"); len(got) != 1 {
 		t.Fatalf("after 30s: %v, want no second checkpoint before the 1m minimum", got)
 	}
@@ -84,6 +95,26 @@ func TestScheduledCheckpoints(t *testing.T) {
 	m, _ := layout.ReadManifest(filepath.Join(fx.root, got[0]))
 	if !m.Managed || m.Pod.UID != "uid-sa" {
 		t.Fatalf("manifest %+v: want a managed checkpoint of uid-sa", m.Pod)
+	}
+}
+
+// The schedule sleeps until the next pod is due, never longer than a tick
+// (new pods are found at ticks) nor shorter than minScheduleWait.
+func TestUntilNext(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		next time.Time
+		want time.Duration
+	}{
+		{time.Time{}, scheduleTick},
+		{now.Add(3 * time.Second), 3 * time.Second},
+		{now.Add(time.Hour), scheduleTick},
+		{now.Add(time.Millisecond), minScheduleWait},
+		{now.Add(-time.Second), minScheduleWait},
+	} {
+		if got := untilNext(now, tc.next); got != tc.want {
+			t.Errorf("untilNext(now, now%+v) = %v, want %v", tc.next.Sub(now), got, tc.want)
+		}
 	}
 }
 

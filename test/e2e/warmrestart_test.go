@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
@@ -238,10 +239,15 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 		}
 	})
 	var seen []string
+	var taken []time.Time // each seen checkpoint's manifest time
 	eventually(t, 90*time.Second, "three scheduled checkpoints taken", func() error {
 		for _, d := range scheduled() {
 			if !slices.Contains(seen, d) {
-				seen = append(seen, d)
+				m, err := layout.ReadManifest(filepath.Join(node.env["CHECKPOINTS"], d))
+				if err != nil {
+					return err
+				}
+				seen, taken = append(seen, d), append(taken, m.CheckpointedAt)
 			}
 		}
 		if len(seen) < 3 {
@@ -249,6 +255,16 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 		}
 		return nil
 	})
+	// One every 10 s: the schedule wakes when the pod is due, so a gap is
+	// the interval and the capture, not the interval and a tick (it was
+	// 20 s in every run before).
+	for i := 1; i < len(taken); i++ {
+		if gap := taken[i].Sub(taken[i-1]); gap < 10*time.Second || gap > 14*time.Second {
+			t.Fatalf("scheduled checkpoints %v apart (%s, %s), want 10 s and the capture", gap, seen[i-1], seen[i])
+		} else {
+			t.Logf("scheduled checkpoints %.1f s apart", gap.Seconds())
+		}
+	}
 	if got := scheduled(); len(got) > 2 {
 		t.Fatalf("kept %v, want the newest 2", got)
 	}
