@@ -65,7 +65,9 @@ func TestCheck(t *testing.T) {
 			s.Process.SelinuxLabel = "system_u:system_r:container_t:s0:c1,c2"
 		}, field: "lsm_profile"},
 		{name: "the spec's SELinux label", spec: func(s *specs.Spec) { s.Process.SelinuxLabel = "system_u:system_r:container_t:s0:c1,c2" },
-			edit: func(im *criutest.Images) { root(im).LsmProfile = proto.String("system_u:system_r:container_t:s0:c1,c2") }},
+			edit: func(im *criutest.Images) {
+				root(im).LsmProfile = proto.String("system_u:system_r:container_t:s0:c1,c2")
+			}},
 		{name: "no LSM label for an unconfined spec", spec: func(s *specs.Spec) { s.Process.ApparmorProfile = "unconfined" }},
 		{name: "seccomp disabled", spec: withSeccomp, edit: func(im *criutest.Images) {
 			im.Cores[1].ThreadCore.SeccompMode = criucore.SeccompMode_disabled.Enum()
