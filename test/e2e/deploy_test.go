@@ -206,7 +206,7 @@ func TestDoctor(t *testing.T) {
 	needNode(t)
 	doctor := func(cfg string) (string, error) {
 		cmd := exec.Command(node.env["SHIM_BIN"], "doctor", "--config", cfg)
-		cmd.Env = append(os.Environ(), "PATH="+filepath.Join(node.env["STACK"], "bin")+":"+os.Getenv("PATH"))
+		cmd.Env = append(os.Environ(), "PATH="+node.env["BIN"]+":"+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

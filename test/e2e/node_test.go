@@ -121,13 +121,28 @@ func bringUp() error {
 	if err := script("up.sh"); err != nil {
 		return err
 	}
-	env, err := readEnv(filepath.Join(envOr("CRI_SHIM_NODE_RUN", "/run/cri-shim-node"), "env"))
+	run, err := nodeRunDir()
+	if err != nil {
+		return err
+	}
+	env, err := readEnv(filepath.Join(run, "env"))
 	if err != nil {
 		return err
 	}
 	node.env = env
 	node.up = true
 	return nil
+}
+
+// nodeRunDir is where up.sh writes the node's env, as test/stack/env.sh
+// says for this process's environment ($CRI_SHIM_NODE_RUN, $CRI_SHIM_LANE).
+func nodeRunDir() (string, error) {
+	out, err := exec.Command("bash", "-c", `. "$1" && printf %s "$NODE_RUN"`, "_",
+		filepath.Join(node.repo, "test", "stack", "env.sh")).Output()
+	if err != nil || len(out) == 0 {
+		return "", fmt.Errorf("test/stack/env.sh names no NODE_RUN: %v", err)
+	}
+	return string(out), nil
 }
 
 func script(name string, args ...string) error {
@@ -225,7 +240,9 @@ func keepRunning(t testing.TB, names ...string) {
 	})
 }
 
-func bin(name string) string { return filepath.Join(node.env["STACK"], "bin", name) }
+// bin is a program of the node's own bin directory (its pair of containerd
+// and kubelet, and the rest of the stack; test/stack/up.sh).
+func bin(name string) string { return filepath.Join(node.env["BIN"], name) }
 
 // crictl runs crictl against sock and returns stdout; stderr goes to the error.
 func crictl(t testing.TB, sock string, args ...string) (string, error) {

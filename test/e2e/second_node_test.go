@@ -63,7 +63,9 @@ func secondNode(t *testing.T, cs kubernetes.Interface, extra string) map[string]
 	return env
 }
 
-func node2Run() string { return envOr("CRI_SHIM_NODE2_RUN", "/run/cri-shim-node2") }
+// node2Run is the second node's run directory, which node 1's env names
+// (its lane's, test/stack/env.sh).
+func node2Run() string { return envOr("CRI_SHIM_NODE2_RUN", node.env["NODE2_RUN"]) }
 
 // shimAPIConfig is the [kubernetes] section of a shim talking to the API as
 // its node, and an allow-list entry for the TLS registry.

@@ -8,7 +8,7 @@ set -uo pipefail
 QUIET=
 [[ ${1:-} == --quiet ]] && QUIET=1
 log() { [[ -n $QUIET ]] || printf '[node] %s\n' "$*" >&2; }
-export PATH=$STACK/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH=$NODE_BIN:$STACK/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 stop_pid() { # stop_pid NAME: SIGTERM, then SIGKILL after 10 s
 	local f=$NODE_RUN/$1.pid pid

@@ -40,7 +40,7 @@ log() { printf '[node] %s\n' "$*" >&2; }
 # The caller's go, before PATH is narrowed: registry-auth builds its
 # password hasher with it.
 GO=$(command -v "${GO:-go}" || true)
-export PATH=$STACK/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH=$NODE_BIN:$STACK/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 wait_for() { # wait_for SECONDS DESC CMD...
 	local t=$1 what=$2; shift 2
@@ -224,6 +224,9 @@ KUBELET_VERSION=$KUBELET_VERSION
 NODE_RUN=$NODE_RUN
 NODE_DATA=$NODE_DATA
 STACK=$STACK
+BIN=$NODE_BIN
+LANE=$LANE
+NODE2_RUN=$NODE2_RUN
 CONTAINERD_SOCK=$CONTAINERD_SOCK
 SHIM_SOCK=$SHIM_SOCK
 SHIM_METRICS=$SHIM_METRICS
@@ -452,7 +455,7 @@ make_cgroup_root() {
 # start_kubelet [native|reduced|api]: one kubelet at a time (same ports, same
 # pid file). api: through the shim, registered with the API server.
 start_kubelet() {
-	[[ -x $STACK/bin/kubelet ]] || { log "missing kubelet: run test/stack/install.sh"; return 1; }
+	[[ -x $NODE_BIN/kubelet ]] || { log "missing kubelet: run test/stack/install.sh"; return 1; }
 	make_cgroup_root
 	local cfg=$NODE_RUN/kubelet.yaml root=$NODE_DATA/kubelet extra=()
 	if [[ ${1:-} == native ]]; then cfg=$NODE_RUN/kubelet-native.yaml root=$NODE_DATA/kubelet-native; fi
@@ -489,17 +492,22 @@ fi
 for b in containerd containerd-shim-runc-v2 ctr; do
 	v=$STACK/versions/containerd-$CONTAINERD_VERSION/$b
 	[[ -x $v ]] || { log "missing containerd $CONTAINERD_VERSION ($v): run test/stack/install.sh (make stack)"; exit 1; }
-	ln -sfn "$v" "$STACK/bin/$b"
 done
 v=$STACK/versions/kubernetes-$KUBELET_VERSION/kubelet
 [[ -x $v ]] || { log "missing kubelet $KUBELET_VERSION ($v): run test/stack/install.sh (make stack)"; exit 1; }
-ln -sfn "$v" "$STACK/bin/kubelet"
-log "containerd $CONTAINERD_VERSION, kubelet $KUBELET_VERSION"
-for b in containerd containerd-shim-runc-v2 ctr crictl runc criu; do
+log "containerd $CONTAINERD_VERSION, kubelet $KUBELET_VERSION${LANE_SUFFIX:+ (lane $LANE)}"
+for b in crictl runc criu; do
 	[[ -x $STACK/bin/$b ]] || command -v "$b" >/dev/null || { log "missing $b: run test/stack/install.sh (make stack)"; exit 1; }
 done
 [[ -x $RUNTIME_SHIM_BIN ]] || { log "missing $RUNTIME_SHIM_BIN: run make build"; exit 1; }
 "$(dirname "${BASH_SOURCE[0]}")/down.sh" --quiet || true
+# The node's own bin directory: every program of the stack, and its pair.
+mkdir -p "$NODE_BIN"
+for f in "$STACK"/bin/*; do ln -sfn "$f" "$NODE_BIN/${f##*/}"; done
+for b in containerd containerd-shim-runc-v2 ctr; do
+	ln -sfn "$STACK/versions/containerd-$CONTAINERD_VERSION/$b" "$NODE_BIN/$b"
+done
+ln -sfn "$STACK/versions/kubernetes-$KUBELET_VERSION/kubelet" "$NODE_BIN/kubelet"
 # A fresh node: no static pods or kubelet state from an earlier run (the
 # containerd root is kept so images need not be imported again).
 rm -rf "$MANIFESTS" "$MANIFESTS_NATIVE" "$NODE_DATA/kubelet" "$NODE_DATA/kubelet-native" "$NODE_DATA/pod-logs" "$NODE_DATA/cri-shim" "$NODE_DATA/checkpoints" "$NODE_DATA/bench" \
