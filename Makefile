@@ -18,7 +18,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build generate test unit unit-nonroot e2e e2e-oldest matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline bench-fleet fuzz vet clean release
+.PHONY: proto all build generate test test-long unit unit-nonroot e2e e2e-oldest matrix stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline bench-fleet fuzz vet clean release
 
 all: build
 
@@ -70,14 +70,28 @@ else
 	@echo "!!! make stack: not root: the real node stack cannot be installed, so the end-to-end suite cannot run. Run as root (sudo make test), or 'make unit' for the unit tests alone." >&2; exit 1
 endif
 
+# The fast tier (docs/testing.md): every e2e test on the newest pair and the
+# matrix's subset on the oldest, in lanes side by side (test/e2e-lanes.sh;
+# CRI_SHIM_E2E_LANES sets how many). Every lane runs to its end; the summary
+# lists each.
 e2e: build stack
-	$(GO) test -count=1 -v -timeout 60m ./test/e2e/... 2>&1 | tee _output/e2e.log; rc=$${PIPESTATUS[0]}; \
-		test/e2e-summary.sh _output/e2e.log; exit $$rc
+	test/e2e-lanes.sh
 
-test: unit e2e e2e-oldest
+# Both parts run whatever the other's outcome, so one failure hides nothing.
+test:
+	@rc=0; $(MAKE) --no-print-directory unit || rc=1; $(MAKE) --no-print-directory e2e || rc=1; \
+		[[ $$rc == 0 ]] || echo "!!! make test: FAILED (see the unit output and the e2e summary above)" >&2; exit $$rc
 
-# The matrix's subset (test/matrix.sh) on the oldest supported pair, after the
-# full suite on the newest (CI runs both).
+# The long tier: every test at full size and count on the newest pair
+# (CRI_SHIM_E2E_TIER=long: churn, the demo, release packaging, the full
+# tenant and upgrade loops, every kill point, the pinned critest specs), then
+# the matrix over every pair (docs/compatibility.md).
+test-long: unit build stack
+	test/e2e-lanes.sh --tier long --no-oldest
+	test/matrix.sh
+
+# The matrix's subset (test/matrix.sh) on the oldest supported pair alone
+# (make e2e runs it in a lane beside the newest).
 e2e-oldest: build stack
 	test/matrix.sh --containerd 2.2.9 --kubelet 1.36.3 --out _output/compatibility-oldest.md
 	@cat _output/matrix/containerd-2.2.9-kubelet-1.36.3.log | grep -E '^(--- |ok|FAIL|PASS)' || true

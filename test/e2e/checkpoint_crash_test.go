@@ -148,9 +148,10 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 	t.Logf("uninterrupted: %s, %d MiB, paused %.2fs", full.Round(time.Millisecond), m.SizeBytes>>20, m.FrozenSeconds)
 	os.RemoveAll(ref)
 
-	// Kill points: spread over the whole call, and beyond its end.
+	// Kill points: spread over the whole call, and beyond its end (6 in the
+	// fast tier, 16 in the long one).
 	var points []time.Duration
-	const n = 16
+	n := sized(6, 16)
 	for i := range n {
 		points = append(points, time.Duration(float64(full)*1.1*float64(i)/float64(n-1)))
 	}

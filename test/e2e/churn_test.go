@@ -301,7 +301,7 @@ func churnPods(def int) int {
 // shim binary in front of an in-memory CRI runtime (internal/fakeruntime), 8 at a time;
 // the shim's per-pod state is what is measured, not containerd's.
 func TestChurnFakeRuntime(t *testing.T) {
-	needNode(t) // the shim binary TestMain built
+	longOnly(t, "churn at full size; the proxy's forwarding is in every other test")
 	dir, err := os.MkdirTemp("/tmp", "churn")
 	if err != nil {
 		t.Fatal(err)
@@ -397,7 +397,7 @@ func TestChurnFakeRuntime(t *testing.T) {
 // orchestrator annotation is refused, counted and forgotten), a running
 // container in every tenth. CRI_SHIM_CHURN_REAL_PODS overrides the count.
 func TestChurnRealStack(t *testing.T) {
-	needNode(t)
+	longOnly(t, "churn at full size; the proxy's forwarding is in every other test")
 	pauseKubelet(t) // its housekeeping would stop sandboxes it did not create
 	withShimConfigEdit(t, func(b []byte) []byte {
 		return []byte(strings.Replace(string(b), "[metrics]\n", "[metrics]\n  profiling = true\n", 1))

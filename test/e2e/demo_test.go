@@ -197,6 +197,7 @@ func orchestrated(out string) error {
 // shows its feature working: an in-place restart, a crash loop on the shim's
 // curve, a warm start from a checkpoint and an orchestrator sidecar.
 func TestDemo(t *testing.T) {
+	longOnly(t, "make run's demo re-checks features that have their own tests")
 	needKubelet(t)
 	cs := needAPIServer(t)
 	extra, err := os.ReadFile(filepath.Join(node.repo, "deploy", "examples", "demo", "cri-shim.toml"))

@@ -14,6 +14,7 @@ import (
 // the version it was built as; the tarball's deploy/install.sh installs it.
 // Needs no root.
 func TestReleaseArtifacts(t *testing.T) {
+	longOnly(t, "release packaging builds every artifact")
 	repo, _ := filepath.Abs("../..")
 	out := t.TempDir()
 	run := func(dir, name string, args ...string) string {

@@ -37,9 +37,10 @@ func rootBytes(t testing.TB) int64 {
 }
 
 // tenantLoops is how many times the tenant loop runs: 6 in the suite (six
-// 257 MiB checkpoints are half as much again as the 1 GiB cap and twice the
-// namespace's 768 MiB share, so data that outlived its object would show),
-// CRI_SHIM_TENANT_LOOP for the issue's 50 (515 s on this machine).
+// checkpoints of tenantBlobMiB are half as much again as the cap of four and
+// twice the namespace's share of three, so data that outlived its object
+// would show), CRI_SHIM_TENANT_LOOP for the issue's 50 (515 s on this
+// machine at 256 MiB).
 func tenantLoops() int {
 	if n, err := strconv.Atoi(os.Getenv("CRI_SHIM_TENANT_LOOP")); err == nil && n > 0 {
 		return n
@@ -48,14 +49,19 @@ func tenantLoops() int {
 }
 
 // Issue 28's tenant loop, on the real stack: tenantLoops times in one namespace, a
-// PodCheckpoint of a pod holding 256 MiB, wait Ready, remove the node's
+// PodCheckpoint of a pod holding tenantBlobMiB, wait Ready, remove the node's
 // finalizer, delete. The checkpoint root never exceeds its cap (the node's
-// total, 1 GiB here, and a namespace's share of 768 MiB); no pcp-* directory
+// total, four times the pod's data, and a namespace's share of three); no pcp-* directory
 // outlives its object (removed at the deletion, or by the sweep); another
 // namespace's checkpoint survives throughout.
+// tenantBlobMiB is the size of the looped pod's data: 64 MiB in the fast
+// tier, the issue's 256 MiB in the long one.
+func tenantBlobMiB() int { return sized(64, 256) }
+
 func TestTenantCheckpointLoopStaysWithinShares(t *testing.T) {
 	cs := needAPIServer(t)
-	const total, share = 1 << 30, 768 << 20
+	blob := tenantBlobMiB()
+	total, share := int64(4*blob)<<20, int64(3*blob)<<20
 	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n", node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"]))
 	withShimConfigEdit(t, func(b []byte) []byte {
 		s := string(b)
@@ -77,7 +83,7 @@ func TestTenantCheckpointLoopStaysWithinShares(t *testing.T) {
 	keptDir := filepath.Join(node.env["CHECKPOINTS"], "pcp-"+string(kept.UID))
 
 	ns := testNamespace(t, cs, "e2e-loop")
-	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), blobSecretAPIPod("src", "", 256), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), blobSecretAPIPod("src", "", blob), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	runningSecret(t, cs, ns, "src", 3*time.Minute)
@@ -111,8 +117,8 @@ func TestTenantCheckpointLoopStaysWithinShares(t *testing.T) {
 			t.Fatalf("after %d objects, the other namespace's checkpoint is gone: %v", i+1, err)
 		}
 	}
-	t.Logf("%d PodCheckpoints of a 256 MiB pod made, unfinalized and deleted in %.0fs; the root peaked at %d MiB (cap %d MiB)",
-		loops, time.Since(t0).Seconds(), peak>>20, total>>20)
+	t.Logf("%d PodCheckpoints of a %d MiB pod made, unfinalized and deleted in %.0fs; the root peaked at %d MiB (cap %d MiB)",
+		loops, blob, time.Since(t0).Seconds(), peak>>20, total>>20)
 	eventually(t, 3*time.Minute, "no pcp-* directory without its object", func() error {
 		l, err := pcs.List(ctxT(t, 10*time.Second), "", metav1.ListOptions{})
 		if err != nil {

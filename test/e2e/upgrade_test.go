@@ -23,8 +23,8 @@ import (
 // call, or the call answered Unavailable.
 var kubeletCRIErrors = regexp.MustCompile(`code = Unavailable|connection refused|transport is closing|error reading from server|connection reset`)
 
-// The shim upgraded in place ten times (SIGUSR2, what `systemctl reload
-// cri-shim` and deploy/install.sh send) while 20 pods with restart rules
+// The shim upgraded in place ten times (five in the fast tier; SIGUSR2, what
+// `systemctl reload cri-shim` and deploy/install.sh send) while 20 pods (8) with restart rules
 // crash-loop at a 1 s node maximum: the kubelet never sees a failed CRI call,
 // no pod is failed, and every pod goes on being restarted at that pace. At
 // that pace on 2 vCPUs the kubelet removes exited instances more slowly than
@@ -35,7 +35,8 @@ var kubeletCRIErrors = regexp.MustCompile(`code = Unavailable|connection refused
 func TestUpgradeInPlaceUnderCrashLoops(t *testing.T) {
 	needKubelet(t)
 	withShimConfig(t, "[backoff]\nmax_container_restart_period = 1\nkubelet_dead_containers_per_container = 100\n")
-	const n, upgrades = 20, 10
+	// 8 pods and 5 upgrades in the fast tier, 20 and 10 in the long one.
+	n, upgrades := sized(8, 20), sized(5, 10)
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("upgrade-%02d", i)
