@@ -7,7 +7,9 @@
 # test/e2e/durations.txt. Every lane runs to its end whatever another does,
 # and the summary lists each lane, each pair and every test that did not pass
 # or did not run.
-#   test/e2e-lanes.sh [--lanes N] [--tier fast|long] [--oldest CONTAINERD/KUBELET | --no-oldest] [--run REGEXP]
+#   test/e2e-lanes.sh [--lanes N] [--first-lane N] [--tier fast|long] [--oldest CONTAINERD/KUBELET | --no-oldest] [--run REGEXP]
+# --first-lane: the lanes used are N to N+lanes-1 (1 by default), beside
+# whatever else uses lanes below N.
 #   test/e2e-lanes.sh --durations   rewrite test/e2e/durations.txt from the last run's logs
 # Needs root and the stack (make stack) and make build's binaries. Logs:
 # _output/e2e-lane<N>.log (newest pair), _output/matrix/ (oldest pair).
@@ -15,6 +17,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 LANES=${CRI_SHIM_E2E_LANES:-3}
+FIRST=1
 TIER=${CRI_SHIM_E2E_TIER:-fast}
 OLDEST=2.2.9/1.36.3
 RUN=
@@ -22,6 +25,7 @@ DURATIONS=test/e2e/durations.txt
 while (($#)); do
 	case $1 in
 	--lanes) LANES=$2; shift ;;
+	--first-lane) FIRST=$2; shift ;;
 	--tier) TIER=$2; shift ;;
 	--oldest) OLDEST=$2; shift ;;
 	--no-oldest) OLDEST= ;;
@@ -41,7 +45,8 @@ while (($#)); do
 	esac
 	shift
 done
-[[ $LANES =~ ^[1-9]$ ]] || { echo "e2e-lanes.sh: --lanes $LANES: want 1 to 9" >&2; exit 2; }
+[[ $LANES =~ ^[1-9]$ && $FIRST =~ ^[1-9]$ ]] && ((FIRST + LANES - 1 <= 9)) ||
+	{ echo "e2e-lanes.sh: --lanes $LANES --first-lane $FIRST: lanes 1 to 9 only" >&2; exit 2; }
 [[ $TIER == fast || $TIER == long ]] || { echo "e2e-lanes.sh: --tier $TIER: want fast or long" >&2; exit 2; }
 export CRI_SHIM_E2E_TIER=$TIER
 mkdir -p _output/matrix
@@ -71,22 +76,22 @@ done < <(printf '%s\n' "${jobs[@]}" | sort -k1,1nr -k2,2)
 # lane N: the oldest pair's subset first (if it has it), then its tests on
 # the newest pair; each part's outcome goes to _output/e2e-lanes.status.
 lane() {
-	local l=$1 t0=$SECONDS rc
+	local l=$1 n=$((FIRST + $1 - 1)) t0=$SECONDS rc
 	if [[ -n ${laneoldest[l]} ]]; then
 		local c=${OLDEST%/*} k=${OLDEST#*/}
-		CRI_SHIM_LANE=$l test/matrix.sh --containerd "$c" --kubelet "$k" --out _output/compatibility-oldest.md \
+		CRI_SHIM_LANE=$n test/matrix.sh --containerd "$c" --kubelet "$k" --out _output/compatibility-oldest.md \
 			>>_output/matrix/lanes.log 2>&1
 		rc=$?
-		echo "lane $l: oldest pair containerd $c, kubelet $k: rc $rc in $((SECONDS - t0))s" >>_output/e2e-lanes.status
+		echo "lane $n: oldest pair containerd $c, kubelet $k: rc $rc in $((SECONDS - t0))s" >>_output/e2e-lanes.status
 	fi
 	if [[ -n ${lanetests[l]} ]]; then
 		local t1=$SECONDS
-		CRI_SHIM_LANE=$l go test -count=1 -v -timeout 40m -run "^(${lanetests[l]})\$" ./test/e2e/ >"_output/e2e-lane$l.log" 2>&1
+		CRI_SHIM_LANE=$n go test -count=1 -v -timeout 40m -run "^(${lanetests[l]})\$" ./test/e2e/ >"_output/e2e-lane$n.log" 2>&1
 		rc=$?
-		echo "lane $l: newest pair, $(tr '|' '\n' <<<"${lanetests[l]}" | wc -l) tests: rc $rc in $((SECONDS - t1))s" >>_output/e2e-lanes.status
+		echo "lane $n: newest pair, $(tr '|' '\n' <<<"${lanetests[l]}" | wc -l) tests: rc $rc in $((SECONDS - t1))s" >>_output/e2e-lanes.status
 	fi
 }
-echo "[lanes] $TIER tier: ${#TESTS[@]} tests${OLDEST:+ and the oldest pair ($OLDEST)} in $LANES lanes (planned seconds: ${load[*]:1})" >&2
+echo "[lanes] $TIER tier: ${#TESTS[@]} tests${OLDEST:+ and the oldest pair ($OLDEST)} in $LANES lanes from lane $FIRST (planned seconds: ${load[*]:1})" >&2
 start=$SECONDS
 for ((l = 1; l <= LANES; l++)); do lane "$l" & done
 wait
@@ -107,7 +112,8 @@ if ((${#missing[@]})); then
 	rc=1
 fi
 echo "skipped:"
-grep -hE -A1 '^--- SKIP' _output/e2e.log | grep -vE '^(--|--- SKIP)' | sed 's/^ */  /' | sort | uniq -c || true
+# go test -v prints a top-level test's skip reason on the line before its "--- SKIP".
+grep -hE -B1 '^--- SKIP' _output/e2e.log | grep -vE '^(--|--- SKIP|=== RUN)' | sed 's/^ */  /' | sort | uniq -c || true
 test/e2e-summary.sh _output/e2e.log
 if [[ -n $OLDEST ]]; then
 	log=_output/matrix/containerd-${OLDEST%/*}-kubelet-${OLDEST#*/}.log

@@ -18,11 +18,11 @@ import (
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
-// memCfg is a container holding 256 MiB of random memory (memScript), which
+// memCfg is a container holding memMiB of random memory (memScript), which
 // prints its md5 sum when /tmp/sum appears.
 func memCfg(name string) *runtimeapi.ContainerConfig {
 	c := counterCfg(name)
-	c.Command = []string{"sh", "-c", memScript}
+	c.Command = []string{"sh", "-c", memScript()}
 	return c
 }
 
@@ -172,7 +172,7 @@ func tryInspect(t testing.TB, id string) (inspected, error) {
 
 // Issue 27's acceptance for the restored container, on the node's
 // containerd with its default configuration: a pod of a counter and a
-// 256 MiB memory holder is checkpointed, its archives rewritten as a hostile
+// memMiB memory holder is checkpointed, its archives rewritten as a hostile
 // checkpoint would (another image, annotations, labels, a bind mount of /,
 // a device), and restored through the CRI. The restored containers are the
 // pod's own: its image (the digest it was created from), its annotations
@@ -238,7 +238,7 @@ func TestRestoredContainerIsThePodsOwn(t *testing.T) {
 			t.Fatalf("start restored %s: %v", n, err)
 		}
 	}
-	t.Logf("containerd %s: RestorePod + StartContainer of a counter and a 256 MiB holder: %.2fs", node.env["CONTAINERD_VERSION"], time.Since(t0).Seconds())
+	t.Logf("containerd %s: RestorePod + StartContainer of a counter and a %d MiB holder: %.2fs", node.env["CONTAINERD_VERSION"], memMiB(), time.Since(t0).Seconds())
 
 	// The processes and the memory went on.
 	time.Sleep(time.Second)

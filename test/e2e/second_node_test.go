@@ -74,12 +74,18 @@ func shimAPIConfig(kubeconfig, nodeName, registry, ca string) string {
 		kubeconfig, nodeName, registry, ca)
 }
 
-// memScript fills a shell variable with 256 MiB of random text (192 MiB of
-// random bytes, base64) and prints its md5; it prints it again whenever
-// /tmp/sum appears, and counts meanwhile.
-const memScript = `x=$(head -c 201326592 /dev/urandom | base64 -w 0); echo "ready sum=$(printf %s "$x" | md5sum | cut -c1-32) len=${#x}"; ` +
-	`i=0; while true; do if [ -e /tmp/sum ]; then rm -f /tmp/sum; echo "sum=$(printf %s "$x" | md5sum | cut -c1-32)"; fi; ` +
-	`echo $i; i=$((i+1)); sleep 0.1; done`
+// memMiB is how much memory the memory holders hold: 64 MiB in the fast
+// tier, 256 MiB in the long one.
+func memMiB() int { return sized(64, 256) }
+
+// memScript fills a shell variable with memMiB of random text (three
+// quarters of it random bytes, base64) and prints its md5; it prints it again
+// whenever /tmp/sum appears, and counts meanwhile.
+func memScript() string {
+	return fmt.Sprintf(`x=$(head -c %d /dev/urandom | base64 -w 0); echo "ready sum=$(printf %%s "$x" | md5sum | cut -c1-32) len=${#x}"; `, memMiB()<<20*3/4) +
+		`i=0; while true; do if [ -e /tmp/sum ]; then rm -f /tmp/sum; echo "sum=$(printf %s "$x" | md5sum | cut -c1-32)"; fi; ` +
+		`echo $i; i=$((i+1)); sleep 0.1; done`
+}
 
 var sumLine = regexp.MustCompile(`(?:^|\s)sum=([0-9a-f]{32})(?: len=\d+)?\s*$`)
 
@@ -90,7 +96,7 @@ func memPod(name, nodeName, restoreFrom string) *corev1.Pod {
 	if restoreFrom != "" {
 		ann = map[string]string{podspec.RestoreFromKey: restoreFrom}
 	}
-	p := apiPod(name, ann, "sh", "-c", memScript)
+	p := apiPod(name, ann, "sh", "-c", memScript())
 	p.Spec.NodeName = nodeName
 	p.Spec.Containers[0].Name = "mem"
 	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
@@ -155,7 +161,7 @@ func tlsRegistryIndex(t *testing.T, ref, ca string) (name.Reference, *remote.Des
 	return r, d, containerName
 }
 
-// Issue 17, "restore on another node": a pod of two containers (256 MiB of
+// Issue 17, "restore on another node": a pod of two containers (memMiB of
 // random text in a shell's memory, and a counter) on node 1 is checkpointed
 // by a PodCheckpoint whose spec.export pushes it to the TLS registry; a pod
 // on node 2 (its own containerd, shim and kubelet, same API server) names the
@@ -189,8 +195,8 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 		if len(s) == 0 {
 			return fmt.Errorf("no sum logged yet")
 		}
-		if b, _ := os.ReadFile(log); !strings.Contains(string(b), " len="+strconv.Itoa(256<<20)) {
-			return fmt.Errorf("mem did not log len=%d", 256<<20)
+		if b, _ := os.ReadFile(log); !strings.Contains(string(b), " len="+strconv.Itoa(memMiB()<<20)) {
+			return fmt.Errorf("mem did not log len=%d", memMiB()<<20)
 		}
 		srcSum = s[0]
 		for _, c := range []string{"mem", "counter"} {
@@ -377,7 +383,7 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("256 MiB of memory restored on node 2: md5 %s, as the source's", srcSum)
+	t.Logf("%d MiB of memory restored on node 2: md5 %s, as the source's", memMiB(), srcSum)
 
 	// checkpointctl reads each container's archive as node 2 pulled it.
 	pulled := filepath.Join(env2["CHECKPOINTS"], criu.PulledDir(strings.TrimPrefix(ex.Digest, "sha256:")))
