@@ -239,7 +239,8 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 		}
 	})
 	var seen []string
-	var taken []time.Time // each seen checkpoint's manifest time
+	var taken []time.Time    // each seen checkpoint's manifest time (when it was complete)
+	var took []time.Duration // and how long its capture took
 	eventually(t, 90*time.Second, "three scheduled checkpoints taken", func() error {
 		for _, d := range scheduled() {
 			if !slices.Contains(seen, d) {
@@ -248,6 +249,7 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 					return err
 				}
 				seen, taken = append(seen, d), append(taken, m.CheckpointedAt)
+				took = append(took, time.Duration(m.TotalSeconds*float64(time.Second)))
 			}
 		}
 		if len(seen) < 3 {
@@ -255,15 +257,17 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 		}
 		return nil
 	})
-	// One every 10 s: the schedule wakes when the pod is due, so a gap is
-	// the interval and the capture, not the interval and a tick (it was
-	// 20 s in every run before).
+	// One every 10 s, to the second: the schedule wakes when the pod is due
+	// (10 s after the previous one was complete), so from one complete
+	// checkpoint to the next is the interval and the capture, not the
+	// interval and a tick (it was 20 s in every run before).
 	for i := 1; i < len(taken); i++ {
-		if gap := taken[i].Sub(taken[i-1]); gap < 10*time.Second || gap > 14*time.Second {
-			t.Fatalf("scheduled checkpoints %v apart (%s, %s), want 10 s and the capture", gap, seen[i-1], seen[i])
-		} else {
-			t.Logf("scheduled checkpoints %.1f s apart", gap.Seconds())
+		gap := taken[i].Sub(taken[i-1])
+		if start := gap - took[i]; start < 10*time.Second || start > 11*time.Second {
+			t.Fatalf("scheduled checkpoint %s began %v after %s was complete, want 10 s to the second (complete %v apart, capture %v)",
+				seen[i], start, seen[i-1], gap, took[i])
 		}
+		t.Logf("scheduled checkpoints complete %.1f s apart (capture %.1f s)", gap.Seconds(), took[i].Seconds())
 	}
 	if got := scheduled(); len(got) > 2 {
 		t.Fatalf("kept %v, want the newest 2", got)
