@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/capture"
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
@@ -254,5 +255,39 @@ func TestRestorePodRefusesAnotherCgroupMode(t *testing.T) {
 	}
 	if fx.rt.sandboxCount() != before {
 		t.Fatal("the refused restore created a sandbox")
+	}
+}
+
+// The kubelet's configs in RestorePod, with fields this build does not know
+// (a newer kubelet's), reach the runtime whole: the sandbox's in
+// RunPodSandbox, each container's in its CreateContainer (restoredConfig
+// adds to a copy).
+func TestRestorePodKeepsFieldsThisBuildDoesNotKnow(t *testing.T) {
+	fx := checkpointed(t)
+	req := restoreReq(fx.dir, "app", "sidecar")
+	fakeruntime.AddUnknown(req.Config, "kubelet")
+	for _, c := range req.ContainerConfigs {
+		fakeruntime.AddUnknown(c, "kubelet")
+		fakeruntime.AddUnknown(c.Metadata, "kubelet")
+	}
+	resp, err := fx.svc.RestorePod(ctxT(t, 5*time.Second), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := fx.rt.rt.Requests("RunPodSandbox")
+	if r := runs[len(runs)-1].(*runtimeapi.RunPodSandboxRequest); !fakeruntime.HasUnknown(r.Config, "kubelet") {
+		t.Errorf("the restored sandbox's config reached the runtime without the kubelet's unknown field")
+	}
+	cs := fx.rt.containersIn(t, resp.PodSandboxId)
+	if len(cs) != 2 {
+		t.Fatalf("%d containers restored", len(cs))
+	}
+	for _, c := range cs {
+		if !fakeruntime.HasUnknown(c.config, "kubelet") || !fakeruntime.HasUnknown(c.config.Metadata, "kubelet") {
+			t.Errorf("%s: its config reached the runtime without the kubelet's unknown fields", c.config.Metadata.Name)
+		}
+		if c.config.Annotations[RestoringAnnotation] != "true" {
+			t.Errorf("%s: not created as a restore (annotations %v)", c.config.Metadata.Name, c.config.Annotations)
+		}
 	}
 }

@@ -88,7 +88,8 @@ func (f *feedFixture) expect(want ...feedSeen) {
 func (f *feedFixture) runExit(ctx context.Context, sb, cname string, code int32) {
 	f.t.Helper()
 	c, err := f.rt.Client().CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb,
-		Config:        &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: cname}},
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: cname},
+			Image: &runtimeapi.ImageSpec{Image: fakeruntime.NodeImages[1]}},
 		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: feedPod}})
 	if err != nil {
 		f.t.Fatal(err)

@@ -2,8 +2,6 @@ package fakeruntime
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -60,8 +58,12 @@ func (c *container) state() runtimeapi.ContainerState {
 	return runtimeapi.ContainerState_CONTAINER_CREATED
 }
 
-// status is container_status.go's toCRIContainerStatus.
-func (c *container) status() *runtimeapi.ContainerStatus {
+// status is container_status.go's toCRIContainerStatus. img is the
+// container's image if the runtime still holds it: the status names its
+// first tag, as containerd's ContainerStatus does, and otherwise the image
+// the config asked for. ImageRef and ImageId are the image's ID (an image
+// with no repo digest, as every image of the fake).
+func (c *container) status(img *runtimeapi.Image) *runtimeapi.ContainerStatus {
 	state := c.state()
 	reason := c.reason
 	if state == runtimeapi.ContainerState_CONTAINER_EXITED && reason == "" {
@@ -77,30 +79,36 @@ func (c *container) status() *runtimeapi.ContainerStatus {
 	case runtimeapi.ContainerState_CONTAINER_EXITED:
 		st, ft = c.startedAt, c.finishedAt
 	}
+	spec := c.cfg.GetImage()
+	if len(img.GetRepoTags()) > 0 {
+		spec = &runtimeapi.ImageSpec{Image: img.RepoTags[0]}
+	}
+	stop := c.cfg.GetStopSignal()
+	if stop == runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
+		stop = runtimeapi.Signal_SIGNAL_SIGTERM // the image's own is not modelled
+	}
 	return &runtimeapi.ContainerStatus{Id: c.id, Metadata: c.cfg.GetMetadata(), State: state, CreatedAt: c.createdAt,
-		StartedAt: st, FinishedAt: ft, ExitCode: c.exitCode, Image: c.cfg.GetImage(), ImageRef: c.imageRef,
+		StartedAt: st, FinishedAt: ft, ExitCode: c.exitCode, Image: spec, ImageRef: c.imageRef, ImageId: c.imageRef,
 		Reason: reason, Message: c.message, Labels: c.cfg.GetLabels(), Annotations: c.cfg.GetAnnotations(),
-		Mounts: c.cfg.GetMounts(), LogPath: c.logPath, User: &runtimeapi.ContainerUser{}}
+		Mounts: c.cfg.GetMounts(), LogPath: c.logPath, User: &runtimeapi.ContainerUser{}, StopSignal: stop}
 }
 
 func (c *container) listItem() *runtimeapi.Container {
 	return &runtimeapi.Container{Id: c.id, PodSandboxId: c.sandboxID, Metadata: c.cfg.GetMetadata(), Image: c.cfg.GetImage(),
-		ImageRef: c.imageRef, State: c.state(), CreatedAt: c.createdAt, Labels: c.cfg.GetLabels(), Annotations: c.cfg.GetAnnotations()}
-}
-
-// imageRef is a stable image ID for an image name, as containerd resolves
-// a name to the digest of its config.
-func imageRef(image string) string {
-	sum := sha256.Sum256([]byte(image))
-	return "sha256:" + hex.EncodeToString(sum[:])
+		ImageRef: c.imageRef, ImageId: c.imageRef, State: c.state(), CreatedAt: c.createdAt, Labels: c.cfg.GetLabels(), Annotations: c.cfg.GetAnnotations()}
 }
 
 func notFoundContainer(id string) error {
 	return status.Errorf(codes.NotFound, "an error occurred when try to find container %q: not found", id)
 }
 
+// statusLocked is c's status with its image as the runtime holds it now.
+func (r *Runtime) statusLocked(c *container) *runtimeapi.ContainerStatus {
+	return c.status(r.images[c.imageRef])
+}
+
 // CreateContainer creates a CREATED container in a READY sandbox
-// (container_create.go). Any image name is accepted, as if it were pulled.
+// (container_create.go) from an image the runtime holds (resolveLocked).
 func (r *Runtime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 	r.mu.Lock()
 	sbID := lookup(r.sandboxes, req.PodSandboxId)
@@ -124,12 +132,20 @@ func (r *Runtime) CreateContainer(_ context.Context, req *runtimeapi.CreateConta
 	name := strings.Join([]string{cmd.Name, smd.Name, smd.Namespace, smd.Uid, strconv.FormatUint(uint64(cmd.Attempt), 10)}, "_")
 	if owner, ok := r.names[name]; ok {
 		r.mu.Unlock()
-		return nil, status.Errorf(codes.Unknown, "failed to reserve container name %q: %s", name, reservedErr(name, owner))
+		return nil, status.Errorf(codes.FailedPrecondition, "failed to reserve container name %q; check if another CreateContainer request is in progress: %s",
+			name, reservedErr(name, owner))
+	}
+	// The image is resolved after the name is reserved (which a failure
+	// releases): an unknown image is NotFound whatever the name.
+	img, err := r.resolveLocked(req.Config.GetImage().GetImage())
+	if err != nil {
+		r.mu.Unlock()
+		return nil, imageError(req.Config.GetImage().GetImage(), err)
 	}
 	id := r.newIDLocked()
 	r.seq++
 	c := &container{id: id, sandboxID: sbID, name: name, seq: r.seq, cfg: proto.Clone(req.Config).(*runtimeapi.ContainerConfig),
-		imageRef: imageRef(req.Config.GetImage().GetImage()), createdAt: r.now()}
+		imageRef: img.Id, createdAt: r.now()}
 	if dir := req.SandboxConfig.GetLogDirectory(); dir != "" && req.Config.LogPath != "" {
 		c.logPath = filepath.Join(dir, req.Config.LogPath)
 	}
@@ -244,7 +260,7 @@ func (r *Runtime) ContainerStatus(_ context.Context, req *runtimeapi.ContainerSt
 	if c == nil {
 		return nil, notFoundContainer(req.ContainerId)
 	}
-	return &runtimeapi.ContainerStatusResponse{Status: c.status()}, nil
+	return &runtimeapi.ContainerStatusResponse{Status: r.statusLocked(c)}, nil
 }
 
 // ListContainers filters by ID and sandbox (each an ID or a unique
@@ -269,21 +285,6 @@ func (r *Runtime) ListContainers(_ context.Context, req *runtimeapi.ListContaine
 		out.Containers = append(out.Containers, c.listItem())
 	}
 	return out, nil
-}
-
-// ExecSync runs nothing and answers exit 0 in a RUNNING container; other
-// containers are refused as containerd refuses them (container_execsync.go).
-func (r *Runtime) ExecSync(_ context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c := r.containers[lookup(r.containers, req.ContainerId)]
-	if c == nil {
-		return nil, status.Errorf(codes.NotFound, "failed to exec in container: failed to find container %q in store: not found", req.ContainerId)
-	}
-	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		return nil, status.Errorf(codes.Unknown, "failed to exec in container: container is in %s state", st)
-	}
-	return &runtimeapi.ExecSyncResponse{}, nil
 }
 
 // Exit plays a RUNNING container's process ending with code: the container
@@ -353,7 +354,7 @@ func (r *Runtime) Container(id string) (st *runtimeapi.ContainerStatus, sandboxI
 	if c == nil {
 		return nil, "", false
 	}
-	return proto.Clone(c.status()).(*runtimeapi.ContainerStatus), c.sandboxID, true
+	return proto.Clone(r.statusLocked(c)).(*runtimeapi.ContainerStatus), c.sandboxID, true
 }
 
 func (r *Runtime) containersOfLocked(sandboxID string) []*container {

@@ -167,7 +167,8 @@ func TestRemoveContainerKillsRunningAndReleasesName(t *testing.T) {
 	_, err := rt.Client().CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: sb,
 		Config:        &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "main"}},
 		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: podMeta}})
-	wantErr(t, err, codes.Unknown, `failed to reserve container name "main_p_ns_u1_0": name "main_p_ns_u1_0" is reserved for "`+id+`"`)
+	wantErr(t, err, codes.FailedPrecondition, `failed to reserve container name "main_p_ns_u1_0"; check if another CreateContainer request is in progress: `+
+		`name "main_p_ns_u1_0" is reserved for "`+id+`"`)
 	if _, err := rt.Client().RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
 		t.Fatal(err)
 	}
@@ -180,22 +181,6 @@ func TestRemoveContainerKillsRunningAndReleasesName(t *testing.T) {
 	if got := len(rt.Requests("RemoveContainer")); got != 2 {
 		t.Fatalf("recorded %d RemoveContainer requests", got)
 	}
-}
-
-func TestExecSyncOnlyInRunningContainers(t *testing.T) {
-	rt := fakeruntime.Start(t)
-	sb := runPod(t, rt, nil)
-	id := create(t, rt, sb, "main", 0)
-	exec := func(id string) error {
-		_, err := rt.Client().ExecSync(ctxT(t), &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"true"}})
-		return err
-	}
-	wantErr(t, exec(id), codes.Unknown, "failed to exec in container: container is in CONTAINER_CREATED state")
-	start(t, rt, id)
-	if err := exec(id); err != nil {
-		t.Fatal(err)
-	}
-	wantErr(t, exec("nope"), codes.NotFound, `failed to exec in container: failed to find container "nope" in store: not found`)
 }
 
 // Between a process's death and containerd recording it, the container is

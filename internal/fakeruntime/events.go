@@ -19,7 +19,7 @@ func (r *Runtime) eventLocked(containerID, sandboxID string, typ runtimeapi.Cont
 		ev.PodSandboxStatus = sb.status()
 	}
 	for _, c := range r.containersOfLocked(sandboxID) {
-		ev.ContainersStatuses = append(ev.ContainersStatuses, c.status())
+		ev.ContainersStatuses = append(ev.ContainersStatuses, r.statusLocked(c))
 	}
 	return ev
 }

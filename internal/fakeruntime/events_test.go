@@ -76,7 +76,8 @@ func TestEventsCarrySandboxAndEveryContainerAsContainerdSendsThem(t *testing.T) 
 		"STOPPED b sb=READY b=EXITED/137",
 		"STOPPED sb sb=NOTREADY b=EXITED/137",
 		"DELETED b sb=NOTREADY",
-		"DELETED sb sb=nil",
+		// Sent before the sandbox leaves the store (sandbox_remove.go).
+		"DELETED sb sb=NOTREADY",
 	}
 	for i, w := range want {
 		ev, err := s.Recv()

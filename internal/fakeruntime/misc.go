@@ -12,7 +12,7 @@ import (
 // RuntimeName and RuntimeVersion are what Version answers.
 const (
 	RuntimeName    = "fakeruntime"
-	RuntimeVersion = "v2.2.7-fake"
+	RuntimeVersion = "v2.4.2-fake"
 )
 
 // Version answers as containerd does, under the fake's own name.
@@ -31,29 +31,21 @@ func (r *Runtime) UpdateRuntimeConfig(context.Context, *runtimeapi.UpdateRuntime
 	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
 }
 
-// PullImage records the image as present.
+// PullImage records the image as present and answers its ID, as
+// containerd's image_pull.go does (the digest of its config).
 func (r *Runtime) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-	name := req.GetImage().GetImage()
-	ref := imageRef(name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	img := r.images[ref]
-	if img == nil {
-		img = &runtimeapi.Image{Id: ref, Size: 1 << 20, Spec: &runtimeapi.ImageSpec{Image: name}}
-		r.images[ref] = img
-	}
-	if !slices.Contains(img.RepoTags, name) {
-		img.RepoTags = append(img.RepoTags, name)
-	}
-	return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
+	return &runtimeapi.PullImageResponse{ImageRef: r.addImageLocked(req.GetImage().GetImage()).Id}, nil
 }
 
-// ImageStatus answers a nil image for one never pulled, as containerd does.
+// ImageStatus answers a nil image for one it cannot resolve, as containerd
+// does (images/image_status.go).
 func (r *Runtime) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	img := r.findImageLocked(req.GetImage().GetImage())
-	if img == nil {
+	img, err := r.resolveLocked(req.GetImage().GetImage())
+	if err != nil {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
 	return &runtimeapi.ImageStatusResponse{Image: proto.Clone(img).(*runtimeapi.Image)}, nil
@@ -80,7 +72,7 @@ func (r *Runtime) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*r
 func (r *Runtime) RemoveImage(_ context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if img := r.findImageLocked(req.GetImage().GetImage()); img != nil {
+	if img, err := r.resolveLocked(req.GetImage().GetImage()); err == nil {
 		delete(r.images, img.Id)
 	}
 	return &runtimeapi.RemoveImageResponse{}, nil
@@ -89,11 +81,4 @@ func (r *Runtime) RemoveImage(_ context.Context, req *runtimeapi.RemoveImageRequ
 // ImageFsInfo reports no filesystems.
 func (r *Runtime) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
 	return &runtimeapi.ImageFsInfoResponse{}, nil
-}
-
-func (r *Runtime) findImageLocked(name string) *runtimeapi.Image {
-	if img := r.images[name]; img != nil {
-		return img
-	}
-	return r.images[imageRef(name)]
 }

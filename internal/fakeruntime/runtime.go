@@ -45,6 +45,7 @@ type Runtime struct {
 
 	hooksMu  sync.Mutex
 	hooks    map[string]Hook
+	programs map[string]Program // ExecSync's, by name
 	rewrites map[string]func(proto.Message)
 	failures map[string][]error
 	calls    map[string]int
@@ -64,6 +65,7 @@ type options struct {
 	podIP      func(n int) string
 	server     func(*Runtime) runtimeapi.RuntimeServiceServer
 	serverOpts []grpc.ServerOption
+	images     []string // held from the start; nil: NodeImages
 }
 
 // WithClock makes the runtime stamp times from clock instead of time.Now.
@@ -90,13 +92,20 @@ func New(opts ...Option) *Runtime {
 	r := &Runtime{
 		sandboxes: map[string]*sandbox{}, containers: map[string]*container{}, names: map[string]string{},
 		exitOnStart: map[string]int32{}, images: map[string]*runtimeapi.Image{},
-		hooks: map[string]Hook{}, rewrites: map[string]func(proto.Message){}, failures: map[string][]error{}, calls: map[string]int{},
+		hooks: map[string]Hook{}, programs: map[string]Program{}, rewrites: map[string]func(proto.Message){}, failures: map[string][]error{}, calls: map[string]int{},
 		requests: map[string][]proto.Message{}, streams: map[chan error]struct{}{},
 	}
 	r.opts.clock = time.Now
 	r.opts.podIP = func(n int) string { return "192.0.2." + strconv.Itoa(1+n%250) }
 	for _, o := range opts {
 		o(&r.opts)
+	}
+	held := NodeImages
+	if r.opts.images != nil {
+		held = r.opts.images
+	}
+	for _, name := range held {
+		r.addImageLocked(name)
 	}
 	r.events = newEventQueue()
 	return r
@@ -179,9 +188,10 @@ func (r *Runtime) OnCall(method string, h Hook) {
 	r.hooks[method] = h
 }
 
-// Rewrite makes fn change every answer of method before it leaves, for
-// tests of answers containerd gives in states the fake does not model (a
-// pod whose IP is not known yet); nil removes it. fn gets a copy.
+// Rewrite makes fn change every answer of method before it leaves (every
+// message of a stream), for tests of answers containerd gives in states the
+// fake does not model (a pod whose IP is not known yet, fields a newer
+// cri-api adds); nil removes it. fn gets a copy.
 func (r *Runtime) Rewrite(method string, fn func(resp proto.Message)) {
 	r.hooksMu.Lock()
 	defer r.hooksMu.Unlock()
@@ -261,13 +271,35 @@ func (r *Runtime) unaryHook(ctx context.Context, req any, info *grpc.UnaryServer
 	return resp, err
 }
 
-// streamHook runs before for server streams; their request is not decoded
-// yet at this point, so hooks see nil.
+// streamHook runs before for server streams (their request is not decoded
+// yet at this point, so hooks see nil) and the method's Rewrite on every
+// message the stream sends.
 func (r *Runtime) streamHook(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if err := r.before(ss.Context(), info.FullMethod, nil); err != nil {
 		return err
 	}
+	r.hooksMu.Lock()
+	fn := r.rewrites[info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]]
+	r.hooksMu.Unlock()
+	if fn != nil {
+		ss = rewritingStream{ss, fn}
+	}
 	return handler(srv, ss)
+}
+
+// rewritingStream applies a Rewrite to a copy of every message sent.
+type rewritingStream struct {
+	grpc.ServerStream
+	fn func(proto.Message)
+}
+
+func (s rewritingStream) SendMsg(m any) error {
+	if pm, ok := m.(proto.Message); ok {
+		pm = proto.Clone(pm)
+		s.fn(pm)
+		m = pm
+	}
+	return s.ServerStream.SendMsg(m)
 }
 
 func (r *Runtime) now() int64 { return r.opts.clock().UnixNano() }
@@ -280,6 +312,11 @@ func (r *Runtime) newIDLocked() string {
 		r.nextIDs = r.nextIDs[1:]
 		return id
 	}
+	return randomID()
+}
+
+// randomID is an ID as containerd makes them: 64 random hex digits.
+func randomID() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])

@@ -53,11 +53,14 @@ func runPod(t *testing.T, rt *fakeruntime.Runtime, cfg *runtimeapi.PodSandboxCon
 	return resp.PodSandboxId
 }
 
+// busybox is the image a test node holds (fakeruntime.NodeImages).
+const busybox = "docker.io/library/busybox:cri-shim"
+
 func create(t *testing.T, rt *fakeruntime.Runtime, sb, name string, attempt uint32) string {
 	t.Helper()
 	resp, err := rt.Client().CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: sb,
 		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name, Attempt: attempt},
-			Image: &runtimeapi.ImageSpec{Image: "busybox"}, Labels: map[string]string{"c": name}, LogPath: name + ".log"},
+			Image: &runtimeapi.ImageSpec{Image: busybox}, Labels: map[string]string{"c": name}, LogPath: name + ".log"},
 		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: podMeta, LogDirectory: "/logs"}})
 	if err != nil {
 		t.Fatal(err)

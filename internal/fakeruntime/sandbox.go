@@ -60,7 +60,7 @@ func (r *Runtime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandbox
 	r.mu.Lock()
 	if owner, ok := r.names[name]; ok {
 		r.mu.Unlock()
-		return nil, status.Errorf(codes.Unknown, "failed to reserve sandbox name %q: %s", name, reservedErr(name, owner))
+		return nil, status.Errorf(codes.FailedPrecondition, "failed to reserve sandbox name %q: %s", name, reservedErr(name, owner))
 	}
 	id := r.newIDLocked()
 	r.nSandboxes++
@@ -116,9 +116,11 @@ func (r *Runtime) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodS
 		for _, c := range r.containersOfLocked(id) {
 			evs = append(evs, r.removeContainerLocked(c)...)
 		}
+		// The sandbox's DELETED event is sent before the sandbox leaves the
+		// store, so it carries its (not ready) status.
+		evs = append(evs, r.eventLocked(id, id, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT))
 		delete(r.names, sb.name)
 		delete(r.sandboxes, id)
-		evs = append(evs, r.eventLocked(id, id, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT))
 	}
 	r.mu.Unlock()
 	r.events.send(evs...)

@@ -23,7 +23,7 @@ func TestSandboxStopAndRemove(t *testing.T) {
 		t.Fatalf("a sandbox on the node's network has IP %q", s.Network.Ip)
 	}
 	_, err := rt.Client().RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{Metadata: podMeta}})
-	wantErr(t, err, codes.Unknown, `failed to reserve sandbox name "p_ns_u1_0": name "p_ns_u1_0" is reserved for "`+sb+`"`)
+	wantErr(t, err, codes.FailedPrecondition, `failed to reserve sandbox name "p_ns_u1_0": name "p_ns_u1_0" is reserved for "`+sb+`"`)
 	id := create(t, rt, sb, "main", 0)
 	start(t, rt, id)
 	if _, err := rt.Client().StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}); err != nil {
@@ -68,7 +68,8 @@ func TestListFilters(t *testing.T) {
 	a, b := create(t, rt, sb1, "a", 0), create(t, rt, sb1, "b", 0)
 	start(t, rt, a)
 	resp, err := rt.Client().CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: sb2,
-		Config:        &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "a"}, Labels: map[string]string{"c": "a"}},
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "a"}, Image: &runtimeapi.ImageSpec{Image: busybox},
+			Labels: map[string]string{"c": "a"}},
 		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "q", Namespace: "ns", Uid: "u2"}}})
 	if err != nil {
 		t.Fatal(err)

@@ -165,7 +165,8 @@ func (f *fx) createReq(name string) *runtimeapi.CreateContainerRequest {
 	attempt := f.attempts[name]
 	f.attempts[name]++
 	return &runtimeapi.CreateContainerRequest{PodSandboxId: "sb", SandboxConfig: sbConfig(f.port),
-		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name, Attempt: attempt}}}
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name, Attempt: attempt},
+			Image: &runtimeapi.ImageSpec{Image: fakeruntime.NodeImages[1]}}}
 }
 
 // direct creates and starts container id (named name) in "sb" at the

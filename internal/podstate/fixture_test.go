@@ -127,10 +127,14 @@ func (k kubelet) removeSandbox(sb string) {
 
 // createReq is the kubelet's CreateContainer of container name in sandbox
 // sb with restart count attempt.
+// testImage is an image the fake runtime holds, as a test node does.
+var testImage = fakeruntime.NodeImages[1]
+
 func (k kubelet) createReq(sb, name string, attempt uint32) *runtimeapi.CreateContainerRequest {
 	n := strconv.FormatUint(uint64(attempt), 10)
 	return &runtimeapi.CreateContainerRequest{PodSandboxId: sb, Config: &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: name, Attempt: attempt},
+		Image:       &runtimeapi.ImageSpec{Image: testImage},
 		Labels:      map[string]string{podUIDLabel: "uid-1"},
 		Annotations: map[string]string{annotationRestartCount: n, annotationGracePeriod: "0"},
 		LogPath:     name + "/" + n + ".log",

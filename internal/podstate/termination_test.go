@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
 
@@ -18,6 +19,8 @@ func terminationPod(t *testing.T, dir, value string) (kubelet, string, map[strin
 	t.Helper()
 	k := newKubelet(t, dir)
 	k.rt.ExitOnStart("init", 0)
+	// The preStop hook's program: it ends at once, successfully.
+	k.rt.AddProgram("sh", func(context.Context, string, []string) fakeruntime.ExecResult { return fakeruntime.ExecResult{} })
 	ann := map[string]string{podspec.RestartRulesPrefix + "main": rules88}
 	if value != "" {
 		ann[podspec.TerminationKey] = value

@@ -185,7 +185,8 @@ func (fx *fixture) addContainer(t testing.TB, sb string, sbCfg *runtimeapi.PodSa
 	t.Helper()
 	ctx := context.Background()
 	resp, err := fx.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb, SandboxConfig: sbCfg,
-		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}, Labels: labels}})
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}, Labels: labels,
+			Image: &runtimeapi.ImageSpec{Image: fakeruntime.NodeImages[1]}}})
 	if err != nil {
 		t.Fatal(err)
 	}

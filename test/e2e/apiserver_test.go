@@ -37,11 +37,15 @@ func needAPIServer(t testing.TB) kubernetes.Interface {
 // apiKubelet runs the kubelet registered with the API server (through the
 // shim) for the rest of the test; afterwards the standalone one is back for
 // the tests that need it.
-func apiKubelet(t testing.TB, cs kubernetes.Interface) {
+func apiKubelet(t testing.TB, cs kubernetes.Interface) { apiKubeletAs(t, cs, "kubelet-api") }
+
+// apiKubeletAs is apiKubelet with another of up.sh's API-registered
+// kubelets (component of up.sh --start: kubelet-api, kubelet-api-nogate).
+func apiKubeletAs(t testing.TB, cs kubernetes.Interface, component string) {
 	t.Helper()
 	pauseKubelet(t)
 	t.Cleanup(func() { pauseKubelet(t) })
-	if err := script("up.sh", "--start", "kubelet-api"); err != nil {
+	if err := script("up.sh", "--start", component); err != nil {
 		t.Fatal(err)
 	}
 	waitNodeReady(t, cs, node.env["NODE_NAME"])

@@ -14,7 +14,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -176,17 +179,32 @@ func restartConditionByShim(t testing.TB, cs kubernetes.Interface) (during, afte
 }
 
 // An in-place restart as kubectl sees it: the pod goes not Ready (its
-// readiness gate False) and AllContainersRestarting True while main's exit
-// is held by the backoff and the pod restarted, and both back once the
-// restarted containers run; the restarts, holds and their ends are events.
+// readiness gate False) while main's exit is held by the backoff and the
+// pod restarted, and Ready again once the restarted containers run; the
+// restarts, holds and their ends are events. AllContainersRestarting is
+// the kubelet's where it declares RestartAllContainersOnContainerExits
+// (its gate on, the default from v1.36: kubernetes v1.36.3
+// pkg/features/kube_features.go): the shim must not write it there. With
+// the gate off the shim writes it, True during the restart and False after.
 func TestPodStatusDuringInPlaceRestart(t *testing.T) {
 	cs := needAPIServer(t)
-	apiShim(t)
-	apiKubelet(t, cs)
+	defaultOn := version.MustParseGeneric(node.env["KUBELET_VERSION"]).AtLeast(version.MajorMinor(1, 36))
+	t.Run("kubelet-api", func(t *testing.T) { inPlaceRestartStatus(t, cs, "kubelet-api", defaultOn, 2) })
+	// One restart is enough to see the shim's condition come and go; the
+	// backoff curve and the events are the same with either kubelet.
+	t.Run("kubelet-api-nogate", func(t *testing.T) { inPlaceRestartStatus(t, cs, "kubelet-api-nogate", false, 1) })
+}
+
+// inPlaceRestartStatus runs restartingPod with crashes in-place restarts
+// under the API-registered kubelet component (up.sh --start) and checks the
+// pod's conditions and the shim's events; kubeletOwns is whether that
+// kubelet declares RestartAllContainersOnContainerExits.
+func inPlaceRestartStatus(t *testing.T, cs kubernetes.Interface, component string, kubeletOwns bool, crashes int) {
+	statusStack(t, cs, component, kubeletOwns)
 	ns := testNamespace(t, cs, "e2e-status")
 	waitGatePolicy(t, cs, ns)
 	seen := watchConditions(t, cs, ns, "restarting")
-	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), restartingPod("restarting", 2), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), restartingPod("restarting", crashes), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p := waitPod(t, cs, ns, "restarting", 2*time.Minute, "pod Ready with its gate True", func(p *corev1.Pod) error {
@@ -196,29 +214,38 @@ func TestPodStatusDuringInPlaceRestart(t *testing.T) {
 		return podReady(p)
 	})
 	execGo(t, p)
-	during, after := restartConditionByShim(t, cs)
-	waitPod(t, cs, ns, "restarting", 2*time.Minute, "two in-place restarts over, pod Ready", func(p *corev1.Pod) error {
+	// The shim's AllContainersRestarting: none where the kubelet owns it
+	// (and the kubelet writes none for a pod without native restart rules:
+	// kubernetes v1.37.2 pkg/kubelet/kubelet_pods.go, generateAPIPodStatus,
+	// podutil.AllContainersCouldRestart).
+	during, after := corev1.ConditionTrue, corev1.ConditionFalse
+	if kubeletOwns {
+		during, after = "", ""
+	}
+	waitPod(t, cs, ns, "restarting", 2*time.Minute, fmt.Sprintf("%d in-place restarts over, pod Ready", crashes), func(p *corev1.Pod) error {
 		c := conditionsOf(p)
-		if restartsOf(p) < 2 || c != (podConditions{corev1.ConditionTrue, corev1.ConditionTrue, after}) {
+		if restartsOf(p) < int32(crashes) || c != (podConditions{corev1.ConditionTrue, corev1.ConditionTrue, after}) {
 			return fmt.Errorf("restarts %d, %v", restartsOf(p), c)
 		}
 		return nil
 	})
-	// The states in order: Ready before the exit; not Ready with the gate
-	// False and AllContainersRestarting True during the hold; Ready again.
+	// The states in order: Ready before the exit; then for each restart not
+	// Ready with the gate False (and AllContainersRestarting True where the
+	// shim writes it) during the hold; Ready again.
 	states := seen()
 	t.Logf("condition states seen: %v", states)
-	want := []podConditions{
-		{corev1.ConditionTrue, corev1.ConditionTrue, ""},
-		{corev1.ConditionFalse, corev1.ConditionFalse, during},
-		{corev1.ConditionTrue, corev1.ConditionTrue, after},
-		{corev1.ConditionFalse, corev1.ConditionFalse, during},
-		{corev1.ConditionTrue, corev1.ConditionTrue, after},
+	want := []podConditions{{corev1.ConditionTrue, corev1.ConditionTrue, ""}}
+	for range crashes {
+		want = append(want, podConditions{corev1.ConditionFalse, corev1.ConditionFalse, during},
+			podConditions{corev1.ConditionTrue, corev1.ConditionTrue, after})
 	}
 	i := 0
 	for _, s := range states {
 		if i < len(want) && s == want[i] {
 			i++
+		}
+		if kubeletOwns && s.restarting != "" {
+			t.Errorf("AllContainersRestarting %s written while the kubelet owns it (state %v)", s.restarting, s)
 		}
 	}
 	if i < len(want) {
@@ -228,8 +255,8 @@ func TestPodStatusDuringInPlaceRestart(t *testing.T) {
 	for _, e := range evs {
 		t.Logf("event %s %s (%s): %s", e.Type, e.Reason, e.Action, e.Note)
 	}
-	if counts["RestartAllContainersInPlace"] != 2 || counts["BackOff"] != 2 || counts["RestartedInPlace"] != 2 {
-		t.Fatalf("events by reason %v, want 2 RestartAllContainersInPlace, BackOff and RestartedInPlace", counts)
+	if counts["RestartAllContainersInPlace"] != crashes || counts["BackOff"] != crashes || counts["RestartedInPlace"] != crashes {
+		t.Fatalf("events by reason %v, want %d RestartAllContainersInPlace, BackOff and RestartedInPlace", counts, crashes)
 	}
 	// Each hold with its delay: the curve's 3 s, then 6 s.
 	var holds []string
@@ -242,9 +269,66 @@ func TestPodStatusDuringInPlaceRestart(t *testing.T) {
 	if want := []string{
 		"Hold 3s (main exited 3): Back-off 3s restarting failed container main (exit code 3)",
 		"Hold 6s (main exited 3): Back-off 6s restarting failed container main (exit code 3)",
-	}; !slices.Equal(holds, want) {
+	}[:crashes]; !slices.Equal(holds, want) {
 		t.Fatalf("hold events %q, want %q", holds, want)
 	}
+}
+
+// statusStack runs, for the rest of the test, the API-registered kubelet
+// component (up.sh --start), waits until the node declares
+// RestartAllContainersOnContainerExits exactly when kubeletOwns (the
+// kubelet rewrites its node's declared features when it runs: kubernetes
+// v1.37.2 pkg/kubelet/kubelet_node_status.go, setNodeStatus), and only then
+// restarts the shim connected to the API (apiShim): the shim reads them
+// when it starts to know whether it may write AllContainersRestarting
+// (internal/podstatus/owner.go). The node's declared features are put back
+// as they were once the kubelet is stopped, so that a later test's shim
+// does not read this kubelet's.
+func statusStack(t *testing.T, cs kubernetes.Interface, component string, kubeletOwns bool) {
+	t.Helper()
+	keepDeclaredFeatures(t, cs)
+	apiKubeletAs(t, cs, component)
+	eventually(t, time.Minute, fmt.Sprintf("the node declaring %s: %v", podstatus.KubeletFeatureRestartAll, kubeletOwns), func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctxT(t, 10*time.Second), node.env["NODE_NAME"], metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if slices.Contains(n.Status.DeclaredFeatures, podstatus.KubeletFeatureRestartAll) != kubeletOwns {
+			return fmt.Errorf("declared features %v", n.Status.DeclaredFeatures)
+		}
+		return nil
+	})
+	apiShim(t)
+}
+
+// keepDeclaredFeatures puts the node's status.declaredFeatures back as they
+// are now when the test ends (or removes the node if there is none yet).
+// Register it before the kubelet starts, so it runs after the kubelet is
+// stopped.
+func keepDeclaredFeatures(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	name := node.env["NODE_NAME"]
+	n, err := cs.CoreV1().Nodes().Get(ctxT(t, 10*time.Second), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		t.Cleanup(func() {
+			if err := cs.CoreV1().Nodes().Delete(ctxT(t, 10*time.Second), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("removing node %s after the test: %v", name, err)
+			}
+		})
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"declaredFeatures": n.Status.DeclaredFeatures}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := cs.CoreV1().Nodes().Patch(ctxT(t, 10*time.Second), name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			t.Errorf("putting node %s's declared features back: %v", name, err)
+		}
+	})
 }
 
 // An API server that is down does not stop restarts: the shim starts

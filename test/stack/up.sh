@@ -3,7 +3,7 @@
 # kubelet pointed at the shim, in a scratch directory on private sockets.
 # Writes $NODE_RUN/env with the paths for tests and humans. Stop with down.sh.
 #   up.sh [--kubelet] [--apiserver | --join] [--manifest FILE]... [--shim-config FILE] [--shim-api]
-#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-dropin|apiserver|router|registry|registry-tls|registry-auth
+#   up.sh --start containerd|cri-shim|kubelet|kubelet-api|kubelet-api-nogate|kubelet-dropin|apiserver|router|registry|registry-tls|registry-auth
 #         (re)start one component of a running node
 # --apiserver also starts etcd, kube-apiserver on loopback ports and the
 # PodCheckpoint router (cri-shim router), and the
@@ -64,13 +64,17 @@ spawn() {
 	echo $! >"$f"
 }
 
-# kubelet_config FILE RUNTIME_SOCK MANIFEST_DIR NATIVE_GATES [REDUCED_DECAY]
-# A gate given as "" keeps the kubelet's default.
+# kubelet_config FILE RUNTIME_SOCK MANIFEST_DIR NATIVE_GATES [REDUCED_DECAY [RESTART_ALL]]
+# A gate given as "" keeps the kubelet's default. NATIVE_GATES sets both
+# native in-place restart gates; RESTART_ALL only
+# RestartAllContainersOnContainerExits, the one that makes the kubelet own
+# the AllContainersRestarting condition (internal/podstatus/owner.go).
 kubelet_config() {
 	mkdir -p "$3"
 	local gates=""
 	[[ -z $4 ]] || gates+="  RestartAllContainersOnContainerExits: $4"$'\n'"  ContainerRestartRules: $4"$'\n'
 	[[ -z ${5:-} ]] || gates+="  ReduceDefaultCrashLoopBackOffDecay: $5"$'\n'
+	[[ -z ${6:-} ]] || gates+="  RestartAllContainersOnContainerExits: $6"$'\n'
 	cat >"$1" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -212,6 +216,14 @@ YAML
 	kubelet_config "$NODE_RUN/kubelet-native.yaml" "$CONTAINERD_SOCK" "$MANIFESTS_NATIVE" true
 	# For the backoff benchmark: through the shim, with the kubelet's own KEP-4603 curve on.
 	kubelet_config "$NODE_RUN/kubelet-reduced.yaml" "$SHIM_SOCK" "$MANIFESTS" "" true
+	# For the status test: through the shim with RestartAllContainersOnContainerExits
+	# off, so the kubelet neither declares the feature nor owns
+	# AllContainersRestarting and the shim writes it. Kubelets before v1.35 do
+	# not know the gate (kubernetes v1.35.4 pkg/features/kube_features.go
+	# adds it, alpha) and would refuse it: it is off there anyway.
+	local restart_all=false
+	[[ $KUBELET_VERSION != 1.3[0-4].* ]] || restart_all=""
+	kubelet_config "$NODE_RUN/kubelet-nogate.yaml" "$SHIM_SOCK" "$MANIFESTS" "" "" "$restart_all"
 	# For the deploy test: a kubelet configured for containerd, switched to the
 	# shim only by deploy/kubelet/50-cri-shim.conf in its --config-dir.
 	kubelet_config "$NODE_RUN/kubelet-base.yaml" "$CONTAINERD_SOCK" "$MANIFESTS" ""
@@ -452,8 +464,9 @@ make_cgroup_root() {
 	done
 }
 
-# start_kubelet [native|reduced|api]: one kubelet at a time (same ports, same
-# pid file). api: through the shim, registered with the API server.
+# start_kubelet [native|reduced|api|api-nogate|dropin]: one kubelet at a time
+# (same ports, same pid file). api: through the shim, registered with the API
+# server; api-nogate: the same with RestartAllContainersOnContainerExits off.
 start_kubelet() {
 	[[ -x $NODE_BIN/kubelet ]] || { log "missing kubelet: run test/stack/install.sh"; return 1; }
 	make_cgroup_root
@@ -461,6 +474,7 @@ start_kubelet() {
 	if [[ ${1:-} == native ]]; then cfg=$NODE_RUN/kubelet-native.yaml root=$NODE_DATA/kubelet-native; fi
 	if [[ ${1:-} == reduced ]]; then cfg=$NODE_RUN/kubelet-reduced.yaml; fi
 	if [[ ${1:-} == api ]]; then extra=(--kubeconfig "$KUBELET_KUBECONFIG"); fi
+	if [[ ${1:-} == api-nogate ]]; then cfg=$NODE_RUN/kubelet-nogate.yaml extra=(--kubeconfig "$KUBELET_KUBECONFIG"); fi
 	if [[ ${1:-} == dropin ]]; then cfg=$NODE_RUN/kubelet-base.yaml extra=(--config-dir "$NODE_RUN/kubelet.conf.d"); fi
 	spawn kubelet kubelet --config "$cfg" --root-dir "$root" "${extra[@]}" \
 		--hostname-override "$NODE_NAME" --v 2
@@ -477,6 +491,7 @@ if [[ -n $ONLY ]]; then
 	kubelet-native) start_kubelet native ;;
 	kubelet-reduced) start_kubelet reduced ;;
 	kubelet-api) start_kubelet api ;;
+	kubelet-api-nogate) start_kubelet api-nogate ;;
 	kubelet-dropin) start_kubelet dropin ;;
 	apiserver) start_apiserver ;;
 	router) start_router ;;
