@@ -79,8 +79,8 @@ test: unit e2e e2e-oldest
 # The matrix's subset (test/matrix.sh) on the oldest supported pair, after the
 # full suite on the newest (CI runs both).
 e2e-oldest: build stack
-	test/matrix.sh --containerd 2.2.9 --kubelet 1.36.3 --out _output/compatibility-oldest.md
-	@cat _output/matrix/containerd-2.2.9-kubelet-1.36.3.log | grep -E '^(--- |ok|FAIL|PASS)' || true
+	test/matrix.sh --containerd 2.2.9 --kubelet 1.34.4 --out _output/compatibility-oldest.md
+	@cat _output/matrix/containerd-2.2.9-kubelet-1.34.4.log | grep -E '^(--- |ok|FAIL|PASS)' || true
 
 # The version matrix: a named subset of the e2e suite on every containerd and
 # kubelet pair the stack builds, written to docs/compatibility.md

@@ -8,7 +8,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 CONTAINERDS="2.2.9 2.3.7 2.4.2"
-KUBELETS="1.36.3 1.37.2"
+KUBELETS="1.34.4 1.35.4 1.36.3 1.37.2"
 OUT=docs/compatibility.md
 while (($#)); do
 	case $1 in
