@@ -93,8 +93,8 @@ test-long: unit build stack
 # The matrix's subset (test/matrix.sh) on the oldest supported pair alone
 # (make e2e runs it in a lane beside the newest).
 e2e-oldest: build stack
-	test/matrix.sh --containerd 2.2.9 --kubelet 1.36.3 --out _output/compatibility-oldest.md
-	@cat _output/matrix/containerd-2.2.9-kubelet-1.36.3.log | grep -E '^(--- |ok|FAIL|PASS)' || true
+	test/matrix.sh --containerd 2.2.9 --kubelet 1.34.4 --out _output/compatibility-oldest.md
+	@cat _output/matrix/containerd-2.2.9-kubelet-1.34.4.log | grep -E '^(--- |ok|FAIL|PASS)' || true
 
 # The version matrix: a named subset of the e2e suite on every containerd and
 # kubelet pair the stack builds, written to docs/compatibility.md

@@ -8,7 +8,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 CONTAINERDS="2.2.9 2.3.7 2.4.2"
-KUBELETS="1.36.3 1.37.2"
+KUBELETS="1.34.4 1.35.4 1.36.3 1.37.2"
 OUT=docs/compatibility.md
 while (($#)); do
 	case $1 in
@@ -73,6 +73,8 @@ done
 	done
 	echo
 	echo "Tests: $(for f in "${FEATURES[@]}"; do printf '`%s` ' "${f#*|}"; done)(test/e2e; [testing.md](testing.md))."
+	echo
+	echo "Kubelets: v1.34 has no native \`RestartAllContainers\` and v1.35 has it alpha and off by default, so with their default gates the shim's in-place restart is the only one on both and the shim writes \`AllContainersRestarting\` itself ([kubernetes-api.md](kubernetes-api.md#which-conditions-the-kubelet-keeps)); what else differs from v1.36 for the shim, with the kubelet source read for each, is in [in-place-restart.md](in-place-restart.md#kubelet-versions). Kubelet v1.38.0-beta.0 is not in the matrix: it needs Go 1.27 (\`GOTOOLCHAIN=go1.27.3\` serves that), and its build stops on two modules the Go module proxy refuses, \`sigs.k8s.io/structured-merge-diff/v7\` v7.0.1 and \`sigs.k8s.io/iptables-wrappers\` v1.0.0 (\`go build k8s.io/kubernetes/cmd/kubelet\`: \"reading .../@v/v7.0.1.zip: 403 Forbidden, server response: This module version is not available.\", the same for v1.0.0; tried on 2026-11-29)."
 	echo
 	echo "The restore's image check ([security.md](security.md)) knows two cgroup layouts. cgroup v1 (this test bed's hybrid host, the kubelet's cgroupfs driver, no cgroup namespace) ran on the real stack in every pair above, in each restore column and in the hostile-checkpoint tests. cgroup v2 (the unified hierarchy, a cgroup namespace, the systemd driver's paths) is checked with synthetic images only (\`TestCheckCgroup\`, \`TestCheckMountTree\` in internal/criucheck): the test bed has no cgroup v2 node yet. A checkpoint records its node's mode and restores only on a node of the same mode; on a v2 node the runtime shim refuses restores under runc older than 1.2."
 } >"$OUT"

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/version"
+
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 )
@@ -21,6 +23,25 @@ import (
 // mergePodStatus), and a True value would tell it a restart of its own is
 // under way (pkg/kubelet/container/helpers.go, ShouldAllContainersRestart).
 const KubeletFeatureRestartAll = "RestartAllContainersOnContainerExits"
+
+// firstOwningKubelet is the first kubelet minor that can own
+// AllContainersRestarting: v1.34's PodConditionByKubelet has no such
+// condition (kubernetes v1.34.4 pkg/kubelet/types/pod_status.go), and its
+// Node type has no declaredFeatures, so a value there was written by an
+// earlier kubelet on the node and is left as it was (the kubelet patches
+// only what it changes).
+var firstOwningKubelet = version.MajorMinor(1, 35)
+
+// kubeletOwns is whether the node's kubelet owns AllContainersRestarting: it
+// declares the feature, and its version can have it. A version that does
+// not parse leaves the declared features to decide.
+func kubeletOwns(declared []string, kubeletVersion string) bool {
+	if !slices.Contains(declared, KubeletFeatureRestartAll) {
+		return false
+	}
+	v, err := version.ParseGeneric(kubeletVersion)
+	return err != nil || !v.LessThan(firstOwningKubelet)
+}
 
 // How often the node's declared features are read: the kubelet declares
 // them at its start, so they change only when it restarts.
@@ -86,7 +107,7 @@ func (o *ownerCheck) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	owned := slices.Contains(n.Status.DeclaredFeatures, KubeletFeatureRestartAll)
+	owned := kubeletOwns(n.Status.DeclaredFeatures, n.Status.NodeInfo.KubeletVersion)
 	next := ownerShim
 	if owned {
 		next = ownerKubelet

@@ -200,19 +200,27 @@ func TestSandboxOfAnnotatedPod(t *testing.T) {
 func TestOwnerFromDeclaredFeatures(t *testing.T) {
 	for _, tc := range []struct {
 		features []string
+		kubelet  string
 		want     int32
 	}{
-		{nil, ownerShim},
-		{[]string{"GuaranteedQoSPodCPUResize"}, ownerShim},
-		{[]string{"GuaranteedQoSPodCPUResize", KubeletFeatureRestartAll}, ownerKubelet},
+		{nil, "v1.37.2", ownerShim},
+		{[]string{"GuaranteedQoSPodCPUResize"}, "v1.36.3", ownerShim},
+		{[]string{"GuaranteedQoSPodCPUResize", KubeletFeatureRestartAll}, "v1.36.3", ownerKubelet},
+		{[]string{KubeletFeatureRestartAll}, "v1.35.4", ownerKubelet},
+		// Left by an earlier kubelet: v1.34 cannot own the condition.
+		{[]string{KubeletFeatureRestartAll}, "v1.34.4", ownerShim},
+		{[]string{KubeletFeatureRestartAll}, "v1.34.4-eks.1", ownerShim},
+		// No version to go by: the declared features decide.
+		{[]string{KubeletFeatureRestartAll}, "", ownerKubelet},
 	} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{DeclaredFeatures: tc.features}}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{
+			DeclaredFeatures: tc.features, NodeInfo: corev1.NodeSystemInfo{KubeletVersion: tc.kubelet}}}
 		o := newOwnerCheck(kubeapi.NewFor(kubeapitest.Clientset{Interface: fake.NewClientset(node)}, "node-1"), slog.New(slog.DiscardHandler))
 		if err := o.check(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if got := o.state.Load(); got != tc.want {
-			t.Fatalf("features %v: owner %d, want %d", tc.features, got, tc.want)
+			t.Fatalf("features %v, kubelet %q: owner %d, want %d", tc.features, tc.kubelet, got, tc.want)
 		}
 	}
 	o := newOwnerCheck(kubeapi.NewFor(kubeapitest.Clientset{Interface: fake.NewClientset()}, "node-1"), slog.New(slog.DiscardHandler))

@@ -169,6 +169,7 @@ func TestRestartTermination(t *testing.T) {
 // shim), for comparison with immediate: upstream kills without preStop.
 func TestRestartTerminationNativeKubelet(t *testing.T) {
 	needNode(t)
+	needNativeRestartAll(t)
 	pauseKubelet(t)
 	t.Cleanup(func() { pauseKubelet(t) })
 	if err := script("up.sh", "--start", "kubelet-native"); err != nil {

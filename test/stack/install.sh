@@ -6,6 +6,8 @@
 # built test images. Idempotent: each component is
 # rebuilt only when its pinned inputs change (stamp files under $STACK/stamps).
 # Sources: the Go module proxy and Debian packages only.
+#   test/stack/install.sh [PART...]   PART: debs containerds crictl critest
+#   kubelets etcd registry checkpointctl criu images (default: all, in order)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -64,9 +66,11 @@ build_tools() {
 # below is built into $STACK/versions/<name>-<version>/, and up.sh links the
 # pair a node runs (CRI_SHIM_CONTAINERD_VERSION, CRI_SHIM_KUBELET_VERSION;
 # default the newest, env.sh) into $BIN. The control plane (kube-apiserver,
-# kubectl) is the newest Kubernetes, which serves both kubelets.
+# kubectl) is the newest Kubernetes, which serves every kubelet here (the
+# API server supports kubelets up to three minors older). Each kubelet minor
+# has its tools module, test/stack/tools/kubelet-<minor>.
 CONTAINERD_VERSIONS=(2.2.9 2.3.7 2.4.2)
-KUBELET_VERSIONS=(1.36.3 1.37.2)
+KUBELET_VERSIONS=(1.34.4 1.35.4 1.36.3 1.37.2)
 build_containerds() {
 	for v in "${CONTAINERD_VERSIONS[@]}"; do
 		OUT=$STACK/versions/containerd-$v build_tools "containerd-$v" "$TOOLS/containerd-${v%.*}" \
@@ -203,20 +207,31 @@ build_images() {
 	mark images "${inputs[@]}"
 }
 
+PARTS=(debs containerds crictl critest kubelets etcd registry checkpointctl criu images)
+part() {
+	case $1 in
+	debs) install_debs ;;
+	containerds) build_containerds ;;
+	crictl) build_tools crictl "$TOOLS/critools" sigs.k8s.io/cri-tools/cmd/crictl ;;
+	critest) build_critest ;;
+	kubelets) build_kubelets ;;
+	etcd) build_etcd ;;
+	registry) build_tools registry "$TOOLS/registry" github.com/distribution/distribution/v3/cmd/registry ;;
+	checkpointctl) build_tools checkpointctl "$TOOLS/checkpointctl" github.com/checkpoint-restore/checkpointctl ;;
+	criu) install_criu ;;
+	images) build_images ;;
+	*) log "unknown part $1 (parts: ${PARTS[*]})"; exit 2 ;;
+	esac
+}
+
+# main [PART...]: every part in order, or only the named ones (a stack in use
+# gains a new version without its other parts being checked or touched).
 main() {
 	command -v go >/dev/null || { log "go is required"; exit 1; }
 	[[ $(id -u) == 0 ]] || { log "must run as root (apt, containerd)"; exit 1; }
-	local t0=$SECONDS
-	install_debs
-	build_containerds
-	build_tools crictl "$TOOLS/critools" sigs.k8s.io/cri-tools/cmd/crictl
-	build_critest
-	build_kubelets
-	build_etcd
-	build_tools registry "$TOOLS/registry" github.com/distribution/distribution/v3/cmd/registry
-	build_tools checkpointctl "$TOOLS/checkpointctl" github.com/checkpoint-restore/checkpointctl
-	install_criu
-	build_images
+	local t0=$SECONDS p
+	(($#)) || set -- "${PARTS[@]}"
+	for p in "$@"; do part "$p"; done
 	log "stack ready in $STACK ($((SECONDS - t0))s)"
 }
 

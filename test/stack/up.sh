@@ -64,17 +64,44 @@ spawn() {
 	echo $! >"$f"
 }
 
+# The kubelet's native in-place restart (KEP-5532) and the gates it depends
+# on: kubelet v1.35 has it alpha, off, and refuses to start with it on while
+# ContainerRestartRules or NodeDeclaredFeatures is off (pkg/features/
+# kube_features.go, its dependencies; k8s.io/component-base featuregate,
+# "is enabled, but depends on features that are disabled"); v1.34 has none.
+NATIVE_GATES=(RestartAllContainersOnContainerExits ContainerRestartRules NodeDeclaredFeatures)
+
+# known_gates: the feature gates the node's kubelet has, one a line, from its
+# --help. A kubelet refuses to start on a gate it does not know
+# ("unrecognized feature gate"), so a config sets only these.
+KNOWN_GATES=
+known_gate() {
+	[[ -n $KNOWN_GATES ]] || KNOWN_GATES=$("$STACK/versions/kubernetes-$KUBELET_VERSION/kubelet" --help 2>/dev/null |
+		grep -oE '\b[A-Z][A-Za-z0-9]+=true\|false' | cut -d= -f1 | sort -u)
+	grep -qx "$1" <<<"$KNOWN_GATES"
+}
+
+# native_gates_known: those of NATIVE_GATES the kubelet has, comma-separated.
+native_gates_known() {
+	local g out=""
+	for g in "${NATIVE_GATES[@]}"; do ! known_gate "$g" || out+="${out:+,}$g"; done
+	echo "$out"
+}
+
 # kubelet_config FILE RUNTIME_SOCK MANIFEST_DIR NATIVE_GATES [REDUCED_DECAY [RESTART_ALL]]
-# A gate given as "" keeps the kubelet's default. NATIVE_GATES sets both
-# native in-place restart gates; RESTART_ALL only
-# RestartAllContainersOnContainerExits, the one that makes the kubelet own
-# the AllContainersRestarting condition (internal/podstatus/owner.go).
+# A gate given as "" keeps the kubelet's default; a gate this kubelet does
+# not have is left out. NATIVE_GATES sets the native restart's gates;
+# RESTART_ALL only RestartAllContainersOnContainerExits, the one that makes
+# the kubelet own the AllContainersRestarting condition
+# (internal/podstatus/owner.go).
 kubelet_config() {
 	mkdir -p "$3"
-	local gates=""
-	[[ -z $4 ]] || gates+="  RestartAllContainersOnContainerExits: $4"$'\n'"  ContainerRestartRules: $4"$'\n'
-	[[ -z ${5:-} ]] || gates+="  ReduceDefaultCrashLoopBackOffDecay: $5"$'\n'
-	[[ -z ${6:-} ]] || gates+="  RestartAllContainersOnContainerExits: $6"$'\n'
+	local gates="" g
+	if [[ -n $4 ]]; then
+		for g in "${NATIVE_GATES[@]}"; do ! known_gate "$g" || gates+="  $g: $4"$'\n'; done
+	fi
+	[[ -z ${5:-} ]] || ! known_gate ReduceDefaultCrashLoopBackOffDecay || gates+="  ReduceDefaultCrashLoopBackOffDecay: $5"$'\n'
+	[[ -z ${6:-} ]] || ! known_gate RestartAllContainersOnContainerExits || gates+="  RestartAllContainersOnContainerExits: $6"$'\n'
 	cat >"$1" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -209,9 +236,11 @@ timeout: 30
 YAML
 	# Standalone kubelets (no API server). cgroup v1 host: failCgroupV1 false, cgroupfs.
 	# "kubelet" runs through cri-shim with the kubelet's default feature gates
-	# (the native in-place restart gates are Beta and on in v1.36 and v1.37;
-	# the shim's pods use its annotations, not the native fields);
-	# "kubelet-native" talks to containerd directly with them ON, for comparison.
+	# (the native in-place restart gates are Beta and on in v1.36 and v1.37,
+	# alpha and off in v1.35, absent in v1.34; the shim's pods use its
+	# annotations, not the native fields); "kubelet-native" talks to
+	# containerd directly with them ON, for comparison, where the kubelet has
+	# them (KUBELET_NATIVE_GATES in the env says which it has on).
 	kubelet_config "$NODE_RUN/kubelet.yaml" "$SHIM_SOCK" "$MANIFESTS" ""
 	kubelet_config "$NODE_RUN/kubelet-native.yaml" "$CONTAINERD_SOCK" "$MANIFESTS_NATIVE" true
 	# For the backoff benchmark: through the shim, with the kubelet's own KEP-4603 curve on.
@@ -220,10 +249,8 @@ YAML
 	# off, so the kubelet neither declares the feature nor owns
 	# AllContainersRestarting and the shim writes it. Kubelets before v1.35 do
 	# not know the gate (kubernetes v1.35.4 pkg/features/kube_features.go
-	# adds it, alpha) and would refuse it: it is off there anyway.
-	local restart_all=false
-	[[ $KUBELET_VERSION != 1.3[0-4].* ]] || restart_all=""
-	kubelet_config "$NODE_RUN/kubelet-nogate.yaml" "$SHIM_SOCK" "$MANIFESTS" "" "" "$restart_all"
+	# adds it, alpha): kubelet_config leaves it out there, where it is off anyway.
+	kubelet_config "$NODE_RUN/kubelet-nogate.yaml" "$SHIM_SOCK" "$MANIFESTS" "" "" false
 	# For the deploy test: a kubelet configured for containerd, switched to the
 	# shim only by deploy/kubelet/50-cri-shim.conf in its --config-dir.
 	kubelet_config "$NODE_RUN/kubelet-base.yaml" "$CONTAINERD_SOCK" "$MANIFESTS" ""
@@ -233,6 +260,7 @@ YAML
 	cat >"$NODE_RUN/env" <<ENV
 CONTAINERD_VERSION=$CONTAINERD_VERSION
 KUBELET_VERSION=$KUBELET_VERSION
+KUBELET_NATIVE_GATES=$(native_gates_known)
 NODE_RUN=$NODE_RUN
 NODE_DATA=$NODE_DATA
 STACK=$STACK

@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the kubelet the test stack builds for the matrix's kubelet 1.35.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
