@@ -19,7 +19,7 @@ cd "$REPO"
 LANES=${CRI_SHIM_E2E_LANES:-3}
 FIRST=1
 TIER=${CRI_SHIM_E2E_TIER:-fast}
-OLDEST=2.2.9/1.36.3
+OLDEST=2.2.9/1.34.4
 RUN=
 DURATIONS=test/e2e/durations.txt
 while (($#)); do

@@ -22,13 +22,16 @@ done
 # feature | the tests that show it
 FEATURES=(
 	"CheckpointPod / RestorePod through a CRI client|TestCheckpointPodAndRestorePodThroughCRI"
-	"restored container is the pod's own (256 MiB, hostile dump files, exec, logs, containerd restart)|TestRestoredContainerIsThePodsOwn"
+	"restored container is the pod's own (a memory holder, hostile dump files, exec, logs, containerd restart)|TestRestoredContainerIsThePodsOwn"
 	"warm start by annotation|TestWarmStartUnderKubelet"
 	"restore by PodCheckpoint name|TestPodCheckpointCheckpointAndRestoreByName"
 	"restore from an image reference on a second node|TestRestoreOnAnotherNode"
 	"in-place restart|TestInPlaceRestartAllContainers"
 	"backoff curve|TestBackoffDefaultCurve"
 	"critest parity (shim = direct)|TestCritestThroughShimMatchesDirect"
+	"pod status during an in-place restart (the condition's writer by kubelet)|TestPodStatusDuringInPlaceRestart"
+	"checkpoint image push, pull, restore; containerd's own restore of it|TestCheckpointPushPullRestore"
+	"the fake runtime answers as this containerd|TestFakeRuntimeMatchesContainerd"
 )
 run=""
 for f in "${FEATURES[@]}"; do run+="${run:+|}${f#*|}"; done
