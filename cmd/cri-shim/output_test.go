@@ -257,8 +257,14 @@ func TestProgressOnTerminal(t *testing.T) {
 	p := &progress{w: &b, tty: true, interval: 5 * time.Millisecond}
 	p.line("start")
 	n := 0
-	stop := p.every(func() string { n++; return fmt.Sprintf("step %d", n) })
-	time.Sleep(40 * time.Millisecond)
+	third := make(chan struct{}) // step 2 is written before step 3 is asked for
+	stop := p.every(func() string {
+		if n++; n == 3 {
+			close(third)
+		}
+		return fmt.Sprintf("step %d", n)
+	})
+	<-third
 	stop()
 	p.line("done")
 	s := b.String()

@@ -152,21 +152,35 @@ func TestRestartKeepsOutputOfRunningCapture(t *testing.T) {
 	}
 	capturing := make(chan bool, 1)
 	capturing <- true
+	var asked atomic.Int32 // looks at whether containerd still captures
 	fx.setCapturing(func(string) bool {
 		v := <-capturing
 		capturing <- v
+		asked.Add(1)
 		return v
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { fx.svc.Recover(ctx); fx.svc.RetryResumes(ctx); close(done) }()
-	time.Sleep(50 * time.Millisecond)
-	if got := entries(t, fx.dir); len(got) != 2 || !fx.tasks.IsPaused("c1") {
-		t.Fatalf("touched while containerd captures: output %v, paused %v", got, fx.tasks.IsPaused("c1"))
+	// A second look means the first one's pass is over: it found the
+	// capture running and left the record for a later pass.
+	untouched := func() {
+		if got := entries(t, fx.dir); len(got) != 2 || !fx.tasks.IsPaused("c1") {
+			t.Fatalf("touched while containerd captures: output %v, paused %v", got, fx.tasks.IsPaused("c1"))
+		}
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for asked.Load() < 2 {
+		untouched()
+		if time.Now().After(deadline) {
+			t.Fatalf("the recovery looked %d times at the running capture in 5 s, want it retrying", asked.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	untouched()
 	<-capturing
 	capturing <- false
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for len(entries(t, fx.dir)) > 0 || fx.tasks.IsPaused("c1") {
 		if time.Now().After(deadline) {
 			t.Fatalf("not cleaned after the capture ended: %v", entries(t, fx.dir))

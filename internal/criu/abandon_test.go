@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cri-shim/cri-shim/internal/goroutinetest"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -63,8 +64,8 @@ func TestRetryAfterAbandonedCheckpoint(t *testing.T) {
 				_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(dir, "c1", "c2"))
 				errc <- err
 			}()
-			// The leftover capture ends while the retry is waiting or running.
-			time.Sleep(50 * time.Millisecond)
+			// The leftover capture ends while the retry waits for it.
+			goroutinetest.WaitBlocked(t, "capture.(*Service).claim")
 			release()
 			if err := <-errc; err != nil {
 				t.Fatalf("retry: %v", err)

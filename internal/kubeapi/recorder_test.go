@@ -248,14 +248,23 @@ func TestEventWritesYieldToStatusWrites(t *testing.T) {
 	r, ctx := testRecorder(t, cs)
 	var pending atomic.Bool
 	pending.Store(true)
-	r.statusPending = pending.Load
+	// asked counts the writer's looks at the status queue: a third look
+	// while one is pending means the writer holds the event and waits.
+	var asked atomic.Int32
+	r.statusPending = func() bool { asked.Add(1); return pending.Load() }
 	r.record(ctx, &backOff)
-	time.Sleep(200 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for asked.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the event writer looked at the status writes %d times in 5 s, want it waiting on them", asked.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if n := len(events(t, cs)); n != 0 {
 		t.Fatalf("%d events written while a status write was pending", n)
 	}
 	pending.Store(false)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for len(events(t, cs)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the event was not written once no status write was pending")

@@ -478,13 +478,24 @@ func TestQueuedWritesAreMadeAtStop(t *testing.T) {
 
 	// The server down: nothing is probed or written after the stop.
 	down := NewFor(kubeapitest.Clientset{Interface: cs}, "node-1")
-	down.probe = func(context.Context) error { return errors.New("connection refused") }
+	probed := make(chan struct{}, 1)
+	down.probe = func(context.Context) error {
+		select {
+		case probed <- struct{}{}:
+		default:
+		}
+		return errors.New("connection refused")
+	}
 	w = NewWriter(down, fastOptions())
 	ctx, cancel = context.WithCancel(context.Background())
 	done = make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
 	w.SetPodCondition(podA, Condition{Type: "Y", Status: corev1.ConditionTrue})
-	time.Sleep(20 * time.Millisecond)
+	select { // the write is in hand, waiting for the server
+	case <-probed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer never probed the server for the queued write")
+	}
 	start := time.Now()
 	cancel()
 	<-done

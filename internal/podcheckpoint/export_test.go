@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,16 +88,37 @@ func TestExportOnceReady(t *testing.T) {
 	if c := ready(done); c.Status != metav1.ConditionTrue {
 		t.Errorf("Ready changed by the export: %+v", c)
 	}
-	time.Sleep(400 * time.Millisecond)
-	if n := x.count(); n != 3 {
-		t.Fatalf("%d pushes, want 3 (two failed, each retried after exportRetry): %v", n, x.calls)
-	}
-	if want := "ns web uid-1 regcred reg.example/cp/web:v1 " + e.root + "/pcp-obj-cp"; x.calls[2] != want {
-		t.Errorf("push %q, want %q", x.calls[2], want)
-	}
+	// A push retried after the success would come exportRetry after it.
+	// Another object whose first push fails, made now, is pushed again
+	// exportRetry after that failure: once it is Exported, such a retry of
+	// cp would have come.
 	x.mu.Lock()
-	at := slices.Clone(x.at)
+	x.errs = append(x.errs, errors.New("registry said 503"))
 	x.mu.Unlock()
+	later := object("ns", "later", "web")
+	later.Spec.Export = &cpv1.PodCheckpointExport{Image: "reg.example/cp/web:v2", SecretName: "regcred"}
+	e.create(later)
+	e.waitExported(t, "ns", "later", cpv1.ReasonExported)
+	x.mu.Lock()
+	calls, at := slices.Clone(x.calls), slices.Clone(x.at)
+	x.mu.Unlock()
+	var ofCP []string
+	for i, c := range calls {
+		switch {
+		case strings.HasSuffix(c, "/pcp-obj-cp"):
+			ofCP = append(ofCP, c)
+		case strings.HasSuffix(c, "/pcp-obj-later"):
+		default:
+			t.Errorf("push %d %q: of neither object with spec.export", i, c)
+		}
+	}
+	if len(ofCP) != 3 {
+		t.Fatalf("%d pushes of cp, want 3 (two failed, each retried after exportRetry): %v", len(ofCP), calls)
+	}
+	if want := "ns web uid-1 regcred reg.example/cp/web:v1 " + e.root + "/pcp-obj-cp"; ofCP[2] != want {
+		t.Errorf("push %q, want %q", ofCP[2], want)
+	}
+	at = at[:3] // cp's
 	for i := 1; i < len(at); i++ {
 		if gap := at[i].Sub(at[i-1]); gap < exportRetry {
 			t.Errorf("push %d came %s after the failed one, before exportRetry %s", i, gap, exportRetry)

@@ -60,11 +60,15 @@ func (e *env) pod(ns, name, uid string) *corev1.Pod {
 	return p
 }
 
-func (e *env) create(pc *cpv1.PodCheckpoint) {
+// create stores pc as the API server would and hands it to the reconciler
+// as a watch would; it returns the stored copy.
+func (e *env) create(pc *cpv1.PodCheckpoint) *cpv1.PodCheckpoint {
 	if pc.UID == "" {
 		pc.UID = types.UID("obj-" + pc.Name)
 	}
-	e.r.Observe(e.api.put(pc))
+	out := e.api.put(pc)
+	e.r.Observe(out.DeepCopy())
+	return out
 }
 
 func object(ns, name, pod string) *cpv1.PodCheckpoint {
@@ -174,18 +178,34 @@ func TestOthersObjectsLeftAlone(t *testing.T) {
 	e := newEnv(t)
 	e.run(t)
 	e.pod("ns", "web", "uid-1")
-	e.create(object("ns", "elsewhere", "not-here"))
-	e.create(object("other-ns", "same-name", "web")) // same pod name, other namespace
 	theirs := object("ns", "theirs", "web")
 	theirs.Status.NodeName = "node-b"
-	e.create(theirs)
 	img := object("ns", "img", "")
 	img.Spec.SourceImage = "127.0.0.1:5000/cp/web@sha256:" + strings.Repeat("a", 64)
 	img.Status.NodeName = "node-a"
-	e.create(img)
-	time.Sleep(200 * time.Millisecond)
-	if r := e.api.reasons(); len(r) != 0 || e.ck.count() != 0 {
-		t.Errorf("wrote %v, checkpointed %d times", r, e.ck.count())
+	var others []*cpv1.PodCheckpoint // as created
+	for _, pc := range []*cpv1.PodCheckpoint{
+		object("ns", "elsewhere", "not-here"),
+		object("other-ns", "same-name", "web"), // same pod name, other namespace
+		theirs, img,
+	} {
+		others = append(others, e.create(pc))
+	}
+	// One worker takes the queue in order: once an object of this node's
+	// pod, queued after them, is done, each of them has been looked at.
+	e.create(object("ns", "mine", "web"))
+	e.waitReason(t, "ns", "mine", cpv1.ReasonCompleted)
+	if r := e.api.reasons(); !slices.Equal(r, []string{cpv1.ReasonPending, cpv1.ReasonInProgress, cpv1.ReasonCompleted}) || e.ck.count() != 1 {
+		t.Errorf("wrote %v, checkpointed %d times; want only the Ready reasons of ns/mine and its checkpoint", r, e.ck.count())
+	}
+	for _, was := range others {
+		pc, err := e.api.Get(context.Background(), was.Namespace, was.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pc.ResourceVersion != was.ResourceVersion {
+			t.Errorf("%s/%s written: resource version %s, created as %s", was.Namespace, was.Name, pc.ResourceVersion, was.ResourceVersion)
+		}
 	}
 }
 
@@ -219,6 +239,7 @@ func TestSourcePodReplaced(t *testing.T) {
 func TestOneCheckpointInFlight(t *testing.T) {
 	e := newEnv(t)
 	e.ck.release = make(chan struct{})
+	e.pod("ns", "db", "uid-db")
 	e.run(t)
 	e.pod("ns", "web", "uid-1")
 	e.create(object("ns", "cp", "web"))
@@ -226,16 +247,22 @@ func TestOneCheckpointInFlight(t *testing.T) {
 	e.create(object("ns", "cp2", "web")) // a second object for the same pod waits
 	for range 50 {
 		e.r.Observe(pc)
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // spread over the worker's turns
 	}
-	if n := e.ck.count(); n != 1 {
-		t.Fatalf("%d checkpoints in flight, want 1", n)
+	// An object of another pod, queued after the copies, starts its own
+	// checkpoint once the worker has taken them all.
+	e.create(object("ns", "other", "db"))
+	e.waitReason(t, "ns", "other", cpv1.ReasonInProgress)
+	eventually(t, "the other pod's checkpoint never called", func() bool { return e.ck.count() >= 2 })
+	if n := e.ck.count(); n != 2 {
+		t.Fatalf("%d checkpoints in flight, want 2: one of web (however often its object was seen) and one of db", n)
 	}
 	close(e.ck.release)
 	e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
 	e.waitReason(t, "ns", "cp2", cpv1.ReasonCompleted)
-	if n := e.ck.count(); n != 2 {
-		t.Errorf("%d checkpoints, want 2", n)
+	e.waitReason(t, "ns", "other", cpv1.ReasonCompleted)
+	if n := e.ck.count(); n != 3 {
+		t.Errorf("%d checkpoints, want 3", n)
 	}
 }
 
@@ -332,12 +359,20 @@ func TestLateCopyAfterCompletion(t *testing.T) {
 	stale := e.waitReason(t, "ns", "cp", cpv1.ReasonInProgress)
 	close(e.ck.release)
 	done := e.waitReason(t, "ns", "cp", cpv1.ReasonCompleted)
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, "the checkpoint never ended here", func() bool {
+		e.r.mu.Lock()
+		defer e.r.mu.Unlock()
+		_, busy := e.r.byPod[key("ns", "web")]
+		return !busy
+	})
 	e.r.Observe(stale)
-	time.Sleep(200 * time.Millisecond)
+	// One worker takes the queue in order: once an object queued after
+	// the late copy is done, the copy has been looked at.
+	e.create(object("ns", "after", "web"))
+	e.waitReason(t, "ns", "after", cpv1.ReasonCompleted)
 	pc, _ := e.api.Get(context.Background(), "ns", "cp")
-	if c := ready(pc); c.Reason != cpv1.ReasonCompleted || e.ck.count() != 1 {
-		t.Errorf("after a late copy: %s, %d checkpoints", c.Reason, e.ck.count())
+	if c := ready(pc); c.Reason != cpv1.ReasonCompleted || e.ck.count() != 2 {
+		t.Errorf("after a late copy: %s, %d checkpoints (want 2: cp's and the next object's)", c.Reason, e.ck.count())
 	}
 	if _, err := os.Stat(filepath.Join(e.root, DataDir(done), "manifest.json")); err != nil {
 		t.Errorf("data: %v", err)

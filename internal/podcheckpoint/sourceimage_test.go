@@ -27,6 +27,7 @@ var srcRef = "127.0.0.1:5000/cp/web@sha256:" + strings.Repeat("a", 64)
 type fakeSources struct {
 	mu      sync.Mutex
 	calls   []string
+	at      []time.Time
 	err     error
 	release chan struct{}
 }
@@ -34,6 +35,7 @@ type fakeSources struct {
 func (f *fakeSources) CheckSource(ctx context.Context, ns, pod, uid, ref string) (ociartifact.SourceInfo, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, ns+" "+pod+" "+uid+" "+ref)
+	f.at = append(f.at, time.Now())
 	err, release := f.err, f.release
 	f.mu.Unlock()
 	if release != nil {
@@ -76,6 +78,26 @@ func sourceEnv(t *testing.T, src SourceChecker) (*env, *Restores, *fakeEvents) {
 func imageObject(ns, name string) *cpv1.PodCheckpoint {
 	return &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1, UID: types.UID("obj-" + name)},
 		Spec: cpv1.PodCheckpointSpec{SourceImage: srcRef}}
+}
+
+// sourceIdle waits until the reconciler has taken every source request of
+// ns/name and no check runs: a check those requests would make has been
+// made.
+func (e *env) sourceIdle(t *testing.T, ns, name string) {
+	t.Helper()
+	waitFor(t, "the source requests of "+ns+"/"+name+" taken, no check running", func() bool {
+		e.r.mu.Lock()
+		defer e.r.mu.Unlock()
+		if _, ok := e.r.srcReq[key(ns, name)]; ok {
+			return false
+		}
+		for _, st := range e.r.srcState {
+			if st.checking {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // resolveUntil calls Resolve as the kubelet's retries do until it answers.
@@ -137,7 +159,7 @@ func TestSourceImageStatusOnRestore(t *testing.T) {
 	for range 5 {
 		resolveUntil(t, rs, "ns", "restored", "u2", "img")
 	}
-	time.Sleep(3 * sourceMinGap)
+	e.sourceIdle(t, "ns", "img")
 	if n := src.count(); n != 1 {
 		t.Errorf("%d checks after the same pod's retries, want 1", n)
 	}
@@ -172,14 +194,24 @@ func TestSourceImageFailedCheckRetried(t *testing.T) {
 	resolveUntil(t, rs, "ns", "restored", "u2", "img")
 	e.waitReason(t, "ns", "img", cpv1.ReasonSourceImageUnreachable)
 	resolveUntil(t, rs, "ns", "restored", "u2", "img") // a retry at once
-	time.Sleep(2 * sourceMinGap)
+	e.sourceIdle(t, "ns", "img")
 	if n := src.count(); n != 1 {
 		t.Errorf("%d checks right after a failure, want 1", n)
 	}
 	src.set(nil)
-	time.Sleep(sourceRetry)
-	resolveUntil(t, rs, "ns", "restored", "u2", "img")
-	e.waitReason(t, "ns", "img", cpv1.ReasonSourceImageResolved)
+	// The kubelet goes on retrying: the check is made again, once
+	// sourceRetry has passed since the failed one.
+	waitFor(t, "a retry resolving img", func() bool {
+		resolveUntil(t, rs, "ns", "restored", "u2", "img")
+		pc, err := e.api.Get(context.Background(), "ns", "img")
+		return err == nil && ready(pc) != nil && ready(pc).Reason == cpv1.ReasonSourceImageResolved
+	})
+	src.mu.Lock()
+	at := slices.Clone(src.at)
+	src.mu.Unlock()
+	if len(at) != 2 || at[1].Sub(at[0]) < sourceRetry {
+		t.Errorf("checks at %v, want two, sourceRetry (%s) apart at least", at, sourceRetry)
+	}
 }
 
 // An object another node holds is that node's to write: a restore here
@@ -204,7 +236,7 @@ func TestSourceImageHeldElsewhere(t *testing.T) {
 	held.Status.NodeName = "node-b"
 	e.api.put(held)
 	resolveUntil(t, rs, "ns", "restored", "u3", "raced")
-	time.Sleep(200 * time.Millisecond)
+	e.sourceIdle(t, "ns", "raced")
 	pc, _ := e.api.Get(context.Background(), "ns", "raced")
 	if pc.Status.NodeName != "node-b" || len(e.api.reasons()) != 0 {
 		t.Errorf("node-b's objects written: %+v, reasons %v", pc.Status, e.api.reasons())
@@ -226,7 +258,7 @@ func TestSourceImageReplacedObject(t *testing.T) {
 	again.UID = "obj-img-2"
 	e.api.put(again)
 	resolveUntil(t, rs, "ns", "restored", "u2", "img")
-	time.Sleep(300 * time.Millisecond)
+	e.sourceIdle(t, "ns", "img")
 	if r, n := e.api.reasons(), src.count(); len(r) != 0 || n > 1 {
 		t.Errorf("the replaced object's outcome: reasons written %v, %d checks", r, n)
 	}
@@ -264,8 +296,8 @@ func TestSourceImageNoClaimBeforeOutcome(t *testing.T) {
 	t.Cleanup(release) // before the reconciler's stop, which waits for the check
 	e.api.put(imageObject("ns", "img"))
 	resolveUntil(t, rs, "ns", "restored", "u2", "img")
+	// The check has been called: a claim written before it would be there.
 	waitFor(t, "the check", func() bool { return src.count() == 1 })
-	time.Sleep(100 * time.Millisecond)
 	pc, err := e.api.Get(context.Background(), "ns", "img")
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +310,7 @@ func TestSourceImageNoClaimBeforeOutcome(t *testing.T) {
 	setReady(&pc.Status, metav1.ConditionTrue, cpv1.ReasonSourceImageResolved, "node-b's outcome", 1, time.Now())
 	e.api.put(pc)
 	release()
-	time.Sleep(200 * time.Millisecond)
+	e.sourceIdle(t, "ns", "img")
 	got, _ := e.api.Get(context.Background(), "ns", "img")
 	if c := ready(got); got.Status.NodeName != "node-b" || c == nil || c.Message != "node-b's outcome" || len(e.api.reasons()) != 0 {
 		t.Errorf("node-b's outcome overwritten: %+v, reasons %v", got.Status, e.api.reasons())

@@ -98,8 +98,11 @@ func TestForgottenOnlyWhenNeitherWatchHasIt(t *testing.T) {
 		return a && b && known()
 	})
 	routed.Delete(pc.DeepCopy())
-	waitFor(t, "the routed watch lets it go", func() bool { _, ok, _ := ri.GetStore().GetByKey("ns/cp"); return !ok })
-	time.Sleep(50 * time.Millisecond)
+	// The routed watch's handler takes its notifications in order: once it
+	// has seen an object added after the delete, it has handled the delete.
+	after := &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "after", UID: "u2"}}
+	routed.Add(after)
+	waitFor(t, "the routed watch's handler past the delete", func() bool { return e.r.get(key("ns", "after")) != nil })
 	if !known() {
 		t.Fatal("forgotten although the held watch still has it")
 	}

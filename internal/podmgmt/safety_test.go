@@ -91,7 +91,14 @@ func TestHostNetworkPodGetsNoChannel(t *testing.T) {
 	f.run(t, "o1", "orch")
 	p := f.m.get("sb")
 	eventually(t, func() bool { st, _ := p.state.Load().(string); return st == "refused(host_network)" })
-	time.Sleep(200 * time.Millisecond) // several backoff periods: nothing more is tried
+	// The pod's connector has ended: nothing is tried again.
+	ended := make(chan struct{})
+	go func() { f.m.connectors.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the refused pod's connector still runs: it would try again")
+	}
 	if n := conns.Load() + hostConns.Load(); n != 0 {
 		t.Fatalf("%d connections made to the host's 127.0.0.1", n)
 	}

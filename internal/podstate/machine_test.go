@@ -90,9 +90,9 @@ type statusSource struct {
 }
 
 func (s *statusSource) ContainerStatus(_ context.Context, in *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
-	s.calls.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.calls.Add(1) // once the state is read: a count says the look saw it
 	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{Id: in.ContainerId, State: s.state,
 		Metadata: &runtimeapi.ContainerMetadata{Name: "init"}}}, nil
 }
@@ -117,7 +117,12 @@ func TestWaitForWakesOnTheStopEvent(t *testing.T) {
 		s, err := m.waitFor(context.Background(), "sb", "c1", true)
 		done <- result{s, err}
 	}()
-	time.Sleep(300 * time.Millisecond) // well under stateRecheck
+	// The first look has seen the container running; the exit comes after.
+	for deadline := time.Now().Add(5 * time.Second); rt.calls.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("waitFor never looked at the container")
+		}
+	}
 	rt.mu.Lock()
 	rt.state = runtimeapi.ContainerState_CONTAINER_EXITED
 	rt.mu.Unlock()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cri-shim/cri-shim/internal/goroutinetest"
 )
 
 func dialOK(t *testing.T, path string) net.Conn {
@@ -35,7 +37,7 @@ func TestSocketListensBetweenRuns(t *testing.T) {
 	run := l.Serving()
 	blocked := make(chan error, 1)
 	go func() { _, err := run.Accept(); blocked <- err }()
-	time.Sleep(20 * time.Millisecond)
+	goroutinetest.WaitBlocked(t, "server.(*servingListener).Accept") // in accept(2)
 	if err := run.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -14,8 +15,15 @@ import (
 func TestRunGroupStopsUsersFirst(t *testing.T) {
 	var mu sync.Mutex
 	var stopped []string
+	var started sync.WaitGroup // each runnable has begun
+	var endedAtStart atomic.Int32
 	record := func(name string, linger time.Duration) func(context.Context) {
+		started.Add(1)
 		return func(ctx context.Context) {
+			if ctx.Err() != nil {
+				endedAtStart.Add(1)
+			}
+			started.Done()
 			<-ctx.Done()
 			time.Sleep(linger) // a runnable finishing its last work
 			mu.Lock()
@@ -33,12 +41,12 @@ func TestRunGroupStopsUsersFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	started.Wait()
 	mu.Lock()
 	early := len(stopped)
 	mu.Unlock()
-	if early != 0 {
-		t.Fatalf("%d runnables stopped before ctx ended or stop was called", early)
+	if early != 0 || endedAtStart.Load() != 0 {
+		t.Fatalf("%d runnables stopped, %d given an ended context, before ctx ended or stop was called", early, endedAtStart.Load())
 	}
 	cancel() // the server's context ends: the stop begins
 	deadline := time.Now().Add(5 * time.Second)

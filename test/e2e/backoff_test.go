@@ -94,10 +94,9 @@ func gaps(t *testing.T, name string, n int) []float64 {
 		}
 		return nil
 	})
-	starts, exits := stamps(name)
 	var out []float64
-	for i := 1; i <= n; i++ {
-		out = append(out, math.Round((starts[i+1]-exits[i])*100)/100)
+	for _, g := range stampGaps(t, name, n) {
+		out = append(out, math.Round(g*100)/100)
 	}
 	return out
 }
@@ -156,7 +155,7 @@ func TestBackoffSpacesPodRestarts(t *testing.T) {
 	}
 	var holds []float64
 	for i, want := range []float64{1, 2, 4} {
-		hold := math.Round((inits[i+1]-exits[i+1])*100) / 100
+		hold := math.Round((inits[i+1]-mustStamp(t, name, exits, "exit", i+1))*100) / 100
 		holds = append(holds, hold)
 		if d := hold - want; d < 0 || d > 0.5 {
 			t.Fatalf("exit to restart (hold) %v: want 1, 2, 4 s (+0.5 s); exit to main running %v", holds, got)

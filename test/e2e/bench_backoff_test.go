@@ -42,11 +42,15 @@ func countStarts(b *testing.B, d time.Duration, pods map[string]string) (map[str
 	deadline := time.Now().Add(60 * time.Second)
 	for len(first) < len(pods) && time.Now().Before(deadline) {
 		for name := range pods {
-			if s, _ := stamps(name); s[1] > 0 {
-				first[name] = s[1]
+			if v, ok := firstStart(name); ok {
+				first[name] = v
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if len(first) < len(pods) {
+		// The window opens at a start stamp; without one it would open at 0.
+		b.Fatalf("only %d of %d pods stamped a first start within 60 s: %v", len(first), len(pods), first)
 	}
 	shim := pidOf("cri-shim")
 	cpu0, t0 := procstat.CPUSeconds(shim), time.Now()
@@ -63,6 +67,13 @@ func countStarts(b *testing.B, d time.Duration, pods map[string]string) (map[str
 		_ = os.Remove(filepath.Join(node.env["MANIFESTS"], name+".yaml"))
 	}
 	return out, shimCPU
+}
+
+// firstStart is a bench pod's first start stamp, if it wrote one.
+func firstStart(name string) (float64, bool) {
+	starts, _ := stamps(name)
+	v, ok := starts[1]
+	return v, ok
 }
 
 // BenchmarkBackoff (make bench-backoff): restarts of one instantly crashing

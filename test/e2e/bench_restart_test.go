@@ -61,17 +61,21 @@ RULES    command: ["sh", "-c", "n=$(cat /t/count 2>/dev/null || echo 0); n=$((n+
 	return strings.Replace(m, "RULES", rules, 1)
 }
 
-// stamps reads "start N t" / "exit N t" lines of a bench pod.
+// stamps reads "start N t" / "exit N t" lines of a bench pod (a line cut
+// short or garbled is left out, so it reads as missing, never as 0).
 func stamps(name string) (starts, exits map[int]float64) {
 	starts, exits = map[int]float64{}, map[int]float64{}
 	b, _ := os.ReadFile(filepath.Join(node.env["NODE_DATA"], "bench", name, "t.log"))
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) != 3 {
+		if len(f) != 3 || f[0] != "start" && f[0] != "exit" {
 			continue
 		}
-		n, _ := strconv.Atoi(f[1])
-		v, _ := strconv.ParseFloat(f[2], 64)
+		n, nerr := strconv.Atoi(f[1])
+		v, verr := strconv.ParseFloat(f[2], 64)
+		if nerr != nil || verr != nil {
+			continue
+		}
 		if f[0] == "start" {
 			starts[n] = v
 		} else {
@@ -79,6 +83,31 @@ func stamps(name string) (starts, exits map[int]float64) {
 		}
 	}
 	return starts, exits
+}
+
+// mustStamp is run i's stamp of the given kind ("start" or "exit") from m;
+// a missing one fails the test, naming it. Read as 0 it made a gap of the
+// host's whole uptime (a 41,761 s "gap" in a stored run).
+func mustStamp(t testing.TB, name string, m map[int]float64, kind string, i int) float64 {
+	t.Helper()
+	v, ok := m[i]
+	if !ok {
+		b, _ := os.ReadFile(filepath.Join(node.env["NODE_DATA"], "bench", name, "t.log"))
+		t.Fatalf("%s: no %s stamp of run %d; t.log:\n%s", name, kind, i, b)
+	}
+	return v
+}
+
+// stampGaps returns, for runs 1..n of a bench pod, the time from run i's
+// exit stamp to run i+1's start stamp; each stamp must be there.
+func stampGaps(t testing.TB, name string, n int) []float64 {
+	t.Helper()
+	starts, exits := stamps(name)
+	out := make([]float64, 0, n)
+	for i := 1; i <= n; i++ {
+		out = append(out, mustStamp(t, name, starts, "start", i+1)-mustStamp(t, name, exits, "exit", i))
+	}
+	return out
 }
 
 // initStarts returns the times the pod's init container ran, in order: the
@@ -122,12 +151,7 @@ func inPlaceBlock(t testing.TB, name, dir, rule string, k int) []float64 {
 		}
 		return nil
 	})
-	starts, exits := stamps(name)
-	var out []float64
-	for i := 1; i <= k; i++ {
-		out = append(out, starts[i+1]-exits[i])
-	}
-	return out
+	return stampGaps(t, name, k)
 }
 
 // recreateBlock: main exits 88 with no rule, the pod fails, and a controller
@@ -142,7 +166,6 @@ func recreateBlock(t testing.TB, base string, k int) []float64 {
 		if err := os.WriteFile(p, []byte(benchPod(name, 1, "")), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		var exitAt float64
 		eventually(t, 60*time.Second, name+" to fail", func() error {
 			pod, err := kubeletPod(t, fullName(name))
 			if err != nil {
@@ -151,10 +174,10 @@ func recreateBlock(t testing.TB, base string, k int) []float64 {
 			if pod.Status.Phase != corev1.PodFailed {
 				return fmt.Errorf("phase %s", pod.Status.Phase)
 			}
-			_, exits := stamps(name)
-			exitAt = exits[1]
 			return nil
 		})
+		_, exits := stamps(name)
+		exitAt := mustStamp(t, name, exits, "exit", 1)
 		_ = os.Remove(p)
 		next := name + "-new"
 		_ = os.RemoveAll(filepath.Join(node.env["NODE_DATA"], "bench", next))
@@ -163,13 +186,13 @@ func recreateBlock(t testing.TB, base string, k int) []float64 {
 			t.Fatal(err)
 		}
 		eventually(t, 60*time.Second, next+" to run", func() error {
-			if starts, _ := stamps(next); starts[1] == 0 {
+			if starts, _ := stamps(next); len(starts) == 0 {
 				return fmt.Errorf("not started")
 			}
 			return nil
 		})
 		starts, _ := stamps(next)
-		out = append(out, starts[1]-exitAt)
+		out = append(out, mustStamp(t, next, starts, "start", 1)-exitAt)
 		_ = os.Remove(np)
 	}
 	return out

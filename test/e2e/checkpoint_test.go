@@ -125,6 +125,20 @@ func countersSince(t testing.TB, path string, since time.Time) (all []int, first
 	return all, firstAfter
 }
 
+// countersLoggedSince waits for the counter logged at path to show a number
+// written after since, then returns what countersSince does. path is asked
+// anew at each try (a pod's log file appears with its container).
+func countersLoggedSince(t testing.TB, path func() string, since time.Time) (all []int, firstAfter int) {
+	t.Helper()
+	eventually(t, 30*time.Second, "a counter logged after "+since.Format(time.RFC3339Nano), func() error {
+		if all, firstAfter = countersSince(t, path(), since); firstAfter < 0 {
+			return fmt.Errorf("%d numbers logged at %q, none after it", len(all), path())
+		}
+		return nil
+	})
+	return all, firstAfter
+}
+
 func lastCounter(t testing.TB, path string) int {
 	c := counters(t, path)
 	if len(c) == 0 {
@@ -240,9 +254,8 @@ func TestCheckpointPodAndRestorePodThroughCRI(t *testing.T) {
 		}
 	}
 	t.Logf("StartContainer of both restored containers: %.3fs", time.Since(t0).Seconds())
-	time.Sleep(time.Second)
 	for _, c := range []string{"a", "b"} {
-		got, first := countersSince(t, filepath.Join(dstLogs, c+".log"), t0)
+		got, first := countersLoggedSince(t, func() string { return filepath.Join(dstLogs, c+".log") }, t0)
 		if first < before[c] {
 			t.Fatalf("%s: the restored process logged %d first; the counter was at %d before the checkpoint (started from scratch?)", c, first, before[c])
 		}
@@ -258,10 +271,12 @@ func TestCheckpointPodAndRestorePodThroughCRI(t *testing.T) {
 	assertNoImageChange(t, images, "RestorePod and the start of the restored containers")
 	// The source kept running.
 	now := lastCounter(t, filepath.Join(srcLogs, "a.log"))
-	time.Sleep(500 * time.Millisecond)
-	if after := lastCounter(t, filepath.Join(srcLogs, "a.log")); after <= now {
-		t.Fatalf("source pod stopped counting (%d then %d)", now, after)
-	}
+	eventually(t, 10*time.Second, "the source pod counting on", func() error {
+		if after := lastCounter(t, filepath.Join(srcLogs, "a.log")); after <= now {
+			return fmt.Errorf("source pod stopped counting (%d then %d)", now, after)
+		}
+		return nil
+	})
 	assertRunning(t, ids)
 }
 

@@ -47,11 +47,14 @@ func TestRestoreThroughTLSRegistry(t *testing.T) {
 		out, err := exec.Command(node.env["SHIM_BIN"], append(args, "--config", node.env["SHIM_CONFIG"])...).CombinedOutput()
 		return string(out), err
 	}
+	// Read before the checkpoint (the cut is later): read after it, the
+	// source has counted on past the cut while the command finished, and a
+	// restore that goes on from the cut looked "from scratch".
+	before := lastCounter(t, podLog(t, src, "main"))
 	if out, err := shim("checkpoint", "--namespace", "default", "--pod", src, "--name", cp, "--timeout", "60s"); err != nil {
 		t.Fatalf("cri-shim checkpoint: %v\n%s", err, out)
 	}
 	checkpointed := time.Now()
-	before := lastCounter(t, podLog(t, src, "main"))
 
 	ref := addr + "/e2e/tls-pod:v1"
 	if out, err := shim("checkpoint", "push", cp, ref); err == nil || !strings.Contains(out, "certificate") {
@@ -75,8 +78,7 @@ func TestRestoreThroughTLSRegistry(t *testing.T) {
 	t0 := time.Now()
 	waitRunning(t, dst, 3*time.Minute, 0, "sidecar", "main")
 	t.Logf("restored from the TLS registry: Running %.1fs after the manifest was placed", time.Since(t0).Seconds())
-	time.Sleep(time.Second)
-	_, first := countersSince(t, podLog(t, fullName(dst), "main"), checkpointed)
+	_, first := countersLoggedSince(t, func() string { return podLog(t, fullName(dst), "main") }, checkpointed)
 	if first < before {
 		t.Fatalf("the restored main logged %d first; the source was at %d before the checkpoint (started from scratch?)", first, before)
 	}

@@ -162,8 +162,13 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := waitCheckpoint(t, pcs, ns, "cp", cpv1.ReasonCompleted, 2*time.Minute)
-	time.Sleep(500 * time.Millisecond)
-	got := reasons()
+	var got []string
+	eventually(t, 10*time.Second, "the watch delivering CheckpointCompleted", func() error {
+		if got = reasons(); !slices.Contains(got, cpv1.ReasonCompleted) {
+			return fmt.Errorf("reasons seen %v", got)
+		}
+		return nil
+	})
 	if i, j, k := slices.Index(got, cpv1.ReasonPending), slices.Index(got, cpv1.ReasonInProgress), slices.Index(got, cpv1.ReasonCompleted); i < 0 || j < i || k < j {
 		t.Errorf("Ready reasons seen %v, want Pending, CheckpointInProgress, CheckpointCompleted in order", got)
 	}

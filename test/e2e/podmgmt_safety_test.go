@@ -66,35 +66,63 @@ spec:
     command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
 `, name, port))
 	p := waitRunning(t, name, 90*time.Second, 0, "orch", "main")
-	// The connector used to dial at once when orch started and retry every
-	// 0.2 s and more; ten seconds cover many attempts.
-	time.Sleep(10 * time.Second)
+	// The refusal is the shim's decision on this pod's channel (made when
+	// the kubelet ran the sandbox). A connector would start when orch
+	// started and dial at once (the code before a4e2e3d did); the kubelet
+	// has seen main, started after orch, running, and two more of its
+	// relists pass through the shim: any such dial would have come by then.
+	eventually(t, 30*time.Second, "the refusal counted", func() error {
+		if after := refusedMetric(t, "host_network"); after < before+1 {
+			return fmt.Errorf("cri_shim_podmgmt_channel_refused_total{reason=\"host_network\"} %v -> %v, want the refusal counted", before, after)
+		}
+		return nil
+	})
+	kubeletRelists(t, 2)
 	if n := conns.Load(); n != 0 {
 		t.Fatalf("the shim made %d connections to 127.0.0.1:%d for host-network pod %s", n, port, name)
 	}
-	if after := refusedMetric(t, "host_network"); after < before+1 {
-		t.Fatalf("cri_shim_podmgmt_channel_refused_total{reason=\"host_network\"} %v -> %v, want the refusal counted", before, after)
-	}
-	t.Logf("pod IP %q (host network); no connection in 10 s; refusal counted", p.Status.PodIP)
+	t.Logf("pod IP %q (host network); refusal counted; no connection by the kubelet's second relist after main ran", p.Status.PodIP)
+}
+
+// kubeletRelists waits for n more of the kubelet's relists (its PLEG lists
+// the sandboxes every second) to pass through the shim: a point the node's
+// work of the last moments is behind.
+func kubeletRelists(t *testing.T, n int) {
+	t.Helper()
+	const relist = `cri_shim_grpc_requests_total{method="runtime.v1.RuntimeService/ListPodSandbox"}`
+	from := metricValue(scrapeMetrics(t), relist)
+	eventually(t, 30*time.Second, fmt.Sprintf("%d relists of the kubelet through the shim", n), func() error {
+		if now := metricValue(scrapeMetrics(t), relist); now < from+float64(n) {
+			return fmt.Errorf("%v ListPodSandbox calls, from %v", now, from)
+		}
+		return nil
+	})
 }
 
 // A container the orchestrator terminated stays terminated although its
 // Restart rule (NotIn [0]) would restart it within a second or two, until
-// the orchestrator restarts it.
+// the orchestrator restarts it. A control container, ctl, has the same rule
+// and exits 3 by itself once main is held: its restart by the rule shows
+// that main's would have come by then.
 func TestPodManagementTerminateSticks(t *testing.T) {
 	needKubelet(t)
 	kubeletLog := filepath.Join(node.env["NODE_RUN"], "kubelet.log")
 	logFrom := fileSize(kubeletLog) // only this test's part of the log
 	bin := buildOrchestrator(t)
 	name := "orch-hold"
+	rule := `'[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]'`
 	placeManifest(t, name, orchPodWith(name, bin, 50053, true,
-		`    restart-rules.cri-shim.io/main: '[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]'
-`, `  - name: keep
+		"    restart-rules.cri-shim.io/main: "+rule+"\n    restart-rules.cri-shim.io/ctl: "+rule+"\n",
+		`  - name: keep
     image: docker.io/library/busybox:cri-shim
     imagePullPolicy: Never
     command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+  - name: ctl
+    image: docker.io/library/busybox:cri-shim
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while [ ! -e /tmp/exit ]; do sleep 0.2; done; exit 3"]
 `))
-	p := waitRunning(t, name, 90*time.Second, 0, "orch", "main", "keep")
+	p := waitRunning(t, name, 90*time.Second, 0, "orch", "main", "keep", "ctl")
 	full := fullName(name)
 	waitLog(t, full, "STARTED for main", 30*time.Second, func(s string) bool { return strings.Contains(s, "container=main type=STARTED") })
 
@@ -103,19 +131,9 @@ func TestPodManagementTerminateSticks(t *testing.T) {
 		return strings.Contains(s, `command "terminate main 3": ACCEPTED`) && strings.Contains(s, "container=main type=EXITED exit=3")
 	})
 	terminatedAt := time.Now()
-	eventually(t, 15*time.Second, "the kubelet seeing main terminated with 3", func() error {
-		q, err := kubeletPod(t, full)
-		if err != nil {
-			return err
-		}
-		if s := statusOf(q, "main"); s == nil || s.State.Terminated == nil || s.State.Terminated.ExitCode != 3 {
-			return fmt.Errorf("main %+v", s.State)
-		}
-		return nil
-	})
-	// The rule's first restart comes after a 1 s backoff; for 12 s main must
-	// stay exited, as the kubelet sees it and as the runtime has it.
-	for time.Since(terminatedAt) < 12*time.Second {
+	// held checks that main stays exited, as the kubelet sees it and as the
+	// runtime has it.
+	held := func() {
 		q, err := kubeletPod(t, full)
 		if err != nil {
 			t.Fatal(err)
@@ -127,11 +145,27 @@ func TestPodManagementTerminateSticks(t *testing.T) {
 		if n := mainRunning(t, q); n != 0 {
 			t.Fatalf("%.1fs after the orchestrator terminated main, the runtime runs %d instance(s) of it", time.Since(terminatedAt).Seconds(), n)
 		}
-		time.Sleep(500 * time.Millisecond)
+		if s := orchLog(t, full); strings.Contains(s, "container=main type=STARTED exit=0 restarts=1") {
+			t.Fatalf("main restarted while held:\n%s", lastLines(s, 10))
+		}
 	}
-	if s := orchLog(t, full); strings.Contains(s, "container=main type=STARTED exit=0 restarts=1") {
-		t.Fatalf("main restarted while held:\n%s", lastLines(s, 10))
-	}
+	eventually(t, 15*time.Second, "the kubelet seeing main terminated with 3", func() error {
+		q, err := kubeletPod(t, full)
+		if err != nil {
+			return err
+		}
+		if s := statusOf(q, "main"); s == nil || s.State.Terminated == nil || s.State.Terminated.ExitCode != 3 {
+			return fmt.Errorf("main %+v", s.State)
+		}
+		return nil
+	})
+	execIn(t, p, "ctl", "touch /tmp/exit")
+	waitLog(t, full, "ctl exiting 3 and restarted by its rule, main held meanwhile", 30*time.Second, func(s string) bool {
+		held()
+		return strings.Contains(s, "container=ctl type=EXITED exit=3") && strings.Contains(s, "container=ctl type=STARTED exit=0 restarts=1")
+	})
+	held()
+	heldFor := time.Since(terminatedAt)
 
 	// The orchestrator restarts it: in place, in the same sandbox.
 	command(t, p, "restart main")
@@ -148,11 +182,27 @@ func TestPodManagementTerminateSticks(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(3 * time.Second)
-	q, _ := kubeletPod(t, full)
-	kl := readFrom(kubeletLog, logFrom)
-	t.Logf("held %.0fs; after the orchestrator's restart the kubelet shows main as %+v; kubelet log lines refusing a terminated->running transition: %d",
-		time.Since(terminatedAt).Seconds(), statusOf(q, "main").State, strings.Count(kl, "attempted illegal transition"))
+	// Under restartPolicy Never the kubelet refuses to show main running
+	// again (docs/pod-management.md): its status manager drops the update,
+	// saying so in its log, and keeps main's terminated instance.
+	refusal := "terminated container main attempted illegal transition to non-terminated state"
+	eventually(t, 30*time.Second, "the kubelet refusing to show main running again", func() error {
+		for _, l := range strings.Split(readFrom(kubeletLog, logFrom), "\n") {
+			if strings.Contains(l, refusal) && strings.Contains(l, full) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %q for %s in the kubelet's log yet", refusal, full)
+	})
+	q, err := kubeletPod(t, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := statusOf(q, "main"); s == nil || s.State.Terminated == nil || s.State.Terminated.ExitCode != 3 {
+		t.Errorf("after the orchestrator's restart the kubelet shows main as %+v, want its terminated instance (exit 3) kept", s)
+	}
+	t.Logf("held %.0fs (until ctl's restart by the same rule); after the orchestrator's restart the kubelet shows main as %+v; kubelet log lines refusing a terminated->running transition: %d",
+		heldFor.Seconds(), statusOf(q, "main").State, strings.Count(readFrom(kubeletLog, logFrom), refusal))
 }
 
 // mainRunning counts the running instances of main in the pod's sandbox.

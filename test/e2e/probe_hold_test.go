@@ -61,6 +61,41 @@ type liveWatch struct {
 	maxLive  int
 	atMax    []string
 	attempts map[string]uint32 // container ID -> attempt
+	live     map[string]bool   // IDs CREATED or RUNNING in the last sample
+	samples  int
+}
+
+// newestLive reports whether id was live in the last sample and is the
+// newest instance (highest attempt) seen.
+func (w *liveWatch) newestLive(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a, ok := w.attempts[id]
+	if !ok || !w.live[id] {
+		return false
+	}
+	for _, b := range w.attempts {
+		if b > a {
+			return false
+		}
+	}
+	return true
+}
+
+// oneMoreSample waits for a sample taken after the call.
+func (w *liveWatch) oneMoreSample(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	from := w.samples
+	w.mu.Unlock()
+	eventually(t, 10*time.Second, "a sample of containerd's containers", func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.samples < from+2 { // the one under way may have listed before the call
+			return fmt.Errorf("%d samples", w.samples-from)
+		}
+		return nil
+	})
 }
 
 func watchLive(ctx context.Context, rt runtimeapi.RuntimeServiceClient, pod string) *liveWatch {
@@ -83,15 +118,18 @@ func watchLive(ctx context.Context, rt runtimeapi.RuntimeServiceClient, pod stri
 			}
 			var live []string
 			w.mu.Lock()
+			w.live = map[string]bool{}
 			for _, c := range resp.Containers {
 				w.attempts[c.Id] = c.GetMetadata().GetAttempt()
 				if c.State == runtimeapi.ContainerState_CONTAINER_CREATED || c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 					live = append(live, fmt.Sprintf("%.12s(attempt %d, %s)", c.Id, c.GetMetadata().GetAttempt(), c.State))
+					w.live[c.Id] = true
 				}
 			}
 			if len(live) > w.maxLive {
 				w.maxLive, w.atMax = len(live), live
 			}
+			w.samples++
 			w.mu.Unlock()
 		}
 	}()
@@ -139,8 +177,26 @@ func TestLivenessProbeDuringBackoffHold(t *testing.T) {
 				}
 				return nil
 			})
-			// A moment for a second instance, if the kubelet made one, to show.
-			time.Sleep(2 * time.Second)
+			// A second instance would be the kubelet's create after its
+			// liveness kill, made during the hold, before the shim's restart.
+			// Once the kubelet reports main running as the instance the
+			// restart made (live in containerd, the newest attempt), and one
+			// more sample is taken, such a create is behind.
+			eventually(t, 60*time.Second, "the kubelet reporting main's newest instance running", func() error {
+				p, err := kubeletPod(t, fullName(name))
+				if err != nil {
+					return err
+				}
+				s := statusOf(p, "main")
+				if s == nil || s.State.Running == nil {
+					return fmt.Errorf("main %+v", s)
+				}
+				if id := strings.TrimPrefix(s.ContainerID, "containerd://"); !w.newestLive(id) {
+					return fmt.Errorf("the kubelet reports %.12s running, not the newest live instance in containerd", id)
+				}
+				return nil
+			})
+			w.oneMoreSample(t)
 			cancel()
 			killed := strings.Count(readFrom(kubeletLog, logBefore), "Container main failed liveness probe")
 			w.mu.Lock()
@@ -152,15 +208,17 @@ func TestLivenessProbeDuringBackoffHold(t *testing.T) {
 				attempts = append(attempts, int(a))
 			}
 			sort.Ints(attempts)
-			starts, exits := stamps(name)
 			var gaps []float64
-			for i := 1; i <= restarts; i++ {
-				gaps = append(gaps, math.Round((starts[i+1]-exits[i])*100)/100)
+			for _, g := range stampGaps(t, name, restarts) {
+				gaps = append(gaps, math.Round(g*100)/100)
 			}
 			t.Logf("kubelet liveness kills: %d; most live instances of main at once in containerd: %d %v; attempts %v; gaps %v s",
 				killed, w.maxLive, w.atMax, attempts, gaps)
 			if tc.name == "tcp" && killed == 0 {
 				t.Errorf("the kubelet never acted on the failing liveness probe: the hold was not exercised")
+			}
+			if tc.name == "exec" && killed != 0 {
+				t.Errorf("the kubelet killed main %d times on a failed exec probe; its prober discards an exec that errors on a dead container", killed)
 			}
 			if w.maxLive > 1 {
 				t.Errorf("containerd held %d live instances of main at once: %v", w.maxLive, w.atMax)
@@ -234,8 +292,8 @@ func TestPodDeletedDuringHoldNotStalled(t *testing.T) {
 	withShimConfig(t, "[backoff]\ninitial_delay = \"60s\"\nmax_delay = \"60s\"\n")
 	name := fmt.Sprintf("probe-hold-delete-%d", time.Now().Unix()%100000)
 	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(node.env["NODE_DATA"], "bench", name)) })
-	kubeletLog := filepath.Join(node.env["NODE_RUN"], "kubelet.log")
-	before := fileSize(kubeletLog)
+	kubeletLog, shimLog := filepath.Join(node.env["NODE_RUN"], "kubelet.log"), filepath.Join(node.env["NODE_RUN"], "cri-shim.log")
+	before, shimBefore := fileSize(kubeletLog), fileSize(shimLog)
 	placeManifest(t, name, probePod(name, "      tcpSocket: {port: 8080}"))
 	eventually(t, 60*time.Second, "the kubelet to act on the failed liveness probe", func() error {
 		if !strings.Contains(readFrom(kubeletLog, before), "Container main failed liveness probe") {
@@ -243,7 +301,18 @@ func TestPodDeletedDuringHoldNotStalled(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second) // the kubelet's create of the next instance is under way
+	// The kubelet's sync that killed the held instance creates the next
+	// one: the pod is deleted once that create has reached the shim and
+	// been answered (refused: the restart in progress creates it). The code
+	// that made the create wait for the restart never answers it here.
+	eventually(t, 20*time.Second, "the shim answering the kubelet's create of main during the hold", func() error {
+		for _, l := range strings.Split(readFrom(shimLog, shimBefore), "\n") {
+			if strings.Contains(l, "refusing the kubelet's create of a container the restart in progress creates itself") && strings.Contains(l, name) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no refusal of the create in the shim's log: the create waits in the shim")
+	})
 	if err := os.Remove(filepath.Join(node.env["MANIFESTS"], name+".yaml")); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +331,7 @@ func TestPodDeletedDuringHoldNotStalled(t *testing.T) {
 		return nil
 	})
 	took := time.Since(deleted)
-	t.Logf("pod deleted 1 s after the kubelet's liveness kill; its sandbox stopped %s later", took.Round(100*time.Millisecond))
+	t.Logf("pod deleted once the shim refused the kubelet's create after its liveness kill; its sandbox stopped %s later", took.Round(100*time.Millisecond))
 	if took > 20*time.Second {
 		t.Errorf("the pod's teardown took %s: stalled behind the held restart (60 s delay)", took.Round(time.Second))
 	}

@@ -241,8 +241,7 @@ func TestRestoredContainerIsThePodsOwn(t *testing.T) {
 	t.Logf("containerd %s: RestorePod + StartContainer of a counter and a %d MiB holder: %.2fs", node.env["CONTAINERD_VERSION"], memMiB(), time.Since(t0).Seconds())
 
 	// The processes and the memory went on.
-	time.Sleep(time.Second)
-	if _, first := countersSince(t, filepath.Join(dstLogs, "a.log"), t0); first <= before {
+	if _, first := countersLoggedSince(t, func() string { return filepath.Join(dstLogs, "a.log") }, t0); first <= before {
 		t.Fatalf("restored counter began at %d; it was at %d before the checkpoint (started from scratch?)", first, before)
 	}
 	mustCrictl(t, node.env["SHIM_SOCK"], "exec", restored["m"], "touch", "/tmp/sum")

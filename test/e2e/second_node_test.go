@@ -343,7 +343,6 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 	// restore starts the new log with the checkpointed container's log
 	// (container.log of the archive), so the file is one sequence from 0;
 	// what the restored process wrote comes after the pod was created.
-	time.Sleep(2 * time.Second)
 	for _, c := range []string{"mem", "counter"} {
 		var got []int
 		first := -1

@@ -352,7 +352,15 @@ func checkpointAndRestart(t *testing.T, name, full, cp string, wait time.Duratio
 	}
 	var r restartFromCheckpoint
 	r.atCheckpoint = lastNumber(attemptLines(t, full, "main", 1))
-	time.Sleep(2 * time.Second)
+	// The instance counts on past the checkpoint (two seconds of counting)
+	// before it exits, so a restore from the checkpoint and a process that
+	// went on from the exit log different numbers.
+	eventually(t, 30*time.Second, "main counting on past the checkpoint", func() error {
+		if n := lastNumber(attemptLines(t, full, "main", 1)); n < r.atCheckpoint+20 {
+			return fmt.Errorf("at %d, checkpointed at %d", n, r.atCheckpoint)
+		}
+		return nil
+	})
 	p := waitRunning(t, name, 30*time.Second, 1, "main")
 	execIn(t, p, "main", "touch /tmp/exit")
 	eventually(t, 30*time.Second, "attempt 1 of main exiting", func() error {

@@ -137,32 +137,53 @@ func TestWarmStartStaysInItsNamespace(t *testing.T) {
 	assertNoImageChange(t, images, "the warm start of "+same)
 
 	foreign := fullName("ns-foreign")
-	var refusal string
-	eventually(t, 60*time.Second, "the kubelet reporting the refusal of "+foreign, func() error {
-		if fs, last, _ := secretLog(t, nsB, foreign); fs[secret] {
-			t.Fatalf("%s (namespace %s) runs the process restored from %s's checkpoint: it logs %s's secret (counter %d)", foreign, nsB, nsA, nsA, last)
-		}
+	// refusals are the kubelet's log lines about the refused sandbox of
+	// foreign; attempts counts its tries (its pod worker retries a failed
+	// sync), one "CreatePodSandbox for pod failed" line each.
+	refusals := func() (lines []string, attempts int) {
 		b, _ := os.ReadFile(klog)
 		if int64(len(b)) < klogFrom {
 			klogFrom = 0 // a new kubelet log
 		}
 		for _, l := range strings.Split(string(b[klogFrom:]), "\n") {
 			if strings.Contains(l, foreign) && strings.Contains(l, "own namespace") {
-				refusal = l
-				return nil
+				lines = append(lines, l)
+				if strings.Contains(l, "CreatePodSandbox for pod failed") {
+					attempts++
+				}
 			}
+		}
+		return lines, attempts
+	}
+	var refusal string
+	eventually(t, 60*time.Second, "the kubelet reporting the refusal of "+foreign, func() error {
+		if fs, last, _ := secretLog(t, nsB, foreign); fs[secret] {
+			t.Fatalf("%s (namespace %s) runs the process restored from %s's checkpoint: it logs %s's secret (counter %d)", foreign, nsB, nsA, nsA, last)
+		}
+		if r, _ := refusals(); len(r) > 0 {
+			refusal = r[0]
+			return nil
 		}
 		return fmt.Errorf("no refusal in kubelet.log yet")
 	})
 	t.Logf("kubelet: %s", refusal)
-	for _, leak := range []string{nsA, src, secret, "busybox", dir} {
-		if strings.Contains(refusal, leak) {
-			t.Errorf("the refusal seen by %s tells %q of the checkpoint", nsB, leak)
+	// The kubelet tries the foreign pod's sandbox again (its pod worker's
+	// backoff after a failed sync) and is refused again: after that retry
+	// the pod is still Pending, was never given a sandbox, and logged nothing.
+	eventually(t, 60*time.Second, "the kubelet's retry of "+foreign+"'s sandbox refused too", func() error {
+		if _, n := refusals(); n < 2 {
+			return fmt.Errorf("%d refused attempts in kubelet.log", n)
+		}
+		return nil
+	})
+	lines, _ := refusals()
+	for _, l := range lines {
+		for _, leak := range []string{nsA, src, secret, "busybox", dir} {
+			if strings.Contains(l, leak) {
+				t.Errorf("the refusal seen by %s tells %q of the checkpoint: %s", nsB, leak, l)
+			}
 		}
 	}
-	// Well after the same-namespace pod came up, the foreign one is still
-	// Pending, was never given a sandbox, and logged nothing.
-	time.Sleep(5 * time.Second)
 	p, err := kubeletPod(t, foreign)
 	if err != nil {
 		t.Fatal(err)

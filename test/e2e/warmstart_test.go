@@ -112,9 +112,8 @@ func TestWarmStartUnderKubelet(t *testing.T) {
 	p := waitRunning(t, "warm-dst", 120*time.Second, 0, "sidecar", "main")
 	t.Logf("warm-dst Running %.1fs after the checkpoint was written (the kubelet's retry of the sandbox)", time.Since(start).Seconds())
 	dst := fullName("warm-dst")
-	time.Sleep(time.Second)
 	for _, c := range []string{"sidecar", "main"} {
-		all, first := countersSince(t, podLog(t, dst, c), checkpointed)
+		all, first := countersLoggedSince(t, func() string { return podLog(t, dst, c) }, checkpointed)
 		if first < before[c] {
 			t.Fatalf("%s: the warm-started process logged %d first; the source was at %d before the checkpoint (started from scratch?)", c, first, before[c])
 		}
