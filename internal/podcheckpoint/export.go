@@ -34,8 +34,15 @@ const (
 
 // needsExport reports whether the node holding pc should push it now: Ready,
 // spec.export set, not exported yet, not pushing, and not failed within
-// exportRetry (it returns how long to wait then).
+// exportRetry (it returns how long to wait then). It decides on the newest
+// copy of pc held: the caller's may have been read before a push ended and
+// its outcome was written, and would start the push again.
 func (r *Reconciler) needsExport(pc *cpv1.PodCheckpoint) (bool, time.Duration) {
+	r.mu.Lock()
+	if cur := r.objects[key(pc.Namespace, pc.Name)]; cur != nil && cur.UID == pc.UID {
+		pc = cur.DeepCopy()
+	}
+	r.mu.Unlock()
 	if pc.Spec.Export == nil || pc.Status.NodeName != r.cfg.Node || pc.DeletionTimestamp != nil {
 		return false, 0
 	}

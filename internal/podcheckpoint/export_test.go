@@ -126,6 +126,26 @@ func TestExportOnceReady(t *testing.T) {
 	}
 }
 
+// A copy read before a push's outcome was written (the worker read it, then
+// the push ended and its outcome was observed) does not start the push
+// again: the node decides on the newest copy it holds.
+func TestNoPushAgainFromAStaleCopy(t *testing.T) {
+	e := newEnv(t)
+	e.r.exporter = &fakeExporter{}
+	pc := object("ns", "cp", "web")
+	pc.Spec.Export = &cpv1.PodCheckpointExport{Image: "reg.example/cp/web:v1"}
+	pc.Status.NodeName = "node-a"
+	setReady(&pc.Status, metav1.ConditionTrue, cpv1.ReasonCompleted, "", 1, time.Now())
+	setCondition(&pc.Status, cpv1.ConditionExported, metav1.ConditionFalse, cpv1.ReasonExportFailed, "registry said 503", 1, time.Now())
+	stale := e.create(pc)
+	done := stale.DeepCopy()
+	setCondition(&done.Status, cpv1.ConditionExported, metav1.ConditionTrue, cpv1.ReasonExported, "pushed", 1, time.Now())
+	e.r.Observe(e.api.put(done))
+	if ok, _ := e.r.needsExport(stale); ok {
+		t.Fatal("a copy read before the push's outcome starts the push again")
+	}
+}
+
 // Without an exporter (no registries configured) the export fails with why.
 func TestExportWithoutRegistries(t *testing.T) {
 	e := newEnv(t)
