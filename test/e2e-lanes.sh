@@ -33,7 +33,7 @@ while (($#)); do
 	--durations)
 		{
 			sed -n '/^#/p' "$DURATIONS"
-			cat _output/e2e-lane*.log 2>/dev/null | sed -nE 's/^--- (PASS|FAIL): (Test[^ ]+) \(([0-9.]+)s\)$/\2 \3/p' |
+			cat _output/e2e-lane*.log 2>/dev/null | sed -nE 's/^--- (PASS|FAIL|SKIP): (Test[^ ]+) \(([0-9.]+)s\)$/\2 \3/p' |
 				awk '{printf "%s %d\n", $1, $2 + 0.5}' | sort -k2,2nr -k1,1
 			t=$(sed -nE 's/^\[matrix\] .*: ([0-9]+)s$/\1/p' _output/matrix/lanes.log 2>/dev/null | tail -n1)
 			echo "oldest-pair ${t:-$(awk '$1 == "oldest-pair" {print $2}' "$DURATIONS")}"

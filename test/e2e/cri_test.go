@@ -52,6 +52,11 @@ func TestCritestThroughShimMatchesDirect(t *testing.T) {
 		t.Logf("critest %s: %s in %v", name, summarize(res), time.Since(start).Round(time.Millisecond))
 		return res
 	}
+	// critest listens on fixed host ports (its port forward spec on
+	// 127.0.0.1:12001, its host port mapping): one critest at a time on the
+	// machine, whatever lane it runs in.
+	unlock := machineLock(t, "critest")
+	defer unlock()
 	notRun := critestNotRun(t)
 	// Benchmarks are not conformance.
 	skip := []string{"--ginkgo.skip", "benchmark" + specsRegexp(notRun)}

@@ -149,10 +149,27 @@ func (r *parityRun) container(id string) string {
 	r.step("ContainerStatus", err, func() string {
 		s := resp.GetStatus()
 		return fmt.Sprintf("state=%s exit=%d reason=%q message=%q started=%v finished=%v image=%s ref=%s imageId=%s log=%s meta=%s/%d labels=%v annotations=%v stop=%s",
-			s.State, s.ExitCode, s.Reason, s.Message, s.StartedAt != 0, s.FinishedAt != 0, s.Image.GetImage(), s.ImageRef, s.ImageId,
+			s.State, s.ExitCode, s.Reason, s.Message, s.StartedAt != 0, s.FinishedAt != 0, r.imageName(s.Image.GetImage()), r.imageName(s.ImageRef), s.ImageId,
 			s.LogPath, s.Metadata.GetName(), s.Metadata.GetAttempt(), s.Labels, s.Annotations, s.StopSignal)
 	})
 	return resp.GetStatus().GetState().String()
+}
+
+// imageName is "<the image>" when name (a tag, a digest reference or an ID)
+// names the image the containers are made from, else name. containerd
+// reports an image's first tag and repo digest, and which those are depends
+// on what else on the node shares the image's content (a test before this
+// one pushing the same busybox under critest's names, say); the fake knows
+// only the name it was given.
+func (r *parityRun) imageName(name string) string {
+	if name == "" || r.image == "" {
+		return name
+	}
+	is, err := r.img.ImageStatus(ctxT(r.t, 30*time.Second), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}})
+	if err == nil && is.GetImage().GetId() == r.image {
+		return "<the image>"
+	}
+	return name
 }
 
 func (r *parityRun) exec(id string, timeout int64, cmd ...string) {

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The suite's two tiers (docs/testing.md): the fast one, `make test` (CI's),
@@ -40,4 +43,24 @@ func laneSuffix() string {
 		return "-lane" + l
 	}
 	return ""
+}
+
+// machineLock holds a lock every lane on the machine shares, for what must
+// not run twice at once (fixed host ports), and returns its release. The
+// wait is logged: it is time a lane spent on another.
+func machineLock(t testing.TB, name string) func() {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join("/run/lock", "cri-shim-e2e-"+name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	if w := time.Since(start); w > time.Second {
+		t.Logf("waited %v for another lane's %s", w.Round(time.Second), name)
+	}
+	return func() { f.Close() }
 }
