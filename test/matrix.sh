@@ -2,7 +2,9 @@
 # The version matrix: a named subset of the end-to-end suite on every pair of
 # containerd and kubelet the stack builds (test/stack/install.sh), written to
 # docs/compatibility.md (pair by feature, with the versions and the date).
-#   test/matrix.sh [--containerd "2.2.9 2.4.2"] [--kubelet "1.37.2"] [--out FILE]
+#   test/matrix.sh [--containerd "2.2.9 2.4.2"] [--kubelet "1.37.2"] [--out FILE] [--lanes N]
+# --lanes N runs N pairs at a time, each in a lane of its own (CRI_SHIM_LANE,
+# test/stack/env.sh), from the caller's lane (1 by default) up.
 # Needs root and the stack (make stack). One run's logs: _output/matrix/.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -10,11 +12,13 @@ cd "$REPO"
 CONTAINERDS="2.2.9 2.3.7 2.4.2"
 KUBELETS="1.34.4 1.35.4 1.36.3 1.37.2"
 OUT=docs/compatibility.md
+LANES=1
 while (($#)); do
 	case $1 in
 	--containerd) CONTAINERDS=$2; shift ;;
 	--kubelet) KUBELETS=$2; shift ;;
 	--out) OUT=$2; shift ;;
+	--lanes) LANES=$2; shift ;;
 	*) echo "matrix.sh: unknown flag $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -39,21 +43,39 @@ logs=_output/matrix
 mkdir -p "$logs"
 declare -A cell
 rc=0
-for c in $CONTAINERDS; do
-	for k in $KUBELETS; do
-		log=$logs/containerd-$c-kubelet-$k.log
-		echo "[matrix] containerd $c, kubelet $k: $log" >&2
-		t0=$SECONDS
-		CRI_SHIM_CONTAINERD_VERSION=$c CRI_SHIM_KUBELET_VERSION=$k \
-			go test -count=1 -v -timeout 60m -run "^($run)\$" ./test/e2e/ >"$log" 2>&1 || rc=1
-		echo "[matrix] containerd $c, kubelet $k: $((SECONDS - t0))s" >&2
-		for f in "${FEATURES[@]}"; do
-			t=${f#*|}
-			if grep -q -- "^--- PASS: $t " "$log"; then cell[$c/$k/$t]=pass
-			elif grep -q -- "^--- FAIL: $t " "$log"; then cell[$c/$k/$t]="**FAIL**"
-			elif grep -q -- "^--- SKIP: $t " "$log"; then cell[$c/$k/$t]="skipped"
-			else cell[$c/$k/$t]="not run"; fi
-		done
+first=${CRI_SHIM_LANE:-1}
+((LANES >= 1 && first + LANES - 1 <= 9)) || { echo "matrix.sh: --lanes $LANES from lane $first: lanes 1 to 9 only" >&2; exit 2; }
+pairs=()
+for c in $CONTAINERDS; do for k in $KUBELETS; do pairs+=("$c/$k"); done; done
+# pair C/K in lane L: its subset of the suite, its log, its time.
+run_pair() {
+	local c=${1%/*} k=${1#*/} lane=$2 log t0=$SECONDS
+	log=$logs/containerd-$c-kubelet-$k.log
+	echo "[matrix] containerd $c, kubelet $k (lane $lane): $log" >&2
+	CRI_SHIM_LANE=$lane CRI_SHIM_CONTAINERD_VERSION=$c CRI_SHIM_KUBELET_VERSION=$k \
+		go test -count=1 -v -timeout 60m -run "^($run)\$" ./test/e2e/ >"$log" 2>&1
+	local r=$?
+	echo "[matrix] containerd $c, kubelet $k: $((SECONDS - t0))s" >&2
+	return $r
+}
+# Lane i takes pairs i, i+LANES, ...; the lanes run side by side.
+for ((i = 0; i < LANES; i++)); do
+	(
+		r=0
+		for ((j = i; j < ${#pairs[@]}; j += LANES)); do run_pair "${pairs[j]}" $((first + i)) || r=1; done
+		exit $r
+	) &
+done
+for ((i = 0; i < LANES; i++)); do wait -n || rc=1; done
+for p in "${pairs[@]}"; do
+	c=${p%/*} k=${p#*/}
+	log=$logs/containerd-$c-kubelet-$k.log
+	for f in "${FEATURES[@]}"; do
+		t=${f#*|}
+		if grep -q -- "^--- PASS: $t " "$log"; then cell[$c/$k/$t]=pass
+		elif grep -q -- "^--- FAIL: $t " "$log"; then cell[$c/$k/$t]="**FAIL**"
+		elif grep -q -- "^--- SKIP: $t " "$log"; then cell[$c/$k/$t]="skipped"
+		else cell[$c/$k/$t]="not run"; fi
 	done
 done
 {
