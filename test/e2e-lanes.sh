@@ -10,6 +10,7 @@
 #   test/e2e-lanes.sh [--lanes N] [--first-lane N] [--tier fast|long] [--oldest CONTAINERD/KUBELET | --no-oldest] [--run REGEXP]
 # --first-lane: the lanes used are N to N+lanes-1 (1 by default), beside
 # whatever else uses lanes below N.
+#   test/e2e-lanes.sh --plan        print which tests each lane would run, and stop
 #   test/e2e-lanes.sh --durations   rewrite test/e2e/durations.txt from the last run's logs
 # Needs root and the stack (make stack) and make build's binaries. Logs:
 # _output/e2e-lane<N>.log (newest pair), _output/matrix/ (oldest pair).
@@ -21,6 +22,7 @@ FIRST=1
 TIER=${CRI_SHIM_E2E_TIER:-fast}
 OLDEST=2.2.9/1.34.4
 RUN=
+PLAN=
 DURATIONS=test/e2e/durations.txt
 while (($#)); do
 	case $1 in
@@ -30,6 +32,7 @@ while (($#)); do
 	--oldest) OLDEST=$2; shift ;;
 	--no-oldest) OLDEST= ;;
 	--run) RUN=$2; shift ;;
+	--plan) PLAN=1 ;;
 	--durations)
 		{
 			sed -n '/^#/p' "$DURATIONS"
@@ -66,12 +69,25 @@ for t in "${TESTS[@]}"; do jobs+=("${weight[$t]:-20} $t"); done
 [[ -z $OLDEST ]] || jobs+=("${weight[oldest-pair]:-300} oldest-pair")
 declare -a load lanetests laneoldest
 for ((l = 1; l <= LANES; l++)); do load[l]=0 lanetests[l]= laneoldest[l]=; done
+# critest runs one lane at a time (a machine-wide lock: fixed host ports), so
+# the newest pair's goes to the lane of the oldest pair's subset, which runs
+# it too: the two follow each other instead of one lane waiting.
+oldestlane=
 while read -r w name; do
 	best=1
 	for ((l = 2; l <= LANES; l++)); do ((load[l] < load[best])) && best=$l; done
+	if [[ $name == TestCritestThroughShimMatchesDirect && -n $oldestlane ]]; then best=$oldestlane; fi
+	[[ $name != oldest-pair ]] || oldestlane=$best
 	load[best]=$((load[best] + w))
 	if [[ $name == oldest-pair ]]; then laneoldest[best]=1; else lanetests[best]+="${lanetests[best]:+|}$name"; fi
-done < <(printf '%s\n' "${jobs[@]}" | sort -k1,1nr -k2,2)
+done < <(printf '%s\n' "${jobs[@]}" | sort -k1,1nr -k2,2 | awk '$2 == "oldest-pair" {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}')
+
+if [[ -n $PLAN ]]; then
+	for ((l = 1; l <= LANES; l++)); do
+		echo "lane $((FIRST + l - 1)) (${load[l]}s):${laneoldest[l]:+ oldest pair $OLDEST,} ${lanetests[l]//|/ }"
+	done
+	exit 0
+fi
 
 # lane N: the oldest pair's subset first (if it has it), then its tests on
 # the newest pair; each part's outcome goes to _output/e2e-lanes.status.

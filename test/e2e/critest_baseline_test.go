@@ -113,8 +113,12 @@ func baselineKey(skip []string) (map[string]string, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	// The node's paths and the checkout's aside: the runc handler runs this
+	// checkout's runtime shim, which hands every container it has not
+	// marked for a restore to runc's shim unchanged (docs/restore-route.md),
+	// so critest's containers never see it and its build is not an input.
 	c := strings.NewReplacer(node.env["NODE_RUN"], "$NODE_RUN", node.env["NODE_DATA"], "$NODE_DATA",
-		node.env["REGISTRY_ADDR"], "$REGISTRY_ADDR").Replace(string(cfg))
+		node.env["REGISTRY_ADDR"], "$REGISTRY_ADDR", node.repo, "$REPO").Replace(string(cfg))
 	sum := sha256.Sum256([]byte(c))
 	inputs["containerd config"] = hex.EncodeToString(sum[:])
 	return inputs, keyOf(inputs), nil
