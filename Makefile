@@ -87,8 +87,8 @@ test:
 # tenant and upgrade loops, every kill point, the pinned critest specs), then
 # the matrix over every pair (docs/compatibility.md).
 test-long: unit build stack
-	test/e2e-lanes.sh --tier long --no-oldest
-	test/matrix.sh --lanes 3
+	@rc=0; test/e2e-lanes.sh --tier long --no-oldest || rc=1; test/matrix.sh --lanes 3 || rc=1; \
+		[[ $$rc == 0 ]] || echo "!!! make test-long: FAILED (see the e2e summary and docs/compatibility.md above)" >&2; exit $$rc
 
 # The matrix's subset (test/matrix.sh) on the oldest supported pair alone
 # (make e2e runs it in a lane beside the newest).
