@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
 // critestNotRun reads testdata/critest-not-run.txt: the specs this test bed
@@ -74,7 +76,10 @@ func critestBaseline(t testing.TB, skip []string, run func() map[string]string) 
 	}
 	b, err := json.MarshalIndent(baselineRecord{Key: key, Inputs: inputs, Results: res}, "", "  ")
 	if err == nil {
-		err = writeFileAtomic(path, b)
+		err = os.MkdirAll(filepath.Dir(path), 0o755)
+	}
+	if err == nil {
+		err = statefile.WriteFile(path, b, 0o644)
 	}
 	if err != nil {
 		t.Logf("critest baseline not cached: %v", err)
@@ -155,30 +160,3 @@ func fileSHA256(p string) (string, error) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// writeFileAtomic writes b to path through a temporary file and a rename, so
-// a reader sees the old file or the whole new one.
-func writeFileAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
