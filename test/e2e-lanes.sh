@@ -136,4 +136,10 @@ if [[ -n $OLDEST ]]; then
 	echo "=== oldest pair ($OLDEST): $log"
 	grep -E '^(--- |ok|FAIL)' "$log" 2>/dev/null || echo "  no results"
 fi
+# Last, where CI's tail keeps it: why each failed test failed.
+oldestlog=${OLDEST:+_output/matrix/containerd-${OLDEST%/*}-kubelet-${OLDEST#*/}.log}
+if grep -qE '^--- FAIL' _output/e2e.log $oldestlog 2>/dev/null; then
+	echo "=== failures (each test's last lines)"
+	test/e2e-failures.sh _output/e2e.log $oldestlog
+fi
 exit $rc

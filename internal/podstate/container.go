@@ -6,9 +6,11 @@ package podstate
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -45,6 +47,10 @@ func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		if _, rerr := m.rt.RemoveContainer(rctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.ContainerId}); rerr != nil && status.Code(rerr) != codes.NotFound {
 			m.log.Error("podstate: removing a container whose creation could not be recorded", "container", resp.ContainerId, "err", rerr)
 		}
+		if errors.Is(err, errdefs.ErrUnavailable) {
+			m.log.Info("podstate: refusing the kubelet's create of a container overtaken by a restart", "err", err)
+			return nil, err
+		}
 		return nil, unavailable(err)
 	}
 	return resp, nil
@@ -80,6 +86,9 @@ func (m *Manager) completedBefore(ctx context.Context, req *runtimeapi.CreateCon
 func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, completed string) error {
 	name := req.GetConfig().GetMetadata().GetName()
 	return ignoreUntracked(m.update(req.PodSandboxId, func(p *Pod) error {
+		if p.Phase != PhaseRunning {
+			return errRestartBegan(p, name) // race.go
+		}
 		if b, err := proto.Marshal(req); err == nil {
 			p.Creates[name] = b
 		}

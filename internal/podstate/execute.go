@@ -41,6 +41,9 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 	})
 	switch phase {
 	case PhaseTerminating:
+		if m.startsInFlight(sandboxID) {
+			return startWait, nil // race.go
+		}
 		if err := m.refineShown(ctx, sandboxID); err != nil {
 			return 0, err
 		}

@@ -17,6 +17,7 @@ const svc = "/runtime.v1.RuntimeService/"
 // passes through internal/restartview, which asks this package's view.go.
 var (
 	_ proxy.CreateContainerHook      = (*Manager)(nil)
+	_ proxy.StartContainerHook       = (*Manager)(nil)
 	_ proxy.StopContainerHook        = (*Manager)(nil)
 	_ proxy.RemoveContainerHook      = (*Manager)(nil)
 	_ proxy.StopPodSandboxHook       = (*Manager)(nil)

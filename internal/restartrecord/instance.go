@@ -72,6 +72,11 @@ type Instance struct {
 	// HeldAt is the pod's read count when its hold began; a hold loaded
 	// from disk has 0 and counts from this process's start.
 	HeldAt uint64 `json:"-"`
+	// Starting: the kubelet's StartContainer of it is in the runtime. A
+	// restart that begins meanwhile shows it running and stops it only
+	// once the start has returned (podstate's race.go). In memory only:
+	// a restarted shim has no call in flight.
+	Starting bool `json:"-"`
 }
 
 // Held reports whether the instance has a hold, over or not.

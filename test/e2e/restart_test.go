@@ -38,6 +38,13 @@ func placeManifestIn(t testing.TB, dir, name, body string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.Remove(p) })
+	// Runs before the removal: what the kubelet and the shim said about a
+	// pod of a failed test, while it is still there.
+	t.Cleanup(func() {
+		if t.Failed() {
+			logAbout(t, name, 40)
+		}
+	})
 }
 
 func statusOf(p *corev1.Pod, name string) *corev1.ContainerStatus {
