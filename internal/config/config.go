@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -213,31 +214,54 @@ func Load(path string, explicit bool) (Config, error) {
 }
 
 // Decode parses TOML into cfg, refusing keys the shim does not know (a typo
-// would otherwise silently leave a default in place).
+// would otherwise silently leave a default in place) and values of the wrong
+// type, each named at its full path.
 func Decode(b []byte, cfg *Config) error {
+	var doc map[string]any
+	if err := toml.Unmarshal(b, &doc); err != nil {
+		return decodeError(err)
+	}
+	unknown, wrong := shapeErrors(doc, reflect.TypeOf(*cfg))
+	var errs []error
+	if len(unknown) > 0 {
+		errs = append(errs, fmt.Errorf("unknown field %s", strings.Join(unknown, ", ")))
+	}
+	for _, w := range wrong {
+		errs = append(errs, errors.New(w))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// The shape check has passed; go-toml's strict mode stays as a backstop.
 	d := toml.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(cfg); err != nil {
-		var sm *toml.StrictMissingError
-		if errors.As(err, &sm) && len(sm.Errors) > 0 {
-			keys := make([]string, 0, len(sm.Errors))
-			for _, e := range sm.Errors {
-				keys = append(keys, strings.Join(e.Key(), "."))
-			}
-			return fmt.Errorf("unknown field %s", strings.Join(keys, ", "))
-		}
-		var de *toml.DecodeError
-		if errors.As(err, &de) {
-			row, col := de.Position()
-			key := strings.Join(de.Key(), ".")
-			if key != "" {
-				return fmt.Errorf("field %s (line %d, column %d): %s", key, row, col, de.Error())
-			}
-			return fmt.Errorf("line %d, column %d: %s", row, col, de.Error())
-		}
-		return err
+		return decodeError(err)
 	}
 	return nil
+}
+
+// decodeError says where go-toml found a problem: the keys it did not know,
+// or the field and position of a syntax or type error.
+func decodeError(err error) error {
+	var sm *toml.StrictMissingError
+	if errors.As(err, &sm) && len(sm.Errors) > 0 {
+		keys := make([]string, 0, len(sm.Errors))
+		for _, e := range sm.Errors {
+			keys = append(keys, strings.Join(e.Key(), "."))
+		}
+		return fmt.Errorf("unknown field %s", strings.Join(keys, ", "))
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, col := de.Position()
+		key := strings.Join(de.Key(), ".")
+		if key != "" {
+			return fmt.Errorf("field %s (line %d, column %d): %s", key, row, col, de.Error())
+		}
+		return fmt.Errorf("line %d, column %d: %s", row, col, de.Error())
+	}
+	return err
 }
 
 // Validate refuses values the shim cannot run with, naming the field.
