@@ -14,8 +14,12 @@ func newConfigCmd() *cobra.Command {
 		Short: "Print the default configuration or check a configuration file",
 	}
 	cmd.AddCommand(&cobra.Command{
-		Use:     "default",
-		Short:   "Print every configuration key with its default value and a comment",
+		Use:   "default",
+		Short: "Print every configuration key with its default value and a comment",
+		Long: `Print every configuration key with its default value and a comment. A key
+that is unset by default (backoff.max_container_restart_period,
+checkpoint.restore_namespace_allow, checkpoint.registries) is shown commented
+out, with an example value.`,
 		Example: "  cri-shim config default > /etc/cri-shim/config.toml",
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			b, err := config.Marshal(config.DefaultConfig())

@@ -90,7 +90,7 @@ type BackoffConfig struct {
 	// MaxContainerRestartPeriod is the per-node maximum in whole seconds (1..300),
 	// like the kubelet's crashLoopBackOff.maxContainerRestartPeriod. Unset by default;
 	// when set it replaces max_delay and lowers initial_delay to itself if needed.
-	MaxContainerRestartPeriod *int `toml:"max_container_restart_period,omitempty" comment:"Per-node maximum, whole seconds 1..300 (unset by default)."`
+	MaxContainerRestartPeriod *int `toml:"max_container_restart_period,omitempty" comment:"Per-node maximum, whole seconds 1..300 (unset by default). When set it replaces max_delay, and an initial_delay above it is lowered to it (KEP-4603)." example:"30"`
 	// KubeletDeadContainers is the kubelet's --maximum-dead-containers-per-container:
 	// a restart waits (at most a minute) while a container it restarts has
 	// more exited instances than that plus four (backlog.go), so restarts
@@ -364,11 +364,3 @@ func (c *Config) SocketModeBits() os.FileMode {
 	m, _ := strconv.ParseUint(c.Server.SocketMode, 8, 32)
 	return os.FileMode(m)
 }
-
-// Marshal renders cfg as commented TOML (used by `cri-shim config default`).
-func Marshal(cfg Config) ([]byte, error) {
-	return toml.Marshal(cfg)
-}
-
-// checkRegistry checks an entry of checkpoint.registries: a registry host as
-// image references spell it, plain HTTP only for a loopback one.
