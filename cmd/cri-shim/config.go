@@ -34,9 +34,10 @@ out, with an example value.`,
 	check := &cobra.Command{
 		Use:   "check [FILE]",
 		Short: "Check a configuration file: TOML syntax, unknown keys and values",
-		Long: `Check a configuration file: TOML syntax, unknown keys, and every value as
-'serve' would (it refuses to start on the same errors). FILE, or --config, must
-exist; the default is ` + config.DefaultPath + `.`,
+		Long: `Check a configuration file: TOML syntax, unknown keys, every value, and
+what the values name on this host (the socket group, the metrics host, the
+CA and credential files), as 'serve' does: it refuses to start on the same
+errors. FILE, or --config, must exist; the default is ` + config.DefaultPath + `.`,
 		Example: "  cri-shim config check /etc/cri-shim/config.toml",
 		Args:    cobra.MaximumNArgs(1),
 	}
@@ -52,7 +53,7 @@ exist; the default is ` + config.DefaultPath + `.`,
 		if err != nil {
 			return err
 		}
-		if err := cfg.Validate(); err != nil {
+		if err := checkConfig(cfg); err != nil {
 			return fmt.Errorf("config %s: %w", path, err)
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", path)

@@ -205,7 +205,7 @@ func checkRegistry(r RegistryConfig) error {
 	if host == "" {
 		return fmt.Errorf("host %q has no host name", r.Host)
 	}
-	if ip := net.ParseIP(host); r.PlainHTTP && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if r.PlainHTTP && !Loopback(host) {
 		return fmt.Errorf("plain_http is allowed only for a loopback registry (localhost, 127.0.0.0/8, ::1), not %q", r.Host)
 	}
 	return nil

@@ -303,6 +303,7 @@ func (c *Config) Validate() error {
 	if d := c.Runtime.ReconnectMaxDelay.Duration; d < 10*time.Millisecond || d > 2*time.Minute {
 		bad("runtime.reconnect_max_delay", "must be between 10ms and 2m, got %s", c.Runtime.ReconnectMaxDelay)
 	}
+	c.Metrics.validate(bad)
 	if _, err := ParseLevel(c.Log.Level); err != nil {
 		bad("log.level", "%v", err)
 	}

@@ -257,3 +257,40 @@ func TestKubernetesNode(t *testing.T) {
 		t.Fatal("Enabled must follow kubeconfig")
 	}
 }
+
+func TestValidateMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		address   string
+		profiling bool
+		wantErr   string
+	}{
+		{"", false, ""},
+		{"", true, ""}, // nothing served, nothing exposed
+		{"127.0.0.1:9464", true, ""},
+		{"127.9.9.9:9464", true, ""},
+		{"[::1]:9464", true, ""},
+		{"localhost:9464", true, ""},
+		{"0.0.0.0:9464", false, ""},
+		{"node.example:9464", false, ""},
+		{"0.0.0.0:9464", true, `metrics.profiling: serves /debug/pprof on metrics.address "0.0.0.0:9464", which is not a loopback address`},
+		{"[::]:9464", true, "metrics.profiling"},
+		{":9464", true, "metrics.profiling"},
+		{"node.example:9464", true, "metrics.profiling"},
+		{"127.0.0.1", false, `metrics.address: must be host:port like "127.0.0.1:9464" or empty (disabled), got "127.0.0.1"`},
+		{"::1:9464", false, "metrics.address: must be host:port"},
+		{"127.0.0.1:0", false, `metrics.address: port "0" must be a number from 1 to 65535`},
+		{"127.0.0.1:65536", false, `metrics.address: port "65536"`},
+		{"127.0.0.1:-1", false, `metrics.address: port "-1"`},
+		{"127.0.0.1:http", false, `metrics.address: port "http"`},
+	} {
+		c := DefaultConfig()
+		c.Metrics = MetricsConfig{Address: tc.address, Profiling: tc.profiling}
+		err := c.Validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%+v: %v", c.Metrics, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%+v: got %v, want %q", c.Metrics, err, tc.wantErr)
+		}
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	shimconfig "github.com/cri-shim/cri-shim/internal/config"
 )
 
 // Registry says how to reach a registry. The zero value uses the node's
@@ -66,11 +68,7 @@ func loopback(hostport string) bool {
 	if err != nil {
 		host = hostport
 	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return shimconfig.Loopback(host)
 }
 
 // connect parses ref and returns the options of every request to its
@@ -120,12 +118,8 @@ func (r Registry) options(ctx context.Context) ([]remote.Option, error) {
 			pool = x509.NewCertPool()
 		}
 		if r.CAFile != "" {
-			pem, err := os.ReadFile(r.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("CA file: %w", err)
-			}
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("CA file %s holds no PEM certificate", r.CAFile)
+			if err := AppendCAFile(pool, r.CAFile); err != nil {
+				return nil, err
 			}
 		}
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
@@ -141,6 +135,19 @@ func (r Registry) options(ctx context.Context) ([]remote.Option, error) {
 		opts = append(opts, remote.WithProgress(r.Progress))
 	}
 	return opts, nil
+}
+
+// AppendCAFile adds the certificates of the PEM bundle at path (a
+// registry's ca_file, --ca-file) to pool; a file with none is an error.
+func AppendCAFile(pool *x509.CertPool, path string) error {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("CA file: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("CA file %s holds no PEM certificate", path)
+	}
+	return nil
 }
 
 // plainGuard refuses plain HTTP unless allowed, and then only to loopback.
