@@ -150,19 +150,28 @@ func AppendCAFile(pool *x509.CertPool, path string) error {
 	return nil
 }
 
-// plainGuard refuses plain HTTP unless allowed, and then only to loopback.
-// go-containerregistry falls back to HTTP by itself for loopback and private
-// (RFC 1918) registries; this keeps that from happening unasked.
+// plainGuard keeps a registry connection to the scheme it was given: plain
+// HTTP only when allowed, and then only to loopback; HTTPS never when plain
+// HTTP is. go-containerregistry falls back to HTTP by itself for loopback and
+// private (RFC 1918) registries, and for a registry it is told is insecure
+// tries HTTPS first (pkg/v1/remote/transport/ping.go, Ping); refused here,
+// its HTTPS attempt fails before any connection and it goes on with HTTP.
 type plainGuard struct {
 	rt    http.RoundTripper
 	allow bool
 }
 
-var errPlainHTTP = errors.New("plain HTTP refused (use --plain-http, for a loopback registry only)")
+var (
+	errPlainHTTP = errors.New("plain HTTP refused (use --plain-http, for a loopback registry only)")
+	errHTTPS     = errors.New("HTTPS not tried: plain HTTP was asked for")
+)
 
 func (g plainGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme == "http" && (!g.allow || !loopback(req.URL.Host)) {
 		return nil, fmt.Errorf("%s: %w", req.URL.Host, errPlainHTTP)
+	}
+	if req.URL.Scheme == "https" && g.allow {
+		return nil, fmt.Errorf("%s: %w", req.URL.Host, errHTTPS)
 	}
 	resp, err := g.rt.RoundTrip(req)
 	if err == nil && strings.Contains(req.URL.Path, "/manifests/") {
