@@ -230,6 +230,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("[server]\ntimer_slack = \"9223372036854775807ns\"\n"))
 	f.Add([]byte("[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"b\"}, {from = \"\", to = \"../x\"}]\n"))
 	f.Add([]byte("[[checkpoint.restore_namespace_allow]]\nfrom = 1\n"))
+	f.Add([]byte("[[checkpoint.registries]]\nhost = 1\nbogus = [1, {a = 2}]\n[backoff]\ninitial_delay = 10\n"))
+	f.Add([]byte("server = [[1], {x = 1979-05-27T07:32:00Z}]\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := DefaultConfig()
 		if err := Decode(in, &c); err != nil {
