@@ -33,7 +33,7 @@ type registryFlags struct {
 func (f *registryFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.config, "registry-config", "", "docker config.json with the registry's credentials (default: $DOCKER_CONFIG or ~/.docker/config.json)")
 	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "PEM bundle trusted for the registry's TLS in addition to the system roots")
-	cmd.Flags().BoolVar(&f.plainHTTP, "plain-http", false, "talk plain HTTP to the registry (a loopback registry only)")
+	cmd.Flags().BoolVar(&f.plainHTTP, "plain-http", false, "talk plain HTTP to the registry, never HTTPS (a loopback registry only)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 30*time.Minute, "deadline of the whole transfer")
 }
 
@@ -169,11 +169,17 @@ stopped.`,
 	configFlag(cmd.Flags(), &path, config.DefaultPath, defaultConfigUsage)
 	outputFlag(cmd, &format)
 	rf.add(cmd)
-	cmd.Flags().Int64Var(&maxBytes, "max-bytes", ociartifact.DefaultMaxBytes, "refuse a checkpoint whose archives exceed this many bytes")
+	cmd.Flags().Int64Var(&maxBytes, "max-bytes", 0, "refuse a checkpoint whose archives exceed this many bytes (default: the config's checkpoint.pull_max_bytes)")
 	cmd.RunE = runE(func(cmd *cobra.Command, args []string) error {
+		if cmd.Flags().Changed("max-bytes") && maxBytes <= 0 {
+			return usageErrorf("--max-bytes %d: must be a number of bytes above 0", maxBytes)
+		}
 		cfg, err := listingConfig(cmd, path, format, true)
 		if err != nil {
 			return err
+		}
+		if !cmd.Flags().Changed("max-bytes") {
+			maxBytes = cfg.Checkpoint.PullMaxBytes
 		}
 		name := ""
 		if len(args) == 2 {

@@ -4,12 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,5 +105,91 @@ func TestCheckpointPushPull(t *testing.T) {
 	code, _, stderr = runOut(t, "checkpoint", "pull", pushed.Ref, "again", "--config", cfg)
 	if code != 1 || !strings.Contains(stderr, "--plain-http") {
 		t.Errorf("pull over HTTP without --plain-http: exit %d, %q", code, stderr)
+	}
+}
+
+// tlsSniffer counts the connections whose first byte opens a TLS handshake
+// (record type 22): HTTPS tried on a plain-HTTP registry.
+type tlsSniffer struct {
+	net.Listener
+	handshakes *atomic.Int32
+}
+
+func (l tlsSniffer) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &sniffedConn{Conn: c, handshakes: l.handshakes}, nil
+}
+
+type sniffedConn struct {
+	net.Conn
+	handshakes *atomic.Int32
+	seen       bool
+}
+
+func (c *sniffedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.seen && n > 0 {
+		c.seen = true
+		if p[0] == 0x16 {
+			c.handshakes.Add(1)
+		}
+	}
+	return n, err
+}
+
+// checkpoint pull: --max-bytes defaults to the config's pull_max_bytes,
+// refuses a value below 1, and --plain-http never tries HTTPS.
+func TestCheckpointPullLimitsAndScheme(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "checkpoints")
+	writeArchiveCheckpoint(t, filepath.Join(root, "cp-web"))
+	cfg := nodeConfig(t, dir, filepath.Join(dir, "shim.sock"))
+	small := filepath.Join(dir, "small.toml")
+	body, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(small, bytes.Replace(body, []byte("[checkpoint]\n"), []byte("[checkpoint]\npull_max_bytes = 1000\n"), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var handshakes atomic.Int32
+	srv := httptest.NewUnstartedServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Listener = tlsSniffer{Listener: srv.Listener, handshakes: &handshakes}
+	srv.Start()
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/checkpoints/web:v1"
+	if code, out, stderr := runOut(t, "checkpoint", "push", "cp-web", ref, "--plain-http", "--config", cfg); code != 0 {
+		t.Fatalf("push: exit %d: %s%s", code, out, stderr)
+	}
+
+	for i, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--max-bytes", "-5"}, 2, "--max-bytes -5: must be a number of bytes above 0"},
+		{[]string{"--max-bytes=0"}, 2, "--max-bytes 0: must be a number of bytes above 0"},
+		// pull_max_bytes = 1000 of the config; the archive is larger.
+		{[]string{"--config", small}, 1, "checkpoint archives exceed the cap of 1000 bytes"},
+		{[]string{"--config", small, "--max-bytes", "999"}, 1, "the cap of 999 bytes"},
+		{[]string{"--config", small, "--max-bytes", "1000000"}, 0, ""},
+		// The default config's 16 GiB.
+		{[]string{"--config", cfg}, 0, ""},
+	} {
+		args := append([]string{"checkpoint", "pull", ref, fmt.Sprintf("copy%d", i), "--plain-http"}, tc.args...)
+		if !slices.Contains(tc.args, "--config") {
+			args = append(args, "--config", cfg)
+		}
+		code, _, stderr := runOut(t, args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+	if n := handshakes.Load(); n != 0 {
+		t.Errorf("%d TLS handshakes sent to the plain-HTTP registry", n)
 	}
 }

@@ -14,8 +14,12 @@ func newConfigCmd() *cobra.Command {
 		Short: "Print the default configuration or check a configuration file",
 	}
 	cmd.AddCommand(&cobra.Command{
-		Use:     "default",
-		Short:   "Print every configuration key with its default value and a comment",
+		Use:   "default",
+		Short: "Print every configuration key with its default value and a comment",
+		Long: `Print every configuration key with its default value and a comment. A key
+that is unset by default (backoff.max_container_restart_period,
+checkpoint.restore_namespace_allow, checkpoint.registries) is shown commented
+out, with an example value.`,
 		Example: "  cri-shim config default > /etc/cri-shim/config.toml",
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			b, err := config.Marshal(config.DefaultConfig())
@@ -30,9 +34,10 @@ func newConfigCmd() *cobra.Command {
 	check := &cobra.Command{
 		Use:   "check [FILE]",
 		Short: "Check a configuration file: TOML syntax, unknown keys and values",
-		Long: `Check a configuration file: TOML syntax, unknown keys, and every value as
-'serve' would (it refuses to start on the same errors). FILE, or --config, must
-exist; the default is ` + config.DefaultPath + `.`,
+		Long: `Check a configuration file: TOML syntax, unknown keys, every value, and
+what the values name on this host (the socket group, the metrics host, the
+CA and credential files), as 'serve' does: it refuses to start on the same
+errors. FILE, or --config, must exist; the default is ` + config.DefaultPath + `.`,
 		Example: "  cri-shim config check /etc/cri-shim/config.toml",
 		Args:    cobra.MaximumNArgs(1),
 	}
@@ -48,7 +53,7 @@ exist; the default is ` + config.DefaultPath + `.`,
 		if err != nil {
 			return err
 		}
-		if err := cfg.Validate(); err != nil {
+		if err := checkConfig(cfg); err != nil {
 			return fmt.Errorf("config %s: %w", path, err)
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", path)

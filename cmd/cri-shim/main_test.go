@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/cri-shim/cri-shim/internal/version"
 )
 
 // runCaptured runs the CLI and returns its exit code and stderr.
@@ -101,10 +106,39 @@ func TestConfigCheckAcceptsShippedExample(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	for _, args := range [][]string{{"version"}, {"--version"}} {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"version", "-o", "table"}} {
 		code, out, _ := runOut(t, args...)
-		if code != 0 || !strings.HasPrefix(out, "cri-shim ") {
+		if code != 0 || out != version.String()+"\n" {
 			t.Fatalf("%v: exit %d, %q", args, code, out)
 		}
+	}
+}
+
+// version -o json|yaml carries every part of the line, under the same keys.
+func TestVersionOutput(t *testing.T) {
+	defer func(v, r, c string) { version.Version, version.Revision, version.CommitTime = v, r, c }(version.Version, version.Revision, version.CommitTime)
+	version.Version, version.Revision, version.CommitTime = "1.2.3", "0123abc", "2026-01-02T03:04:05Z"
+	want := versionOutput{Version: "1.2.3", Revision: "0123abc", CommitTime: "2026-01-02T03:04:05Z",
+		GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	for _, format := range []string{"json", "yaml"} {
+		code, out, stderr := runOut(t, "version", "-o", format)
+		if code != 0 {
+			t.Fatalf("-o %s: exit %d: %s", format, code, stderr)
+		}
+		var got versionOutput
+		if err := yaml.Unmarshal([]byte(out), &got); err != nil { // YAML reads JSON too
+			t.Fatalf("-o %s: %v: %q", format, err, out)
+		}
+		if got != want {
+			t.Errorf("-o %s: got %+v, want %+v", format, got, want)
+		}
+		for _, key := range []string{"version", "revision", "modified", "commitTime", "goVersion", "platform"} {
+			if !strings.Contains(out, key) {
+				t.Errorf("-o %s lacks %s: %s", format, key, out)
+			}
+		}
+	}
+	if code, stderr := runCaptured(t, "version", "-o", "xml"); code != 2 || !strings.Contains(stderr, `unknown output format "xml"`) {
+		t.Errorf("-o xml: exit %d, %q", code, stderr)
 	}
 }

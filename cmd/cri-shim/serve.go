@@ -51,7 +51,7 @@ once the socket accepts calls and feeds the watchdog. Flags override the file.`,
 		if level != "" {
 			cfg.Log.Level = level
 		}
-		if err := cfg.Validate(); err != nil {
+		if err := checkConfig(cfg); err != nil {
 			return fmt.Errorf("invalid configuration:\n%w", err)
 		}
 		return serve(cfg, cfgPath)

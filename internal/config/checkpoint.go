@@ -36,8 +36,11 @@ type CheckpointConfig struct {
 	// checkpoint of a pod in its own namespace, because a checkpoint holds
 	// that pod's memory (docs/checkpoint.md). Each pair lets pods of To
 	// restore checkpoints taken in From; one direction only.
-	RestoreNamespaceAllow []NamespacePair  `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)."`
-	Registries            []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused)."`
+	RestoreNamespaceAllow []NamespacePair `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)." example:"[{ from = 'staging', to = 'ci' }]"`
+	// Registries are the registries a restore from an image reference may
+	// pull from (docs/checkpoint-oci.md); a pod names the reference, so the
+	// node connects only to these.
+	Registries []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused); plain_http only for a loopback host, ca_file: a PEM bundle trusted besides the system roots." example:"[{ host = 'registry.example.com', ca_file = '/etc/cri-shim/registry-ca.pem' }, { host = '127.0.0.1:5000', plain_http = true }]"`
 	// RestoreProvenance decides which checkpoints a restore from an image
 	// reference may pull: "cluster" (default) only those a node of this
 	// cluster exported, recorded in a PodCheckpoint's status in the pod's
@@ -79,9 +82,6 @@ type NamespacePair struct {
 	To string `toml:"to"`
 }
 
-// RestoreAllowed reports whether restore_namespace_allow lets pods of
-// namespace to restore checkpoints of pods of namespace from (the same
-// namespace is always allowed by the restore itself, not by this list).
 // Restore provenance values.
 const (
 	ProvenanceCluster = "cluster"
@@ -100,6 +100,9 @@ func (c CheckpointConfig) SourceNamespaces(to string) []string {
 	return out
 }
 
+// RestoreAllowed reports whether restore_namespace_allow lets pods of
+// namespace to restore checkpoints of pods of namespace from (the same
+// namespace is always allowed by the restore itself, not by this list).
 func (c CheckpointConfig) RestoreAllowed(from, to string) bool {
 	for _, p := range c.RestoreNamespaceAllow {
 		if p.From == from && p.To == to {
@@ -182,6 +185,8 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 	}
 }
 
+// checkRegistry checks an entry of checkpoint.registries: a registry host as
+// image references spell it, plain HTTP only for a loopback one.
 func checkRegistry(r RegistryConfig) error {
 	if r.Host == "" || strings.ContainsAny(r.Host, "/@ ") {
 		return fmt.Errorf("host %q must be a registry host or host:port", r.Host)
@@ -200,7 +205,7 @@ func checkRegistry(r RegistryConfig) error {
 	if host == "" {
 		return fmt.Errorf("host %q has no host name", r.Host)
 	}
-	if ip := net.ParseIP(host); r.PlainHTTP && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if r.PlainHTTP && !Loopback(host) {
 		return fmt.Errorf("plain_http is allowed only for a loopback registry (localhost, 127.0.0.0/8, ::1), not %q", r.Host)
 	}
 	return nil

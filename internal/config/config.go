@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -89,7 +90,7 @@ type BackoffConfig struct {
 	// MaxContainerRestartPeriod is the per-node maximum in whole seconds (1..300),
 	// like the kubelet's crashLoopBackOff.maxContainerRestartPeriod. Unset by default;
 	// when set it replaces max_delay and lowers initial_delay to itself if needed.
-	MaxContainerRestartPeriod *int `toml:"max_container_restart_period,omitempty" comment:"Per-node maximum, whole seconds 1..300 (unset by default)."`
+	MaxContainerRestartPeriod *int `toml:"max_container_restart_period,omitempty" comment:"Per-node maximum, whole seconds 1..300 (unset by default). When set it replaces max_delay, and an initial_delay above it is lowered to it (KEP-4603)." example:"30"`
 	// KubeletDeadContainers is the kubelet's --maximum-dead-containers-per-container:
 	// a restart waits (at most a minute) while a container it restarts has
 	// more exited instances than that plus four (backlog.go), so restarts
@@ -213,31 +214,54 @@ func Load(path string, explicit bool) (Config, error) {
 }
 
 // Decode parses TOML into cfg, refusing keys the shim does not know (a typo
-// would otherwise silently leave a default in place).
+// would otherwise silently leave a default in place) and values of the wrong
+// type, each named at its full path.
 func Decode(b []byte, cfg *Config) error {
+	var doc map[string]any
+	if err := toml.Unmarshal(b, &doc); err != nil {
+		return decodeError(err)
+	}
+	unknown, wrong := shapeErrors(doc, reflect.TypeOf(*cfg))
+	var errs []error
+	if len(unknown) > 0 {
+		errs = append(errs, fmt.Errorf("unknown field %s", strings.Join(unknown, ", ")))
+	}
+	for _, w := range wrong {
+		errs = append(errs, errors.New(w))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// The shape check has passed; go-toml's strict mode stays as a backstop.
 	d := toml.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(cfg); err != nil {
-		var sm *toml.StrictMissingError
-		if errors.As(err, &sm) && len(sm.Errors) > 0 {
-			keys := make([]string, 0, len(sm.Errors))
-			for _, e := range sm.Errors {
-				keys = append(keys, strings.Join(e.Key(), "."))
-			}
-			return fmt.Errorf("unknown field %s", strings.Join(keys, ", "))
-		}
-		var de *toml.DecodeError
-		if errors.As(err, &de) {
-			row, col := de.Position()
-			key := strings.Join(de.Key(), ".")
-			if key != "" {
-				return fmt.Errorf("field %s (line %d, column %d): %s", key, row, col, de.Error())
-			}
-			return fmt.Errorf("line %d, column %d: %s", row, col, de.Error())
-		}
-		return err
+		return decodeError(err)
 	}
 	return nil
+}
+
+// decodeError says where go-toml found a problem: the keys it did not know,
+// or the field and position of a syntax or type error.
+func decodeError(err error) error {
+	var sm *toml.StrictMissingError
+	if errors.As(err, &sm) && len(sm.Errors) > 0 {
+		keys := make([]string, 0, len(sm.Errors))
+		for _, e := range sm.Errors {
+			keys = append(keys, strings.Join(e.Key(), "."))
+		}
+		return fmt.Errorf("unknown field %s", strings.Join(keys, ", "))
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, col := de.Position()
+		key := strings.Join(de.Key(), ".")
+		if key != "" {
+			return fmt.Errorf("field %s (line %d, column %d): %s", key, row, col, de.Error())
+		}
+		return fmt.Errorf("line %d, column %d: %s", row, col, de.Error())
+	}
+	return err
 }
 
 // Validate refuses values the shim cannot run with, naming the field.
@@ -279,6 +303,7 @@ func (c *Config) Validate() error {
 	if d := c.Runtime.ReconnectMaxDelay.Duration; d < 10*time.Millisecond || d > 2*time.Minute {
 		bad("runtime.reconnect_max_delay", "must be between 10ms and 2m, got %s", c.Runtime.ReconnectMaxDelay)
 	}
+	c.Metrics.validate(bad)
 	if _, err := ParseLevel(c.Log.Level); err != nil {
 		bad("log.level", "%v", err)
 	}
@@ -340,11 +365,3 @@ func (c *Config) SocketModeBits() os.FileMode {
 	m, _ := strconv.ParseUint(c.Server.SocketMode, 8, 32)
 	return os.FileMode(m)
 }
-
-// Marshal renders cfg as commented TOML (used by `cri-shim config default`).
-func Marshal(cfg Config) ([]byte, error) {
-	return toml.Marshal(cfg)
-}
-
-// checkRegistry checks an entry of checkpoint.registries: a registry host as
-// image references spell it, plain HTTP only for a loopback one.

@@ -98,7 +98,20 @@ func TestDecodeAndValidate(t *testing.T) {
 		{"restore allow wildcard", "[checkpoint]\nrestore_namespace_allow = [{from = \"*\", to = \"b\"}]\n", "checkpoint.restore_namespace_allow[0].from"},
 		{"restore allow same", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"a\"}]\n", "checkpoint.restore_namespace_allow[0]: from and to are both \"a\""},
 		{"restore allow twice", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"b\"}, {from = \"a\", to = \"b\"}]\n", "checkpoint.restore_namespace_allow[1]: {from = \"a\", to = \"b\"} is listed twice"},
-		{"restore allow unknown key", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"b\", both = true}]\n", "unknown field checkpoint.both"},
+		{"restore allow unknown key", "[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"b\", both = true}]\n", "unknown field checkpoint.restore_namespace_allow[0].both"},
+		{"registry unknown key, array table", "[[checkpoint.registries]]\nhost = \"a.example\"\n[[checkpoint.registries]]\nhost = \"b.example\"\nbogus = 1\n", "unknown field checkpoint.registries[1].bogus"},
+		{"registry unknown key, inline", "[checkpoint]\nregistries = [{host = \"a.example\", bogus = 1}]\n", "unknown field checkpoint.registries[0].bogus"},
+		{"registry host a number", "[[checkpoint.registries]]\nhost = 5\n", "checkpoint.registries[0].host: want a string, got the number 5"},
+		{"registry not a table", "[checkpoint]\nregistries = [\"r.example\"]\n", "checkpoint.registries[0]: want a table, got the string \"r.example\""},
+		{"section not a table", "server = 1\n", "server: want a table, got the number 1"},
+		{"duration as integer", "[backoff]\ninitial_delay = 10\n", "backoff.initial_delay: want a duration string like \"10s\", got the number 10"},
+		{"duration as float", "[server]\nshutdown_timeout = 1.5\n", "server.shutdown_timeout: want a duration string like \"10s\", got the number 1.5"},
+		{"duration as bool", "[checkpoint]\npull_wait = true\n", "checkpoint.pull_wait: want a duration string like \"10s\", got true"},
+		{"duration without unit", "[backoff]\nmax_delay = \"10\"\n", "backoff.max_delay: want a duration like \"10s\" (units ns, us, ms, s, m, h), got \"10\""},
+		{"bool as string", "[metrics]\nprofiling = \"yes\"\n", "metrics.profiling: want true or false, got the string \"yes\""},
+		{"qps as integer", "[kubernetes]\nqps = 7\n", ""},
+		{"key in another case, as go-toml matches it", "State_Dir = \"/var/lib/x\"\n", ""},
+		{"every problem at once", "bogus = 1\n[server]\nlistn = 1\nmax_procs = \"2\"\n", "unknown field bogus, server.listn\nserver.max_procs: want a whole number, got the string \"2\""},
 		{"restore allow not a list", "[checkpoint]\nrestore_namespace_allow = \"a:b\"\n", "checkpoint.restore_namespace_allow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,6 +230,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("[server]\ntimer_slack = \"9223372036854775807ns\"\n"))
 	f.Add([]byte("[checkpoint]\nrestore_namespace_allow = [{from = \"a\", to = \"b\"}, {from = \"\", to = \"../x\"}]\n"))
 	f.Add([]byte("[[checkpoint.restore_namespace_allow]]\nfrom = 1\n"))
+	f.Add([]byte("[[checkpoint.registries]]\nhost = 1\nbogus = [1, {a = 2}]\n[backoff]\ninitial_delay = 10\n"))
+	f.Add([]byte("server = [[1], {x = 1979-05-27T07:32:00Z}]\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := DefaultConfig()
 		if err := Decode(in, &c); err != nil {
@@ -242,5 +257,42 @@ func TestKubernetesNode(t *testing.T) {
 	}
 	if (KubernetesConfig{}).Enabled() || !(KubernetesConfig{Kubeconfig: "/k"}).Enabled() {
 		t.Fatal("Enabled must follow kubeconfig")
+	}
+}
+
+func TestValidateMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		address   string
+		profiling bool
+		wantErr   string
+	}{
+		{"", false, ""},
+		{"", true, ""}, // nothing served, nothing exposed
+		{"127.0.0.1:9464", true, ""},
+		{"127.9.9.9:9464", true, ""},
+		{"[::1]:9464", true, ""},
+		{"localhost:9464", true, ""},
+		{"0.0.0.0:9464", false, ""},
+		{"node.example:9464", false, ""},
+		{"0.0.0.0:9464", true, `metrics.profiling: serves /debug/pprof on metrics.address "0.0.0.0:9464", which is not a loopback address`},
+		{"[::]:9464", true, "metrics.profiling"},
+		{":9464", true, "metrics.profiling"},
+		{"node.example:9464", true, "metrics.profiling"},
+		{"127.0.0.1", false, `metrics.address: must be host:port like "127.0.0.1:9464" or empty (disabled), got "127.0.0.1"`},
+		{"::1:9464", false, "metrics.address: must be host:port"},
+		{"127.0.0.1:0", false, `metrics.address: port "0" must be a number from 1 to 65535`},
+		{"127.0.0.1:65536", false, `metrics.address: port "65536"`},
+		{"127.0.0.1:-1", false, `metrics.address: port "-1"`},
+		{"127.0.0.1:http", false, `metrics.address: port "http"`},
+	} {
+		c := DefaultConfig()
+		c.Metrics = MetricsConfig{Address: tc.address, Profiling: tc.profiling}
+		err := c.Validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%+v: %v", c.Metrics, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%+v: got %v, want %q", c.Metrics, err, tc.wantErr)
+		}
 	}
 }

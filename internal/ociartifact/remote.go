@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	shimconfig "github.com/cri-shim/cri-shim/internal/config"
 )
 
 // Registry says how to reach a registry. The zero value uses the node's
@@ -66,11 +68,7 @@ func loopback(hostport string) bool {
 	if err != nil {
 		host = hostport
 	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return shimconfig.Loopback(host)
 }
 
 // connect parses ref and returns the options of every request to its
@@ -120,12 +118,8 @@ func (r Registry) options(ctx context.Context) ([]remote.Option, error) {
 			pool = x509.NewCertPool()
 		}
 		if r.CAFile != "" {
-			pem, err := os.ReadFile(r.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("CA file: %w", err)
-			}
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("CA file %s holds no PEM certificate", r.CAFile)
+			if err := AppendCAFile(pool, r.CAFile); err != nil {
+				return nil, err
 			}
 		}
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
@@ -143,19 +137,41 @@ func (r Registry) options(ctx context.Context) ([]remote.Option, error) {
 	return opts, nil
 }
 
-// plainGuard refuses plain HTTP unless allowed, and then only to loopback.
-// go-containerregistry falls back to HTTP by itself for loopback and private
-// (RFC 1918) registries; this keeps that from happening unasked.
+// AppendCAFile adds the certificates of the PEM bundle at path (a
+// registry's ca_file, --ca-file) to pool; a file with none is an error.
+func AppendCAFile(pool *x509.CertPool, path string) error {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("CA file: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("CA file %s holds no PEM certificate", path)
+	}
+	return nil
+}
+
+// plainGuard keeps a registry connection to the scheme it was given: plain
+// HTTP only when allowed, and then only to loopback; HTTPS never when plain
+// HTTP is. go-containerregistry falls back to HTTP by itself for loopback and
+// private (RFC 1918) registries, and for a registry it is told is insecure
+// tries HTTPS first (pkg/v1/remote/transport/ping.go, Ping); refused here,
+// its HTTPS attempt fails before any connection and it goes on with HTTP.
 type plainGuard struct {
 	rt    http.RoundTripper
 	allow bool
 }
 
-var errPlainHTTP = errors.New("plain HTTP refused (use --plain-http, for a loopback registry only)")
+var (
+	errPlainHTTP = errors.New("plain HTTP refused (use --plain-http, for a loopback registry only)")
+	errHTTPS     = errors.New("HTTPS not tried: plain HTTP was asked for")
+)
 
 func (g plainGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme == "http" && (!g.allow || !loopback(req.URL.Host)) {
 		return nil, fmt.Errorf("%s: %w", req.URL.Host, errPlainHTTP)
+	}
+	if req.URL.Scheme == "https" && g.allow {
+		return nil, fmt.Errorf("%s: %w", req.URL.Host, errHTTPS)
 	}
 	resp, err := g.rt.RoundTrip(req)
 	if err == nil && strings.Contains(req.URL.Path, "/manifests/") {

@@ -66,3 +66,23 @@ func TestCredentialsFromRegistryConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With PlainHTTP nothing is tried over HTTPS, not even go-containerregistry's
+// first ping of an insecure registry: a TLS-only registry is not reached.
+func TestPlainHTTPNeverTriesHTTPS(t *testing.T) {
+	srv := httptest.NewUnstartedServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	must(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+	ref := strings.TrimPrefix(srv.URL, "https://") + "/cp/web:v1"
+	src := twoContainers(t, t.TempDir(), "src")
+	if _, err := Push(context.Background(), src, ref, Registry{CAFile: ca}, nil); err != nil {
+		t.Fatalf("push over TLS (the control): %v", err)
+	}
+	_, err := Pull(context.Background(), ref, Registry{CAFile: ca, PlainHTTP: true}, PullOptions{Root: t.TempDir(), Name: "copy"})
+	if err == nil || !strings.Contains(err.Error(), "HTTPS not tried: plain HTTP was asked for") {
+		t.Fatalf("pull with PlainHTTP from a TLS registry: %v", err)
+	}
+}
