@@ -3,6 +3,8 @@
 // and resolves: a relative link names a file (or directory) of the
 // repository, and a #fragment names a heading of that file. Sources outside
 // the repository are cited as text (repository and path), never linked.
+// citations_test.go checks that the test names, repository paths and
+// configuration keys README.md and docs/*.md cite exist.
 package docs
 
 import (
@@ -129,10 +131,7 @@ func TestLinkProblems(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "docs"), 0o755)
 	os.WriteFile(filepath.Join(root, "docs", "b.md"), []byte("# Title\n## Command line\n## Limits, measured\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "main.go"), nil, 0o644)
-	for _, c := range []struct {
-		md   string
-		want string // "" for no problem
-	}{
+	for _, c := range []problemCase{
 		{"see [b](b.md)", ""},
 		{"see [b](b.md#command-line) and [l](b.md#limits-measured)", ""},
 		{"see [top](#a) of this\n# A\n", ""},
@@ -149,9 +148,20 @@ func TestLinkProblems(t *testing.T) {
 		{"see [x](../../etc/passwd)", "not a path inside the repository"},
 		{"see [x](/etc/passwd)", "not a path inside the repository"},
 	} {
-		got := strings.Join(linkProblems(root, filepath.Join("docs", "a.md"), []byte(c.md)), "\n")
-		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
-			t.Errorf("%q: problems %q, want %q", c.md, got, c.want)
-		}
+		wantProblem(t, c.md, c.want, linkProblems(root, filepath.Join("docs", "a.md"), []byte(c.md)))
+	}
+}
+
+// problemCase is a markdown text and what a checker must find in it ("" for
+// no problem).
+type problemCase struct{ md, want string }
+
+// wantProblem fails the test unless the problems a checker found in md hold
+// want, or, with want "", unless there are none.
+func wantProblem(t *testing.T, md, want string, problems []string) {
+	t.Helper()
+	got := strings.Join(problems, "\n")
+	if want == "" && got != "" || want != "" && !strings.Contains(got, want) {
+		t.Errorf("%q: problems %q, want %q", md, got, want)
 	}
 }

@@ -25,9 +25,10 @@ import (
 // ReadyCondition is the readiness gate the shim owns: False from the
 // moment a restart rule matches (through the backoff hold and the restart)
 // until the restarted containers run, True otherwise. The admission policy
-// in deploy/kubernetes adds it to the readinessGates of pods that carry
-// cri-shim restart annotations; the kubelet counts it into the pod's Ready
-// condition and never writes it itself.
+// deploy/admission/restart-readiness.yaml adds it to the readinessGates of
+// pods that carry cri-shim restart annotations, in namespaces that opt in;
+// the kubelet counts it into the pod's Ready condition and never writes it
+// itself.
 const ReadyCondition corev1.PodConditionType = "restart.cri-shim.io/ready"
 
 // ReasonAllContainersRestarting is the kubelet's own reason for a True

@@ -208,7 +208,7 @@ func TestDemo(t *testing.T) {
 	// (up.sh --shim-api), the kubelet registered with the API server.
 	withShimConfig(t, string(extra)+fmt.Sprintf("\n[kubernetes]\nkubeconfig = %q\nnode_name = %q\n", node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"]))
 	apiKubelet(t, cs)
-	waitGatePolicy(t, cs, testNamespace(t, cs, "e2e-demo"))
+	enableGate(t, cs, testNamespace(t, cs, "e2e-demo"))
 	// The demo's API objects go before the kubelet and the shim's API
 	// config do: the shim removes the PodCheckpoint's finalizer, and no
 	// later kubelet in API mode runs the pods again.

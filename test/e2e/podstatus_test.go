@@ -49,22 +49,6 @@ exec sleep 3600`, crashes)
 	return p
 }
 
-// waitGatePolicy waits until the admission policy of deploy/admission adds
-// the readiness gate (the API server applies a new policy within seconds).
-func waitGatePolicy(t *testing.T, cs kubernetes.Interface, ns string) {
-	t.Helper()
-	eventually(t, 30*time.Second, "the readiness gate policy in force", func() error {
-		p, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), restartingPod("dry-run", 0), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if g := p.Spec.ReadinessGates; len(g) != 1 || g[0].ConditionType != podstatus.ReadyCondition {
-			return fmt.Errorf("readiness gates %v", g)
-		}
-		return nil
-	})
-}
-
 // podConditions is the state of the conditions the test follows.
 type podConditions struct{ ready, gate, restarting corev1.ConditionStatus }
 
@@ -202,7 +186,7 @@ func TestPodStatusDuringInPlaceRestart(t *testing.T) {
 func inPlaceRestartStatus(t *testing.T, cs kubernetes.Interface, component string, kubeletOwns bool, crashes int) {
 	statusStack(t, cs, component, kubeletOwns)
 	ns := testNamespace(t, cs, "e2e-status")
-	waitGatePolicy(t, cs, ns)
+	enableGate(t, cs, ns)
 	seen := watchConditions(t, cs, ns, "restarting")
 	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), restartingPod("restarting", crashes), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -348,7 +332,7 @@ func apiOutage(t *testing.T, restartShimAfter bool) {
 	apiShim(t)
 	apiKubelet(t, cs)
 	ns := testNamespace(t, cs, "e2e-outage")
-	waitGatePolicy(t, cs, ns)
+	enableGate(t, cs, ns)
 	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), restartingPod("outage", 2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
