@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Boots the systemd + cgroup v2 guest (test/vm/build.sh) with this tree's
+# cri-shim and the stack's containerd, kubelet and CRIU on a payload disk,
+# runs test/vm/guest/run.sh inside (as an operator would set up a node and
+# install cri-shim with deploy/install.sh) and copies its results out.
+#   test/vm/run.sh        results: _output/vm/{console.log,out/}
+# Exits 0 when every guest check passed. CRI_SHIM_VM_TIMEOUT (seconds,
+# default 1800) bounds the guest's run (TCG: about 6x slower than the host).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+STACK=${CRI_SHIM_STACK:-$REPO/.stack}
+VM=$STACK/vm
+OUT=${CRI_SHIM_VM_OUT:-$REPO/_output/vm}
+log() { printf '[vm] %s\n' "$*" >&2; }
+"$REPO/test/vm/build.sh"
+for f in "$REPO/_output/cri-shim" "$REPO/_output/containerd-shim-cri-shim-v2"; do
+	[[ -x $f ]] || { echo "run.sh: no $f (make build)" >&2; exit 1; }
+done
+
+rm -rf "$OUT"
+P=$OUT/payload
+mkdir -p "$P/bin" "$P/images" "$P/repo/_output" "$P/repo/docs" "$P/out"
+cp "$STACK"/bin/{containerd,containerd-shim-runc-v2,ctr,kubelet,crictl} "$VM/runc" "$P/bin/"
+cp -a "$STACK/criu" "$P/criu"
+cp "$STACK"/images/{busybox,pause}.tar "$P/images/"
+cp -a "$REPO/deploy" "$P/repo/"
+cp "$REPO/docs/operations.md" "$P/repo/docs/"
+cp "$REPO/_output/cri-shim" "$REPO/_output/containerd-shim-cri-shim-v2" "$P/repo/_output/"
+cp -a "$REPO/test/vm/guest" "$P/guest"
+size=$(( $(du -sm "$P" | cut -f1) + 512 ))
+mkfs.ext4 -q -F -L payload -d "$P" "$OUT/payload.img" "${size}M"
+
+log "booting the guest (containerd $("$STACK/bin/containerd" --version | cut -d' ' -f3), kubelet $("$STACK/bin/kubelet" --version | cut -d' ' -f2); console: $OUT/console.log)"
+t0=$SECONDS
+rc=0
+timeout --foreground "${CRI_SHIM_VM_TIMEOUT:-1800}" qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -smp 2 -m 3072 \
+	-nographic -no-reboot -nic none \
+	-kernel "$VM/vmlinuz" -initrd "$VM/initrd.img" \
+	-append "root=/dev/vda rw console=ttyS0 quiet loglevel=3 systemd.show_status=0 panic=-1" \
+	-drive "file=$VM/base.img,if=virtio,format=raw,snapshot=on" \
+	-drive "file=$OUT/payload.img,if=virtio,format=raw" \
+	</dev/null >"$OUT/console.log" 2>&1 || rc=$?
+log "guest ended after $((SECONDS - t0))s (qemu rc $rc)"
+debugfs -R "rdump /out $OUT" "$OUT/payload.img" >/dev/null 2>&1 || true
+rm -rf "$P"
+if [[ -f $OUT/out/results ]]; then
+	echo "=== guest checks ($OUT/out/results)"
+	cat "$OUT/out/results"
+fi
+grep -q '^vmtest: exit 0$' "$OUT/out/rc" 2>/dev/null || {
+	echo "guest run failed: $(cat "$OUT/out/rc" 2>/dev/null || echo 'no exit status (timed out or did not boot)'); last console lines:"
+	tail -n 40 "$OUT/console.log"
+	exit 1
+}
