@@ -85,7 +85,7 @@ ctrd_routes() {
 # imports line before its first table.
 ctrd_add_import() {
 	local f=$1
-	if awk '/^[[:space:]]*\[/ { exit 1 } /^[[:space:]]*imports[[:space:]]*=/ { exit 0 } END { exit 1 }' "$f"; then
+	if awk '/^[[:space:]]*\[/ { exit } /^[[:space:]]*imports[[:space:]]*=/ { found = 1; exit } END { exit !found }' "$f"; then
 		awk -v imp="'$CTRD_IMPORT', " '!done && /^[[:space:]]*imports[[:space:]]*=[[:space:]]*\[/ { sub(/\[/, "[" imp); done = 1 } { print }' "$f" >"$f.new"
 	else
 		awk -v imp="imports = ['$CTRD_IMPORT']" '!done && /^[[:space:]]*\[/ { print imp; print ""; done = 1 } { print } END { if (!done) print imp }' "$f" >"$f.new"
@@ -150,8 +150,12 @@ ctrd_plan() {
 			if [[ -n $bad ]]; then printf '%s\n' "$bad" | sed 's/^/  /'; else echo "  nothing (already in place)"; fi
 			return 0
 		fi
-		echo "install.sh: with a version $v drop-in, containerd's effective config would change beyond the runc handler's runtime_path:" >&2
-		if [[ -n $bad ]]; then printf '%s\n' "$bad" | sed 's/^/  /' >&2; else echo "  (the runc handler does not get the runtime shim)" >&2; fi
+		if [[ -n $bad ]]; then
+			echo "install.sh: with a version $v drop-in, containerd's effective config would change beyond the runc handler's runtime_path:" >&2
+			printf '%s\n' "$bad" | sed 's/^/  /' >&2
+		else
+			echo "install.sh: with a version $v drop-in, the runc handler would still not run $RUNTIME_SHIM_PATH (does a later import set its runtime_path?)" >&2
+		fi
 	done
 	echo "install.sh: not changing containerd's configuration; see docs/restore-route.md, \"The operator step\"" >&2
 	return 1
