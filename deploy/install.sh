@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Installs cri-shim on a node: binary, config (kept if present), systemd units
-# (cri-shim.socket holds the CRI socket, cri-shim.service serves it),
-# its containerd runtime shim, optionally the containerd drop-in that makes it
-# the pods' runtime (needed for restores), the kubelet drop-in and crictl config.
-#   deploy/install.sh [--binary PATH] [--runtime-shim PATH] [--with-containerd] [--with-kubelet] [--with-crictl] [--root DIR] [--no-start]
-#   deploy/install.sh --rollback
-# --root installs into DIR instead of / (packaging, tests) and never calls systemctl.
-# On a node where cri-shim runs, installing is an upgrade in place: the old
+# (cri-shim.socket holds the CRI socket, cri-shim.service serves it), its
+# containerd runtime shim, optionally the containerd drop-in that makes it the
+# pods' runtime (needed for restores), the kubelet drop-ins and crictl config.
+#   deploy/install.sh [--binary PATH] [--runtime-shim PATH] [--with-containerd] [--with-kubelet] [--with-crictl]
+#                     [--containerd-bin PATH] [--containerd-config PATH] [--root DIR] [--no-start] [--dry-run]
+#   deploy/install.sh --rollback      back to the binary an upgrade replaced (cri-shim.previous)
+#   deploy/install.sh --uninstall     remove everything install.sh placed, putting back what it replaced
+# Every run converges to what it is asked for: a second run with more --with-*
+# flags adds those steps, an unchanged run changes nothing and restarts
+# nothing. What install.sh placed is recorded in /var/lib/cri-shim-install
+# (files it replaced are kept there), which --uninstall reads.
+# --root installs into DIR instead of / (packaging, tests) and never calls
+# systemctl. --dry-run says what would change (with containerd's config diff)
+# and changes nothing.
+# On a node where cri-shim runs, a new binary is an upgrade in place: the old
 # binary is kept as cri-shim.previous, the new one is exec'd in the running
 # process (systemctl reload: calls in flight finish, the socket stays open),
-# and if it does not answer on the socket within 30 s the previous binary is
-# put back. --rollback puts cri-shim.previous back the same way.
+# and unless the process runs the new binary and answers on the socket within
+# 30 s the previous binary is put back. docs/operations.md has the details.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BINARY=$HERE/../_output/cri-shim
@@ -20,125 +28,185 @@ CONTAINERD=
 KUBELET=
 CRICTL=
 START=1
-ROLLBACK=
+MODE=install
+DRY=
+CTRD_BIN=
+CTRD_MAIN=/etc/containerd/config.toml
 while (($#)); do
 	case $1 in
 	--binary) BINARY=$2; shift ;;
 	--runtime-shim) RUNTIME_SHIM=$2; shift ;;
 	--with-containerd) CONTAINERD=1 ;;
-	--root) ROOT=$2; START=; shift ;;
+	--containerd-bin) CTRD_BIN=$2; shift ;;
+	--containerd-config) CTRD_MAIN=$2; shift ;;
+	--root) ROOT=$(cd "$2" && pwd); START=; shift ;;
 	--with-kubelet) KUBELET=1 ;;
 	--with-crictl) CRICTL=1 ;;
 	--no-start) START= ;;
-	--rollback) ROLLBACK=1 ;;
+	--dry-run) DRY=1 ;;
+	--rollback) MODE=rollback ;;
+	--uninstall) MODE=uninstall ;;
 	*) echo "install.sh: unknown flag $1" >&2; exit 2 ;;
 	esac
 	shift
 done
+[[ $CTRD_MAIN == /* ]] || { echo "install.sh: --containerd-config $CTRD_MAIN: want an absolute path (as on the node)" >&2; exit 2; }
+[[ $ROOT == / ]] && ROOT=
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+# shellcheck source=deploy/lib/files.sh
+. "$HERE/lib/files.sh"
+# shellcheck source=deploy/lib/containerd.sh
+. "$HERE/lib/containerd.sh"
+# shellcheck source=deploy/lib/kubelet.sh
+. "$HERE/lib/kubelet.sh"
+
 BIN=$ROOT/usr/local/bin/cri-shim
-running() { [[ -z $ROOT ]] && command -v systemctl >/dev/null && [[ -d /run/systemd/system ]] && systemctl -q is-active cri-shim.service; }
-# answering waits up to 30 s for the shim to answer on its socket.
-answering() {
+live() { [[ -z $ROOT ]] && command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; }
+running() { live && systemctl -q is-active cri-shim.service; }
+# sys runs systemctl on a live node (printing it with --dry-run).
+sys() {
+	if [[ -n $DRY ]]; then echo "would run: systemctl $*"; return 0; fi
+	systemctl "$@"
+}
+# serving_new waits up to 30 s for cri-shim.service's process to run the
+# binary now at $BIN (after an in-place upgrade the PID stays and its
+# executable becomes the new file; until the exec, it is the replaced,
+# deleted one) and then to answer on its socket: an answer before the exec
+# would come from the old binary.
+serving_new() {
+	local pid
 	for _ in $(seq 30); do
-		"$BIN" pods -o json >/dev/null 2>&1 && return 0
+		pid=$(systemctl show -p MainPID --value cri-shim.service 2>/dev/null || echo 0)
+		if [[ $pid != 0 && /proc/$pid/exe -ef $BIN ]] && "$BIN" pods -o json >/dev/null 2>&1; then
+			return 0
+		fi
 		sleep 1
 	done
 	return 1
 }
-# swap_in replaces the binary atomically (a rename: the running process keeps
-# its old inode) and upgrades the running shim in place; on failure the binary
-# that ran before goes back.
+# swap_in SRC: replaces the binary atomically (a rename: the running process
+# keeps its old inode) and upgrades the running shim in place; on failure the
+# binary that ran before goes back.
 swap_in() {
-	install -m 0755 "$1" "$BIN.new"
-	mv -f "$BIN.new" "$BIN"
+	place "$1" /usr/local/bin/cri-shim 0755 ours || return 0
 	running || return 0
-	systemctl reload cri-shim.service
-	if ! answering; then
-		echo "install.sh: the new cri-shim does not answer on its socket; rolling back" >&2
+	sys reload cri-shim.service
+	[[ -n $DRY ]] && return 0
+	if ! serving_new; then
+		echo "install.sh: cri-shim.service does not run the new binary and answer on its socket within 30 s; rolling back" >&2
 		install -m 0755 "$BIN.previous" "$BIN.new" && mv -f "$BIN.new" "$BIN"
 		systemctl restart cri-shim.service
-		answering || echo "install.sh: the previous cri-shim does not answer either: see journalctl -u cri-shim" >&2
+		serving_new || echo "install.sh: the previous cri-shim does not answer either: see journalctl -u cri-shim" >&2
 		return 1
 	fi
+	echo "upgraded in place to $("$BIN" version | head -n 1) (previous binary: /usr/local/bin/cri-shim.previous; deploy/install.sh --rollback)"
 }
-if [[ -n $ROLLBACK ]]; then
+
+rollback() {
 	[[ -x $BIN.previous ]] || { echo "install.sh: no $BIN.previous to roll back to" >&2; exit 1; }
-	cp -p "$BIN" "$BIN.rolledback"
-	install -m 0755 "$BIN.previous" "$BIN.new" && mv -f "$BIN.new" "$BIN"
-	if running; then systemctl reload cri-shim.service; answering || { echo "install.sh: cri-shim does not answer after the rollback" >&2; exit 1; }; fi
+	cp -p "$BIN" "$TMP/rolledback"
+	place "$TMP/rolledback" /usr/local/bin/cri-shim.rolledback 0755 ours || true
+	swap_in "$BIN.previous" || exit 1
 	echo "rolled back to $("$BIN" version | head -n 1)"
-	exit 0
-fi
+}
+
+# uninstall: the kubelet back on containerd first (it must not point at a
+# socket nobody serves), then the shim stopped and disabled, containerd's
+# files put back and containerd restarted, then everything else.
+uninstall() {
+	[[ -f $MANIFEST ]] || { echo "install.sh: nothing recorded in ${MANIFEST#"$ROOT"}: nothing to uninstall"; return 0; }
+	local kubelet ctrd path
+	kubelet=$(placed '^(/etc/systemd/system/kubelet\.service\.d/|.*/50-cri-shim\.conf$)')
+	ctrd=$(placed '^/etc/containerd/|^'"$CTRD_MAIN"'$')
+	for path in $kubelet; do unplace "$path"; done
+	if live; then
+		sys daemon-reload
+		[[ -z $kubelet ]] || sys restart kubelet.service
+		sys disable --now cri-shim.socket cri-shim.service
+	fi
+	for path in $ctrd; do unplace "$path"; done
+	if live && [[ -n $ctrd ]]; then sys restart containerd.service; fi
+	# Containers whose sandbox started under the runtime shim keep running it
+	# until they are recreated: its binary stays while a process runs it.
+	if live && [[ -z $DRY ]] && recorded "f $RUNTIME_SHIM_PATH"; then
+		for path in /proc/[0-9]*/exe; do
+			if [[ $path -ef $RUNTIME_SHIM_PATH ]]; then
+				echo "keeping $RUNTIME_SHIM_PATH: containers still run under it (remove it once their pods are recreated)"
+				forget "f $RUNTIME_SHIM_PATH"
+				break
+			fi
+		done
+	fi
+	unplace_all
+	if live; then sys daemon-reload; fi
+	[[ -n $DRY ]] || echo "uninstalled cri-shim from ${ROOT:-/} (the shim's own records in /var/lib/cri-shim are kept)"
+}
+
+case $MODE in
+rollback) rollback; exit 0 ;;
+uninstall) uninstall; exit 0 ;;
+esac
+
 [[ -x $BINARY ]] || { echo "install.sh: no binary at $BINARY (make build)" >&2; exit 1; }
 RUNTIME_SHIM=${RUNTIME_SHIM:-$(dirname "$BINARY")/containerd-shim-cri-shim-v2}
 [[ -x $RUNTIME_SHIM ]] || { echo "install.sh: no runtime shim at $RUNTIME_SHIM (make build)" >&2; exit 1; }
-
-install -d -m 0755 "$ROOT/usr/local/bin" "$ROOT/etc/cri-shim"
-UPGRADE=
-if [[ -x $BIN ]]; then
-	cp -p "$BIN" "$BIN.previous"
-	UPGRADE=1
-fi
-if [[ -e $ROOT/etc/cri-shim/config.toml ]]; then
-	echo "keeping existing $ROOT/etc/cri-shim/config.toml"
-else
-	install -m 0644 "$HERE/config.toml" "$ROOT/etc/cri-shim/config.toml"
-fi
-"$BINARY" config check --config "$ROOT/etc/cri-shim/config.toml"
-# The runtime shim: a rename, so that running shims keep the binary they run.
-install -m 0755 "$RUNTIME_SHIM" "$ROOT/usr/local/bin/containerd-shim-cri-shim-v2.new"
-mv -f "$ROOT/usr/local/bin/containerd-shim-cri-shim-v2.new" "$ROOT/usr/local/bin/containerd-shim-cri-shim-v2"
 if [[ -n $CONTAINERD ]]; then
-	install -D -m 0644 "$HERE/containerd/50-cri-shim.toml" "$ROOT/etc/containerd/conf.d/50-cri-shim.toml"
-	# containerd reads the drop-in only if its config imports conf.d (its
-	# default config does; a config without an imports line does not).
-	cfg=$ROOT/etc/containerd/config.toml
-	if [[ -f $cfg ]] && ! grep -Eq "^[[:space:]]*imports[[:space:]]*=.*conf\.d" "$cfg"; then
-		echo "install.sh: $cfg does not import /etc/containerd/conf.d/*.toml: add" >&2
-		echo "  imports = ['/etc/containerd/conf.d/*.toml']" >&2
-		echo "  at its top, or restores will not work (cri-shim doctor checks it)" >&2
-	fi
+	CTRD_BIN=${CTRD_BIN:-$(command -v containerd || true)}
+	[[ -n $CTRD_BIN && -x $CTRD_BIN ]] || { echo "install.sh: --with-containerd checks the merged config with containerd's own binary: none on PATH (--containerd-bin PATH)" >&2; exit 1; }
 fi
-install -D -m 0644 "$HERE/cri-shim.socket" "$ROOT/etc/systemd/system/cri-shim.socket"
-install -D -m 0644 "$HERE/cri-shim.service" "$ROOT/etc/systemd/system/cri-shim.service"
-if running; then
-	systemctl daemon-reload
-	swap_in "$BINARY" || exit 1
-	echo "upgraded in place to $("$BIN" version | head -n 1) (previous binary: $BIN.previous; deploy/install.sh --rollback)"
-	exit 0
+
+# Plan everything that can refuse before changing anything.
+if [[ -n $CONTAINERD ]]; then ctrd_plan || exit 1; fi
+if [[ -n $KUBELET ]]; then kl_plan || exit 1; fi
+
+if [[ -e $ROOT/etc/cri-shim/config.toml ]] && ! recorded "f /etc/cri-shim/config.toml"; then
+	echo "keeping existing /etc/cri-shim/config.toml"
+else
+	place "$HERE/config.toml" /etc/cri-shim/config.toml 0644 || true
 fi
-install -m 0755 "$BINARY" "$BIN.new" && mv -f "$BIN.new" "$BIN"
-[[ -n $UPGRADE ]] && echo "kept the binary this replaces as $BIN.previous"
-install -D -m 0644 "$HERE/../docs/operations.md" "$ROOT/usr/local/share/doc/cri-shim/operations.md"
+CFG=$ROOT/etc/cri-shim/config.toml
+[[ -e $CFG ]] || CFG=$HERE/config.toml # a dry run placed nothing
+"$BINARY" config check --config "$CFG"
+# The runtime shim: a rename, so that running shims keep the binary they run.
+place "$RUNTIME_SHIM" "$RUNTIME_SHIM_PATH" 0755 ours || true
+UNITS=
+place "$HERE/cri-shim.socket" /etc/systemd/system/cri-shim.socket 0644 ours && UNITS=1
+place "$HERE/cri-shim.service" /etc/systemd/system/cri-shim.service 0644 ours && UNITS=1
+place "$HERE/../docs/operations.md" /usr/local/share/doc/cri-shim/operations.md 0644 ours || true
+if [[ -n $CONTAINERD ]]; then ctrd_apply || exit 1; fi
+KUBELET_CHANGED=
 if [[ -n $KUBELET ]]; then
-	install -D -m 0644 "$HERE/kubelet/20-cri-shim.conf" "$ROOT/etc/systemd/system/kubelet.service.d/20-cri-shim.conf"
-	install -D -m 0644 "$HERE/kubelet/50-cri-shim.conf" "$ROOT/etc/kubernetes/kubelet.conf.d/50-cri-shim.conf"
-	for f in /etc/default/kubelet /etc/sysconfig/kubelet; do
-		if [[ -f $ROOT$f ]] && grep -q '^KUBELET_EXTRA_ARGS=.' "$ROOT$f"; then
-			echo "WARNING: $f sets KUBELET_EXTRA_ARGS, which overrides the drop-in: add" >&2
-			echo "  --config-dir=/etc/kubernetes/kubelet.conf.d" >&2
-			echo "to it by hand." >&2
-		fi
-	done
-	# Flags win over configuration files: an endpoint flag left by an older
-	# kubeadm would keep the kubelet on containerd.
-	for f in /var/lib/kubelet/kubeadm-flags.env /etc/default/kubelet /etc/sysconfig/kubelet; do
-		if [[ -f $ROOT$f ]] && grep -q -- '--container-runtime-endpoint\|--image-service-endpoint' "$ROOT$f"; then
-			echo "WARNING: $f passes --container-runtime-endpoint or --image-service-endpoint, which win over" >&2
-			echo "  /etc/kubernetes/kubelet.conf.d/50-cri-shim.conf: remove them from it (kubeadm keeps the endpoint" >&2
-			echo "  in the kubelet's config file since v1.27)." >&2
-		fi
-	done
+	place "$TMP/20-cri-shim.conf" "$KL_DROPIN" 0644 ours && KUBELET_CHANGED=1
+	place "$HERE/kubelet/50-cri-shim.conf" "$KL_DIR/50-cri-shim.conf" 0644 ours && KUBELET_CHANGED=1
+	[[ -n $DRY ]] || kl_verify || exit 1
+	kl_flag_warnings
 fi
-if [[ -n $CRICTL ]]; then
-	install -m 0644 "$HERE/crictl.yaml" "$ROOT/etc/crictl.yaml"
+if [[ -n $CRICTL ]]; then place "$HERE/crictl.yaml" /etc/crictl.yaml 0644 || true; fi
+
+# The binary last: on a node where the shim runs this is the upgrade.
+if [[ -x $BIN ]] && ! cmp -s "$BINARY" "$BIN"; then
+	if [[ -z $DRY ]]; then cp -p "$BIN" "$TMP/previous"; fi
+	[[ -n $DRY ]] || place "$TMP/previous" /usr/local/bin/cri-shim.previous 0755 ours || true
+	[[ -n $DRY ]] || echo "kept the binary this replaces as /usr/local/bin/cri-shim.previous"
 fi
-if [[ -n $START ]] && command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
-	systemctl daemon-reload
-	systemctl enable --now cri-shim.socket cri-shim.service
-	if [[ -n $CONTAINERD ]]; then systemctl restart containerd.service; fi
-	if [[ -n $KUBELET ]]; then systemctl restart kubelet.service; fi
-	systemctl --no-pager status cri-shim.service | head -n 5
+if running; then
+	[[ -z $UNITS ]] || sys daemon-reload
+	swap_in "$BINARY" || exit 1
+else
+	place "$BINARY" /usr/local/bin/cri-shim 0755 ours || true
+fi
+
+if [[ -n $START ]] && live; then
+	sys daemon-reload
+	sys enable --now cri-shim.socket cri-shim.service
+	if [[ -n ${CTRD_CHANGED:-} ]]; then sys restart containerd.service; fi
+	if [[ -n $KUBELET_CHANGED ]]; then sys restart kubelet.service; fi
+	[[ -n $DRY ]] || systemctl --no-pager status cri-shim.service | head -n 5
+elif [[ -n $DRY ]]; then
+	echo "dry run: nothing changed"
 else
 	echo "installed under ${ROOT:-/}; start with: systemctl daemon-reload && systemctl enable --now cri-shim.socket cri-shim.service"
+	[[ -z ${CTRD_CHANGED:-} ]] || echo "then: systemctl restart containerd.service (its effective config changed in the runc handler's runtime_path)"
+	[[ -z $KUBELET_CHANGED ]] || echo "then: systemctl daemon-reload && systemctl restart kubelet.service"
 fi

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -46,60 +45,136 @@ const (
 func (l level) String() string { return [...]string{" OK ", "WARN", "FAIL"}[l] }
 
 func newDoctorCmd() *cobra.Command {
-	var path string
+	var (
+		path, format string
+		only         []string
+		env          = doctorEnv{proc: "/proc", root: "/"}
+	)
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the node for what the shim needs and say what to fix",
 		Long: `Check the node for what the shim needs: the configuration, kernel and cgroup
 version, CRIU, containerd, the shim's socket and directories, and whether the
-kubelet is pointed at the shim; each finding says what to fix. Exits 1 when a
+running kubelet uses the shim; each finding says what to fix. Exits 1 when a
 check fails (the shim cannot work), 0 with warnings (a feature is limited).`,
 	}
 	configFlag(cmd.Flags(), &path, config.DefaultPath, defaultConfigUsage)
+	outputFlag(cmd, &format)
+	cmd.Flags().StringSliceVar(&only, "only", nil, "run only these checks: "+strings.Join(doctorChecks, ", "))
+	// Where the kubelet check looks (tests point them at a fake node).
+	cmd.Flags().StringVar(&env.proc, "proc", env.proc, "the proc file system")
+	cmd.Flags().StringVar(&env.root, "host-root", env.root, "the node's root, for its kubelet files when no kubelet runs")
+	_ = cmd.Flags().MarkHidden("proc")
+	_ = cmd.Flags().MarkHidden("host-root")
 	cmd.RunE = runE(func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(format); err != nil {
+			return err
+		}
+		for _, o := range only {
+			if !slices.Contains(doctorChecks, o) {
+				return usageErrorf("unknown check %q in --only (want %s)", o, strings.Join(doctorChecks, ", "))
+			}
+		}
 		cfg, err := loadConfig(cmd, path, false)
 		if err != nil {
 			return err
 		}
-		if code := doctor(cmd.OutOrStdout(), cfg, path); code != 0 {
-			return exitError{code, nil} // reported
+		env.only = only
+		fs := doctor(cfg, path, env)
+		if err := printOutput(cmd.OutOrStdout(), format, findingsJSON(fs), func(w io.Writer) { report(w, fs) }); err != nil {
+			return err
+		}
+		if worst(fs) == fail {
+			return exitError{1, nil} // reported
 		}
 		return nil
 	})
 	return cmd
 }
 
+// doctorEnv is where doctor looks, and which checks it runs (all when only is empty).
+type doctorEnv struct {
+	proc, root string
+	only       []string
+}
+
+// doctorChecks names the checks --only selects.
+var doctorChecks = []string{"config", "kernel", "cgroup", "criu", "runc", "containerd", "socket", "dirs", "kubelet"}
+
+func (e doctorEnv) runs(check string) bool { return len(e.only) == 0 || slices.Contains(e.only, check) }
+
 // doctor checks what the shim needs of the node and says what to fix:
 // the configuration, kernel and cgroup version, CRIU, containerd, the shim's
-// socket and directories, and whether the kubelet is pointed at the shim. It
-// returns 1 when a check fails (the shim cannot work), 0 with warnings (a
-// feature is limited).
-func doctor(out io.Writer, cfg config.Config, path string) int {
+// socket and directories, and whether the running kubelet uses the shim.
+func doctor(cfg config.Config, path string, env doctorEnv) []finding {
 	var fs []finding
-	if err := cfg.Validate(); err != nil {
-		fs = append(fs, finding{"config", fail, err.Error(), "correct " + path + " (cri-shim config check --config " + path + ")"})
-	} else {
-		fs = append(fs, finding{"config", ok, path + " is valid", ""})
+	if env.runs("config") {
+		if err := cfg.Validate(); err != nil {
+			fs = append(fs, finding{"config", fail, err.Error(), "correct " + path + " (cri-shim config check --config " + path + ")"})
+		} else {
+			fs = append(fs, finding{"config", ok, path + " is valid", ""})
+		}
 	}
-	fs = append(fs, checkKernel(), checkCgroup("/sys/fs/cgroup"), checkCRIU(), checkRunc(layout.NodeCgroupMode()))
-	fs = append(fs, checkRuntime(cfg.Runtime.Endpoint)...)
-	fs = append(fs, checkSocket(cfg.Server.Listen, cfg.SocketModeBits()))
-	fs = append(fs, checkDir("state_dir", cfg.StateDir), checkDir("checkpoint.root", cfg.Checkpoint.Root))
-	fs = append(fs, checkKubelet("/", cfg.Server.Listen))
-	return report(out, fs)
+	if env.runs("kernel") {
+		fs = append(fs, checkKernel())
+	}
+	if env.runs("cgroup") {
+		fs = append(fs, checkCgroup("/sys/fs/cgroup"))
+	}
+	if env.runs("criu") {
+		fs = append(fs, checkCRIU())
+	}
+	if env.runs("runc") {
+		fs = append(fs, checkRunc(layout.NodeCgroupMode()))
+	}
+	if env.runs("containerd") {
+		fs = append(fs, checkRuntime(cfg.Runtime.Endpoint)...)
+	}
+	if env.runs("socket") {
+		fs = append(fs, checkSocket(cfg.Server.Listen, cfg.SocketModeBits()))
+	}
+	if env.runs("dirs") {
+		fs = append(fs, checkDir("state_dir", cfg.StateDir), checkDir("checkpoint.root", cfg.Checkpoint.Root))
+	}
+	if env.runs("kubelet") {
+		fs = append(fs, checkKubelet(env.proc, env.root, cfg.Server.Listen))
+	}
+	return fs
+}
+
+// findingJSON is a finding in doctor -o json/yaml.
+type findingJSON struct {
+	Check  string `json:"check"`
+	Level  string `json:"level"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+func findingsJSON(fs []finding) []findingJSON {
+	out := make([]findingJSON, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, findingJSON{f.name, [...]string{"ok", "warn", "fail"}[f.level], f.detail, f.fix})
+	}
+	return out
+}
+
+func worst(fs []finding) level {
+	w := ok
+	for _, f := range fs {
+		w = max(w, f.level)
+	}
+	return w
 }
 
 // report prints the findings and returns the exit code.
 func report(w io.Writer, fs []finding) int {
-	worst := ok
 	for _, f := range fs {
 		fmt.Fprintf(w, "[%s] %-16s %s\n", f.level, f.name, f.detail)
 		if f.fix != "" && f.level != ok {
 			fmt.Fprintf(w, "       %-16s fix: %s\n", "", f.fix)
 		}
-		worst = max(worst, f.level)
 	}
-	if worst == fail {
+	if worst(fs) == fail {
 		return 1
 	}
 	return 0
@@ -311,10 +386,11 @@ func checkDir(name, dir string) finding {
 
 var endpointFlagRE = regexp.MustCompile(`--(container-runtime|image-service)-endpoint[= ](\S+)`)
 
-// checkKubelet looks, under root, at where a kubelet takes its runtime
-// endpoint from: flags files (which win) and configuration files, drop-ins
-// included, and says whether they name the shim's socket.
-func checkKubelet(root, listen string) finding {
+// checkKubeletFiles looks, under root, at where a kubeadm node's kubelet
+// takes its runtime endpoint from: flags files (which win) and
+// configuration files, drop-ins included, and says whether they name the
+// shim's socket. For when no kubelet runs (checkKubelet reads a running one).
+func checkKubeletFiles(root, listen string) finding {
 	sock := "unix://" + strings.TrimPrefix(listen, "unix://")
 	for _, f := range []string{"var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet", "etc/sysconfig/kubelet"} {
 		b, err := os.ReadFile(filepath.Join(root, f))
@@ -329,12 +405,16 @@ func checkKubelet(root, listen string) finding {
 		}
 	}
 	files := []string{filepath.Join(root, "var/lib/kubelet/config.yaml")}
-	drop, _ := filepath.Glob(filepath.Join(root, "etc/kubernetes/kubelet.conf.d/*.conf"))
+	drop, _ := kubeletDropIns(filepath.Join(root, "etc/kubernetes/kubelet.conf.d"))
 	files = append(files, drop...) // drop-ins are read after the main file, in name order
 	endpoint, from := "", ""
 	for _, f := range files {
-		if v := yamlEndpoint(f); v != "" {
-			endpoint, from = v, f
+		m, err := kubeletConfigFile(f)
+		if err != nil {
+			continue
+		}
+		if v, present := m["containerRuntimeEndpoint"]; present {
+			endpoint, from = stringOr(v, ""), f
 		}
 	}
 	switch {
@@ -345,23 +425,6 @@ func checkKubelet(root, listen string) finding {
 			"install deploy/kubelet/50-cri-shim.conf (deploy/install.sh --with-kubelet) and restart the kubelet"}
 	}
 	return finding{"kubelet", ok, "containerRuntimeEndpoint is the shim's socket (" + from + ")", ""}
-}
-
-// yamlEndpoint reads a top-level containerRuntimeEndpoint from a kubelet
-// configuration file (a plain line scan: the field is a top-level scalar).
-func yamlEndpoint(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, found := strings.CutPrefix(sc.Text(), "containerRuntimeEndpoint:"); found {
-			return strings.Trim(strings.TrimSpace(v), `"'`)
-		}
-	}
-	return ""
 }
 
 func lastLine(s string) string {

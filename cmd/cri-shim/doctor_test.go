@@ -71,8 +71,8 @@ func TestCheckDir(t *testing.T) {
 	}
 }
 
-// The kubelet's endpoint: flags win over files, drop-ins over the main file.
-func TestCheckKubelet(t *testing.T) {
+// With no kubelet running, its files: flags win over files, drop-ins over the main file.
+func TestCheckKubeletFiles(t *testing.T) {
 	const shim = "/run/cri-shim/cri-shim.sock"
 	write := func(root, rel, body string) {
 		p := filepath.Join(root, rel)
@@ -98,7 +98,7 @@ func TestCheckKubelet(t *testing.T) {
 		for rel, body := range c.files {
 			write(root, rel, body)
 		}
-		f := checkKubelet(root, shim)
+		f := checkKubeletFiles(root, shim)
 		if f.level != c.want || !strings.Contains(f.detail, c.has) {
 			t.Errorf("%s: %v %q, want %v containing %q", c.name, f.level, f.detail, c.want, c.has)
 		}
@@ -136,7 +136,7 @@ func TestRuntimeStatusFinding(t *testing.T) {
 
 // The kubelet files doctor reads are the node's, not ours: any content gives a
 // finding, never a crash.
-func FuzzCheckKubelet(f *testing.F) {
+func FuzzCheckKubeletFiles(f *testing.F) {
 	f.Add("containerRuntimeEndpoint: unix:///run/cri-shim/cri-shim.sock\n", `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///x"`)
 	f.Add("containerRuntimeEndpoint:\n", "--image-service-endpoint")
 	f.Add("containerRuntimeEndpoint: '\"", "--container-runtime-endpoint= ")
@@ -151,7 +151,7 @@ func FuzzCheckKubelet(f *testing.F) {
 			os.MkdirAll(filepath.Dir(p), 0o755)
 			os.WriteFile(p, []byte(body), 0o644)
 		}
-		if f := checkKubelet(root, "/run/cri-shim/cri-shim.sock"); f.name != "kubelet" || f.detail == "" {
+		if f := checkKubeletFiles(root, "/run/cri-shim/cri-shim.sock"); f.name != "kubelet" || f.detail == "" {
 			t.Fatalf("no finding: %+v", f)
 		}
 	})
