@@ -12,6 +12,7 @@ STACK=${CRI_SHIM_STACK:-$REPO/.stack}
 VM=$STACK/vm
 OUT=${CRI_SHIM_VM_OUT:-$REPO/_output/vm}
 log() { printf '[vm] %s\n' "$*" >&2; }
+export PATH=/usr/local/go/bin:$PATH
 "$REPO/test/vm/build.sh"
 for f in "$REPO/_output/cri-shim" "$REPO/_output/containerd-shim-cri-shim-v2"; do
 	[[ -x $f ]] || { echo "run.sh: no $f (make build)" >&2; exit 1; }
@@ -26,6 +27,9 @@ cp "$STACK"/images/{busybox,pause}.tar "$P/images/"
 cp -a "$REPO/deploy" "$P/repo/"
 cp "$REPO/docs/operations.md" "$P/repo/docs/"
 cp "$REPO/_output/cri-shim" "$REPO/_output/containerd-shim-cri-shim-v2" "$P/repo/_output/"
+# The upgrade the guest performs: the same code with another version stamp.
+(cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/cri-shim/cri-shim/internal/version.Version=vm-upgrade" \
+	-o "$P/repo/_output/cri-shim-upgrade" ./cmd/cri-shim)
 cp -a "$REPO/test/vm/guest" "$P/guest"
 size=$(( $(du -sm "$P" | cut -f1) + 512 ))
 mkfs.ext4 -q -F -L payload -d "$P" "$OUT/payload.img" "${size}M"

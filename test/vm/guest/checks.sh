@@ -15,11 +15,18 @@ static_pod() {
 		fi
 		printf '  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n    command: ["sh", "-c", %s]\n    volumeMounts: [{name: work, mountPath: /work}]\n' "$BUSYBOX" "$(printf '%s' "$main" | sed 's/"/\\"/g; s/^/"/; s/$/"/')"
 		printf '  volumes:\n  - name: work\n    emptyDir: {}\n'
-	} >"/etc/kubernetes/manifests/$name.yaml"
+	} >"/etc/kubernetes/.$name.yaml"
+	# Whole, in one rename: the kubelet reads a manifest being written.
+	mv "/etc/kubernetes/.$name.yaml" "/etc/kubernetes/manifests/$name.yaml"
 }
 
 # running_main POD: the ID of the pod's running main container, via the shim.
-running_main() { crictl_shim ps --pod "$(crictl_shim pods --name "$1" --state ready -q | head -n1)" --name '^main$' --state running -q 2>/dev/null | head -n1; }
+running_main() {
+	local sb
+	sb=$(crictl_shim pods --name "^$1-" --state ready -q 2>/dev/null | sed -n 1p)
+	[[ -n $sb ]] || return 1 # an empty --pod would match every pod's main
+	crictl_shim ps --pod "$sb" --name '^main$' --state running -q 2>/dev/null | sed -n 1p | grep .
+}
 attempt_of() { crictl_shim inspect -o go-template --template '{{.status.metadata.attempt}}' "$1" 2>/dev/null; }
 
 check_socket_activated() {
@@ -33,9 +40,8 @@ check_socket_activated() {
 }
 
 check_kubelet_on_shim() {
-	# A rule that never matches: the shim tracks (and 'cri-shim pods' lists)
-	# only pods with rules it admitted, which only a kubelet on its socket
-	# creates.
+	# A rule that never matches: 'cri-shim pods' (out/pods.json) lists the
+	# pods with rules the shim admitted.
 	static_pod vm-probe "    restart-rules.cri-shim.io/main: '[{\"action\":\"RestartAllContainers\",\"exitCodes\":{\"operator\":\"In\",\"values\":[99]}}]'" "trap 'exit 0' TERM; while true; do sleep 1; done"
 	local pid cmd
 	pid=$(systemctl show -p MainPID --value kubelet.service)
@@ -45,10 +51,15 @@ check_kubelet_on_shim() {
 		fail kubelet-uses-shim "the static pod does not run through the shim (kubelet: $cmd; /etc/default/kubelet: $(cat /etc/default/kubelet))"
 		return
 	fi
-	if /usr/local/bin/cri-shim pods -o json 2>/dev/null | grep -q 'vm-probe'; then
+	# What an operator runs: doctor reads the running kubelet's command line
+	# and the configuration files it names.
+	/usr/local/bin/cri-shim doctor >"$OUT/doctor.txt" 2>&1
+	/usr/local/bin/cri-shim pods -o json >"$OUT/pods.json" 2>&1
+	local doc
+	if doc=$(/usr/local/bin/cri-shim doctor --only kubelet 2>&1); then
 		pass kubelet-uses-shim
 	else
-		fail kubelet-uses-shim "the shim does not know vm-probe (kubelet: $cmd; /etc/default/kubelet: $(cat /etc/default/kubelet))"
+		fail kubelet-uses-shim "doctor: $(echo "$doc" | tr '\n' ' ' | cut -c1-300) (kubelet: $cmd)"
 	fi
 	rm -f /etc/kubernetes/manifests/vm-probe.yaml
 }
@@ -119,7 +130,8 @@ check_checkpoint_restore() {
 	local id t0=$SECONDS
 	wait_for 180 "vm-count running" running_main vm-count || { fail checkpoint-restore "vm-count did not start"; return; }
 	sleep 5
-	if ! /usr/local/bin/cri-shim checkpoint --pod vm-count --name vm-count-cp --timeout 5m >"$OUT/checkpoint.log" 2>&1; then
+	# A static pod's name carries the node's: vm-count-<hostname>.
+	if ! /usr/local/bin/cri-shim checkpoint --pod "vm-count-$(hostname)" --name vm-count-cp --timeout 5m >"$OUT/checkpoint.log" 2>&1; then
 		fail checkpoint-restore "CheckpointPod: $(tail -n 3 "$OUT/checkpoint.log" | tr '\n' ' ')"
 		return
 	fi
@@ -144,4 +156,67 @@ check_checkpoint_restore() {
 		fail checkpoint-restore "restored n=$n after checkpoint n=$at, cold-start marker '$cold' (want none: the process counts on)"
 	fi
 	rm -f /etc/kubernetes/manifests/vm-restored.yaml
+}
+
+# An upgrade in place (install.sh with another binary, systemctl reload:
+# the new binary exec'd in the running process) while a pod crash-loops
+# through in-place restarts: the new version answers, the pod goes on
+# restarting and never fails, and the kubelet logs no CRI call that failed
+# to reach the shim (a refused create during a restart is the product's
+# answer, not a lost call).
+check_upgrade_under_crash_loop() {
+	local rule='[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[1]}}]'
+	static_pod vm-crash "    restart-rules.cri-shim.io/main: '$rule'" "sleep 1; exit 1"
+	local t0=$SECONDS id=
+	until id=$(running_main vm-crash) && [[ $(attempt_of "$id") -ge 2 ]]; do
+		((SECONDS - t0 > 240)) && { fail upgrade-under-crash-loop "vm-crash not at attempt 2 within 240 s"; return; }
+		sleep 1
+	done
+	local since before after why=
+	since=$(date '+%Y-%m-%d %H:%M:%S')
+	before=$(/usr/local/bin/cri-shim version | sed -n 1p)
+	if ! "$P/repo/deploy/install.sh" --binary "$P/repo/_output/cri-shim-upgrade" >"$OUT/upgrade.log" 2>&1; then
+		fail upgrade-under-crash-loop "install.sh (upgrade) exit $?: $(tail -n 3 "$OUT/upgrade.log" | tr '\n' ' ')"
+		return
+	fi
+	after=$(/usr/local/bin/cri-shim version | sed -n 1p)
+	[[ $after == *vm-upgrade* ]] || why+="version after the upgrade: $after; "
+	local a0 a1
+	a0=$(attempt_of "$(running_main vm-crash)")
+	t0=$SECONDS
+	until id=$(running_main vm-crash) && a1=$(attempt_of "$id") && ((a1 >= a0 + 2)); do
+		((SECONDS - t0 > 240)) && { why+="no restart after the upgrade within 240 s (attempt ${a0:-?}); "; break; }
+		sleep 1
+	done
+	local failed
+	failed=$(journalctl -u kubelet --since "$since" --no-pager | grep -E 'connection refused|transport is closing|error reading from server|connection reset|no such file or directory.*cri-shim.sock' | sed -n '1,3p')
+	[[ -z $failed ]] || why+="kubelet saw failed CRI calls: $failed; "
+	crictl_shim pods --name '^vm-crash-' --state notready -q | grep -q . && why+="vm-crash has a not-ready sandbox; "
+	echo "upgrade: $before -> $after; vm-crash attempt $a0 -> ${a1:-?}"
+	[[ -z $why ]] && pass upgrade-under-crash-loop || fail upgrade-under-crash-loop "$why"
+	rm -f /etc/kubernetes/manifests/vm-crash.yaml
+}
+
+# install.sh --uninstall puts the node back: every file under /etc as it
+# was before the install, containerd's effective config as before, the
+# kubelet back on containerd, no cri-shim unit enabled.
+check_uninstall() {
+	wait_for 120 "the static pods gone" bash -c '! crictl --runtime-endpoint unix:///run/containerd/containerd.sock pods --state ready -q | grep -q .' 
+	if ! "$P/repo/deploy/install.sh" --uninstall >"$OUT/uninstall.log" 2>&1; then
+		fail uninstall "exit $?: $(tail -n 3 "$OUT/uninstall.log" | tr '\n' ' ')"
+		return
+	fi
+	local why= changed
+	find /etc -xdev -type f -o -type l | sort | xargs -d '\n' sha256sum 2>/dev/null >"$OUT/etc-after-uninstall.sha"
+	changed=$(diff "$OUT/etc-before.sha" "$OUT/etc-after-uninstall.sha" | grep '^[<>]' | grep -v -E ' /etc/(kubernetes/\.|ld\.so\.cache)' || true)
+	[[ -z $changed ]] || why+="/etc differs: $(echo "$changed" | sed -n '1,6p' | tr '\n' ' '); "
+	containerd config dump >"$OUT/containerd-after-uninstall.toml" 2>/dev/null
+	diff -q "$OUT/containerd-before.toml" "$OUT/containerd-after-uninstall.toml" >/dev/null || why+="containerd's effective config differs from before; "
+	systemctl -q is-enabled cri-shim.socket 2>/dev/null && why+="cri-shim.socket still enabled; "
+	systemctl -q is-active cri-shim.service 2>/dev/null && why+="cri-shim.service still active; "
+	local pid
+	pid=$(systemctl show -p MainPID --value kubelet.service)
+	grep -q -- '--config-dir' /proc/"$pid"/cmdline 2>/dev/null && why+="the kubelet still has --config-dir; "
+	wait_for 60 "the kubelet healthy on containerd" bash -c 'exec 3<>/dev/tcp/127.0.0.1/10248 && printf "GET /healthz HTTP/1.0\r\n\r\n" >&3 && grep -q ok <&3' || why+="the kubelet is not healthy after the uninstall; "
+	[[ -z $why ]] && pass uninstall || fail uninstall "$why"
 }

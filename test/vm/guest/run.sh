@@ -56,6 +56,8 @@ check_kubelet_on_shim
 check_inplace_restart
 check_backoff_curve
 check_checkpoint_restore
+check_upgrade_under_crash_loop
+check_uninstall
 echo "=== guest checks done at $(cut -d. -f1 /proc/uptime)s"
 journalctl -u cri-shim --no-pager >"$OUT/cri-shim.journal" 2>&1
 journalctl -u kubelet --no-pager | tail -n 400 >"$OUT/kubelet.journal" 2>&1
