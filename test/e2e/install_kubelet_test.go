@@ -19,35 +19,13 @@ import (
 // cmd/krel/templates/latest/kubeadm/10-kubeadm.conf; the RPM flavour reads
 // /etc/sysconfig/kubelet instead of /etc/default/kubelet), with the files
 // kubeadm init/join write.
+// The files are test/testdata/kubeadm's, which the guest node (test/vm)
+// installs too.
 func kubeadmNode(envFile string) map[string]string {
 	return map[string]string{
-		"usr/lib/systemd/system/kubelet.service": `[Unit]
-Description=kubelet: The Kubernetes Node Agent
-Documentation=https://kubernetes.io/docs/
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-ExecStart=/usr/bin/kubelet
-Restart=always
-StartLimitInterval=0
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-`,
-		"usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf": `# Note: This dropin only works with kubeadm and kubelet v1.11+
-[Service]
-Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
-Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
-# This is a file that "kubeadm init" and "kubeadm join" generates at runtime, populating the KUBELET_KUBEADM_ARGS variable dynamically
-EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
-# This is a file that the user can use for overrides of the kubelet args as a last resort. Preferably, the user should use
-# the .NodeRegistration.KubeletExtraArgs object in the configuration files instead. KUBELET_EXTRA_ARGS should be sourced from this file.
-EnvironmentFile=-` + envFile + `
-ExecStart=
-ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
-`,
+		"usr/lib/systemd/system/kubelet.service": kubeadmFile("kubelet.service"),
+		"usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf": strings.Replace(kubeadmFile("10-kubeadm.conf"),
+			"EnvironmentFile=-/etc/default/kubelet", "EnvironmentFile=-"+envFile, 1),
 		"var/lib/kubelet/kubeadm-flags.env": `KUBELET_KUBEADM_ARGS="--node-ip=10.0.0.5 --pod-infra-container-image=registry.k8s.io/pause:3.10"` + "\n",
 		"var/lib/kubelet/config.yaml": `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -55,6 +33,15 @@ cgroupDriver: systemd
 containerRuntimeEndpoint: unix:///var/run/containerd/containerd.sock
 `,
 	}
+}
+
+// kubeadmFile reads one of the kubelet package's files from test/testdata/kubeadm.
+func kubeadmFile(name string) string {
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "kubeadm", name))
+	if err != nil {
+		panic(err) // the repository's own file
+	}
+	return string(b)
 }
 
 // systemdUnitDirs: systemd's load path for system units, highest priority

@@ -31,6 +31,7 @@ cp "$REPO/_output/cri-shim" "$REPO/_output/containerd-shim-cri-shim-v2" "$P/repo
 (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/cri-shim/cri-shim/internal/version.Version=vm-upgrade" \
 	-o "$P/repo/_output/cri-shim-upgrade" ./cmd/cri-shim)
 cp -a "$REPO/test/vm/guest" "$P/guest"
+cp -a "$REPO/test/testdata/kubeadm" "$P/kubeadm"
 size=$(( $(du -sm "$P" | cut -f1) + 512 ))
 mkfs.ext4 -q -F -L payload -d "$P" "$OUT/payload.img" "${size}M"
 

@@ -2,11 +2,11 @@
 # files and drop-ins are the upstream ones: containerd's containerd.service
 # (containerd/containerd, containerd.service), the kubelet package's
 # kubelet.service and kubeadm's 10-kubeadm.conf (kubernetes/release,
-# cmd/krel/templates/latest/{kubelet/kubelet.service,kubeadm/10-kubeadm.conf}),
-# whose KUBELET_EXTRA_ARGS comes from /etc/default/kubelet, which the
-# package ships as "KUBELET_EXTRA_ARGS=". The kubelet runs standalone
-# (static pods; no API server in the guest), so kubeadm's kubeconfig
-# arguments are left empty.
+# cmd/krel/templates/latest/{kubelet/kubelet.service,kubeadm/10-kubeadm.conf};
+# test/testdata/kubeadm), whose KUBELET_EXTRA_ARGS comes from
+# /etc/default/kubelet, which the package ships as "KUBELET_EXTRA_ARGS=".
+# The kubelet runs standalone (static pods; no API server in the guest), so
+# a drop-in empties kubeadm's kubeconfig arguments.
 
 node_setup() {
 	install -m 0755 "$P"/bin/{containerd,containerd-shim-runc-v2,ctr,crictl} /usr/local/bin/
@@ -52,29 +52,13 @@ UNIT
 	containerd config default >/etc/containerd/config.toml
 	sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' /etc/containerd/config.toml
 	grep -q 'SystemdCgroup = true' /etc/containerd/config.toml
-	cat >/usr/lib/systemd/system/kubelet.service <<'UNIT'
-[Unit]
-Description=kubelet: The Kubernetes Node Agent
-Documentation=https://kubernetes.io/docs/
-Wants=network-online.target
-After=network-online.target
-[Service]
-ExecStart=/usr/bin/kubelet
-Restart=always
-StartLimitInterval=0
-RestartSec=10
-[Install]
-WantedBy=multi-user.target
-UNIT
-	cat >/etc/systemd/system/kubelet.service.d/10-kubeadm.conf <<'UNIT'
-[Service]
-Environment="KUBELET_KUBECONFIG_ARGS="
-Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
-EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
-EnvironmentFile=-/etc/default/kubelet
-ExecStart=
-ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
-UNIT
+	# The kubelet package's files (test/testdata/kubeadm, shared with
+	# TestInstallKubeletKubeadmUnit), where the package puts them.
+	install -D -m 0644 "$P/kubeadm/kubelet.service" /usr/lib/systemd/system/kubelet.service
+	install -D -m 0644 "$P/kubeadm/10-kubeadm.conf" /usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf
+	# Standalone: no API server in the guest, so no kubeconfig (a drop-in
+	# after kubeadm's, by name).
+	printf '[Service]\nEnvironment="KUBELET_KUBECONFIG_ARGS="\n' >/etc/systemd/system/kubelet.service.d/15-standalone.conf
 	echo "KUBELET_EXTRA_ARGS=" >/etc/default/kubelet
 	echo 'KUBELET_KUBEADM_ARGS="--node-ip=10.0.2.15"' >/var/lib/kubelet/kubeadm-flags.env
 	cat >/var/lib/kubelet/config.yaml <<'YAML'
