@@ -101,15 +101,26 @@ func gaps(t *testing.T, name string, n int) []float64 {
 	return out
 }
 
+// A gap is the delay plus the runtime's create and start of the next
+// instance, which the shim does not control: never sooner than the delay
+// (less the stamps' own jitter, gapEarly), and at most gapLate later. The
+// start took up to 0.69 s with three lanes sharing two cores (CI, c51060c);
+// gapLate still fails a curve off by one step (a 2 s gap where 1 s is due
+// passes at most once, a 4 s one where 2 s is due does not).
+const (
+	gapEarly = 0.25
+	gapLate  = 1.0
+)
+
 func checkGaps(t *testing.T, got, want []float64) {
 	t.Helper()
 	for i := range want {
-		if math.Abs(got[i]-want[i]) > 0.5 {
-			t.Errorf("gaps %v, want %v within ±0.5 s", got, want)
+		if got[i] < want[i]-gapEarly || got[i] > want[i]+gapLate {
+			t.Errorf("gaps %v, want %v: each no sooner than %.2f s early nor %.1f s late", got, want, gapEarly, gapLate)
 			return
 		}
 	}
-	t.Logf("gaps %v (want %v ±0.5 s)", got, want)
+	t.Logf("gaps %v (want %v, -%.2f/+%.1f s)", got, want, gapEarly, gapLate)
 }
 
 // Backoff acceptance 1: default config, gaps 1, 2, 4, 8, 16, 32 s (the first
