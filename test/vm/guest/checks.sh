@@ -207,8 +207,9 @@ check_uninstall() {
 		return
 	fi
 	local why= changed
+	# /etc/mtab links to /proc/self/mounts: its content is the mounts of the moment.
 	find /etc -xdev -type f -o -type l | sort | xargs -d '\n' sha256sum 2>/dev/null >"$OUT/etc-after-uninstall.sha"
-	changed=$(diff "$OUT/etc-before.sha" "$OUT/etc-after-uninstall.sha" | grep '^[<>]' | grep -v -E ' /etc/(kubernetes/\.|ld\.so\.cache)' || true)
+	changed=$(diff "$OUT/etc-before.sha" "$OUT/etc-after-uninstall.sha" | grep '^[<>]' | grep -v -E ' /etc/(kubernetes/\.|ld\.so\.cache|mtab$)' || true)
 	[[ -z $changed ]] || why+="/etc differs: $(echo "$changed" | sed -n '1,6p' | tr '\n' ' '); "
 	containerd config dump >"$OUT/containerd-after-uninstall.toml" 2>/dev/null
 	diff -q "$OUT/containerd-before.toml" "$OUT/containerd-after-uninstall.toml" >/dev/null || why+="containerd's effective config differs from before; "
