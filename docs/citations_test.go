@@ -1,12 +1,10 @@
 package docs
 
 import (
-	"encoding"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -91,40 +89,30 @@ func testNameProblems(path, md string, tests map[string]bool) []string {
 }
 
 // configKeys are the configuration's tables (top level "") and the keys of
-// each, from the toml tags of config.Config: a struct field is a table, a
-// slice of structs both a key and an array of tables, anything else (a type that parses
-// itself from text, such as config.Duration, included) a key.
+// each, from config.Keys: a list of tables is both a key of its table and a
+// table of its own.
 func configKeys() map[string]map[string]bool {
-	tables := map[string]map[string]bool{}
-	text := reflect.TypeFor[encoding.TextUnmarshaler]()
-	var walk func(t reflect.Type, table string)
-	walk = func(t reflect.Type, table string) {
-		tables[table] = map[string]bool{}
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-			if name == "" || name == "-" {
-				continue
-			}
-			ft := f.Type
-			for ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			full := strings.TrimPrefix(table+"."+name, ".")
-			if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct {
-				// A key (an array of inline tables) or [[table]] entries.
-				tables[table][name] = true
-				walk(ft.Elem(), full)
-				continue
-			}
-			if ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(text) {
-				walk(ft, full)
-				continue
-			}
-			tables[table][name] = true
+	tables := map[string]map[string]bool{"": {}}
+	for _, k := range config.Keys() {
+		k = strings.ReplaceAll(k, "[]", "")
+		i := strings.LastIndex(k, ".")
+		table := ""
+		if i >= 0 {
+			table = k[:i]
 		}
+		// Every enclosing table exists, with or without keys of its own.
+		for p := table; p != ""; {
+			if tables[p] == nil {
+				tables[p] = map[string]bool{}
+			}
+			j := strings.LastIndex(p, ".")
+			if j < 0 {
+				break
+			}
+			p = p[:j]
+		}
+		tables[table][k[i+1:]] = true
 	}
-	walk(reflect.TypeFor[config.Config](), "")
 	return tables
 }
 

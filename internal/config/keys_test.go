@@ -14,33 +14,6 @@ import (
 	"github.com/pelletier/go-toml/v2"
 )
 
-// structKeys are the keys the Config struct takes, from its toml tags: a
-// table's keys under its name, a list of tables' keys as "list[].key".
-func structKeys(t reflect.Type, prefix string) []string {
-	var keys []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		ft := f.Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		switch {
-		case ft.Kind() == reflect.Struct && ft != reflect.TypeOf(Duration{}):
-			keys = append(keys, structKeys(ft, prefix+name+".")...)
-		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
-			keys = append(keys, prefix+name)
-			keys = append(keys, structKeys(ft.Elem(), prefix+name+"[].")...)
-		default:
-			keys = append(keys, prefix+name)
-		}
-	}
-	return keys
-}
-
 // valueKeys are the keys of a decoded TOML value, as structKeys spells them.
 func valueKeys(v any, prefix string, into map[string]bool) {
 	switch v := v.(type) {
@@ -97,7 +70,7 @@ func documentedKeys(t *testing.T, b []byte) []string {
 }
 
 func TestStructKeysSeeEveryField(t *testing.T) {
-	keys := structKeys(reflect.TypeOf(Config{}), "")
+	keys := Keys()
 	for _, want := range []string{"state_dir", "server.listen", "backoff.max_container_restart_period",
 		"checkpoint.restore_namespace_allow", "checkpoint.restore_namespace_allow[].from", "checkpoint.registries[].ca_file", "kubernetes.pod_checkpoints"} {
 		if !slices.Contains(keys, want) {
@@ -109,7 +82,7 @@ func TestStructKeysSeeEveryField(t *testing.T) {
 // `config default` shows every key of the struct, set or commented out, and
 // so does deploy/config.toml: a key added to Config without either fails.
 func TestDefaultAndShippedExampleShowEveryKey(t *testing.T) {
-	want := structKeys(reflect.TypeOf(Config{}), "")
+	want := Keys()
 	sort.Strings(want)
 	def, err := Marshal(DefaultConfig())
 	if err != nil {
