@@ -7,6 +7,8 @@
 #                     [--containerd-bin PATH] [--containerd-config PATH] [--root DIR] [--no-start] [--dry-run]
 #   deploy/install.sh --rollback      back to the binary an upgrade replaced (cri-shim.previous)
 #   deploy/install.sh --uninstall     remove everything install.sh placed, putting back what it replaced
+#   /usr/share/cri-shim/install.sh [--with-*] [--containerd-*] [--root DIR] [--no-start] [--dry-run] [--uninstall]
+#                                     the .deb's copy, in packaged mode (below)
 # Every run converges to what it is asked for: a second run with more --with-*
 # flags adds those steps, an unchanged run changes nothing and restarts
 # nothing. What install.sh placed is recorded in /var/lib/cri-shim-install
@@ -19,9 +21,20 @@
 # process (systemctl reload: calls in flight finish, the socket stays open),
 # and unless the process runs the new binary and answers on the socket within
 # 30 s the previous binary is put back. docs/operations.md has the details.
+#
+# Packaged mode (--packaged; the default when this file runs as the .deb's
+# /usr/share/cri-shim/install.sh): the cri-shim package owns the binaries
+# (/usr/bin), the units (/lib/systemd/system) and /etc/cri-shim/config.toml,
+# so install.sh places none of them and only does the node steps above, the
+# containerd drop-in naming /usr/bin/containerd-shim-cri-shim-v2, and enables
+# the units; --uninstall undoes those steps only. Upgrades and rollbacks of
+# the binary are apt's: --binary, --runtime-shim and --rollback are refused.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BINARY=$HERE/../_output/cri-shim
+PACKAGED=
+[[ $HERE != */usr/share/cri-shim ]] || PACKAGED=1
+OWN_BINARY=
 RUNTIME_SHIM=
 ROOT=
 CONTAINERD=
@@ -34,8 +47,9 @@ CTRD_BIN=
 CTRD_MAIN=/etc/containerd/config.toml
 while (($#)); do
 	case $1 in
-	--binary) BINARY=$2; shift ;;
-	--runtime-shim) RUNTIME_SHIM=$2; shift ;;
+	--binary) BINARY=$2; OWN_BINARY=$1; shift ;;
+	--runtime-shim) RUNTIME_SHIM=$2; OWN_BINARY=$1; shift ;;
+	--packaged) PACKAGED=1 ;;
 	--with-containerd) CONTAINERD=1 ;;
 	--containerd-bin) CTRD_BIN=$2; shift ;;
 	--containerd-config) CTRD_MAIN=$2; shift ;;
@@ -52,6 +66,17 @@ while (($#)); do
 done
 [[ $CTRD_MAIN == /* ]] || { echo "install.sh: --containerd-config $CTRD_MAIN: want an absolute path (as on the node)" >&2; exit 2; }
 [[ $ROOT == / ]] && ROOT=
+if [[ -n $PACKAGED && -n $OWN_BINARY ]]; then
+	echo "install.sh: $OWN_BINARY: on a packaged node the binaries are the cri-shim package's (/usr/bin): install another version with apt" >&2
+	exit 2
+fi
+if [[ -n $PACKAGED && $MODE == rollback ]]; then
+	echo "install.sh: --rollback: on a packaged node apt owns the binary: go back with apt install cri-shim=VERSION (apt list -a cri-shim); --uninstall undoes the node steps" >&2
+	exit 2
+fi
+# BIN_DIR: where the binaries are on the node (the package's, or install.sh's own).
+BIN_DIR=/usr/local/bin
+[[ -z $PACKAGED ]] || BIN_DIR=/usr/bin
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 # shellcheck source=deploy/lib/files.sh
@@ -61,7 +86,7 @@ trap 'rm -rf "$TMP"' EXIT
 # shellcheck source=deploy/lib/kubelet.sh
 . "$HERE/lib/kubelet.sh"
 
-BIN=$ROOT/usr/local/bin/cri-shim
+BIN=$ROOT$BIN_DIR/cri-shim
 live() { [[ -z $ROOT ]] && command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; }
 running() { live && systemctl -q is-active cri-shim.service; }
 # sys runs systemctl on a live node (printing it with --dry-run).
@@ -143,14 +168,29 @@ uninstall() {
 	[[ -n $DRY ]] || echo "uninstalled cri-shim from ${ROOT:-/} (the shim's own records in /var/lib/cri-shim are kept)"
 }
 
+# A packaged node's record must be its own: a tarball install's record names
+# files (units in /etc/systemd/system, its binary) that would hide or shadow
+# the package's, and its --uninstall is that install.sh's to run.
+if [[ -n $PACKAGED ]] && recorded "f /usr/local/bin/cri-shim"; then
+	echo "install.sh: ${MANIFEST#"$ROOT"} records a tarball install (/usr/local/bin/cri-shim): undo it with its deploy/install.sh --uninstall first" >&2
+	exit 1
+fi
+
 case $MODE in
 rollback) rollback; exit 0 ;;
 uninstall) uninstall; exit 0 ;;
 esac
 
-[[ -x $BINARY ]] || { echo "install.sh: no binary at $BINARY (make build)" >&2; exit 1; }
-RUNTIME_SHIM=${RUNTIME_SHIM:-$(dirname "$BINARY")/containerd-shim-cri-shim-v2}
-[[ -x $RUNTIME_SHIM ]] || { echo "install.sh: no runtime shim at $RUNTIME_SHIM (make build)" >&2; exit 1; }
+if [[ -n $PACKAGED ]]; then
+	for f in "$BIN" "$ROOT$RUNTIME_SHIM_PATH" "$ROOT/lib/systemd/system/cri-shim.socket" "$ROOT/lib/systemd/system/cri-shim.service"; do
+		[[ -e $f ]] || { echo "install.sh: packaged mode: no ${f#"$ROOT"} under ${ROOT:-/}: install the cri-shim package first" >&2; exit 1; }
+	done
+	BINARY=$BIN
+else
+	[[ -x $BINARY ]] || { echo "install.sh: no binary at $BINARY (make build)" >&2; exit 1; }
+	RUNTIME_SHIM=${RUNTIME_SHIM:-$(dirname "$BINARY")/containerd-shim-cri-shim-v2}
+	[[ -x $RUNTIME_SHIM ]] || { echo "install.sh: no runtime shim at $RUNTIME_SHIM (make build)" >&2; exit 1; }
+fi
 if [[ -n $CONTAINERD ]]; then
 	CTRD_BIN=${CTRD_BIN:-$(command -v containerd || true)}
 	[[ -n $CTRD_BIN && -x $CTRD_BIN ]] || { echo "install.sh: --with-containerd checks the merged config with containerd's own binary: none on PATH (--containerd-bin PATH)" >&2; exit 1; }
@@ -160,20 +200,25 @@ fi
 if [[ -n $CONTAINERD ]]; then ctrd_plan || exit 1; fi
 if [[ -n $KUBELET ]]; then kl_plan || exit 1; fi
 
-if [[ -e $ROOT/etc/cri-shim/config.toml ]] && ! recorded "f /etc/cri-shim/config.toml"; then
-	echo "keeping existing /etc/cri-shim/config.toml"
-else
-	place "$HERE/config.toml" /etc/cri-shim/config.toml 0644 || true
-fi
+# The config: on a packaged node, the package's conffile.
 CFG=$ROOT/etc/cri-shim/config.toml
-[[ -e $CFG ]] || CFG=$HERE/config.toml # a dry run placed nothing
+if [[ -z $PACKAGED ]]; then
+	if [[ -e $CFG ]] && ! recorded "f /etc/cri-shim/config.toml"; then
+		echo "keeping existing /etc/cri-shim/config.toml"
+	else
+		place "$HERE/config.toml" /etc/cri-shim/config.toml 0644 || true
+	fi
+	[[ -e $CFG ]] || CFG=$HERE/config.toml # a dry run placed nothing
+fi
 "$BINARY" config check --config "$CFG"
-# The runtime shim: a rename, so that running shims keep the binary they run.
-place "$RUNTIME_SHIM" "$RUNTIME_SHIM_PATH" 0755 ours || true
 UNITS=
-place "$HERE/cri-shim.socket" /etc/systemd/system/cri-shim.socket 0644 ours && UNITS=1
-place "$HERE/cri-shim.service" /etc/systemd/system/cri-shim.service 0644 ours && UNITS=1
-place "$HERE/../docs/operations.md" /usr/local/share/doc/cri-shim/operations.md 0644 ours || true
+if [[ -z $PACKAGED ]]; then
+	# The runtime shim: a rename, so that running shims keep the binary they run.
+	place "$RUNTIME_SHIM" "$RUNTIME_SHIM_PATH" 0755 ours || true
+	place "$HERE/cri-shim.socket" /etc/systemd/system/cri-shim.socket 0644 ours && UNITS=1
+	place "$HERE/cri-shim.service" /etc/systemd/system/cri-shim.service 0644 ours && UNITS=1
+	place "$HERE/../docs/operations.md" /usr/local/share/doc/cri-shim/operations.md 0644 ours || true
+fi
 if [[ -n $CONTAINERD ]]; then ctrd_apply || exit 1; fi
 KUBELET_CHANGED=
 if [[ -n $KUBELET ]]; then
@@ -184,17 +229,20 @@ if [[ -n $KUBELET ]]; then
 fi
 if [[ -n $CRICTL ]]; then place "$HERE/crictl.yaml" /etc/crictl.yaml 0644 || true; fi
 
-# The binary last: on a node where the shim runs this is the upgrade.
-if [[ -x $BIN ]] && ! cmp -s "$BINARY" "$BIN"; then
-	if [[ -z $DRY ]]; then cp -p "$BIN" "$TMP/previous"; fi
-	[[ -n $DRY ]] || place "$TMP/previous" /usr/local/bin/cri-shim.previous 0755 ours || true
-	[[ -n $DRY ]] || echo "kept the binary this replaces as /usr/local/bin/cri-shim.previous"
-fi
-if running; then
-	[[ -z $UNITS ]] || sys daemon-reload
-	swap_in "$BINARY" || exit 1
-else
-	place "$BINARY" /usr/local/bin/cri-shim 0755 ours || true
+# The binary last: on a node where the shim runs this is the upgrade (on a
+# packaged node, apt's).
+if [[ -z $PACKAGED ]]; then
+	if [[ -x $BIN ]] && ! cmp -s "$BINARY" "$BIN"; then
+		if [[ -z $DRY ]]; then cp -p "$BIN" "$TMP/previous"; fi
+		[[ -n $DRY ]] || place "$TMP/previous" /usr/local/bin/cri-shim.previous 0755 ours || true
+		[[ -n $DRY ]] || echo "kept the binary this replaces as /usr/local/bin/cri-shim.previous"
+	fi
+	if running; then
+		[[ -z $UNITS ]] || sys daemon-reload
+		swap_in "$BINARY" || exit 1
+	else
+		place "$BINARY" /usr/local/bin/cri-shim 0755 ours || true
+	fi
 fi
 
 if [[ -n $START ]] && live; then

@@ -5,10 +5,13 @@
 # (docs/restore-route.md, "The operator step", has the sources this relies on).
 #
 # Needs ROOT, HERE, TMP, CTRD_BIN, CTRD_MAIN (the main config's path on the
-# node), and place/make_dir from files.sh.
+# node), BIN_DIR (where the runtime shim is on the node: /usr/local/bin, or
+# the package's /usr/bin), and place/make_dir from files.sh. The drop-ins in
+# $HERE/containerd name $BIN_DIR's runtime shim (the package's copies are
+# rewritten to /usr/bin by build/deb.sh); ctrd_routes checks that they do.
 CTRD_DROPIN=/etc/containerd/conf.d/50-cri-shim.toml
 CTRD_IMPORT=/etc/containerd/conf.d/*.toml
-RUNTIME_SHIM_PATH=/usr/local/bin/containerd-shim-cri-shim-v2
+RUNTIME_SHIM_PATH=$BIN_DIR/containerd-shim-cri-shim-v2
 
 # ctrd_version FILE: the top-level `version` of a containerd config (0 when
 # it has none: containerd reads such a file as version 1).

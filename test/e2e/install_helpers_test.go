@@ -82,3 +82,17 @@ func treeOf(t *testing.T, root string) map[string]string {
 	}
 	return m
 }
+
+// kubeadmV2Node is a kubeadm node (kubeadmNode) as the kubelet package leaves
+// it, an empty KUBELET_EXTRA_ARGS= in /etc/default/kubelet, with an
+// operator's /etc/crictl.yaml naming containerd and containerd's version 2
+// main config (containerdShapes["v2"]).
+func kubeadmV2Node() map[string]string {
+	node := kubeadmNode("/etc/default/kubelet")
+	node["etc/default/kubelet"] = "KUBELET_EXTRA_ARGS=\n"
+	node["etc/crictl.yaml"] = "runtime-endpoint: unix:///run/containerd/containerd.sock\n"
+	for k, v := range containerdShapes["v2"] {
+		node[k] = v
+	}
+	return node
+}

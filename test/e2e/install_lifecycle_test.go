@@ -22,13 +22,7 @@ func TestInstallLifecycle(t *testing.T) {
 	bin := installBinaries(t)
 	ctrd := stackContainerd(t, "2.4.2")
 	root := t.TempDir()
-	node := kubeadmNode("/etc/default/kubelet")
-	node["etc/default/kubelet"] = "KUBELET_EXTRA_ARGS=\n"
-	node["etc/crictl.yaml"] = "runtime-endpoint: unix:///run/containerd/containerd.sock\n"
-	for k, v := range containerdShapes["v2"] {
-		node[k] = v
-	}
-	writeFiles(t, root, node)
+	writeFiles(t, root, kubeadmV2Node())
 	pristine := treeOf(t, root)
 	install := func(args ...string) string {
 		t.Helper()

@@ -14,6 +14,13 @@ import (
 // TestReleaseArtifacts'): installed into a root, its units pass
 // systemd-analyze verify there. Cheap enough for the fast tier.
 func TestDebPackageUnits(t *testing.T) {
+	verifyDeb(t, standInDeb(t))
+}
+
+// standInDeb builds the .deb with build/deb.sh from stand-in binaries (they
+// exit 0) and returns its path.
+func standInDeb(t *testing.T) string {
+	t.Helper()
 	repo, _ := filepath.Abs("../..")
 	bin, out := t.TempDir(), t.TempDir()
 	for _, b := range []string{"cri-shim", "containerd-shim-cri-shim-v2"} {
@@ -22,7 +29,7 @@ func TestDebPackageUnits(t *testing.T) {
 		}
 	}
 	runIn(t, repo, "build/deb.sh", "0.0.0-test", "amd64", bin, out)
-	verifyDeb(t, filepath.Join(out, "cri-shim_0.0.0-test_amd64.deb"))
+	return filepath.Join(out, "cri-shim_0.0.0-test_amd64.deb")
 }
 
 // runIn runs a command in dir and returns its output; it fails the test on
@@ -47,19 +54,29 @@ var packageUnits = []string{"cri-shim.socket", "cri-shim.service", "cri-shim-rou
 // its own config, no unit enabled or started by its scripts); the units pass
 // `systemd-analyze verify --root` (systemd 252 loads units, their
 // dependencies and their Exec paths from the root) without a word; the docs
-// they name and the runtime shim the containerd drop-in names are installed;
+// they name and the runtime shim both containerd drop-ins name are installed;
 // the drop-ins name the socket the socket unit listens on; and the kubelet's
-// systemd drop-in, placed as docs/operations.md says, verifies with the
-// kubelet unit the Kubernetes packages ship.
+// systemd drop-in, as the packaged /usr/share/cri-shim/install.sh
+// --with-kubelet writes it, verifies with the kubelet unit the Kubernetes
+// packages ship.
 func verifyDeb(t *testing.T, deb string) {
 	t.Helper()
 	root, ctrl := t.TempDir(), t.TempDir()
 	runIn(t, root, "dpkg-deb", "-x", deb, root)
 	runIn(t, ctrl, "dpkg-deb", "-e", deb, ctrl)
 	units := filepath.Join(root, "lib/systemd/system")
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
 	for _, f := range []string{"usr/bin/cri-shim", "usr/bin/containerd-shim-cri-shim-v2", "etc/cri-shim/config.toml",
 		"usr/share/cri-shim/kubelet/20-cri-shim.conf", "usr/share/cri-shim/kubelet/50-cri-shim.conf",
-		"usr/share/cri-shim/containerd/50-cri-shim.toml", "usr/share/cri-shim/crictl.yaml",
+		"usr/share/cri-shim/containerd/50-cri-shim.toml", "usr/share/cri-shim/containerd/v2/50-cri-shim.toml",
+		"usr/share/cri-shim/crictl.yaml", "usr/share/cri-shim/install.sh", "usr/share/cri-shim/lib/files.sh",
+		"usr/share/cri-shim/lib/containerd.sh", "usr/share/cri-shim/lib/kubelet.sh",
 		"usr/share/doc/cri-shim/copyright", "usr/share/doc/cri-shim/operations.md"} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			t.Errorf("the package lacks /%s", f)
@@ -114,7 +131,7 @@ func verifyDeb(t *testing.T, deb string) {
 		t.Fatal(err)
 	}
 	runIn(t, root, "cp", "/bin/kill", filepath.Join(root, "bin/kill"))
-	// The kubelet drop-in where docs/operations.md places it, with the
+	// The kubelet drop-in as the packaged install.sh writes it, with the
 	// kubelet unit of the Kubernetes packages (kubernetes/release,
 	// cmd/krel/templates/latest/kubelet/kubelet.service).
 	kubelet := "[Unit]\nDescription=kubelet: The Kubernetes Node Agent\nWants=network-online.target\nAfter=network-online.target\n\n" +
@@ -125,11 +142,10 @@ func verifyDeb(t *testing.T, deb string) {
 	if err := os.WriteFile(filepath.Join(root, "usr/bin/kubelet"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dropin := filepath.Join(root, "etc/systemd/system/kubelet.service.d")
-	if err := os.MkdirAll(dropin, 0o755); err != nil {
-		t.Fatal(err)
+	runIn(t, root, filepath.Join(root, "usr/share/cri-shim/install.sh"), "--root", root, "--with-kubelet")
+	if !strings.Contains(read("etc/systemd/system/kubelet.service.d/20-cri-shim.conf"), "\nExecStart=/usr/bin/kubelet --config-dir=") {
+		t.Error("the packaged install.sh wrote no ExecStart= with --config-dir for the kubelet")
 	}
-	runIn(t, root, "cp", filepath.Join(root, "usr/share/cri-shim/kubelet/20-cri-shim.conf"), dropin)
 	for _, u := range append(packageUnits, "kubelet.service") {
 		// verify exits 0 on a setting it ignores: its output must be empty too.
 		out, err := exec.Command("systemd-analyze", "verify", "--root="+root, u).CombinedOutput()
@@ -154,18 +170,13 @@ func verifyDeb(t *testing.T, deb string) {
 			}
 		}
 	}
-	read := func(p string) string {
-		b, err := os.ReadFile(filepath.Join(root, p))
-		if err != nil {
-			t.Fatal(err)
+	for _, f := range []string{"usr/share/cri-shim/containerd/50-cri-shim.toml", "usr/share/cri-shim/containerd/v2/50-cri-shim.toml"} {
+		shim := regexp.MustCompile(`(?m)^\s*runtime_path\s*=\s*"([^"]+)"`).FindStringSubmatch(read(f))
+		if shim == nil {
+			t.Errorf("/%s names no runtime_path", f)
+		} else if st, err := os.Stat(filepath.Join(root, shim[1])); err != nil || st.Mode()&0o111 == 0 {
+			t.Errorf("/%s: runtime_path %s is not an executable the package installs: %v", f, shim[1], err)
 		}
-		return string(b)
-	}
-	shim := regexp.MustCompile(`(?m)^\s*runtime_path\s*=\s*"([^"]+)"`).FindStringSubmatch(read("usr/share/cri-shim/containerd/50-cri-shim.toml"))
-	if shim == nil {
-		t.Error("the containerd drop-in names no runtime_path")
-	} else if st, err := os.Stat(filepath.Join(root, shim[1])); err != nil || st.Mode()&0o111 == 0 {
-		t.Errorf("the containerd drop-in's runtime_path %s is not an executable the package installs: %v", shim[1], err)
 	}
 	listen := regexp.MustCompile(`(?m)^ListenStream=(/\S+)$`).FindStringSubmatch(read("lib/systemd/system/cri-shim.socket"))
 	if listen == nil {
