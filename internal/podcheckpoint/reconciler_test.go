@@ -306,19 +306,31 @@ func TestRestartMidCheckpointFails(t *testing.T) {
 	}
 }
 
-// A failed checkpoint leaves no data and says why.
+// A failed checkpoint leaves no data and says why; so does a template that
+// cannot be recorded (a Ready object always has its template on the node).
 func TestFailedCheckpoint(t *testing.T) {
-	e := newEnv(t)
-	e.ck.fail = errors.New("criu: dump failed")
-	e.run(t)
-	e.pod("ns", "web", "uid-1")
-	e.create(object("ns", "cp", "web"))
-	pc := e.waitReason(t, "ns", "cp", cpv1.ReasonFailed)
-	if _, err := os.Stat(filepath.Join(e.root, DataDir(pc))); !os.IsNotExist(err) {
-		t.Errorf("data left: %v", err)
-	}
-	if m := ready(pc).Message; m == "" || !strings.Contains(m, "dump failed") {
-		t.Errorf("message %q", m)
+	for _, tc := range []struct {
+		what string
+		edit func(*fakeCheckpointer)
+		want string
+	}{
+		{"capture fails", func(c *fakeCheckpointer) { c.fail = errors.New("criu: dump failed") }, "dump failed"},
+		{"template not written", func(c *fakeCheckpointer) { c.blockTemplate = true }, TemplateFile},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			e := newEnv(t)
+			tc.edit(e.ck)
+			e.run(t)
+			e.pod("ns", "web", "uid-1")
+			e.create(object("ns", "cp", "web"))
+			pc := e.waitReason(t, "ns", "cp", cpv1.ReasonFailed)
+			if _, err := os.Stat(filepath.Join(e.root, DataDir(pc))); !os.IsNotExist(err) {
+				t.Errorf("data left: %v", err)
+			}
+			if m := ready(pc).Message; !strings.Contains(m, tc.want) || pc.Status.PodSpecDigest != "" {
+				t.Errorf("message %q, digest %q", m, pc.Status.PodSpecDigest)
+			}
+		})
 	}
 }
 

@@ -29,15 +29,38 @@ const TemplateFile = "pod-template.json"
 // (1.5 MiB by default); more is not a template this node wrote.
 const maxTemplateBytes = 4 << 20
 
-// writeTemplate records t in dir (mode 0600, durably: statefile's temporary
-// file, fsync and rename) and returns its spec's digest.
+// writeTemplate records t in dir, the data directory capture made afresh
+// (mode 0600, created exclusively, fsynced with its directory entry), and
+// returns its spec's digest. A crash before the Ready status leaves the
+// object in progress, and the next shim removes the directory
+// (reconciler.go), so no torn file is ever read. Not internal/statefile:
+// a full checkpoint volume fails this checkpoint, not the shim's health.
 func writeTemplate(dir string, t *corev1.PodTemplateSpec) (string, error) {
 	digest, err := SpecDigest(t)
 	if err != nil {
 		return "", fmt.Errorf("the pod's template: %w", err)
 	}
-	if err := statefile.WriteJSON(filepath.Join(dir, TemplateFile), t, 0o600); err != nil {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return "", fmt.Errorf("the pod's template: %w", err)
+	}
+	path := filepath.Join(dir, TemplateFile)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
 		return "", err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = statefile.SyncDir(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	return digest, nil
 }

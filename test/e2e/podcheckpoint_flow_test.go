@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
@@ -52,10 +51,7 @@ func secretAPIPod(name, restoreFrom string) *corev1.Pod {
 // PodCheckpoint (deploy/rbac), so what a node reads here every node reads.
 func nodeViewHasNoPodSpec(t *testing.T, kubeconfig, ns, name, marker string) {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := restConfig(t, kubeconfig)
 	nc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
