@@ -18,9 +18,9 @@ import (
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
-// checkpoint takes the checkpoint into the object's data directory and
-// writes the outcome; a status write the API server does not take is
-// retried until it is (the data stays, held by the finalizer), the object is
+// checkpoint takes the checkpoint into the object's data directory, records
+// the pod's template there (TemplateFile) and writes the outcome; a status
+// write the API server does not take is retried until it is (the data stays, held by the finalizer), the object is
 // gone (the data is removed), or the shim stops (ctx: the next process finds
 // the object in progress and fails it, as after a kill). The capture itself
 // is not cut short by the stop: it leaves no pod paused either way, and a
@@ -28,6 +28,12 @@ import (
 func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod *corev1.Pod, sandbox string, ids []string, timeout time.Duration) {
 	dir := filepath.Join(r.cfg.Root, DataDir(pc))
 	m, err := r.capture(context.WithoutCancel(ctx), dir, sandbox, ids, timeout)
+	var digest string
+	if err == nil {
+		// The template stays here; the status names its digest only.
+		// Written before the Ready status: a Ready object always has it.
+		digest, err = writeTemplate(dir, Template(pod))
+	}
 	var edit func(*cpv1.PodCheckpointStatus)
 	var event func()
 	if err != nil {
@@ -41,7 +47,6 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 		event = func() { r.ev.emit(objectRef(pc), corev1.EventTypeWarning, EventCheckpointFailed, err.Error()) }
 	} else {
 		now := metav1.NewTime(r.now())
-		tmpl := Template(pod)
 		init, regular := containerLists(m, pod)
 		note := fmt.Sprintf("%d containers, %d bytes; pod paused %.3f s", len(m.Containers), m.SizeBytes, m.FrozenSeconds)
 		event = func() { r.ev.emit(objectRef(pc), corev1.EventTypeNormal, EventCheckpointSucceeded, note) }
@@ -49,7 +54,7 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 			s.CheckpointLocation = &cpv1.CheckpointSource{Type: cpv1.CheckpointSourceTypeNodeLocal,
 				NodeLocal: &cpv1.NodeLocalCheckpointSource{Path: DataDir(pc)}}
 			s.CompletionTime = &now
-			s.CheckpointedPodTemplate = tmpl
+			s.PodSpecDigest = digest
 			s.CheckpointedContainers = regular
 			s.CheckpointedInitContainers = init
 			s.SizeBytes = m.SizeBytes

@@ -225,13 +225,15 @@ func (r *fakeRuntime) addPod(p *corev1.Pod) {
 
 // fakeCheckpointer writes a manifest for the containers it is asked for,
 // after release is closed (nil: at once); fail makes it fail instead,
-// leaving a partial file behind as a failed capture may before cleanup.
+// leaving a partial file behind as a failed capture may before cleanup;
+// blockTemplate leaves a directory where the template file goes.
 type fakeCheckpointer struct {
-	mu      sync.Mutex
-	calls   int
-	release chan struct{}
-	fail    error
-	rt      *fakeRuntime
+	mu            sync.Mutex
+	calls         int
+	release       chan struct{}
+	fail          error
+	blockTemplate bool
+	rt            *fakeRuntime
 }
 
 func (c *fakeCheckpointer) CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error) {
@@ -253,6 +255,11 @@ func (c *fakeCheckpointer) CheckpointPod(ctx context.Context, req *runtimeapi.Ch
 	}
 	if c.fail != nil {
 		return nil, c.fail
+	}
+	if c.blockTemplate {
+		if err := os.MkdirAll(filepath.Join(req.OutputPath, TemplateFile, "x"), 0o700); err != nil {
+			return nil, err
+		}
 	}
 	m := layout.Manifest{FormatVersion: layout.Version, SizeBytes: 4096}
 	for _, id := range req.ContainerIds {

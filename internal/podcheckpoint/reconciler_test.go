@@ -2,6 +2,7 @@ package podcheckpoint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -148,8 +149,21 @@ func TestCheckpointOfALocalPod(t *testing.T) {
 		s.CheckpointedContainers[1] != (cpv1.PodCheckpointContainerStatus{Name: "side", Image: "nginx"}) {
 		t.Errorf("completion %v, size %d, containers %+v", s.CompletionTime, s.SizeBytes, s.CheckpointedContainers)
 	}
-	if tp := s.CheckpointedPodTemplate; tp == nil || tp.Spec.NodeName != "" || tp.Labels["app"] != "web" || len(tp.Spec.Containers) != 2 {
-		t.Errorf("template %+v", tp)
+	// The template is in the data directory (0600), the status names its
+	// spec's digest only.
+	tf := filepath.Join(e.root, "pcp-obj-cp", TemplateFile)
+	if st, err := os.Stat(tf); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("template file: %v, %v", st, err)
+	}
+	tp, err := readTemplate(filepath.Join(e.root, "pcp-obj-cp"))
+	if err != nil || tp.Spec.NodeName != "" || tp.Labels["app"] != "web" || len(tp.Spec.Containers) != 2 {
+		t.Fatalf("template %+v, %v", tp, err)
+	}
+	if want, _ := SpecDigest(Template(e.pods["ns/web"])); s.PodSpecDigest != want || !validDigest(want) {
+		t.Errorf("status.podSpecDigest %q, want %q", s.PodSpecDigest, want)
+	}
+	if raw, err := json.Marshal(pc.Status); err != nil || strings.Contains(string(raw), `"spec"`) {
+		t.Errorf("status carries a pod spec: %s, %v", raw, err)
 	}
 	if !slices.Contains(pc.Finalizers, cpv1.NodeDataFinalizer) {
 		t.Errorf("finalizers %v", pc.Finalizers)
@@ -292,19 +306,31 @@ func TestRestartMidCheckpointFails(t *testing.T) {
 	}
 }
 
-// A failed checkpoint leaves no data and says why.
+// A failed checkpoint leaves no data and says why; so does a template that
+// cannot be recorded (a Ready object always has its template on the node).
 func TestFailedCheckpoint(t *testing.T) {
-	e := newEnv(t)
-	e.ck.fail = errors.New("criu: dump failed")
-	e.run(t)
-	e.pod("ns", "web", "uid-1")
-	e.create(object("ns", "cp", "web"))
-	pc := e.waitReason(t, "ns", "cp", cpv1.ReasonFailed)
-	if _, err := os.Stat(filepath.Join(e.root, DataDir(pc))); !os.IsNotExist(err) {
-		t.Errorf("data left: %v", err)
-	}
-	if m := ready(pc).Message; m == "" || !strings.Contains(m, "dump failed") {
-		t.Errorf("message %q", m)
+	for _, tc := range []struct {
+		what string
+		edit func(*fakeCheckpointer)
+		want string
+	}{
+		{"capture fails", func(c *fakeCheckpointer) { c.fail = errors.New("criu: dump failed") }, "dump failed"},
+		{"template not written", func(c *fakeCheckpointer) { c.blockTemplate = true }, TemplateFile},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			e := newEnv(t)
+			tc.edit(e.ck)
+			e.run(t)
+			e.pod("ns", "web", "uid-1")
+			e.create(object("ns", "cp", "web"))
+			pc := e.waitReason(t, "ns", "cp", cpv1.ReasonFailed)
+			if _, err := os.Stat(filepath.Join(e.root, DataDir(pc))); !os.IsNotExist(err) {
+				t.Errorf("data left: %v", err)
+			}
+			if m := ready(pc).Message; !strings.Contains(m, tc.want) || pc.Status.PodSpecDigest != "" {
+				t.Errorf("message %q, digest %q", m, pc.Status.PodSpecDigest)
+			}
+		})
 	}
 }
 

@@ -55,6 +55,9 @@ type restoreView struct {
 	object func(ns, name string) *cpv1.PodCheckpoint
 	pod    func(ns, name string) *corev1.Pod
 	get    func(ctx context.Context, ns, name string) (*cpv1.PodCheckpoint, error)
+	// template reads the template of an object whose data is on this node
+	// (its data directory's TemplateFile).
+	template func(pc *cpv1.PodCheckpoint) (*corev1.PodTemplateSpec, error)
 	// source, if set, is told of each restore from an object with
 	// spec.sourceImage (Reconciler.SourceRestore); it must not wait.
 	source func(pc *cpv1.PodCheckpoint, pod, uid string)
@@ -137,10 +140,10 @@ func (r *Restores) resolve(ctx context.Context, ns, pod, uid, name string) (stri
 		}
 		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q is not Ready (%s)", name, why)
 	}
-	if pc.Status.CheckpointedPodTemplate == nil {
-		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q has no checkpointedPodTemplate", name)
+	if !validDigest(pc.Status.PodSpecDigest) {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q has no podSpecDigest", name)
 	}
-	if err := r.matchesTemplate(v, ns, pod, uid, name, pc); err != nil {
+	if err := r.matchesTemplate(v, ns, pod, uid, name, pc, elsewhere); err != nil {
 		return "", err
 	}
 	if elsewhere {
@@ -161,20 +164,61 @@ func (r *Restores) resolve(ctx context.Context, ns, pod, uid, name string) (stri
 }
 
 // matchesTemplate checks the restoring pod ns/pod (UID uid, from the node's
-// pod cache) against pc's checkpointedPodTemplate.
-func (r *Restores) matchesTemplate(v *restoreView, ns, pod, uid, name string, pc *cpv1.PodCheckpoint) error {
+// pod cache) against pc's template. On the node holding the checkpoint
+// (elsewhere false) that is the template in its data directory, which must
+// still have the status's digest (a status naming another spec is refused),
+// and a mismatch names the first differing field. Another node has only
+// status.podSpecDigest to compare the pod's digest with.
+func (r *Restores) matchesTemplate(v *restoreView, ns, pod, uid, name string, pc *cpv1.PodCheckpoint, elsewhere bool) error {
 	p := v.pod(ns, pod)
 	if p == nil || string(p.UID) != uid {
 		return notYetf("CheckpointNotReady: pod %s/%s (UID %s) is not in the node's pod cache yet", ns, pod, uid)
 	}
-	field, err := SpecMismatch(p, pc.Status.CheckpointedPodTemplate)
+	want := pc.Status.PodSpecDigest
+	if elsewhere {
+		got, err := SpecDigest(Template(p))
+		if err != nil {
+			return fmt.Errorf("PodSpecMismatch: comparing with PodCheckpoint %q: %v", name, err)
+		}
+		if got != want {
+			return fmt.Errorf("PodSpecMismatch: the pod's spec differs from the template PodCheckpoint %q was taken of (status.podSpecDigest %s, the pod's %s; node %q holds the template)", name, want, got, pc.Status.NodeName)
+		}
+		return nil
+	}
+	if v.template == nil {
+		return fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: this node reads no checkpoint templates", name)
+	}
+	t, err := v.template(pc)
+	if err != nil {
+		return fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: its template: %v", name, err)
+	}
+	if d, err := SpecDigest(t); err != nil || d != want {
+		return fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: status.podSpecDigest %s is not the digest of the template this node recorded (%s, %v)", name, want, d, err)
+	}
+	field, err := SpecMismatch(p, t)
 	if err != nil {
 		return fmt.Errorf("PodSpecMismatch: comparing with PodCheckpoint %q: %v", name, err)
 	}
 	if field != "" {
-		return fmt.Errorf("PodSpecMismatch: %s differs from PodCheckpoint %q's checkpointedPodTemplate", field, name)
+		return fmt.Errorf("PodSpecMismatch: %s differs from the template PodCheckpoint %q was taken of", field, name)
 	}
 	return nil
+}
+
+// validDigest reports whether d is "sha256:" and 64 lower-case hex digits
+// (the CRD's pattern; a status from before the field, or a hand-written
+// one, may have none).
+func validDigest(d string) bool {
+	hex, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(hex) != 64 {
+		return false
+	}
+	for _, c := range hex {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // exportedRef is the reference by digest that pc's holder pushed for

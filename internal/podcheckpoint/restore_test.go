@@ -2,6 +2,8 @@ package podcheckpoint
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +22,29 @@ func readyObject(ns, name, node string, src *corev1.Pod) *cpv1.PodCheckpoint {
 	pc.Status.NodeName = node
 	pc.Status.CheckpointLocation = &cpv1.CheckpointSource{Type: cpv1.CheckpointSourceTypeNodeLocal,
 		NodeLocal: &cpv1.NodeLocalCheckpointSource{Path: DataDir(pc)}}
-	pc.Status.CheckpointedPodTemplate = Template(src)
+	pc.Status.PodSpecDigest, _ = SpecDigest(Template(src))
 	setReady(&pc.Status, metav1.ConditionTrue, cpv1.ReasonCompleted, "", 1, time.Now())
 	return pc
+}
+
+// holderTemplates is a restoreView's template reader over root, where
+// recorded writes the template of src for each object given, as the
+// reconciler does when it takes the checkpoint.
+func holderTemplates(t *testing.T) (read func(*cpv1.PodCheckpoint) (*corev1.PodTemplateSpec, error), recorded func(*cpv1.PodCheckpoint, *corev1.Pod)) {
+	root := t.TempDir()
+	read = func(pc *cpv1.PodCheckpoint) (*corev1.PodTemplateSpec, error) {
+		return readTemplate(filepath.Join(root, DataDir(pc)))
+	}
+	recorded = func(pc *cpv1.PodCheckpoint, src *corev1.Pod) {
+		dir := filepath.Join(root, DataDir(pc))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writeTemplate(dir, Template(src)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return read, recorded
 }
 
 func wantReason(t *testing.T, what string, err error, reason string) {
@@ -44,6 +66,7 @@ func TestResolveRestore(t *testing.T) {
 	r := NewRestores("node-a", 0, ev.sink)
 	_, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
 	wantReason(t, "before the API connection", err, "CheckpointNotReady")
+	templates, recorded := holderTemplates(t)
 	r.connect(&restoreView{
 		object: func(ns, name string) *cpv1.PodCheckpoint { return objs[key(ns, name)] },
 		pod:    func(ns, name string) *corev1.Pod { return pods[key(ns, name)] },
@@ -53,19 +76,45 @@ func TestResolveRestore(t *testing.T) {
 			}
 			return nil, errNotFound(name)
 		},
+		template: templates,
 	})
 	restoring := sourcePod()
 	restoring.Name, restoring.UID, restoring.Spec.NodeName = "restored", "u2", "node-a"
 	pods["ns/restored"] = restoring
 
 	objs["ns/cp"] = readyObject("ns", "cp", "node-a", src)
+	_, err = r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
+	wantReason(t, "no template file in the data directory", err, "CheckpointNotReady")
+	recorded(objs["ns/cp"], src)
 	if dir, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp"); err != nil || dir != DataDir(objs["ns/cp"]) {
 		t.Errorf("ready, here, matching: %q, %v", dir, err)
 	}
+	// A status digest that is not the recorded template's is refused, even
+	// when it is the restoring pod's own (a status written to let it in).
+	tampered := readyObject("ns", "cp", "node-a", src)
+	other := sourcePod()
+	other.Spec.Containers[0].Image = "busybox:2"
+	tampered.Status.PodSpecDigest, _ = SpecDigest(Template(other))
+	objs["ns/cp"] = tampered
+	restoringOther := other.DeepCopy()
+	restoringOther.Name, restoringOther.UID, restoringOther.Spec.NodeName = "restored-other", "u3", "node-a"
+	pods["ns/restored-other"] = restoringOther
+	for _, p := range []struct{ name, uid string }{{"restored", "u2"}, {"restored-other", "u3"}} {
+		_, err = r.Resolve(t.Context(), "ns", p.name, p.uid, "cp")
+		wantReason(t, "tampered status digest, pod "+p.name, err, "CheckpointNotReady")
+		if err != nil && !strings.Contains(err.Error(), "not the digest of the template this node recorded") {
+			t.Errorf("tampered digest: %v", err)
+		}
+	}
+	noDigest := readyObject("ns", "cp", "node-a", src)
+	noDigest.Status.PodSpecDigest = ""
+	objs["ns/cp"] = noDigest
+	_, err = r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
+	wantReason(t, "no status digest", err, "CheckpointNotReady")
 	// A status naming another object's data is refused.
-	other := readyObject("ns", "cp", "node-a", src)
-	other.Status.CheckpointLocation.NodeLocal.Path = "pcp-another-uid"
-	objs["ns/cp"] = other
+	elsewhere := readyObject("ns", "cp", "node-a", src)
+	elsewhere.Status.CheckpointLocation.NodeLocal.Path = "pcp-another-uid"
+	objs["ns/cp"] = elsewhere
 	_, err = r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
 	wantReason(t, "location not the object's own", err, "CheckpointNotReady")
 	objs["ns/cp"] = readyObject("ns", "cp", "node-a", src)
@@ -138,12 +187,14 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 	objs := map[string]*cpv1.PodCheckpoint{}
 	pods := map[string]*corev1.Pod{}
 	r := NewRestores("node-b", 0, (&fakeEvents{}).sink)
+	templates, recorded := holderTemplates(t)
 	r.connect(&restoreView{
 		object: func(ns, name string) *cpv1.PodCheckpoint { return objs[key(ns, name)] },
 		pod:    func(ns, name string) *corev1.Pod { return pods[key(ns, name)] },
 		get: func(_ context.Context, _, name string) (*cpv1.PodCheckpoint, error) {
 			return nil, errNotFound(name)
 		},
+		template: templates,
 	})
 	restoring := sourcePod()
 	restoring.Name, restoring.UID, restoring.Spec.NodeName = "restored", "u2", "node-b"
@@ -163,6 +214,7 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 	}
 	// The same object held here restores from the node's own data.
 	objs["ns/cp"] = exportedObject("ns", "cp", "node-b", src, image, digest)
+	recorded(objs["ns/cp"], src)
 	if got, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp"); err != nil || got != DataDir(objs["ns/cp"]) {
 		t.Errorf("exported, held here: %q, %v, want the data directory", got, err)
 	}
@@ -183,7 +235,8 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 		{"not Ready", func(pc *cpv1.PodCheckpoint) {
 			setReady(&pc.Status, metav1.ConditionFalse, cpv1.ReasonSourcePodReplaced, "", 1, time.Now())
 		}, "CheckpointNotReady"},
-		{"no template", func(pc *cpv1.PodCheckpoint) { pc.Status.CheckpointedPodTemplate = nil }, "CheckpointNotReady"},
+		{"no spec digest", func(pc *cpv1.PodCheckpoint) { pc.Status.PodSpecDigest = "" }, "CheckpointNotReady"},
+		{"malformed spec digest", func(pc *cpv1.PodCheckpoint) { pc.Status.PodSpecDigest = "sha256:" + strings.Repeat("G", 64) }, "CheckpointNotReady"},
 		{"another repository", func(pc *cpv1.PodCheckpoint) {
 			pc.Status.Export.Image = "127.0.0.1:5443/other/cp@" + digest
 		}, "CheckpointNotReady"},
@@ -195,7 +248,9 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 		}, "CheckpointNotReady"},
 		{"a tag in status", func(pc *cpv1.PodCheckpoint) { pc.Status.Export.Image = image }, "CheckpointNotReady"},
 		{"spec differs", func(pc *cpv1.PodCheckpoint) {
-			pc.Status.CheckpointedPodTemplate.Spec.Containers[0].Image = "busybox:2"
+			other := sourcePod()
+			other.Spec.Containers[0].Image = "busybox:2"
+			pc.Status.PodSpecDigest, _ = SpecDigest(Template(other))
 		}, "PodSpecMismatch"},
 	} {
 		pc := exportedObject("ns", "cp", "node-a", src, image, digest)
@@ -203,6 +258,9 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 		objs["ns/cp"] = pc
 		_, err := r.Resolve(t.Context(), "ns", "restored", "u2", "cp")
 		wantReason(t, tc.what, err, tc.reason)
+		if tc.reason == "PodSpecMismatch" && err != nil && !strings.Contains(err.Error(), pc.Status.PodSpecDigest) {
+			t.Errorf("%s: the refusal does not name the status digest: %v", tc.what, err)
+		}
 	}
 
 	objs["ns/cp"] = exportedObject("ns", "cp", "node-a", src, image, digest)

@@ -46,7 +46,7 @@ func Run(ctx context.Context, conn Conn, node, root string, ckpt Checkpointer, r
 	r := NewReconciler(Config{Node: node, Root: root, DefaultTimeout: 10 * time.Minute, Exporter: exp, Sources: src},
 		ckpt, rt, c, informerPods{pods}, ev, log)
 	if restores != nil {
-		restores.connect(&restoreView{object: r.Lookup, pod: cachedPod(pods.GetStore()), get: c.Get, source: r.SourceRestore})
+		restores.connect(&restoreView{object: r.Lookup, pod: cachedPod(pods.GetStore()), get: c.Get, template: r.template, source: r.SourceRestore})
 	}
 	go NewWatches(c, r, node, log).Run(ctx)
 	r.Run(ctx)

@@ -1,6 +1,8 @@
 package podcheckpoint
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -20,7 +22,8 @@ const hostnameLabel = "kubernetes.io/hostname"
 const serviceAccountVolumePrefix = "kube-api-access-"
 
 // Template is the pod's metadata and spec as KEP-5823 records it in
-// status.checkpointedPodTemplate: labels, annotations and owner references,
+// status.checkpointedPodTemplate (here: the data directory's TemplateFile on
+// the node holding the checkpoint): labels, annotations and owner references,
 // and the spec without what is node-local or specific to this instance
 // (spec.nodeName, node selector and affinity terms that name a node, the
 // restore-from annotation). Status, UID, resourceVersion and managedFields
@@ -133,26 +136,50 @@ func comparable(s corev1.PodSpec) corev1.PodSpec {
 // SpecMismatch compares a restoring pod's spec with a checkpoint's template
 // after the fields a restore may change (Template's, above) and returns the
 // path of the first field that differs ("spec.containers[0].image"), or ""
-// when they match.
+// when they match: exactly when SpecDigest(Template(p)) is SpecDigest(t).
 func SpecMismatch(p *corev1.Pod, t *corev1.PodTemplateSpec) (string, error) {
-	got, err := toTree(comparable(Template(p).Spec))
+	got, err := normalised(Template(p).Spec)
 	if err != nil {
 		return "", err
 	}
-	want, err := toTree(comparable(t.Spec))
+	want, err := normalised(t.Spec)
 	if err != nil {
 		return "", err
 	}
 	return firstDiff("spec", got, want), nil
 }
 
-func toTree(s corev1.PodSpec) (any, error) {
-	b, err := json.Marshal(s)
+// SpecDigest is "sha256:" and the hex SHA-256 of the canonical encoding of
+// t's spec as SpecMismatch compares it (status.podSpecDigest): the JSON of
+// the same normalised tree, object keys sorted (encoding/json's rule for
+// maps), numbers as the spec's own encoding wrote them. Two trees
+// firstDiff finds equal encode to the same bytes, and distinct trees to
+// distinct bytes, so two specs have the same digest exactly when
+// SpecMismatch finds no field.
+func SpecDigest(t *corev1.PodTemplateSpec) (string, error) {
+	v, err := normalised(t.Spec)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("sha256:%x", sha256.Sum256(b)), nil
+}
+
+// normalised is the spec a restore compares (comparable's) as a JSON tree:
+// objects as map[string]any, numbers as json.Number (the text the spec's
+// encoding wrote: no rounding through float64).
+func normalised(s corev1.PodSpec) (any, error) {
+	b, err := json.Marshal(comparable(s))
 	if err != nil {
 		return nil, err
 	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
 	var v any
-	err = json.Unmarshal(b, &v)
+	err = d.Decode(&v)
 	return v, err
 }
 
@@ -176,7 +203,12 @@ func firstDiff(path string, a, b any) string {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			if d := firstDiff(path+"."+k, av[k], bv[k]); d != "" {
+			x, inA := av[k]
+			y, inB := bv[k]
+			if inA != inB {
+				return path + "." + k // a key on one side only, even with null
+			}
+			if d := firstDiff(path+"."+k, x, y); d != "" {
 				return d
 			}
 		}

@@ -1,6 +1,9 @@
 package podcheckpoint
 
 import (
+	"math/rand/v2"
+	"sort"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,5 +66,108 @@ func TestSpecMismatch(t *testing.T) {
 	more.Spec.Containers = append(more.Spec.Containers, corev1.Container{Name: "extra", Image: "x"})
 	if d, _ := SpecMismatch(more, tp); d != "spec.containers[1]" {
 		t.Errorf("container added: mismatch %q", d)
+	}
+}
+
+// specVariants are pods each differing from sourcePod in one way: some in a
+// field a restore may change (so a restore compares them equal), the others
+// in the workload.
+func specVariants() map[string]func(*corev1.Pod) {
+	big := int64(1) << 53
+	return map[string]func(*corev1.Pod){
+		"node":         func(p *corev1.Pod) { p.Spec.NodeName = "node-b" },
+		"restore-from": func(p *corev1.Pod) { p.Annotations[podspec.RestoreFromKey] = "cp" },
+		"label":        func(p *corev1.Pod) { p.Labels["app"] = "other" },
+		"hostname":     func(p *corev1.Pod) { p.Spec.NodeSelector[hostnameLabel] = "node-b" },
+		"no affinity":  func(p *corev1.Pod) { p.Spec.Affinity = nil },
+		"empty args":   func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{} },
+		"token volume": func(p *corev1.Pod) {
+			p.Spec.Volumes[0].Name = "kube-api-access-zzzzz"
+			p.Spec.Containers[0].VolumeMounts[0].Name = "kube-api-access-zzzzz"
+		},
+		"image":           func(p *corev1.Pod) { p.Spec.Containers[0].Image = "busybox:2" },
+		"env":             func(p *corev1.Pod) { p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", Value: "v"}} },
+		"env value":       func(p *corev1.Pod) { p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", Value: "w"}} },
+		"disk":            func(p *corev1.Pod) { p.Spec.NodeSelector["disk"] = "hdd" },
+		"grace 2^53":      func(p *corev1.Pod) { g := big; p.Spec.TerminationGracePeriodSeconds = &g },
+		"grace 2^53+1":    func(p *corev1.Pod) { g := big + 1; p.Spec.TerminationGracePeriodSeconds = &g },
+		"grace 0":         func(p *corev1.Pod) { g := int64(0); p.Spec.TerminationGracePeriodSeconds = &g },
+		"command":         func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"sh"} },
+		"command empty":   func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{""} },
+		"another volume":  func(p *corev1.Pod) { p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data"}) },
+		"kube-api- plain": func(p *corev1.Pod) { p.Spec.Volumes[0].Projected = nil },
+		"container": func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "extra", Image: "x"})
+		},
+		"init container":   func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "x"}} },
+		"host network":     func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+		"html characters":  func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"<&>"} },
+		"unicode escapes":  func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"\u2028"} },
+		"service account":  func(p *corev1.Pod) { p.Spec.ServiceAccountName = "sa" },
+		"restart policy":   func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyAlways },
+		"pull secret":      func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "s"}} },
+		"pull secret none": func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{} },
+	}
+}
+
+// Two pods have the same SpecDigest exactly when SpecMismatch finds no
+// field between them: over every pair of the variants above, alone and
+// combined at random (a fixed seed, so a failure repeats).
+func TestSpecDigestIsSpecMismatch(t *testing.T) {
+	variants := specVariants()
+	names := make([]string, 0, len(variants))
+	for n := range variants {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	pods := map[string]*corev1.Pod{"source": sourcePod()}
+	for _, n := range names {
+		p := sourcePod()
+		variants[n](p)
+		pods[n] = p
+	}
+	rnd := rand.New(rand.NewPCG(44, 1))
+	for i := 0; i < 40; i++ {
+		p := sourcePod()
+		var applied []string
+		for _, n := range names {
+			if rnd.IntN(4) == 0 {
+				variants[n](p)
+				applied = append(applied, n)
+			}
+		}
+		pods["mix "+strings.Join(applied, "+")] = p
+	}
+	var same, differ int
+	for an, a := range pods {
+		da, err := SpecDigest(Template(a))
+		if err != nil || !validDigest(da) {
+			t.Fatalf("%s: digest %q, %v", an, da, err)
+		}
+		for bn, b := range pods {
+			db, _ := SpecDigest(Template(b))
+			field, err := SpecMismatch(a, Template(b))
+			if err != nil {
+				t.Fatalf("%s against %s: %v", an, bn, err)
+			}
+			if (field == "") != (da == db) {
+				t.Errorf("%s against %s: mismatch %q, digests %s and %s", an, bn, field, da, db)
+			}
+			if field == "" {
+				same++
+			} else {
+				differ++
+			}
+		}
+	}
+	if same <= len(pods) || differ == 0 {
+		t.Errorf("%d pairs equal, %d differ: the variants do not exercise both outcomes", same, differ)
+	}
+	// Numbers are compared as written, not through float64.
+	a, b := sourcePod(), sourcePod()
+	variants["grace 2^53"](a)
+	variants["grace 2^53+1"](b)
+	if d, _ := SpecMismatch(a, Template(b)); d != "spec.terminationGracePeriodSeconds" {
+		t.Errorf("2^53 against 2^53+1: mismatch %q", d)
 	}
 }

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,6 +42,35 @@ func secretAPIPod(name, restoreFrom string) *corev1.Pod {
 		ann = map[string]string{podspec.RestoreFromKey: restoreFrom}
 	}
 	return apiPod(name, ann, "sh", "-c", "S=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'); i=0; while true; do echo secret=$S n=$i; i=$((i+1)); sleep 0.1; done")
+}
+
+// nodeViewHasNoPodSpec reads ns/name with the node identity of kubeconfig
+// (a kubelet's, system:node:<name>), as raw JSON: nothing of the source
+// pod's spec is in it (marker is a string only the pod's spec holds), and
+// its status has no checkpointedPodTemplate. Any node may read any
+// PodCheckpoint (deploy/rbac), so what a node reads here every node reads.
+func nodeViewHasNoPodSpec(t *testing.T, kubeconfig, ns, name, marker string) {
+	t.Helper()
+	cfg := restConfig(t, kubeconfig)
+	nc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := nc.Discovery().RESTClient().Get().AbsPath("/apis", cpv1.SchemeGroupVersion.Group, cpv1.SchemeGroupVersion.Version,
+		"namespaces", ns, cpv1.Resource, name).DoRaw(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatalf("GET %s/%s as %s: %v", ns, name, cfg.TLSClientConfig.CertFile, err)
+	}
+	var obj struct {
+		Status map[string]json.RawMessage `json:"status"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Status == nil {
+		t.Fatalf("GET %s/%s as the node: %v: %s", ns, name, err, raw)
+	}
+	if strings.Contains(string(raw), marker) || obj.Status["checkpointedPodTemplate"] != nil || obj.Status["podSpecDigest"] == nil {
+		t.Errorf("the node's view of %s/%s carries the pod's spec (or no podSpecDigest): %s", ns, name, raw)
+	}
+	t.Logf("the node's view of %s/%s: %d bytes, status fields %v", ns, name, len(raw), slices.Sorted(maps.Keys(obj.Status)))
 }
 
 // reasonsOf records every Ready reason of ns/name a watch shows, in order.
@@ -184,9 +215,19 @@ func TestPodCheckpointCheckpointAndRestoreByName(t *testing.T) {
 	if _, err := layout.ReadManifest(data); err != nil {
 		t.Errorf("checkpoint data: %v", err)
 	}
-	if tp := s.CheckpointedPodTemplate; tp == nil || tp.Spec.NodeName != "" || len(tp.Spec.Containers) != 1 {
-		t.Errorf("template %+v", tp)
+	// The template stays in the data directory; the status names its
+	// spec's digest, and the node's view of the object holds no pod spec.
+	tf := filepath.Join(data, podcheckpoint.TemplateFile)
+	if fi, err := os.Stat(tf); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("template file %s: %v, %v", tf, fi, err)
 	}
+	if !strings.HasPrefix(s.PodSpecDigest, "sha256:") || len(s.PodSpecDigest) != 71 {
+		t.Errorf("status.podSpecDigest %q", s.PodSpecDigest)
+	}
+	if want, err := podcheckpoint.SpecDigest(podcheckpoint.Template(src)); err != nil || s.PodSpecDigest != want {
+		t.Errorf("status.podSpecDigest %q, the source pod's %q (%v)", s.PodSpecDigest, want, err)
+	}
+	nodeViewHasNoPodSpec(t, node.env["KUBELET_KUBECONFIG"], ns, "cp", "/dev/urandom")
 	t.Logf("checkpoint %s: %d bytes in %s, reasons %v", s.CheckpointLocation.NodeLocal.Path, s.SizeBytes, data, got)
 	_, past, _ := secretLog(t, ns, "src") // beyond the checkpointed count
 	reasonEvent(t, cs, ns, "cp", "CheckpointStarted")

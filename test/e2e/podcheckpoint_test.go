@@ -8,20 +8,27 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
-// podCheckpoints is a PodCheckpoint client with the credentials of kubeconfig.
-func podCheckpoints(t testing.TB, kubeconfig string) *podcheckpoint.Client {
+// restConfig is the client config of kubeconfig.
+func restConfig(t testing.TB, kubeconfig string) *rest.Config {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := podcheckpoint.NewClient(cfg)
+	return cfg
+}
+
+// podCheckpoints is a PodCheckpoint client with the credentials of kubeconfig.
+func podCheckpoints(t testing.TB, kubeconfig string) *podcheckpoint.Client {
+	t.Helper()
+	c, err := podcheckpoint.NewClient(restConfig(t, kubeconfig))
 	if err != nil {
 		t.Fatal(err)
 	}

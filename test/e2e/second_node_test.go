@@ -384,6 +384,31 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 	})
 	t.Logf("%d MiB of memory restored on node 2: md5 %s, as the source's", memMiB(), srcSum)
 
+	// Node 2 holds no template: its view of the object carries no pod
+	// spec, and a pod whose spec differs is refused by status.podSpecDigest
+	// alone, naming the digest, before anything is pulled for it.
+	nodeViewHasNoPodSpec(t, filepath.Join(node2Run(), "kubelet.kubeconfig"), ns, "cp", "/dev/urandom | base64")
+	mis := memPod("mismatch", node2Name, "cp")
+	mis.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "DIFFERS", Value: "1"}}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), mis, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = cs.CoreV1().Pods(ns).Delete(ctx, "mismatch", metav1.DeleteOptions{})
+	})
+	if msg := reasonEvent(t, cs, ns, "mismatch", "PodSpecMismatch"); !strings.Contains(msg, exported.Status.PodSpecDigest) {
+		t.Errorf("node 2's PodSpecMismatch does not name status.podSpecDigest %s: %s", exported.Status.PodSpecDigest, msg)
+	} else {
+		t.Logf("node 2 refused the differing pod: %s", msg)
+	}
+	if p, err := cs.CoreV1().Pods(ns).Get(ctxT(t, 10*time.Second), "mismatch", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if p.Status.Phase != corev1.PodPending {
+		t.Errorf("the differing pod is %s, want Pending", p.Status.Phase)
+	}
+
 	// checkpointctl reads each container's archive as node 2 pulled it.
 	pulled := filepath.Join(env2["CHECKPOINTS"], criu.PulledDir(strings.TrimPrefix(ex.Digest, "sha256:")))
 	m, err := layout.ReadManifest(pulled)

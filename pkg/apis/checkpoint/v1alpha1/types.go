@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -137,17 +136,19 @@ type PodCheckpointStatus struct {
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 
-	// checkpointedPodTemplate is the source pod's metadata and spec at
-	// checkpoint time, less node-local and cluster-specific fields (KEP-5823,
-	// "Pod Specification and Metadata"). A restoring pod's spec must match it.
-	// Kept without a schema: the full PodTemplateSpec schema would make the
-	// CRD several hundred KiB, and only nodes (checked by the admission
-	// policy) write status.
+	// podSpecDigest is "sha256:" and the hex SHA-256 of the canonical
+	// encoding of the source pod's spec as a restore compares it: the
+	// sanitised template's spec less what a restore may change
+	// (podcheckpoint.SpecDigest). A pod restoring from the object on any node
+	// must have the same digest. The template itself (KEP-5823's
+	// checkpointedPodTemplate, the pod's metadata and spec, env values
+	// included) stays on status.nodeName, in the checkpoint's data
+	// directory: every node may read every PodCheckpoint, and the Node
+	// authorizer lets a node read only the pods bound to it.
 	// +optional
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
-	// +kubebuilder:pruning:PreserveUnknownFields
-	CheckpointedPodTemplate *corev1.PodTemplateSpec `json:"checkpointedPodTemplate,omitempty"`
+	// +kubebuilder:validation:MaxLength=71
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	PodSpecDigest string `json:"podSpecDigest,omitempty"`
 
 	// checkpointedContainers lists the regular containers captured.
 	// +optional

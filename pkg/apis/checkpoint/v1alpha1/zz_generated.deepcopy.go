@@ -5,8 +5,7 @@
 package v1alpha1
 
 import (
-	"k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -242,11 +241,6 @@ func (in *PodCheckpointStatus) DeepCopyInto(out *PodCheckpointStatus) {
 		in, out := &in.CompletionTime, &out.CompletionTime
 		*out = (*in).DeepCopy()
 	}
-	if in.CheckpointedPodTemplate != nil {
-		in, out := &in.CheckpointedPodTemplate, &out.CheckpointedPodTemplate
-		*out = new(v1.PodTemplateSpec)
-		(*in).DeepCopyInto(*out)
-	}
 	if in.CheckpointedContainers != nil {
 		in, out := &in.CheckpointedContainers, &out.CheckpointedContainers
 		*out = make([]PodCheckpointContainerStatus, len(*in))
@@ -274,7 +268,7 @@ func (in *PodCheckpointStatus) DeepCopyInto(out *PodCheckpointStatus) {
 	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
-		*out = make([]metav1.Condition, len(*in))
+		*out = make([]v1.Condition, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
