@@ -13,12 +13,11 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
-	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
 // NewForConfig is a router on the API server of cfg: the bound pods of all
 // namespaces (field selector spec.nodeName!=), every PodCheckpoint, and the
-// label written as a merge patch at the object's version.
+// routing written as a merge patch at the object's version (Client.Route).
 func NewForConfig(cfg *rest.Config, log *slog.Logger) (*Router, error) {
 	res, err := kubeapi.ResourcesFor(cfg)
 	if err != nil {
@@ -37,7 +36,5 @@ func NewForConfig(cfg *rest.Config, log *slog.Logger) (*Router, error) {
 			return objects.Watch(ctx, "", o)
 		},
 	}
-	return New(pods, objs, func(ctx context.Context, ns, name, rv, value string) error {
-		return objects.SetLabel(ctx, ns, name, rv, cpv1.NodeLabel, value)
-	}, log), nil
+	return New(pods, objs, objects.Route, log), nil
 }

@@ -1,8 +1,10 @@
 // Package ckptrouter routes PodCheckpoint objects to the node that runs
-// their source pod: it sets the label checkpoint.cri-shim.io/node, which is
-// all each node's shim watches, so that a node receives only the objects of
-// its own pods and never re-lists when its pods change
-// (docs/podcheckpoint.md, "Routing"). It is the cluster-level part of
+// their source pod, or for an object with spec.sourceImage to the node of a
+// pod that restores from it: it sets the label checkpoint.cri-shim.io/node,
+// which is all each node's shim watches, so that a node receives only the
+// objects of its own pods and never re-lists when its pods change
+// (docs/podcheckpoint.md, "Routing"). The label is also the node's ticket:
+// the admission policy lets a node write only the objects routed to it. It is the cluster-level part of
 // cri-shim (`cri-shim router`): one watch of the bound pods of the cluster
 // and one of the PodCheckpoints, as a controller manager's controllers
 // hold; every write it makes is idempotent, so two routers running at once
@@ -23,17 +25,19 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
-// LabelFunc sets NodeLabel of the object ns/name to value, if the object
-// is still at resourceVersion (a merge patch of its labels carrying the
+// LabelFunc routes the object ns/name to node, if the object is still at
+// resourceVersion (podcheckpoint.Client.Route: NodeLabel, and
+// NodeNameAnnotation for a hashed value, in a merge patch carrying the
 // version, so the API server answers Conflict when it changed: a node may
 // have held it meanwhile).
-type LabelFunc func(ctx context.Context, ns, name, resourceVersion, value string) error
+type LabelFunc func(ctx context.Context, ns, name, resourceVersion, node string) error
 
 // Router keeps every PodCheckpoint that no node holds yet labelled with the
-// node of its source pod.
+// node of its source pod, or of a pod restoring from it.
 type Router struct {
 	pods, objects cache.SharedIndexInformer
 	label         LabelFunc
@@ -45,12 +49,17 @@ type Router struct {
 // bySourcePod indexes objects by the key of their source pod.
 const bySourcePod = "sourcePod"
 
+// byRestoreFrom indexes pods by namespace and the value of their
+// restore-from annotation: the key of the object a pod restores from, when
+// it names one.
+const byRestoreFrom = "restoreFrom"
+
 // New builds a router over pods (list and watch of the bound pods of all
 // namespaces: field selector spec.nodeName!=) and objects (list and watch
 // of every PodCheckpoint).
 func New(pods, objects cache.ListerWatcher, label LabelFunc, log *slog.Logger) *Router {
 	r := &Router{
-		pods:    cache.NewSharedIndexInformer(pods, &corev1.Pod{}, 0, cache.Indexers{}),
+		pods:    cache.NewSharedIndexInformer(pods, &corev1.Pod{}, 0, cache.Indexers{byRestoreFrom: restoreFromKey}),
 		objects: cache.NewSharedIndexInformer(objects, &cpv1.PodCheckpoint{}, 10*time.Minute, cache.Indexers{bySourcePod: sourcePodKey}),
 		label:   label,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(backoff.RetryLimiter(time.Second, time.Minute),
@@ -61,12 +70,16 @@ func New(pods, objects cache.ListerWatcher, label LabelFunc, log *slog.Logger) *
 			Help: "Writes of the node label of PodCheckpoint objects, by result (ok, error).",
 		}, []string{"result"}),
 	}
-	// The router keeps of a pod only what routing reads: 15,000 pods
-	// cost it a few MB.
+	// The router keeps of a pod only what routing reads (its restore-from
+	// annotation among its annotations): 15,000 pods cost it a few MB.
 	_ = r.pods.SetTransform(func(o any) (any, error) {
 		if p, ok := o.(*corev1.Pod); ok {
-			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
-				ResourceVersion: p.ResourceVersion}, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}, nil
+			slim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+				ResourceVersion: p.ResourceVersion}, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}
+			if v, ok := p.Annotations[podspec.RestoreFromKey]; ok {
+				slim.Annotations = map[string]string{podspec.RestoreFromKey: v}
+			}
+			return slim, nil
 		}
 		return o, nil
 	})
@@ -77,7 +90,12 @@ func New(pods, objects cache.ListerWatcher, label LabelFunc, log *slog.Logger) *
 	_, _ = r.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: r.podChanged,
 		UpdateFunc: func(old, o any) {
-			if op, ok := old.(*corev1.Pod); !ok || op.Spec.NodeName != o.(*corev1.Pod).Spec.NodeName || op.UID != o.(*corev1.Pod).UID {
+			np, _ := o.(*corev1.Pod)
+			if op, ok := old.(*corev1.Pod); !ok || np == nil || op.Spec.NodeName != np.Spec.NodeName || op.UID != np.UID ||
+				op.Annotations[podspec.RestoreFromKey] != np.Annotations[podspec.RestoreFromKey] {
+				if ok {
+					r.podChanged(op) // the object it restored from may lose its node
+				}
 				r.podChanged(o)
 			}
 		},
@@ -140,35 +158,67 @@ func (r *Router) next(ctx context.Context) bool {
 	return true
 }
 
-// route labels the object key with its source pod's node, when no node
-// holds it yet and the pod is bound. An object whose pod is not bound (or
-// not created) yet waits for the pod's event; one a node holds is that
-// node's (its status.nodeName watch), whatever its pod does later.
+// route labels the object key with the node it belongs to (target), when
+// it is not labelled so yet. An object whose pod is not bound (or not
+// created) yet waits for the pod's event; one a node holds is that node's
+// (its status.nodeName watch), whatever its pod does later.
 func (r *Router) route(ctx context.Context, key string) error {
 	o, ok, err := r.objects.GetStore().GetByKey(key)
 	if err != nil || !ok {
 		return err
 	}
 	pc := o.(*cpv1.PodCheckpoint)
-	if pc.Spec.SourcePodName == "" || pc.Status.NodeName != "" || pc.DeletionTimestamp != nil {
+	if pc.DeletionTimestamp != nil {
 		return nil
 	}
-	po, ok, err := r.pods.GetStore().GetByKey(pc.Namespace + "/" + pc.Spec.SourcePodName)
-	if err != nil || !ok {
-		return err
-	}
-	want := cpv1.NodeLabelValue(po.(*corev1.Pod).Spec.NodeName)
-	if pc.Labels[cpv1.NodeLabel] == want {
+	node, why := r.target(pc)
+	if node == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := r.label(ctx, pc.Namespace, pc.Name, pc.ResourceVersion, want); err != nil {
+	if err := r.label(ctx, pc.Namespace, pc.Name, pc.ResourceVersion, node); err != nil {
 		return err
 	}
 	r.written.WithLabelValues("ok").Inc()
-	r.log.Info("router: PodCheckpoint routed", "object", key, "pod", pc.Spec.SourcePodName, "node", want)
+	r.log.Info("router: PodCheckpoint routed", "object", key, "node", node, "because", why)
 	return nil
+}
+
+// target is the node pc is to be routed to, and why, or "" when its
+// routing stands: the node of its source pod; for spec.sourceImage the node
+// of a bound pod of its namespace that restores from it (the one it is
+// routed to while that pod is there, else the least node name, so two
+// routers agree); an object a node holds stays with that node, and only one
+// held under an earlier release's rules with no label at all is labelled
+// with its holder (its ticket: deploy/admission).
+func (r *Router) target(pc *cpv1.PodCheckpoint) (string, string) {
+	if h := pc.Status.NodeName; h != "" {
+		if _, labelled := pc.Labels[cpv1.NodeLabel]; labelled {
+			return "", ""
+		}
+		return h, "its holder"
+	}
+	routed := func(n string) bool { return cpv1.RoutedTo(pc.Labels, pc.Annotations, n) }
+	if pc.Spec.SourcePodName != "" {
+		po, ok, err := r.pods.GetStore().GetByKey(pc.Namespace + "/" + pc.Spec.SourcePodName)
+		if err != nil || !ok || routed(po.(*corev1.Pod).Spec.NodeName) {
+			return "", ""
+		}
+		return po.(*corev1.Pod).Spec.NodeName, "source pod " + pc.Spec.SourcePodName
+	}
+	pods, _ := r.pods.GetIndexer().ByIndex(byRestoreFrom, pc.Namespace+"/"+pc.Name)
+	var node, pod string
+	for _, o := range pods {
+		p := o.(*corev1.Pod)
+		if routed(p.Spec.NodeName) {
+			return "", ""
+		}
+		if node == "" || p.Spec.NodeName < node {
+			node, pod = p.Spec.NodeName, p.Name
+		}
+	}
+	return node, "pod " + pod + " restores from it"
 }
 
 func (r *Router) enqueue(o any) {
@@ -177,7 +227,8 @@ func (r *Router) enqueue(o any) {
 	}
 }
 
-// podChanged queues the objects that name the pod.
+// podChanged queues the objects that name the pod, and the one it
+// restores from.
 func (r *Router) podChanged(o any) {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = d.Obj
@@ -190,6 +241,26 @@ func (r *Router) podChanged(o any) {
 	for _, obj := range objs {
 		r.enqueue(obj)
 	}
+	if k, err := restoreFromKey(p); err == nil && len(k) == 1 {
+		if obj, ok, _ := r.objects.GetStore().GetByKey(k[0]); ok {
+			r.enqueue(obj)
+		}
+	}
+}
+
+// restoreFromKey is the object key a pod's restore-from annotation would
+// name: its namespace and the annotation's value (a directory name or an
+// image reference names no object, and finds none).
+func restoreFromKey(o any) ([]string, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	v := p.Annotations[podspec.RestoreFromKey]
+	if v == "" || p.Spec.NodeName == "" {
+		return nil, nil
+	}
+	return []string{p.Namespace + "/" + v}, nil
 }
 
 func sourcePodKey(o any) ([]string, error) {

@@ -16,18 +16,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	fcache "k8s.io/client-go/tools/cache/testing"
 
+	"github.com/cri-shim/cri-shim/internal/podspec"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
-// apiServer is the two watched collections and the label write, as the API
-// server applies a merge patch of labels: the write changes the object, and
-// the change is sent on the object watch.
+// apiServer is the two watched collections and the routing write, as the
+// API server applies Client.Route's merge patch: the write changes the
+// object, and the change is sent on the object watch.
 type apiServer struct {
 	pods, objects *fcache.FakeControllerSource
 
 	mu     sync.Mutex
 	cur    map[string]*cpv1.PodCheckpoint
-	writes []string // "ns/name=value"
+	writes []string // "ns/name=node"
 	fail   int      // writes to refuse
 }
 
@@ -35,7 +36,7 @@ func newAPIServer() *apiServer {
 	return &apiServer{pods: fcache.NewFakeControllerSource(), objects: fcache.NewFakeControllerSource(), cur: map[string]*cpv1.PodCheckpoint{}}
 }
 
-func (a *apiServer) label(_ context.Context, ns, name, rv, value string) error {
+func (a *apiServer) label(_ context.Context, ns, name, rv, node string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.fail > 0 {
@@ -49,8 +50,12 @@ func (a *apiServer) label(_ context.Context, ns, name, rv, value string) error {
 	if pc.Labels == nil {
 		pc.Labels = map[string]string{}
 	}
-	pc.Labels[cpv1.NodeLabel] = value
-	a.writes = append(a.writes, ns+"/"+name+"="+value)
+	pc.Labels[cpv1.NodeLabel] = cpv1.NodeLabelValue(node)
+	delete(pc.Annotations, cpv1.NodeNameAnnotation)
+	if cpv1.NodeLabelValue(node) != node {
+		pc.Annotations = map[string]string{cpv1.NodeNameAnnotation: node}
+	}
+	a.writes = append(a.writes, ns+"/"+name+"="+node)
 	a.change(pc)
 	return nil
 }
@@ -89,6 +94,14 @@ func (a *apiServer) labelOf(ns, name string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cur[ns+"/"+name].Labels[cpv1.NodeLabel]
+}
+
+// routedTo says whether ns/name is routed to node (label and annotation).
+func (a *apiServer) routedTo(ns, name, node string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pc := a.cur[ns+"/"+name]
+	return cpv1.RoutedTo(pc.Labels, pc.Annotations, node)
 }
 
 func pod(ns, name, uid, node string) *corev1.Pod {
@@ -190,8 +203,77 @@ func TestLongNodeName(t *testing.T) {
 	a.pods.Add(pod("a", "web-0", "u1", node))
 	a.create(object("a", "cp", "web-0"))
 	start(t, a)
-	eventually(t, "routed", func() bool { return a.labelOf("a", "cp") == cpv1.NodeLabelValue(node) })
+	eventually(t, "routed", func() bool { return a.routedTo("a", "cp", node) })
 	if v := a.labelOf("a", "cp"); len(v) > 63 {
 		t.Error(fmt.Sprintf("label value %q is over 63 characters", v))
+	}
+}
+
+// restorer is a pod of ns on node whose restore-from annotation names from.
+func restorer(ns, name, uid, node, from string) *corev1.Pod {
+	p := pod(ns, name, uid, node)
+	p.Annotations = map[string]string{podspec.RestoreFromKey: from, "other": "dropped"}
+	return p
+}
+
+func imageObject(ns, name string) *cpv1.PodCheckpoint {
+	return &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: cpv1.PodCheckpointSpec{SourceImage: "reg.example/ckpt@sha256:" + strings.Repeat("a", 64)}}
+}
+
+// An object with spec.sourceImage goes to the node of a bound pod of its
+// namespace that restores from it (not one of another namespace, nor one
+// naming another object); it follows such pods until a node holds it, and
+// stays with the pod it is routed to while that pod is there.
+func TestRoutesSourceImageObjectsToARestoringPodsNode(t *testing.T) {
+	a := newAPIServer()
+	a.create(imageObject("a", "img"))
+	a.pods.Add(restorer("b", "thief", "u0", "node-0", "img"))
+	a.pods.Add(restorer("a", "other", "u1", "node-1", "not-img"))
+	start(t, a)
+	settle()
+	if got := a.labelOf("a", "img"); got != "" {
+		t.Fatalf("routed to %q with no pod of its namespace restoring from it", got)
+	}
+	a.pods.Add(restorer("a", "r1", "u2", "node-3", "img"))
+	eventually(t, "routed to the restoring pod's node", func() bool { return a.labelOf("a", "img") == "node-3" })
+	a.pods.Add(restorer("a", "r2", "u3", "node-2", "img"))
+	settle()
+	if got := a.labelOf("a", "img"); got != "node-3" {
+		t.Errorf("a second restoring pod moved the object to %q; it stays while its pod is there", got)
+	}
+	a.pods.Delete(restorer("a", "r1", "u2", "node-3", "img"))
+	eventually(t, "moved to the remaining restoring pod's node", func() bool { return a.labelOf("a", "img") == "node-2" })
+	a.hold("a", "img", "node-2")
+	a.pods.Delete(restorer("a", "r2", "u3", "node-2", "img"))
+	a.pods.Add(restorer("a", "r3", "u4", "node-4", "img"))
+	settle()
+	if got := a.labelOf("a", "img"); got != "node-2" {
+		t.Errorf("a held object was moved to %q", got)
+	}
+	if w := a.written(); len(w) != 2 {
+		t.Errorf("writes %v, want 2", w)
+	}
+}
+
+// An object held with no label at all (an earlier release let the first
+// restoring node take an object with spec.sourceImage) is labelled with its
+// holder, its ticket; a held object with a label is never relabelled.
+func TestLabelsAnUnlabelledHeldObjectWithItsHolder(t *testing.T) {
+	a := newAPIServer()
+	old := imageObject("a", "old")
+	old.Status.NodeName = "node-1"
+	a.create(old)
+	other := object("a", "elsewhere", "web-0")
+	other.Labels = map[string]string{cpv1.NodeLabel: "node-2"}
+	other.Status.NodeName = "node-1"
+	a.create(other)
+	a.pods.Add(restorer("a", "r", "u1", "node-3", "old"))
+	a.pods.Add(pod("a", "web-0", "u2", "node-3"))
+	start(t, a)
+	eventually(t, "labelled with its holder", func() bool { return a.labelOf("a", "old") == "node-1" })
+	settle()
+	if got := a.labelOf("a", "elsewhere"); got != "node-2" {
+		t.Errorf("a held, labelled object relabelled %q", got)
 	}
 }

@@ -45,9 +45,11 @@ type RestorePullConfig struct {
 	PodKeychain func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error)
 	// Provenance, if set, is asked, before anything is fetched, whether
 	// a pod of namespace ns may restore the checkpoint whose image index
-	// has digest (podcheckpoint.Provenance: one this cluster exported);
-	// its error (errdefs class) answers the restore.
-	Provenance func(ctx context.Context, ns, digest string) error
+	// is in repository repo (the reference's, name.Repository.Name():
+	// registry and path) at digest (podcheckpoint.Provenance: one this
+	// cluster exported there); its error (errdefs class) answers the
+	// restore.
+	Provenance func(ctx context.Context, ns, repo, digest string) error
 	// Transport replaces the HTTP transport (tests).
 	Transport http.RoundTripper
 	Log       *slog.Logger
@@ -131,7 +133,7 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, rese
 		return "", err
 	}
 	if p.cfg.Provenance != nil {
-		if err := p.cfg.Provenance(ctx, ns, d.DigestStr()); err != nil {
+		if err := p.cfg.Provenance(ctx, ns, d.Context().Name(), d.DigestStr()); err != nil {
 			return "", err
 		}
 	}

@@ -484,9 +484,9 @@ func TestRestorePullProvenanceBeforeAnyByte(t *testing.T) {
 	root, ref := pushed(t, r)
 	var asked []string
 	p := puller(r, root, func(c *RestorePullConfig) {
-		c.Provenance = func(_ context.Context, ns, digest string) error {
-			asked = append(asked, ns+" "+digest)
-			if digest == ref[strings.LastIndex(ref, "@")+1:] && ns == "default" {
+		c.Provenance = func(_ context.Context, ns, repo, digest string) error {
+			asked = append(asked, ns+" "+repo+" "+digest)
+			if digest == ref[strings.LastIndex(ref, "@")+1:] && ns == "default" && repo == ref[:strings.LastIndex(ref, "@")] {
 				return nil
 			}
 			return fmt.Errorf("%w: not exported by this cluster", errdefs.ErrPermissionDenied)
@@ -501,8 +501,8 @@ func TestRestorePullProvenanceBeforeAnyByte(t *testing.T) {
 	if _, err := p.Pull(context.Background(), "default", "web", "uid", ref, nil); err != nil {
 		t.Fatalf("an exported digest: %v", err)
 	}
-	if len(asked) != 2 {
-		t.Fatalf("provenance asked %v", asked)
+	if len(asked) != 2 || asked[1] != "default "+ref[:strings.LastIndex(ref, "@")]+" "+ref[strings.LastIndex(ref, "@")+1:] {
+		t.Fatalf("provenance asked %v, want the namespace, the reference's repository and its digest", asked)
 	}
 }
 

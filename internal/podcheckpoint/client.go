@@ -107,6 +107,26 @@ func (c *Client) SetLabel(ctx context.Context, ns, name, resourceVersion, key, v
 	return c.rc.Patch(types.MergePatchType).Namespace(ns).Resource(cpv1.Resource).Name(name).Body(patch).Do(ctx).Error()
 }
 
+// Route sets the object's routing to node if the object is still at
+// resourceVersion (the router's write: docs/podcheckpoint.md, "Routing"):
+// the label v1alpha1.NodeLabel to NodeLabelValue(node) and, when that
+// value is hashed, the annotation v1alpha1.NodeNameAnnotation to node, in
+// one merge patch carrying the version; for a name the label holds whole
+// the annotation is removed (null: RFC 7386).
+func (c *Client) Route(ctx context.Context, ns, name, resourceVersion, node string) error {
+	var full any // JSON null
+	if cpv1.NodeLabelValue(node) != node {
+		full = node
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": resourceVersion,
+		"labels":      map[string]string{cpv1.NodeLabel: cpv1.NodeLabelValue(node)},
+		"annotations": map[string]any{cpv1.NodeNameAnnotation: full}}})
+	if err != nil {
+		return err
+	}
+	return c.rc.Patch(types.MergePatchType).Namespace(ns).Resource(cpv1.Resource).Name(name).Body(patch).Do(ctx).Error()
+}
+
 // Delete deletes the object.
 func (c *Client) Delete(ctx context.Context, ns, name string) error {
 	return c.rc.Delete().Namespace(ns).Resource(cpv1.Resource).Name(name).Do(ctx).Error()

@@ -274,6 +274,10 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 	if pc == nil {
 		return nil
 	}
+	if pc.Spec.SourceImage != "" {
+		r.sourceRouted(k)
+		return nil
+	}
 	if h := pc.Status.NodeName; h != "" && h != r.cfg.Node || pc.Spec.SourcePodName == "" {
 		return nil // another node's, or a registry's (spec.sourceImage: sourceimage.go)
 	}

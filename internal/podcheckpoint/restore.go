@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	gcrname "github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -222,31 +221,23 @@ func validDigest(d string) bool {
 }
 
 // exportedRef is the reference by digest that pc's holder pushed for
-// spec.export, once Exported is True. It must be spec.export.image's
-// repository at status.export.digest: the namespace chose that destination
-// (status is the holding node's word, the repository is the namespace's),
-// and the node's registry allow-list, its pull checks and the namespace
-// binding judge it again when it is pulled.
+// spec.export, once Exported is True and the record holds (exportRecord:
+// the holder is the node pc is routed to, the reference spec.export.image's
+// repository at status.export.digest); the node's registry allow-list, its
+// pull checks and the namespace binding judge it again when it is pulled.
 func exportedRef(pc *cpv1.PodCheckpoint, name string) (string, error) {
-	s := pc.Status.Export
 	c := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionExported)
-	if c == nil || c.Status != metav1.ConditionTrue || s == nil {
+	if c == nil || c.Status != metav1.ConditionTrue || pc.Status.Export == nil {
 		why := "not pushed yet"
 		if c != nil {
 			why = c.Reason
 		}
 		return "", fmt.Errorf("CheckpointWrongNode: PodCheckpoint %q is on node %q and not exported (%s)", name, pc.Status.NodeName, why)
 	}
-	// Parsed as the push names it: no tag is ":latest"; the registry is
-	// spelt out (the schema's pattern, and the push refuses it otherwise).
-	tag, err := gcrname.NewTag(pc.Spec.Export.Image)
-	if err != nil {
-		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: spec.export.image: %v", name, err)
+	if _, err := exportRecord(pc); err != nil {
+		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: %v", name, err)
 	}
-	if want := tag.Context().Digest(s.Digest).String(); s.Image != want {
-		return "", fmt.Errorf("CheckpointNotReady: PodCheckpoint %q: status.export.image %q is not spec.export.image's repository at status.export.digest (%s)", name, s.Image, want)
-	}
-	return s.Image, nil
+	return pc.Status.Export.Image, nil
 }
 
 // fetch returns the read of ns/name from the API server, which runs in

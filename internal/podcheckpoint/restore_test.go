@@ -169,6 +169,7 @@ func TestResolveRestore(t *testing.T) {
 // when digest is not empty, the export of it done.
 func exportedObject(ns, name, node string, src *corev1.Pod, image, digest string) *cpv1.PodCheckpoint {
 	pc := readyObject(ns, name, node, src)
+	pc.Labels = map[string]string{cpv1.NodeLabel: cpv1.NodeLabelValue(node)} // routed to its holder
 	pc.Spec.Export = &cpv1.PodCheckpointExport{Image: image}
 	if digest != "" {
 		repo, _, _ := strings.Cut(strings.TrimSuffix(image, ":v1"), "@")
@@ -180,8 +181,9 @@ func exportedObject(ns, name, node string, src *corev1.Pod, image, digest string
 
 // A PodCheckpoint another node holds resolves, on this node, to the image
 // its holder pushed for spec.export, after the same Ready and
-// PodSpecMismatch checks as one held here; not exported (yet), or with a
-// status.export outside spec.export.image's repository, it is refused.
+// PodSpecMismatch checks as one held here; not exported (yet), with a
+// status.export outside spec.export.image's repository, or held by another
+// node than the one it is routed to, it is refused.
 func TestResolveRestoreExportedElsewhere(t *testing.T) {
 	src := sourcePod()
 	objs := map[string]*cpv1.PodCheckpoint{}
@@ -247,6 +249,13 @@ func TestResolveRestoreExportedElsewhere(t *testing.T) {
 			pc.Status.Export.Digest = "sha256:" + strings.Repeat("c", 64)
 		}, "CheckpointNotReady"},
 		{"a tag in status", func(pc *cpv1.PodCheckpoint) { pc.Status.Export.Image = image }, "CheckpointNotReady"},
+		// A status another node wrote (forged past the admission policy):
+		// the holder is not the node the object is routed to.
+		{"held by another node than routed", func(pc *cpv1.PodCheckpoint) { pc.Labels[cpv1.NodeLabel] = "node-c" }, "CheckpointNotReady"},
+		{"held, never routed", func(pc *cpv1.PodCheckpoint) { pc.Labels = nil }, "CheckpointNotReady"},
+		{"Exported True without spec.export's repository", func(pc *cpv1.PodCheckpoint) {
+			pc.Spec.Export.Image = "127.0.0.1:5443/e2e/other:v1"
+		}, "CheckpointNotReady"},
 		{"spec differs", func(pc *cpv1.PodCheckpoint) {
 			other := sourcePod()
 			other.Spec.Containers[0].Image = "busybox:2"

@@ -20,23 +20,27 @@ import (
 )
 
 // Status of an object with spec.sourceImage (docs/podcheckpoint.md). No node
-// runs a source pod of it, so no watch selects it until a node holds it. The
-// node that restores a pod from it first holds it: Restores.Resolve tells the
-// reconciler (SourceRestore, never waiting), which checks the reference as
-// the restore's pull would (this node's allow-list, the restoring pod's image
-// pull secrets, then the node's; the index only, no blob) and then, in one
-// optimistic status write, claims the object (status nodeName: the admission
-// policy lets only that node write it from then on) and records the outcome,
-// the index's annotations and the restoring pod. There is no separate claim
+// runs a source pod of it: the router routes it to the node of a pod that
+// restores from it (internal/ckptrouter), and only that node may write it
+// (the label is the ticket: deploy/admission). The routed node holds it once
+// a pod restores from it there: Restores.Resolve tells the reconciler
+// (SourceRestore, never waiting), which, once the object is routed to this
+// node (the routed watch brings it; until then the request waits), checks
+// the reference as the restore's pull would (this node's allow-list, the
+// restoring pod's image pull secrets, then the node's; the index only, no
+// blob) and then, in one optimistic status write, claims the object (status
+// nodeName: the router no longer moves it) and records the outcome, the
+// index's annotations and the restoring pod. There is no separate claim
 // written before the check: a shim killed during a check leaves the object
 // as it was (no status, or the holder's last outcome), never a claim that no
 // outcome follows; two nodes checking a new object at once both ask the
 // registry, and the write of one conflicts, reads the object held by the
-// other, and is dropped. Later restores on the holding node check
-// again: a new pod at most every sourceMinGap, the same pod after a failure
-// at most every sourceRetry. Restores on other nodes write nothing (their
-// pods' events tell how they went), so an object costs the registry one
-// index request per restoring pod on one node.
+// other, and is dropped (the router may also move an unheld object while a
+// check runs: the write is then refused, and dropped). Later restores on the
+// holding node check again: a new pod at most every sourceMinGap, the same
+// pod after a failure at most every sourceRetry. Restores on other nodes
+// write nothing (their pods' events tell how they went), so an object costs
+// the registry one index request per restoring pod on one node.
 
 // SourceChecker resolves a spec.sourceImage reference for a restoring pod
 // (internal/ociartifact's RestorePuller).
@@ -57,10 +61,17 @@ var (
 // maxSourceMessage bounds the Ready message of a failed check.
 const maxSourceMessage = 1024
 
+// sourceWaitMax is how long a request waits for its object to be routed
+// to this node: the router routes it within seconds of the restoring pod's
+// binding; one routed to another node (a pod of another node restores from
+// it too) is that node's to check, and its request is dropped after this.
+const sourceWaitMax = 10 * time.Minute
+
 // sourceRequest is the newest restore that asked for an object.
 type sourceRequest struct {
 	pc       *cpv1.PodCheckpoint
 	pod, uid string
+	at       time.Time
 }
 
 // sourceState is the last check of an object on this node.
@@ -80,9 +91,25 @@ func (r *Reconciler) SourceRestore(pc *cpv1.PodCheckpoint, pod, uid string) {
 	}
 	k := key(pc.Namespace, pc.Name)
 	r.mu.Lock()
-	r.srcReq[k] = sourceRequest{pc: pc.DeepCopy(), pod: pod, uid: uid}
+	for old, req := range r.srcReq {
+		if r.now().Sub(req.at) > sourceWaitMax {
+			delete(r.srcReq, old) // never routed here
+		}
+	}
+	r.srcReq[k] = sourceRequest{pc: pc.DeepCopy(), pod: pod, uid: uid, at: r.now()}
 	r.mu.Unlock()
 	r.queue.Add(sourcePrefix + k)
+}
+
+// sourceRouted queues the check a restore asked for of the object k (an
+// object with spec.sourceImage a watch brought: routed to this node now).
+func (r *Reconciler) sourceRouted(k string) {
+	r.mu.Lock()
+	_, asked := r.srcReq[k]
+	r.mu.Unlock()
+	if asked {
+		r.queue.Add(sourcePrefix + k)
+	}
 }
 
 // reconcileSource checks the object k a restore asked for, when it is due.
@@ -99,6 +126,12 @@ func (r *Reconciler) reconcileSource(ctx context.Context, k string) error {
 	}
 	if h := pc.Status.NodeName; h != "" && h != r.cfg.Node {
 		delete(r.srcReq, k)
+		r.mu.Unlock()
+		return nil
+	}
+	if !cpv1.RoutedTo(pc.Labels, pc.Annotations, r.cfg.Node) {
+		// Not routed here (yet): the routed watch brings the object when
+		// the router routes it here, and reconcile queues this again.
 		r.mu.Unlock()
 		return nil
 	}

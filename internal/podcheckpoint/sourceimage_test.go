@@ -75,8 +75,11 @@ func sourceEnv(t *testing.T, src SourceChecker) (*env, *Restores, *fakeEvents) {
 	return e, rs, podEvents
 }
 
+// imageObject is an object with spec.sourceImage the router routed to
+// node-a (sourceEnv's node).
 func imageObject(ns, name string) *cpv1.PodCheckpoint {
-	return &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1, UID: types.UID("obj-" + name)},
+	return &cpv1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1, UID: types.UID("obj-" + name),
+		Labels: map[string]string{cpv1.NodeLabel: "node-a"}},
 		Spec: cpv1.PodCheckpointSpec{SourceImage: srcRef}}
 }
 
@@ -233,6 +236,7 @@ func TestSourceImageHeldElsewhere(t *testing.T) {
 	e.api.put(imageObject("ns", "raced"))
 	readInBackground(t, rs, "ns", "raced")
 	held, _ := e.api.Get(context.Background(), "ns", "raced")
+	held.Labels[cpv1.NodeLabel] = "node-b" // the router moved it, and node-b held it
 	held.Status.NodeName = "node-b"
 	e.api.put(held)
 	resolveUntil(t, rs, "ns", "restored", "u3", "raced")
@@ -320,6 +324,43 @@ func TestSourceImageNoClaimBeforeOutcome(t *testing.T) {
 	e.r.mu.Unlock()
 	if checking {
 		t.Error("the check never ended")
+	}
+}
+
+// Only the node an object is routed to checks it (the ticket the admission
+// policy asks for): a restore of an object not routed yet checks nothing
+// until the routed watch brings the object here; one routed to another
+// node is never checked here.
+func TestSourceImageCheckedOnlyWhereRouted(t *testing.T) {
+	src := &fakeSources{}
+	e, rs, _ := sourceEnv(t, src)
+	unrouted := imageObject("ns", "new")
+	delete(unrouted.Labels, cpv1.NodeLabel)
+	e.api.put(unrouted)
+	elsewhere := imageObject("ns", "theirs")
+	elsewhere.Labels[cpv1.NodeLabel] = "node-b"
+	e.api.put(elsewhere)
+	for _, name := range []string{"new", "theirs"} {
+		if got := resolveUntil(t, rs, "ns", "restored", "u2", name); got != srcRef {
+			t.Fatalf("Resolve(%s) answered %q", name, got)
+		}
+	}
+	time.Sleep(3 * sourceMinGap)
+	if n, r := src.count(), e.api.reasons(); n != 0 || len(r) != 0 {
+		t.Fatalf("objects not routed here: %d checks, reasons written %v", n, r)
+	}
+	// The router routes "new" here; the routed watch delivers it.
+	routed, _ := e.api.Get(context.Background(), "ns", "new")
+	routed.Labels = map[string]string{cpv1.NodeLabel: "node-a"}
+	e.api.put(routed)
+	got, _ := e.api.Get(context.Background(), "ns", "new")
+	e.r.Observe(got)
+	pc := e.waitReason(t, "ns", "new", cpv1.ReasonSourceImageResolved)
+	if pc.Status.NodeName != "node-a" || src.count() != 1 || !strings.Contains(src.calls[0], "restored u2") {
+		t.Errorf("after routing: held by %q, checks %v", pc.Status.NodeName, src.calls)
+	}
+	if th, _ := e.api.Get(context.Background(), "ns", "theirs"); th.Status.NodeName != "" || ready(th) != nil {
+		t.Errorf("node-b's object written: %+v", th.Status)
 	}
 }
 

@@ -323,7 +323,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
 		}
 		if cfg.Checkpoint.RestoreProvenance == config.ProvenanceCluster {
-			pc.Provenance = func(context.Context, string, string) error {
+			pc.Provenance = func(context.Context, string, string, string) error {
 				return fmt.Errorf("%w: [checkpoint] restore_provenance = \"cluster\" checks a checkpoint's origin with the API server, and this shim has no [kubernetes] connection; set restore_provenance = \"any\" to restore whatever the allowed registries serve", errdefs.ErrPermissionDenied)
 			}
 			if api != nil {

@@ -359,7 +359,9 @@ func waitExported(t *testing.T, pcs *podcheckpoint.Client, ns, name, reason stri
 // the digest, which the registry serves; a pod restored from that reference
 // has the source's memory, counts on in the kubelet's log (what kubectl logs
 // shows) and adds no image name (issue 27). An export to a registry outside
-// the allow-list fails with why.
+// the allow-list fails with why. Under restore_provenance = "cluster" a
+// checkpoint no node exported is refused, also with forged export records
+// (forgedRecordsRefused).
 func TestPodCheckpointExport(t *testing.T) {
 	cs, addr := shimAsNodeWithRegistry(t)
 	// The default provenance: a restore from a reference pulls only what a
@@ -431,4 +433,5 @@ func TestPodCheckpointExport(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(unexported[len(unexported)-64:]))); !os.IsNotExist(err) {
 		t.Errorf("the unexported checkpoint was pulled: %v", err)
 	}
+	forgedRecordsRefused(t, cs, pcs, addr, ns, unexported, secret)
 }

@@ -83,7 +83,8 @@ func BenchmarkFleet(b *testing.B) {
 	audit.read(b) // the setup's requests are the admin's
 
 	// The router, as its service account.
-	rcfg, _ := cp.pki.client(b, cp.host, "system:serviceaccount:cri-shim-system:cri-shim-router", nil)
+	rcfg, _ := cp.pki.client(b, cp.host, "system:serviceaccount:cri-shim-system:cri-shim-router",
+		[]string{"system:serviceaccounts", "system:serviceaccounts:cri-shim-system"})
 	rcfg.QPS, rcfg.Burst = 20, 40 // cri-shim router's defaults
 	go runRouter(ctx, b, rcfg, log)
 

@@ -3,7 +3,7 @@
 # a CA; the API server's and the TLS registry's serving certificates
 # (127.0.0.1, localhost); an admin
 # client (O=system:masters); the PodCheckpoint router's (its service
-# account's user name); the kubelet's client (system:node:<node>, so the
+# account's user name and groups); the kubelet's client (system:node:<node>, so the
 # Node authorizer and NodeRestriction confine it to its node; one per node
 # name, so a second node with CRI_SHIM_PKI set to the first's gets its own,
 # signed by the same CA); the service-account key pair.
@@ -38,8 +38,11 @@ cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.d
 cert registry "/CN=cri-shim-test-registry" "IP:127.0.0.1,DNS:localhost"
 cert admin "/O=system:masters/CN=cri-shim-test-admin"
 cert "kubelet-$NODE_NAME" "/O=system:nodes/CN=system:node:$NODE_NAME"
-# The PodCheckpoint router, as the service account deploy/rbac/router.yaml binds.
-cert router "/CN=system:serviceaccount:cri-shim-system:cri-shim-router"
+# The PodCheckpoint router, as the service account deploy/rbac/router.yaml
+# binds, with the groups the service account token authenticator gives it
+# (deploy/admission identifies the router by name and group). Named apart
+# from the earlier group-less "router" certificate, which a kept PKI holds.
+cert router-sa "/O=system:serviceaccounts/O=system:serviceaccounts:cri-shim-system/CN=system:serviceaccount:cri-shim-system:cri-shim-router"
 if [[ ! -f sa.key ]]; then
 	openssl genrsa -out sa.key 2048 2>/dev/null
 	openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -69,4 +72,4 @@ YAML
 }
 kubeconfig "$ADMIN_KUBECONFIG" admin
 kubeconfig "$KUBELET_KUBECONFIG" "kubelet-$NODE_NAME"
-kubeconfig "$ROUTER_KUBECONFIG" router
+kubeconfig "$ROUTER_KUBECONFIG" router-sa

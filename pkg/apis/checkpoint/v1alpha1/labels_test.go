@@ -33,3 +33,30 @@ func TestNodeLabelValueIsALabelValue(t *testing.T) {
 		seen[v] = n
 	}
 }
+
+// An object is routed to a node when its label is the node's value; a
+// hashed value also needs the full name in the annotation, so two long
+// names sharing a prefix are told apart without a hash.
+func TestRoutedTo(t *testing.T) {
+	long := strings.Repeat("a", 30) + "." + strings.Repeat("b", 40)
+	twin := strings.Repeat("a", 30) + "." + strings.Repeat("c", 40)
+	for _, c := range []struct {
+		labels, annotations map[string]string
+		node                string
+		want                bool
+	}{
+		{map[string]string{NodeLabel: "node-1"}, nil, "node-1", true},
+		{map[string]string{NodeLabel: "node-1"}, nil, "node-2", false},
+		{nil, nil, "node-1", false},
+		{nil, nil, "", false},
+		{map[string]string{NodeLabel: ""}, nil, "", false},
+		{map[string]string{NodeLabel: NodeLabelValue(long)}, map[string]string{NodeNameAnnotation: long}, long, true},
+		{map[string]string{NodeLabel: NodeLabelValue(long)}, nil, long, false},
+		{map[string]string{NodeLabel: NodeLabelValue(long)}, map[string]string{NodeNameAnnotation: twin}, long, false},
+		{map[string]string{NodeLabel: NodeLabelValue(long)}, map[string]string{NodeNameAnnotation: long}, twin, false},
+	} {
+		if got := RoutedTo(c.labels, c.annotations, c.node); got != c.want {
+			t.Errorf("RoutedTo(%v, %v, %q) = %v, want %v", c.labels, c.annotations, c.node, got, c.want)
+		}
+	}
+}
