@@ -345,6 +345,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st, Sandboxes: table,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
+		MaxConcurrentCaptures: cfg.Checkpoint.MaxConcurrentCaptures, PodMinGap: cfg.Checkpoint.PodMinGap.Duration,
 		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
 		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
