@@ -234,6 +234,6 @@ func (s *Service) takeSlot(ctx context.Context, margin time.Duration) (release f
 }
 
 func (s *Service) slotsBusy(waited time.Duration) error {
-	return fmt.Errorf("%w: %d checkpoints are being captured on this node (checkpoint.max_concurrent_captures), and none ended within the call's deadline (waited %s); retry later",
+	return fmt.Errorf("%w: the node's %d capture slots (checkpoint.max_concurrent_captures) are taken, and none was freed within the call's deadline (waited %s); retry later",
 		errdefs.ErrResourceExhausted, cap(s.adm.slots), waited.Round(time.Millisecond))
 }

@@ -150,7 +150,7 @@ func TestAdmissionConcurrentCaptures(t *testing.T) {
 	b.UID = "u2"
 	start := time.Now()
 	_, err = fx.svc.admit(ctxT(t, 200*time.Millisecond), b)
-	exhausted(t, err, "1 checkpoints are being captured on this node (checkpoint.max_concurrent_captures)")
+	exhausted(t, err, "the node's 1 capture slots (checkpoint.max_concurrent_captures) are taken")
 	if time.Since(start) < 150*time.Millisecond {
 		t.Fatalf("refused after %s: the call did not wait within its deadline", time.Since(start))
 	}
