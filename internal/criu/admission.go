@@ -173,6 +173,10 @@ func (s *Service) estimate(ctx context.Context, ids []string) (int64, error) {
 // remove, counting the captures admitted and not yet retained; it returns
 // the metric's reason and the refusal otherwise.
 func (s *Service) reserve(ns string, est int64) (string, error) {
+	// Held from the listing on: a capture that ends meanwhile is then
+	// either still reserved or on disk, never neither.
+	s.adm.mu.Lock()
+	defer s.adm.mu.Unlock()
 	all, _ := List(s.cfg.Root)
 	s.mu.Lock()
 	inUse := s.inUseLocked()
@@ -187,8 +191,6 @@ func (s *Service) reserve(ns string, est int64) (string, error) {
 			fixedNS += c.Manifest.SizeBytes
 		}
 	}
-	s.adm.mu.Lock()
-	defer s.adm.mu.Unlock()
 	if share := s.cfg.MaxBytesPerNamespace; share > 0 && fixedNS+s.adm.reserved[ns]+est > share {
 		return "max_bytes_per_namespace", fmt.Errorf("%w: the checkpoint is estimated at %d bytes (the containers' memory and writable layers), and namespace %s holds %d bytes of checkpoints retention may not remove, %d more being written; "+
 			"together more than its share of %d (checkpoint.max_bytes_per_namespace); delete some of its PodCheckpoints or named checkpoints",
