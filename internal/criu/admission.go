@@ -14,22 +14,24 @@ package criu
 //   - max_concurrent_captures captures run and none ends within the call's
 //     deadline (it waits its turn until then, first come first served).
 //
-// The estimate, per container, is what containerd's CRI stats report:
-// memory working set (the cgroup's memory.current, or memory.usage_in_bytes
-// on cgroup v1, less inactive file pages: containerd v2.2
-// internal/cri/server/container_stats_list.go, getWorkingSetV2 and
-// getWorkingSet), swap when reported, the writable layer's used bytes (the
-// snapshotter's usage, refreshed in the background by containerd), and
-// estimateOverhead for CRIU's own images and the archive's framing. CRIU
-// writes a process's present or swapped anonymous and shared-memory pages
-// and skips file pages not copied on write (criu/mem.c, should_dump_page),
-// all of them charged to the container's cgroup and counted in the working
-// set (anonymous and shmem pages sit on the anon LRU lists, never on the
-// inactive file list). So the estimate bounds the memory part from above,
-// except for pages shared copy-on-write between processes after a fork,
-// which CRIU writes once per process; the rootfs part is the layer's size,
-// which its tar (rootfs-diff.tar) exceeds by its headers only. The check
-// after the write (retain) stays for what the estimate misses.
+// The estimate, per container, is its memory as CRIU writes it, from
+// containerd's task metrics of its cgroup (capture's DumpableMemory: the
+// anonymous LRU lists, which hold anonymous and shared memory, unevictable
+// pages and swap; CRIU writes present or swapped anonymous and shared pages
+// and skips file pages not copied on write, criu/mem.c, should_dump_page),
+// plus the writable layer's used bytes from the CRI's container stats (the
+// snapshotter's usage, refreshed in the background by containerd), plus
+// estimateOverhead for CRIU's own images and the archive's framing.
+// Without the task metrics (Config.ContainerMemory nil) the memory is the
+// CRI's working set (memory.current, or memory.usage_in_bytes on cgroup v1,
+// less inactive file pages: containerd v2.2
+// internal/cri/server/container_stats_list.go, getWorkingSetV2) and swap,
+// which also counts active file cache: higher still. So the estimate bounds
+// the memory part from above, except for pages shared copy-on-write between
+// processes after a fork, which CRIU writes once per process; the rootfs
+// part is the layer's size, which its compressed tar does not exceed by
+// more than its headers. The check after the write (retain) stays for what
+// the estimate misses.
 
 import (
 	"context"
@@ -159,7 +161,13 @@ func (s *Service) estimate(ctx context.Context, ids []string) (int64, error) {
 		if mem.GetWorkingSetBytes() == nil {
 			used = mem.GetUsageBytes().GetValue()
 		}
-		n := used + st.GetSwap().GetSwapUsageBytes().GetValue() + st.GetWritableLayer().GetUsedBytes().GetValue() + uint64(s.overhead)
+		used += st.GetSwap().GetSwapUsageBytes().GetValue()
+		if s.cfg.ContainerMemory != nil {
+			if used, err = s.cfg.ContainerMemory(ctx, id); err != nil {
+				return 0, fmt.Errorf("%w: estimating the checkpoint's size before the pause: the memory of container %s: %v", errdefs.ErrUnavailable, short(id), err)
+			}
+		}
+		n := used + st.GetWritableLayer().GetUsedBytes().GetValue() + uint64(s.overhead)
 		if n > 1<<62 || total > 1<<62-int64(n) {
 			return 0, fmt.Errorf("%w: estimating the checkpoint's size: container %s reports %d bytes", errdefs.ErrOutOfRange, short(id), n)
 		}

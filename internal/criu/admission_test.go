@@ -2,12 +2,14 @@ package criu
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -220,5 +222,28 @@ func TestAdmissionPodMinGap(t *testing.T) {
 	fx.svc.cfg.MaxTotalBytes = 0
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(third, "c1")); err != nil {
 		t.Fatalf("after a refusal by size: %v", err)
+	}
+}
+
+// With containerd's count of the memory a capture writes, the file cache in
+// the CRI's working set does not count; without it the working set does.
+func TestAdmissionEstimatesDumpableMemory(t *testing.T) {
+	fx := newFixture(t)
+	fx.svc.overhead = 0
+	fx.rt.memory, fx.rt.layer = 1<<30, 100 // a gigabyte of working set, mostly file cache
+	fx.svc.cfg.MaxBytesPerNamespace = 1000
+	a := capture.Admission{Namespace: "ns", Pod: "p", UID: "u1", Containers: []string{"c1", "c2"}}
+	_, err := fx.svc.admit(ctxT(t, 5*time.Second), a)
+	exhausted(t, err, "estimated at 2147483848 bytes")
+	fx.svc.cfg.ContainerMemory = func(_ context.Context, id string) (uint64, error) { return 300, nil }
+	done, err := fx.svc.admit(ctxT(t, 5*time.Second), a)
+	if err != nil {
+		t.Fatalf("2 x (300 + 100) bytes within a share of 1000: %v", err)
+	}
+	done()
+	fx.svc.cfg.ContainerMemory = func(_ context.Context, id string) (uint64, error) { return 0, errors.New("no task") }
+	_, err = fx.svc.admit(ctxT(t, 5*time.Second), a)
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "the memory of container c1: no task") {
+		t.Fatalf("without the task's metrics: %v", err)
 	}
 }

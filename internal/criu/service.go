@@ -47,6 +47,10 @@ type Config struct {
 	// checkpoints of a pod (0: none); admission.go.
 	MaxConcurrentCaptures int
 	PodMinGap             time.Duration
+	// ContainerMemory, when set, is the memory of a container a capture
+	// writes (capture.ContainerdTasks.DumpableMemory); nil: the CRI's
+	// memory working set and swap, which count the file cache too.
+	ContainerMemory func(ctx context.Context, id string) (uint64, error)
 	// ShimBinary is the shim's own executable, mounted into a warm-started
 	// init container that had completed, so that it completes again at once
 	// without running its image's code (see warm.go). Empty disables that.

@@ -13,9 +13,12 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/layout"
+	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
 // taskEvent is one of containerd's task events as `ctr events` prints it.
@@ -161,6 +164,48 @@ func TestCheckpointAdmissionNamespaceOverShare(t *testing.T) {
 		t.Errorf("%s went from %v to %v for a refused checkpoint", frozen, metricValue(before, frozen), metricValue(after, frozen))
 	}
 	t.Logf("refused before the pause: %v", err)
+}
+
+// The same through the API: a PodCheckpoint of a pod whose namespace's
+// share is smaller than the pod's estimate ends CheckpointFailed, the
+// message naming the share, and containerd never paused the pod's
+// containers while the object was handled.
+func TestPodCheckpointOverShareNoPodFrozen(t *testing.T) {
+	cs := needAPIServer(t)
+	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n", node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"]))
+	withShimConfigEdit(t, func(b []byte) []byte { return checkpointLines(b, "max_bytes_per_namespace = 1048576\n") })
+	apiKubelet(t, cs)
+	pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
+	ns := testNamespace(t, cs, "e2e-over")
+	if _, err := cs.CoreV1().Pods(ns).Create(ctxT(t, 10*time.Second), secretAPIPod("src", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runningSecret(t, cs, ns, "src", 3*time.Minute)
+	rt := runtimeClient(t, node.env["SHIM_SOCK"])
+	l, err := rt.ListContainers(ctxT(t, 10*time.Second), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}, LabelSelector: map[string]string{"io.kubernetes.pod.namespace": ns}}})
+	if err != nil || len(l.GetContainers()) == 0 {
+		t.Fatalf("the pod's running containers: %v, %v", l, err)
+	}
+	ids := map[string]string{}
+	for _, c := range l.GetContainers() {
+		ids[c.GetMetadata().GetName()] = c.GetId()
+	}
+	stop := watchTaskEvents(t)
+	if _, err := pcs.Create(ctxT(t, 10*time.Second), newPodCheckpoint(ns, "cp", "src", 120)); err != nil {
+		t.Fatal(err)
+	}
+	pc := waitCheckpoint(t, pcs, ns, "cp", cpv1.ReasonFailed, 2*time.Minute)
+	evs := stop()
+	msg := meta.FindStatusCondition(pc.Status.Conditions, cpv1.ConditionReady).Message
+	if !strings.Contains(msg, "namespace "+ns+" holds") || !strings.Contains(msg, "checkpoint.max_bytes_per_namespace") || !strings.Contains(msg, "nothing was paused") {
+		t.Fatalf("CheckpointFailed for another reason: %s", msg)
+	}
+	if p := pausesOf(evs, ids); len(p) > 0 {
+		t.Fatalf("containerd paused the pod's containers: %v", p)
+	}
+	assertRunning(t, ids)
+	t.Logf("%d containers never paused; Ready: %s", len(ids), msg)
 }
 
 // With max_concurrent_captures = 1, two CheckpointPods at once: the second
