@@ -56,7 +56,7 @@ func TestConfigCheckRefusesWhatServeRefuses(t *testing.T) {
 		}
 	}
 	registry := func(extra string) string {
-		return "[[checkpoint.registries]]\nhost = \"r.example\"\n" + extra
+		return "[[checkpoint.registries]]\nhost = \"r.example\"\nnamespaces = [\"*\"]\n" + extra
 	}
 	for _, tc := range []struct {
 		name, body, want string
@@ -74,7 +74,7 @@ func TestConfigCheckRefusesWhatServeRefuses(t *testing.T) {
 		{"ca_file without a certificate", registry("ca_file = \"" + notPEM + "\"\n"), "checkpoint.registries[0].ca_file: CA file " + notPEM + " holds no PEM certificate"},
 		{"missing registry_auth_file", "[checkpoint]\nregistry_auth_file = \"" + filepath.Join(dir, "absent.json") + "\"\n", "checkpoint.registry_auth_file: registry config: open " + filepath.Join(dir, "absent.json")},
 		{"every value that serves", "[server]\nsocket_group = \"0\"\n[metrics]\naddress = \"localhost:9464\"\nprofiling = true\n[checkpoint]\nregistry_auth_file = \"" + auth + "\"\n" +
-			"[[checkpoint.registries]]\nhost = \"r.example\"\nca_file = \"" + ca + "\"\n", ""},
+			"[[checkpoint.registries]]\nhost = \"r.example\"\nnamespaces = [\"*\"]\nca_file = \"" + ca + "\"\n", ""},
 		{"profiling on IPv6 loopback", "[server]\nsocket_group = \"root\"\n[metrics]\naddress = \"[::1]:9464\"\nprofiling = true\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -106,8 +106,22 @@ func (s *Service) checkpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 			"cri-shim cannot restore several containers of such a pod reliably, so it does not checkpoint them together (checkpoint one container at a time)", short(sandboxID))
 	}
 
-	ver, _ := s.rt.Version(ctx, &runtimeapi.VersionRequest{})
 	md := sb.GetStatus().GetMetadata()
+	if s.cfg.Admit != nil {
+		ids := make([]string, len(targets))
+		for i, t := range targets {
+			ids[i] = t.id
+		}
+		// The capture refuses less than twice the resume margin left
+		// (capture.go): a wait for admission leaves that much.
+		done, err := s.cfg.Admit(ctx, Admission{Namespace: md.GetNamespace(), Pod: md.GetName(), UID: md.GetUid(), SandboxID: sandboxID,
+			Managed: opts.managed, Containers: ids, Margin: 2 * s.resumeMargin(len(targets))})
+		if err != nil {
+			return nil, errorf(err, "CheckpointPod: %v; nothing was paused", err)
+		}
+		j.admitted = done
+	}
+	ver, _ := s.rt.Version(ctx, &runtimeapi.VersionRequest{})
 	m := &layout.Manifest{
 		FormatVersion: layout.Version,
 		Pod: layout.PodInfo{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), SandboxID: sandboxID,

@@ -22,6 +22,8 @@ type job struct {
 	done     chan struct{}
 	// rec is the call's frozen record, once written.
 	rec frozenRecord
+	// admitted is Config.Admit's done, called when the job ends.
+	admitted func()
 }
 
 // claim takes the sandbox and output directory for a new call. A job still
@@ -101,6 +103,9 @@ func (s *Service) release(j *job) {
 		delete(s.jobsByOut, j.out)
 	}
 	s.mu.Unlock()
+	if j.admitted != nil {
+		j.admitted()
+	}
 	close(j.done)
 }
 

@@ -41,6 +41,15 @@ type Config struct {
 	// removes the new checkpoint and fails the call with the error's
 	// class. nil keeps every checkpoint.
 	Retain func(dir, namespace string) error
+	// Admit, when set, is asked once the call's containers are known and
+	// before anything is paused whether the node takes this checkpoint
+	// now (internal/criu's admission: the pod's last checkpoint, the
+	// checkpoint's estimated size against the retention bounds, the node's
+	// concurrent captures). It may wait, within ctx's deadline less
+	// Admission.Margin. An error fails the call with its class, nothing
+	// paused or written; done is called once the call and any work it left
+	// behind have ended (after Retain).
+	Admit func(ctx context.Context, a Admission) (done func(), err error)
 	// Timing bounds the capture's waits; the zero value is DefaultTiming.
 	Timing Timing
 	// CaptureRunning reports whether containerd still runs a capture of the
@@ -49,6 +58,20 @@ type Config struct {
 	CaptureRunning func(id string) bool
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+}
+
+// Admission is what Config.Admit is asked about.
+type Admission struct {
+	// Namespace, Pod and UID name the pod; SandboxID is its sandbox.
+	Namespace, Pod, UID, SandboxID string
+	// Managed says it is a managed (scheduled or 'cri-shim checkpoint')
+	// checkpoint, which retention may remove later.
+	Managed bool
+	// Containers are the IDs of the containers to capture.
+	Containers []string
+	// Margin is the time the capture needs before the call's deadline
+	// once admitted: a wait ends that much earlier.
+	Margin time.Duration
 }
 
 // Timing is how long the service waits for each step of a capture.

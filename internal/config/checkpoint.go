@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +27,14 @@ type CheckpointConfig struct {
 	// often is checkpointed at this interval): each checkpoint freezes the pod
 	// and writes its memory to disk.
 	MinInterval Duration `toml:"min_interval" comment:"Shortest schedule of a pod's checkpoint.cri-shim.io/interval annotation (10s to 24h); shorter requests get this."`
+	// MaxConcurrentCaptures bounds the captures that run at once on the
+	// node (every checkpoint freezes a pod and writes its memory): a call
+	// over it waits for a slot within its deadline (criu's admission.go).
+	MaxConcurrentCaptures int `toml:"max_concurrent_captures" comment:"Checkpoints captured at once on the node (1 to 64); a further CheckpointPod waits its turn within its deadline, else is refused (ResourceExhausted), nothing paused."`
+	// PodMinGap is the shortest time between the starts of two checkpoints
+	// of one pod, whatever asks for them (schedule, PodCheckpoint, the CRI
+	// call); 0 turns it off.
+	PodMinGap Duration `toml:"pod_min_gap" comment:"Shortest time between the starts of two checkpoints of one pod (0 to 1h; 0: no gap); one asked sooner is refused (ResourceExhausted) with the time left, nothing paused."`
 	// StreamArchives copies CRIU's memory pages into each container's
 	// archive while CRIU writes them, so the capture and the archive's
 	// disk write overlap: a shorter call, a longer freeze
@@ -37,10 +47,11 @@ type CheckpointConfig struct {
 	// that pod's memory (docs/checkpoint.md). Each pair lets pods of To
 	// restore checkpoints taken in From; one direction only.
 	RestoreNamespaceAllow []NamespacePair `toml:"restore_namespace_allow,omitempty" comment:"Pairs {from, to}: pods of namespace 'to' may restore checkpoints of pods of namespace 'from' (default none: same namespace only)." example:"[{ from = 'staging', to = 'ci' }]"`
-	// Registries are the registries a restore from an image reference may
-	// pull from (docs/checkpoint-oci.md); a pod names the reference, so the
-	// node connects only to these.
-	Registries []RegistryConfig `toml:"registries,omitempty" comment:"Registries restores from image references may pull from (default none: image references are refused); plain_http only for a loopback host, ca_file: a PEM bundle trusted besides the system roots." example:"[{ host = 'registry.example.com', ca_file = '/etc/cri-shim/registry-ca.pem' }, { host = '127.0.0.1:5000', plain_http = true }]"`
+	// Registries are where a restore from an image reference may pull
+	// from and a PodCheckpoint's export may push to, by repository prefix
+	// and namespace (docs/checkpoint-oci.md); a pod or an object names the
+	// reference, so the node connects only to these.
+	Registries []RegistryConfig `toml:"registries,omitempty" comment:"Registry repositories restores from image references pull from and exports push to, each for the namespaces it names (default none: image references are refused); host: host[:port] or host[:port]/repository/prefix; namespaces: the namespaces allowed there, or ['*']; anonymous_push: exports naming no secret may push there anonymously; plain_http only for a loopback host, ca_file: a PEM bundle trusted besides the system roots." example:"[{ host = 'registry.example.com/team-a', namespaces = ['team-a'], ca_file = '/etc/cri-shim/registry-ca.pem' }, { host = '127.0.0.1:5000', namespaces = ['*'], plain_http = true, anonymous_push = true }]"`
 	// RestoreProvenance decides which checkpoints a restore from an image
 	// reference may pull: "cluster" (default) only those a node of this
 	// cluster exported, recorded in a PodCheckpoint's status in the pod's
@@ -66,13 +77,59 @@ type CheckpointConfig struct {
 
 // RegistryConfig is one entry of checkpoint.registries.
 type RegistryConfig struct {
-	// Host is the registry as image references spell it: host or host:port.
+	// Host is the registry as image references spell it, host or
+	// host:port, optionally followed by a repository prefix
+	// (host/team-a/checkpoints): the entry then covers that repository and
+	// those below it only.
 	Host string `toml:"host"`
+	// Namespaces are the namespaces whose pods may restore from, and whose
+	// PodCheckpoints may export to, the entry's repositories; "*" alone is
+	// every namespace. Required: an entry without it is refused at load.
+	Namespaces []string `toml:"namespaces"`
+	// AnonymousPush lets an export that names no secret push to the
+	// entry's repositories anonymously (from the node's address); without
+	// it such an export is refused.
+	AnonymousPush bool `toml:"anonymous_push,omitempty"`
 	// PlainHTTP allows plain HTTP; only for a loopback host.
 	PlainHTTP bool `toml:"plain_http,omitempty"`
 	// CAFile is a PEM bundle trusted for this registry besides the system roots.
 	CAFile string `toml:"ca_file,omitempty"`
 }
+
+// AllNamespaces in a registry entry's namespaces allows every namespace.
+const AllNamespaces = "*"
+
+// Registry is the entry's registry host (host or host:port).
+func (r RegistryConfig) Registry() string {
+	h, _, _ := strings.Cut(r.Host, "/")
+	return h
+}
+
+// Prefix is the entry's repository prefix ("" for the whole registry).
+func (r RegistryConfig) Prefix() string {
+	_, p, _ := strings.Cut(r.Host, "/")
+	return p
+}
+
+// Covers reports whether repository repo (without its registry) is the
+// entry's prefix or below it, component by component.
+func (r RegistryConfig) Covers(repo string) bool {
+	p := r.Prefix()
+	return p == "" || repo == p || strings.HasPrefix(repo, p+"/")
+}
+
+// Allows reports whether namespace ns may use the entry's repositories.
+func (r RegistryConfig) Allows(ns string) bool {
+	return slices.Contains(r.Namespaces, AllNamespaces) || slices.Contains(r.Namespaces, ns)
+}
+
+// repoComponent is a path component of a repository name (OCI distribution
+// spec, "Pulling manifests").
+var repoComponent = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
+
+// RepositoryComponent reports whether c has the distribution spec's form of
+// a repository path component.
+func RepositoryComponent(c string) bool { return repoComponent.MatchString(c) }
 
 // NamespacePair is one entry of checkpoint.restore_namespace_allow.
 type NamespacePair struct {
@@ -129,6 +186,12 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 	if d := c.MinInterval.Duration; d < 10*time.Second || d > 24*time.Hour {
 		bad("checkpoint.min_interval", "must be from 10s to 24h, got %s", d)
 	}
+	if n := c.MaxConcurrentCaptures; n < 1 || n > 64 {
+		bad("checkpoint.max_concurrent_captures", "must be from 1 to 64, got %d", n)
+	}
+	if d := c.PodMinGap.Duration; d < 0 || d > time.Hour {
+		bad("checkpoint.pod_min_gap", "must be from 0 (no gap) to 1h, got %s", d)
+	}
 	seen := map[NamespacePair]bool{}
 	for i, p := range c.RestoreNamespaceAllow {
 		field := fmt.Sprintf("checkpoint.restore_namespace_allow[%d]", i)
@@ -145,7 +208,8 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 		}
 		seen[p] = true
 	}
-	hosts := map[string]bool{}
+	entries := map[string]bool{}        // host/prefix, lower-cased host
+	conn := map[string]RegistryConfig{} // the first entry of each host
 	for i, r := range c.Registries {
 		field := fmt.Sprintf("checkpoint.registries[%d]", i)
 		if err := checkRegistry(r); err != nil {
@@ -154,10 +218,22 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 		if r.CAFile != "" && !filepath.IsAbs(r.CAFile) {
 			bad(field+".ca_file", "must be an absolute path, got %q", r.CAFile)
 		}
-		if hosts[strings.ToLower(r.Host)] {
-			bad(field, "host %q is listed twice", r.Host)
+		if err := checkNamespaces(r.Namespaces); err != nil {
+			bad(field+".namespaces", "%v", err)
 		}
-		hosts[strings.ToLower(r.Host)] = true
+		host := strings.ToLower(r.Registry())
+		if k := host + "/" + r.Prefix(); entries[k] {
+			bad(field, "host %q is listed twice", r.Host)
+		} else {
+			entries[k] = true
+		}
+		// The connection is the registry's: every entry of one host
+		// must say the same of it.
+		if first, ok := conn[host]; !ok {
+			conn[host] = r
+		} else if first.PlainHTTP != r.PlainHTTP || first.CAFile != r.CAFile {
+			bad(field, "host %q: plain_http and ca_file must be the same in every entry of registry %s (the connection is the registry's)", r.Host, r.Registry())
+		}
 	}
 	if f := c.RegistryAuthFile; f != "" && !filepath.IsAbs(f) {
 		bad("checkpoint.registry_auth_file", "must be an absolute path or empty, got %q", f)
@@ -186,27 +262,62 @@ func (c CheckpointConfig) validate(bad func(field, format string, a ...any)) {
 }
 
 // checkRegistry checks an entry of checkpoint.registries: a registry host as
-// image references spell it, plain HTTP only for a loopback one.
+// image references spell it, then an optional repository prefix of the
+// distribution spec's form; plain HTTP only for a loopback host.
 func checkRegistry(r RegistryConfig) error {
-	if r.Host == "" || strings.ContainsAny(r.Host, "/@ ") {
-		return fmt.Errorf("host %q must be a registry host or host:port", r.Host)
+	host := r.Registry()
+	if host == "" || strings.ContainsAny(r.Host, "@ ") {
+		return fmt.Errorf("host %q must be a registry host or host:port, optionally followed by /repository/prefix", r.Host)
 	}
-	reg, err := name.NewRegistry(r.Host, name.StrictValidation)
+	if strings.Contains(r.Host, "/") {
+		p := r.Prefix()
+		if p == "" || strings.HasSuffix(p, "/") {
+			return fmt.Errorf("host %q: the repository prefix after the registry is empty or ends in /", r.Host)
+		}
+		for _, c := range strings.Split(p, "/") {
+			if !RepositoryComponent(c) {
+				return fmt.Errorf("host %q: repository component %q is not of the distribution spec's form [a-z0-9]+((.|_|__|-+)[a-z0-9]+)*", r.Host, c)
+			}
+		}
+	}
+	reg, err := name.NewRegistry(host, name.StrictValidation)
 	if err != nil {
 		return fmt.Errorf("host %q: %v", r.Host, err)
 	}
-	if reg.RegistryStr() != r.Host {
-		return fmt.Errorf("host %q is known to image references as %q; list that", r.Host, reg.RegistryStr())
+	if reg.RegistryStr() != host {
+		return fmt.Errorf("host %q is known to image references as %q; list that", host, reg.RegistryStr())
 	}
-	host, _, err := net.SplitHostPort(r.Host)
+	hostname, _, err := net.SplitHostPort(host)
 	if err != nil {
-		host = r.Host
+		hostname = host
 	}
-	if host == "" {
+	if hostname == "" {
 		return fmt.Errorf("host %q has no host name", r.Host)
 	}
-	if r.PlainHTTP && !Loopback(host) {
-		return fmt.Errorf("plain_http is allowed only for a loopback registry (localhost, 127.0.0.0/8, ::1), not %q", r.Host)
+	if r.PlainHTTP && !Loopback(hostname) {
+		return fmt.Errorf("plain_http is allowed only for a loopback registry (localhost, 127.0.0.0/8, ::1), not %q", host)
+	}
+	return nil
+}
+
+// checkNamespaces checks an entry's namespaces: required, namespace names or
+// "*" alone, none twice.
+func checkNamespaces(ns []string) error {
+	if len(ns) == 0 {
+		return fmt.Errorf("is empty: list the namespaces whose pods may restore from and export to these repositories, or [%q] for every namespace (an entry without namespaces used to allow every namespace; name them now)", AllNamespaces)
+	}
+	seen := map[string]bool{}
+	for _, n := range ns {
+		switch {
+		case n == AllNamespaces && len(ns) > 1:
+			return fmt.Errorf("%q stands for every namespace and must be alone, got %q", AllNamespaces, ns)
+		case n == AllNamespaces:
+		case len(validation.IsDNS1123Label(n)) > 0:
+			return fmt.Errorf("%q is not a namespace name (a DNS-1123 label): %s", n, strings.Join(validation.IsDNS1123Label(n), "; "))
+		case seen[n]:
+			return fmt.Errorf("%q is listed twice", n)
+		}
+		seen[n] = true
 	}
 	return nil
 }

@@ -185,12 +185,16 @@ func DefaultConfig() Config {
 			// than this of another's (docs/security.md).
 			MaxBytesPerNamespace: 5 << 30,
 			MinInterval:          Duration{5 * time.Minute},
-			RestoreProvenance:    "cluster",
-			PullMaxBytes:         16 << 30,
-			PullMaxTotalBytes:    64 << 30,
-			PullTimeout:          Duration{30 * time.Minute},
-			PullWait:             Duration{time.Minute},
-			ObjectWait:           Duration{5 * time.Second},
+			// Two captures at once: a third pod's freeze waits rather
+			// than compete for the disk and CPU with them.
+			MaxConcurrentCaptures: 2,
+			PodMinGap:             Duration{10 * time.Second},
+			RestoreProvenance:     "cluster",
+			PullMaxBytes:          16 << 30,
+			PullMaxTotalBytes:     64 << 30,
+			PullTimeout:           Duration{30 * time.Minute},
+			PullWait:              Duration{time.Minute},
+			ObjectWait:            Duration{5 * time.Second},
 		},
 		Kubernetes: KubernetesConfig{QPS: 5, Burst: 10, PodCheckpoints: true},
 	}

@@ -212,7 +212,11 @@ func TestRetentionKeepsNewestManagedPerPod(t *testing.T) {
 	if _, err := layout.ReadManifest(fx.dir); err != nil {
 		t.Errorf("unmanaged checkpoint removed: %v", err)
 	}
-	fx.svc.cfg.MaxPerPod, fx.svc.cfg.MaxTotalBytes = 0, 1
+	// A total the unmanaged one alone nearly fills: admitted (estimated
+	// at 0 bytes), then retention removes every older managed one.
+	um, _ := layout.ReadManifest(fx.dir)
+	fx.svc.overhead = 0
+	fx.svc.cfg.MaxPerPod, fx.svc.cfg.MaxTotalBytes = 0, um.SizeBytes+1
 	d := filepath.Join(fx.root, "last")
 	os.Mkdir(d, 0o700)
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), &runtimeapi.CheckpointPodRequest{PodSandboxId: "sb1", OutputPath: d,

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -74,6 +75,27 @@ type fakeRT struct {
 	// images criucheck.Check accepts, so that a test runs the real checks.
 	spec       *specs.Spec
 	editImages func(*criutest.Images)
+	// memory and layer are what ContainerStats reports of each container
+	// (working set, writable layer); statsErr, when set, its error.
+	memory, layer uint64
+	statsErr      error
+	statsCalls    int
+}
+
+// ContainerStats answers as containerd's CRI does for a running container,
+// with the memory working set and writable layer the test set.
+func (f *fakeRT) ContainerStats(_ context.Context, req *runtimeapi.ContainerStatsRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statsCalls++
+	if f.statsErr != nil {
+		return nil, f.statsErr
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: &runtimeapi.ContainerStats{
+		Attributes:    &runtimeapi.ContainerAttributes{Id: req.GetContainerId()},
+		Memory:        &runtimeapi.MemoryUsage{WorkingSetBytes: &runtimeapi.UInt64Value{Value: f.memory}, UsageBytes: &runtimeapi.UInt64Value{Value: 2 * f.memory}},
+		WritableLayer: &runtimeapi.FilesystemUsage{UsedBytes: &runtimeapi.UInt64Value{Value: f.layer}},
+	}}, nil
 }
 
 // uid is a new pod UID: the runtime refuses a second sandbox of one pod

@@ -12,9 +12,13 @@ type metrics struct {
 	scheduled       *prometheus.CounterVec
 	kubeletWarm     *prometheus.CounterVec
 	retentionRemove prometheus.Counter
-	pulledReserved  prometheus.Gauge
-	pulledEvicted   prometheus.Counter
-	pulledRefused   prometheus.Counter
+	// admissionRefused counts checkpoints refused before their pause, by
+	// reason; admissionWaiting the calls waiting for a capture slot.
+	admissionRefused *prometheus.CounterVec
+	admissionWaiting prometheus.Gauge
+	pulledReserved   prometheus.Gauge
+	pulledEvicted    prometheus.Counter
+	pulledRefused    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -64,10 +68,18 @@ func newMetrics() *metrics {
 			Name: "cri_shim_pulled_checkpoint_pulls_refused_total",
 			Help: "Checkpoint pulls refused (ResourceExhausted) because [checkpoint] pull_max_total_bytes left no room.",
 		}),
+		admissionRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_checkpoint_admission_refused_total",
+			Help: "CheckpointPod calls refused before anything was paused, by reason: pod_min_gap, max_bytes_per_namespace, max_total_bytes (the estimated size would not fit after retention), max_concurrent_captures (no capture slot within the deadline), estimate (the runtime gave no stats).",
+		}, []string{"reason"}),
+		admissionWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cri_shim_checkpoint_admission_waiting",
+			Help: "CheckpointPod calls waiting for one of [checkpoint] max_concurrent_captures capture slots.",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.restores, m.restoreTime, m.restoreStarts, m.refusals, m.warmStarts, m.scheduled, m.kubeletWarm, m.retentionRemove,
-		m.pulledReserved, m.pulledEvicted, m.pulledRefused}
+		m.pulledReserved, m.pulledEvicted, m.pulledRefused, m.admissionRefused, m.admissionWaiting}
 }

@@ -42,6 +42,15 @@ type Config struct {
 	MaxBytesPerNamespace int64
 	// MinInterval is the shortest schedule a pod's podspec.IntervalKey gets (schedule.go).
 	MinInterval time.Duration
+	// MaxConcurrentCaptures bounds the captures running at once (0:
+	// unbounded) and PodMinGap the time between the starts of two
+	// checkpoints of a pod (0: none); admission.go.
+	MaxConcurrentCaptures int
+	PodMinGap             time.Duration
+	// ContainerMemory, when set, is the memory of a container a capture
+	// writes (capture.ContainerdTasks.DumpableMemory); nil: the CRI's
+	// memory working set and swap, which count the file cache too.
+	ContainerMemory func(ctx context.Context, id string) (uint64, error)
 	// ShimBinary is the shim's own executable, mounted into a warm-started
 	// init container that had completed, so that it completes again at once
 	// without running its image's code (see warm.go). Empty disables that.
@@ -103,6 +112,10 @@ type Service struct {
 	now   func() time.Time
 
 	metrics *metrics
+	// adm is the admission of checkpoints before their pause, overhead
+	// what its estimate adds per container (admission.go).
+	adm      *admission
+	overhead int64
 
 	// capture serves CheckpointPod (internal/capture); its checkpoints
 	// are retained by this service (retain).
@@ -161,11 +174,13 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 	}
 	s := &Service{
 		cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: time.Now, startedAt: time.Now(),
-		metrics: newMetrics(),
-		warm:    make(map[string]*warmPod),
+		metrics:  newMetrics(),
+		adm:      newAdmission(cfg.MaxConcurrentCaptures),
+		overhead: estimateOverhead,
+		warm:     make(map[string]*warmPod),
 	}
 	c, err := capture.New(capture.Config{Root: cfg.Root, StateDir: cfg.StateDir, StreamDuringCapture: cfg.StreamDuringCapture,
-		CRIUVersion: cfg.CRIUVersion, Retain: s.retain, Timing: cfg.CaptureTiming, CaptureRunning: cfg.CaptureRunning}, rt, img, tasks, log)
+		CRIUVersion: cfg.CRIUVersion, Retain: s.retain, Admit: s.admit, Timing: cfg.CaptureTiming, CaptureRunning: cfg.CaptureRunning}, rt, img, tasks, log)
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,9 @@ import (
 
 // ParseExportRef parses where a PodCheckpoint's spec.export pushes, which a
 // namespace controls: host[:port]/repository[:tag] (no digest: the push
-// makes it), with the registry spelt out and in allow.
-func ParseExportRef(s string, allow []Allowed) (name.Tag, Allowed, error) {
+// makes it), with the registry spelt out and the repository one allow lets
+// namespace ns use.
+func ParseExportRef(s, ns string, allow []Allowed) (name.Tag, Allowed, error) {
 	if len(s) > maxRefLen {
 		return name.Tag{}, Allowed{}, fmt.Errorf("%w: image %q of %d characters, at most %d", errdefs.ErrInvalidArgument, s, len(s), maxRefLen)
 	}
@@ -37,7 +38,7 @@ func ParseExportRef(s string, allow []Allowed) (name.Tag, Allowed, error) {
 	if err := checkRepository(s, t.Context()); err != nil {
 		return name.Tag{}, Allowed{}, err
 	}
-	a, err := allowed(s, host, t.Context().RegistryStr(), allow)
+	a, err := allowed(s, host, t.Context(), ns, allow)
 	return t, a, err
 }
 
@@ -55,14 +56,19 @@ type Exporter struct {
 // reference by digest and the digest. With secret, the push uses that
 // kubernetes.io/dockerconfigjson secret of namespace ns, which the source
 // pod ns/pod (UID uid) must list in imagePullSecrets, read as the node;
-// without, it is anonymous: the node's own credentials would let anyone who
-// may create a PodCheckpoint write wherever the node may.
+// without, it is anonymous, and only where the allow-list's entry says
+// anonymous_push: the node's own credentials would let anyone who may
+// create a PodCheckpoint write wherever the node may, and an anonymous push
+// comes from the node's address, which a registry may trust.
 func (e *Exporter) Export(ctx context.Context, ns, pod, uid, secret, image, dir string) (string, string, error) {
-	t, a, err := ParseExportRef(image, e.Registries)
+	t, a, err := ParseExportRef(image, ns, e.Registries)
 	if err != nil {
 		return "", "", err
 	}
 	kc := authsKeychain{}
+	if secret == "" && !a.AnonymousPush {
+		return "", "", fmt.Errorf("%w: spec.export names no secretName, and this node's [checkpoint] registries entry %q does not allow anonymous pushes (anonymous_push); name a kubernetes.io/dockerconfigjson secret the source pod lists in imagePullSecrets", errdefs.ErrPermissionDenied, a.Host)
+	}
 	if secret != "" {
 		if kc, err = e.secret(ctx, ns, pod, uid, secret); err != nil {
 			return "", "", err

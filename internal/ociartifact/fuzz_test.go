@@ -100,9 +100,9 @@ func FuzzParseRestoreRef(f *testing.F) {
 		"evil.example/x@" + zeroDigest, "127.0.0.1:5000/../x@" + zeroDigest, "busybox", "127.0.0.1:5000/x:v1", "a/b@sha256:zz"} {
 		f.Add(s)
 	}
-	allow := []Allowed{{Host: "127.0.0.1:5000", PlainHTTP: true}, {Host: "reg.example"}}
+	allow := []Allowed{{Host: "127.0.0.1:5000", Namespaces: everyNS, PlainHTTP: true}, {Host: "reg.example", Namespaces: everyNS}}
 	f.Fuzz(func(t *testing.T, s string) {
-		d, a, err := ParseRestoreRef(s, allow)
+		d, a, err := ParseRestoreRef(s, "default", allow)
 		if err != nil {
 			return
 		}
@@ -149,9 +149,9 @@ func FuzzParseExportRef(f *testing.F) {
 	for _, s := range []string{"127.0.0.1:5000/cp/web:v1", "127.0.0.1:5000/cp/web", "evil.example/x:v1", "127.0.0.1:5000/x@" + zeroDigest, "a/b:c"} {
 		f.Add(s)
 	}
-	allow := []Allowed{{Host: "127.0.0.1:5000", PlainHTTP: true}}
+	allow := []Allowed{{Host: "127.0.0.1:5000", Namespaces: everyNS, PlainHTTP: true}}
 	f.Fuzz(func(t *testing.T, s string) {
-		tag, a, err := ParseExportRef(s, allow)
+		tag, a, err := ParseExportRef(s, "default", allow)
 		if err != nil {
 			return
 		}

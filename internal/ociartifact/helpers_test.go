@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/config"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -176,3 +177,6 @@ func (c *countingTransport) reset() (blobs, manifests int) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// everyNS is an allow-list entry's namespaces allowing every namespace.
+var everyNS = []string{config.AllNamespaces}

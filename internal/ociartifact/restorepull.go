@@ -128,7 +128,7 @@ func NewRestorePuller(cfg RestorePullConfig) *RestorePuller {
 // before they are fetched (the caller's cap on pulled checkpoints: criu's
 // ReservePulled); see PullOptions.Reserve.
 func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, reserve func(total int64) (release func(), err error)) (string, error) {
-	d, allowed, err := ParseRestoreRef(ref, p.cfg.Registries)
+	d, allowed, err := ParseRestoreRef(ref, ns, p.cfg.Registries)
 	if err != nil {
 		return "", err
 	}

@@ -35,7 +35,7 @@ const zeroDigest = "sha256:00000000000000000000000000000000000000000000000000000
 // Image references a pod names are refused unless they spell out an
 // allow-listed registry and pin a sha256 digest.
 func TestRestoreRefRules(t *testing.T) {
-	allow := []Allowed{{Host: "127.0.0.1:5000", PlainHTTP: true}, {Host: "reg.example"}}
+	allow := []Allowed{{Host: "127.0.0.1:5000", Namespaces: everyNS, PlainHTTP: true}, {Host: "reg.example", Namespaces: everyNS}}
 	for _, tc := range []struct {
 		ref   string
 		allow []Allowed
@@ -50,13 +50,17 @@ func TestRestoreRefRules(t *testing.T) {
 		{"127.0.0.1:5000/cp/web:v1", allow, errdefs.ErrInvalidArgument, "by digest"},
 		{"cp/web@" + zeroDigest, allow, errdefs.ErrInvalidArgument, "must begin with its registry host"},
 		{"busybox@" + zeroDigest, allow, errdefs.ErrInvalidArgument, "must begin with its registry host"},
-		{"docker.io/library/busybox@" + zeroDigest, []Allowed{{Host: "index.docker.io"}}, errdefs.ErrInvalidArgument, "is spelt"},
+		{"docker.io/library/busybox@" + zeroDigest, []Allowed{{Host: "index.docker.io", Namespaces: everyNS}}, errdefs.ErrInvalidArgument, "is spelt"},
 		{"127.0.0.1:5000/cp/web@sha256:abc", allow, errdefs.ErrInvalidArgument, "by digest"},
 		{"127.0.0.1:5000/cp/web@sha512:" + strings.Repeat("0", 128), allow, errdefs.ErrInvalidArgument, ""},
 		{"127.0.0.1:5000/" + strings.Repeat("a", 600) + "@" + zeroDigest, allow, errdefs.ErrInvalidArgument, "characters"},
 		{"127.0.0.1:5000/../x@" + zeroDigest, allow, errdefs.ErrInvalidArgument, ""},
+		{"reg.example/team-a/web@" + zeroDigest, []Allowed{{Host: "reg.example/team-a", Namespaces: []string{"default"}}}, nil, ""},
+		{"reg.example/team-a/web@" + zeroDigest, []Allowed{{Host: "reg.example/team-a", Namespaces: []string{"a"}}}, errdefs.ErrPermissionDenied,
+			"repository reg.example/team-a/web is not in this node's [checkpoint] registries allow-list for namespace default"},
+		{"reg.example/team-ab/web@" + zeroDigest, []Allowed{{Host: "reg.example/team-a", Namespaces: everyNS}}, errdefs.ErrPermissionDenied, "for namespace default"},
 	} {
-		d, a, err := ParseRestoreRef(tc.ref, tc.allow)
+		d, a, err := ParseRestoreRef(tc.ref, "default", tc.allow)
 		if tc.kind == nil {
 			if err != nil || d.DigestStr() != zeroDigest || a.Host == "" {
 				t.Errorf("%s: %v (%v, %+v), want accepted", tc.ref, err, d, a)
@@ -173,7 +177,7 @@ func pushed(t *testing.T, r *testRegistry) (root, ref string) {
 }
 
 func puller(r *testRegistry, root string, mod func(*RestorePullConfig)) *RestorePuller {
-	cfg := RestorePullConfig{Root: root, Registries: []Allowed{{Host: r.host, PlainHTTP: true}},
+	cfg := RestorePullConfig{Root: root, Registries: []Allowed{{Host: r.host, Namespaces: everyNS, PlainHTTP: true}},
 		NodeAuthFile: filepath.Join(root, "..", "no-such-config.json"), Timeout: time.Minute, Wait: 10 * time.Second,
 		RestoreAllowed: func(from, to string) bool { return from == to }, Transport: r.tr}
 	cfg.NodeAuthFile = ""

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
@@ -38,27 +39,42 @@ type SourceInfo struct {
 // CheckSource resolves ref, a PodCheckpoint's spec.sourceImage, as a
 // restore of pod ns/pod (sandbox UID uid) from it would, and reads only its
 // image index: one manifest GET of at most 1 MiB, no blob. The reference
-// passes ParseRestoreRef (this node's allow-list, a sha256 digest) before
-// any connection; credentials are the pod's image pull secrets, then the
-// node's; a checkpoint of a namespace ns may not restore from is refused
-// with criu.ErrForeignCheckpoint and nothing of it returned. Errors are of
-// an errdefs class: InvalidArgument, PermissionDenied (not allow-listed),
-// NotFound (the registry has no such manifest), Unauthenticated (the
-// registry refused the credentials), FailedPrecondition (not a pod
-// checkpoint this build restores) and Unavailable (registry or API server
-// not answering: try again).
+// passes ParseRestoreRef (a repository this node's allow-list lets ns use,
+// a sha256 digest) before any connection; credentials are the pod's image
+// pull secrets, then the node's; a checkpoint of a namespace ns may not
+// restore from is refused with criu.ErrForeignCheckpoint and nothing of it
+// returned. Errors are of an errdefs class: InvalidArgument,
+// PermissionDenied (not allow-listed for ns), NotFound (nothing ns may
+// restore there: see notReadable), FailedPrecondition (not a pod checkpoint
+// this build restores) and Unavailable (registry or API server not
+// answering: try again).
+//
+// The answers are what a tenant learns of a repository: the registry's
+// 401, 403 and 404 are one answer, and what only the node's credentials
+// read is told apart from those no further (a foreign namespace's
+// checkpoint, no pod checkpoint), so an object cannot probe which digests
+// another namespace's repositories hold.
 func (p *RestorePuller) CheckSource(ctx context.Context, ns, pod, uid, ref string) (SourceInfo, error) {
-	d, allowed, err := ParseRestoreRef(ref, p.cfg.Registries)
+	d, allowed, err := ParseRestoreRef(ref, ns, p.cfg.Registries)
 	if err != nil {
 		return SourceInfo{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, sourceCheckTimeout)
 	defer cancel()
-	_, kc, err := p.keychains(ctx, ns, pod, uid)
+	podKC, kc, err := p.keychains(ctx, ns, pod, uid)
 	if err != nil {
 		if !errdefs.IsUnavailable(err) {
 			// The restoring pod's trouble (replaced, moved), not the image's.
 			err = fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		return SourceInfo{}, err
+	}
+	// What is read with the node's own credentials, not the pod's nor
+	// anonymously, is what the tenant may not read itself.
+	nodeRead := readsWithNode(podKC, kc, d.Context())
+	refuse := func(err error) (SourceInfo, error) {
+		if nodeRead {
+			return SourceInfo{}, notReadable(ref)
 		}
 		return SourceInfo{}, err
 	}
@@ -70,26 +86,46 @@ func (p *RestorePuller) CheckSource(ctx context.Context, ns, pod, uid, ref strin
 	desc, err := getByDigest(r, d, opts)
 	if err != nil {
 		if errors.Is(err, errDigest) {
-			return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
+			return refuse(fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err))
 		}
 		return SourceInfo{}, registryError(ref, err)
 	}
 	if desc.MediaType != types.OCIImageIndex {
-		return SourceInfo{}, fmt.Errorf("%w: %s: %v: media type %q, want an OCI image index", errdefs.ErrFailedPrecondition, ref, errNotCheckpoint, desc.MediaType)
+		return refuse(fmt.Errorf("%w: %s: %v: media type %q, want an OCI image index", errdefs.ErrFailedPrecondition, ref, errNotCheckpoint, desc.MediaType))
 	}
 	idx, err := parseIndex(desc.Manifest)
 	if err != nil {
-		return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
+		return refuse(fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err))
 	}
 	info, err := sourceInfo(idx)
 	if err != nil {
-		return SourceInfo{}, fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err)
+		return refuse(fmt.Errorf("%w: %s: %v", errdefs.ErrFailedPrecondition, ref, err))
 	}
 	info.Digest = desc.Digest.String()
 	if !p.cfg.RestoreAllowed(info.PodNamespace, ns) {
-		return SourceInfo{}, fmt.Errorf("%w: %s", criu.ErrForeignCheckpoint, ref)
+		return refuse(fmt.Errorf("%w: %s", criu.ErrForeignCheckpoint, ref))
 	}
 	return info, nil
+}
+
+// readsWithNode reports whether kc (the pod's keychain podKC, then the
+// node's) reads repo with the node's credentials: the pod's secrets have
+// none for it and the node's are not anonymous.
+func readsWithNode(podKC, kc authn.Keychain, repo name.Repository) bool {
+	if c, err := credentialOf(podKC, repo); err == nil && c.fromPod() {
+		return false
+	}
+	a, err := kc.Resolve(repo)
+	return err == nil && a != authn.Anonymous
+}
+
+// notReadable is the one answer for a reference a tenant cannot tell apart
+// further: the registry answered 401, 403 or 404, or only the node's
+// credentials read something there that the namespace may not restore.
+func notReadable(ref string) error {
+	return fmt.Errorf("%w: %s: no pod checkpoint this namespace may restore is readable there: the repository has no such digest, "+
+		"the registry refused the credentials tried (the restoring pod's image pull secrets, then the node's), "+
+		"or what it serves there is no checkpoint of a namespace this one may restore from", errdefs.ErrNotFound, ref)
 }
 
 // getByDigest GETs the manifest or index r names by digest d, with opts
@@ -153,15 +189,15 @@ func sourceInfo(idx *pulledIndex) (SourceInfo, error) {
 	return info, nil
 }
 
-// registryError classifies a failed manifest request.
+// registryError classifies a failed manifest request: 401, 403 and 404 are
+// one answer (notReadable), the registry's words left out, since they could
+// tell which one it was.
 func registryError(ref string, err error) error {
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.StatusCode {
-		case http.StatusNotFound:
-			return fmt.Errorf("%w: %s: the registry has no such manifest: %v", errdefs.ErrNotFound, ref, err)
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return fmt.Errorf("%w: %s: the registry refused the credentials (the restoring pod's image pull secrets, then the node's): %v", errdefs.ErrUnauthenticated, ref, err)
+		case http.StatusNotFound, http.StatusUnauthorized, http.StatusForbidden:
+			return notReadable(ref)
 		}
 	}
 	if errors.Is(err, errManifestTooLarge) {

@@ -3,8 +3,11 @@ package ociartifact
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -88,13 +91,13 @@ func TestCheckSource(t *testing.T) {
 		class         func(error) bool
 		noRequest     bool
 	}{
-		{name: "not allow-listed", ns: "default", ref: ref, allow: []Allowed{{Host: "reg.example"}}, class: errdefs.IsPermissionDenied, noRequest: true},
+		{name: "not allow-listed", ns: "default", ref: ref, allow: []Allowed{{Host: "reg.example", Namespaces: everyNS}}, class: errdefs.IsPermissionDenied, noRequest: true},
 		{name: "no allow-list", ns: "default", ref: ref, allow: []Allowed{}, class: errdefs.IsPermissionDenied, noRequest: true},
 		{name: "by tag", ns: "default", ref: r.ref("cp/web:v1"), class: errdefs.IsInvalidArgument, noRequest: true},
 		{name: "unknown digest", ns: "default", ref: r.ref("cp/web@sha256:" + strings.Repeat("1", 64)), class: errdefs.IsNotFound},
 		{name: "not a checkpoint", ns: "default", ref: r.ref("plain/img@" + imgDigest.String()), class: errdefs.IsFailedPrecondition},
 		{name: "another namespace", ns: "other", ref: ref, class: func(err error) bool { return errors.Is(err, criu.ErrForeignCheckpoint) }},
-		{name: "registry down", ns: "default", ref: downRef, allow: []Allowed{{Host: downHost, PlainHTTP: true}}, class: errdefs.IsUnavailable},
+		{name: "registry down", ns: "default", ref: downRef, allow: []Allowed{{Host: downHost, Namespaces: everyNS, PlainHTTP: true}}, class: errdefs.IsUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &pathRecorder{rt: http.DefaultTransport}
@@ -119,12 +122,13 @@ func TestCheckSource(t *testing.T) {
 }
 
 // A registry that wants credentials gets the restoring pod's secret's; it
-// refuses the check without them (Unauthenticated).
+// refuses the check without them, answered as a digest it does not have.
 func TestCheckSourceUsesPodSecret(t *testing.T) {
 	r := authRegistry(t)
 	p0 := pushWithLogin(t, r)
 	root := t.TempDir()
-	if _, err := puller(r, root, nil).CheckSource(context.Background(), "default", "web", "uid-new", p0.Ref); !errdefs.IsUnauthorized(err) {
+	_, err := puller(r, root, nil).CheckSource(context.Background(), "default", "web", "uid-new", p0.Ref)
+	if !errdefs.IsNotFound(err) || err.Error() != notReadable(p0.Ref).Error() {
 		t.Fatalf("without credentials: %v", err)
 	}
 	cs := podAPI(t, dockerSecret("pull", r.host, "u", "p"))
@@ -140,6 +144,55 @@ func TestCheckSourceUsesPodSecret(t *testing.T) {
 	// A restoring pod that is not the sandbox's is the pod's trouble: retried.
 	if _, err := withSecret.CheckSource(context.Background(), "default", "web", "uid-old", p0.Ref); !errdefs.IsUnavailable(err) {
 		t.Fatalf("replaced pod: %v", err)
+	}
+}
+
+// A tenant cannot use the check as an oracle about repositories it cannot
+// read: a repository outside its namespace's entries is refused before any
+// request; a digest the registry lacks, one it refuses the credentials for,
+// and a foreign namespace's checkpoint only the node's credentials read all
+// get the same answer. What the pod's own secret reads is told precisely.
+func TestCheckSourceTellsNothingOfOthersRepositories(t *testing.T) {
+	r := authRegistry(t)
+	p0 := pushWithLogin(t, r) // a checkpoint of namespace "default"
+	missing := r.ref("cp/web@sha256:" + strings.Repeat("1", 64))
+	nodeAuth := filepath.Join(t.TempDir(), "config.json")
+	must(t, os.WriteFile(nodeAuth, []byte(`{"auths":{"`+r.host+`":{"username":"u","password":"p"}}}`), 0o600))
+	rec := &pathRecorder{rt: r.tr}
+	node := puller(r, t.TempDir(), func(c *RestorePullConfig) {
+		c.NodeAuthFile, c.Transport = nodeAuth, rec
+		c.Registries = []Allowed{{Host: r.host + "/cp", Namespaces: everyNS, PlainHTTP: true},
+			{Host: r.host + "/private", Namespaces: []string{"default"}, PlainHTTP: true}}
+	})
+	ctx := context.Background()
+	if _, err := node.CheckSource(ctx, "other", "web", "uid", r.ref("private/web@"+p0.Digest.String())); !errdefs.IsPermissionDenied(err) || len(rec.list()) > 0 {
+		t.Fatalf("a repository outside the namespace's entries: %v, %d requests", err, len(rec.list()))
+	}
+	foreign, err := node.CheckSource(ctx, "other", "web", "uid", p0.Ref)
+	if err == nil || foreign.PodNamespace != "" {
+		t.Fatalf("a foreign checkpoint read with the node's credentials: %+v %v", foreign, err)
+	}
+	_, absent := node.CheckSource(ctx, "other", "web", "uid", missing)
+	must(t, os.WriteFile(filepath.Join(filepath.Dir(nodeAuth), "empty.json"), []byte(`{}`), 0o600))
+	anon := puller(r, t.TempDir(), func(c *RestorePullConfig) { c.NodeAuthFile = filepath.Join(filepath.Dir(nodeAuth), "empty.json") })
+	_, refused := anon.CheckSource(ctx, "other", "web", "uid", p0.Ref)
+	for what, e := range map[string]error{"a foreign checkpoint the node reads": err, "a digest the registry lacks": absent, "credentials refused": refused} {
+		got := strings.ReplaceAll(fmt.Sprint(e), missing, p0.Ref)
+		if !errdefs.IsNotFound(e) || got != notReadable(p0.Ref).Error() {
+			t.Errorf("%s: %v; want the one answer", what, e)
+		}
+	}
+	// The pod's own secret reads it: the tenant may read it anyway, and is
+	// told why it may not restore it.
+	cs := podAPI(t, dockerSecret("pull", r.host, "u", "p"))
+	own := puller(r, t.TempDir(), func(c *RestorePullConfig) {
+		c.NodeAuthFile = filepath.Join(filepath.Dir(nodeAuth), "empty.json")
+		c.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
+			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, "n1", "default", pod, uid, discard())
+		}
+	})
+	if _, err := own.CheckSource(ctx, "other", "web", "uid-new", p0.Ref); !errors.Is(err, criu.ErrForeignCheckpoint) {
+		t.Fatalf("a foreign checkpoint the pod's own secret reads: %v", err)
 	}
 }
 

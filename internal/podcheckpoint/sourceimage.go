@@ -188,7 +188,7 @@ func (r *Reconciler) checkSource(ctx context.Context, pc *cpv1.PodCheckpoint, re
 	var err error
 	if r.cfg.Sources == nil {
 		// No registries configured: the allow-list's own refusal.
-		_, _, err = ociartifact.ParseRestoreRef(pc.Spec.SourceImage, nil)
+		_, _, err = ociartifact.ParseRestoreRef(pc.Spec.SourceImage, pc.Namespace, nil)
 	} else {
 		info, err = r.cfg.Sources.CheckSource(ctx, pc.Namespace, req.pod, req.uid, pc.Spec.SourceImage)
 	}
@@ -277,10 +277,10 @@ func sourceReason(err error) string {
 		return cpv1.ReasonSourceImageInvalid
 	case errdefs.IsPermissionDenied(err):
 		return cpv1.ReasonRegistryNotAllowed
-	case errdefs.IsNotFound(err):
+	case errdefs.IsNotFound(err), errdefs.IsUnauthorized(err):
+		// One answer, so that an object cannot tell a digest missing
+		// from credentials refused (ociartifact's notReadable).
 		return cpv1.ReasonSourceImageNotFound
-	case errdefs.IsUnauthorized(err):
-		return cpv1.ReasonSourceImageUnauthorized
 	case errdefs.IsFailedPrecondition(err):
 		return cpv1.ReasonNotAPodCheckpoint
 	default:

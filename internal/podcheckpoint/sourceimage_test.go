@@ -387,7 +387,7 @@ func TestSourceReasons(t *testing.T) {
 		{fmt.Errorf("%w: x", errdefs.ErrInvalidArgument), cpv1.ReasonSourceImageInvalid},
 		{fmt.Errorf("%w: x", errdefs.ErrPermissionDenied), cpv1.ReasonRegistryNotAllowed},
 		{fmt.Errorf("%w: x", errdefs.ErrNotFound), cpv1.ReasonSourceImageNotFound},
-		{fmt.Errorf("%w: x", errdefs.ErrUnauthenticated), cpv1.ReasonSourceImageUnauthorized},
+		{fmt.Errorf("%w: x", errdefs.ErrUnauthenticated), cpv1.ReasonSourceImageNotFound},
 		{fmt.Errorf("%w: x", errdefs.ErrFailedPrecondition), cpv1.ReasonNotAPodCheckpoint},
 		{fmt.Errorf("%w: x", errdefs.ErrUnavailable), cpv1.ReasonSourceImageUnreachable},
 		{errors.New("anything else"), cpv1.ReasonSourceImageUnreachable},

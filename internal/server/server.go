@@ -345,7 +345,9 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st, Sandboxes: table,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
-		ShimBinary: exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
+		MaxConcurrentCaptures: cfg.Checkpoint.MaxConcurrentCaptures, PodMinGap: cfg.Checkpoint.PodMinGap.Duration,
+		ContainerMemory: dumpableMemory(tasks),
+		ShimBinary:      exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
 		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
 		RootfsDiffMaxBytes: cfg.Checkpoint.PullMaxBytes,
@@ -407,4 +409,15 @@ var criuVersion = sync.OnceValues(func() (string, error) {
 type nodeRuntime struct {
 	*podtable.Table
 	runtimeapi.RuntimeServiceClient
+}
+
+// dumpableMemory is containerd's count of what a capture of a container
+// writes (capture.ContainerdTasks.DumpableMemory), when tasks gives it.
+func dumpableMemory(tasks capture.Tasks) func(context.Context, string) (uint64, error) {
+	if m, ok := tasks.(interface {
+		DumpableMemory(context.Context, string) (uint64, error)
+	}); ok {
+		return m.DumpableMemory
+	}
+	return nil
 }

@@ -38,7 +38,7 @@ func shimAsNodeWithRegistry(t *testing.T) (kubernetes.Interface, string) {
 // API as its node, and an allow-list entry for the plain-HTTP loopback
 // registry addr.
 func plainRegistryConfig(addr string) string {
-	return fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nplain_http = true\n",
+	return fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nnamespaces = [\"*\"]\nanonymous_push = true\nplain_http = true\n",
 		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"], addr)
 }
 

@@ -71,7 +71,7 @@ func TestRestoreThroughTLSRegistry(t *testing.T) {
 	}
 	t.Logf("pushed over TLS: %s", pushed.Ref)
 
-	withShimConfig(t, fmt.Sprintf("[[checkpoint.registries]]\nhost = %q\nca_file = %q\n", addr, ca))
+	withShimConfig(t, fmt.Sprintf("[[checkpoint.registries]]\nhost = %q\nnamespaces = [\"*\"]\nanonymous_push = true\nca_file = %q\n", addr, ca))
 	images := imagesSnapshot(t) // after the pushes
 	dst := fmt.Sprintf("tls-dst-%d", time.Now().Unix()%100000)
 	placeManifest(t, dst, warmPodManifest(dst, pushed.Ref))

@@ -430,7 +430,7 @@ func copyTree(t testing.TB, from, to string) {
 func TestHostileCheckpointByReferenceIsRefused(t *testing.T) {
 	cs := needAPIServer(t)
 	addr, ca := startTLSRegistry(t)
-	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nca_file = %q\n",
+	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nnamespaces = [\"*\"]\nanonymous_push = true\nca_file = %q\n",
 		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"], addr, ca))
 	apiKubelet(t, cs)
 	ns := testNamespace(t, cs, "e2e-hostile")

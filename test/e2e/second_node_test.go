@@ -70,7 +70,7 @@ func node2Run() string { return envOr("CRI_SHIM_NODE2_RUN", node.env["NODE2_RUN"
 // shimAPIConfig is the [kubernetes] section of a shim talking to the API as
 // its node, and an allow-list entry for the TLS registry.
 func shimAPIConfig(kubeconfig, nodeName, registry, ca string) string {
-	return fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nca_file = %q\n",
+	return fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n\n[[checkpoint.registries]]\nhost = %q\nnamespaces = [\"*\"]\nanonymous_push = true\nca_file = %q\n",
 		kubeconfig, nodeName, registry, ca)
 }
 

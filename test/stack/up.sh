@@ -222,6 +222,9 @@ state_dir = "$NODE_DATA/cri-shim"
   # The suite restores from references the CLI pushed; the default, cluster
   # (only checkpoints a node exported), is TestPodCheckpointExport's.
   restore_provenance = "any"
+  # The suite checkpoints a pod several times in a row; the gap between a
+  # pod's checkpoints (default 10s) is TestCheckpointAdmissionPodMinGap's.
+  pod_min_gap = "0s"
 TOML
 	if [[ -n $SHIM_EXTRA ]]; then
 		{ echo; cat "$SHIM_EXTRA"; } >>"$NODE_RUN/cri-shim/config.toml"

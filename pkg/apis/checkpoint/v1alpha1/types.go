@@ -341,20 +341,25 @@ const (
 	// ReasonSourceImageInvalid: status False; the reference breaks the
 	// node's rules (registry host spelt out, sha256 digest, repository form).
 	ReasonSourceImageInvalid = "SourceImageInvalid"
-	// ReasonRegistryNotAllowed: status False; the registry is not in the
-	// holding node's [checkpoint] registries allow-list.
+	// ReasonRegistryNotAllowed: status False; the repository is not in the
+	// holding node's [checkpoint] registries allow-list for the namespace.
 	ReasonRegistryNotAllowed = "RegistryNotAllowed"
-	// ReasonSourceImageNotFound: status False; the registry has no manifest
-	// at that digest.
+	// ReasonSourceImageNotFound: status False; nothing the namespace may
+	// restore is readable there: the registry answered 404, 401 or 403, or
+	// only the node's credentials read something the namespace may not
+	// restore (one answer, so that it tells nothing of repositories the
+	// namespace cannot read).
 	ReasonSourceImageNotFound = "SourceImageNotFound"
-	// ReasonSourceImageUnauthorized: status False; the registry refused the
-	// restoring pod's image pull secrets and the node's credentials.
+	// ReasonSourceImageUnauthorized is no longer set: a refusal of the
+	// credentials is SourceImageNotFound.
 	ReasonSourceImageUnauthorized = "SourceImageUnauthorized"
-	// ReasonNotAPodCheckpoint: status False; the image is not a cri-shim pod
+	// ReasonNotAPodCheckpoint: status False; the image, read with the
+	// restoring pod's secrets or anonymously, is not a cri-shim pod
 	// checkpoint this node restores.
 	ReasonNotAPodCheckpoint = "NotAPodCheckpoint"
-	// ReasonNamespaceNotAllowed: status False; the checkpoint was taken in a
-	// namespace whose checkpoints pods of this one may not restore.
+	// ReasonNamespaceNotAllowed: status False; the checkpoint, read with the
+	// restoring pod's secrets or anonymously, was taken in a namespace whose
+	// checkpoints pods of this one may not restore.
 	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
 	// ReasonSourceImageUnreachable: status False; the registry, or the API
 	// server for the restoring pod's pull secrets, did not answer, or the
