@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,12 @@ import (
 // of the large pod wrote its 200 KiB template at least once, and every
 // object twice a minute.
 const stormWriteBound = 1 << 20
+
+// stormQPS is the shim's [kubernetes] qps in the storm: low, so that the
+// node's token bucket, not the machine, is what the namespaces share (a few
+// objects fill it), and a readiness-gate write that waited its turn behind
+// the tenant's requests would be seconds late.
+const stormQPS = 1
 
 // Issue 44: one tenant's storm of API work leaves another namespace's
 // readiness gate on time and the API server's write bytes bounded. In
@@ -57,8 +64,8 @@ func TestTenantStorm(t *testing.T) {
 	// pod's secrets, then fail; exports go elsewhere and are refused.
 	keepDeclaredFeatures(t, cs)
 	apiKubeletAs(t, cs, "kubelet-api")
-	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\n[backoff]\ninitial_delay = \"1s\"\nmax_delay = \"2s\"\n\n[[checkpoint.registries]]\nhost = \"127.0.0.1:1\"\nplain_http = true\n",
-		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"]))
+	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\nqps = %d.0\nburst = 2\n[backoff]\ninitial_delay = \"1s\"\nmax_delay = \"2s\"\n\n[[checkpoint.registries]]\nhost = \"127.0.0.1:1\"\nplain_http = true\n",
+		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"], stormQPS))
 	pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
 
 	// Namespace B: a pod behind the readiness gate whose main exits 3 (an
@@ -92,8 +99,60 @@ exec sleep 3600`}
 	for _, n := range []string{"big", "small"} {
 		waitPod(t, cs, nsA, n, 2*time.Minute, n+" Ready", podReady)
 	}
-	nBig, nSmall, names := sized(4, 10), sized(6, 20), sized(3000, 5000)
+	nBig, nSmall, names := sized(3, 4), sized(4, 8), sized(1000, 2000)
 	window := sized(2*time.Minute, 4*time.Minute)
+
+	secrets := apiPod("secrets", map[string]string{podspec.RestoreFromKey: "127.0.0.1:1/storm/cp@sha256:" + strings.Repeat("ab", 32)}, "sleep", "3600")
+	// Distinct names, and a few repeated (each repeat is an API warning
+	// the test's client prints).
+	for i := range names {
+		secrets.Spec.ImagePullSecrets = append(secrets.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: fmt.Sprintf("pull-%d", i)})
+	}
+	for i := range 5 {
+		secrets.Spec.ImagePullSecrets = append(secrets.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: fmt.Sprintf("pull-%d", i)})
+	}
+	if _, err := cs.CoreV1().Pods(nsA).Create(ctxT(t, 10*time.Second), secrets, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet opens one watch per secret a pod names (its watch-based
+	// secret manager: kubernetes v1.37.2
+	// pkg/kubelet/util/manager/watch_based_manager.go, newReflectorLocked,
+	// for every name pkg/kubelet/secret/secret_manager.go visits with
+	// VisitPodSecretNames, imagePullSecrets included): thousands of LISTs
+	// and watches as the node, which the API server's priority and fairness
+	// throttles for the node's whole flow (the shim's requests too) for
+	// tens of seconds. That is the kubelet's cost, not the shim's: the storm
+	// is measured once it has passed, while the kubelet keeps retrying the
+	// pod's sandbox and the shim keeps reading its secrets.
+	// The kubelet also reads each pull secret before it asks for the
+	// sandbox, waiting up to a second for each watch to sync
+	// (pkg/kubelet/kubelet_pods.go, getPullSecretsForPod): minutes before
+	// the shim is asked, with thousands of names.
+	eventually(t, 10*time.Minute, "the kubelet asking the shim for pod secrets' sandbox", func() error {
+		evs, err := cs.CoreV1().Events(nsA).List(ctxT(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=secrets"})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, "127.0.0.1:1") {
+				t.Logf("restore of pod secrets refused: %s", e.Message)
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events of pod secrets, none about its restore", len(evs.Items))
+	})
+	eventually(t, 3*time.Minute, "the API server answering within 300 ms again", func() error {
+		for range 3 {
+			s := time.Now()
+			if _, err := cs.CoreV1().Pods(nsB).Get(ctxT(t, 10*time.Second), "quiet", metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if d := time.Since(s); d > 300*time.Millisecond {
+				return fmt.Errorf("a GET took %s", d)
+			}
+		}
+		return nil
+	})
 
 	before := scrapeStorm(t, cs)
 	start := time.Now()
@@ -111,18 +170,13 @@ exec sleep 3600`}
 			objs = append(objs, pc.Name)
 		}
 	}
-	secrets := apiPod("secrets", map[string]string{podspec.RestoreFromKey: "127.0.0.1:1/storm/cp@sha256:" + strings.Repeat("ab", 32)}, "sleep", "3600")
-	for i := range names {
-		secrets.Spec.ImagePullSecrets = append(secrets.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: fmt.Sprintf("pull-%d", i%(names/2))})
-	}
-	if _, err := cs.CoreV1().Pods(nsA).Create(ctxT(t, 10*time.Second), secrets, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("storm: %d PodCheckpoints of big (200 KiB of annotations) and %d of small, each exporting to a registry not allowed; pod secrets naming %d imagePullSecrets (%d distinct)",
-		nBig, nSmall, names, names/2)
+		nBig, nSmall, names+5, names)
 
 	// B's restart, in the storm's midst.
 	time.Sleep(5 * time.Second)
+	la, _ := os.ReadFile("/proc/loadavg")
+	t.Logf("load average: %s", la)
 	armGate()
 	execGo(t, qp)
 	exited := time.Now()
@@ -132,23 +186,28 @@ exec sleep 3600`}
 		}
 		return nil
 	})
-	down, up := gate()
-	if down.IsZero() || up.IsZero() || up.Before(down) {
+	down, up, seen := gate()
+	t.Logf("namespace B: states seen after main was told to exit: %v", seen)
+	if down.seen.IsZero() || up.seen.IsZero() || up.seen.Before(down.seen) {
+		logAbout(t, "quiet", 40)
 		t.Fatalf("gate False seen at %v, True at %v", down, up)
 	}
 	st := qp.Status.ContainerStatuses[0].State.Running
 	if st == nil {
 		t.Fatalf("quiet's main not running: %+v", qp.Status.ContainerStatuses[0])
 	}
-	falseAfter, trueAfter := down.Sub(exited), up.Sub(st.StartedAt.Time)
-	t.Logf("namespace B: gate False seen %.3f s after main's exit; True seen %.3f s after the restarted main's start (startedAt %s, whole seconds)",
-		falseAfter.Seconds(), trueAfter.Seconds(), st.StartedAt.UTC().Format(time.RFC3339))
+	// The restarted main's start, to the second (startedAt): it began
+	// before startedAt+1s.
+	started := st.StartedAt.Add(time.Second)
+	falseAfter, trueAfter := down.landed().Sub(exited), up.landed().Sub(started)
+	t.Logf("namespace B: gate False landed at most %.3f s after main's exit (watch %.3f s, server stamp %s); True at most %.3f s after the restarted main's start (watch %.3f s after startedAt+1s %s, server stamp %s)",
+		falseAfter.Seconds(), down.seen.Sub(exited).Seconds(), down.stamp.UTC().Format(time.TimeOnly),
+		trueAfter.Seconds(), up.seen.Sub(started).Seconds(), started.UTC().Format(time.TimeOnly), up.stamp.UTC().Format(time.TimeOnly))
 	if falseAfter > 2*time.Second {
-		t.Errorf("the readiness gate's False landed %s after the exit, over 2 s", falseAfter)
+		t.Errorf("the readiness gate's False landed up to %s after the exit, over 2 s", falseAfter)
 	}
-	// startedAt is cut to the second: up to 1 s of the figure is that.
-	if trueAfter > 3*time.Second {
-		t.Errorf("the readiness gate's True landed %s after the restarted container's start (to the second), over 2 s", trueAfter)
+	if trueAfter > 2*time.Second {
+		t.Errorf("the readiness gate's True landed up to %s after the restarted container's start, over 2 s", trueAfter)
 	}
 
 	// The storm goes on for its window; then the figures.
@@ -201,17 +260,31 @@ exec sleep 3600`}
 	}
 }
 
+// gateChange is when a write of the readiness gate was seen: by the
+// test's watch, and as the API server stamped the shim's write (its
+// managedFields entry, to the second: the write landed before stamp+1s).
+type gateChange struct{ seen, stamp time.Time }
+
+// landed is the latest the write can have landed.
+func (g gateChange) landed() time.Time {
+	if s := g.stamp.Add(time.Second); !g.stamp.IsZero() && s.Before(g.seen) {
+		return s
+	}
+	return g.seen
+}
+
 // gateTimes watches ns/name; once armed, it notes when the pod's readiness
-// gate is first seen False and then True again.
-func gateTimes(t *testing.T, cs kubernetes.Interface, ns, name string) (arm func(), times func() (down, up time.Time)) {
+// gate is first seen False and then True again, and every state it saw.
+func gateTimes(t *testing.T, cs kubernetes.Interface, ns, name string) (arm func(), times func() (down, up gateChange, seen []string)) {
 	t.Helper()
 	w, err := cs.CoreV1().Pods(ns).Watch(ctxT(t, time.Hour), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var armed bool
-	var down, up time.Time
+	var armed time.Time
+	var down, up gateChange
+	var seen []string
 	go func() {
 		for ev := range w.ResultChan() {
 			p, ok := ev.Object.(*corev1.Pod)
@@ -219,23 +292,31 @@ func gateTimes(t *testing.T, cs kubernetes.Interface, ns, name string) (arm func
 				continue
 			}
 			now := time.Now()
-			g := conditionsOf(p).gate
+			c := conditionsOf(p)
+			var stamp time.Time
+			for _, m := range p.ManagedFields {
+				if strings.HasPrefix(m.Manager, "cri-shim") && m.Subresource == "status" && m.Time != nil {
+					stamp = m.Time.Time
+				}
+			}
 			mu.Lock()
-			switch {
-			case !armed:
-			case g == corev1.ConditionFalse && down.IsZero():
-				down = now
-			case g == corev1.ConditionTrue && !down.IsZero() && up.IsZero():
-				up = now
+			if !armed.IsZero() {
+				seen = append(seen, fmt.Sprintf("+%.3fs %v restarts=%d", now.Sub(armed).Seconds(), c, restartsOf(p)))
+				switch {
+				case c.gate == corev1.ConditionFalse && down.seen.IsZero():
+					down = gateChange{now, stamp}
+				case c.gate == corev1.ConditionTrue && !down.seen.IsZero() && up.seen.IsZero():
+					up = gateChange{now, stamp}
+				}
 			}
 			mu.Unlock()
 		}
 	}()
 	t.Cleanup(w.Stop)
-	return func() { mu.Lock(); armed = true; mu.Unlock() }, func() (time.Time, time.Time) {
+	return func() { mu.Lock(); armed = time.Now(); mu.Unlock() }, func() (gateChange, gateChange, []string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return down, up
+		return down, up, slices.Clone(seen)
 	}
 }
 
