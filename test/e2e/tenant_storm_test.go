@@ -188,26 +188,29 @@ exec sleep 3600`}
 	})
 	down, up, seen := gate()
 	t.Logf("namespace B: states seen after main was told to exit: %v", seen)
-	if down.seen.IsZero() || up.seen.IsZero() || up.seen.Before(down.seen) {
+	switch st := qp.Status.ContainerStatuses[0].State.Running; {
+	case down.seen.IsZero() || up.seen.IsZero() || up.seen.Before(down.seen):
+		// A False write that waits long enough merges with the True
+		// queued after it (the writer coalesces a pod's conditions): the
+		// pod never leaves its Services during the restart.
 		logAbout(t, "quiet", 40)
-		t.Fatalf("gate False seen at %v, True at %v", down, up)
-	}
-	st := qp.Status.ContainerStatuses[0].State.Running
-	if st == nil {
-		t.Fatalf("quiet's main not running: %+v", qp.Status.ContainerStatuses[0])
-	}
-	// The restarted main's start, to the second (startedAt): it began
-	// before startedAt+1s.
-	started := st.StartedAt.Add(time.Second)
-	falseAfter, trueAfter := down.landed().Sub(exited), up.landed().Sub(started)
-	t.Logf("namespace B: gate False landed at most %.3f s after main's exit (watch %.3f s, server stamp %s); True at most %.3f s after the restarted main's start (watch %.3f s after startedAt+1s %s, server stamp %s)",
-		falseAfter.Seconds(), down.seen.Sub(exited).Seconds(), down.stamp.UTC().Format(time.TimeOnly),
-		trueAfter.Seconds(), up.seen.Sub(started).Seconds(), started.UTC().Format(time.TimeOnly), up.stamp.UTC().Format(time.TimeOnly))
-	if falseAfter > 2*time.Second {
-		t.Errorf("the readiness gate's False landed up to %s after the exit, over 2 s", falseAfter)
-	}
-	if trueAfter > 2*time.Second {
-		t.Errorf("the readiness gate's True landed up to %s after the restarted container's start, over 2 s", trueAfter)
+		t.Errorf("the readiness gate's False was never seen (False at %v, True at %v)", down, up)
+	case st == nil:
+		t.Errorf("quiet's main not running: %+v", qp.Status.ContainerStatuses[0])
+	default:
+		// The restarted main's start, to the second (startedAt): it began
+		// before startedAt+1s.
+		started := st.StartedAt.Add(time.Second)
+		falseAfter, trueAfter := down.landed().Sub(exited), up.landed().Sub(started)
+		t.Logf("namespace B: gate False landed at most %.3f s after main's exit (watch %.3f s, server stamp %s); True at most %.3f s after the restarted main's start (watch %.3f s after startedAt+1s %s, server stamp %s)",
+			falseAfter.Seconds(), down.seen.Sub(exited).Seconds(), down.stamp.UTC().Format(time.TimeOnly),
+			trueAfter.Seconds(), up.seen.Sub(started).Seconds(), started.UTC().Format(time.TimeOnly), up.stamp.UTC().Format(time.TimeOnly))
+		if falseAfter > 2*time.Second {
+			t.Errorf("the readiness gate's False landed up to %s after the exit, over 2 s", falseAfter)
+		}
+		if trueAfter > 2*time.Second {
+			t.Errorf("the readiness gate's True landed up to %s after the restarted container's start, over 2 s", trueAfter)
+		}
 	}
 
 	// The storm goes on for its window; then the figures.
