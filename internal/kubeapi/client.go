@@ -16,7 +16,6 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/config"
@@ -104,9 +103,11 @@ func (c *Client) load() error {
 	}
 	// One token bucket for every client made from this configuration
 	// (rest.CopyConfig keeps the limiter): the shim's requests as a whole
-	// stay within [kubernetes] qps and burst, however many clients it has.
+	// stay within [kubernetes] qps and burst, however many clients it has,
+	// and its turns go to namespaces fairly, pod status writes first
+	// (fairlimit.go).
 	rc.QPS, rc.Burst = c.cfg.QPS, c.cfg.Burst
-	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.cfg.QPS, c.cfg.Burst)
+	rc.RateLimiter = newFairLimiter(c.cfg.QPS, c.cfg.Burst)
 	rc.Timeout = requestTimeout
 	rc.UserAgent = "cri-shim/" + version.Version + " (node " + c.Node + ")"
 	res, err := newRESTResources(rc)

@@ -37,7 +37,8 @@ func (w *Writer) Event(e Event) {
 	e.Note = truncate(e.Note, maxNote)
 	e.Reason = truncate(e.Reason, 128)
 	e.Action = truncate(e.Action, 128)
-	w.q.put(&item{key: "event/" + strconv.FormatUint(eventSeq.Add(1), 10), kind: kindEvent, event: &e})
+	ns := e.Regarding.Namespace
+	w.q.put(&item{key: itemKey(kindEvent, ns, strconv.FormatUint(eventSeq.Add(1), 10)), ns: ns, kind: kindEvent, event: &e})
 }
 
 // PodObject is the reference to a pod that events about it carry.

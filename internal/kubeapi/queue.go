@@ -1,6 +1,7 @@
 package kubeapi
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -25,9 +26,12 @@ func (k kind) String() string {
 }
 
 // item is one pending write. Items with the same key coalesce: a pod's
-// conditions merge (the newer of a type wins).
+// conditions merge (the newer of a type wins). The key is
+// "<kind>/<namespace>/<id>" (itemKey): the queue's order reads the first
+// two parts (fairOrder).
 type item struct {
 	key   string
+	ns    string
 	kind  kind
 	pod   PodRef
 	conds map[string]Condition // kindStatus: by condition type
@@ -45,12 +49,21 @@ func (it *item) merge(newer *item) {
 	}
 }
 
+func itemKey(k kind, ns, id string) string {
+	if k == kindStatus {
+		return "pod/" + ns + "/" + id
+	}
+	return "event/" + ns + "/" + id
+}
+
 // queue holds the writes waiting for the API server. client-go's workqueue
-// orders their keys (a key is queued once however often it is put, and one
-// put while its write is in flight is queued again after it) and delays a
-// failed key's retry; the payloads wait in pending, where the writes of one
-// key coalesce. put never blocks: beyond max writes (pending and in hand),
-// a write of a new key is dropped and counted.
+// holds their keys (a key is queued once however often it is put, and one
+// put while its write is in flight is queued again after it) in fairOrder
+// and delays a failed key's retry; the payloads wait in pending, where the
+// writes of one key coalesce. put never blocks: beyond max writes (pending
+// and in hand), a write of a new key is dropped and counted, and so is an
+// event beyond maxEvents of all namespaces or maxNSEvents of its own, so
+// that one namespace's events leave room for others' and for pod status.
 type queue struct {
 	wq      workqueue.TypedRateLimitingInterface[string]
 	max     int
@@ -60,14 +73,28 @@ type queue struct {
 	pending  map[string]*item
 	held     int // items taken and not yet done
 	statuses int // status items pending or in hand
+	// events counts the event items pending or in hand, of all
+	// namespaces and by namespace.
+	events   int
+	nsEvents map[string]int
 }
 
+// The share of the queue events may take: three quarters of it in all, a
+// sixteenth for one namespace's.
+func (q *queue) maxEvents() int   { return max(1, q.max*3/4) }
+func (q *queue) maxNSEvents() int { return max(1, q.max/16) }
+
 func newQueue(max int, minDelay, maxDelay time.Duration, dropped func(kind)) *queue {
+	const name = "kubeapi_writes"
+	keys := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: name, Queue: &fairOrder{}})
+	delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: name, Queue: keys})
 	return &queue{
-		wq:      workqueue.NewTypedRateLimitingQueueWithConfig(backoff.RetryLimiter(minDelay, maxDelay), workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubeapi_writes"}),
-		max:     max,
-		dropped: dropped,
-		pending: map[string]*item{},
+		wq: workqueue.NewTypedRateLimitingQueueWithConfig(backoff.RetryLimiter(minDelay, maxDelay),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name, DelayingQueue: delaying}),
+		max:      max,
+		dropped:  dropped,
+		pending:  map[string]*item{},
+		nsEvents: map[string]int{},
 	}
 }
 
@@ -79,17 +106,30 @@ func (q *queue) put(it *item) {
 		q.mu.Unlock()
 		return
 	}
-	if len(q.pending)+q.held >= q.max {
+	if len(q.pending)+q.held >= q.max ||
+		it.kind == kindEvent && (q.events >= q.maxEvents() || q.nsEvents[it.ns] >= q.maxNSEvents()) {
 		q.dropped(it.kind)
 		q.mu.Unlock()
 		return
 	}
 	q.pending[it.key] = it
-	if it.kind == kindStatus {
-		q.statuses++
-	}
+	q.count(it, 1)
 	q.mu.Unlock()
 	q.wq.Add(it.key)
+}
+
+// count adds n to the counts of it's kind. q.mu held.
+func (q *queue) count(it *item, n int) {
+	if it.kind == kindStatus {
+		q.statuses += n
+		return
+	}
+	q.events += n
+	if c := q.nsEvents[it.ns] + n; c > 0 {
+		q.nsEvents[it.ns] = c
+	} else {
+		delete(q.nsEvents, it.ns)
+	}
 }
 
 // take waits for the next key and returns its item (nil when its write was
@@ -117,9 +157,7 @@ func (q *queue) take() (key string, it *item, ok bool) {
 func (q *queue) done(it *item) {
 	q.mu.Lock()
 	q.held--
-	if it.kind == kindStatus {
-		q.statuses--
-	}
+	q.count(it, -1)
 	q.mu.Unlock()
 	q.wq.Forget(it.key)
 	q.wq.Done(it.key)
@@ -133,9 +171,7 @@ func (q *queue) retry(it *item) {
 	q.held--
 	if newer, ok := q.pending[it.key]; ok {
 		it.merge(newer)
-		if it.kind == kindStatus {
-			q.statuses-- // two counted items became one
-		}
+		q.count(it, -1) // two counted items became one
 	}
 	q.pending[it.key] = it
 	q.mu.Unlock()
@@ -159,3 +195,39 @@ func (q *queue) len() int {
 
 // shutDown makes take return false once the queue is empty.
 func (q *queue) shutDown() { q.wq.ShutDown() }
+
+// fairOrder is the order in which the workqueue gives out the writes'
+// keys: pod status writes first, then events; within each, the namespaces
+// take turns (roundRobin), so a namespace's readiness-gate write waits for
+// at most one of each other namespace's status writes, however many those
+// have queued. The workqueue calls it under its own lock.
+type fairOrder struct {
+	classes [2]roundRobin[string] // kindStatus, kindEvent
+}
+
+func keyShare(key string) (kind, string) {
+	k, rest, _ := strings.Cut(key, "/")
+	ns, _, _ := strings.Cut(rest, "/")
+	if k == "pod" {
+		return kindStatus, ns
+	}
+	return kindEvent, ns
+}
+
+func (o *fairOrder) Touch(string) {}
+
+func (o *fairOrder) Push(key string) {
+	k, ns := keyShare(key)
+	o.classes[k].push(ns, key)
+}
+
+func (o *fairOrder) Len() int { return o.classes[0].len() + o.classes[1].len() }
+
+func (o *fairOrder) Pop() string {
+	for i := range o.classes {
+		if key, ok := o.classes[i].pop(); ok {
+			return key
+		}
+	}
+	return ""
+}

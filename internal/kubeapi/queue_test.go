@@ -113,3 +113,71 @@ func TestQueueRetryYieldsToNewerValues(t *testing.T) {
 		t.Fatalf("retried after %s, before the key's backoff of 1ms", d)
 	}
 }
+
+func nsStatusItem(ns, uid string) *item {
+	return &item{key: itemKey(kindStatus, ns, uid), ns: ns, kind: kindStatus, pod: PodRef{Namespace: ns, UID: uid},
+		conds: map[string]Condition{"X": {Type: "X", Status: corev1.ConditionTrue}}}
+}
+
+func nsEventItem(ns, id string) *item {
+	return &item{key: itemKey(kindEvent, ns, id), ns: ns, kind: kindEvent, event: &Event{}}
+}
+
+// Pod status writes are taken before events, and within each the
+// namespaces take turns: namespace b's one write comes second however many
+// a queued before it.
+func TestQueueNamespacesTakeTurnsStatusFirst(t *testing.T) {
+	q := testQueue(t, 100, func(kind) {})
+	for i := range 3 {
+		q.put(nsEventItem("a", string(rune('0'+i))))
+	}
+	for _, uid := range []string{"a1", "a2", "a3"} {
+		q.put(nsStatusItem("a", uid))
+	}
+	q.put(nsEventItem("b", "0"))
+	q.put(nsStatusItem("b", "b1"))
+	var got []string
+	for range 8 {
+		it := mustTake(t, q)
+		got = append(got, it.key)
+		q.done(it)
+	}
+	want := []string{"pod/a/a1", "pod/b/b1", "pod/a/a2", "pod/a/a3", "event/a/0", "event/b/0", "event/a/1", "event/a/2"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("taken in order %v, want %v", got, want)
+		}
+	}
+}
+
+// One namespace's events fill at most its share of the queue; another
+// namespace's events and every pod status write still find room.
+func TestQueueBoundsANamespacesEvents(t *testing.T) {
+	var dropped []kind
+	q := testQueue(t, 64, func(k kind) { dropped = append(dropped, k) })
+	per := q.maxNSEvents() // 4
+	for i := range per + 3 {
+		q.put(nsEventItem("a", string(rune('a'+i))))
+	}
+	if len(dropped) != 3 {
+		t.Fatalf("%d of namespace a's events dropped, want the 3 beyond its %d", len(dropped), per)
+	}
+	q.put(nsEventItem("b", "0"))
+	q.put(nsStatusItem("a", "a1"))
+	if len(dropped) != 3 {
+		t.Fatalf("b's event or a's status write dropped: %v", dropped)
+	}
+	// All namespaces' events together stay under three quarters of it.
+	for i := range 64 {
+		q.put(nsEventItem("n"+string(rune('a'+i%26))+string(rune('a'+i/26)), "0"))
+	}
+	if q.events != q.maxEvents() {
+		t.Fatalf("%d events queued, want the bound %d", q.events, q.maxEvents())
+	}
+	for i := range 64 - q.maxEvents() - 1 {
+		q.put(nsStatusItem("c", string(rune('a'+i))))
+	}
+	if n := q.len(); n != 64 {
+		t.Fatalf("status writes did not take the room events leave: %d queued of 64", n)
+	}
+}

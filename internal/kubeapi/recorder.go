@@ -38,8 +38,10 @@ const (
 	// API server's TTL does not remove them.
 	seriesRefresh = 30 * time.Minute
 	// recordQueue bounds the events waiting for the recorder's writer
-	// (client-go's maxQueuedEvents); beyond it they are dropped and counted.
-	recordQueue = 1000
+	// (client-go's maxQueuedEvents), recordNSQueue those of one namespace;
+	// beyond them they are dropped and counted.
+	recordQueue   = 1000
+	recordNSQueue = recordQueue / 8
 	// spamBurst and spamQPS are client-go's spam filter of one object's
 	// events (tools/record, events_cache.go: defaultSpamBurst,
 	// defaultSpamQPS): 25 at once, then one every 5 minutes.
@@ -75,21 +77,25 @@ type recorder struct {
 	// wg counts the events queued or being written.
 	wg sync.WaitGroup
 
-	// queue holds the events to write; the writer starts with the first
-	// (writeQueued) and, once its context ends, takes no more (closed).
-	queue chan *eventsv1.Event
+	// queue holds the events to write, the namespaces taking turns
+	// (roundRobin: one namespace's burst of events does not hold up
+	// another's for longer than one event each); the writer starts with
+	// the first (writeQueued), is woken by wake, and, once its context
+	// ends, takes no more (closed).
+	qmu    sync.Mutex
+	queue  roundRobin[*eventsv1.Event]
+	wake   chan struct{}
+	closed bool
 	// statusPending says whether a pod status write waits in the writer:
 	// an event write yields to it (nil: never).
 	statusPending func() bool
-	qmu           sync.Mutex
-	closed        bool
 	start         sync.Once
 }
 
 func newRecorder(res Resources, log *slog.Logger, dropped func(reason string)) *recorder {
 	host, _ := os.Hostname()
 	return &recorder{res: res, instance: ReportingController + "-" + host, log: log, retry: recordRetry,
-		now: time.Now, cache: map[seriesKey]*eventsv1.Event{}, dropped: dropped, queue: make(chan *eventsv1.Event, recordQueue),
+		now: time.Now, cache: map[seriesKey]*eventsv1.Event{}, dropped: dropped, wake: make(chan struct{}, 1),
 		spam: &spamFilter{cache: lru.New(spamObjects), clock: clock.RealClock{}}}
 }
 
@@ -179,38 +185,57 @@ func (r *recorder) record(ctx context.Context, e *Event) {
 	if r.closed {
 		return
 	}
-	r.wg.Add(1)
-	select {
-	case r.queue <- ev:
-	default:
-		r.wg.Done()
+	if r.queue.len() >= recordQueue || r.queue.lenOf(ev.Namespace) >= recordNSQueue {
 		r.dropped("queue_full")
 		r.log.Warn("event not written: the recorder's queue is full", "reason", e.Reason, "regarding", e.Regarding.Name)
+		return
+	}
+	r.wg.Add(1)
+	r.queue.push(ev.Namespace, ev)
+	select {
+	case r.wake <- struct{}{}:
+	default:
 	}
 }
 
-// writeQueued writes the queued events in order until ctx ends, then
-// drops what is left.
+// queued is the number of events waiting.
+func (r *recorder) queued() int {
+	r.qmu.Lock()
+	defer r.qmu.Unlock()
+	return r.queue.len()
+}
+
+// writeQueued writes the queued events, the namespaces taking turns, until
+// ctx ends, then drops what is left.
 func (r *recorder) writeQueued(ctx context.Context) {
 	for {
-		select {
-		case ev := <-r.queue:
-			r.yield(ctx)
-			r.write(ctx, ev)
-			r.wg.Done()
-		case <-ctx.Done():
-			r.qmu.Lock()
-			r.closed = true
+		r.qmu.Lock()
+		ev, ok := r.queue.pop()
+		if !ok && ctx.Err() == nil {
 			r.qmu.Unlock()
-			for {
-				select {
-				case <-r.queue:
-					r.wg.Done()
-				default:
-					return
-				}
+			select {
+			case <-r.wake:
+			case <-ctx.Done():
 			}
+			continue
 		}
+		if ctx.Err() != nil {
+			r.closed = true
+			n := r.queue.len()
+			if ok {
+				n++
+			}
+			r.queue = roundRobin[*eventsv1.Event]{}
+			r.qmu.Unlock()
+			for range n {
+				r.wg.Done()
+			}
+			return
+		}
+		r.qmu.Unlock()
+		r.yield(ctx)
+		r.write(ctx, ev)
+		r.wg.Done()
 	}
 }
 
@@ -276,6 +301,8 @@ func (r *recorder) writeOnce(ctx context.Context, ev *eventsv1.Event) (*eventsv1
 	var out *eventsv1.Event
 	var err error
 	series := ev.Series != nil
+	// The event's namespace waits its turn in the node's token bucket.
+	ctx = ForNamespace(ctx, ev.Namespace)
 	if series {
 		patch, perr := json.Marshal(map[string]any{"series": ev.Series})
 		if perr != nil {

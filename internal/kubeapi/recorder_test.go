@@ -168,8 +168,9 @@ func TestOneObjectsEventsAreRateLimited(t *testing.T) {
 }
 
 // Events wait for one writer in a bounded queue: while the API server
-// holds a write, at most recordQueue wait, the rest are dropped and
-// counted, and no goroutine is started per event.
+// holds a write, at most recordQueue wait (and recordNSQueue of one
+// namespace), the rest are dropped and counted, and no goroutine is started
+// per event.
 func TestRecorderQueueIsBounded(t *testing.T) {
 	cs := fake.NewClientset()
 	release := make(chan struct{})
@@ -180,10 +181,17 @@ func TestRecorderQueueIsBounded(t *testing.T) {
 	})
 	r, ctx, dropped := countingRecorder(t, cs)
 	goroutines := runtime.NumGoroutine()
-	n := recordQueue + 200
+	const spaces = 10
+	n := recordQueue + 200 // recordQueue/spaces+20 of each namespace, under recordNSQueue
 	for i := range n {
 		e := backOff
-		e.Regarding = PodObject(PodRef{Namespace: podA.Namespace, Name: fmt.Sprintf("p%d", i), UID: fmt.Sprintf("u%d", i)})
+		e.Regarding = PodObject(PodRef{Namespace: fmt.Sprintf("ns%d", i%spaces), Name: fmt.Sprintf("p%d", i), UID: fmt.Sprintf("u%d", i)})
+		r.record(ctx, &e)
+	}
+	// One namespace more than its share.
+	for i := range recordNSQueue + 50 {
+		e := backOff
+		e.Regarding = PodObject(PodRef{Namespace: "flood", Name: fmt.Sprintf("p%d", i), UID: fmt.Sprintf("f%d", i)})
 		r.record(ctx, &e)
 	}
 	if g := runtime.NumGoroutine(); g > goroutines+5 {
@@ -191,10 +199,65 @@ func TestRecorderQueueIsBounded(t *testing.T) {
 	}
 	close(release)
 	r.wg.Wait()
-	written := len(events(t, cs))
-	// The writer took the first before the others were queued, or not.
-	if dropped("queue_full")+written != n || written < recordQueue || written > recordQueue+1 {
-		t.Fatalf("%d written, %d dropped of %d; want %d or %d written", written, dropped("queue_full"), n, recordQueue, recordQueue+1)
+	written := 0
+	for i := range spaces {
+		l, err := cs.EventsV1().Events(fmt.Sprintf("ns%d", i)).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		written += len(l.Items)
+	}
+	// The writer took the first before the others were queued, or not;
+	// the flood namespace found the queue full.
+	if written < recordQueue || written > recordQueue+1 {
+		t.Fatalf("%d written of %d; want %d or %d", written, n, recordQueue, recordQueue+1)
+	}
+	if d := dropped("queue_full"); d != n-written+recordNSQueue+50 {
+		t.Fatalf("%d dropped, want %d", d, n-written+recordNSQueue+50)
+	}
+}
+
+// One namespace's backlog of events neither crowds out another's (its own
+// bound) nor delays it beyond a turn: the namespaces take turns.
+func TestRecorderNamespacesTakeTurns(t *testing.T) {
+	cs := fake.NewClientset()
+	release := make(chan struct{})
+	var first sync.Once
+	var mu sync.Mutex
+	var order []string
+	cs.PrependReactor("create", "events", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		first.Do(func() { <-release })
+		mu.Lock()
+		order = append(order, a.GetNamespace())
+		mu.Unlock()
+		return false, nil, nil
+	})
+	r, ctx, dropped := countingRecorder(t, cs)
+	for i := range recordNSQueue + 10 {
+		e := backOff
+		e.Regarding = PodObject(PodRef{Namespace: "flood", Name: fmt.Sprintf("p%d", i), UID: fmt.Sprintf("f%d", i)})
+		r.record(ctx, &e)
+	}
+	e := backOff
+	e.Regarding = PodObject(PodRef{Namespace: "quiet", Name: "q", UID: "q"})
+	r.record(ctx, &e)
+	close(release)
+	r.wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	at := -1
+	for i, ns := range order {
+		if ns == "quiet" {
+			at = i
+		}
+	}
+	// The writer may hold one flood event (taken before the others came)
+	// and then the quiet namespace's turn comes after at most one more.
+	if at < 0 || at > 2 {
+		t.Fatalf("the quiet namespace's event written at %d of %d (order %v)", at, len(order), order[:min(len(order), 5)])
+	}
+	if d := dropped("queue_full"); d < 9 || d > 10 {
+		t.Fatalf("%d of the flood dropped, want 9 or 10 (its bound %d)", d, recordNSQueue)
 	}
 }
 

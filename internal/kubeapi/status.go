@@ -40,7 +40,7 @@ func (w *Writer) SetPodCondition(pod PodRef, c Condition) {
 	if c.At.IsZero() {
 		c.At = time.Now()
 	}
-	w.q.put(&item{key: "pod/" + pod.UID, kind: kindStatus, pod: pod, conds: map[string]Condition{string(c.Type): c}})
+	w.q.put(&item{key: itemKey(kindStatus, pod.Namespace, pod.UID), ns: pod.Namespace, kind: kindStatus, pod: pod, conds: map[string]Condition{string(c.Type): c}})
 }
 
 // maxMessage bounds a condition message (the API has no limit of its own

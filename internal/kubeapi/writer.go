@@ -19,7 +19,8 @@ const ReportingController = "cri-shim"
 // WriterOptions tune a Writer; zero values take the defaults.
 type WriterOptions struct {
 	// MaxQueue bounds the pending writes (default 4096); beyond it the
-	// writes of new keys are dropped and counted.
+	// writes of new keys are dropped and counted. Events take at most
+	// three quarters of it, one namespace's a sixteenth (queue.go).
 	MaxQueue int
 	// MinDelay and MaxDelay bound the backoff between failed attempts
 	// (defaults 200ms and 30s).
@@ -94,7 +95,7 @@ func NewWriter(c *Client, o WriterOptions) *Writer {
 		Help: "Events handed to the recorder and not yet written.",
 	}, func() float64 {
 		if r := w.recorder.Load(); r != nil {
-			return float64(len(r.queue))
+			return float64(r.queued())
 		}
 		return 0
 	})
@@ -204,7 +205,7 @@ func (w *Writer) setUp(up bool) {
 func (w *Writer) write(ctx, bg context.Context, it *item) error {
 	switch it.kind {
 	case kindStatus:
-		return w.patchConditions(ctx, it.pod, it.conds)
+		return w.patchConditions(forPodStatus(ctx, it.pod.Namespace), it.pod, it.conds)
 	}
 	w.rec.record(bg, it.event)
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -17,6 +18,11 @@ import (
 // apiReadTimeout bounds each read of the pod and its secrets.
 const apiReadTimeout = 10 * time.Second
 
+// maxPullSecrets bounds the imagePullSecrets names read for one pod: the
+// first this many distinct names, the rest ignored (a pod spec may name
+// thousands, each a GET the node's token bucket pays for).
+const maxPullSecrets = 16
+
 // PodKeychain returns the credentials of the image pull secrets of pod
 // ns/name whose sandbox has UID uid, read as node: the Node authorizer lets a
 // node read the secrets its pods reference, image pull secrets included
@@ -25,8 +31,12 @@ const apiReadTimeout = 10 * time.Second
 // that are missing or not of type kubernetes.io/dockerconfigjson are
 // skipped, as the kubelet skips them; an API server that does not answer is
 // an Unavailable error (the kubelet retries), never a wait beyond
-// apiReadTimeout per read.
-func PodKeychain(ctx context.Context, res kubeapi.Resources, node, ns, pod, uid string, log *slog.Logger) (authn.Keychain, error) {
+// apiReadTimeout per read. The secrets' names are deduplicated and capped at
+// maxPullSecrets; secrets (nil: none) answers reads made within its TTL,
+// not-found ones included.
+func PodKeychain(ctx context.Context, res kubeapi.Resources, secrets *SecretCache, node, ns, pod, uid string, log *slog.Logger) (authn.Keychain, error) {
+	// The pod's namespace takes its turn in the node's token bucket.
+	ctx = kubeapi.ForNamespace(ctx, ns)
 	if res == nil {
 		return nil, fmt.Errorf("%w: reading pod %s/%s's imagePullSecrets: the node's API connection is not up yet", errdefs.ErrUnavailable, ns, pod)
 	}
@@ -44,13 +54,13 @@ func PodKeychain(ctx context.Context, res kubeapi.Resources, node, ns, pod, uid 
 		return nil, fmt.Errorf("%w: pod %s/%s is bound to node %q, not %q", errdefs.ErrFailedPrecondition, ns, pod, p.Spec.NodeName, node)
 	}
 	kc := authsKeychain{}
-	for _, ref := range p.Spec.ImagePullSecrets {
-		if ref.Name == "" {
-			continue
+	for i, name := range pullSecretNames(p) {
+		if i == maxPullSecrets {
+			log.Warn("checkpoint: pod names more image pull secrets than are read; the rest ignored", "pod", ns+"/"+pod, "read", maxPullSecrets)
+			break
 		}
-		rctx, cancel := context.WithTimeout(ctx, apiReadTimeout)
-		s, err := res.GetSecret(rctx, ns, ref.Name)
-		cancel()
+		ref := corev1.LocalObjectReference{Name: name}
+		s, err := secrets.get(ctx, res, ns, ref.Name)
 		switch {
 		case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
 			log.Warn("checkpoint: image pull secret not readable; skipped", "pod", ns+"/"+pod, "secret", ref.Name, "err", err)
@@ -73,4 +83,19 @@ func PodKeychain(ctx context.Context, res kubeapi.Resources, node, ns, pod, uid 
 		}
 	}
 	return kc, nil
+}
+
+// pullSecretNames are the distinct non-empty names of p's imagePullSecrets,
+// in order, at most maxPullSecrets+1 (the one more says there are more).
+func pullSecretNames(p *corev1.Pod) []string {
+	var out []string
+	for _, ref := range p.Spec.ImagePullSecrets {
+		if ref.Name == "" || slices.Contains(out, ref.Name) {
+			continue
+		}
+		if out = append(out, ref.Name); len(out) > maxPullSecrets {
+			break
+		}
+	}
+	return out
 }

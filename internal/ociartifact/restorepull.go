@@ -55,8 +55,14 @@ type RestorePullConfig struct {
 	Log       *slog.Logger
 }
 
-// maxPullJobs bounds the pulls in progress; more are answered Unavailable.
-const maxPullJobs = 4
+// maxPullJobs bounds the pulls in progress, maxNSPullJobs those for the
+// pods of one namespace (a pull holds its slot for up to [checkpoint]
+// pull_timeout: one tenant must not hold them all); more are answered
+// Unavailable, and the kubelet retries.
+const (
+	maxPullJobs   = 4
+	maxNSPullJobs = maxPullJobs / 2
+)
 
 // failedFor is how long a failed pull's error answers the same request
 // before a new pull is tried.
@@ -88,6 +94,7 @@ type RestorePuller struct {
 
 type pullJob struct {
 	kind             int    // jobPull or jobVerify
+	ns               string // the namespace of the pod it runs for
 	uid              string // the pod it runs for, with its credentials
 	done             chan struct{}
 	err              error
@@ -151,7 +158,7 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, rese
 		until := time.Now().Add(p.cfg.Wait)
 		var j *pullJob
 		for {
-			j, err = p.job(jobPull, dirName+"/"+ns, uid, func(j *pullJob) error {
+			j, err = p.job(jobPull, dirName+"/"+ns, ns, uid, func(j *pullJob) error {
 				return p.pull(j, d, allowed, dirName, ns, pod, uid, reserve)
 			})
 			if err != nil {
@@ -187,7 +194,7 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, rese
 	// may (read with the node's credentials or anonymously), else checked
 	// with the pod's credentials in the background.
 	if !p.allowsAccess(dir, d.Context().Name(), podCredential{}) {
-		j, err := p.job(jobVerify, dirName+"/"+uid, uid, func(*pullJob) error {
+		j, err := p.job(jobVerify, dirName+"/"+uid, ns, uid, func(*pullJob) error {
 			return p.verify(d, allowed, dirName, ns, pod, uid)
 		})
 		if err != nil {
@@ -268,8 +275,9 @@ func (p *RestorePuller) await(ctx context.Context, until time.Time, j *pullJob, 
 	}
 }
 
-// Jobs are pulls (at most maxPullJobs at once) and checks that a pod may
-// read a checkpoint already pulled (at most maxVerifyJobs).
+// Jobs are pulls (at most maxPullJobs at once, maxNSPullJobs of one
+// namespace) and checks that a pod may read a checkpoint already pulled
+// (at most maxVerifyJobs, each bounded by verifyTimeout).
 const (
 	jobPull = iota
 	jobVerify
@@ -282,12 +290,13 @@ const maxVerifyJobs = 16
 const verifyTimeout = time.Minute
 
 // job returns the job of kind under key, starting run in the background
-// for pod uid when there is none, or only a failure older than failedFor.
-func (p *RestorePuller) job(kind int, key, uid string, run func(*pullJob) error) (*pullJob, error) {
+// for pod uid of namespace ns when there is none, or only a failure older
+// than failedFor.
+func (p *RestorePuller) job(kind int, key, ns, uid string, run func(*pullJob) error) (*pullJob, error) {
 	k := fmt.Sprintf("%d/%s", kind, key)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	running, kept := 0, 0
+	running, ofNS, kept := 0, 0, 0
 	for key, j := range p.jobs {
 		select {
 		case <-j.done:
@@ -302,6 +311,9 @@ func (p *RestorePuller) job(kind int, key, uid string, run func(*pullJob) error)
 		default:
 			if j.kind == kind {
 				running++
+				if j.ns == ns {
+					ofNS++
+				}
 			}
 		}
 	}
@@ -311,10 +323,12 @@ func (p *RestorePuller) job(kind int, key, uid string, run func(*pullJob) error)
 	switch {
 	case kind == jobPull && running >= maxPullJobs:
 		return nil, fmt.Errorf("%w: %d checkpoint pulls in progress on this node; the kubelet retries", errdefs.ErrUnavailable, running)
+	case kind == jobPull && ofNS >= maxNSPullJobs:
+		return nil, fmt.Errorf("%w: %d checkpoint pulls for pods of namespace %s in progress on this node, its share; the kubelet retries", errdefs.ErrUnavailable, ofNS, ns)
 	case kind == jobVerify && running >= maxVerifyJobs:
 		return nil, fmt.Errorf("%w: %d checks of pods' access to pulled checkpoints in progress on this node; the kubelet retries", errdefs.ErrUnavailable, running)
 	}
-	j := &pullJob{kind: kind, uid: uid, done: make(chan struct{})}
+	j := &pullJob{kind: kind, ns: ns, uid: uid, done: make(chan struct{})}
 	p.jobs[k] = j
 	go func() {
 		err := run(j)

@@ -125,7 +125,7 @@ func TestPodKeychain(t *testing.T) {
 	cs := podAPI(t, dockerSecret("first", "127.0.0.1:5000", "u", "p"), dockerSecret("second", "127.0.0.1:5000", "other", "x"), opaque)
 	res := kubeapitest.Clientset{Interface: cs}
 	ctx := context.Background()
-	kc, err := PodKeychain(ctx, res, "n1", "default", "web", "uid-new", discard())
+	kc, err := PodKeychain(ctx, res, nil, "n1", "default", "web", "uid-new", discard())
 	must(t, err)
 	auth := resolve(t, kc, "127.0.0.1:5000/cp/web")
 	if auth.Username != "u" || auth.Password != "p" {
@@ -138,20 +138,20 @@ func TestPodKeychain(t *testing.T) {
 		node, uid string
 		kind      error
 	}{{"n2", "uid-new", errdefs.ErrFailedPrecondition}, {"n1", "uid-old", errdefs.ErrFailedPrecondition}} {
-		if _, err := PodKeychain(ctx, res, tc.node, "default", "web", tc.uid, discard()); !errors.Is(err, tc.kind) {
+		if _, err := PodKeychain(ctx, res, nil, tc.node, "default", "web", tc.uid, discard()); !errors.Is(err, tc.kind) {
 			t.Errorf("node %s uid %s: %v, want %v", tc.node, tc.uid, err, tc.kind)
 		}
 	}
-	if _, err := PodKeychain(ctx, res, "n1", "default", "gone", "uid-new", discard()); !errdefs.IsUnavailable(err) {
+	if _, err := PodKeychain(ctx, res, nil, "n1", "default", "gone", "uid-new", discard()); !errdefs.IsUnavailable(err) {
 		t.Errorf("pod not in the API: %v", err)
 	}
-	if _, err := PodKeychain(ctx, nil, "n1", "default", "web", "uid-new", discard()); !errdefs.IsUnavailable(err) {
+	if _, err := PodKeychain(ctx, nil, nil, "n1", "default", "web", "uid-new", discard()); !errdefs.IsUnavailable(err) {
 		t.Errorf("no API connection: %v", err)
 	}
 	cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
 	})
-	if _, err := PodKeychain(ctx, res, "n1", "default", "web", "uid-new", discard()); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "connection refused") {
+	if _, err := PodKeychain(ctx, res, nil, "n1", "default", "web", "uid-new", discard()); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("API server down: %v", err)
 	}
 }
@@ -265,7 +265,7 @@ func TestRestorePullAPIDown(t *testing.T) {
 	})
 	p := puller(r, root, func(c *RestorePullConfig) {
 		c.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
-			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, "n1", ns, pod, uid, discard())
+			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, nil, "n1", ns, pod, uid, discard())
 		}
 	})
 	t0 := time.Now()
@@ -318,7 +318,7 @@ func TestRestorePullUsesPodSecret(t *testing.T) {
 	cs := podAPI(t, dockerSecret("pull", r.host, "u", "p"))
 	withSecret := puller(r, root, func(c *RestorePullConfig) {
 		c.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
-			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, "n1", ns, pod, uid, discard())
+			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, nil, "n1", ns, pod, uid, discard())
 		}
 	})
 	if _, err := puller(r, root, nil).Pull(context.Background(), "default", "web", "uid-new", p0.Ref, nil); err == nil {
@@ -548,5 +548,35 @@ func TestRestorePullContentRefusalIsKept(t *testing.T) {
 	}
 	if asked != 0 {
 		t.Errorf("the registry was asked %d times again for a refused digest", asked)
+	}
+}
+
+// A namespace holds at most its share of the pull slots: another
+// namespace's pod still finds one, until the node's bound.
+func TestPullSlotsPerNamespace(t *testing.T) {
+	p := NewRestorePuller(RestorePullConfig{})
+	hold := make(chan struct{})
+	defer close(hold)
+	block := func(*pullJob) error { <-hold; return nil }
+	start := func(kind int, ns string, i int) error {
+		_, err := p.job(kind, fmt.Sprintf("oci-%d/%s", i, ns), ns, fmt.Sprintf("%s-%d", ns, i), block)
+		return err
+	}
+	for i := range maxNSPullJobs {
+		if err := start(jobPull, "a", i); err != nil {
+			t.Fatalf("pull %d of namespace a: %v", i, err)
+		}
+	}
+	err := start(jobPull, "a", 99)
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "namespace a") {
+		t.Fatalf("a pull beyond namespace a's share: %v, want Unavailable naming it", err)
+	}
+	for i := range maxPullJobs - maxNSPullJobs {
+		if err := start(jobPull, fmt.Sprintf("b%d", i), i); err != nil {
+			t.Fatalf("another namespace's pull: %v", err)
+		}
+	}
+	if err := start(jobPull, "c", 0); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "pulls in progress on this node") {
+		t.Fatalf("a pull beyond the node's bound: %v", err)
 	}
 }

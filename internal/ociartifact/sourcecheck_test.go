@@ -134,7 +134,7 @@ func TestCheckSourceUsesPodSecret(t *testing.T) {
 	cs := podAPI(t, dockerSecret("pull", r.host, "u", "p"))
 	withSecret := puller(r, root, func(c *RestorePullConfig) {
 		c.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
-			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, "n1", ns, pod, uid, discard())
+			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, nil, "n1", ns, pod, uid, discard())
 		}
 	})
 	info, err := withSecret.CheckSource(context.Background(), "default", "web", "uid-new", p0.Ref)

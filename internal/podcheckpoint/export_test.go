@@ -61,12 +61,13 @@ func (e *env) waitExported(t *testing.T, ns, name, reason string) *cpv1.PodCheck
 
 // An object with spec.export is pushed once Ready, with its secret and the
 // node's data directory; status.export records the reference and digest. A
-// failed push is ExportFailed and tried again after exportRetry; an object
-// without spec.export is never pushed.
+// failed push is ExportFailed and tried again after exportRetry, then twice
+// that; a retry writes the status once (its outcome); an object without
+// spec.export is never pushed.
 func TestExportOnceReady(t *testing.T) {
-	old := exportRetry
-	exportRetry = 300 * time.Millisecond
-	t.Cleanup(func() { exportRetry = old })
+	old, oldMax := exportRetry, exportRetryMax
+	exportRetry, exportRetryMax = 200*time.Millisecond, time.Second
+	t.Cleanup(func() { exportRetry, exportRetryMax = old, oldMax })
 	e := newEnv(t)
 	x := &fakeExporter{errs: []error{errors.New("registry said 503"), errors.New("registry said 503")}}
 	e.r.exporter = x
@@ -78,7 +79,7 @@ func TestExportOnceReady(t *testing.T) {
 	pc.Spec.Export = &cpv1.PodCheckpointExport{Image: "reg.example/cp/web:v1", SecretName: "regcred"}
 	e.create(pc)
 	failed := e.waitExported(t, "ns", "cp", cpv1.ReasonExportFailed)
-	if c := meta.FindStatusCondition(failed.Status.Conditions, cpv1.ConditionExported); c.Message != "registry said 503" || failed.Status.Export != nil {
+	if c := meta.FindStatusCondition(failed.Status.Conditions, cpv1.ConditionExported); !strings.HasPrefix(c.Message, "push 1 failed: registry said 503; next push in ") || failed.Status.Export != nil {
 		t.Errorf("failed export: %+v, %+v", c, failed.Status.Export)
 	}
 	done := e.waitExported(t, "ns", "cp", cpv1.ReasonExported)
@@ -120,9 +121,43 @@ func TestExportOnceReady(t *testing.T) {
 	}
 	at = at[:3] // cp's
 	for i := 1; i < len(at); i++ {
-		if gap := at[i].Sub(at[i-1]); gap < exportRetry {
-			t.Errorf("push %d came %s after the failed one, before exportRetry %s", i, gap, exportRetry)
+		// exportDelay(i), jittered down by up to a quarter.
+		if gap, min := at[i].Sub(at[i-1]), exportRetry*time.Duration(1<<(i-1))*3/4; gap < min {
+			t.Errorf("push %d came %s after the failed one, before its backoff's least %s", i, gap, min)
 		}
+	}
+	e.api.mu.Lock()
+	var writes []string
+	for _, w := range e.api.statusWrites {
+		if name, exp, _ := strings.Cut(w, " "); name == "cp" && exp != "" {
+			writes = append(writes, exp)
+		}
+	}
+	e.api.mu.Unlock()
+	want := []string{cpv1.ReasonExportInProgress, cpv1.ReasonExportFailed, cpv1.ReasonExportFailed, cpv1.ReasonExported}
+	if !slices.Equal(writes, want) {
+		t.Errorf("cp's status writes with Exported: %v, want %v (one per retry)", writes, want)
+	}
+}
+
+// The wait after each failed push doubles from exportRetry up to
+// exportRetryMax, less a jitter of at most a quarter.
+func TestExportBackoffSchedule(t *testing.T) {
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	for i, m := range want {
+		d := m * time.Minute
+		for range 50 {
+			if got := exportDelay(i + 1); got > d || got < d*3/4 {
+				t.Fatalf("wait after failure %d: %s, want within [%s, %s]", i+1, got, d*3/4, d)
+			}
+		}
+	}
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		seen[exportDelay(3)] = true
+	}
+	if len(seen) < 2 {
+		t.Error("the waits are not jittered")
 	}
 }
 
@@ -155,7 +190,7 @@ func TestExportWithoutRegistries(t *testing.T) {
 	pc.Spec.Export = &cpv1.PodCheckpointExport{Image: "reg.example/cp/web:v1"}
 	e.create(pc)
 	got := e.waitExported(t, "ns", "cp", cpv1.ReasonExportFailed)
-	if c := meta.FindStatusCondition(got.Status.Conditions, cpv1.ConditionExported); c.Message != "this node's cri-shim exports to no registry (no [checkpoint] registries)" {
+	if c := meta.FindStatusCondition(got.Status.Conditions, cpv1.ConditionExported); !strings.Contains(c.Message, "this node's cri-shim exports to no registry (no [checkpoint] registries)") {
 		t.Errorf("Exported %+v", c)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -34,7 +35,10 @@ type fakeAPI struct {
 	rv      int
 	objs    map[string]*cpv1.PodCheckpoint
 	history []string // Ready reasons written, in order
-	down    bool     // every call fails as if the server did not answer
+	// statusWrites are the status writes made, as "<name> <Exported
+	// reason>", in order.
+	statusWrites []string
+	down         bool // every call fails as if the server did not answer
 	// hold, when not nil, keeps every Get from answering until it is
 	// closed (or the Get's context ends): a server that does not answer.
 	hold        chan struct{}
@@ -118,6 +122,11 @@ func (f *fakeAPI) write(pc *cpv1.PodCheckpoint, statusOnly bool) (*cpv1.PodCheck
 		if c := ready(next); c != nil {
 			f.history = append(f.history, c.Reason)
 		}
+		exp := ""
+		if c := meta.FindStatusCondition(next.Status.Conditions, cpv1.ConditionExported); c != nil {
+			exp = c.Reason
+		}
+		f.statusWrites = append(f.statusWrites, pc.Name+" "+exp)
 	} else {
 		next.Finalizers = append([]string(nil), pc.Finalizers...)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -103,13 +104,16 @@ type Reconciler struct {
 	// exporting holds the objects being pushed (export.go), exportFailed
 	// when the last push of an object failed.
 	exporting    map[types.UID]bool
-	exportFailed map[types.UID]time.Time
+	exportFailed map[types.UID]exportFailure
 	exporter     Exporter
 	// srcReq holds the restores that asked for objects with
 	// spec.sourceImage, srcState their last checks (sourceimage.go).
 	srcReq   map[string]sourceRequest
 	srcState map[types.UID]*sourceState
-	wg       sync.WaitGroup
+	// exportSlots and sourceSlots bound the pushes and the source checks
+	// running at once (slots.go).
+	exportSlots, sourceSlots *slots
+	wg                       sync.WaitGroup
 }
 
 // NewReconciler builds a reconciler; Run starts it.
@@ -129,10 +133,12 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 		byPod:   make(map[string]types.UID),
 
 		exporting:    make(map[types.UID]bool),
-		exportFailed: make(map[types.UID]time.Time),
+		exportFailed: make(map[types.UID]exportFailure),
 		exporter:     cfg.Exporter,
 		srcReq:       make(map[string]sourceRequest),
 		srcState:     make(map[types.UID]*sourceState),
+		exportSlots:  newSlots(maxExports, maxNSExports),
+		sourceSlots:  newSlots(maxSourceChecks, maxNSSourceChecks),
 	}
 }
 
@@ -274,6 +280,9 @@ func (r *Reconciler) reconcile(ctx context.Context, k string) error {
 	if pc == nil {
 		return nil
 	}
+	// The object's requests, and those of the checkpoint or push it starts,
+	// take their namespace's turns in the node's token bucket.
+	ctx = kubeapi.ForNamespace(ctx, pc.Namespace)
 	if pc.Spec.SourceImage != "" {
 		r.sourceRouted(k)
 		return nil

@@ -157,6 +157,12 @@ func (r *Reconciler) reconcileSource(ctx context.Context, k string) error {
 		r.queue.AddAfter(sourcePrefix+k, wait)
 		return nil
 	}
+	if !r.sourceSlots.take(pc.Namespace) {
+		// Checks of other objects take the slots: the request waits.
+		r.mu.Unlock()
+		r.queue.AddAfter(sourcePrefix+k, slotWait)
+		return nil
+	}
 	st.checking = true
 	// The claim is the outcome's write (checkSource): nothing is written
 	// before the registry answers, so no kill between the two can leave a
@@ -166,6 +172,7 @@ func (r *Reconciler) reconcileSource(ctx context.Context, k string) error {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		defer r.sourceSlots.give(pc.Namespace)
 		r.checkSource(ctx, pc, req, st)
 	}()
 	return nil
@@ -258,10 +265,11 @@ func (r *Reconciler) sourceChecked(ctx context.Context, pc *cpv1.PodCheckpoint, 
 }
 
 // final reports whether a status write's error will not go away by
-// writing again: the object is gone, replaced or another node's, or the API
-// server refuses the write itself.
+// writing again: the object is gone, replaced or another node's, the API
+// server refuses the write itself, or it was over maxStatusBytes (and a
+// bounded failure was written instead).
 func final(err error) bool {
-	return errors.Is(err, errHeldElsewhere) || errors.Is(err, errReplaced) ||
+	return errors.Is(err, errHeldElsewhere) || errors.Is(err, errReplaced) || errors.Is(err, errStatusTooLarge) ||
 		apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
 }
 

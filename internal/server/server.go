@@ -316,8 +316,9 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 			Registries:     cfg.Checkpoint.Registries,
 		}
 		if api != nil {
+			secrets := ociartifact.NewSecretCache()
 			pc.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
-				return ociartifact.PodKeychain(ctx, api.Client.Resources(), api.Client.Node, ns, pod, uid, log)
+				return ociartifact.PodKeychain(ctx, api.Client.Resources(), secrets, api.Client.Node, ns, pod, uid, log)
 			}
 			w.exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
 				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
