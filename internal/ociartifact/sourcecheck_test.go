@@ -188,7 +188,7 @@ func TestCheckSourceTellsNothingOfOthersRepositories(t *testing.T) {
 	own := puller(r, t.TempDir(), func(c *RestorePullConfig) {
 		c.NodeAuthFile = filepath.Join(filepath.Dir(nodeAuth), "empty.json")
 		c.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
-			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, "n1", "default", pod, uid, discard())
+			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, nil, "n1", "default", pod, uid, discard())
 		}
 	})
 	if _, err := own.CheckSource(ctx, "other", "web", "uid-new", p0.Ref); !errors.Is(err, criu.ErrForeignCheckpoint) {
