@@ -102,7 +102,7 @@ shape_combo() {
 		why+="not ready (containerd: $(crictl_ctrd info -o go-template --template '{{range .status.conditions}}{{.type}}={{.status}} {{.reason}} {{end}}' 2>&1 | head -c 300); through the shim: $(crictl_shim version 2>&1 | tail -n 1)); "
 	fi
 	[[ $(ctrd_server_version) == "$v"* ]] || why+="after install.sh containerd answers as $(ctrd_server_version), not $v; "
-	local pod=shape-${v//./}-$s
+	local pod=shape-${v//./}-${s//-/} # no pod name a prefix of another
 	if [[ -z $why ]]; then
 		if RESTORE_WAIT=180 restored_counts "$pod" shape-count-cp "$CP_AT"; then
 			restored=$((SECONDS - t0))
