@@ -40,6 +40,10 @@ sandbox_image() {
 	grep -m1 -oE "^[[:space:]]*sandbox(_image)?[[:space:]]*=[[:space:]]*['\"][^'\"]+" "$1" | sed -E "s/.*['\"]//"
 }
 
+# combo_step WHAT: a progress line of the combination shape_combo runs (its
+# name and start, from its locals), on the console.
+combo_step() { echo "  $name +$((SECONDS - t0)) s: $*"; }
+
 check_shapes() {
 	if ! counting_checkpoint shape-count shape-count-cp; then
 		fail shapes-checkpoint "$CHECK_WHY"
@@ -73,6 +77,7 @@ shape_combo() {
 	rm -rf /var/lib/cri-shim-install/backup/etc/containerd
 	systemctl start containerd.service || why+="containerd did not start on the shape's config; "
 	wait_for 60 "containerd $v" ctr version || why+="containerd $v does not answer on the shape's config; "
+	combo_step "containerd $v up on the shape's files"
 	[[ $(ctrd_server_version) == "$v"* ]] || why+="containerd answers as $(ctrd_server_version), not $v; "
 	containerd config dump >"$dir/before.toml" 2>"$dir/before.err" || why+="config dump before: $(head -c 200 "$dir/before.err"); "
 	# The pause image the shape names: the imported one under that name
@@ -85,6 +90,7 @@ shape_combo() {
 	fi
 	"$P/repo/deploy/install.sh" --binary "$P/repo/_output/cri-shim" --with-containerd >"$dir/install.log" 2>&1 ||
 		why+="install.sh exit $?: $(tail -n 3 "$dir/install.log" | tr '\n' ' '); "
+	combo_step "install.sh done"
 	containerd config dump >"$dir/after.toml" 2>"$dir/after.err" || why+="config dump after: $(head -c 200 "$dir/after.err"); "
 	config_only_runtime_path "$dir/before.toml" "$dir/after.toml" || why+="$CHECK_WHY; "
 	# A main config install.sh changed is kept as the shape's own file.
@@ -98,6 +104,7 @@ shape_combo() {
 	fi
 	if wait_for 60 "containerd $v ready" cri_ready "$CTRD_SOCK" && wait_for 60 "the shim ready" cri_ready "$SHIM_SOCK"; then
 		up=$((SECONDS - t0))
+		combo_step "containerd and the shim ready"
 	else
 		why+="not ready (containerd: $(crictl_ctrd info -o go-template --template '{{range .status.conditions}}{{.type}}={{.status}} {{.reason}} {{end}}' 2>&1 | head -c 300); through the shim: $(crictl_shim version 2>&1 | tail -n 1)); "
 	fi
@@ -114,6 +121,7 @@ shape_combo() {
 	# Gone: the kubelet stops the pod; its sandbox, no longer ready, is
 	# removed here rather than at the kubelet's next garbage collection (a
 	# minute or more), so that the next combination starts without it.
+	combo_step "restore done; removing $pod"
 	if wait_for 120 "$pod stopped" bash -c "! crictl --runtime-endpoint $SHIM_SOCK pods --name '^$pod-' --state ready -q | grep -q ."; then
 		local sb
 		for sb in $(crictl_shim pods --name "^$pod-" -q 2>/dev/null); do crictl_shim rmp "$sb" >/dev/null 2>&1 || true; done
