@@ -150,27 +150,32 @@ check_checkpoint_restore() {
 
 # counting_checkpoint POD NAME: a static pod POD whose main counts once a
 # second into /work/n, then CheckpointPod of it named NAME. Sets CP_AT to
-# the count right after the checkpoint and removes the pod; on failure sets
-# CHECK_WHY and returns 1.
+# the count read right before the checkpoint (the checkpoint's own count is
+# at least that; the pod counts on while it is taken, so a count read after
+# it can be higher than the checkpoint's) and removes the pod; on failure
+# sets CHECK_WHY and returns 1.
 counting_checkpoint() {
-	local pod=$1 cp=$2 id
+	local pod=$1 cp=$2 id after
 	static_pod "$pod" "    cri-shim.io/probe: 'true'" "i=0; while true; do i=\$((i+1)); echo \$i > /work/n; sleep 1; done"
 	wait_for 180 "$pod running" running_main "$pod" || { CHECK_WHY="$pod did not start"; return 1; }
 	sleep 5
+	id=$(running_main "$pod")
+	CP_AT=$(crictl_shim exec "$id" cat /work/n 2>&1)
 	# A static pod's name carries the node's: POD-<hostname>.
 	if ! /usr/local/bin/cri-shim checkpoint --pod "$pod-$(hostname)" --name "$cp" --timeout 5m >"$OUT/checkpoint.log" 2>&1; then
 		CHECK_WHY="CheckpointPod: $(tail -n 3 "$OUT/checkpoint.log" | tr '\n' ' ')"
 		return 1
 	fi
-	id=$(running_main "$pod")
-	CP_AT=$(crictl_shim exec "$id" cat /work/n 2>&1)
+	after=$(crictl_shim exec "$id" cat /work/n 2>&1)
+	echo "checkpoint $cp of $pod: n=$CP_AT before it, n=$after after it"
 	rm -f "/etc/kubernetes/manifests/$pod.yaml"
 }
 
 # restored_counts POD NAME AT: a static pod POD restored from the checkpoint
 # NAME (annotation checkpoint.cri-shim.io/restore-from) runs, its process
-# counts on from the checkpoint's count AT (at least AT, and still counting
-# seconds later) and never started cold (a cold start writes /work/cold).
+# counts on from the checkpoint's count (at least AT, a count read before
+# the checkpoint, and still counting seconds later) and never started cold
+# (a cold start writes /work/cold).
 # On failure sets CHECK_WHY and returns 1. The pod stays. RESTORE_WAIT
 # bounds the wait for it to run (seconds, default 300).
 restored_counts() {

@@ -49,7 +49,6 @@ check_shapes() {
 		fail shapes-checkpoint "$CHECK_WHY"
 		return
 	fi
-	echo "shapes: checkpoint shape-count-cp taken at n=$CP_AT"
 	local v s
 	for v in "${SHAPE_VERSIONS[@]}"; do
 		for s in "${SHAPES[@]}"; do
