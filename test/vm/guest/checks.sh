@@ -186,7 +186,12 @@ restored_counts() {
 		return 1
 	fi
 	sleep 3
-	id=$(running_main "$pod")
+	if ! id=$(running_main "$pod"); then
+		local last
+		last=$(crictl_shim ps -a --name '^main$' -q 2>/dev/null | sed -n 1p)
+		CHECK_WHY="the restored main ran, then stopped: $(crictl_shim inspect -o go-template --template '{{.status.state}} exit {{.status.exitCode}} {{.status.reason}} {{.status.message}}' "$last" 2>&1 | head -c 300)"
+		return 1
+	fi
 	n=$(crictl_shim exec "$id" cat /work/n 2>&1)
 	cold=$(crictl_shim exec "$id" cat /work/cold 2>/dev/null)
 	sleep 3

@@ -128,6 +128,13 @@ shape_combo() {
 	else
 		why+="$pod still ready 120 s after its manifest went; "
 	fi
+	if [[ -n $why ]]; then
+		# What the node says of this combination, for the report.
+		journalctl -u cri-shim --since "-$((SECONDS - t0 + 5))s" --no-pager >"$dir/cri-shim.journal" 2>&1
+		journalctl -u kubelet --since "-$((SECONDS - t0 + 5))s" --no-pager | tail -n 300 >"$dir/kubelet.journal" 2>&1
+		journalctl -u containerd --since "-$((SECONDS - t0 + 5))s" --no-pager | tail -n 300 >"$dir/containerd.journal" 2>&1
+		crictl_shim ps -a >"$dir/crictl-ps.txt" 2>&1
+	fi
 	echo "$name: $((SECONDS - t0)) s (containerd and the shim ready at ${up:--} s, restored pod counting at ${restored:--} s)"
 	[[ -z $why ]] && pass "$name" || fail "$name" "$why"
 }
