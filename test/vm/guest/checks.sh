@@ -148,6 +148,10 @@ check_checkpoint_restore() {
 	rm -f /etc/kubernetes/manifests/vm-restored.yaml
 }
 
+# COUNTER counts once a second into /work/n, written whole (a rename: a
+# reader never sees the file truncated and not yet written).
+COUNTER='i=0; while true; do i=$((i+1)); echo $i > /work/n.new; mv /work/n.new /work/n; sleep 1; done'
+
 # counting_checkpoint POD NAME: a static pod POD whose main counts once a
 # second into /work/n, then CheckpointPod of it named NAME. Sets CP_AT to
 # the count read right before the checkpoint (the checkpoint's own count is
@@ -156,7 +160,7 @@ check_checkpoint_restore() {
 # sets CHECK_WHY and returns 1.
 counting_checkpoint() {
 	local pod=$1 cp=$2 id after
-	static_pod "$pod" "    cri-shim.io/probe: 'true'" "i=0; while true; do i=\$((i+1)); echo \$i > /work/n; sleep 1; done"
+	static_pod "$pod" "    cri-shim.io/probe: 'true'" "$COUNTER"
 	wait_for 180 "$pod running" running_main "$pod" || { CHECK_WHY="$pod did not start"; return 1; }
 	sleep 5
 	id=$(running_main "$pod")
@@ -180,7 +184,7 @@ counting_checkpoint() {
 # bounds the wait for it to run (seconds, default 300).
 restored_counts() {
 	local pod=$1 cp=$2 at=$3 id n n2 cold
-	static_pod "$pod" "    checkpoint.cri-shim.io/restore-from: $cp" "echo restarted > /work/cold; i=0; while true; do i=\$((i+1)); echo \$i > /work/n; sleep 1; done"
+	static_pod "$pod" "    checkpoint.cri-shim.io/restore-from: $cp" "echo restarted > /work/cold; $COUNTER"
 	if ! wait_for "${RESTORE_WAIT:-300}" "$pod running" running_main "$pod"; then
 		CHECK_WHY="the restored pod does not run ($(journalctl -u cri-shim --no-pager | grep -i restor | tail -n 3 | tr '\n' ' '))"
 		return 1

@@ -40,6 +40,18 @@ sandbox_image() {
 	grep -m1 -oE "^[[:space:]]*sandbox(_image)?[[:space:]]*=[[:space:]]*['\"][^'\"]+" "$1" | sed -E "s/.*['\"]//"
 }
 
+# The cgroup driver the kubelet runs with: the one containerd reported when
+# the kubelet started (node.sh's config: SystemdCgroup = true). The kubelet
+# asks the CRI for it once, at its start (KubeletCgroupDriverFromCRI, GA
+# and locked on since 1.34: kubernetes cmd/kubelet/app/server.go,
+# getCgroupDriverFromCRI); containerd answers with its runc handler's
+# SystemdCgroup (internal/cri/server/runtime_config_linux.go, getCgroupDriver).
+KUBELET_DRIVER=systemd
+
+# cgroup_driver DUMP: the driver containerd reports for a `containerd config
+# dump` (its runc handler's SystemdCgroup).
+cgroup_driver() { if grep -Eq '^[[:space:]]*SystemdCgroup = true' "$1"; then echo systemd; else echo cgroupfs; fi; }
+
 # combo_step WHAT: a progress line of the combination shape_combo runs (its
 # name and start, from its locals), on the console.
 combo_step() { echo "  $name +$((SECONDS - t0)) s: $*"; }
@@ -108,6 +120,21 @@ shape_combo() {
 		why+="not ready (containerd: $(crictl_ctrd info -o go-template --template '{{range .status.conditions}}{{.type}}={{.status}} {{.reason}} {{end}}' 2>&1 | head -c 300); through the shim: $(crictl_shim version 2>&1 | tail -n 1)); "
 	fi
 	[[ $(ctrd_server_version) == "$v"* ]] || why+="after install.sh containerd answers as $(ctrd_server_version), not $v; "
+	# A shape whose cgroup driver is not the one the kubelet started with (the
+	# none shape: containerd's default, cgroupfs) is a node whose kubelet
+	# started on that containerd: the kubelet is restarted, as it would have
+	# been started on that node, and learns the driver from the CRI.
+	local driver
+	driver=$(cgroup_driver "$dir/after.toml")
+	if [[ -z $why && $driver != "$KUBELET_DRIVER" ]]; then
+		systemctl restart kubelet.service
+		if wait_for 120 "the kubelet's healthz" bash -c 'exec 3<>/dev/tcp/127.0.0.1/10248 && printf "GET /healthz HTTP/1.0\r\n\r\n" >&3 && grep -q ok <&3'; then
+			KUBELET_DRIVER=$driver
+			combo_step "kubelet restarted for the $driver cgroup driver ($(journalctl -u kubelet -n 400 --no-pager | grep -o 'cgroupDriver="[a-z]*"' | tail -n 1))"
+		else
+			why+="the kubelet restarted for the $driver cgroup driver is not healthy; "
+		fi
+	fi
 	local pod=shape-${v//./}-${s//-/} # no pod name a prefix of another
 	if [[ -z $why ]]; then
 		if RESTORE_WAIT=180 restored_counts "$pod" shape-count-cp "$CP_AT"; then
@@ -137,4 +164,5 @@ shape_combo() {
 	fi
 	echo "$name: $((SECONDS - t0)) s (containerd and the shim ready at ${up:--} s, restored pod counting at ${restored:--} s)"
 	[[ -z $why ]] && pass "$name" || fail "$name" "$why"
+	sync # the payload disk holds what is written so far should the guest be stopped
 }
