@@ -18,7 +18,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build generate test test-long unit unit-nonroot e2e e2e-oldest matrix node-vm stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline bench-fleet fuzz vet clean release
+.PHONY: proto all build generate test test-long unit unit-nonroot e2e e2e-oldest matrix node-vm node-vm-shapes stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline bench-fleet fuzz vet clean release
 
 all: build
 
@@ -87,7 +87,7 @@ test:
 # tenant and upgrade loops, every kill point, the pinned critest specs), then
 # the matrix over every pair (docs/compatibility.md).
 test-long: unit build stack
-	@rc=0; test/e2e-lanes.sh --tier long --no-oldest || rc=1; test/matrix.sh --lanes 3 || rc=1; test/vm/run.sh || rc=1; \
+	@rc=0; test/e2e-lanes.sh --tier long --no-oldest || rc=1; test/matrix.sh --lanes 3 || rc=1; test/vm/run.sh || rc=1; CRI_SHIM_VM_SUITE=shapes test/vm/run.sh || rc=1; \
 		[[ $$rc == 0 ]] || echo "!!! make test-long: FAILED (see the e2e summary, docs/compatibility.md and the guest's checks above)" >&2; exit $$rc
 
 # A systemd + cgroup v2 node in a QEMU guest (test/vm): built from Debian's
@@ -96,6 +96,14 @@ test-long: unit build stack
 # with the machine otherwise idle (TCG emulation).
 node-vm: build stack
 	test/vm/run.sh
+
+# The same guest node through containerd's main-config shapes
+# (test/testdata/containerd-shapes) on containerd 2.2.9, 2.3.7 and 2.4.2:
+# install.sh --with-containerd on each, containerd comes up, a pod restores
+# from a checkpoint (test/vm/guest/shapes.sh). The guest's checks print at
+# the end.
+node-vm-shapes: build stack
+	CRI_SHIM_VM_SUITE=shapes test/vm/run.sh
 
 # The matrix's subset (test/matrix.sh) on the oldest supported pair alone
 # (make e2e runs it in a lane beside the newest).

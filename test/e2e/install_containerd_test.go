@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,46 +12,48 @@ import (
 )
 
 // The main-config shapes operators have, as files under /etc/containerd
-// (imports name the node's paths, as on a node).
-var containerdShapes = map[string]map[string]string{
-	// containerd 1.x-era configs still in use: the CRI plugin under its
-	// version 2 name, the systemd cgroup driver and a private pause image.
-	"v2": {"etc/containerd/config.toml": `version = 2
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.example/pause:9.9"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-      SystemdCgroup = true
-`},
-	"v2 with imports": {"etc/containerd/config.toml": `version = 2
-imports = ["/etc/containerd/conf.d/*.toml"]
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.example/pause:9.9"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-    SystemdCgroup = true
-`, "etc/containerd/conf.d/10-site.toml": `version = 2
-[plugins."io.containerd.grpc.v1.cri"]
-  max_concurrent_downloads = 7
-`},
-	"v3": {"etc/containerd/config.toml": `version = 3
-[plugins.'io.containerd.cri.v1.images'.pinned_images]
-  sandbox = 'registry.example/pause:9.9'
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-  SystemdCgroup = true
-`},
-	"v3 with imports": {"etc/containerd/config.toml": `version = 3
-imports = ['/etc/containerd/conf.d/*.toml', 'site.toml']
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-  SystemdCgroup = true
-`, "etc/containerd/site.toml": `version = 3
-[plugins.'io.containerd.cri.v1.images'.pinned_images]
-  sandbox = 'registry.example/pause:9.9'
-`, "etc/containerd/conf.d/10-site.toml": `version = 3
-[plugins.'io.containerd.cri.v1.images']
-  max_concurrent_downloads = 7
-`},
-	"none": {},
+// (imports name the node's paths, as on a node): shape name to relative path
+// to body. They are test/testdata/containerd-shapes's (its README says what
+// each is), which the guest's shapes suite (test/vm/guest/shapes.sh) installs
+// on a running node too.
+var containerdShapes = readContainerdShapes(filepath.Join("..", "testdata", "containerd-shapes"))
+
+// readContainerdShapes reads every shape directory under dir: the files under
+// its etc/, by their path relative to the shape directory (a shape without
+// etc/ is a node with no containerd config files).
+func readContainerdShapes(dir string) map[string]map[string]string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		panic(err) // the repository's own files
+	}
+	shapes := map[string]map[string]string{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		shape := filepath.Join(dir, e.Name())
+		files := map[string]string{}
+		err := filepath.WalkDir(filepath.Join(shape, "etc"), func(p string, d fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && p == filepath.Join(shape, "etc") {
+				return filepath.SkipDir
+			}
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(shape, p)
+			files[filepath.ToSlash(rel)] = string(b)
+			return nil
+		})
+		if err != nil {
+			panic(err)
+		}
+		shapes[e.Name()] = files
+	}
+	return shapes
 }
 
 var runtimePathLine = regexp.MustCompile(`^\s*runtime_path = `)
@@ -108,6 +112,11 @@ func changedLines(a, b string) (gone, added []string) {
 // image: a version 3 drop-in loses both on 2.2), and the handler runs the
 // runtime shim. A second run changes no file.
 func TestInstallContainerdConfigShapes(t *testing.T) {
+	for _, shape := range []string{"v2", "v2-imports", "v3", "v3-imports", "none"} {
+		if _, ok := containerdShapes[shape]; !ok {
+			t.Fatalf("no shape %q in test/testdata/containerd-shapes (have %d)", shape, len(containerdShapes))
+		}
+	}
 	bin := installBinaries(t)
 	for _, version := range []string{"2.2.9", "2.3.7", "2.4.2"} {
 		ctrd := stackContainerd(t, version)
@@ -134,7 +143,7 @@ func TestInstallContainerdConfigShapes(t *testing.T) {
 						}
 					}
 				}
-				if name == "v2" || strings.HasPrefix(name, "v2 ") {
+				if strings.HasPrefix(name, "v2") {
 					if b, _ := os.ReadFile(filepath.Join(root, "etc/containerd/conf.d/50-cri-shim.toml")); !strings.Contains(string(b), "version = 2") {
 						t.Errorf("a version 2 main config got a drop-in of another version:\n%s", b)
 					}

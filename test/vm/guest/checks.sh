@@ -3,6 +3,22 @@
 
 BUSYBOX=docker.io/library/busybox:cri-shim
 
+# config_only_runtime_path BEFORE AFTER: two `containerd config dump`s
+# differ in the runc handler's runtime_path only, which is cri-shim's runtime
+# shim in AFTER. On failure sets CHECK_WHY and returns 1.
+config_only_runtime_path() {
+	local changed
+	changed=$(diff "$1" "$2" | grep '^[<>]' | grep -v 'runtime_path' || true)
+	if [[ -n $changed ]]; then
+		CHECK_WHY="other settings changed: $(echo "$changed" | sed -n '1,5p' | tr '\n' ' ')"
+		return 1
+	fi
+	if ! grep -Eq "runtime_path = ['\"]/usr/local/bin/containerd-shim-cri-shim-v2['\"]" "$2"; then
+		CHECK_WHY="the runc handler's runtime_path is not cri-shim's runtime shim: the drop-in was not read"
+		return 1
+	fi
+}
+
 # static_pod NAME ANNOTATIONS MAIN_SCRIPT [INIT_SCRIPT]: a static pod with
 # an emptyDir at /work, restartPolicy Never.
 static_pod() {
@@ -126,36 +142,70 @@ check_backoff_curve() {
 # CheckpointPod of a counting pod, then a new pod restored from it that
 # counts on from where the checkpoint was taken.
 check_checkpoint_restore() {
-	static_pod vm-count "    cri-shim.io/probe: 'true'" "i=0; while true; do i=\$((i+1)); echo \$i > /work/n; sleep 1; done"
-	local id t0=$SECONDS
-	wait_for 180 "vm-count running" running_main vm-count || { fail checkpoint-restore "vm-count did not start"; return; }
+	counting_checkpoint vm-count vm-count-cp || { fail checkpoint-restore "$CHECK_WHY"; return; }
+	restored_counts vm-restored vm-count-cp "$CP_AT" || { fail checkpoint-restore "$CHECK_WHY"; return; }
+	pass checkpoint-restore
+	rm -f /etc/kubernetes/manifests/vm-restored.yaml
+}
+
+# COUNTER counts once a second into /work/n, written whole (a rename: a
+# reader never sees the file truncated and not yet written).
+COUNTER='i=0; while true; do i=$((i+1)); echo $i > /work/n.new; mv /work/n.new /work/n; sleep 1; done'
+
+# counting_checkpoint POD NAME: a static pod POD whose main counts once a
+# second into /work/n, then CheckpointPod of it named NAME. Sets CP_AT to
+# the count read right before the checkpoint (the checkpoint's own count is
+# at least that; the pod counts on while it is taken, so a count read after
+# it can be higher than the checkpoint's) and removes the pod; on failure
+# sets CHECK_WHY and returns 1.
+counting_checkpoint() {
+	local pod=$1 cp=$2 id after
+	static_pod "$pod" "    cri-shim.io/probe: 'true'" "$COUNTER"
+	wait_for 180 "$pod running" running_main "$pod" || { CHECK_WHY="$pod did not start"; return 1; }
 	sleep 5
-	# A static pod's name carries the node's: vm-count-<hostname>.
-	if ! /usr/local/bin/cri-shim checkpoint --pod "vm-count-$(hostname)" --name vm-count-cp --timeout 5m >"$OUT/checkpoint.log" 2>&1; then
-		fail checkpoint-restore "CheckpointPod: $(tail -n 3 "$OUT/checkpoint.log" | tr '\n' ' ')"
-		return
+	id=$(running_main "$pod")
+	CP_AT=$(crictl_shim exec "$id" cat /work/n 2>&1)
+	# A static pod's name carries the node's: POD-<hostname>.
+	if ! /usr/local/bin/cri-shim checkpoint --pod "$pod-$(hostname)" --name "$cp" --timeout 5m >"$OUT/checkpoint.log" 2>&1; then
+		CHECK_WHY="CheckpointPod: $(tail -n 3 "$OUT/checkpoint.log" | tr '\n' ' ')"
+		return 1
 	fi
-	id=$(running_main vm-count)
-	local at
-	at=$(crictl_shim exec "$id" cat /work/n 2>&1)
-	rm -f /etc/kubernetes/manifests/vm-count.yaml
-	static_pod vm-restored "    checkpoint.cri-shim.io/restore-from: vm-count-cp" "echo restarted > /work/cold; i=0; while true; do i=\$((i+1)); echo \$i > /work/n; sleep 1; done"
-	if ! wait_for 300 "vm-restored running" running_main vm-restored; then
-		fail checkpoint-restore "the restored pod does not run ($(journalctl -u cri-shim --no-pager | grep -i restor | tail -n 3 | tr '\n' ' '))"
-		return
+	after=$(crictl_shim exec "$id" cat /work/n 2>&1)
+	echo "checkpoint $cp of $pod: n=$CP_AT before it, n=$after after it"
+	rm -f "/etc/kubernetes/manifests/$pod.yaml"
+}
+
+# restored_counts POD NAME AT: a static pod POD restored from the checkpoint
+# NAME (annotation checkpoint.cri-shim.io/restore-from) runs, its process
+# counts on from the checkpoint's count (at least AT, a count read before
+# the checkpoint, and still counting seconds later) and never started cold
+# (a cold start writes /work/cold).
+# On failure sets CHECK_WHY and returns 1. The pod stays. RESTORE_WAIT
+# bounds the wait for it to run (seconds, default 300).
+restored_counts() {
+	local pod=$1 cp=$2 at=$3 id n n2 cold
+	static_pod "$pod" "    checkpoint.cri-shim.io/restore-from: $cp" "echo restarted > /work/cold; $COUNTER"
+	if ! wait_for "${RESTORE_WAIT:-300}" "$pod running" running_main "$pod"; then
+		CHECK_WHY="the restored pod does not run ($(journalctl -u cri-shim --no-pager | grep -i restor | tail -n 3 | tr '\n' ' '))"
+		return 1
 	fi
 	sleep 3
-	id=$(running_main vm-restored)
-	local n cold
+	if ! id=$(running_main "$pod"); then
+		local last
+		last=$(crictl_shim ps -a --name '^main$' -q 2>/dev/null | sed -n 1p)
+		CHECK_WHY="the restored main ran, then stopped: $(crictl_shim inspect -o go-template --template '{{.status.state}} exit {{.status.exitCode}} {{.status.reason}} {{.status.message}}' "$last" 2>&1 | head -c 300)"
+		return 1
+	fi
 	n=$(crictl_shim exec "$id" cat /work/n 2>&1)
 	cold=$(crictl_shim exec "$id" cat /work/cold 2>/dev/null)
-	echo "checkpoint at n=$at; restored pod at n=$n; cold start marker: '${cold}'"
-	if [[ -z $cold && $n =~ ^[0-9]+$ && $at =~ ^[0-9]+$ && $n -ge $at ]]; then
-		pass checkpoint-restore
-	else
-		fail checkpoint-restore "restored n=$n after checkpoint n=$at, cold-start marker '$cold' (want none: the process counts on)"
+	sleep 3
+	n2=$(crictl_shim exec "$id" cat /work/n 2>&1)
+	echo "checkpoint at n=$at; restored pod at n=$n, then $n2; cold start marker: '${cold}'"
+	if [[ -z $cold && $n =~ ^[0-9]+$ && $n2 =~ ^[0-9]+$ && $at =~ ^[0-9]+$ && $n -ge $at && $n2 -gt $n ]]; then
+		return 0
 	fi
-	rm -f /etc/kubernetes/manifests/vm-restored.yaml
+	CHECK_WHY="restored n=$n then $n2 after checkpoint n=$at, cold-start marker '$cold' (want none: the process counts on)"
+	return 1
 }
 
 # An upgrade in place (install.sh with another binary, systemctl reload:

@@ -2,8 +2,10 @@
 # Runs inside the guest (test/vm/run.sh boots it): sets up a node the way
 # an operator's kubeadm-style node is (containerd with its stock config and
 # the systemd cgroup driver, the kubelet's packaged unit and kubeadm's
-# drop-in, cgroup v2), installs cri-shim with deploy/install.sh, and checks
-# the features on it. Each check appends "PASS name" or "FAIL name: why" to
+# drop-in, cgroup v2), installs cri-shim with deploy/install.sh, and runs
+# the suite /payload/suite names: "node" (the features on it: checks.sh) or
+# "shapes" (containerd main-config shapes x containerd versions: shapes.sh).
+# Each check appends "PASS name" or "FAIL name: why" to
 # /payload/out/results; the exit status is 0 only if every check passed.
 set -uo pipefail
 P=/payload
@@ -21,11 +23,13 @@ wait_for() {
 	return 1
 }
 crictl_shim() { crictl --runtime-endpoint "$SHIM_SOCK" --image-endpoint "$SHIM_SOCK" "$@"; }
+SUITE=$(cat "$P/suite" 2>/dev/null || echo node)
 t0=$(cut -d. -f1 /proc/uptime)
 echo "=== guest up at ${t0}s: $(uname -r), $(stat -fc %T /sys/fs/cgroup), systemd $(systemctl --version | head -n1 | cut -d' ' -f2)"
 
 # --- The node as an operator has it before cri-shim -------------------------
 . "$P/guest/node.sh"
+. "$P/guest/checks.sh"
 trap 'fail node-setup "$BASH_COMMAND failed"; exit 1' ERR
 set -eE
 node_setup
@@ -40,25 +44,28 @@ find /etc -xdev -type f -o -type l | sort | xargs -d '\n' sha256sum 2>/dev/null 
 "$P/repo/deploy/install.sh" --binary "$P/repo/_output/cri-shim" --with-containerd --with-kubelet --with-crictl \
 	>"$OUT/install.log" 2>&1 && pass install || fail install "exit $? (install.log)"
 containerd config dump >"$OUT/containerd-after.toml" 2>/dev/null
-# Only the runc handler's runtime path may change in containerd's effective config.
-changed=$(diff "$OUT/containerd-before.toml" "$OUT/containerd-after.toml" | grep '^[<>]' | grep -v 'runtime_path' || true)
-if [[ -n $changed ]]; then
-	fail containerd-config-only-runtime-path "other settings changed: $(echo "$changed" | sed -n '1,5p' | tr '\n' ' ')"
-elif ! grep -Eq "runtime_path = ['\"]/usr/local/bin/containerd-shim-cri-shim-v2['\"]" "$OUT/containerd-after.toml"; then
-	fail containerd-config-only-runtime-path "the runc handler's runtime_path is not cri-shim's runtime shim: the drop-in was not read"
-else
-	pass containerd-config-only-runtime-path
-fi
+config_only_runtime_path "$OUT/containerd-before.toml" "$OUT/containerd-after.toml" &&
+	pass containerd-config-only-runtime-path || fail containerd-config-only-runtime-path "$CHECK_WHY"
 
-. "$P/guest/checks.sh"
-check_socket_activated
-check_kubelet_on_shim
-check_inplace_restart
-check_backoff_curve
-check_checkpoint_restore
-check_upgrade_under_crash_loop
-check_uninstall
+case $SUITE in
+node)
+	check_socket_activated
+	check_kubelet_on_shim
+	check_inplace_restart
+	check_backoff_curve
+	check_checkpoint_restore
+	check_upgrade_under_crash_loop
+	check_uninstall
+	;;
+shapes)
+	. "$P/guest/shapes.sh"
+	check_kubelet_on_shim
+	check_shapes
+	;;
+*) fail suite "no suite $SUITE" ;;
+esac
 echo "=== guest checks done at $(cut -d. -f1 /proc/uptime)s"
 journalctl -u cri-shim --no-pager >"$OUT/cri-shim.journal" 2>&1
 journalctl -u kubelet --no-pager | tail -n 400 >"$OUT/kubelet.journal" 2>&1
+journalctl -u containerd --no-pager | tail -n 400 >"$OUT/containerd.journal" 2>&1
 exit $failed
