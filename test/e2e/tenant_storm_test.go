@@ -65,7 +65,7 @@ func TestTenantStorm(t *testing.T) {
 	// pod's secrets, then fail; exports go elsewhere and are refused.
 	keepDeclaredFeatures(t, cs)
 	apiKubeletAs(t, cs, "kubelet-api")
-	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\nqps = %d.0\nburst = 2\n[backoff]\ninitial_delay = \"1s\"\nmax_delay = \"2s\"\n\n[[checkpoint.registries]]\nhost = \"127.0.0.1:1\"\nplain_http = true\n",
+	withShimConfig(t, fmt.Sprintf("[kubernetes]\nkubeconfig = %q\nnode_name = %q\nqps = %d.0\nburst = 2\n[backoff]\ninitial_delay = \"1s\"\nmax_delay = \"2s\"\n\n[[checkpoint.registries]]\nhost = \"127.0.0.1:1\"\nnamespaces = [\"*\"]\nplain_http = true\n",
 		node.env["KUBELET_KUBECONFIG"], node.env["NODE_NAME"], stormQPS))
 	pcs := podCheckpoints(t, node.env["ADMIN_KUBECONFIG"])
 
