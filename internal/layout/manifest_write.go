@@ -4,11 +4,23 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // WriteFileSync writes a file and makes it durable before returning.
 func WriteFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	return writeSync(path, b, os.O_TRUNC)
+}
+
+// CreateFileSync creates path, which must not exist (no symlink followed),
+// mode 0600, with b, durably; the caller syncs the directory.
+func CreateFileSync(path string, b []byte) error {
+	return writeSync(path, b, os.O_EXCL|unix.O_NOFOLLOW)
+}
+
+func writeSync(path string, b []byte, flag int) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|flag, 0o600)
 	if err != nil {
 		return err
 	}

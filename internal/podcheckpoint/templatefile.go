@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -45,17 +46,7 @@ func writeTemplate(dir string, t *corev1.PodTemplateSpec) (string, error) {
 		return "", fmt.Errorf("the pod's template: %w", err)
 	}
 	path := filepath.Join(dir, TemplateFile)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = layout.CreateFileSync(path, b)
 	if err == nil {
 		err = statefile.SyncDir(dir)
 	}
