@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -70,19 +71,7 @@ func New(pods, objects cache.ListerWatcher, label LabelFunc, log *slog.Logger) *
 			Help: "Writes of the node label of PodCheckpoint objects, by result (ok, error).",
 		}, []string{"result"}),
 	}
-	// The router keeps of a pod only what routing reads (its restore-from
-	// annotation among its annotations): 15,000 pods cost it a few MB.
-	_ = r.pods.SetTransform(func(o any) (any, error) {
-		if p, ok := o.(*corev1.Pod); ok {
-			slim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
-				ResourceVersion: p.ResourceVersion}, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}
-			if v, ok := p.Annotations[podspec.RestoreFromKey]; ok {
-				slim.Annotations = map[string]string{podspec.RestoreFromKey: v}
-			}
-			return slim, nil
-		}
-		return o, nil
-	})
+	_ = r.pods.SetTransform(slimPod)
 	_, _ = r.objects.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.enqueue,
 		UpdateFunc: func(_, o any) { r.enqueue(o) },
@@ -251,6 +240,23 @@ func (r *Router) podChanged(o any) {
 // restoreFromKey is the object key a pod's restore-from annotation would
 // name: its namespace and the annotation's value (a directory name or an
 // image reference names no object, and finds none).
+// slimPod keeps of a pod only what routing reads, so that 15,000 pods cost
+// the router a few MB: its restore-from annotation among its annotations,
+// and only when it can name a PodCheckpoint (a DNS subdomain: a pod may
+// write up to 256 KiB there).
+func slimPod(o any) (any, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return o, nil
+	}
+	slim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+		ResourceVersion: p.ResourceVersion}, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}
+	if v, ok := p.Annotations[podspec.RestoreFromKey]; ok && len(validation.IsDNS1123Subdomain(v)) == 0 {
+		slim.Annotations = map[string]string{podspec.RestoreFromKey: v}
+	}
+	return slim, nil
+}
+
 func restoreFromKey(o any) ([]string, error) {
 	p, ok := o.(*corev1.Pod)
 	if !ok {

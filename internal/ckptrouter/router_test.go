@@ -277,3 +277,17 @@ func TestLabelsAnUnlabelledHeldObjectWithItsHolder(t *testing.T) {
 		t.Errorf("a held, labelled object relabelled %q", got)
 	}
 }
+
+// The router's pod cache keeps a restore-from value only when it can name
+// a PodCheckpoint: a pod's 256 KiB of annotation is not kept.
+func TestSlimPodKeepsOnlyANameOfRestoreFrom(t *testing.T) {
+	for v, keep := range map[string]bool{"cp-1": true, strings.Repeat("x", 300): false, "Not/A/Name": false} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p",
+			Annotations: map[string]string{podspec.RestoreFromKey: v, "other": "x"}}}
+		o, _ := slimPod(p)
+		got := o.(*corev1.Pod).Annotations
+		if _, kept := got[podspec.RestoreFromKey]; kept != keep || got["other"] != "" {
+			t.Errorf("restore-from %.20q: kept %v, want %v (annotations %v)", v, kept, keep, got)
+		}
+	}
+}
