@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -237,7 +238,7 @@ func (s *Service) pauseAll(ctx context.Context, targets []target) (int, error) {
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = s.tasks.Pause(ctx, t.id) }()
+		go func() { defer wg.Done(); errs[i] = s.pauseOne(ctx, t.id) }()
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -246,6 +247,34 @@ func (s *Service) pauseAll(ctx context.Context, targets []target) (int, error) {
 		}
 	}
 	return -1, nil
+}
+
+// freezeRetries are the waits before each new try of a pause that runc
+// could not complete. On cgroup v1 runc gives up with "unable to freeze"
+// when the cgroup stays FREEZING through its thousand tries (a task in an
+// uninterruptible sleep, or forking, holds it there), and it thaws the
+// cgroup before answering (opencontainers/cgroups fs/freezer.go), so a new
+// try starts from a running container. The other targets stay paused
+// meanwhile: the cut is still taken only once every target is paused.
+var freezeRetries = []time.Duration{50 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond}
+
+// pauseOne pauses container id, trying again while runc reports a freeze
+// that did not complete.
+func (s *Service) pauseOne(ctx context.Context, id string) error {
+	err := s.tasks.Pause(ctx, id)
+	for _, wait := range freezeRetries {
+		if err == nil || !strings.Contains(err.Error(), "unable to freeze") {
+			return err
+		}
+		s.log.Info("checkpoint: runc could not freeze the container; trying again", "container", short(id), "after", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		err = s.tasks.Pause(ctx, id)
+	}
+	return err
 }
 
 // resumeMargin is how long before the caller's deadline the service stops

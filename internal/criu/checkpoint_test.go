@@ -184,6 +184,31 @@ func TestCheckpointPodPauseFails(t *testing.T) {
 	assertClean(t, fx, "after a failed pause")
 }
 
+// runc's freezer may give up while a task is busy in the kernel; the pause is
+// tried again, and the capture goes on once it holds.
+func TestCheckpointPodRetriesAFreezeThatDidNotHold(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.FailFreeze("c1", 2)
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c2", "c1")); err != nil {
+		t.Fatalf("a pause that held on its third try: %v", err)
+	}
+	if p := fx.rt.tasks.AnyPaused(); len(p) != 0 {
+		t.Fatalf("paused after the checkpoint: %v", p)
+	}
+}
+
+// A freeze that never holds fails the checkpoint after the retries, with
+// every container running again.
+func TestCheckpointPodFreezeNeverHolds(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.tasks.FailFreeze("c1", 100)
+	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c2", "c1"))
+	if status.Code(proxy.Status(err)) != codes.Internal || !strings.Contains(err.Error(), "unable to freeze") {
+		t.Fatalf("got %v, want Internal naming the freeze", err)
+	}
+	assertClean(t, fx, "after a freeze that never held")
+}
+
 func TestRetentionKeepsNewestManagedPerPod(t *testing.T) {
 	fx := newFixture(t)
 	fx.svc.cfg.MaxPerPod = 2

@@ -17,13 +17,14 @@ type Tasks struct {
 	mu          sync.Mutex
 	paused      map[string]bool
 	failPause   map[string]bool
+	noFreeze    map[string]int // this many pauses of the container fail as runc's freezer does
 	failResumes int // this many Resume calls fail before they work
 	pauses      int
 }
 
 // NewTasks is a task service with every container running.
 func NewTasks() *Tasks {
-	return &Tasks{paused: map[string]bool{}, failPause: map[string]bool{}}
+	return &Tasks{paused: map[string]bool{}, failPause: map[string]bool{}, noFreeze: map[string]int{}}
 }
 
 // Pause pauses container id, or fails as FailPause asked.
@@ -32,6 +33,11 @@ func (t *Tasks) Pause(_ context.Context, id string) error {
 	defer t.mu.Unlock()
 	if t.failPause[id] {
 		return status.Error(codes.Unknown, "fake: cannot pause")
+	}
+	if t.noFreeze[id] > 0 {
+		// runc thaws the cgroup again before it answers.
+		t.noFreeze[id]--
+		return status.Error(codes.Unknown, "OCI runtime pause failed: unable to freeze")
 	}
 	t.paused[id] = true
 	t.pauses++
@@ -98,6 +104,16 @@ func (t *Tasks) FailPause(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failPause[id] = true
+}
+
+// FailFreeze makes the next n pauses of container id fail as runc's
+// cgroup v1 freezer does when the cgroup stays FREEZING: containerd's
+// Unknown "OCI runtime pause failed: unable to freeze", the container left
+// running.
+func (t *Tasks) FailFreeze(id string, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.noFreeze[id] = n
 }
 
 // FailResumes makes the next n resumes fail.
