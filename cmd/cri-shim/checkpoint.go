@@ -55,7 +55,7 @@ shown in place on a terminal and as one line per step otherwise.
 		if name == "" {
 			name = fmt.Sprintf("%s-%s-%s", ns, pod, time.Now().UTC().Format("20060102T150405Z"))
 		}
-		if err := criu.CheckNewName(name); err != nil {
+		if err := layout.CheckNewName(name); err != nil {
 			return exitError{2, err}
 		}
 		rt, closeConn, err := dialShim(cmd.Context(), cfg)

@@ -17,7 +17,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/cri-shim/cri-shim/internal/config"
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	"github.com/cri-shim/cri-shim/internal/podspec"
@@ -184,7 +183,7 @@ stopped.`,
 		name := ""
 		if len(args) == 2 {
 			name = args[1]
-			if err := criu.CheckNewName(name); err != nil {
+			if err := layout.CheckNewName(name); err != nil {
 				return exitError{2, err}
 			}
 		}

@@ -44,6 +44,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/capture"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // estimateOverhead is added per container to its memory and writable layer:
@@ -191,7 +192,7 @@ func (s *Service) reserve(ns string, est int64) (string, error) {
 	s.mu.Unlock()
 	var fixedNS, fixedTotal int64 // what retention cannot remove
 	for _, c := range all {
-		if strings.HasPrefix(c.Name, PulledDirPrefix) || c.Manifest.Managed && !inUse[c.Dir] {
+		if strings.HasPrefix(c.Name, layout.PulledDirPrefix) || c.Manifest.Managed && !inUse[c.Dir] {
 			continue
 		}
 		fixedTotal += c.Manifest.SizeBytes

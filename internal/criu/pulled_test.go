@@ -34,7 +34,7 @@ const testDigest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab
 // the pulled directory goes with the last sandbox using it.
 func TestWarmStartFromImageReference(t *testing.T) {
 	fx := newFixture(t)
-	pulled := filepath.Join(fx.root, PulledDir(testDigest))
+	pulled := filepath.Join(fx.root, layout.PulledDir(testDigest))
 	os.Mkdir(pulled, 0o700)
 	if _, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(pulled, "c1", "c2")); status.Code(proxy.Status(err)) != codes.InvalidArgument {
 		t.Fatalf("CheckpointPod into an oci- directory: %v, want InvalidArgument", err)
@@ -64,14 +64,14 @@ func TestWarmStartFromImageReference(t *testing.T) {
 				return "", err
 			}
 		}
-		return PulledDir(testDigest), nil
+		return layout.PulledDir(testDigest), nil
 	}
 	fx.svc.cfg.PullRestore = answer
 	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", ann)
 	if err != nil {
 		t.Fatalf("warm start from %s: %v", ref, err)
 	}
-	if w := fx.svc.warm[sb.PodSandboxId]; w == nil || w.Checkpoint != PulledDir(testDigest) {
+	if w := fx.svc.warm[sb.PodSandboxId]; w == nil || w.Checkpoint != layout.PulledDir(testDigest) {
 		t.Fatalf("warm record %+v, want the pulled directory", w)
 	}
 	if len(asked) != 1 || asked[0] != "ns "+ref {
@@ -82,7 +82,7 @@ func TestWarmStartFromImageReference(t *testing.T) {
 		t.Errorf("pulled checkpoint of another namespace: %v", err)
 	}
 	// Named directly, a pulled directory would skip the allow-list.
-	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: PulledDir(testDigest)}); status.Code(proxy.Status(err)) != codes.InvalidArgument {
+	if _, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: layout.PulledDir(testDigest)}); status.Code(proxy.Status(err)) != codes.InvalidArgument {
 		t.Errorf("oci- directory named directly: %v", err)
 	}
 	for _, tc := range []struct {
@@ -90,7 +90,7 @@ func TestWarmStartFromImageReference(t *testing.T) {
 		code codes.Code
 		says string
 	}{
-		{fmt.Errorf("%w: taken of pod x/y", ErrForeignCheckpoint), codes.NotFound, "no checkpoint that a pod of namespace \"ns\" may restore"},
+		{fmt.Errorf("%w: taken of pod x/y", layout.ErrForeignCheckpoint), codes.NotFound, "no checkpoint that a pod of namespace \"ns\" may restore"},
 		{fmt.Errorf("%w: pulling: 3 of 9 bytes", errdefs.ErrUnavailable), codes.Unavailable, "3 of 9 bytes"},
 		{fmt.Errorf("%w: registry not allowed", errdefs.ErrPermissionDenied), codes.PermissionDenied, "registry not allowed"},
 		{fmt.Errorf("connection reset"), codes.Unavailable, "connection reset"},
@@ -134,9 +134,9 @@ func TestUnusedPulledCheckpointsAreSwept(t *testing.T) {
 		os.Chtimes(d, mtime, mtime)
 		return d
 	}
-	stale := mk(PulledDir(testDigest), old)
-	fresh := mk(PulledDir(strings.Repeat("1", 64)), time.Now())
-	used := mk(PulledDir(strings.Repeat("2", 64)), old)
+	stale := mk(layout.PulledDir(testDigest), old)
+	fresh := mk(layout.PulledDir(strings.Repeat("1", 64)), time.Now())
+	used := mk(layout.PulledDir(strings.Repeat("2", 64)), old)
 	user := mk("mine", old)
 	tmpOld := mk(pulledTempPrefix+testDigest+"-1", time.Now().Add(-2*pulledTempFor))
 	tmpNew := mk(pulledTempPrefix+testDigest+"-2", old)
@@ -169,7 +169,7 @@ func TestPulledRemovalRenamesFirst(t *testing.T) {
 	if _, err := os.Lstat(d); !os.IsNotExist(err) {
 		t.Fatalf("half-removed pulled checkpoint left under its name: %v", err)
 	}
-	left, _ := filepath.Glob(filepath.Join(root, pulledRemovingPrefix+"*"))
+	left, _ := filepath.Glob(filepath.Join(root, layout.PulledRemovingPrefix+"*"))
 	if len(left) != 1 {
 		t.Fatalf("renamed-away directories %v, want one", left)
 	}
@@ -196,7 +196,7 @@ func TestLeftoverPullsRemovedAtStart(t *testing.T) {
 		os.MkdirAll(cfg.Root, 0o700)
 		leftTemp = mkPulled(t, cfg.Root, pulledTempPrefix+testDigest+"-1", 100, time.Now())
 		os.WriteFile(filepath.Join(leftTemp, layout.IncompleteFile), nil, 0o600)
-		leftRemoving = mkPulled(t, cfg.Root, pulledRemovingPrefix+PulledDir(testDigest)+"-1", 100, time.Now())
+		leftRemoving = mkPulled(t, cfg.Root, layout.PulledRemovingPrefix+layout.PulledDir(testDigest)+"-1", 100, time.Now())
 		return rt
 	})
 	if _, err := os.Lstat(leftTemp); !os.IsNotExist(err) {
@@ -234,7 +234,7 @@ func pulledFixture(t *testing.T) (*fixture, string, string) {
 // moves into the pulled directory.
 func pulledFixtureOf(t *testing.T, fx *fixture) (*fixture, string, string) {
 	t.Helper()
-	pulled := filepath.Join(fx.root, PulledDir(testDigest))
+	pulled := filepath.Join(fx.root, layout.PulledDir(testDigest))
 	if err := os.Rename(fx.dir, pulled); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func pulledFixtureOf(t *testing.T, fx *fixture) (*fixture, string, string) {
 		if _, err := os.Stat(pulled); err != nil {
 			return "", fmt.Errorf("%w: pulling again", errdefs.ErrUnavailable)
 		}
-		return PulledDir(testDigest), nil
+		return layout.PulledDir(testDigest), nil
 	}
 	sb, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "reg.example:5000/cp/web@sha256:" + testDigest})
 	if err != nil {
@@ -340,7 +340,7 @@ func TestRuntimeShimRefusalIsRecorded(t *testing.T) {
 	}
 }
 
-// A pull whose checkpoint content is refused (ErrCheckpointRefused) fails
+// A pull whose checkpoint content is refused (layout.ErrCheckpointRefused) fails
 // the sandbox FailedPrecondition, counted and told on the pod as the image
 // check's refusals are.
 func TestPulledContentRefusalIsAnEvent(t *testing.T) {
@@ -351,7 +351,7 @@ func TestPulledContentRefusalIsAnEvent(t *testing.T) {
 	}
 	fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string, func(int64) (func(), error)) (string, error) {
 		return "", fmt.Errorf("%w: pulling x: %w", errdefs.ErrFailedPrecondition,
-			fmt.Errorf("%w: archive member \"checkpoint/nnn\"...: a name of 262144 bytes, more than 4096", ErrCheckpointRefused))
+			fmt.Errorf("%w: archive member \"checkpoint/nnn\"...: a name of 262144 bytes, more than 4096", layout.ErrCheckpointRefused))
 	}
 	before := testutil.ToFloat64(fx.svc.metrics.refusals.WithLabelValues("archive"))
 	_, err := runSandboxIn(t, fx.svc, fx.rt, "ns", map[string]string{podspec.RestoreFromKey: "reg.example:5000/cp/web@sha256:" + testDigest})

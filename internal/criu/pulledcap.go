@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // The node-wide cap on pulled checkpoints ([checkpoint]
@@ -59,7 +61,7 @@ func (s *Service) pulledNames(root string) ([]pulledEntry, error) {
 	}
 	var out []pulledEntry
 	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), PulledDirPrefix) {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), layout.PulledDirPrefix) {
 			continue
 		}
 		fi, err := e.Info()

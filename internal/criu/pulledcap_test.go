@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
@@ -30,7 +31,7 @@ func mkPulled(t *testing.T, root, name string, size int, mtime time.Time) string
 	return d
 }
 
-func digestName(c byte) string { return PulledDir(strings.Repeat(string(c), 64)) }
+func digestName(c byte) string { return layout.PulledDir(strings.Repeat(string(c), 64)) }
 
 // The cap counts pulled checkpoints on disk and the pulls in progress; to
 // make room it removes pulled checkpoints no pod uses, oldest first, never
@@ -191,7 +192,7 @@ func TestPulledCapSizesAndDeletesOutsideTheLock(t *testing.T) {
 			t.Errorf("%s: exists=%v, want %v", filepath.Base(d), err == nil, want)
 		}
 	}
-	if left, _ := filepath.Glob(filepath.Join(root, pulledRemovingPrefix+"*")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(root, layout.PulledRemovingPrefix+"*")); len(left) != 0 {
 		t.Errorf("evicted directories not deleted: %v", left)
 	}
 	// Room once c is gone.

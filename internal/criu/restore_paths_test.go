@@ -29,6 +29,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/criucheck/criutest"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 )
@@ -227,7 +228,7 @@ func TestWarmStartByPodCheckpointRefusesAHostileCheckpoint(t *testing.T) {
 	for _, e := range hostileEdits {
 		t.Run(e.name, func(t *testing.T) {
 			fx := realCheckpoint(t, e)
-			data := ObjectDirPrefix + "0001"
+			data := layout.ObjectDirPrefix + "0001"
 			if err := os.Rename(fx.dir, filepath.Join(fx.root, data)); err != nil {
 				t.Fatal(err)
 			}

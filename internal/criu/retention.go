@@ -66,7 +66,7 @@ func (s *Service) retain(keep, ns string) error {
 	used := map[string]int64{} // bytes by namespace
 	var total int64
 	for _, c := range all {
-		if strings.HasPrefix(c.Name, PulledDirPrefix) {
+		if strings.HasPrefix(c.Name, layout.PulledDirPrefix) {
 			continue
 		}
 		counted = append(counted, c)
@@ -138,7 +138,7 @@ func (s *Service) retain(keep, ns string) error {
 			}
 		}
 	}
-	if !strings.HasPrefix(filepath.Base(keep), ObjectDirPrefix) {
+	if !strings.HasPrefix(filepath.Base(keep), layout.ObjectDirPrefix) {
 		return nil
 	}
 	if share > 0 && used[ns] > share {

@@ -77,8 +77,8 @@ type Config struct {
 	PodEvent func(namespace, pod, uid, eventType, reason, action, note string)
 	// PullRestore, when set, is asked for the checkpoint of a restore-from
 	// image reference (internal/ociartifact's RestorePuller): it returns
-	// the directory under Root it pulled it into (PulledDirPrefix), or an
-	// error of an errdefs class (ErrForeignCheckpoint: refused by the
+	// the directory under Root it pulled it into (layout.PulledDirPrefix), or an
+	// error of an errdefs class (layout.ErrForeignCheckpoint: refused by the
 	// namespace binding). It waits for a pull only a bounded time, and asks
 	// reserve for room for the archive bytes it fetches (ReservePulled: the
 	// cap on pulled checkpoints is the service's, which knows the pods

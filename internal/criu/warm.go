@@ -121,7 +121,7 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 	ns := md.GetNamespace()
 	dirName, err := s.restoreDir(ctx, md, name)
 	if err != nil {
-		if errors.Is(err, ErrCheckpointRefused) {
+		if errors.Is(err, layout.ErrCheckpointRefused) {
 			s.metrics.refusals.WithLabelValues("archive").Inc()
 			s.log.Warn("checkpoint: pulled checkpoint refused", "pod", ns+"/"+md.GetName(), "ref", name, "err", err)
 			s.podEvent(req.GetConfig(), "Warning", "CheckpointRefused", "Restore", message(err))
@@ -129,7 +129,7 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 		return podtable.Admission{}, fail(err, "%s", message(err))
 	}
 	var adm podtable.Admission
-	if strings.HasPrefix(dirName, PulledDirPrefix) {
+	if strings.HasPrefix(dirName, layout.PulledDirPrefix) {
 		// Not evicted by the pulled-checkpoint cap before the warm-start
 		// record names it.
 		adm.Done = s.pinPulled(dirName)
@@ -172,21 +172,21 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 // the classified message the pod's RunPodSandbox fails with.
 func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetadata, name string) (string, error) {
 	ns := md.GetNamespace()
-	if IsImageRef(name) {
+	if layout.IsImageRef(name) {
 		return s.pullRestore(ctx, md, name)
 	}
 	if err := layout.CheckName(name); err != nil {
 		return "", errorf(errdefs.ErrInvalidArgument, "%v", err)
 	}
-	switch reservedPrefix(name) {
-	case ObjectDirPrefix:
+	switch layout.ReservedPrefix(name) {
+	case layout.ObjectDirPrefix:
 		// A PodCheckpoint's data: restored only by the object's name, so
 		// its Ready and PodSpecMismatch checks cannot be stepped around.
-		return "", errorf(errdefs.ErrInvalidArgument, "names beginning %q are PodCheckpoint data; name the PodCheckpoint object instead", ObjectDirPrefix)
-	case PulledDirPrefix:
+		return "", errorf(errdefs.ErrInvalidArgument, "names beginning %q are PodCheckpoint data; name the PodCheckpoint object instead", layout.ObjectDirPrefix)
+	case layout.PulledDirPrefix:
 		// Pulled for an image reference: restored only through it, so the
 		// registry allow-list judges every restore.
-		return "", errorf(errdefs.ErrInvalidArgument, "names beginning %q are checkpoints pulled from a registry; name the image reference instead", PulledDirPrefix)
+		return "", errorf(errdefs.ErrInvalidArgument, "names beginning %q are checkpoints pulled from a registry; name the image reference instead", layout.PulledDirPrefix)
 	}
 	if s.cfg.ResolveRestore == nil || isDir(filepath.Join(s.cfg.Root, name)) {
 		return name, nil
@@ -199,10 +199,10 @@ func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetad
 		}
 		return "", errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
 	}
-	if IsImageRef(d) {
+	if layout.IsImageRef(d) {
 		return s.pullRestore(ctx, md, d)
 	}
-	if err := layout.CheckName(d); err != nil || !strings.HasPrefix(d, ObjectDirPrefix) {
+	if err := layout.CheckName(d); err != nil || !strings.HasPrefix(d, layout.ObjectDirPrefix) {
 		return "", errorf(errdefs.ErrFailedPrecondition, "PodCheckpoint location %q: not a PodCheckpoint's data directory (%v)", d, err)
 	}
 	return d, nil
@@ -216,7 +216,7 @@ func (s *Service) pullRestore(ctx context.Context, md *runtimeapi.PodSandboxMeta
 	}
 	d, err := s.cfg.PullRestore(ctx, ns, md.GetName(), md.GetUid(), ref, s.ReservePulled)
 	switch {
-	case errors.Is(err, ErrForeignCheckpoint):
+	case errors.Is(err, layout.ErrForeignCheckpoint):
 		return "", errorf(errdefs.ErrNotFound, "image %s: %s; the pod stays pending and the kubelet retries", ref, message(s.noCheckpoint(ref, ns, err)))
 	case err != nil:
 		kind := err
@@ -226,7 +226,7 @@ func (s *Service) pullRestore(ctx context.Context, md *runtimeapi.PodSandboxMeta
 		}
 		return "", errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
 	}
-	if layout.CheckName(d) != nil || !strings.HasPrefix(d, PulledDirPrefix) {
+	if layout.CheckName(d) != nil || !strings.HasPrefix(d, layout.PulledDirPrefix) {
 		return "", errorf(errdefs.ErrInternal, "image %s: pulled into %q, not a pulled checkpoint's directory", ref, d)
 	}
 	return d, nil

@@ -30,7 +30,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
@@ -247,12 +246,12 @@ func (p *RestorePuller) allowsAccess(dir, repo string, c podCredential) bool {
 // be written only costs a registry request at the next restore. It is
 // written only into a complete pulled checkpoint, through a temporary file
 // renamed into place: never into a directory being removed (renamed away by
-// then: criu's retirePulled), nor one left incomplete, which would then hold
+// then: layout.RetirePulled), nor one left incomplete, which would then hold
 // a record and nothing else.
 func (p *RestorePuller) recordAccess(dir, repo string, c podCredential) {
 	p.accessMu.Lock()
 	defer p.accessMu.Unlock()
-	if _, err := criu.ReadPulled(dir); err != nil {
+	if _, err := layout.ReadPulled(dir); err != nil {
 		return // removed meanwhile; never recreate it
 	}
 	r, _ := readAccess(dir)

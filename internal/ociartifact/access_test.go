@@ -20,7 +20,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -142,7 +142,7 @@ func TestPulledCheckpointAccessIsVerified(t *testing.T) {
 	// A pod of a namespace the binding refuses is told so before anything
 	// else, as by a pull: whether the registry would let it is not asked.
 	req0 := r.requests()
-	if _, err := p.Pull(ctx, "other", "m", "uid-m", ref, nil); !errors.Is(err, criu.ErrForeignCheckpoint) || r.requests() != req0 {
+	if _, err := p.Pull(ctx, "other", "m", "uid-m", ref, nil); !errors.Is(err, layout.ErrForeignCheckpoint) || r.requests() != req0 {
 		t.Errorf("pod of another namespace: %v, %d registry requests", err, r.requests()-req0)
 	}
 	// A refusal is not recorded: asked again after failedFor (here: a new

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -113,7 +112,7 @@ func FuzzParseRestoreRef(f *testing.F) {
 			t.Fatalf("%q accepted as %s of %s", s, d, a.Host)
 		}
 		hex, ok := strings.CutPrefix(d.DigestStr(), "sha256:")
-		if !ok || len(hex) != 64 || layout.CheckName(criu.PulledDir(hex)) != nil {
+		if !ok || len(hex) != 64 || layout.CheckName(layout.PulledDir(hex)) != nil {
 			t.Fatalf("%q accepted with digest %q", s, d.DigestStr())
 		}
 		for _, c := range strings.Split(d.Context().RepositoryStr(), "/") {

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
@@ -194,13 +193,13 @@ func Pull(ctx context.Context, ref string, reg Registry, o PullOptions) (*Pulled
 }
 
 // checkPullName refuses names criu would not restore by and the reserved
-// names (criu.CheckNewName), unless reserved: a restore's own pull into
+// names (layout.CheckNewName), unless reserved: a restore's own pull into
 // its oci- directory.
 func checkPullName(n string, reserved bool) error {
 	if reserved {
 		return layout.CheckName(n)
 	}
-	return criu.CheckNewName(n)
+	return layout.CheckNewName(n)
 }
 
 // fetcher reads manifests and blobs of one repository by digest.
@@ -275,11 +274,11 @@ var errDigest = errors.New("content does not match its digest")
 // contentRefused is a check refusing what a checkpoint's own content says
 // (its index, manifests, manifest.json, archives): the same at every pull
 // of its digest, unlike the registry failing. It reads as err and is also
-// criu.ErrCheckpointRefused.
+// layout.ErrCheckpointRefused.
 type contentRefused struct{ err error }
 
 func (e *contentRefused) Error() string   { return e.err.Error() }
-func (e *contentRefused) Unwrap() []error { return []error{e.err, criu.ErrCheckpointRefused} }
+func (e *contentRefused) Unwrap() []error { return []error{e.err, layout.ErrCheckpointRefused} }
 
 // refused marks err, a check of the checkpoint's content, as a refusal.
 func refused(err error) error {
@@ -341,7 +340,7 @@ func newPullDir(root, nm string) (*pullDir, error) {
 	return w, nil
 }
 
-// write writes the new file rel (a fixed name, or criu.ArchiveName of a
+// write writes the new file rel (a fixed name, or layout.ArchiveName of a
 // checked container name) from fill and makes it durable.
 func (w *pullDir) write(rel string, fill func(io.Writer) error) error {
 	f, err := os.OpenFile(filepath.Join(w.tmp, rel), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -213,7 +212,7 @@ func TestPullNameAndSizeRules(t *testing.T) {
 		want string
 	}{
 		{"existing", PullOptions{Name: "src"}, "already exists"},
-		{"object directory", PullOptions{Name: criu.ObjectDirPrefix + "1234"}, "PodCheckpoint"},
+		{"object directory", PullOptions{Name: layout.ObjectDirPrefix + "1234"}, "PodCheckpoint"},
 		{"path", PullOptions{Name: "../x"}, "checkpoint name"},
 		{"hidden", PullOptions{Name: ".x"}, "checkpoint name"},
 		{"over the cap", PullOptions{Name: "big", MaxBytes: 1000}, "cap"},

@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -69,7 +68,7 @@ const (
 const failedFor = 10 * time.Second
 
 // refusedFor is how long a pull whose checkpoint's content was refused
-// (criu.ErrCheckpointRefused) answers the same request: a digest's content
+// (layout.ErrCheckpointRefused) answers the same request: a digest's content
 // does not change, so the kubelet's retries are answered without pulling
 // it again. At most maxRefusedJobs are kept that long; others go after
 // failedFor.
@@ -127,7 +126,7 @@ func NewRestorePuller(cfg RestorePullConfig) *RestorePuller {
 // not let the pod's credentials read ref), Unavailable (pull or check in
 // progress, API server or registry not answering: retry), ResourceExhausted
 // (no room under the node's cap on pulled checkpoints: retry),
-// FailedPrecondition (verification), and criu.ErrForeignCheckpoint for a
+// FailedPrecondition (verification), and layout.ErrForeignCheckpoint for a
 // checkpoint of a namespace the pod may not restore (refused before an
 // archive is fetched).
 //
@@ -144,7 +143,7 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, rese
 			return "", err
 		}
 	}
-	dirName := criu.PulledDir(strings.TrimPrefix(d.DigestStr(), "sha256:"))
+	dirName := layout.PulledDir(strings.TrimPrefix(d.DigestStr(), "sha256:"))
 	dir := filepath.Join(p.cfg.Root, dirName)
 	m, err := p.onDisk(dir)
 	if err != nil {
@@ -188,7 +187,7 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, rese
 	// On the node already. The namespace binding first, as a pull judges it
 	// before anything else: a pod it refuses learns nothing more here.
 	if !p.cfg.RestoreAllowed(m.Pod.Namespace, ns) {
-		return "", fmt.Errorf("%w: taken of pod %s/%s", criu.ErrForeignCheckpoint, m.Pod.Namespace, m.Pod.Name)
+		return "", fmt.Errorf("%w: taken of pod %s/%s", layout.ErrForeignCheckpoint, m.Pod.Namespace, m.Pod.Name)
 	}
 	// Then the pod must be let read it: at once when every pod of the node
 	// may (read with the node's credentials or anonymously), else checked
@@ -221,23 +220,23 @@ func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, rese
 	return dirName, nil
 }
 
-// onDisk reads the pulled checkpoint dir (criu.ReadPulled): nil when there
+// onDisk reads the pulled checkpoint dir (layout.ReadPulled): nil when there
 // is none. A directory there that is not a complete checkpoint (a removal an
 // older shim's kill interrupted, a record written into a directory as it was
 // deleted) is removed, as the shim removes pulled checkpoints, and answered
 // as none, so that it is pulled again. An I/O error that leaves it unknown
 // is Unavailable, and nothing is removed.
 func (p *RestorePuller) onDisk(dir string) (*layout.Manifest, error) {
-	m, err := criu.ReadPulled(dir)
+	m, err := layout.ReadPulled(dir)
 	switch {
 	case err == nil:
 		return m, nil
 	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
-	case !errors.Is(err, criu.ErrPulledIncomplete):
+	case !errors.Is(err, layout.ErrPulledIncomplete):
 		return nil, fmt.Errorf("%w: reading the pulled checkpoint %s: %v; the pod stays pending and the kubelet retries", errdefs.ErrUnavailable, dir, err)
 	}
-	removed, rerr := criu.RemoveIncompletePulled(dir)
+	removed, rerr := layout.RemoveIncompletePulled(dir)
 	switch {
 	case rerr != nil:
 		p.cfg.Log.Warn("checkpoint: removing an incomplete pulled checkpoint; the sweep finishes it", "dir", dir, "why", err, "err", rerr)
@@ -358,7 +357,7 @@ func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName
 		Root: p.cfg.Root, Name: dirName, reserved: true, MaxBytes: p.cfg.MaxBytes,
 		Check: func(m *layout.Manifest) error {
 			if !p.cfg.RestoreAllowed(m.Pod.Namespace, ns) {
-				return fmt.Errorf("%w: taken of pod %s/%s", criu.ErrForeignCheckpoint, m.Pod.Namespace, m.Pod.Name)
+				return fmt.Errorf("%w: taken of pod %s/%s", layout.ErrForeignCheckpoint, m.Pod.Namespace, m.Pod.Name)
 			}
 			return nil
 		},
@@ -372,13 +371,13 @@ func (p *RestorePuller) pull(j *pullJob, d name.Digest, allowed Allowed, dirName
 		// Pulled meanwhile for a pod of another namespace, and verified;
 		// this pod's credentials are not known to read it yet.
 		return p.verify(d, allowed, dirName, ns, pod, uid)
-	case errors.Is(err, criu.ErrForeignCheckpoint):
+	case errors.Is(err, layout.ErrForeignCheckpoint):
 		return err
 	case errdefs.IsResourceExhausted(err):
 		return fmt.Errorf("pulling %s: %w", ref, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: pulling %s: not done within [checkpoint] pull_timeout %s: %v", errdefs.ErrUnavailable, ref, p.cfg.Timeout, err)
-	case errors.Is(err, criu.ErrCheckpointRefused):
+	case errors.Is(err, layout.ErrCheckpointRefused):
 		j.contentRefused.Store(true)
 		return fmt.Errorf("%w: pulling %s: %w", errdefs.ErrFailedPrecondition, ref, err)
 	case errors.Is(err, errDigest) || errors.Is(err, errNotCheckpoint):
@@ -414,6 +413,6 @@ func failedForAnother(j *pullJob, uid string) bool {
 
 // complete reports whether dir is a complete pulled checkpoint.
 func complete(dir string) bool {
-	_, err := criu.ReadPulled(dir)
+	_, err := layout.ReadPulled(dir)
 	return err == nil
 }

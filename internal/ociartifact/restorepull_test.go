@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
@@ -195,7 +194,7 @@ func TestRestorePullByDigest(t *testing.T) {
 	p := puller(r, root, nil)
 	dir, err := p.Pull(context.Background(), "default", "web", "uid", ref, nil)
 	must(t, err)
-	if want := criu.PulledDir(ref[len(ref)-64:]); dir != want {
+	if want := layout.PulledDir(ref[len(ref)-64:]); dir != want {
 		t.Fatalf("pulled into %q, want %q", dir, want)
 	}
 	if _, err := layout.ReadManifest(filepath.Join(root, dir)); err != nil {
@@ -220,7 +219,7 @@ func TestRestorePullRefusesAnotherNamespace(t *testing.T) {
 		return b
 	}
 	_, err := puller(r, root, nil).Pull(context.Background(), "other", "web", "uid", ref, nil)
-	if !errors.Is(err, criu.ErrForeignCheckpoint) {
+	if !errors.Is(err, layout.ErrForeignCheckpoint) {
 		t.Fatalf("checkpoint of namespace default for a pod of other: %v", err)
 	}
 	if big != 0 {
@@ -304,7 +303,7 @@ func TestRestorePullAnswersRetryableWhileSlow(t *testing.T) {
 			break
 		}
 	}
-	if err != nil || !strings.HasPrefix(dir, criu.PulledDirPrefix) {
+	if err != nil || !strings.HasPrefix(dir, layout.PulledDirPrefix) {
 		t.Fatalf("retry after the pull: %q %v", dir, err)
 	}
 }
@@ -395,7 +394,7 @@ func TestRestorePullRepullsIncompleteDirectory(t *testing.T) {
 	if asked.Load() == 0 {
 		t.Error("the registry was not asked: the incomplete directory was taken for pulled")
 	}
-	if _, err := criu.ReadPulled(full); err != nil {
+	if _, err := layout.ReadPulled(full); err != nil {
 		t.Errorf("after the pull: %v", err)
 	}
 	ents, _ := os.ReadDir(root)
@@ -410,7 +409,7 @@ func TestRestorePullRepullsIncompleteDirectory(t *testing.T) {
 func TestRecordAccessNotIntoIncomplete(t *testing.T) {
 	root := t.TempDir()
 	p := NewRestorePuller(RestorePullConfig{Root: root})
-	dir := filepath.Join(root, criu.PulledDir(strings.Repeat("a", 64)))
+	dir := filepath.Join(root, layout.PulledDir(strings.Repeat("a", 64)))
 	must(t, os.Mkdir(dir, 0o700))
 	p.recordAccess(dir, "reg.example/cp/web", podCredential{})
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
@@ -512,7 +511,7 @@ func TestRestorePullProvenanceBeforeAnyByte(t *testing.T) {
 
 // A checkpoint whose own content the checks refuse (here manifest.json
 // giving an archive a size its image does not have) is a permanent refusal:
-// FailedPrecondition of class criu.ErrCheckpointRefused, nothing written,
+// FailedPrecondition of class layout.ErrCheckpointRefused, nothing written,
 // and the same digest is answered again, for any pod, without a request to
 // the registry.
 func TestRestorePullContentRefusalIsKept(t *testing.T) {
@@ -533,7 +532,7 @@ func TestRestorePullContentRefusalIsKept(t *testing.T) {
 	must(t, err)
 	p := puller(r, root, nil)
 	_, err = p.Pull(context.Background(), "default", "web", "uid1", pushed.Ref, nil)
-	if !errdefs.IsFailedPrecondition(err) || !errors.Is(err, criu.ErrCheckpointRefused) || !strings.Contains(err.Error(), "archive of") {
+	if !errdefs.IsFailedPrecondition(err) || !errors.Is(err, layout.ErrCheckpointRefused) || !strings.Contains(err.Error(), "archive of") {
 		t.Fatalf("archive size other than manifest.json's: %v, want FailedPrecondition, a checkpoint refusal", err)
 	}
 	if ents, _ := os.ReadDir(root); len(ents) != 0 {
@@ -542,7 +541,7 @@ func TestRestorePullContentRefusalIsKept(t *testing.T) {
 	var asked int
 	r.tr.rewrite = func(_ *http.Request, b []byte) []byte { asked++; return b }
 	for _, uid := range []string{"uid1", "uid2"} {
-		if _, err := p.Pull(context.Background(), "default", "web2", uid, pushed.Ref, nil); !errors.Is(err, criu.ErrCheckpointRefused) {
+		if _, err := p.Pull(context.Background(), "default", "web2", uid, pushed.Ref, nil); !errors.Is(err, layout.ErrCheckpointRefused) {
 			t.Fatalf("pull again for %s: %v, want the kept refusal", uid, err)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // sourceCheckTimeout bounds one CheckSource (the pod's secrets and one
@@ -42,7 +42,7 @@ type SourceInfo struct {
 // passes ParseRestoreRef (a repository this node's allow-list lets ns use,
 // a sha256 digest) before any connection; credentials are the pod's image
 // pull secrets, then the node's; a checkpoint of a namespace ns may not
-// restore from is refused with criu.ErrForeignCheckpoint and nothing of it
+// restore from is refused with layout.ErrForeignCheckpoint and nothing of it
 // returned. Errors are of an errdefs class: InvalidArgument,
 // PermissionDenied (not allow-listed for ns), NotFound (nothing ns may
 // restore there: see notReadable), FailedPrecondition (not a pod checkpoint
@@ -103,7 +103,7 @@ func (p *RestorePuller) CheckSource(ctx context.Context, ns, pod, uid, ref strin
 	}
 	info.Digest = desc.Digest.String()
 	if !p.cfg.RestoreAllowed(info.PodNamespace, ns) {
-		return refuse(fmt.Errorf("%w: %s", criu.ErrForeignCheckpoint, ref))
+		return refuse(fmt.Errorf("%w: %s", layout.ErrForeignCheckpoint, ref))
 	}
 	return info, nil
 }

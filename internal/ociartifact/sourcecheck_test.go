@@ -21,8 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/kubeapi/kubeapitest"
+	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
 // pathRecorder records the method and path of every request.
@@ -96,7 +96,7 @@ func TestCheckSource(t *testing.T) {
 		{name: "by tag", ns: "default", ref: r.ref("cp/web:v1"), class: errdefs.IsInvalidArgument, noRequest: true},
 		{name: "unknown digest", ns: "default", ref: r.ref("cp/web@sha256:" + strings.Repeat("1", 64)), class: errdefs.IsNotFound},
 		{name: "not a checkpoint", ns: "default", ref: r.ref("plain/img@" + imgDigest.String()), class: errdefs.IsFailedPrecondition},
-		{name: "another namespace", ns: "other", ref: ref, class: func(err error) bool { return errors.Is(err, criu.ErrForeignCheckpoint) }},
+		{name: "another namespace", ns: "other", ref: ref, class: func(err error) bool { return errors.Is(err, layout.ErrForeignCheckpoint) }},
 		{name: "registry down", ns: "default", ref: downRef, allow: []Allowed{{Host: downHost, Namespaces: everyNS, PlainHTTP: true}}, class: errdefs.IsUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,7 +191,7 @@ func TestCheckSourceTellsNothingOfOthersRepositories(t *testing.T) {
 			return PodKeychain(ctx, kubeapitest.Clientset{Interface: cs}, nil, "n1", "default", pod, uid, discard())
 		}
 	})
-	if _, err := own.CheckSource(ctx, "other", "web", "uid-new", p0.Ref); !errors.Is(err, criu.ErrForeignCheckpoint) {
+	if _, err := own.CheckSource(ctx, "other", "web", "uid-new", p0.Ref); !errors.Is(err, layout.ErrForeignCheckpoint) {
 		t.Fatalf("a foreign checkpoint the pod's own secret reads: %v", err)
 	}
 }

@@ -22,8 +22,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -145,7 +145,7 @@ func NewReconciler(cfg Config, ckpt Checkpointer, rt Runtime, objs Objects, pods
 // DataDir is an object's directory under the checkpoint root: named by the
 // object's UID, so a restarted shim finds the partial data of an object it
 // was checkpointing.
-func DataDir(pc *cpv1.PodCheckpoint) string { return criu.ObjectDirPrefix + string(pc.UID) }
+func DataDir(pc *cpv1.PodCheckpoint) string { return layout.ObjectDirPrefix + string(pc.UID) }
 
 func key(ns, name string) string { return ns + "/" + name }
 

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -279,7 +279,7 @@ func sourceReason(err error) string {
 	switch {
 	case err == nil:
 		return cpv1.ReasonSourceImageResolved
-	case errors.Is(err, criu.ErrForeignCheckpoint):
+	case errors.Is(err, layout.ErrForeignCheckpoint):
 		return cpv1.ReasonNamespaceNotAllowed
 	case errdefs.IsInvalidArgument(err):
 		return cpv1.ReasonSourceImageInvalid

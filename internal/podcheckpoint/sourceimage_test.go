@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
@@ -383,7 +383,7 @@ func TestSourceReasons(t *testing.T) {
 		reason string
 	}{
 		{nil, cpv1.ReasonSourceImageResolved},
-		{fmt.Errorf("%w: x", criu.ErrForeignCheckpoint), cpv1.ReasonNamespaceNotAllowed},
+		{fmt.Errorf("%w: x", layout.ErrForeignCheckpoint), cpv1.ReasonNamespaceNotAllowed},
 		{fmt.Errorf("%w: x", errdefs.ErrInvalidArgument), cpv1.ReasonSourceImageInvalid},
 		{fmt.Errorf("%w: x", errdefs.ErrPermissionDenied), cpv1.ReasonRegistryNotAllowed},
 		{fmt.Errorf("%w: x", errdefs.ErrNotFound), cpv1.ReasonSourceImageNotFound},

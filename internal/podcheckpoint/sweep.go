@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -83,7 +83,7 @@ func (w *Watches) sweepOnce(store cache.Store, now time.Time) int {
 	n := 0
 	for _, e := range ents {
 		name := e.Name()
-		if !e.IsDir() || !strings.HasPrefix(name, criu.ObjectDirPrefix) || held[name] {
+		if !e.IsDir() || !strings.HasPrefix(name, layout.ObjectDirPrefix) || held[name] {
 			continue
 		}
 		fi, err := e.Info()

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -79,7 +78,7 @@ func TestRestoreThroughAuthRegistry(t *testing.T) {
 	restore("a", "login1")
 	restoredWithSecret(t, cs, ns, "a", secret)
 	t.Logf("a: %s", shimLogLine(t, "pulled for a restore", ns+"/a"))
-	pulled := filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(ref[len(ref)-64:]))
+	pulled := filepath.Join(node.env["CHECKPOINTS"], layout.PulledDir(ref[len(ref)-64:]))
 	if _, err := layout.ReadManifest(pulled); err != nil {
 		t.Fatalf("pulled checkpoint: %v", err)
 	}

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podcheckpoint"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
@@ -224,7 +223,7 @@ func TestRestoreFromImageReference(t *testing.T) {
 	t.Logf("restored from %s: Running with the source's memory %.1fs after it was created", ref, time.Since(t0).Seconds())
 	podLogShowsSecret(t, ns, "restored", secret, past)
 	assertNoImageChange(t, images, "the restore of "+ns+"/restored from "+ref)
-	pulled := filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(ref[len(ref)-64:]))
+	pulled := filepath.Join(node.env["CHECKPOINTS"], layout.PulledDir(ref[len(ref)-64:]))
 	m, err := layout.ReadManifest(pulled)
 	if err != nil {
 		t.Fatalf("pulled checkpoint: %v", err)
@@ -430,7 +429,7 @@ func TestPodCheckpointExport(t *testing.T) {
 	}
 	t.Logf("not exported by the cluster: %s", sandboxEvent(t, cs, ns, "unexported", "records exporting"))
 	stillPending(t, cs, ns, "unexported", secret)
-	if _, err := os.Stat(filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(unexported[len(unexported)-64:]))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(node.env["CHECKPOINTS"], layout.PulledDir(unexported[len(unexported)-64:]))); !os.IsNotExist(err) {
 		t.Errorf("the unexported checkpoint was pulled: %v", err)
 	}
 	forgedRecordsRefused(t, cs, pcs, addr, ns, unexported, secret)

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -39,7 +38,7 @@ func archiveBytes(t *testing.T, cp string) int64 {
 
 // pulledDirOf is the directory a restore from ref (by digest) pulls into.
 func pulledDirOf(ref string) string {
-	return filepath.Join(node.env["CHECKPOINTS"], criu.PulledDir(ref[len(ref)-64:]))
+	return filepath.Join(node.env["CHECKPOINTS"], layout.PulledDir(ref[len(ref)-64:]))
 }
 
 // pulledMetrics are the cap's two counters.
@@ -86,7 +85,7 @@ func TestPulledCheckpointCap(t *testing.T) {
 	apiKubelet(t, cs)
 	// apiKubelet left no pod on the node, so no pulled checkpoint of an
 	// earlier test is in use; the cap counts every one, so none may stay.
-	left, _ := filepath.Glob(filepath.Join(node.env["CHECKPOINTS"], criu.PulledDirPrefix+"*"))
+	left, _ := filepath.Glob(filepath.Join(node.env["CHECKPOINTS"], layout.PulledDirPrefix+"*"))
 	for _, d := range left {
 		t.Logf("removing %s, left by an earlier test", d)
 		os.RemoveAll(d)

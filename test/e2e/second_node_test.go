@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
 	"github.com/cri-shim/cri-shim/internal/podspec"
@@ -410,7 +409,7 @@ func TestRestoreOnAnotherNode(t *testing.T) {
 	}
 
 	// checkpointctl reads each container's archive as node 2 pulled it.
-	pulled := filepath.Join(env2["CHECKPOINTS"], criu.PulledDir(strings.TrimPrefix(ex.Digest, "sha256:")))
+	pulled := filepath.Join(env2["CHECKPOINTS"], layout.PulledDir(strings.TrimPrefix(ex.Digest, "sha256:")))
 	m, err := layout.ReadManifest(pulled)
 	if err != nil {
 		t.Fatalf("pulled checkpoint on node 2: %v", err)

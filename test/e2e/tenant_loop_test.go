@@ -12,7 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/layout"
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
@@ -23,7 +23,7 @@ func rootBytes(t testing.TB) int64 {
 	root := node.env["CHECKPOINTS"]
 	ents, _ := os.ReadDir(root)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), criu.PulledDirPrefix) {
+		if strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), layout.PulledDirPrefix) {
 			continue
 		}
 		filepath.Walk(filepath.Join(root, e.Name()), func(_ string, fi os.FileInfo, err error) error {
@@ -130,7 +130,7 @@ func TestTenantCheckpointLoopStaysWithinShares(t *testing.T) {
 		}
 		ents, _ := os.ReadDir(node.env["CHECKPOINTS"])
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), criu.ObjectDirPrefix) && !live[e.Name()] {
+			if strings.HasPrefix(e.Name(), layout.ObjectDirPrefix) && !live[e.Name()] {
 				return fmt.Errorf("%s has no object", e.Name())
 			}
 		}

@@ -1,24 +1,16 @@
-package criu
+package layout
 
 import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
-// The reserved prefixes of the checkpoint root's directories (internal/layout).
-const (
-	ObjectDirPrefix = layout.ObjectDirPrefix
-	PulledDirPrefix = layout.PulledDirPrefix
-)
+// Names a user or a pod gives, and the error classes every checkpoint
+// package shares.
 
-// PulledDir is the directory name of the image index with sha256 hex digest hex.
-func PulledDir(hex string) string { return PulledDirPrefix + hex }
-
-// reservedPrefix returns the reserved prefix name begins with, or "".
-func reservedPrefix(name string) string {
+// ReservedPrefix returns the reserved prefix name begins with, or "".
+func ReservedPrefix(name string) string {
 	for _, p := range []string{ObjectDirPrefix, PulledDirPrefix} {
 		if strings.HasPrefix(name, p) {
 			return p
@@ -31,10 +23,10 @@ func reservedPrefix(name string) string {
 // ('cri-shim checkpoint --name', 'cri-shim checkpoint pull'): names
 // beginning with a reserved prefix belong to the shim's own directories.
 func CheckNewName(name string) error {
-	if err := layout.CheckName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return err
 	}
-	if p := reservedPrefix(name); p != "" {
+	if p := ReservedPrefix(name); p != "" {
 		return fmt.Errorf("checkpoint name %q: names beginning %q are reserved (%q: PodCheckpoint objects' data, %q: checkpoints pulled for a restore from an image reference)",
 			name, p, ObjectDirPrefix, PulledDirPrefix)
 	}
