@@ -1,6 +1,7 @@
 # cri-shim. Two commands set up everything on a fresh machine:
 #   make run    containerd + cri-shim + kubelet and API server, with demo pods
-#               that exercise each feature (test/stack/demo.sh prints how to see each)
+#               that exercise each feature (test/stack/demo.sh prints how to see each);
+#               it builds the newest pair of the version matrix only
 #   make test   vet, unit tests (with -race) and the end-to-end suite on the real
 #               stack; as root only: it FAILS, saying why, when the stack cannot
 #               be installed or the node does not come up (a skipped suite is not a pass)
@@ -18,7 +19,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build generate test test-long unit unit-nonroot e2e e2e-oldest matrix node-vm node-vm-shapes stack run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline bench-fleet fuzz vet clean release
+.PHONY: proto all build generate test test-long unit unit-nonroot e2e e2e-oldest matrix node-vm node-vm-shapes stack stack-test stack-run run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline bench-fleet fuzz vet clean release
 
 all: build
 
@@ -63,18 +64,25 @@ fuzz:
 	for f in FuzzParseManifest FuzzConfine FuzzCheckName; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 10s ./internal/layout || exit 1; done
 
-stack:
+# The real node stack (test/stack/install.sh), as root; each target asks for
+# the set it runs (test/stack/versions.sh): stack-run the newest pair and what
+# make run starts, stack-test also the oldest pair, every containerd and the
+# test tools, stack every version of the matrix.
+STACK_SET_stack := all
+STACK_SET_stack-test := test
+STACK_SET_stack-run := run
+stack stack-test stack-run:
 ifeq ($(IS_ROOT),1)
-	@test/stack/install.sh || { echo "!!! make stack: installing the real node stack failed (see above): the end-to-end suite cannot run." >&2; exit 1; }
+	@test/stack/install.sh --set $(STACK_SET_$@) || { echo "!!! make $@: installing the real node stack failed (see above): the node cannot start, so neither make run nor the end-to-end suite can run." >&2; exit 1; }
 else
-	@echo "!!! make stack: not root: the real node stack cannot be installed, so the end-to-end suite cannot run. Run as root (sudo make test), or 'make unit' for the unit tests alone." >&2; exit 1
+	@echo "!!! make $@: not root: the real node stack cannot be installed, so neither make run nor the end-to-end suite can run. Run as root (sudo make run, sudo make test), or 'make unit' for the unit tests alone." >&2; exit 1
 endif
 
 # The fast tier (docs/testing.md): every e2e test on the newest pair and the
 # matrix's subset on the oldest, in lanes side by side (test/e2e-lanes.sh;
 # CRI_SHIM_E2E_LANES sets how many). Every lane runs to its end; the summary
 # lists each.
-e2e: build stack
+e2e: build stack-test
 	test/e2e-lanes.sh
 
 # Both parts run whatever the other's outcome, so one failure hides nothing.
@@ -94,7 +102,7 @@ test-long: unit build stack
 # packages and cached with the stack; cri-shim installed there by
 # deploy/install.sh; the guest's checks print at the end. About 10 minutes
 # with the machine otherwise idle (TCG emulation).
-node-vm: build stack
+node-vm: build stack-run
 	test/vm/run.sh
 
 # The same guest node through containerd's main-config shapes
@@ -102,12 +110,12 @@ node-vm: build stack
 # install.sh --with-containerd on each, containerd comes up, a pod restores
 # from a checkpoint (test/vm/guest/shapes.sh). The guest's checks print at
 # the end.
-node-vm-shapes: build stack
+node-vm-shapes: build stack-test
 	CRI_SHIM_VM_SUITE=shapes test/vm/run.sh
 
 # The matrix's subset (test/matrix.sh) on the oldest supported pair alone
 # (make e2e runs it in a lane beside the newest).
-e2e-oldest: build stack
+e2e-oldest: build stack-test
 	test/matrix.sh --containerd 2.2.9 --kubelet 1.34.4 --out _output/compatibility-oldest.md
 	@cat _output/matrix/containerd-2.2.9-kubelet-1.34.4.log | grep -E '^(--- |ok|FAIL|PASS)' || true
 
@@ -117,14 +125,14 @@ e2e-oldest: build stack
 matrix: build stack
 	test/matrix.sh --lanes 3
 
-run: build stack
+run: build stack-run
 	test/stack/up.sh --kubelet --apiserver --shim-api --shim-config deploy/examples/demo/cri-shim.toml
 	@GO=$(GO) test/stack/demo.sh
 
 stop:
 	test/stack/down.sh
 
-bench-proxy: build stack
+bench-proxy: build stack-run
 	$(GO) build -o _output/proxybench ./bench/proxybench
 	test/stack/up.sh
 	source test/stack/env.sh; _output/proxybench --direct $$CONTAINERD_SOCK --shim $$SHIM_SOCK \
@@ -140,12 +148,12 @@ release:
 
 # Trigger-to-all-running latency of an in-place pod restart: cri-shim vs the
 # native kubelet feature vs deleting and recreating the pod (test/e2e).
-bench-restart: build stack
+bench-restart: build stack-test
 	$(GO) test -count=1 -run '^$$' -bench BenchmarkRestart -benchtime 1x -timeout 30m ./test/e2e/
 
 # Restarts of a crashing container under the kubelet's and cri-shim's curves,
 # and the shim's CPU with 20 crashing pods (about 12 minutes; test/e2e).
-bench-backoff: build stack
+bench-backoff: build stack-test
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkBackoff$$' -benchtime 1x -timeout 40m ./test/e2e/
 
 # The 20 crashing pods of bench-backoff alone for STRESS (a Go duration, or
@@ -155,7 +163,7 @@ bench-backoff: build stack
 # CRI_SHIM_BENCH_STRESS_STOP_AT=N ends the run once it has counted N restarts.
 STRESS ?= $(or $(CRI_SHIM_BENCH_STRESS),25m)
 STRESS_TIMEOUT ?= 3h
-bench-backoff-stress: build stack
+bench-backoff-stress: build stack-test
 	CRI_SHIM_BENCH_STRESS=$(STRESS) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkBackoffStress$$' -benchtime 1x -timeout $(STRESS_TIMEOUT) ./test/e2e/
 
 # The stack's registry keeps what earlier runs pushed (gigabytes of random
@@ -163,7 +171,7 @@ bench-backoff-stress: build stack
 # One run per containerd of the matrix (BENCH_CONTAINERDS), each written to
 # bench/results/checkpoint-<time>-containerd-<version>.md.
 BENCH_CONTAINERDS ?= 2.2.9 2.3.7 2.4.2
-bench-checkpoint: build stack
+bench-checkpoint: build stack-test
 	set -e; for v in $(BENCH_CONTAINERDS); do \
 		(source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker"); \
 		CRI_SHIM_CONTAINERD_VERSION=$$v $(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/; \
@@ -178,7 +186,7 @@ bench-checkpoint: build stack
 FLEET_NODES ?= 50 100 200 500
 FLEET_PHASE ?= 60
 FLEET_CHURN ?= $(FLEET_PHASE)
-bench-fleet: build stack
+bench-fleet: build stack-run
 	set -e; for n in $(FLEET_NODES); do \
 		CRI_SHIM_FLEET_NODES=$$n CRI_SHIM_FLEET_PHASE=$(FLEET_PHASE) CRI_SHIM_FLEET_CHURN=$(FLEET_CHURN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 90m ./test/fleet/; \
 	done
@@ -189,7 +197,7 @@ bench-fleet: build stack
 # the restore; off by default in 2.2.9 and 2.3, removed in 2.4). Only
 # BenchmarkCheckpoint (the streaming and registry benches have no baseline);
 # CRI_SHIM_BENCH_SIZES=2048 CRI_SHIM_BENCH_REPS=7 repeats one size.
-bench-checkpoint-baseline: build stack
+bench-checkpoint-baseline: build stack-test
 	(source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker")
 	CRI_SHIM_CONTAINERD_VERSION=2.2.9 CRI_SHIM_CONTAINERD_RESTORE_VIA_CREATE=1 CRI_SHIM_BENCH_IMPORT_BASELINE=1 \
 		$(GO) test -count=1 -run '^$$' -bench '^BenchmarkCheckpoint$$' -benchtime 1x -timeout 30m ./test/e2e/

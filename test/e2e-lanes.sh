@@ -12,15 +12,17 @@
 # whatever else uses lanes below N.
 #   test/e2e-lanes.sh --plan        print which tests each lane would run, and stop
 #   test/e2e-lanes.sh --durations   rewrite test/e2e/durations.txt from the last run's logs
-# Needs root and the stack (make stack) and make build's binaries. Logs:
+# Needs root, the stack with both pairs (make e2e builds it) and make build's
+# binaries. Logs:
 # _output/e2e-lane<N>.log (newest pair), _output/matrix/ (oldest pair).
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
+. test/stack/versions.sh
 LANES=${CRI_SHIM_E2E_LANES:-3}
 FIRST=1
 TIER=${CRI_SHIM_E2E_TIER:-fast}
-OLDEST=2.2.9/1.34.4
+OLDEST=$CONTAINERD_OLDEST/$KUBELET_OLDEST
 RUN=
 PLAN=
 DURATIONS=test/e2e/durations.txt
@@ -52,6 +54,14 @@ done
 	{ echo "e2e-lanes.sh: --lanes $LANES --first-lane $FIRST: lanes 1 to 9 only" >&2; exit 2; }
 [[ $TIER == fast || $TIER == long ]] || { echo "e2e-lanes.sh: --tier $TIER: want fast or long" >&2; exit 2; }
 export CRI_SHIM_E2E_TIER=$TIER
+# Both pairs built (make e2e builds them), or nothing runs.
+if [[ -z $PLAN ]]; then
+	missing=$(
+		stack_missing "${CRI_SHIM_STACK:-$REPO/.stack}" "${CRI_SHIM_CONTAINERD_VERSION:-$CONTAINERD_NEWEST}" "${CRI_SHIM_KUBELET_VERSION:-$KUBELET_NEWEST}"
+		[[ -z $OLDEST ]] || stack_missing "${CRI_SHIM_STACK:-$REPO/.stack}" "${OLDEST%/*}" "${OLDEST#*/}"
+	)
+	[[ -z $missing ]] || { while read -r m; do echo "e2e-lanes.sh: $m" >&2; done <<<"$missing"; exit 1; }
+fi
 mkdir -p _output/matrix
 rm -f _output/e2e-lane*.log _output/e2e-lanes.status
 

@@ -5,12 +5,15 @@
 #   test/matrix.sh [--containerd "2.2.9 2.4.2"] [--kubelet "1.37.2"] [--out FILE] [--lanes N]
 # --lanes N runs N pairs at a time, each in a lane of its own (CRI_SHIM_LANE,
 # test/stack/env.sh), from the caller's lane (1 by default) up.
-# Needs root and the stack (make stack). One run's logs: _output/matrix/.
+# Needs root and the stack's builds of the pairs (make stack has every one;
+# each missing one is named before anything runs). One run's logs:
+# _output/matrix/.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
-CONTAINERDS="2.2.9 2.3.7 2.4.2"
-KUBELETS="1.34.4 1.35.4 1.36.3 1.37.2"
+. test/stack/versions.sh
+CONTAINERDS="${CONTAINERD_VERSIONS[*]}"
+KUBELETS="${KUBELET_VERSIONS[*]}"
 OUT=docs/compatibility.md
 LANES=1
 while (($#)); do
@@ -47,6 +50,8 @@ first=${CRI_SHIM_LANE:-1}
 ((LANES >= 1 && first + LANES - 1 <= 9)) || { echo "matrix.sh: --lanes $LANES from lane $first: lanes 1 to 9 only" >&2; exit 2; }
 pairs=()
 for c in $CONTAINERDS; do for k in $KUBELETS; do pairs+=("$c/$k"); done; done
+missing=$(for p in "${pairs[@]}"; do stack_missing "${CRI_SHIM_STACK:-$REPO/.stack}" "${p%/*}" "${p#*/}"; done | sort -u)
+[[ -z $missing ]] || { while read -r m; do echo "matrix.sh: $m" >&2; done <<<"$missing"; exit 1; }
 # pair C/K in lane L: its subset of the suite, its log, its time.
 run_pair() {
 	local c=${1%/*} k=${1#*/} lane=$2 log t0=$SECONDS

@@ -34,13 +34,14 @@ func runInstall(t *testing.T, args ...string) (string, error) {
 
 // stackContainerd is the stack's build of containerd VERSION
 // ($CRI_SHIM_STACK/versions/containerd-VERSION, test/stack/install.sh's
-// build_containerds); the test skips without it.
+// build_containerds); the test skips without it. make e2e builds every
+// containerd of the matrix; make run only the newest.
 func stackContainerd(t *testing.T, version string) string {
 	t.Helper()
 	repo, _ := filepath.Abs("../..")
 	p := filepath.Join(envOr("CRI_SHIM_STACK", filepath.Join(repo, ".stack")), "versions", "containerd-"+version, "containerd")
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("SKIPPED: no containerd %s in the stack (make stack): %v", version, err)
+		t.Skipf("SKIPPED: no containerd %s in the stack (make e2e builds it, or test/stack/install.sh --containerd %s containerds): %v", version, version, err)
 	}
 	return p
 }

@@ -3,10 +3,12 @@
 # node never touches a containerd or kubelet the machine may already run.
 REPO=${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 STACK=${CRI_SHIM_STACK:-$REPO/.stack}
-# The pair of the version matrix a node runs (install.sh builds them all;
-# up.sh links the chosen pair into $STACK/bin): the newest by default.
-CONTAINERD_VERSION=${CRI_SHIM_CONTAINERD_VERSION:-2.4.2}
-KUBELET_VERSION=${CRI_SHIM_KUBELET_VERSION:-1.37.2}
+# The pair of the version matrix a node runs (install.sh builds the versions
+# each make target uses, test/stack/versions.sh; up.sh links the chosen pair
+# into the node's bin directory): the newest by default.
+. "$REPO/test/stack/versions.sh"
+CONTAINERD_VERSION=${CRI_SHIM_CONTAINERD_VERSION:-$CONTAINERD_NEWEST}
+KUBELET_VERSION=${CRI_SHIM_KUBELET_VERSION:-$KUBELET_NEWEST}
 # A lane is a whole test bed of its own on this machine (both nodes, the
 # control plane, the registries): CRI_SHIM_LANE=N (1, the default, keeps the
 # paths and ports below) shifts every path, port, bridge, pod subnet and

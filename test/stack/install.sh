@@ -6,11 +6,18 @@
 # built test images. Idempotent: each component is
 # rebuilt only when its pinned inputs change (stamp files under $STACK/stamps).
 # Sources: the Go module proxy and Debian packages only.
-#   test/stack/install.sh [PART...]   PART: debs containerds crictl critest
-#   kubelets etcd registry checkpointctl criu images (default: all, in order)
+#   test/stack/install.sh [--set run|test|all] [--containerd "V..."] [--kubelet "V..."] [PART...]
+# --set (default $CRI_SHIM_STACK_SET, else all): what a make target uses,
+# its parts and versions (test/stack/versions.sh): run builds the newest
+# pair and what make run starts, test what make test runs too, all every
+# version of the matrix. --containerd and --kubelet replace the set's
+# versions (each of the matrix). PART: debs testdebs containerds crictl
+# critest kubelets etcd registry checkpointctl criu images (default: the
+# set's, in this order).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "$REPO/test/stack/versions.sh"
 STACK=${CRI_SHIM_STACK:-$REPO/.stack}
 BIN=$STACK/bin
 TOOLS=$REPO/test/stack/tools
@@ -34,7 +41,7 @@ mark() {
 
 APT_UPDATED=
 apt_install() {
-	local missing=()
+	local missing=() p
 	for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 	((${#missing[@]})) || return 0
 	if [[ -z $APT_UPDATED ]]; then apt-get update -qq; APT_UPDATED=1; fi
@@ -42,15 +49,22 @@ apt_install() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# What a node of up.sh runs on (busybox-static: the images; openssl: pki.sh).
 install_debs() {
-	apt_install runc containernetworking-plugins busybox-static iptables iproute2 ca-certificates curl openssl systemd prometheus
+	apt_install runc containernetworking-plugins busybox-static iptables iproute2 ca-certificates curl openssl
+}
+
+# What only tests run: systemd-analyze (the unit checks of test/e2e) and
+# promtool (the alert rules' checks, test/e2e/monitoring_test.go).
+install_testdebs() {
+	apt_install systemd prometheus
 }
 
 # build_tools NAME MODULE_DIR PKG... : go build the commands of a tools module into
 # OUT (default $BIN). LDFLAGS, when set, is passed to the linker.
 build_tools() {
 	local name=$1 dir=$2; shift 2
-	local out=${OUT:-$BIN}
+	local out=${OUT:-$BIN} p
 	local have=1
 	for p in "$@"; do [[ -x $out/$(basename "$p") && ! -L $out/$(basename "$p") ]] || have=; done
 	if [[ -n $have ]] && fresh "$name" "$dir/go.mod" "$dir/go.sum" <(echo "${LDFLAGS:-}"); then return 0; fi
@@ -62,25 +76,26 @@ build_tools() {
 	log "built $name in $((SECONDS - t0))s"
 }
 
-# The version matrix (docs/compatibility.md): every containerd and kubelet
-# below is built into $STACK/versions/<name>-<version>/, and up.sh links the
+# The version matrix (test/stack/versions.sh): the containerds and kubelets
+# selected (CONTAINERDS, KUBELETS: the set's or --containerd/--kubelet) are
+# built into $STACK/versions/<name>-<version>/, and up.sh links the
 # pair a node runs (CRI_SHIM_CONTAINERD_VERSION, CRI_SHIM_KUBELET_VERSION;
-# default the newest, env.sh) into $BIN. The control plane (kube-apiserver,
-# kubectl) is the newest Kubernetes, which serves every kubelet here (the
-# API server supports kubelets up to three minors older). Each kubelet minor
-# has its tools module, test/stack/tools/kubelet-<minor>.
-CONTAINERD_VERSIONS=(2.2.9 2.3.7 2.4.2)
-KUBELET_VERSIONS=(1.34.4 1.35.4 1.36.3 1.37.2)
+# default the newest, env.sh) into its bin directory. The control plane
+# (kube-apiserver, kubectl) is the newest Kubernetes, which serves every
+# kubelet here (the API server supports kubelets up to three minors older),
+# built whatever kubelets are selected. Each kubelet minor has its tools
+# module, test/stack/tools/kubelet-<minor>.
 build_containerds() {
-	for v in "${CONTAINERD_VERSIONS[@]}"; do
+	local v
+	for v in "${CONTAINERDS[@]}"; do
 		OUT=$STACK/versions/containerd-$v build_tools "containerd-$v" "$TOOLS/containerd-${v%.*}" \
 			github.com/containerd/containerd/v2/cmd/containerd \
 			github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
 	done
 }
 build_kubelets() {
-	local v dir newest=${KUBELET_VERSIONS[-1]}
-	for v in "${KUBELET_VERSIONS[@]}"; do
+	local v dir newest=$KUBELET_NEWEST
+	for v in "${KUBELETS[@]}"; do
 		dir=$TOOLS/kubelet-${v%.*}
 		K8S_VERSION=v$v LDFLAGS=$(K8S_VERSION=v$v k8s_ldflags) OUT=$STACK/versions/kubernetes-$v \
 			build_tools "kubelet-$v" "$dir" k8s.io/kubernetes/cmd/kubelet
@@ -207,10 +222,18 @@ build_images() {
 	mark images "${inputs[@]}"
 }
 
-PARTS=(debs containerds crictl critest kubelets etcd registry checkpointctl criu images)
+PARTS=(debs testdebs containerds crictl critest kubelets etcd registry checkpointctl criu images)
+# set_parts SET: the parts SET installs, in SET_PARTS.
+set_parts() {
+	case $1 in
+	run) SET_PARTS=(debs containerds crictl kubelets etcd criu images) ;;
+	*) SET_PARTS=("${PARTS[@]}") ;;
+	esac
+}
 part() {
 	case $1 in
 	debs) install_debs ;;
+	testdebs) install_testdebs ;;
 	containerds) build_containerds ;;
 	crictl) build_tools crictl "$TOOLS/critools" sigs.k8s.io/cri-tools/cmd/crictl ;;
 	critest) build_critest ;;
@@ -224,15 +247,51 @@ part() {
 	esac
 }
 
-# main [PART...]: every part in order, or only the named ones (a stack in use
-# gains a new version without its other parts being checked or touched).
+# in_list WORD LIST...: whether WORD is one of LIST.
+in_list() {
+	local w=$1; shift
+	[[ " $* " == *" $w "* ]]
+}
+
+# main [--set SET] [--containerd "V..."] [--kubelet "V..."] [PART...]: the
+# set's parts in order, or only the named ones (a stack in use gains a new
+# version without its other parts being checked or touched).
 main() {
+	local set=${CRI_SHIM_STACK_SET:-all} containerds='' kubelets='' v
+	while [[ ${1:-} == --* ]]; do
+		case $1 in
+		--set | --containerd | --kubelet) (($# > 1)) || { log "$1 wants a value"; exit 2; } ;;
+		*) log "unknown flag $1"; exit 2 ;;
+		esac
+		case $1 in
+		--set) set=$2 ;;
+		--containerd) containerds=$2 ;;
+		--kubelet) kubelets=$2 ;;
+		esac
+		shift 2
+	done
+	stack_set_versions "$set" || { log "unknown set $set (sets: ${STACK_SETS[*]})"; exit 2; }
+	CONTAINERDS=("${SET_CONTAINERDS[@]}") KUBELETS=("${SET_KUBELETS[@]}")
+	[[ -z $containerds ]] || read -ra CONTAINERDS <<<"$containerds"
+	[[ -z $kubelets ]] || read -ra KUBELETS <<<"$kubelets"
+	for v in "${CONTAINERDS[@]}"; do
+		in_list "$v" "${CONTAINERD_VERSIONS[@]}" || { log "containerd $v is not in the matrix (${CONTAINERD_VERSIONS[*]}; test/stack/versions.sh)"; exit 2; }
+	done
+	for v in "${KUBELETS[@]}"; do
+		in_list "$v" "${KUBELET_VERSIONS[@]}" || { log "kubelet $v is not in the matrix (${KUBELET_VERSIONS[*]}; test/stack/versions.sh)"; exit 2; }
+	done
 	command -v go >/dev/null || { log "go is required"; exit 1; }
 	[[ $(id -u) == 0 ]] || { log "must run as root (apt, containerd)"; exit 1; }
-	local t0=$SECONDS p
-	(($#)) || set -- "${PARTS[@]}"
-	for p in "$@"; do part "$p"; done
-	log "stack ready in $STACK ($((SECONDS - t0))s)"
+	local t0=$SECONDS t1 name times=''
+	set_parts "$set"
+	(($#)) || set -- "${SET_PARTS[@]}"
+	log "set $set: containerd ${CONTAINERDS[*]}, kubelet ${KUBELETS[*]}; parts $*"
+	for name in "$@"; do
+		t1=$SECONDS
+		part "$name"
+		times+="${times:+, }$name $((SECONDS - t1))s"
+	done
+	log "stack ready in $STACK ($((SECONDS - t0))s: $times)"
 }
 
 main "$@"

@@ -345,7 +345,7 @@ YAML
 # critest v1.34 drops the tag when it re-prefixes a name (PrepareImageName uses
 # reference.Path), so every image is also pushed as :latest.
 start_registry() {
-	[[ -x $STACK/bin/registry ]] || { log "missing registry: run test/stack/install.sh"; return 1; }
+	[[ -x $STACK/bin/registry ]] || { log "missing registry: make e2e builds it (test/stack/install.sh registry)"; return 1; }
 	registry_config registry "$REGISTRY_ADDR"
 	spawn registry registry serve "$NODE_RUN/registry.yaml"
 	wait_for 30 registry curl -sf "http://$REGISTRY_ADDR/v2/"
@@ -387,7 +387,7 @@ host_address() {
 # with pki.sh's certificate (clients trust $PKI/ca.crt), for pushes and
 # pulls of checkpoint images over TLS.
 start_registry_tls() {
-	[[ -x $STACK/bin/registry ]] || { log "missing registry: run test/stack/install.sh"; return 1; }
+	[[ -x $STACK/bin/registry ]] || { log "missing registry: make e2e builds it (test/stack/install.sh registry)"; return 1; }
 	"$(dirname "${BASH_SOURCE[0]}")/pki.sh"
 	registry_config registry-tls "$REGISTRY_TLS_ADDR" tls
 	spawn registry-tls registry serve "$NODE_RUN/registry-tls.yaml"
@@ -404,7 +404,7 @@ start_registry_tls() {
 # .dockerconfigjson of a pod's image pull secret. The bcrypt hashes come from
 # test/stack/tools/registry/htpasswd, built with the caller's go.
 start_registry_auth() {
-	[[ -x $STACK/bin/registry ]] || { log "missing registry: run test/stack/install.sh"; return 1; }
+	[[ -x $STACK/bin/registry ]] || { log "missing registry: make e2e builds it (test/stack/install.sh registry)"; return 1; }
 	"$(dirname "${BASH_SOURCE[0]}")/pki.sh"
 	local dir=$REGISTRY_AUTH_DIR
 	if [[ ! -s $dir/htpasswd ]]; then
@@ -430,7 +430,7 @@ start_registry_auth() {
 # start_apiserver: etcd and kube-apiserver on loopback, certificates by pki.sh.
 start_apiserver() {
 	for b in etcd kube-apiserver kubectl; do
-		[[ -x $STACK/bin/$b ]] || { log "missing $b: run test/stack/install.sh"; return 1; }
+		[[ -x $STACK/bin/$b ]] || { log "missing $b: make run builds it (test/stack/install.sh --set run)"; return 1; }
 	done
 	"$(dirname "${BASH_SOURCE[0]}")/pki.sh"
 	mkdir -p "$NODE_DATA/etcd"
@@ -535,15 +535,11 @@ if [[ -n $ONLY ]]; then
 fi
 
 # The node's pair of the version matrix.
-for b in containerd containerd-shim-runc-v2 ctr; do
-	v=$STACK/versions/containerd-$CONTAINERD_VERSION/$b
-	[[ -x $v ]] || { log "missing containerd $CONTAINERD_VERSION ($v): run test/stack/install.sh (make stack)"; exit 1; }
-done
-v=$STACK/versions/kubernetes-$KUBELET_VERSION/kubelet
-[[ -x $v ]] || { log "missing kubelet $KUBELET_VERSION ($v): run test/stack/install.sh (make stack)"; exit 1; }
+missing=$(stack_missing "$STACK" "$CONTAINERD_VERSION" "$KUBELET_VERSION")
+[[ -z $missing ]] || { while read -r m; do log "$m"; done <<<"$missing"; exit 1; }
 log "containerd $CONTAINERD_VERSION, kubelet $KUBELET_VERSION${LANE_SUFFIX:+ (lane $LANE)}"
 for b in crictl runc criu; do
-	[[ -x $STACK/bin/$b ]] || command -v "$b" >/dev/null || { log "missing $b: run test/stack/install.sh (make stack)"; exit 1; }
+	[[ -x $STACK/bin/$b ]] || command -v "$b" >/dev/null || { log "missing $b: make run builds it (test/stack/install.sh --set run)"; exit 1; }
 done
 [[ -x $RUNTIME_SHIM_BIN ]] || { log "missing $RUNTIME_SHIM_BIN: run make build"; exit 1; }
 "$(dirname "${BASH_SOURCE[0]}")/down.sh" --quiet || true

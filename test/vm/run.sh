@@ -22,9 +22,10 @@ STACK=${CRI_SHIM_STACK:-$REPO/.stack}
 VM=$STACK/vm
 SUITE=${CRI_SHIM_VM_SUITE:-node}
 OUT=${CRI_SHIM_VM_OUT:-$REPO/_output/vm}
-CONTAINERD=${CRI_SHIM_VM_CONTAINERD:-2.4.2}
-KUBELET=${CRI_SHIM_VM_KUBELET:-1.37.2}
-SHAPE_VERSIONS=(2.2.9 2.3.7 2.4.2)
+. "$REPO/test/stack/versions.sh"
+CONTAINERD=${CRI_SHIM_VM_CONTAINERD:-$CONTAINERD_NEWEST}
+KUBELET=${CRI_SHIM_VM_KUBELET:-$KUBELET_NEWEST}
+SHAPE_VERSIONS=("${CONTAINERD_VERSIONS[@]}")
 TIMEOUT=${CRI_SHIM_VM_TIMEOUT:-1800}
 log() { printf '[vm] %s\n' "$*" >&2; }
 export PATH=/usr/local/go/bin:$PATH
@@ -39,9 +40,11 @@ shapes)
 *) echo "run.sh: CRI_SHIM_VM_SUITE=$SUITE: want node or shapes" >&2; exit 2 ;;
 esac
 ctrd_dir() { echo "$STACK/versions/containerd-$1"; }
-for f in "$(ctrd_dir "$CONTAINERD")"/{containerd,containerd-shim-runc-v2,ctr} "$STACK/versions/kubernetes-$KUBELET/kubelet"; do
-	[[ -x $f ]] || { echo "run.sh: no $f (containerd $CONTAINERD, kubelet $KUBELET: make stack builds them)" >&2; exit 1; }
-done
+missing=$(
+	stack_missing "$STACK" "$CONTAINERD" "$KUBELET"
+	if [[ $SUITE == shapes ]]; then for v in "${SHAPE_VERSIONS[@]}"; do stack_missing "$STACK" "$v" "$KUBELET"; done; fi
+)
+[[ -z $missing ]] || { sort -u <<<"$missing" | while read -r m; do echo "run.sh: $m" >&2; done; exit 1; }
 "$REPO/test/vm/build.sh"
 for f in "$REPO/_output/cri-shim" "$REPO/_output/containerd-shim-cri-shim-v2"; do
 	[[ -x $f ]] || { echo "run.sh: no $f (make build)" >&2; exit 1; }
