@@ -120,12 +120,25 @@ func (m *Manager) forget(p *Pod, id string) bool {
 // An error means the verdict could not be recorded: nothing changed, nothing
 // was started, and the exit is classified again at the next look.
 func (m *Manager) classify(s *runtimeapi.ContainerStatus) (restarts bool, err error) {
+	return m.classifyVia(s, viaRead)
+}
+
+// How an exit reached the shim, for the restart trace (trace.go): the
+// runtime's event feed, or a read of the runtime (the kubelet's list or
+// status, or the shim's own scan).
+const (
+	viaEvent = "event"
+	viaRead  = "read"
+)
+
+// classifyVia is classify of an exit that reached the shim by via.
+func (m *Manager) classifyVia(s *runtimeapi.ContainerStatus, via string) (restarts bool, err error) {
 	if s == nil || s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return false, nil
 	}
 	m.withContainer(s.Id, func(p *Pod, _ *Instance) {
 		if p != nil {
-			restarts, err = m.classifyLocked(s)
+			restarts, err = m.classifyLockedVia(s, via)
 		}
 	})
 	return restarts, err
@@ -133,6 +146,11 @@ func (m *Manager) classify(s *runtimeapi.ContainerStatus) (restarts bool, err er
 
 // classifyLocked is classify with m.mu held.
 func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
+	return m.classifyLockedVia(s, viaRead)
+}
+
+// classifyLockedVia is classifyVia with m.mu held.
+func (m *Manager) classifyLockedVia(s *runtimeapi.ContainerStatus, via string) (bool, error) {
 	sid := m.byID[s.Id]
 	p := m.pods[sid]
 	name := s.GetMetadata().GetName()
@@ -171,6 +189,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 	if err := m.enter(p, restartrecord.EventMatched); err != nil {
 		return false, err
 	}
+	m.traceBegin(p, finished, via)
 	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
 	bst := m.bo.Exited(key, p.SandboxID, started, finished)
 	p.PhaseSince, p.Scope = now, scope
@@ -221,6 +240,7 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 		m.metrics.restarts.Inc()
 	}
 	m.metrics.delay.Observe(bst.LastDelay.Seconds())
+	m.trace(p.SandboxID, traceMatched, "delay", bst.LastDelay)
 	m.observer.RestartStarted(refOf(p), *p.Trigger)
 	m.log.Info("podstate: restart rule matched", "action", action, "trigger", s.Id,
 		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)

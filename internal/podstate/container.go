@@ -30,6 +30,7 @@ func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	if err := m.refuseReplacement(req); err != nil {
 		return nil, err
 	}
+	m.trace(req.PodSandboxId, traceKubeCreate, "name", req.GetConfig().GetMetadata().GetName())
 	if err := m.waitIdle(ctx, req.PodSandboxId); err != nil {
 		return nil, err
 	}
@@ -125,6 +126,7 @@ func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, compl
 func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest,
 	next proxy.UnaryNext[runtimeapi.StopContainerRequest, runtimeapi.StopContainerResponse]) (*runtimeapi.StopContainerResponse, error) {
 	asked := m.clock.Now()
+	m.traceContainer(req.ContainerId, traceKubeStop)
 	sb, record, settle := "", false, false
 	m.withContainer(req.ContainerId, func(p *Pod, in *Instance) {
 		if in != nil && !in.Settled {
@@ -165,10 +167,13 @@ func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveCon
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, err
 	}
+	sb := ""
 	m.withContainer(req.ContainerId, func(p *Pod, _ *Instance) {
 		if p != nil {
+			sb = p.SandboxID
 			m.forget(p, req.ContainerId)
 		}
 	})
+	m.trace(sb, traceKubeRemove, "container", req.ContainerId)
 	return resp, err
 }

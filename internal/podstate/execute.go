@@ -39,6 +39,7 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 			}
 		}
 	})
+	m.trace(sandboxID, traceStep, "phase", phase)
 	switch phase {
 	case PhaseTerminating:
 		if m.startsInFlight(sandboxID) {
@@ -51,9 +52,11 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 			return 0, err
 		}
 		if wait := notBefore.Sub(m.clock.Now()); wait > 0 {
+			m.trace(sandboxID, traceWait, "for", "backoff", "waitMs", wait.Milliseconds())
 			return wait, nil
 		}
 		if wait := m.backlogDelay(sandboxID); wait > 0 {
+			m.trace(sandboxID, traceWait, "for", "the kubelet's removals", "waitMs", wait.Milliseconds())
 			return wait, nil
 		}
 		m.with(sandboxID, func(p *Pod) {
@@ -99,7 +102,7 @@ func (m *Manager) refineShown(ctx context.Context, sandboxID string) error {
 			exited = append(exited, id)
 		}
 	}
-	return m.update(sandboxID, func(p *Pod) error {
+	err := m.update(sandboxID, func(p *Pod) error {
 		for _, id := range exited {
 			if in := p.Inst(id); in != nil {
 				in.Shown = false
@@ -108,6 +111,8 @@ func (m *Manager) refineShown(ctx context.Context, sandboxID string) error {
 		p.Refined = true
 		return nil
 	})
+	m.trace(sandboxID, traceRefined, "checked", len(check), "exited", len(exited))
+	return err
 }
 
 func (m *Manager) ensureStarted(ctx context.Context, id string) error {

@@ -34,5 +34,5 @@ func (m *Manager) OnEvent(e *events.Event) {
 	}
 	// A verdict that could not be recorded is made again at the next look
 	// (save logged it).
-	_, _ = m.classify(s)
+	_, _ = m.classifyVia(s, viaEvent)
 }

@@ -42,9 +42,20 @@ type kubelet struct {
 // newKubelet starts a runtime and a manager over it whose state is in dir.
 func newKubelet(t *testing.T, dir string) kubelet {
 	t.Helper()
+	return newKubeletLogged(t, dir, nil)
+}
+
+// newKubeletLogged is newKubelet with the manager logging to log (nil:
+// nowhere).
+func newKubeletLogged(t *testing.T, dir string, log *slog.Logger) kubelet {
+	t.Helper()
 	rt := fakeruntime.Start(t)
 	k := kubelet{t: t, rt: rt, cri: rt.Client(), logDir: t.TempDir()}
-	k.m = newTestManager(t, k.cri, dir)
+	if log == nil {
+		k.m = newTestManager(t, k.cri, dir)
+	} else {
+		k.m = newLoggedManager(t, k.cri, dir, log)
+	}
 	return k
 }
 
@@ -57,7 +68,13 @@ func (k kubelet) restarted(dir string) kubelet {
 
 func newTestManager(t *testing.T, rt runtimeService, dir string) *Manager {
 	t.Helper()
-	m, err := New(rt, dir, backoff.NewTracker(testCurve, nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return newLoggedManager(t, rt, dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// newLoggedManager is newTestManager logging to log.
+func newLoggedManager(t *testing.T, rt runtimeService, dir string, log *slog.Logger) *Manager {
+	t.Helper()
+	m, err := New(rt, dir, backoff.NewTracker(testCurve, nil), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +358,12 @@ func (k kubelet) remove(id string) {
 
 // setup: init (ran to completion), sidecar and main running, main carries the rule.
 func setup(t *testing.T, dir string) (kubelet, string, map[string]string) {
-	k := newKubelet(t, dir)
+	return setupLogged(t, dir, nil)
+}
+
+// setupLogged is setup with the manager logging to log (nil: nowhere).
+func setupLogged(t *testing.T, dir string, log *slog.Logger) (kubelet, string, map[string]string) {
+	k := newKubeletLogged(t, dir, log)
 	k.rt.ExitOnStart("init", 0)
 	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": rules88})
 	ids := map[string]string{}

@@ -106,6 +106,11 @@ type Manager struct {
 	// by container ID (chan struct{}), closed by the event feed's start and
 	// stop events (waitFor).
 	stateWaits sync.Map
+
+	// debug: the log is at debug level, so restarts are traced (trace.go);
+	// traces holds each sandbox's restart trace (*restartTrace).
+	debug  bool
+	traces sync.Map
 }
 
 // EventsFrom tells the manager which event feed delivers exits to OnEvent, so
@@ -128,6 +133,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 		pods: map[string]*Pod{}, byID: map[string]string{},
 		queue: newQueue(), quit: make(chan struct{}),
 		metrics: newMetrics(), eventsLive: func() uint64 { return 0 }, observer: noObserver{}, keepDead: 1, backlogWait: maxBacklogWait,
+		debug: debugEnabled(log),
 	}
 	pods, errs := st.Load()
 	for _, err := range errs {

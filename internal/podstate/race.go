@@ -59,6 +59,7 @@ func (m *Manager) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 		m.log.Info("podstate: refusing the kubelet's start of a container the restart in progress replaces", "container", req.ContainerId, "err", err)
 		return nil, err
 	}
+	m.traceContainer(req.ContainerId, traceKubeStart)
 	resp, err := next(ctx, req)
 	if tracked {
 		kick := ""

@@ -35,6 +35,7 @@ func (m *Manager) abandon(p *Pod) error {
 	}
 	m.cancelStep(p.SandboxID)
 	if restarting {
+		m.traceEnd(p.SandboxID, "abandoned")
 		m.observer.RestartEnded(refOf(p), *p.Trigger, restartapi.Abandoned)
 	}
 	return nil

@@ -65,6 +65,9 @@ func (m *Manager) replay(ctx context.Context, sandboxID string) error {
 		}
 		if s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
 			exited = append(exited, s)
+			m.trace(sandboxID, traceExited, "name", e.Name, "container", id, "exitCode", s.ExitCode)
+		} else {
+			m.trace(sandboxID, traceUp, "name", e.Name, "container", id, "state", s.GetState().String())
 		}
 		if e.WaitExit && s.ExitCode != 0 {
 			// A genuine failure after the restart: show it; the pod's
@@ -183,6 +186,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	if ws != nil {
 		defer ws.Release()
 	}
+	m.trace(sandboxID, traceCreate, "name", name, "attempt", n)
 	resp, err := m.rt.CreateContainer(ctx, create)
 	if err != nil {
 		m.with(sandboxID, dropReq)
@@ -193,6 +197,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		return "", fmt.Errorf("create %q again: %w", name, err)
 	}
 	id := resp.ContainerId
+	m.trace(sandboxID, traceCreated, "name", name, "container", id)
 	if ws != nil && ws.Created != nil {
 		if err := ws.Created(id); err != nil {
 			if _, rerr := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); rerr != nil && status.Code(rerr) != codes.NotFound {
@@ -239,6 +244,7 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		}
 		return id, fmt.Errorf("start restarted container %s: %w", id, err)
 	}
+	m.trace(sandboxID, traceStarted, "name", name, "container", id)
 	if ws != nil {
 		m.warmStarted(p, name, ws)
 	}

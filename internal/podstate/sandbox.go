@@ -123,6 +123,7 @@ func (m *Manager) dropLocked(id string) *Pod {
 	}
 	delete(m.pods, id)
 	m.reads.Delete(id)
+	m.traces.Delete(id)
 	m.cancelStep(id)
 	m.tracked.Store(int32(len(m.pods)))
 	// Only the curve keys this sandbox owns: another (live) sandbox of the

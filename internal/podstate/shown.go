@@ -26,7 +26,8 @@ func (m *Manager) ObservePodSandboxStatus(req []byte) {
 	if v, ok := m.reads.Load(id); ok {
 		r := v.(*restartrecord.Reads)
 		r.At.Store(m.clock.Now().UnixNano())
-		r.N.Add(1)
+		n := r.N.Add(1)
+		m.trace(id, traceKubeRead, "reads", n)
 	}
 }
 

@@ -70,7 +70,9 @@ func (m *Manager) stopOne(ctx context.Context, id string, term podspec.Terminati
 		m.runPreStop(ctx, id, h, grace)
 	}
 	timeout := stopTimeout(term, grace, m.clock.Now().Sub(start))
+	m.traceContainer(id, traceStopAsked, "name", s.GetMetadata().GetName(), "timeoutS", int64(timeout/time.Second))
 	_, err = m.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(timeout / time.Second)})
+	m.traceContainer(id, traceStopped, "name", s.GetMetadata().GetName())
 	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("stop %s: %w", id, err)
 	}

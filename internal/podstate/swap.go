@@ -110,6 +110,7 @@ func (m *Manager) swapLocked(p *Pod, exited []*runtimeapi.ContainerStatus, handB
 	} else {
 		m.observer.RestartEnded(refOf(p), trigger, restartapi.RestartedAgain)
 	}
+	m.traceEnd(p.SandboxID, traceSwapped, "restarts", p.Restarts)
 	m.log.Info("podstate: pod restarted in place", "pod", p.Namespace+"/"+p.Name, "restarts", p.Restarts, "sinceExit", took.Round(time.Millisecond))
 	return nil
 }
