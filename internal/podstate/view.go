@@ -171,3 +171,21 @@ func (m *Manager) DropEvent(e *runtimeapi.ContainerEventResponse) bool {
 	}
 	return false
 }
+
+// MayDecide says, for each container of an unfiltered list, whether
+// Verdicts could give it a verdict or record anything of it: an instance
+// the pod's record holds (hidden, shown running, held, listed, an exit to
+// classify), or any container of a pod whose restart is in progress (a
+// create pending under its name hides it). Any other container, every
+// container of an untracked pod among them, is shown as the runtime lists
+// it, so the view leaves it out of Verdicts (restartview's
+// ListContainersBytes). One lock for the whole list; the lookups by a
+// []byte key allocate nothing.
+func (m *Manager) MayDecide(cs []wire.ContainerBytes, out []bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, c := range cs {
+		p := m.pods[string(c.Sandbox)]
+		out[i] = p != nil && (p.Phase != PhaseRunning || p.Instances[string(c.ID)] != nil)
+	}
+}

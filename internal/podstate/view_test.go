@@ -7,8 +7,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 // During a restart the encoded paths show the kubelet exactly what the
@@ -19,28 +17,7 @@ func TestBytesPathsMatchDecodedPaths(t *testing.T) {
 		t.Helper()
 		// Decoded: the runtime's list and statuses, and the engine's
 		// decisions applied to them.
-		typed, err := k.cri.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs := make([]wire.Container, len(typed.Containers))
-		for i, c := range typed.Containers {
-			cs[i] = wire.ContainerOf(c)
-		}
-		verdicts, err := k.m.Verdicts(context.Background(), cs, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]runtimeapi.ContainerState{}
-		for i, c := range typed.Containers {
-			switch {
-			case verdicts[i].Hide:
-			case verdicts[i].Fake:
-				want[c.Id] = runtimeapi.ContainerState_CONTAINER_RUNNING
-			default:
-				want[c.Id] = c.State
-			}
-		}
+		want := decodedList(t, k)
 		if got := k.list(); !maps.Equal(got, want) {
 			t.Fatalf("%s: encoded list %v, decoded %v", when, got, want)
 		}

@@ -6,6 +6,8 @@ package restartview
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -21,6 +23,12 @@ import (
 // response is read with protowire, and only when the view changes something
 // is it edited, entry by entry, without decoding the rest. A request with a
 // filter, or a message the peek cannot read, takes the decoded path.
+//
+// Every entry is read in place, without a copy or an allocation, and
+// only the ones the engine may decide about (Engine.MayDecide: the
+// instances of governed pods) are handed to Verdicts; the others, most of
+// a large node's list, would be shown as they are. A list with nothing to
+// edit is answered with the runtime's own bytes.
 func (v *View) ListContainersBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
 	filtered, err := wire.PeekListFilter(req)
 	if err != nil || filtered {
@@ -30,28 +38,76 @@ func (v *View) ListContainersBytes(ctx context.Context, req []byte, next proxy.B
 	if err != nil {
 		return nil, err
 	}
-	var cs []wire.Container
-	if err := wire.Each(resp, func(f wire.Field) error {
-		if f.Num != wire.FieldListContainers || f.Type != protowire.BytesType {
-			return nil
+	sc := scratchPool.Get().(*listScratch)
+	defer sc.release()
+	for b := resp; len(b) > 0; {
+		f, rest, err := wire.Next(b)
+		if err != nil {
+			return v.viewDecoded(ctx, resp)
 		}
-		c, err := wire.PeekContainer(f.Bytes)
-		cs = append(cs, c)
-		return err
-	}); err != nil {
-		return v.viewDecoded(ctx, resp)
+		b = rest
+		if f.Num != wire.FieldListContainers || f.Type != protowire.BytesType {
+			continue
+		}
+		c, err := wire.PeekContainerBytes(f.Bytes)
+		if err != nil {
+			return v.viewDecoded(ctx, resp)
+		}
+		sc.entries = append(sc.entries, c)
 	}
-	verdicts, err := v.e.Verdicts(ctx, cs, nil)
+	sc.decide = slices.Grow(sc.decide[:0], len(sc.entries))[:len(sc.entries)]
+	v.e.MayDecide(sc.entries, sc.decide)
+	for i, c := range sc.entries {
+		if sc.decide[i] {
+			sc.theirs = append(sc.theirs, c)
+			sc.at = append(sc.at, i)
+		}
+	}
+	if len(sc.theirs) == 0 {
+		return resp, nil
+	}
+	verdicts, err := v.e.Verdicts(ctx, wire.Containers(sc.theirs), nil)
 	if err != nil {
 		return nil, err
 	}
-	for _, vd := range verdicts {
-		if vd.Hide || vd.Fake {
-			return wire.EditList(resp, verdicts)
-		}
+	if !slices.ContainsFunc(verdicts, func(vd wire.Verdict) bool { return vd.Hide || vd.Fake }) {
+		return resp, nil
 	}
-	return resp, nil
+	all := make([]wire.Verdict, len(sc.entries))
+	for k, i := range sc.at {
+		all[i] = verdicts[k]
+	}
+	return wire.EditList(resp, all)
 }
+
+// listScratch is ListContainersBytes' working memory, reused across calls
+// (scratchPool): the kubelet relists every second, and on a node of a
+// thousand containers these slices would otherwise be allocated anew each
+// time.
+type listScratch struct {
+	entries []wire.ContainerBytes // every listed container, in order
+	decide  []bool                // whether the engine may decide about each one
+	theirs  []wire.ContainerBytes // the ones it may decide about
+	at      []int                 // their index in entries
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(listScratch) }}
+
+// release empties sc, so that it keeps no reference into a response, and
+// returns it to the pool. Slices grown by an unusually large list are let go.
+func (sc *listScratch) release() {
+	if cap(sc.entries) > maxScratch {
+		return
+	}
+	clear(sc.entries)
+	clear(sc.theirs)
+	sc.entries, sc.decide, sc.theirs, sc.at = sc.entries[:0], sc.decide[:0], sc.theirs[:0], sc.at[:0]
+	scratchPool.Put(sc)
+}
+
+// maxScratch is the most entries a pooled listScratch keeps room for
+// (about 350 KiB).
+const maxScratch = 4096
 
 // listContainers is ListContainers on decoded messages. A state filter is
 // applied after the view: an exited old instance that is shown as running

@@ -28,6 +28,11 @@ type Engine interface {
 	// Tracked is how many pods the engine governs; with none, every call
 	// is forwarded raw.
 	Tracked() int
+	// MayDecide says, for each container of an unfiltered list, whether
+	// Verdicts could give it a verdict or record anything of it (out[i]
+	// for cs[i]); the others are not handed to Verdicts. It must not keep
+	// cs, which points into a response.
+	MayDecide(cs []wire.ContainerBytes, out []bool)
 	// Verdicts classifies the exits in a list no one has seen yet, then
 	// says of each container whether it is hidden or shown running; want
 	// is the caller's state filter, applied after the view.

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"strings"
+
 	"google.golang.org/protobuf/encoding/protowire"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -56,32 +58,99 @@ func PeekStatusRequest(b []byte) (id string, plain bool, err error) {
 
 // metaName merges one occurrence of an embedded ContainerMetadata into name.
 func metaName(b []byte, name *string) error {
-	return Each(b, func(f Field) error {
-		if f.Num == fMetaName && f.Type == protowire.BytesType {
-			*name = string(f.Bytes)
+	n, err := metaNameBytes(b, nil)
+	if n != nil {
+		*name = string(n)
+	}
+	return err
+}
+
+// metaNameBytes is the name in one occurrence of an embedded
+// ContainerMetadata, or name when it has none.
+func metaNameBytes(b, name []byte) ([]byte, error) {
+	for len(b) > 0 {
+		num, typ, val, _, n := field(b)
+		if n < 0 {
+			return name, fieldError(b)
 		}
-		return nil
-	})
+		b = b[n:]
+		if num == fMetaName && typ == protowire.BytesType {
+			name = val
+		}
+	}
+	return name, nil
+}
+
+// ContainerBytes is Container as parts of the encoded message it was read
+// from (PeekContainerBytes): reading it allocates nothing. A field that
+// does not occur is nil.
+type ContainerBytes struct {
+	ID, Sandbox, Name []byte
+	State             runtimeapi.ContainerState
+}
+
+// PeekContainerBytes reads an encoded Container (one entry of a list)
+// without copying: the fields point into b. Occurrences of a field merge
+// as in proto decoding: the last one wins.
+func PeekContainerBytes(b []byte) (ContainerBytes, error) {
+	var v ContainerBytes
+	for len(b) > 0 {
+		num, typ, val, x, n := field(b)
+		if n < 0 {
+			return v, fieldError(b)
+		}
+		b = b[n:]
+		switch {
+		case num == fContainerID && typ == protowire.BytesType:
+			v.ID = val
+		case num == fContainerSandbox && typ == protowire.BytesType:
+			v.Sandbox = val
+		case num == fContainerMeta && typ == protowire.BytesType:
+			var err error
+			if v.Name, err = metaNameBytes(val, v.Name); err != nil {
+				return v, err
+			}
+		case num == fContainerState && typ == protowire.VarintType:
+			v.State = runtimeapi.ContainerState(int32(x))
+		}
+	}
+	return v, nil
 }
 
 // PeekContainer reads an encoded Container (one entry of a list).
 // Occurrences of a field merge as in proto decoding: the last one wins.
 func PeekContainer(b []byte) (Container, error) {
-	var v Container
-	err := Each(b, func(f Field) error {
-		switch {
-		case f.Num == fContainerID && f.Type == protowire.BytesType:
-			v.ID = string(f.Bytes)
-		case f.Num == fContainerSandbox && f.Type == protowire.BytesType:
-			v.Sandbox = string(f.Bytes)
-		case f.Num == fContainerMeta && f.Type == protowire.BytesType:
-			return metaName(f.Bytes, &v.Name)
-		case f.Num == fContainerState && f.Type == protowire.VarintType:
-			v.State = runtimeapi.ContainerState(int32(f.Varint))
-		}
-		return nil
-	})
-	return v, err
+	v, err := PeekContainerBytes(b)
+	return Container{ID: string(v.ID), Sandbox: string(v.Sandbox), Name: string(v.Name), State: v.State}, err
+}
+
+// Containers copies cs out of the message they point into, with one
+// allocation for all their strings (which therefore share one backing
+// array for as long as any of them is kept).
+func Containers(cs []ContainerBytes) []Container {
+	n := 0
+	for _, c := range cs {
+		n += len(c.ID) + len(c.Sandbox) + len(c.Name)
+	}
+	var buf strings.Builder
+	buf.Grow(n)
+	for _, c := range cs {
+		buf.Write(c.ID)
+		buf.Write(c.Sandbox)
+		buf.Write(c.Name)
+	}
+	all := buf.String()
+	out := make([]Container, len(cs))
+	at := 0
+	take := func(b []byte) string {
+		s := all[at : at+len(b)]
+		at += len(b)
+		return s
+	}
+	for i, c := range cs {
+		out[i] = Container{ID: take(c.ID), Sandbox: take(c.Sandbox), Name: take(c.Name), State: c.State}
+	}
+	return out
 }
 
 // PeekStatus reads the status of an encoded ContainerStatusResponse; ok is

@@ -28,30 +28,84 @@ type Field struct {
 // Stop, returned by Each's fn, ends the walk early without an error.
 var Stop = errors.New("wire: stop")
 
+// Next reads the first field of b and returns it with the rest of b. It
+// reports a malformed field (an error from protowire). Unlike Each it takes
+// no callback, so a loop over a large message allocates nothing.
+func Next(b []byte) (f Field, rest []byte, err error) {
+	num, typ, val, x, n := field(b)
+	if n < 0 {
+		return Field{}, nil, fieldError(b)
+	}
+	f = Field{Num: num, Type: typ, Raw: b[:n]}
+	switch typ {
+	case protowire.BytesType:
+		f.Bytes = val
+	case protowire.VarintType:
+		f.Varint = x
+	}
+	return f, b[n:], nil
+}
+
+// field reads the first field of b: its number and type, its value (val
+// for BytesType, x for VarintType) and its length n, tag included; n < 0
+// when it is malformed (fieldError says how). Most fields of a CRI message
+// have a one-byte tag and a value shorter than 128 bytes: they are read
+// here, inline; the others by protowire.
+func field(b []byte) (num protowire.Number, typ protowire.Type, val []byte, x uint64, n int) {
+	if len(b) >= 2 && b[0] < 0x80 && b[1] < 0x80 && b[0]>>3 != 0 {
+		num, typ = protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
+		switch typ {
+		case protowire.VarintType:
+			return num, typ, nil, uint64(b[1]), 2
+		case protowire.BytesType:
+			if l := 2 + int(b[1]); l <= len(b) {
+				return num, typ, b[2:l], 0, l
+			}
+		}
+	}
+	return fieldSlow(b)
+}
+
+// fieldSlow is field for any field protowire reads.
+func fieldSlow(b []byte) (num protowire.Number, typ protowire.Type, val []byte, x uint64, n int) {
+	num, typ, n = protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, 0, n
+	}
+	var m int
+	switch typ {
+	case protowire.BytesType:
+		val, m = protowire.ConsumeBytes(b[n:])
+	case protowire.VarintType:
+		x, m = protowire.ConsumeVarint(b[n:])
+	default:
+		m = protowire.ConsumeFieldValue(num, typ, b[n:])
+	}
+	if m < 0 {
+		return num, typ, nil, 0, m
+	}
+	return num, typ, val, x, n + m
+}
+
+// fieldError is the error of the malformed first field of b.
+func fieldError(b []byte) error {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return fmt.Errorf("wire: tag: %w", protowire.ParseError(n))
+	}
+	return fmt.Errorf("wire: field %d: %w", num, protowire.ParseError(protowire.ConsumeFieldValue(num, typ, b[n:])))
+}
+
 // Each calls fn for every field of b in order, until fn returns an error,
 // which Each returns (Stop: nil). It reports a malformed message (an error
 // from protowire) and stops there.
 func Each(b []byte, fn func(f Field) error) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("wire: tag: %w", protowire.ParseError(n))
+		f, rest, err := Next(b)
+		if err != nil {
+			return err
 		}
-		f := Field{Num: num, Type: typ}
-		var m int
-		switch typ {
-		case protowire.BytesType:
-			f.Bytes, m = protowire.ConsumeBytes(b[n:])
-		case protowire.VarintType:
-			f.Varint, m = protowire.ConsumeVarint(b[n:])
-		default:
-			m = protowire.ConsumeFieldValue(num, typ, b[n:])
-		}
-		if m < 0 {
-			return fmt.Errorf("wire: field %d: %w", num, protowire.ParseError(m))
-		}
-		f.Raw = b[:n+m]
-		b = b[n+m:]
+		b = rest
 		if err := fn(f); err != nil {
 			if err == Stop {
 				return nil

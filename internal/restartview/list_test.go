@@ -1,0 +1,115 @@
+package restartview
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/wire"
+)
+
+// listEngine decides about the containers of the sandboxes in mine: hides
+// those named in hide, shows those in fake running. It records what
+// Verdicts was given.
+type listEngine struct {
+	engine
+	mine       map[string]bool
+	hide, fake map[string]bool
+	given      []wire.Container
+}
+
+func (e *listEngine) MayDecide(cs []wire.ContainerBytes, out []bool) {
+	for i, c := range cs {
+		out[i] = e.mine[string(c.Sandbox)]
+	}
+}
+
+func (e *listEngine) Verdicts(_ context.Context, cs []wire.Container, _ *runtimeapi.ContainerStateValue) ([]wire.Verdict, error) {
+	e.given = append(e.given, cs...)
+	out := make([]wire.Verdict, len(cs))
+	for i, c := range cs {
+		out[i] = wire.Verdict{Hide: e.hide[c.ID], Fake: e.fake[c.ID]}
+	}
+	return out, nil
+}
+
+// The view hands Verdicts only the containers the engine may decide
+// about, read as proto reads them, and applies each verdict to its own
+// entry; a list with nothing to change is the runtime's own bytes.
+func TestListHandsVerdictsOnlyWhatTheEngineMayDecide(t *testing.T) {
+	entry := func(id, sb string, st runtimeapi.ContainerState) *runtimeapi.Container {
+		return &runtimeapi.Container{Id: id, PodSandboxId: sb, Metadata: &runtimeapi.ContainerMetadata{Name: "n-" + id}, State: st,
+			Labels: map[string]string{"io.kubernetes.pod.name": sb}}
+	}
+	list := []*runtimeapi.Container{
+		entry("a", "other", runtimeapi.ContainerState_CONTAINER_EXITED),
+		entry("b", "mine", runtimeapi.ContainerState_CONTAINER_RUNNING),
+		entry("c", "other", runtimeapi.ContainerState_CONTAINER_RUNNING),
+		entry("d", "mine", runtimeapi.ContainerState_CONTAINER_EXITED),
+		entry("e", "mine", runtimeapi.ContainerState_CONTAINER_CREATED),
+		entry("f", "other", runtimeapi.ContainerState_CONTAINER_EXITED),
+	}
+	resp, err := proto.Marshal(&runtimeapi.ListContainersResponse{Containers: list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(context.Context, []byte) ([]byte, error) { return resp, nil }
+	for _, tc := range []struct {
+		name       string
+		hide, fake []string
+		want       []string // IDs listed; faked ones shown running
+	}{
+		{"nothing to change", nil, nil, []string{"a", "b", "c", "d", "e", "f"}},
+		{"hide and fake", []string{"e"}, []string{"d"}, []string{"a", "b", "c", "d", "f"}},
+		{"hide the first of theirs", []string{"b"}, nil, []string{"a", "c", "d", "e", "f"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &listEngine{engine: engine{tracked: map[string]bool{"x": true}}, mine: map[string]bool{"mine": true},
+				hide: map[string]bool{}, fake: map[string]bool{}}
+			for _, id := range tc.hide {
+				e.hide[id] = true
+			}
+			for _, id := range tc.fake {
+				e.fake[id] = true
+			}
+			v := New(e, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			out, err := v.ListContainersBytes(context.Background(), nil, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var given []string
+			for _, c := range e.given {
+				if c.Sandbox != "mine" || c.Name != "n-"+c.ID {
+					t.Fatalf("Verdicts got %+v", c)
+				}
+				given = append(given, c.ID)
+			}
+			if !slices.Equal(given, []string{"b", "d", "e"}) {
+				t.Fatalf("Verdicts got %v, want b d e", given)
+			}
+			if len(tc.hide)+len(tc.fake) == 0 && &out[0] != &resp[0] {
+				t.Fatal("a list with nothing to change is not the runtime's own bytes")
+			}
+			var got runtimeapi.ListContainersResponse
+			if err := proto.Unmarshal(out, &got); err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, c := range got.Containers {
+				ids = append(ids, c.Id)
+				if wantState := list[c.Id[0]-'a'].State; e.fake[c.Id] && c.State != runtimeapi.ContainerState_CONTAINER_RUNNING ||
+					!e.fake[c.Id] && c.State != wantState {
+					t.Fatalf("%s listed %v", c.Id, c.State)
+				}
+			}
+			if !slices.Equal(ids, tc.want) {
+				t.Fatalf("listed %v, want %v", ids, tc.want)
+			}
+		})
+	}
+}
