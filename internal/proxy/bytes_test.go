@@ -1,11 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -31,7 +32,44 @@ func TestBytesHookAnswersSurviveThePool(t *testing.T) {
 		}
 		return resp, nil
 	}
-	fx := newFixture(t, unaryBytesIf(m, func() bool { return true }, hook))
+	checkLargeList(t, unaryBytesIf(m, func() bool { return true }, hook), func(m string) { mode = m })
+}
+
+// A frames hook gets a large answer in several frames, and what it sends
+// (the runtime's answer as it is, or bytes of its own) reaches the caller
+// intact.
+func TestFramesHook(t *testing.T) {
+	const m = "/runtime.v1.RuntimeService/ListContainers"
+	var mode string
+	var frames atomic.Int32
+	hook := func(ctx context.Context, req []byte, next FramesNext) ([]byte, bool, error) {
+		fs, err := next(ctx, req)
+		if err != nil {
+			return nil, false, err
+		}
+		frames.Store(int32(len(fs)))
+		resp := bytes.Join(fs, nil)
+		switch mode {
+		case "first entry":
+			n, k := consumeVarint(resp[1:])
+			return resp[:1+k+int(n)], false, nil
+		case "own":
+			return resp, false, nil
+		}
+		return nil, true, nil
+	}
+	checkLargeList(t, unaryFramesIf(m, func() bool { return true }, hook), func(m string) { mode = m })
+	if frames.Load() < 2 {
+		t.Fatalf("the answer came in %d frames", frames.Load())
+	}
+}
+
+// checkLargeList lists a node of 300 containers (more than 64 KiB)
+// through route, three times in each of the modes the hook knows (set by
+// setMode), and compares each list with the runtime's.
+func checkLargeList(t *testing.T, route hookRoute, setMode func(string)) {
+	t.Helper()
+	fx := newFixture(t, route)
 	sb, cfg := fx.runPod(t, 1, nil)
 	for i := range 300 {
 		fx.addContainer(t, sb, cfg, fmt.Sprint("c", i), map[string]string{"io.kubernetes.pod.name": "p1", "padding": fmt.Sprintf("%0100d", i)}, i%2 == 0)
@@ -45,7 +83,8 @@ func TestBytesHookAnswersSurviveThePool(t *testing.T) {
 	}
 	c := runtimeapi.NewRuntimeServiceClient(fx.shim)
 	for round := range 3 {
-		for _, mode = range []string{"as is", "first entry", "own", "as is"} {
+		for _, mode := range []string{"as is", "first entry", "own", "as is"} {
+			setMode(mode)
 			got, err := c.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{})
 			if err != nil {
 				t.Fatalf("round %d, %s: %v", round, mode, err)
@@ -77,20 +116,24 @@ func consumeVarint(b []byte) (uint64, int) {
 	return 0, len(b)
 }
 
-// take sends the runtime's answer itself, and a copy of a part of it.
-func TestBytesCallTake(t *testing.T) {
-	c := &bytesCall{}
-	a := mem.NewBuffer(&[]byte{1, 2, 3, 4}, nil)
-	c.got = append(c.got, a)
-	b := a.ReadOnlyData()
+// within tells the parts of an answer from bytes of the hook's own.
+func TestWithin(t *testing.T) {
+	b := []byte{1, 2, 3, 4}
 	b = b[:len(b):len(b)]
-	if buf, out := c.take(b[1:3]); buf != nil || &out[0] == &b[1] {
-		t.Fatal("a part of the answer was not copied")
-	}
-	if buf, out := c.take([]byte{1, 2, 3, 4}); buf != nil || out[0] != 1 {
-		t.Fatal("bytes of the hook's own were taken for the answer")
-	}
-	if buf, out := c.take(b); buf == nil || &buf.ReadOnlyData()[0] != &b[0] || &out[0] != &b[0] || len(c.got) != 0 {
-		t.Fatal("the answer itself was not taken")
+	for _, tc := range []struct {
+		name string
+		r    []byte
+		want bool
+	}{
+		{"all of it", b, true},
+		{"its end", b[2:], true},
+		{"its middle", b[1:3], true},
+		{"empty at its end", b[4:], false},
+		{"a copy", []byte{1, 2, 3, 4}, false},
+		{"nil", nil, false},
+	} {
+		if got := within(tc.r, b); got != tc.want {
+			t.Errorf("%s: within = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

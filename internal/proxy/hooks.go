@@ -150,3 +150,16 @@ func bindBytes[H any](m Method, call func(H, context.Context, []byte, BytesNext)
 		}), true
 	}}
 }
+
+// bindFrames is bindBytes for a frames hook.
+func bindFrames[H any](m Method, call func(H, context.Context, []byte, FramesNext) ([]byte, bool, error)) binder {
+	return binder{m, func(f any, active func() bool) (hookRoute, bool) {
+		h, ok := f.(H)
+		if !ok {
+			return hookRoute{}, false
+		}
+		return unaryFramesIf(m.FullName(), orAlways(active), func(ctx context.Context, req []byte, next FramesNext) ([]byte, bool, error) {
+			return call(h, ctx, req, next)
+		}), true
+	}}
+}

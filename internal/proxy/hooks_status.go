@@ -24,9 +24,12 @@ type ContainerStatusBytesHook interface {
 	ContainerStatusBytes(ctx context.Context, req []byte, next BytesNext) ([]byte, error)
 }
 
-// ListContainersBytesHook is ContainerStatusBytesHook for ListContainers.
-type ListContainersBytesHook interface {
-	ListContainersBytes(ctx context.Context, req []byte, next BytesNext) ([]byte, error)
+// ListContainersFramesHook is ContainerStatusBytesHook for ListContainers,
+// whose answer (a node's whole list, close to a megabyte at a thousand
+// containers) it reads in the buffers it arrived in: it returns asIs to
+// send the runtime's answer on, or resp, an answer of its own.
+type ListContainersFramesHook interface {
+	ListContainersFrames(ctx context.Context, req []byte, next FramesNext) (resp []byte, asIs bool, err error)
 }
 
 // PodSandboxStatusObserver is shown every PodSandboxStatus request, encoded,
@@ -39,7 +42,7 @@ func statusHooks() []binder {
 	return []binder{
 		bindUnary(ContainerStatus, ContainerStatusHook.ContainerStatus),
 		bindBytes(ContainerStatus, ContainerStatusBytesHook.ContainerStatusBytes),
-		bindBytes(ListContainers, ListContainersBytesHook.ListContainersBytes),
+		bindFrames(ListContainers, ListContainersFramesHook.ListContainersFrames),
 		{PodSandboxStatus, func(f any, active func() bool) (hookRoute, bool) {
 			h, ok := f.(PodSandboxStatusObserver)
 			if !ok {

@@ -5,7 +5,6 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -75,118 +74,57 @@ func observeUnary(method string, active func() bool, observe func(req []byte)) h
 // encoded response. The response is only valid until the hook returns
 // (its memory goes back to gRPC's buffer pool then): a hook that keeps it
 // for later keeps a copy. Returned as it is, it is sent without a copy.
+// The last answer next returned is the one sent when the hook returns
+// it.
 type BytesNext func(ctx context.Context, req []byte) ([]byte, error)
 
-// bytesCall is one call of a bytes hook: the runtime's answers it got from
-// next, which it may send on as they are.
-type bytesCall struct {
-	method  string
-	backend grpc.ClientConnInterface
-	ss      grpc.ServerStream // nil in a chain
-	got     []mem.Buffer
-}
-
-// next is the hook's BytesNext. An answer that arrived in several buffers
-// (one per HTTP/2 data frame) is made contiguous in a pooled buffer
-// (answerPool), as grpc-go's own proto codec does with what it decodes
-// (encoding/proto/proto.go: MaterializeToBuffer).
-func (c *bytesCall) next(ctx context.Context, req []byte) ([]byte, error) {
-	in := frame{data: mem.BufferSlice{mem.SliceBuffer(req)}}
-	var out frame
-	if err := invokeFrames(ctx, c.ss, c.method, c.backend, &in, &out); err != nil {
-		return nil, err
-	}
-	buf := out.data.MaterializeToBuffer(answers)
-	out.free()
-	c.got = append(c.got, buf)
-	b := buf.ReadOnlyData()
-	// Capped: a hook that appends to the answer gets memory of its own.
-	return b[:len(b):len(b)], nil
-}
-
-// take returns the answer whose bytes resp is, and gives up its hold on
-// it; nil when resp is not one of them. A part of an answer (a hook should
-// not return one) is copied, since the answers go back to the pool when
-// the call ends, before gRPC has written what is sent.
-func (c *bytesCall) take(resp []byte) (buf mem.Buffer, out []byte) {
-	for i, buf := range c.got {
-		b := buf.ReadOnlyData()
-		if len(b) == len(resp) && (len(b) == 0 || &b[0] == &resp[0]) {
-			c.got = append(c.got[:i], c.got[i+1:]...)
-			return buf, resp
+// unaryBytesIf is the route of a bytes hook: a feature that reads a unary call's encoded
+// messages (with protowire) and decodes them only when it has something to
+// change: fn gets the request as the kubelet encoded it and returns the
+// response to send, which may be the runtime's own bytes (then sent on as
+// the buffers they arrived in, as a bare forwarder would). While active()
+// reports false the call is forwarded raw. In a chain it must be the last
+// link (New refuses it elsewhere): its forward goes to the runtime.
+//
+// It is a frames hook (frames.go) whose next joins the frames of an answer
+// that arrived in more than one; one that arrived in one is not copied.
+func unaryBytesIf(method string, active func() bool, fn func(ctx context.Context, req []byte, next BytesNext) ([]byte, error)) hookRoute {
+	return unaryFramesIf(method, active, func(ctx context.Context, req []byte, next FramesNext) ([]byte, bool, error) {
+		var got []byte
+		resp, err := fn(ctx, req, func(ctx context.Context, req []byte) ([]byte, error) {
+			frames, err := next(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			if len(frames) == 1 {
+				got = frames[0]
+			} else {
+				got = bytes.Join(frames, nil)
+			}
+			return got, nil
+		})
+		switch {
+		case err != nil:
+			return nil, false, err
+		case got != nil && len(resp) == len(got) && (len(got) == 0 || &resp[0] == &got[0]):
+			return nil, true, nil
+		case within(resp, got):
+			// A part of the runtime's buffers, which go back to gRPC's
+			// pool when the call ends, before what is sent is written.
+			return bytes.Clone(resp), false, nil
 		}
-		if within(resp, b) {
-			return nil, bytes.Clone(resp)
-		}
-	}
-	return nil, resp
+		return resp, false, nil
+	})
 }
 
 // within reports whether r is a part of b, as any slice of b is when b's
-// capacity is its length (next hands out answers so): its capacity ends
-// where b ends.
+// capacity is its length (the frames a hook gets are capped so): its
+// capacity ends where b ends.
 func within(r, b []byte) bool {
 	if cap(r) == 0 || len(b) == 0 {
 		return false
 	}
 	return &r[:cap(r)][cap(r)-1] == &b[len(b)-1]
-}
-
-// release returns the answers to the pool.
-func (c *bytesCall) release() {
-	for _, buf := range c.got {
-		buf.Free()
-	}
-	c.got = nil
-}
-
-// unaryBytesIf is the route of a bytes hook: a feature that reads a unary call's encoded
-// messages (with protowire) and decodes them only when it has something to
-// change: fn gets the request as the kubelet encoded it and returns the
-// response to send, which may be the runtime's own bytes (then sent on
-// without a copy, as a bare forwarder would). While active() reports
-// false the call is forwarded raw. In a chain it must be the last link
-// (New refuses it elsewhere): its forward goes to the runtime.
-func unaryBytesIf(method string, active func() bool, fn func(ctx context.Context, req []byte, next BytesNext) ([]byte, error)) hookRoute {
-	l := &link{active: active, bytes: true}
-	l.serve = func(ctx context.Context, ss grpc.ServerStream, backend grpc.ClientConnInterface) error {
-		var in frame
-		if err := ss.RecvMsg(&in); err != nil {
-			return err
-		}
-		req := in.data.Materialize()
-		in.free()
-		call := &bytesCall{method: method, backend: backend, ss: ss}
-		defer call.release()
-		resp, err := fn(ctx, req, call.next)
-		if err != nil {
-			return err
-		}
-		buf, resp := call.take(resp)
-		if buf == nil {
-			buf = mem.SliceBuffer(resp)
-		}
-		// gRPC frees buf once written (codec.go).
-		return ss.SendMsg(&frame{data: mem.BufferSlice{buf}})
-	}
-	// In a chain (after a typed link, which decoded the request): the
-	// request is encoded again, and the answer decoded into newResp, the
-	// method's response type (set by New from the typed links).
-	l.call = func(ctx context.Context, backend grpc.ClientConnInterface, req proto.Message, _ chainNext) (proto.Message, error) {
-		b, err := proto.Marshal(req)
-		if err != nil {
-			return nil, err
-		}
-		call := &bytesCall{method: method, backend: backend}
-		defer call.release()
-		out, err := fn(ctx, b, call.next)
-		if err != nil {
-			return nil, err
-		}
-		resp := l.newResp()
-		return resp, proto.Unmarshal(out, resp)
-	}
-	return hookRoute{Method: method, link: l, Handler: l.handler(method)}
 }
 
 // unaryHook binds a unary hook: always decoded when active is nil, else

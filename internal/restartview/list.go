@@ -4,13 +4,13 @@ package restartview
 // faked instances, on the encoded list where possible.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/containerd/errdefs"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -18,42 +18,34 @@ import (
 	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
-// ListContainersBytes serves an unfiltered ListContainers (the kubelet's
+// ListContainersFrames serves an unfiltered ListContainers (the kubelet's
 // relist, and its per-pod lists by label) on the encoded messages: the
-// response is read with protowire, and only when the view changes something
-// is it edited, entry by entry, without decoding the rest. A request with a
-// filter, or a message the peek cannot read, takes the decoded path.
+// runtime's answer is read with protowire in the buffers it arrived in,
+// and only when the view changes something is it edited, entry by entry,
+// without decoding the rest. A request with a filter, or a message the
+// peek cannot read, takes the decoded path.
 //
 // Every entry is read in place, without a copy or an allocation, and
 // only the ones the engine may decide about (Engine.MayDecide: the
 // instances of governed pods) are handed to Verdicts; the others, most of
 // a large node's list, would be shown as they are. A list with nothing to
-// edit is answered with the runtime's own bytes.
-func (v *View) ListContainersBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+// edit is sent on as the runtime's own buffers (asIs).
+func (v *View) ListContainersFrames(ctx context.Context, req []byte, next proxy.FramesNext) (resp []byte, asIs bool, err error) {
 	filtered, err := wire.PeekListFilter(req)
 	if err != nil || filtered {
-		return v.listContainersDecoded(ctx, req, next)
+		resp, err := v.listContainersDecoded(ctx, req, joined(next))
+		return resp, false, err
 	}
-	resp, err := next(ctx, req)
+	frames, err := next(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	sc := scratchPool.Get().(*listScratch)
 	defer sc.release()
-	for b := resp; len(b) > 0; {
-		f, rest, err := wire.Next(b)
-		if err != nil {
-			return v.viewDecoded(ctx, resp)
-		}
-		b = rest
-		if f.Num != wire.FieldListContainers || f.Type != protowire.BytesType {
-			continue
-		}
-		c, err := wire.PeekContainerBytes(f.Bytes)
-		if err != nil {
-			return v.viewDecoded(ctx, resp)
-		}
-		sc.entries = append(sc.entries, c)
+	sc.arena, err = wire.EachInFrames(frames, wire.FieldListContainers, sc.arena[:0], sc.peek)
+	if err != nil {
+		resp, err := v.viewDecoded(ctx, bytes.Join(frames, nil))
+		return resp, false, err
 	}
 	sc.decide = slices.Grow(sc.decide[:0], len(sc.entries))[:len(sc.entries)]
 	v.e.MayDecide(sc.entries, sc.decide)
@@ -64,27 +56,54 @@ func (v *View) ListContainersBytes(ctx context.Context, req []byte, next proxy.B
 		}
 	}
 	if len(sc.theirs) == 0 {
-		return resp, nil
+		return nil, true, nil
 	}
 	verdicts, err := v.e.Verdicts(ctx, wire.Containers(sc.theirs), nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !slices.ContainsFunc(verdicts, func(vd wire.Verdict) bool { return vd.Hide || vd.Fake }) {
-		return resp, nil
+		return nil, true, nil
 	}
 	all := make([]wire.Verdict, len(sc.entries))
 	for k, i := range sc.at {
 		all[i] = verdicts[k]
 	}
-	return wire.EditList(resp, all)
+	resp, err = wire.EditList(bytes.Join(frames, nil), all)
+	return resp, false, err
 }
 
-// listScratch is ListContainersBytes' working memory, reused across calls
-// (scratchPool): the kubelet relists every second, and on a node of a
-// thousand containers these slices would otherwise be allocated anew each
-// time.
+// ListContainersBytes is ListContainersFrames on an answer in one buffer.
+func (v *View) ListContainersBytes(ctx context.Context, req []byte, next proxy.BytesNext) ([]byte, error) {
+	var got []byte
+	resp, asIs, err := v.ListContainersFrames(ctx, req, func(ctx context.Context, req []byte) ([][]byte, error) {
+		b, err := next(ctx, req)
+		got = b
+		return [][]byte{b}, err
+	})
+	if asIs {
+		return got, err
+	}
+	return resp, err
+}
+
+// joined is next with the answer's frames joined in one buffer.
+func joined(next proxy.FramesNext) proxy.BytesNext {
+	return func(ctx context.Context, req []byte) ([]byte, error) {
+		frames, err := next(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return bytes.Join(frames, nil), nil
+	}
+}
+
+// listScratch is ListContainersFrames' working memory, reused across
+// calls (scratchPool): the kubelet relists every second, and on a node of
+// a thousand containers these slices would otherwise be allocated anew
+// each time.
 type listScratch struct {
+	arena   []byte                // the entries that arrived across two frames
 	entries []wire.ContainerBytes // every listed container, in order
 	decide  []bool                // whether the engine may decide about each one
 	theirs  []wire.ContainerBytes // the ones it may decide about
@@ -96,18 +115,28 @@ var scratchPool = sync.Pool{New: func() any { return new(listScratch) }}
 // release empties sc, so that it keeps no reference into a response, and
 // returns it to the pool. Slices grown by an unusually large list are let go.
 func (sc *listScratch) release() {
-	if cap(sc.entries) > maxScratch {
+	if cap(sc.entries) > maxScratch || cap(sc.arena) > maxArena {
 		return
 	}
 	clear(sc.entries)
 	clear(sc.theirs)
-	sc.entries, sc.decide, sc.theirs, sc.at = sc.entries[:0], sc.decide[:0], sc.theirs[:0], sc.at[:0]
+	sc.arena, sc.entries, sc.decide, sc.theirs, sc.at = sc.arena[:0], sc.entries[:0], sc.decide[:0], sc.theirs[:0], sc.at[:0]
 	scratchPool.Put(sc)
 }
 
+// peek reads one listed entry.
+func (sc *listScratch) peek(entry []byte) error {
+	c, err := wire.PeekContainerBytes(entry)
+	sc.entries = append(sc.entries, c)
+	return err
+}
+
 // maxScratch is the most entries a pooled listScratch keeps room for
-// (about 350 KiB).
-const maxScratch = 4096
+// (about 350 KiB), maxArena the most bytes of entries across frames.
+const (
+	maxScratch = 4096
+	maxArena   = 256 << 10
+)
 
 // listContainers is ListContainers on decoded messages. A state filter is
 // applied after the view: an exited old instance that is shown as running

@@ -1,6 +1,7 @@
 package restartview
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -94,6 +95,17 @@ func TestListHandsVerdictsOnlyWhatTheEngineMayDecide(t *testing.T) {
 			}
 			if len(tc.hide)+len(tc.fake) == 0 && &out[0] != &resp[0] {
 				t.Fatal("a list with nothing to change is not the runtime's own bytes")
+			}
+			// The same answer cut in frames of 7 bytes: entries across frames.
+			var frames [][]byte
+			for rest := resp; len(rest) > 0; {
+				k := min(len(rest), 7)
+				frames, rest = append(frames, rest[:k]), rest[k:]
+			}
+			e.given = nil
+			fout, asIs, err := v.ListContainersFrames(context.Background(), nil, func(context.Context, []byte) ([][]byte, error) { return frames, nil })
+			if err != nil || asIs != (len(tc.hide)+len(tc.fake) == 0) || !asIs && !bytes.Equal(fout, out) || len(e.given) != 3 {
+				t.Fatalf("in frames: %d bytes, as is %v, %v, %d given; in one buffer %d bytes", len(fout), asIs, err, len(e.given), len(out))
 			}
 			var got runtimeapi.ListContainersResponse
 			if err := proto.Unmarshal(out, &got); err != nil {

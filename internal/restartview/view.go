@@ -63,7 +63,7 @@ type View struct {
 // through the same engine, so the kubelet never sees a triggering exit as
 // final, whichever call it happens to make first.
 var (
-	_ proxy.ListContainersBytesHook  = (*View)(nil)
+	_ proxy.ListContainersFramesHook = (*View)(nil)
 	_ proxy.ContainerStatusBytesHook = (*View)(nil)
 	_ proxy.GetContainerEventsHook   = (*View)(nil)
 	_ proxy.StreamContainersHook     = (*View)(nil)
