@@ -66,7 +66,9 @@ func serve(cfg config.Config, cfgPath string) error {
 		// Threads created from now on still inherit it from this one.
 		log.Warn("server.timer_slack not applied to every thread (writing another thread's slack needs CAP_SYS_NICE)", "err", err)
 	}
-	log.Info("starting", "version", version.String(), "config", cfgPath, "maxProcs", procs, "timerSlack", cfg.Server.TimerSlack.String())
+	memLimit := setMemoryLimit(cfg.Server.MemoryLimit)
+	log.Info("starting", "version", version.String(), "config", cfgPath, "maxProcs", procs, "timerSlack", cfg.Server.TimerSlack.String(),
+		"memoryLimit", memoryLimitString(memLimit))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -122,6 +124,13 @@ func serveOnce(ctx context.Context, cfg config.Config, log *slog.Logger, sock *s
 		Ready: func() {
 			_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
 			go watchdog(runCtx, cfg.Server.Listen, log)
+			if cfg.Server.ReleaseStartupPages {
+				if n, err := releaseStartupPages(); err != nil {
+					log.Warn("server.release_startup_pages: start-up pages not all released", "released", n, "err", err)
+				} else {
+					log.Debug("start-up pages of the executable released", "bytes", n)
+				}
+			}
 		},
 	})
 	return upgrade.Load() && ctx.Err() == nil, err

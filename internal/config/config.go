@@ -120,6 +120,15 @@ type ServerConfig struct {
 	// restart load (docs/architecture.md, "Hot path"). Timed sleeps only:
 	// a message that arrives wakes the shim at once whatever the slack.
 	TimerSlack Duration `toml:"timer_slack" comment:"How late the kernel may wake the shim's sleeping threads, to merge wake-ups (0 to 100ms; 0 keeps the slack the shim was started with). Only timed sleeps wait; arriving calls are served at once."`
+	// MemoryLimit is the Go runtime's soft memory limit (debug.SetMemoryLimit):
+	// past it the garbage collector runs sooner instead of letting the heap
+	// double. 0: none (the runtime's default).
+	MemoryLimit int64 `toml:"memory_limit" comment:"Soft limit of the memory the shim's Go runtime manages, bytes (GOMEMLIMIT): past it garbage is collected sooner; 0 = no limit. The GOMEMLIMIT environment variable overrides it."`
+	// ReleaseStartupPages unmaps, once the shim serves, the pages of its
+	// executable mapped so far: most were touched once, by the
+	// initialisation of its dependencies, and would count in its RSS for
+	// good (docs/operations.md, "Memory").
+	ReleaseStartupPages bool `toml:"release_startup_pages" comment:"Once serving, unmap the pages of the shim's executable that start-up mapped; what it runs again is mapped back on first use (the pages stay in the page cache)."`
 }
 
 // RuntimeConfig is the runtime the shim forwards to.
@@ -169,6 +178,8 @@ func DefaultConfig() Config {
 			ShutdownTimeout: Duration{10 * time.Second},
 			MaxProcs:        1,
 			TimerSlack:      Duration{5 * time.Millisecond},
+
+			ReleaseStartupPages: true,
 		},
 		Runtime: RuntimeConfig{
 			Endpoint:          "/run/containerd/containerd.sock",
@@ -295,6 +306,9 @@ func (c *Config) Validate() error {
 	if c.Server.MaxProcs < 0 || c.Server.MaxProcs > 1024 {
 		bad("server.max_procs", "must be 0 (one per CPU) to 1024, got %d", c.Server.MaxProcs)
 	}
+	if l := c.Server.MemoryLimit; l != 0 && (l < minMemoryLimit || l > maxMemoryLimit) {
+		bad("server.memory_limit", "must be 0 (no limit) or from %d (16 MiB) to %d (64 GiB) bytes, got %d", int64(minMemoryLimit), int64(maxMemoryLimit), l)
+	}
 	if d := c.Server.TimerSlack.Duration; d < 0 || d > 100*time.Millisecond {
 		bad("server.timer_slack", "must be between 0s (keep the inherited slack) and 100ms, got %s", c.Server.TimerSlack)
 	}
@@ -369,3 +383,11 @@ func (c *Config) SocketModeBits() os.FileMode {
 	m, _ := strconv.ParseUint(c.Server.SocketMode, 8, 32)
 	return os.FileMode(m)
 }
+
+// The range of server.memory_limit: below 16 MiB the collector would run
+// without pause (the shim's heap at rest is a few MiB, its frames in
+// flight on a large node's relists more).
+const (
+	minMemoryLimit = 16 << 20
+	maxMemoryLimit = 64 << 30
+)
