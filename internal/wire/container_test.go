@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -60,6 +61,16 @@ func checkPeeks(t *testing.T, b []byte) {
 func TestPeeksAgreeWithProto(t *testing.T) {
 	c, _ := proto.Marshal(sampleContainer("c1", runtimeapi.ContainerState_CONTAINER_EXITED))
 	checkPeeks(t, c)
+	// Values past the one-byte path of field: a timestamp (a long varint),
+	// a name and an annotation of two-byte lengths.
+	long := sampleContainer("c2", runtimeapi.ContainerState_CONTAINER_RUNNING)
+	long.CreatedAt, long.Metadata.Name = 1764400000123456789, strings.Repeat("n", 200)
+	long.Annotations = map[string]string{"a": strings.Repeat("v", 5000)}
+	c, _ = proto.Marshal(long)
+	checkPeeks(t, c)
+	if v, err := PeekContainer(c); err != nil || v.Name != long.Metadata.Name || v.State != long.State {
+		t.Fatalf("PeekContainer of long values: %+v, %v", v, err)
+	}
 	s, _ := proto.Marshal(&runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{Id: "c1",
 		Metadata: &runtimeapi.ContainerMetadata{Name: "main"}, State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: 3},
 		Info: map[string]string{"info": "{}"}})

@@ -49,17 +49,29 @@ func Next(b []byte) (f Field, rest []byte, err error) {
 // field reads the first field of b: its number and type, its value (val
 // for BytesType, x for VarintType) and its length n, tag included; n < 0
 // when it is malformed (fieldError says how). Most fields of a CRI message
-// have a one-byte tag and a value shorter than 128 bytes: they are read
-// here, inline; the others by protowire.
+// have a one-byte tag and a varint or a value shorter than 16 KiB: they
+// are read here; the others by protowire.
 func field(b []byte) (num protowire.Number, typ protowire.Type, val []byte, x uint64, n int) {
-	if len(b) >= 2 && b[0] < 0x80 && b[1] < 0x80 && b[0]>>3 != 0 {
+	if len(b) >= 2 && b[0] < 0x80 && b[0]>>3 != 0 {
 		num, typ = protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
 		switch typ {
 		case protowire.VarintType:
-			return num, typ, nil, uint64(b[1]), 2
+			if b[1] < 0x80 {
+				return num, typ, nil, uint64(b[1]), 2
+			}
+			if x, m := protowire.ConsumeVarint(b[1:]); m > 0 {
+				return num, typ, nil, x, 1 + m // a timestamp, say
+			}
 		case protowire.BytesType:
-			if l := 2 + int(b[1]); l <= len(b) {
-				return num, typ, b[2:l], 0, l
+			l, m := int(b[1]), 2
+			if b[1] >= 0x80 { // a length of two bytes: up to 16 KiB
+				if len(b) < 3 || b[2] >= 0x80 {
+					break
+				}
+				l, m = int(b[1]&0x7f)|int(b[2])<<7, 3
+			}
+			if m+l <= len(b) {
+				return num, typ, b[m : m+l], 0, m + l
 			}
 		}
 	}
