@@ -129,9 +129,10 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			abandonCaptures()
 			// dumpTimeout ended the wait, not containerd's capture: it
 			// would freeze the pod again when it ends. The record stays;
-			// Run resumes the containers and empties the output once it
-			// has ended (resumeOne).
-			s.resumeFailed(fmt.Errorf("capture still running in containerd after %s", s.dumpTimeout))
+			// a watcher, holding the job, resumes the containers and
+			// empties the output as soon as it has ended.
+			s.handOver(j)
+			s.watchRecord(context.WithoutCancel(ctx), j, s.frozenPath(rec), rec)
 			return errorf(context.DeadlineExceeded, "CheckpointPod: containerd's capture did not end within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
 		}
 	case <-giveUp.C:
@@ -301,12 +302,13 @@ func (s *Service) resumeFailed(err error) {
 func (s *Service) afterAbandoned(rec frozenRecord) {
 	ctx := context.Background()
 	// The wait for the captures may have ended at dumpTimeout while runc
-	// still captures: a resume before it ends would be undone.
-	for deadline := time.Now().Add(time.Hour); time.Now().Before(deadline); time.Sleep(s.retryEvery / 10) {
-		if _, running := s.anyCaptureRunning(rec.Containers); !running {
-			break
-		}
+	// still captures: a resume before it ends would be undone. A capture
+	// still running after an hour more is not waited for.
+	wctx, wcancel := context.WithTimeout(ctx, time.Hour)
+	if err := s.waitCaptures(wctx, rec.Containers); err != nil {
+		s.log.Warn("checkpoint: an abandoned capture still runs in containerd after an hour; resuming its containers anyway", "sandbox", short(rec.SandboxID))
 	}
+	wcancel()
 	var errs []error
 	for _, id := range rec.Containers {
 		pctx, cancel := context.WithTimeout(ctx, s.resumeTimeout)

@@ -382,10 +382,14 @@ type fixture struct {
 	root  string
 	dir   string
 	table *podtable.Table // the node's sandboxes: sync after adding some
-	// capturing is what the service is told of captures still running in
-	// containerd (capture.Config.CaptureRunning); nil: none.
-	capturing atomic.Pointer[func(id string) bool]
 }
+
+// noCaptures is containerd's captures under the fake: no runc runs, so none
+// is ever seen running.
+type noCaptures struct{}
+
+func (noCaptures) Running([]string) []capture.RunningCapture          { return nil }
+func (noCaptures) Wait(context.Context, capture.RunningCapture) error { return nil }
 
 // newFixture: a sandbox "sb1" with running containers c1 (app) and c2
 // (sidecar), an exited init container, and a sandbox "sb2" with c3.
@@ -417,12 +421,7 @@ func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) capture.Ta
 	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, Sandboxes: table, ShimBinary: "/usr/bin/cri-shim", RestoreMarks: rt.marks,
 		CaptureTiming: capture.Timing{Dump: 10 * time.Minute, Resume: 10 * time.Second, RetryEvery: 10 * time.Millisecond,
 			MarginBase: 10 * time.Millisecond, MarginPer: 5 * time.Millisecond},
-		// No runc runs under the fake: no capture runs in containerd
-		// unless a test says so.
-		CaptureRunning: func(id string) bool {
-			f := fx.capturing.Load()
-			return f != nil && (*f)(id)
-		}}
+		Captures: noCaptures{}}
 	var tasks capture.Tasks = rt
 	if setup != nil {
 		tasks = setup(rt, &cfg)

@@ -18,7 +18,7 @@ type Tasks struct {
 	paused      map[string]bool
 	failPause   map[string]bool
 	noFreeze    map[string]int // this many pauses of the container fail as runc's freezer does
-	failResumes int // this many Resume calls fail before they work
+	failResumes int            // this many Resume calls fail before they work
 	pauses      int
 }
 
