@@ -53,7 +53,8 @@ func (c *captured) abandon() {
 // begun at once and its memory pages copied into it as CRIU writes them
 // (internal/ckptarchive). What it returns, packageOne finishes; on error it
 // leaves nothing open.
-func (s *Service) captureOne(ctx context.Context, out string, t target) (*captured, error) {
+// The time each step took goes into tm.
+func (s *Service) captureOne(ctx context.Context, out string, t target, tm *layout.CaptureTimes) (*captured, error) {
 	stage := stageDir(out, t.name)
 	images := filepath.Join(stage, crmetadata.CheckpointDirectory)
 	work := filepath.Join(stage, "work")
@@ -75,7 +76,10 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) (*captur
 		c.abandon()
 		return nil, err
 	}
-	if err := s.tasks.Checkpoint(ctx, t.id, images, work); err != nil {
+	t0 := s.now()
+	err := s.tasks.Checkpoint(ctx, t.id, images, work)
+	tm.CheckpointSeconds = s.now().Sub(t0).Seconds()
+	if err != nil {
 		return fail(err)
 	}
 	if c.stream != nil {
@@ -106,7 +110,9 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) (*captur
 		return fail(err)
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
+	t0 = s.now()
 	err = s.tasks.RWDiff(ctx, t.id, bw)
+	tm.DiffSeconds = s.now().Sub(t0).Seconds()
 	if err == nil {
 		err = bw.Flush()
 	}

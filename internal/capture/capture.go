@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/containerd/errdefs"
 
 	"github.com/cri-shim/cri-shim/internal/layout"
@@ -67,7 +68,9 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 
 	// Pause every container before capturing any: one pod-wide cut.
 	pausedAt := s.now()
-	if i, err := s.pauseAll(ctx, targets); err != nil {
+	i, err := s.pauseAll(ctx, targets)
+	allPaused := s.now()
+	if err != nil {
 		t := targets[i]
 		if rerr := s.thawAll(context.WithoutCancel(ctx), ids, true); rerr != nil {
 			s.resumeFailed(rerr)
@@ -82,6 +85,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dumpTimeout)
 	errs := make([]error, len(targets))
 	took := make([]time.Duration, len(targets))
+	times := make([]layout.CaptureTimes, len(targets))
 	// What each capture left open (its archive as streamed, its log at the
 	// cut): packageOne finishes it, or whoever gives up abandons it.
 	caps := make([]*captured, len(targets))
@@ -96,7 +100,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	var wg sync.WaitGroup
 	dump := func(i int) {
 		t0 := s.now()
-		c, err := s.captureOne(dctx, out, targets[i])
+		c, err := s.captureOne(dctx, out, targets[i], &times[i])
 		took[i], errs[i], caps[i] = s.now().Sub(t0), err, c
 	}
 	wg.Add(1)
@@ -168,10 +172,10 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		return errorf(context.DeadlineExceeded, "%s", msg)
 	}
 
+	captured := s.now()
 	rerr := s.thawAll(context.WithoutCancel(ctx), ids, true)
-	frozen := s.now().Sub(pausedAt)
-	s.metrics.frozen.Observe(frozen.Seconds())
-	m.FrozenSeconds = frozen.Seconds()
+	resumed := s.now()
+	s.recordFreeze(m, pausedAt, allPaused, captured, resumed)
 	for i, err := range errs {
 		if err != nil {
 			abandonCaptures()
@@ -191,7 +195,14 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrInternal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
 	}
-	// The pod runs again: finish the archives, in parallel.
+	// The pod runs again: CRIU's own account of each capture, then the
+	// archives, in parallel.
+	for i, t := range targets {
+		s.addCRIUStats(&times[i], out, t)
+		s.log.Debug("checkpoint: container captured", "container", short(t.id), "name", t.name, "seconds", took[i].Seconds(),
+			"checkpointSeconds", times[i].CheckpointSeconds, "diffSeconds", times[i].DiffSeconds, "criuFrozenSeconds", times[i].CRIUFrozenSeconds,
+			"criuMemdumpSeconds", times[i].CRIUMemdumpSeconds, "criuMemwriteSeconds", times[i].CRIUMemwriteSeconds, "criuPagesWritten", times[i].CRIUPagesWritten)
+	}
 	sizes := make([]int64, len(targets))
 	perrs := make([]error, len(targets))
 	cut := s.now().UTC()
@@ -223,11 +234,42 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			Name: t.name, ID: t.id, Archive: layout.ArchiveName(t.name),
 			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: imageID,
 			RestartCount: RestartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
-			SizeBytes: sizes[i], DumpSeconds: took[i].Seconds(),
+			SizeBytes: sizes[i], DumpSeconds: took[i].Seconds(), Capture: &times[i],
 		})
 		m.SizeBytes += sizes[i]
 	}
 	return nil
+}
+
+// recordFreeze puts the freeze and its spans (from the first pause to
+// every container paused, captured, resumed) in the manifest, the metrics and
+// the debug log.
+func (s *Service) recordFreeze(m *layout.Manifest, pausedAt, allPaused, captured, resumed time.Time) {
+	frozen := resumed.Sub(pausedAt)
+	m.FrozenSeconds = frozen.Seconds()
+	m.Freeze = &layout.FreezeTimes{PauseSeconds: allPaused.Sub(pausedAt).Seconds(), CaptureSeconds: captured.Sub(allPaused).Seconds(),
+		ResumeSeconds: resumed.Sub(captured).Seconds()}
+	s.metrics.frozen.Observe(frozen.Seconds())
+	s.metrics.freezePhase.WithLabelValues("pause").Observe(m.Freeze.PauseSeconds)
+	s.metrics.freezePhase.WithLabelValues("capture").Observe(m.Freeze.CaptureSeconds)
+	s.metrics.freezePhase.WithLabelValues("resume").Observe(m.Freeze.ResumeSeconds)
+	s.log.Debug("checkpoint: pod resumed", "sandbox", short(m.Pod.SandboxID), "frozenSeconds", m.FrozenSeconds,
+		"pauseSeconds", m.Freeze.PauseSeconds, "captureSeconds", m.Freeze.CaptureSeconds, "resumeSeconds", m.Freeze.ResumeSeconds)
+}
+
+// addCRIUStats adds CRIU's statistics of target t's capture into out to tm;
+// a capture without them (a CRIU that wrote none) keeps zeros.
+func (s *Service) addCRIUStats(tm *layout.CaptureTimes, out string, t target) {
+	st, err := dumpStats(filepath.Join(stageDir(out, t.name), crmetadata.CheckpointDirectory))
+	if err != nil {
+		s.log.Debug("checkpoint: CRIU's dump statistics", "container", short(t.id), "err", err)
+		return
+	}
+	const us = 1e-6 // CRIU counts its times in microseconds (criu/stats.c)
+	tm.CRIUFrozenSeconds = float64(st.GetFrozenTime()) * us
+	tm.CRIUMemdumpSeconds = float64(st.GetMemdumpTime()) * us
+	tm.CRIUMemwriteSeconds = float64(st.GetMemwriteTime()) * us
+	tm.CRIUPagesWritten = st.GetPagesWritten()
 }
 
 // pauseAll pauses every target at once (each through its own runc call) and,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,6 +76,16 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 		}
 		if m.Containers[0].RestartCount != 2 || m.Containers[0].ImageRef != fx.rt.container(t, "c2").status.ImageRef || m.Containers[0].SizeBytes == 0 {
 			t.Errorf("container entry %+v", m.Containers[0])
+		}
+		// The freeze's spans add up to it; each container's capture
+		// carries CRIU's own account (the fake's: 4 pages, 2 ms written).
+		if f := m.Freeze; f == nil || math.Abs(f.PauseSeconds+f.CaptureSeconds+f.ResumeSeconds-m.FrozenSeconds) > 1e-6 {
+			t.Errorf("freeze %v s divided as %+v", m.FrozenSeconds, m.Freeze)
+		}
+		for _, c := range m.Containers {
+			if c.Capture == nil || c.Capture.CRIUPagesWritten != 4 || c.Capture.CRIUMemwriteSeconds != 0.002 || c.Capture.CheckpointSeconds > c.DumpSeconds {
+				t.Errorf("%s: capture times %+v (dump %v s)", c.Name, c.Capture, c.DumpSeconds)
+			}
 		}
 		if len(m.Exited) != 1 || m.Exited[0].Name != "init" {
 			t.Errorf("exited %+v, want the completed init container", m.Exited)

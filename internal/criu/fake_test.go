@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkpoint-restore/go-criu/v8/stats"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/capture"
@@ -329,6 +331,12 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 			return err
 		}
 	} else if err := os.WriteFile(filepath.Join(imageDir, "pages-1.img"), pages, 0o600); err != nil {
+		return err
+	}
+	// CRIU's statistics: a fixed account, 4 pages written.
+	if err := capturetest.WriteDumpStats(imageDir, &stats.DumpStatsEntry{FreezingTime: proto.Uint32(1), FrozenTime: proto.Uint32(3000),
+		MemdumpTime: proto.Uint32(1000), MemwriteTime: proto.Uint32(2000), PagesScanned: proto.Uint64(4), PagesSkippedParent: proto.Uint64(0),
+		PagesWritten: proto.Uint64(4), PagesLazy: proto.Uint64(0)}); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("dump ok"), 0o600)

@@ -1,0 +1,57 @@
+package capture
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/checkpoint-restore/go-criu/v8/stats"
+)
+
+// maxStatsBytes bounds what is read of CRIU's statistics (a few dozen bytes).
+const maxStatsBytes = 64 << 10
+
+// dumpStatsFile is the file CRIU's dump statistics are in: the image
+// "stats-%s" with ".img" appended, as every image name (criu/imgset.c).
+// go-criu's stats.StatsDump lacks the suffix.
+const dumpStatsFile = stats.StatsDump + ".img"
+
+// dumpStats reads CRIU's dump statistics from the images directory of a
+// capture: CRIU writes them there at the end of a dump (criu/stats.c,
+// write_stats) as an image: two magics, a
+// little-endian 32-bit length, then a StatsEntry. Unlike go-criu's
+// CriuGetDumpStats, which indexes the file unchecked, a short or damaged file
+// is an error.
+func dumpStats(imagesDir string) (*stats.DumpStatsEntry, error) {
+	f, err := os.Open(filepath.Join(imagesDir, dumpStatsFile))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxStatsBytes))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < stats.PayloadOffset {
+		return nil, fmt.Errorf("%s: %d bytes, shorter than its header", dumpStatsFile, len(b))
+	}
+	if binary.LittleEndian.Uint32(b[stats.PrimaryMagicOffset:]) != stats.ImgServiceMagic ||
+		binary.LittleEndian.Uint32(b[stats.SecondaryMagicOffset:]) != stats.StatsMagic {
+		return nil, fmt.Errorf("%s: not a CRIU stats image", dumpStatsFile)
+	}
+	n := binary.LittleEndian.Uint32(b[stats.SizeOffset:])
+	if uint64(n) > uint64(len(b)-stats.PayloadOffset) {
+		return nil, fmt.Errorf("%s: entry of %d bytes in %d", dumpStatsFile, n, len(b)-stats.PayloadOffset)
+	}
+	var st stats.StatsEntry
+	if err := st.UnmarshalVT(b[stats.PayloadOffset : stats.PayloadOffset+int(n)]); err != nil {
+		return nil, fmt.Errorf("%s: %w", dumpStatsFile, err)
+	}
+	if st.GetDump() == nil {
+		return nil, errors.New(dumpStatsFile + ": no dump statistics")
+	}
+	return st.GetDump(), nil
+}
