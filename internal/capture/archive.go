@@ -29,6 +29,10 @@ import (
 
 func stageDir(out, name string) string { return filepath.Join(out, layout.ContainersDir, "."+name) }
 
+// workDir is CRIU's work directory (its log and statistics) in the staging
+// directory.
+func workDir(out, name string) string { return filepath.Join(stageDir(out, name), "work") }
+
 // captured is what a capture leaves for packageOne besides the staging
 // directory: the archive being streamed, and the container's log held at the
 // cut.
@@ -57,7 +61,7 @@ func (c *captured) abandon() {
 func (s *Service) captureOne(ctx context.Context, out string, t target, tm *layout.CaptureTimes) (*captured, error) {
 	stage := stageDir(out, t.name)
 	images := filepath.Join(stage, crmetadata.CheckpointDirectory)
-	work := filepath.Join(stage, "work")
+	work := workDir(out, t.name)
 	for _, d := range []string{images, work} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/containerd/errdefs"
 
 	"github.com/cri-shim/cri-shim/internal/layout"
@@ -260,7 +259,7 @@ func (s *Service) recordFreeze(m *layout.Manifest, pausedAt, allPaused, captured
 // addCRIUStats adds CRIU's statistics of target t's capture into out to tm;
 // a capture without them (a CRIU that wrote none) keeps zeros.
 func (s *Service) addCRIUStats(tm *layout.CaptureTimes, out string, t target) {
-	st, err := dumpStats(filepath.Join(stageDir(out, t.name), crmetadata.CheckpointDirectory))
+	st, err := dumpStats(workDir(out, t.name))
 	if err != nil {
 		s.log.Debug("checkpoint: CRIU's dump statistics", "container", short(t.id), "err", err)
 		return

@@ -19,14 +19,15 @@ const maxStatsBytes = 64 << 10
 // go-criu's stats.StatsDump lacks the suffix.
 const dumpStatsFile = stats.StatsDump + ".img"
 
-// dumpStats reads CRIU's dump statistics from the images directory of a
-// capture: CRIU writes them there at the end of a dump (criu/stats.c,
-// write_stats) as an image: two magics, a
-// little-endian 32-bit length, then a StatsEntry. Unlike go-criu's
-// CriuGetDumpStats, which indexes the file unchecked, a short or damaged file
-// is an error.
-func dumpStats(imagesDir string) (*stats.DumpStatsEntry, error) {
-	f, err := os.Open(filepath.Join(imagesDir, dumpStatsFile))
+// dumpStats reads CRIU's dump statistics from the work directory of a
+// capture: CRIU writes them at the end of a dump relative to its working
+// directory (criu/stats.c, write_stats: open_image_at(AT_FDCWD, ...)), which
+// is its work directory (--work-dir, runc's --work-path). The file is an
+// image: two magics, a little-endian 32-bit length, then a StatsEntry.
+// Unlike go-criu's CriuGetDumpStats, which indexes the file unchecked, a
+// short or damaged file is an error.
+func dumpStats(workDir string) (*stats.DumpStatsEntry, error) {
+	f, err := os.Open(filepath.Join(workDir, dumpStatsFile))
 	if err != nil {
 		return nil, err
 	}

@@ -334,7 +334,7 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 		return err
 	}
 	// CRIU's statistics: a fixed account, 4 pages written.
-	if err := capturetest.WriteDumpStats(imageDir, &stats.DumpStatsEntry{FreezingTime: proto.Uint32(1), FrozenTime: proto.Uint32(3000),
+	if err := capturetest.WriteDumpStats(workDir, &stats.DumpStatsEntry{FreezingTime: proto.Uint32(1), FrozenTime: proto.Uint32(3000),
 		MemdumpTime: proto.Uint32(1000), MemwriteTime: proto.Uint32(2000), PagesScanned: proto.Uint64(4), PagesSkippedParent: proto.Uint64(0),
 		PagesWritten: proto.Uint64(4), PagesLazy: proto.Uint64(0)}); err != nil {
 		return err
