@@ -14,10 +14,10 @@ import (
 // maxStatsBytes bounds what is read of CRIU's statistics (a few dozen bytes).
 const maxStatsBytes = 64 << 10
 
-// dumpStatsFile is the file CRIU's dump statistics are in: the image
-// "stats-%s" with ".img" appended, as every image name (criu/imgset.c).
-// go-criu's stats.StatsDump lacks the suffix.
-const dumpStatsFile = stats.StatsDump + ".img"
+// dumpStatsFile is the file CRIU's dump statistics are in: "stats-dump",
+// without the ".img" of the other images (go-criu's stats.StatsDump; seen so
+// in CRIU 4's work directory on this stack).
+const dumpStatsFile = stats.StatsDump
 
 // dumpStats reads CRIU's dump statistics from the work directory of a
 // capture: CRIU writes them at the end of a dump relative to its working

@@ -22,11 +22,11 @@ func DumpStatsImage(e *stats.DumpStatsEntry) ([]byte, error) {
 }
 
 // WriteDumpStats writes e into CRIU's work directory as CRIU does at the end
-// of a dump, as stats-dump.img (every image name ends in .img, criu/imgset.c).
+// of a dump, as stats-dump.
 func WriteDumpStats(workDir string, e *stats.DumpStatsEntry) error {
 	b, err := DumpStatsImage(e)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(workDir, stats.StatsDump+".img"), b, 0o600)
+	return os.WriteFile(filepath.Join(workDir, stats.StatsDump), b, 0o600)
 }
