@@ -71,7 +71,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	allPaused := s.now()
 	if err != nil {
 		t := targets[i]
-		if rerr := s.thawAll(context.WithoutCancel(ctx), ids, true); rerr != nil {
+		if rerr := s.thawAll(context.WithoutCancel(ctx), ids); rerr != nil {
 			s.resumeFailed(rerr)
 			return errorf(errdefs.ErrInternal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
 		}
@@ -147,7 +147,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		// holds the processes until it detaches), so the resume may not
 		// finish before the deadline; then afterAbandoned resumes them.
 		tctx, tcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(-margin/4))
-		rerr := s.thawAll(tctx, ids, true)
+		rerr := s.thawAll(tctx, ids)
 		tcancel()
 		_ = s.removeOutput(out)
 		// The leftover work holds the job until it ends, so that it never
@@ -172,7 +172,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	}
 
 	captured := s.now()
-	rerr := s.thawAll(context.WithoutCancel(ctx), ids, true)
+	rerr := s.thawAll(context.WithoutCancel(ctx), ids)
 	resumed := s.now()
 	s.recordFreeze(m, pausedAt, allPaused, captured, resumed)
 	for i, err := range errs {
@@ -357,7 +357,7 @@ func (s *Service) afterAbandoned(rec frozenRecord) {
 			s.log.Debug("checkpoint: re-pause after an abandoned capture", "container", short(id), "err", err)
 		}
 		cancel()
-		if err := s.thaw(ctx, id, true); err != nil {
+		if err := s.thaw(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}

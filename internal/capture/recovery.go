@@ -172,7 +172,7 @@ func (s *Service) watchRecord(ctx context.Context, j *job, path string, r frozen
 // marked incomplete and removes it. The caller holds its sandbox and
 // directory, and no capture of its containers runs.
 func (s *Service) clearRecord(ctx context.Context, path string, r frozenRecord) error {
-	if err := s.thawAll(ctx, r.Containers, true); err != nil {
+	if err := s.thawAll(ctx, r.Containers); err != nil {
 		return err
 	}
 	if r.OutputPath != "" && marked(r.OutputPath) {
@@ -192,17 +192,17 @@ func marked(dir string) bool {
 	return err == nil
 }
 
-// thawAll resumes every listed container that is paused. With check, each is
-// asked first (a record may outlive the pause); a container that no longer
+// thawAll resumes every listed container that is paused, in parallel. A
+// container that is not paused (a record may outlive the pause) or no longer
 // exists needs nothing.
-func (s *Service) thawAll(ctx context.Context, ids []string, check bool) error {
+func (s *Service) thawAll(ctx context.Context, ids []string) error {
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.thaw(ctx, id, check); err != nil {
+			if err := s.thaw(ctx, id); err != nil {
 				errs[i] = fmt.Errorf("resume %s: %w", short(id), err)
 			}
 		}()
@@ -211,23 +211,19 @@ func (s *Service) thawAll(ctx context.Context, ids []string, check bool) error {
 	return errors.Join(errs...)
 }
 
-func (s *Service) thaw(ctx context.Context, id string, check bool) error {
+// thaw resumes container id. The resume is asked first, and whether the
+// container is paused only when it fails: the usual resume, while the pod is
+// frozen, is one round trip through containerd. A resume of a task that is
+// not paused changes nothing (containerd's runc shim refuses it in every
+// other state: cmd/containerd-shim-runc-v2/process/init_state.go).
+func (s *Service) thaw(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.resumeTimeout)
 	defer cancel()
-	if check {
-		paused, err := s.tasks.Paused(ctx, id)
-		if err != nil {
-			if isNotFound(err) {
-				return nil
-			}
-			return err
-		}
-		if !paused {
-			return nil
-		}
-	}
 	err := s.tasks.Resume(ctx, id)
-	if err != nil && isNotFound(err) {
+	if err == nil || isNotFound(err) {
+		return nil
+	}
+	if paused, perr := s.tasks.Paused(ctx, id); perr == nil && !paused || perr != nil && isNotFound(perr) {
 		return nil
 	}
 	return err

@@ -191,6 +191,25 @@ func TestWatcherStopsWithContext(t *testing.T) {
 	}
 }
 
+// A resume of a container that is not paused (any more) or gone needs
+// nothing; one containerd refuses while the container is still paused is an
+// error.
+func TestThaw(t *testing.T) {
+	fx := newFixture(t)
+	fx.tasks.SetPaused("c1", true)
+	if err := fx.svc.thawAll(context.Background(), []string{"c1", "c2"}); err != nil {
+		t.Fatalf("resuming a paused and a running container: %v", err)
+	}
+	if fx.tasks.IsPaused("c1") {
+		t.Fatal("c1 still paused")
+	}
+	fx.tasks.SetPaused("c1", true)
+	fx.tasks.FailResumes(1)
+	if err := fx.svc.thaw(context.Background(), "c1"); err == nil || !fx.tasks.IsPaused("c1") {
+		t.Fatalf("a refused resume of a paused container: %v, paused %v", err, fx.tasks.IsPaused("c1"))
+	}
+}
+
 func TestIsRuncCheckpoint(t *testing.T) {
 	argv := func(a ...string) [][]byte {
 		var out [][]byte

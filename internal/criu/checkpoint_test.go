@@ -67,6 +67,11 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 		if p := fx.rt.tasks.AnyPaused(); len(p) > 0 {
 			t.Fatalf("left paused: %v", p)
 		}
+		// The resume while the pod is frozen is one round trip: no
+		// question whether the containers are paused first.
+		if n := fx.rt.tasks.PausedAsked(); n != 0 {
+			t.Errorf("asked %d times whether a container is paused", n)
+		}
 		m, err := layout.ReadManifest(fx.dir)
 		if err != nil {
 			t.Fatal(err)
