@@ -111,6 +111,28 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 	}
 }
 
+// Each container's writable-layer diff is taken while CRIU captures it, not
+// after (both while the pod is paused); a diff that fails fails the call with
+// every container resumed and nothing left.
+func TestCheckpointPodDiffsBesideTheCapture(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.dumpAwaitsDiff = true
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 20*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := layout.ReadManifest(fx.dir); err != nil {
+		t.Fatal(err)
+	}
+
+	fx = newFixture(t)
+	fx.rt.failDiff = errors.New("fake: diff service down")
+	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2"))
+	if err == nil || !strings.Contains(err.Error(), "diff service down") {
+		t.Fatalf("a failed diff: %v", err)
+	}
+	assertClean(t, fx, "after a failed diff")
+}
+
 // Every refusal happens before anything is paused or written, with a precise code.
 func TestCheckpointPodRefusals(t *testing.T) {
 	fx := newFixture(t)

@@ -46,15 +46,20 @@ type fakeRT struct {
 
 	mu sync.Mutex
 	// dump behaviour
-	failDump   map[string]error           // container ID -> error of its capture
-	holdDump   chan struct{}              // when set, captures wait for it to close
-	dumpSeen   map[string]map[string]bool // container ID -> paused state of every target at its capture
-	failCreate int                        // CreateContainer call number (1-based) that fails
-	creates    int
-	removed    []string          // IDs of RemoveContainer and RemovePodSandbox calls, in order
-	attempts   map[string]uint32 // sandbox/name: containers created, for the kubelet's attempt numbers
-	uids       int               // pod UIDs handed out by uid
-	dumps      map[string]int    // container ID -> its captures, numbered in their images
+	failDump map[string]error // container ID -> error of its capture
+	holdDump chan struct{}    // when set, captures wait for it to close
+	// dumpAwaitsDiff makes each capture wait (up to 5 s) for the writable
+	// layer's diff of its container to be asked, and fail without it.
+	dumpAwaitsDiff bool
+	diffAsked      map[string]chan struct{}   // closed at each container's first diff
+	failDiff       error                      // every diff fails with it
+	dumpSeen       map[string]map[string]bool // container ID -> paused state of every target at its capture
+	failCreate     int                        // CreateContainer call number (1-based) that fails
+	creates        int
+	removed        []string          // IDs of RemoveContainer and RemovePodSandbox calls, in order
+	attempts       map[string]uint32 // sandbox/name: containers created, for the kubelet's attempt numbers
+	uids           int               // pod UIDs handed out by uid
+	dumps          map[string]int    // container ID -> its captures, numbered in their images
 
 	// The pods' runtime shim: at a container's start it claims the
 	// container's restore mark, as cmd/containerd-shim-cri-shim-v2 does
@@ -305,7 +310,18 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 	f.mu.Lock()
 	f.dumpSeen[id] = seen
 	err, hold := f.failDump[id], f.holdDump
+	var diffAsked chan struct{}
+	if f.dumpAwaitsDiff {
+		diffAsked = f.diffChan(id)
+	}
 	f.mu.Unlock()
+	if diffAsked != nil {
+		select {
+		case <-diffAsked:
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("fake: the diff of %s was not asked during its capture", id)
+		}
+	}
 	if hold != nil {
 		<-hold
 		// A real capture that ends after the caller resumed restores the
@@ -342,15 +358,41 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 	return os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("dump ok"), 0o600)
 }
 
+// diffChan is the channel closed at container id's first diff; f.mu held.
+func (f *fakeRT) diffChan(id string) chan struct{} {
+	if f.diffAsked == nil {
+		f.diffAsked = map[string]chan struct{}{}
+	}
+	if f.diffAsked[id] == nil {
+		f.diffAsked[id] = make(chan struct{})
+	}
+	return f.diffAsked[id]
+}
+
 func (f *fakeRT) RWDiff(_ context.Context, id string, w io.Writer) error {
 	f.mu.Lock()
-	b := f.diff
+	b, failed := f.diff, f.failDiff
+	if ch := f.diffChan(id); !isClosed(ch) {
+		close(ch)
+	}
 	f.mu.Unlock()
+	if failed != nil {
+		return failed
+	}
 	if b == nil {
 		b = fakeLayer(id)
 	}
 	_, err := w.Write(b)
 	return err
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // fakeLayer is container id's writable layer: a gzip layer tar of one file

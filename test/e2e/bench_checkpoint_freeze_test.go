@@ -58,7 +58,8 @@ func BenchmarkCheckpointFreeze(b *testing.B) {
 	for _, mib := range benchSizes(b) {
 		name := fmt.Sprintf("bench-freeze-%d", mib)
 		sb, ids, logs := startPod(b, shim, name, loadCfg("main", mib, 0), loadCfg("sidecar", 16, 0))
-		waitReady(b, filepath.Join(logs, "main.log"), time.Minute)
+		// A shared machine may take minutes to touch 2 GiB.
+		waitReady(b, filepath.Join(logs, "main.log"), 5*time.Minute)
 		waitReady(b, filepath.Join(logs, "sidecar.log"), time.Minute)
 		fmt.Fprintf(&md, "main %d MiB:\n\n", mib)
 		for i := range reps {
