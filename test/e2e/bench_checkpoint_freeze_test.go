@@ -16,8 +16,8 @@ import (
 // freezeBreakdown is one line of where a checkpoint's freeze went, from its
 // manifest (layout.FreezeTimes, layout.CaptureTimes): the pause, capture and
 // resume spans, then for each container containerd's task checkpoint (of it,
-// CRIU's own frozen time, its page collection and page write) and the
-// writable layer's diff.
+// CRIU's own frozen time and its memory dump, which includes the page write:
+// criu/mem.c) and the writable layer's diff, taken beside the checkpoint.
 func freezeBreakdown(m *layout.Manifest) string {
 	f := m.Freeze
 	if f == nil {
@@ -30,7 +30,7 @@ func freezeBreakdown(m *layout.Manifest) string {
 		if t == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "; %s: checkpoint %.3f (CRIU frozen %.3f: memdump %.3f, memwrite %.3f, %d MiB written; outside CRIU's freeze %.3f), diff %.3f",
+		fmt.Fprintf(&b, "; %s: checkpoint %.3f (CRIU frozen %.3f: memdump %.3f, of it memwrite %.3f, %d MiB written; outside CRIU's freeze %.3f), diff %.3f",
 			c.Name, t.CheckpointSeconds, t.CRIUFrozenSeconds, t.CRIUMemdumpSeconds, t.CRIUMemwriteSeconds, t.CRIUPagesWritten*4096>>20,
 			t.CheckpointSeconds-t.CRIUFrozenSeconds, t.DiffSeconds)
 	}
@@ -54,7 +54,7 @@ func BenchmarkCheckpointFreeze(b *testing.B) {
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Where a CheckpointPod's freeze goes\n\n%s, cri-shim %s, containerd %s. Command: `CRI_SHIM_BENCH_SIZES=%s go test -run '^$' -bench BenchmarkCheckpointFreeze -benchtime 1x ./test/e2e/`.\n\n",
 		time.Now().UTC().Format(time.RFC3339), codeRevision(), node.env["CONTAINERD_VERSION"], os.Getenv("CRI_SHIM_BENCH_SIZES"))
-	md.WriteString("Two-container pod: main allocates and touches the size shown, the sidecar 16 MiB. Seconds, from each checkpoint's manifest: the freeze is pause (every container paused through containerd) + capture (every capture ended) + resume (every container resumed); per container, containerd's task checkpoint (runc and CRIU), of it CRIU's frozen time (its page collection, memdump, and page write, memwrite), and the writable layer's diff.\n\n")
+	md.WriteString("Two-container pod: main allocates and touches the size shown, the sidecar 16 MiB. Seconds, from each checkpoint's manifest: the freeze is pause (every container paused through containerd) + capture (every capture ended) + resume (every container resumed); per container, containerd's task checkpoint (runc and CRIU), of it CRIU's frozen time and its memory dump (memdump, which includes the page write, memwrite: criu/mem.c), and the writable layer's diff, taken beside the checkpoint.\n\n")
 	for _, mib := range benchSizes(b) {
 		name := fmt.Sprintf("bench-freeze-%d", mib)
 		sb, ids, logs := startPod(b, shim, name, loadCfg("main", mib, 0), loadCfg("sidecar", 16, 0))

@@ -115,6 +115,9 @@ type killOutcome struct {
 	half      bool   // a checkpoint that looks complete but does not read back
 	complete  bool   // the checkpoint had been finished and is intact
 	recovered time.Duration
+	// atKill counts containerd's captures of the pod running just before
+	// the kill.
+	atKill int
 	// captured is how long containerd's capture ran on after the kill (0:
 	// none ran); frozen bounds how long the pod stayed frozen after both the
 	// capture had ended and the new shim answered: the end of the first of
@@ -217,7 +220,8 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 	t.Logf("uninterrupted: %s, %d MiB, paused %.2fs", full.Round(time.Millisecond), m.SizeBytes>>20, m.FrozenSeconds)
 	os.RemoveAll(ref)
 
-	// Kill points over the whole call and beyond its end.
+	// Kill points over the whole call and beyond its end; every third one
+	// instead within 300 ms of the start of containerd's capture.
 	points := killPoints(t, sized(6, 50), time.Duration(float64(full)*1.1))
 	// maxFrozen bounds how long the pod may stay frozen once the capture
 	// has ended and the new shim answers (issue 45).
@@ -230,9 +234,25 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 			_, err := rt.CheckpointPod(ctxT(t, 5*time.Minute), req(dir))
 			errc <- err
 		}()
-		time.Sleep(at)
-		st := taskStates(t)
-		o := killOutcome{at: at, phase: st[ids["a"]] + "/" + st[ids["b"]]}
+		var o killOutcome
+		if i%3 == 2 {
+			// Every third point falls while containerd captures: the
+			// delay runs from the first runc checkpoint process seen
+			// (the task states, read through ctr, take too long to be
+			// read first).
+			t0 := time.Now()
+			for len(capture.HostCaptures().Running([]string{ids["a"], ids["b"]})) == 0 && time.Since(t0) < time.Minute {
+				time.Sleep(2 * time.Millisecond)
+			}
+			at = at % (300 * time.Millisecond)
+			time.Sleep(at)
+			o = killOutcome{at: at, phase: "capture+" + at.Round(time.Millisecond).String()}
+		} else {
+			time.Sleep(at)
+			st := taskStates(t)
+			o = killOutcome{at: at, phase: st[ids["a"]] + "/" + st[ids["b"]]}
+		}
+		o.atKill = len(capture.HostCaptures().Running([]string{ids["a"], ids["b"]}))
 		killPidFile(t, "cri-shim", 9)
 		killed := time.Now()
 		stopWatch := captureEnds([]string{ids["a"], ids["b"]})
@@ -289,7 +309,7 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 			o.paused = 1
 			t.Errorf("no recovery 2 min after the kill at %s: %v", at, why)
 		}
-		st = taskStates(t)
+		st := taskStates(t)
 		for _, c := range []string{"a", "b"} {
 			if st[ids[c]] != "RUNNING" {
 				o.paused++
@@ -311,7 +331,7 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 		outs = append(outs, o)
 		os.RemoveAll(dir)
 	}
-	var paused, half, complete, late, captured int
+	var paused, half, complete, late, captured, atKill int
 	var worst time.Duration
 	var table []string
 	for _, o := range outs {
@@ -328,14 +348,17 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 		if o.captured > 0 {
 			captured++
 		}
+		if o.atKill > 0 {
+			atKill++
+		}
 		worst = max(worst, o.frozen)
-		table = append(table, fmt.Sprintf("%6.2fs %-16s paused=%d complete=%v half=%v capture ran on %s; both seen running %s after the shim's start, %s after the later of it and the capture's end",
-			o.at.Seconds(), o.phase, o.paused, o.complete, o.half, o.captured.Round(time.Millisecond), o.recovered.Round(time.Millisecond), o.frozen.Round(time.Millisecond)))
+		table = append(table, fmt.Sprintf("%6.2fs %-18s paused=%d complete=%v half=%v %d captures at the kill, ran on %s; both seen running %s after the shim's start, %s after the later of it and the capture's end",
+			o.at.Seconds(), o.phase, o.paused, o.complete, o.half, o.atKill, o.captured.Round(time.Millisecond), o.recovered.Round(time.Millisecond), o.frozen.Round(time.Millisecond)))
 	}
 	t.Logf("kill -9 at %d points of a %d MiB capture (%s uninterrupted):\n%s", len(outs), m.SizeBytes>>20, full.Round(time.Millisecond), strings.Join(table, "\n"))
-	t.Logf("totals: %d containers left paused, %d half-written checkpoints, %d complete, %d removed; %d kills left containerd capturing; "+
+	t.Logf("totals: %d containers left paused, %d half-written checkpoints, %d complete, %d removed; %d kills fell during containerd's capture, %d left it running; "+
 		"longest time to running after the later of the capture's end and the shim's start %s, %d over %s",
-		paused, half, complete, len(outs)-complete-half, captured, worst.Round(time.Millisecond), late, maxFrozen)
+		paused, half, complete, len(outs)-complete-half, atKill, captured, worst.Round(time.Millisecond), late, maxFrozen)
 	if paused > 0 || half > 0 || late > 0 {
 		t.Fatalf("%d containers left paused, %d half-written checkpoints and %d pods frozen over %s after kill -9", paused, half, late, maxFrozen)
 	}
@@ -347,6 +370,9 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 	}
 	if !sawPaused {
 		t.Fatalf("no kill fell while the pod was paused; the kill points missed the window")
+	}
+	if atKill == 0 {
+		t.Fatalf("no kill fell while containerd captured; the kill points missed the window")
 	}
 	before := lastCounter(t, filepath.Join(logs, "a.log"))
 	time.Sleep(500 * time.Millisecond)
