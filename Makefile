@@ -19,7 +19,7 @@ export GONOSUMDB := k8s.io,sigs.k8s.io
 STACK_ENV := test/stack/env.sh
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-.PHONY: proto all build generate test test-long unit unit-nonroot e2e e2e-oldest matrix node-vm node-vm-shapes stack stack-test stack-run run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-baseline bench-fleet fuzz vet clean release
+.PHONY: proto all build generate test test-long unit unit-nonroot e2e e2e-oldest matrix node-vm node-vm-shapes stack stack-test stack-run run stop bench-proxy bench-restart bench-backoff bench-backoff-stress bench-checkpoint bench-checkpoint-freeze bench-checkpoint-baseline bench-fleet fuzz vet clean release
 
 all: build
 
@@ -176,6 +176,11 @@ bench-checkpoint: build stack-test
 		(source test/stack/env.sh; test/stack/down.sh --quiet 2>/dev/null; rm -rf "$$NODE_DATA/registry/docker"); \
 		CRI_SHIM_CONTAINERD_VERSION=$$v $(GO) test -count=1 -run '^$$' -bench BenchmarkCheckpoint -benchtime 1x -timeout 30m ./test/e2e/; \
 	done
+
+# Where a CheckpointPod's freeze goes (pause, CRIU per container, resume),
+# 3 checkpoints per size; writes bench/results/checkpoint-freeze-*.md.
+bench-checkpoint-freeze: build stack-test
+	CRI_SHIM_BENCH_SIZES=$${CRI_SHIM_BENCH_SIZES:-64,2048} $(GO) test -count=1 -run '^$$' -bench '^BenchmarkCheckpointFreeze$$' -benchtime 1x -timeout 30m ./test/e2e/
 
 # The fleet harness (test/fleet, issue 30): one real etcd + kube-apiserver
 # and N simulated nodes running the shim's API side in one process, each as

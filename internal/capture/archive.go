@@ -25,9 +25,14 @@ import (
 // CheckpointContainer: checkpoint/, rootfs-diff.tar, config.dump, spec.dump,
 // status.dump, container.log), or writes it whole when nothing was streamed,
 // and removes the staging directory. The pod is thus paused only for CRIU and
-// the diff, and the images are written once and copied once.
+// the diff (taken side by side), and the images are written once and copied
+// once.
 
 func stageDir(out, name string) string { return filepath.Join(out, layout.ContainersDir, "."+name) }
+
+// workDir is CRIU's work directory (its log and statistics) in the staging
+// directory.
+func workDir(out, name string) string { return filepath.Join(stageDir(out, name), "work") }
 
 // captured is what a capture leaves for packageOne besides the staging
 // directory: the archive being streamed, and the container's log held at the
@@ -53,10 +58,11 @@ func (c *captured) abandon() {
 // begun at once and its memory pages copied into it as CRIU writes them
 // (internal/ckptarchive). What it returns, packageOne finishes; on error it
 // leaves nothing open.
-func (s *Service) captureOne(ctx context.Context, out string, t target) (*captured, error) {
+// The time each step took goes into tm.
+func (s *Service) captureOne(ctx context.Context, out string, t target, tm *layout.CaptureTimes) (*captured, error) {
 	stage := stageDir(out, t.name)
 	images := filepath.Join(stage, crmetadata.CheckpointDirectory)
-	work := filepath.Join(stage, "work")
+	work := workDir(out, t.name)
 	for _, d := range []string{images, work} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -75,11 +81,44 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) (*captur
 		c.abandon()
 		return nil, err
 	}
-	if err := s.tasks.Checkpoint(ctx, t.id, images, work); err != nil {
+	// The writable layer's diff is taken beside CRIU's capture: the pod is
+	// paused throughout, and CRIU writes nothing into the container's root
+	// filesystem (runc asks it for link remaps only with --link-remap,
+	// which containerd does not pass: runc libcontainer/criu_linux.go), so
+	// the diff sees the layer as it is at the cut.
+	f, err := os.OpenFile(filepath.Join(stage, crmetadata.RootFsDiffTar), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	diffCtx, stopDiff := context.WithCancel(ctx)
+	defer stopDiff()
+	diffed := make(chan error, 1)
+	go func() {
+		t0 := s.now()
+		bw := bufio.NewWriterSize(f, 1<<20)
+		err := s.tasks.RWDiff(diffCtx, t.id, bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		tm.DiffSeconds = s.now().Sub(t0).Seconds()
+		diffed <- err
+	}()
+	t0 := s.now()
+	err = s.tasks.Checkpoint(ctx, t.id, images, work)
+	tm.CheckpointSeconds = s.now().Sub(t0).Seconds()
+	if err != nil {
+		stopDiff()
+		<-diffed
 		return fail(err)
 	}
 	if c.stream != nil {
 		c.stream.ImagesFinal() // runc has returned: CRIU has ended and closed every image
+	}
+	if err := <-diffed; err != nil {
+		return fail(err)
 	}
 	// The log up to the cut: the restored container continues it from
 	// exactly there. Only its length is taken while the container is
@@ -100,21 +139,6 @@ func (s *Service) captureOne(ctx context.Context, out string, t target) (*captur
 			}
 			c.logSize = fi.Size()
 		}
-	}
-	f, err := os.OpenFile(filepath.Join(stage, crmetadata.RootFsDiffTar), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fail(err)
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	err = s.tasks.RWDiff(ctx, t.id, bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fail(err)
 	}
 	return c, nil
 }

@@ -67,9 +67,11 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 
 	// Pause every container before capturing any: one pod-wide cut.
 	pausedAt := s.now()
-	if i, err := s.pauseAll(ctx, targets); err != nil {
+	i, err := s.pauseAll(ctx, targets)
+	allPaused := s.now()
+	if err != nil {
 		t := targets[i]
-		if rerr := s.thawAll(context.WithoutCancel(ctx), ids, true); rerr != nil {
+		if rerr := s.thawAll(context.WithoutCancel(ctx), ids); rerr != nil {
 			s.resumeFailed(rerr)
 			return errorf(errdefs.ErrInternal, "CheckpointPod: pausing %s (%s): %v; and resuming the others failed, cri-shim retries: %v", short(t.id), t.name, err, rerr)
 		}
@@ -82,6 +84,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dumpTimeout)
 	errs := make([]error, len(targets))
 	took := make([]time.Duration, len(targets))
+	times := make([]layout.CaptureTimes, len(targets))
 	// What each capture left open (its archive as streamed, its log at the
 	// cut): packageOne finishes it, or whoever gives up abandons it.
 	caps := make([]*captured, len(targets))
@@ -96,7 +99,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 	var wg sync.WaitGroup
 	dump := func(i int) {
 		t0 := s.now()
-		c, err := s.captureOne(dctx, out, targets[i])
+		c, err := s.captureOne(dctx, out, targets[i], &times[i])
 		took[i], errs[i], caps[i] = s.now().Sub(t0), err, c
 	}
 	wg.Add(1)
@@ -129,9 +132,10 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			abandonCaptures()
 			// dumpTimeout ended the wait, not containerd's capture: it
 			// would freeze the pod again when it ends. The record stays;
-			// Run resumes the containers and empties the output once it
-			// has ended (resumeOne).
-			s.resumeFailed(fmt.Errorf("capture still running in containerd after %s", s.dumpTimeout))
+			// a watcher, holding the job, resumes the containers and
+			// empties the output as soon as it has ended.
+			s.handOver(j)
+			s.watchRecord(context.WithoutCancel(ctx), j, s.frozenPath(rec), rec)
 			return errorf(context.DeadlineExceeded, "CheckpointPod: containerd's capture did not end within %s; cri-shim resumes every container as soon as it ends", s.dumpTimeout)
 		}
 	case <-giveUp.C:
@@ -143,7 +147,7 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		// holds the processes until it detaches), so the resume may not
 		// finish before the deadline; then afterAbandoned resumes them.
 		tctx, tcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(-margin/4))
-		rerr := s.thawAll(tctx, ids, true)
+		rerr := s.thawAll(tctx, ids)
 		tcancel()
 		_ = s.removeOutput(out)
 		// The leftover work holds the job until it ends, so that it never
@@ -167,10 +171,10 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		return errorf(context.DeadlineExceeded, "%s", msg)
 	}
 
-	rerr := s.thawAll(context.WithoutCancel(ctx), ids, true)
-	frozen := s.now().Sub(pausedAt)
-	s.metrics.frozen.Observe(frozen.Seconds())
-	m.FrozenSeconds = frozen.Seconds()
+	captured := s.now()
+	rerr := s.thawAll(context.WithoutCancel(ctx), ids)
+	resumed := s.now()
+	s.recordFreeze(m, pausedAt, allPaused, captured, resumed)
 	for i, err := range errs {
 		if err != nil {
 			abandonCaptures()
@@ -190,7 +194,14 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 		_ = s.removeOutput(out)
 		return errorf(errdefs.ErrInternal, "CheckpointPod: resuming after the capture failed, cri-shim retries: %v", rerr)
 	}
-	// The pod runs again: finish the archives, in parallel.
+	// The pod runs again: CRIU's own account of each capture, then the
+	// archives, in parallel.
+	for i, t := range targets {
+		s.addCRIUStats(&times[i], out, t)
+		s.log.Debug("checkpoint: container captured", "container", short(t.id), "name", t.name, "seconds", took[i].Seconds(),
+			"checkpointSeconds", times[i].CheckpointSeconds, "diffSeconds", times[i].DiffSeconds, "criuFrozenSeconds", times[i].CRIUFrozenSeconds,
+			"criuMemdumpSeconds", times[i].CRIUMemdumpSeconds, "criuMemwriteSeconds", times[i].CRIUMemwriteSeconds, "criuPagesWritten", times[i].CRIUPagesWritten)
+	}
 	sizes := make([]int64, len(targets))
 	perrs := make([]error, len(targets))
 	cut := s.now().UTC()
@@ -222,11 +233,42 @@ func (s *Service) capture(ctx context.Context, j *job, targets []target, opts ch
 			Name: t.name, ID: t.id, Archive: layout.ArchiveName(t.name),
 			Image: st.GetImage().GetImage(), ImageRef: st.GetImageRef(), ImageID: imageID,
 			RestartCount: RestartCount(st.GetAnnotations()), Attempt: st.GetMetadata().GetAttempt(),
-			SizeBytes: sizes[i], DumpSeconds: took[i].Seconds(),
+			SizeBytes: sizes[i], DumpSeconds: took[i].Seconds(), Capture: &times[i],
 		})
 		m.SizeBytes += sizes[i]
 	}
 	return nil
+}
+
+// recordFreeze puts the freeze and its spans (from the first pause to
+// every container paused, captured, resumed) in the manifest, the metrics and
+// the debug log.
+func (s *Service) recordFreeze(m *layout.Manifest, pausedAt, allPaused, captured, resumed time.Time) {
+	frozen := resumed.Sub(pausedAt)
+	m.FrozenSeconds = frozen.Seconds()
+	m.Freeze = &layout.FreezeTimes{PauseSeconds: allPaused.Sub(pausedAt).Seconds(), CaptureSeconds: captured.Sub(allPaused).Seconds(),
+		ResumeSeconds: resumed.Sub(captured).Seconds()}
+	s.metrics.frozen.Observe(frozen.Seconds())
+	s.metrics.freezePhase.WithLabelValues("pause").Observe(m.Freeze.PauseSeconds)
+	s.metrics.freezePhase.WithLabelValues("capture").Observe(m.Freeze.CaptureSeconds)
+	s.metrics.freezePhase.WithLabelValues("resume").Observe(m.Freeze.ResumeSeconds)
+	s.log.Debug("checkpoint: pod resumed", "sandbox", short(m.Pod.SandboxID), "frozenSeconds", m.FrozenSeconds,
+		"pauseSeconds", m.Freeze.PauseSeconds, "captureSeconds", m.Freeze.CaptureSeconds, "resumeSeconds", m.Freeze.ResumeSeconds)
+}
+
+// addCRIUStats adds CRIU's statistics of target t's capture into out to tm;
+// a capture without them (a CRIU that wrote none) keeps zeros.
+func (s *Service) addCRIUStats(tm *layout.CaptureTimes, out string, t target) {
+	st, err := dumpStats(workDir(out, t.name))
+	if err != nil {
+		s.log.Debug("checkpoint: CRIU's dump statistics", "container", short(t.id), "err", err)
+		return
+	}
+	const us = 1e-6 // CRIU counts its times in microseconds (criu/stats.c)
+	tm.CRIUFrozenSeconds = float64(st.GetFrozenTime()) * us
+	tm.CRIUMemdumpSeconds = float64(st.GetMemdumpTime()) * us
+	tm.CRIUMemwriteSeconds = float64(st.GetMemwriteTime()) * us
+	tm.CRIUPagesWritten = st.GetPagesWritten()
 }
 
 // pauseAll pauses every target at once (each through its own runc call) and,
@@ -301,12 +343,13 @@ func (s *Service) resumeFailed(err error) {
 func (s *Service) afterAbandoned(rec frozenRecord) {
 	ctx := context.Background()
 	// The wait for the captures may have ended at dumpTimeout while runc
-	// still captures: a resume before it ends would be undone.
-	for deadline := time.Now().Add(time.Hour); time.Now().Before(deadline); time.Sleep(s.retryEvery / 10) {
-		if _, running := s.anyCaptureRunning(rec.Containers); !running {
-			break
-		}
+	// still captures: a resume before it ends would be undone. A capture
+	// still running after an hour more is not waited for.
+	wctx, wcancel := context.WithTimeout(ctx, time.Hour)
+	if err := s.waitCaptures(wctx, rec.Containers); err != nil {
+		s.log.Warn("checkpoint: an abandoned capture still runs in containerd after an hour; resuming its containers anyway", "sandbox", short(rec.SandboxID))
 	}
+	wcancel()
 	var errs []error
 	for _, id := range rec.Containers {
 		pctx, cancel := context.WithTimeout(ctx, s.resumeTimeout)
@@ -314,7 +357,7 @@ func (s *Service) afterAbandoned(rec frozenRecord) {
 			s.log.Debug("checkpoint: re-pause after an abandoned capture", "container", short(id), "err", err)
 		}
 		cancel()
-		if err := s.thaw(ctx, id, true); err != nil {
+		if err := s.thaw(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -8,6 +8,7 @@ type metrics struct {
 	checkpointTime prometheus.Histogram
 	checkpointSize prometheus.Histogram
 	frozen         prometheus.Histogram
+	freezePhase    *prometheus.HistogramVec
 }
 
 func newMetrics() *metrics {
@@ -31,9 +32,14 @@ func newMetrics() *metrics {
 			Help:    "How long the pod's containers stayed paused for one checkpoint.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}),
+		freezePhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cri_shim_pod_checkpoint_frozen_phase_seconds",
+			Help:    "The spans of a checkpoint's freeze: pause (until every container is paused), capture (until every capture ended), resume (until every container runs).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"phase"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen}
+	return []prometheus.Collector{m.checkpoints, m.checkpointTime, m.checkpointSize, m.frozen, m.freezePhase}
 }

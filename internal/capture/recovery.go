@@ -90,8 +90,11 @@ func (s *Service) ResumeRecorded(ctx context.Context) (pendingOut map[string]boo
 			s.removeRecord(filepath.Join(dir, name))
 			continue
 		}
-		if !s.resumeOne(ctx, filepath.Join(dir, name), r) {
+		switch s.resumeOne(ctx, filepath.Join(dir, name), r) {
+		case recordPending:
 			pending, pendingOut[r.OutputPath] = true, true
+		case recordWatched:
+			pendingOut[r.OutputPath] = true
 		}
 	}
 	s.mu.Lock()
@@ -102,29 +105,75 @@ func (s *Service) ResumeRecorded(ctx context.Context) (pendingOut map[string]boo
 	return pendingOut
 }
 
+// What resumeOne did with a record.
+type recordState int
+
+const (
+	// recordPending: left for a later pass (its resume failed, or a call
+	// or other work holds its sandbox or directory).
+	recordPending recordState = iota
+	// recordCleared: its containers resumed, the record removed.
+	recordCleared
+	// recordWatched: containerd still captures; a watcher clears the
+	// record as soon as the capture ends.
+	recordWatched
+)
+
 // resumeOne clears one frozen record: it resumes the record's containers and
 // empties the record's output if it is still marked incomplete. It holds the
 // record's sandbox and output directory meanwhile, so it never acts on what a
 // call running now owns (a record whose sandbox or directory is held waits for
 // the next pass), and a directory that a later call has since filled with a
-// complete checkpoint is left alone. It reports whether the record is cleared.
-func (s *Service) resumeOne(ctx context.Context, path string, r frozenRecord) bool {
+// complete checkpoint is left alone.
+//
+// A shim killed mid-capture does not stop containerd's capture: CRIU goes on
+// with the paused containers and, when it ends, puts the freezer back as it
+// found it (frozen), so a resume before then would be undone. A record whose
+// capture still runs is handed to a watcher, which keeps holding the sandbox
+// and directory, waits for the capture's process to exit and clears the
+// record at once; a resume that then fails is retried on the ticker.
+func (s *Service) resumeOne(ctx context.Context, path string, r frozenRecord) recordState {
 	j := s.tryHold(r.SandboxID, r.OutputPath)
 	if j == nil {
-		return false
+		return recordPending
+	}
+	if id, ok := s.anyCaptureRunning(r.Containers); ok {
+		s.log.Info("checkpoint: an interrupted checkpoint's capture is still running in containerd; resuming as soon as it ends", "sandbox", short(r.SandboxID), "container", short(id))
+		s.watchRecord(ctx, j, path, r)
+		return recordWatched
 	}
 	defer s.release(j)
-	// A shim killed mid-capture does not stop containerd's capture: CRIU
-	// goes on with the paused container and, when it ends, puts the
-	// freezer back as it found it (frozen). Resuming before then would be
-	// undone, so wait for the capture to end first.
-	if id, ok := s.anyCaptureRunning(r.Containers); ok {
-		s.log.Info("checkpoint: an interrupted checkpoint's capture is still running in containerd; resuming once it ends", "sandbox", short(r.SandboxID), "container", short(id))
-		return false
-	}
-	if err := s.thawAll(ctx, r.Containers, true); err != nil {
+	if err := s.clearRecord(ctx, path, r); err != nil {
 		s.log.Error("checkpoint: resuming containers of an interrupted checkpoint; will retry", "sandbox", r.SandboxID, "err", err)
-		return false
+		return recordPending
+	}
+	return recordCleared
+}
+
+// watchRecord clears record r (at path) as soon as no capture of its
+// containers runs, in the background; j, holding its sandbox and directory,
+// is released then. A resume that fails is retried on the ticker; ctx's end
+// leaves the record to the next start.
+func (s *Service) watchRecord(ctx context.Context, j *job, path string, r frozenRecord) {
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		defer s.release(j)
+		if err := s.waitCaptures(ctx, r.Containers); err != nil {
+			return
+		}
+		if err := s.clearRecord(ctx, path, r); err != nil {
+			s.resumeFailed(fmt.Errorf("resuming the containers of an interrupted checkpoint of sandbox %s: %w", short(r.SandboxID), err))
+		}
+	}()
+}
+
+// clearRecord resumes a record's containers, empties its output if still
+// marked incomplete and removes it. The caller holds its sandbox and
+// directory, and no capture of its containers runs.
+func (s *Service) clearRecord(ctx context.Context, path string, r frozenRecord) error {
+	if err := s.thawAll(ctx, r.Containers); err != nil {
+		return err
 	}
 	if r.OutputPath != "" && marked(r.OutputPath) {
 		if err := s.removeOutput(r.OutputPath); err != nil {
@@ -133,7 +182,7 @@ func (s *Service) resumeOne(ctx context.Context, path string, r frozenRecord) bo
 	}
 	s.removeRecord(path)
 	s.log.Info("checkpoint: resumed the containers of an interrupted checkpoint", "sandbox", r.SandboxID, "containers", len(r.Containers))
-	return true
+	return nil
 }
 
 // marked reports whether dir still carries the incomplete mark: only then is
@@ -143,17 +192,17 @@ func marked(dir string) bool {
 	return err == nil
 }
 
-// thawAll resumes every listed container that is paused. With check, each is
-// asked first (a record may outlive the pause); a container that no longer
+// thawAll resumes every listed container that is paused, in parallel. A
+// container that is not paused (a record may outlive the pause) or no longer
 // exists needs nothing.
-func (s *Service) thawAll(ctx context.Context, ids []string, check bool) error {
+func (s *Service) thawAll(ctx context.Context, ids []string) error {
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.thaw(ctx, id, check); err != nil {
+			if err := s.thaw(ctx, id); err != nil {
 				errs[i] = fmt.Errorf("resume %s: %w", short(id), err)
 			}
 		}()
@@ -162,23 +211,19 @@ func (s *Service) thawAll(ctx context.Context, ids []string, check bool) error {
 	return errors.Join(errs...)
 }
 
-func (s *Service) thaw(ctx context.Context, id string, check bool) error {
+// thaw resumes container id. The resume is asked first, and whether the
+// container is paused only when it fails: the usual resume, while the pod is
+// frozen, is one round trip through containerd. A resume of a task that is
+// not paused changes nothing (containerd's runc shim refuses it in every
+// other state: cmd/containerd-shim-runc-v2/process/init_state.go).
+func (s *Service) thaw(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.resumeTimeout)
 	defer cancel()
-	if check {
-		paused, err := s.tasks.Paused(ctx, id)
-		if err != nil {
-			if isNotFound(err) {
-				return nil
-			}
-			return err
-		}
-		if !paused {
-			return nil
-		}
-	}
 	err := s.tasks.Resume(ctx, id)
-	if err != nil && isNotFound(err) {
+	if err == nil || isNotFound(err) {
+		return nil
+	}
+	if paused, perr := s.tasks.Paused(ctx, id); perr == nil && !paused || perr != nil && isNotFound(perr) {
 		return nil
 	}
 	return err

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,15 +21,16 @@ type fixture struct {
 	svc       *Service
 	tasks     *capturetest.Tasks
 	root, dir string
-	capturing atomic.Pointer[func(id string) bool]
+	captures  *fakeCaptures
 }
 
-// tasks is capturetest.Tasks as the service's Tasks; nothing here captures.
-type tasks struct{ *capturetest.Tasks }
+// taskService is capturetest.Tasks as the service's Tasks; nothing here
+// captures.
+type taskService struct{ *capturetest.Tasks }
 
-func (tasks) Checkpoint(context.Context, string, string, string) error { return errNoCapture }
-func (tasks) RWDiff(context.Context, string, io.Writer) error          { return errNoCapture }
-func (tasks) Info(context.Context, string) (ContainerInfo, error) {
+func (taskService) Checkpoint(context.Context, string, string, string) error { return errNoCapture }
+func (taskService) RWDiff(context.Context, string, io.Writer) error          { return errNoCapture }
+func (taskService) Info(context.Context, string) (ContainerInfo, error) {
 	return ContainerInfo{}, errNoCapture
 }
 
@@ -39,18 +39,16 @@ var errNoCapture = os.ErrInvalid
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	base := t.TempDir()
-	fx := &fixture{tasks: capturetest.NewTasks(), root: filepath.Join(base, "checkpoints")}
+	tasks := capturetest.NewTasks()
+	fx := &fixture{tasks: tasks, root: filepath.Join(base, "checkpoints"), captures: newFakeCaptures(tasks)}
 	fx.dir = filepath.Join(fx.root, "cp1")
 	if err := os.MkdirAll(fx.dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	timing := DefaultTiming
 	timing.RetryEvery = 10 * time.Millisecond
-	svc, err := New(Config{Root: fx.root, StateDir: filepath.Join(base, "state"), Timing: timing,
-		CaptureRunning: func(id string) bool {
-			f := fx.capturing.Load()
-			return f != nil && (*f)(id)
-		}}, nil, nil, tasks{fx.tasks}, slog.New(slog.DiscardHandler))
+	svc, err := New(Config{Root: fx.root, StateDir: filepath.Join(base, "state"), Timing: timing, Captures: fx.captures},
+		nil, nil, taskService{fx.tasks}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +56,19 @@ func newFixture(t *testing.T) *fixture {
 	return fx
 }
 
-func (fx *fixture) setCapturing(f func(id string) bool) { fx.capturing.Store(&f) }
+// recordCapturing leaves what a shim killed mid-capture does: the
+// containers ids paused, the frozen record of sandbox sb1 naming them and
+// out, and containerd still capturing the first.
+func (fx *fixture) recordCapturing(t *testing.T, out string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		fx.tasks.SetPaused(id, true)
+	}
+	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: ids, OutputPath: out, Started: 1}); err != nil {
+		t.Fatal(err)
+	}
+	fx.captures.start(ids[0])
+}
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -95,23 +105,109 @@ func assertClean(t *testing.T, fx *fixture, when string) {
 }
 
 // A shim restarted while containerd still captures a container it had paused
-// waits for that capture to end before resuming (the capture would freeze the
-// container again when it ends).
-func TestRestartWaitsForRunningCapture(t *testing.T) {
+// resumes it as soon as that capture's process exits, with no further pass:
+// not before (the capture, as CRIU does, freezes it again when it ends) and
+// without waiting for the retry ticker (none runs here).
+func TestRestartResumesWhenCaptureEnds(t *testing.T) {
+	fx := newFixture(t)
+	fx.recordCapturing(t, "", "c1", "c2")
+	fx.svc.ResumeRecorded(context.Background())
+	if fx.svc.ResumePending() {
+		t.Fatal("a record whose capture runs was left to the retry ticker")
+	}
+	fx.captures.waitStarted(t)
+	if !fx.tasks.IsPaused("c1") || !fx.tasks.IsPaused("c2") {
+		t.Fatal("resumed while containerd still captured the pod")
+	}
+	fx.captures.end("c1")
+	fx.svc.Wait()
+	assertClean(t, fx, "after the capture ended")
+}
+
+// The unfinished checkpoint of a capture containerd still runs is left alone
+// at start (CRIU is writing into it), also by the start-up clean-up of
+// incomplete directories, and emptied once the capture ends.
+func TestRestartKeepsOutputOfRunningCapture(t *testing.T) {
+	fx := newFixture(t)
+	os.WriteFile(filepath.Join(fx.dir, layout.IncompleteFile), nil, 0o600)
+	os.WriteFile(filepath.Join(fx.dir, "pages-1.img"), []byte("being written"), 0o600)
+	out, _ := filepath.EvalSymlinks(fx.dir)
+	fx.recordCapturing(t, out, "c1")
+	fx.svc.Recover(context.Background())
+	fx.captures.waitStarted(t)
+	if got := entries(t, fx.dir); len(got) != 2 || !fx.tasks.IsPaused("c1") {
+		t.Fatalf("touched while containerd captures: output %v, paused %v", got, fx.tasks.IsPaused("c1"))
+	}
+	// A pass meanwhile (another record's retry) leaves it to the watcher.
+	fx.svc.ResumeRecorded(context.Background())
+	fx.svc.CleanIncomplete(nil)
+	if got := entries(t, fx.dir); len(got) != 2 || !fx.tasks.IsPaused("c1") {
+		t.Fatalf("touched by a later pass while containerd captures: output %v, paused %v", got, fx.tasks.IsPaused("c1"))
+	}
+	fx.captures.end("c1")
+	fx.svc.Wait()
+	assertClean(t, fx, "after the capture ended")
+}
+
+// A resume that fails once the capture has ended (containerd restarting) is
+// retried on the ticker until it works.
+func TestResumeAfterCaptureFailsIsRetried(t *testing.T) {
+	fx := newFixture(t)
+	fx.recordCapturing(t, "", "c1")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { fx.svc.Recover(ctx); fx.svc.RetryResumes(ctx); close(done) }()
+	fx.captures.waitStarted(t)
+	fx.tasks.FailResumes(3)
+	fx.captures.end("c1")
+	deadline := time.Now().Add(5 * time.Second)
+	for fx.tasks.IsPaused("c1") || len(entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint"))) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a resume that failed after the capture ended was not retried")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	fx.svc.Wait()
+	assertClean(t, fx, "after the retried resume")
+}
+
+// A watcher ends with its context (the shim stopping): the record stays for
+// the next start, the pod as containerd left it.
+func TestWatcherStopsWithContext(t *testing.T) {
+	fx := newFixture(t)
+	fx.recordCapturing(t, "", "c1")
+	ctx, cancel := context.WithCancel(context.Background())
+	fx.svc.ResumeRecorded(ctx)
+	fx.captures.waitStarted(t)
+	cancel()
+	fx.svc.Wait()
+	if got := entries(t, filepath.Join(fx.svc.cfg.StateDir, "checkpoint")); len(got) != 1 {
+		t.Fatalf("records after the watcher stopped: %v, want the one left for the next start", got)
+	}
+	if j := fx.svc.tryHold("sb1", ""); j == nil {
+		t.Fatal("the stopped watcher still holds the sandbox")
+	}
+}
+
+// A resume of a container that is not paused (any more) or gone needs
+// nothing; one containerd refuses while the container is still paused is an
+// error.
+func TestThaw(t *testing.T) {
 	fx := newFixture(t)
 	fx.tasks.SetPaused("c1", true)
-	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1"}, Started: 1}); err != nil {
-		t.Fatal(err)
+	if err := fx.svc.thawAll(context.Background(), []string{"c1", "c2"}); err != nil {
+		t.Fatalf("resuming a paused and a running container: %v", err)
 	}
-	capturing := true
-	fx.setCapturing(func(id string) bool { return capturing && id == "c1" })
-	fx.svc.ResumeRecorded(context.Background())
-	if !fx.tasks.IsPaused("c1") {
-		t.Fatal("resumed while containerd still captured the container")
+	if fx.tasks.IsPaused("c1") {
+		t.Fatal("c1 still paused")
 	}
-	capturing = false
-	fx.svc.ResumeRecorded(context.Background())
-	assertClean(t, fx, "after the capture ended")
+	fx.tasks.SetPaused("c1", true)
+	fx.tasks.FailResumes(1)
+	if err := fx.svc.thaw(context.Background(), "c1"); err == nil || !fx.tasks.IsPaused("c1") {
+		t.Fatalf("a refused resume of a paused container: %v, paused %v", err, fx.tasks.IsPaused("c1"))
+	}
 }
 
 func TestIsRuncCheckpoint(t *testing.T) {
@@ -137,58 +233,6 @@ func TestIsRuncCheckpoint(t *testing.T) {
 			t.Errorf("%q: %v, want %v", c.argv, got, c.want)
 		}
 	}
-}
-
-// The unfinished checkpoint of a capture containerd still runs is left alone
-// at start (CRIU is writing into it) and emptied once the capture ends.
-func TestRestartKeepsOutputOfRunningCapture(t *testing.T) {
-	fx := newFixture(t)
-	fx.tasks.SetPaused("c1", true)
-	os.WriteFile(filepath.Join(fx.dir, layout.IncompleteFile), nil, 0o600)
-	os.WriteFile(filepath.Join(fx.dir, "pages-1.img"), []byte("being written"), 0o600)
-	out, _ := filepath.EvalSymlinks(fx.dir)
-	if err := fx.svc.writeFrozen(frozenRecord{SandboxID: "sb1", Containers: []string{"c1"}, OutputPath: out, Started: 1}); err != nil {
-		t.Fatal(err)
-	}
-	capturing := make(chan bool, 1)
-	capturing <- true
-	var asked atomic.Int32 // looks at whether containerd still captures
-	fx.setCapturing(func(string) bool {
-		v := <-capturing
-		capturing <- v
-		asked.Add(1)
-		return v
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { fx.svc.Recover(ctx); fx.svc.RetryResumes(ctx); close(done) }()
-	// A second look means the first one's pass is over: it found the
-	// capture running and left the record for a later pass.
-	untouched := func() {
-		if got := entries(t, fx.dir); len(got) != 2 || !fx.tasks.IsPaused("c1") {
-			t.Fatalf("touched while containerd captures: output %v, paused %v", got, fx.tasks.IsPaused("c1"))
-		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for asked.Load() < 2 {
-		untouched()
-		if time.Now().After(deadline) {
-			t.Fatalf("the recovery looked %d times at the running capture in 5 s, want it retrying", asked.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
-	untouched()
-	<-capturing
-	capturing <- false
-	deadline = time.Now().Add(5 * time.Second)
-	for len(entries(t, fx.dir)) > 0 || fx.tasks.IsPaused("c1") {
-		if time.Now().After(deadline) {
-			t.Fatalf("not cleaned after the capture ended: %v", entries(t, fx.dir))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	<-done
 }
 
 // A record whose resume is pending does not wipe a complete checkpoint that a

@@ -52,10 +52,10 @@ type Config struct {
 	Admit func(ctx context.Context, a Admission) (done func(), err error)
 	// Timing bounds the capture's waits; the zero value is DefaultTiming.
 	Timing Timing
-	// CaptureRunning reports whether containerd still runs a capture of the
-	// container (a runc checkpoint process), which a shim killed
-	// mid-capture does not wait for; nil reads /proc (capturing.go).
-	CaptureRunning func(id string) bool
+	// Captures finds containerd's captures still running (runc checkpoint
+	// processes), which a shim killed mid-capture does not wait for, and
+	// waits for their end; nil watches this host's processes (capturing.go).
+	Captures CaptureWatch
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -100,6 +100,7 @@ type Service struct {
 	rt    runtimeapi.RuntimeServiceClient
 	img   runtimeapi.ImageServiceClient
 	tasks Tasks
+	watch CaptureWatch
 	log   *slog.Logger
 	now   func() time.Time
 
@@ -109,7 +110,8 @@ type Service struct {
 	marginBase, marginPer                  time.Duration
 
 	// inflight tracks captures still running in containerd after their
-	// CheckpointPod returned on deadline expiry (Wait).
+	// CheckpointPod returned on deadline expiry, and the watchers of
+	// frozen records whose capture still runs (Wait).
 	inflight sync.WaitGroup
 
 	mu sync.Mutex
@@ -144,7 +146,11 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 	} else {
 		log.Info("checkpoint: memory pages copied into the archives after the resume")
 	}
-	return &Service{cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: now, metrics: newMetrics(),
+	watch := cfg.Captures
+	if watch == nil {
+		watch = HostCaptures()
+	}
+	return &Service{cfg: cfg, rt: rt, img: img, tasks: tasks, watch: watch, log: log, now: now, metrics: newMetrics(),
 		dumpTimeout: t.Dump, resumeTimeout: t.Resume, retryEvery: t.RetryEvery, marginBase: t.MarginBase, marginPer: t.MarginPer,
 		jobs: map[string]*job{}, jobsByOut: map[string]*job{}}, nil
 }
@@ -158,7 +164,8 @@ func (s *Service) Recover(ctx context.Context) {
 }
 
 // RetryResumes tries the resumes that failed again every RetryEvery, until
-// ctx ends.
+// ctx ends. A record whose capture containerd still runs is not waiting for
+// it: a watcher resumes its pod as soon as that capture ends (resumeOne).
 func (s *Service) RetryResumes(ctx context.Context) {
 	t := time.NewTicker(s.retryEvery)
 	defer t.Stop()
@@ -181,8 +188,9 @@ func (s *Service) ResumePending() bool {
 	return s.pendingResume
 }
 
-// Wait waits for the captures that calls abandoned at their deadline to
-// end in containerd and be cleaned up after.
+// Wait waits for the captures that calls abandoned at their deadline, and
+// those of frozen records found at start, to end in containerd and be
+// cleaned up after.
 func (s *Service) Wait() { s.inflight.Wait() }
 
 // Collectors are the service's metrics.

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/pkg/rootfs"
+	"github.com/containerd/typeurl/v2"
 
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
@@ -103,20 +104,18 @@ func (t *ContainerdTasks) Paused(ctx context.Context, id string) (bool, error) {
 // Checkpoint runs the task checkpoint with runc's image path set: CRIU writes
 // straight into imageDir and nothing goes through the content store (what
 // containerd's CRI CheckpointContainer does instead, at three more copies).
+// It is the task service's call alone: the client's Task.Checkpoint would
+// first load the container and the task, take a lease, read the container
+// and the task's status again, and drop the lease after, six round trips
+// while the pod is paused, none of which a checkpoint into a path needs
+// (containerd's plugins/services/tasks/local.go Checkpoint writes nothing to
+// the content store when the options carry an image path).
 func (t *ContainerdTasks) Checkpoint(ctx context.Context, id, imageDir, workDir string) error {
-	ctx = nsCtx(ctx)
-	c, err := t.client.LoadContainer(ctx, id)
+	opts, err := typeurl.MarshalAnyToProto(&options.CheckpointOptions{Exit: false, ImagePath: imageDir, WorkPath: workDir})
 	if err != nil {
 		return err
 	}
-	task, err := c.Task(ctx, nil)
-	if err != nil {
-		return err
-	}
-	_, err = task.Checkpoint(ctx, func(r *client.CheckpointTaskInfo) error {
-		r.Options = &options.CheckpointOptions{Exit: false, ImagePath: imageDir, WorkPath: workDir}
-		return nil
-	})
+	_, err = t.svc.Checkpoint(nsCtx(ctx), &tasksapi.CheckpointTaskRequest{ContainerID: id, Options: opts})
 	return err
 }
 

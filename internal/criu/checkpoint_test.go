@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,6 +67,11 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 		if p := fx.rt.tasks.AnyPaused(); len(p) > 0 {
 			t.Fatalf("left paused: %v", p)
 		}
+		// The resume while the pod is frozen is one round trip: no
+		// question whether the containers are paused first.
+		if n := fx.rt.tasks.PausedAsked(); n != 0 {
+			t.Errorf("asked %d times whether a container is paused", n)
+		}
 		m, err := layout.ReadManifest(fx.dir)
 		if err != nil {
 			t.Fatal(err)
@@ -75,6 +81,16 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 		}
 		if m.Containers[0].RestartCount != 2 || m.Containers[0].ImageRef != fx.rt.container(t, "c2").status.ImageRef || m.Containers[0].SizeBytes == 0 {
 			t.Errorf("container entry %+v", m.Containers[0])
+		}
+		// The freeze's spans add up to it; each container's capture
+		// carries CRIU's own account (the fake's: 4 pages, 2 ms written).
+		if f := m.Freeze; f == nil || math.Abs(f.PauseSeconds+f.CaptureSeconds+f.ResumeSeconds-m.FrozenSeconds) > 1e-6 {
+			t.Errorf("freeze %v s divided as %+v", m.FrozenSeconds, m.Freeze)
+		}
+		for _, c := range m.Containers {
+			if c.Capture == nil || c.Capture.CRIUPagesWritten != 4 || c.Capture.CRIUMemwriteSeconds != 0.002 || c.Capture.CheckpointSeconds > c.DumpSeconds {
+				t.Errorf("%s: capture times %+v (dump %v s)", c.Name, c.Capture, c.DumpSeconds)
+			}
 		}
 		if len(m.Exited) != 1 || m.Exited[0].Name != "init" {
 			t.Errorf("exited %+v, want the completed init container", m.Exited)
@@ -93,6 +109,28 @@ func TestCheckpointPodIsOneConsistentCut(t *testing.T) {
 			t.Errorf("state left behind: %v", got)
 		}
 	}
+}
+
+// Each container's writable-layer diff is taken while CRIU captures it, not
+// after (both while the pod is paused); a diff that fails fails the call with
+// every container resumed and nothing left.
+func TestCheckpointPodDiffsBesideTheCapture(t *testing.T) {
+	fx := newFixture(t)
+	fx.rt.dumpAwaitsDiff = true
+	if _, err := fx.svc.CheckpointPod(ctxT(t, 20*time.Second), cpReq(fx.dir, "c1", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := layout.ReadManifest(fx.dir); err != nil {
+		t.Fatal(err)
+	}
+
+	fx = newFixture(t)
+	fx.rt.failDiff = errors.New("fake: diff service down")
+	_, err := fx.svc.CheckpointPod(ctxT(t, 5*time.Second), cpReq(fx.dir, "c1", "c2"))
+	if err == nil || !strings.Contains(err.Error(), "diff service down") {
+		t.Fatalf("a failed diff: %v", err)
+	}
+	assertClean(t, fx, "after a failed diff")
 }
 
 // Every refusal happens before anything is paused or written, with a precise code.

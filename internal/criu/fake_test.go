@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/checkpoint-restore/go-criu/v8/stats"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/capture"
@@ -44,15 +46,20 @@ type fakeRT struct {
 
 	mu sync.Mutex
 	// dump behaviour
-	failDump   map[string]error           // container ID -> error of its capture
-	holdDump   chan struct{}              // when set, captures wait for it to close
-	dumpSeen   map[string]map[string]bool // container ID -> paused state of every target at its capture
-	failCreate int                        // CreateContainer call number (1-based) that fails
-	creates    int
-	removed    []string          // IDs of RemoveContainer and RemovePodSandbox calls, in order
-	attempts   map[string]uint32 // sandbox/name: containers created, for the kubelet's attempt numbers
-	uids       int               // pod UIDs handed out by uid
-	dumps      map[string]int    // container ID -> its captures, numbered in their images
+	failDump map[string]error // container ID -> error of its capture
+	holdDump chan struct{}    // when set, captures wait for it to close
+	// dumpAwaitsDiff makes each capture wait (up to 5 s) for the writable
+	// layer's diff of its container to be asked, and fail without it.
+	dumpAwaitsDiff bool
+	diffAsked      map[string]chan struct{}   // closed at each container's first diff
+	failDiff       error                      // every diff fails with it
+	dumpSeen       map[string]map[string]bool // container ID -> paused state of every target at its capture
+	failCreate     int                        // CreateContainer call number (1-based) that fails
+	creates        int
+	removed        []string          // IDs of RemoveContainer and RemovePodSandbox calls, in order
+	attempts       map[string]uint32 // sandbox/name: containers created, for the kubelet's attempt numbers
+	uids           int               // pod UIDs handed out by uid
+	dumps          map[string]int    // container ID -> its captures, numbered in their images
 
 	// The pods' runtime shim: at a container's start it claims the
 	// container's restore mark, as cmd/containerd-shim-cri-shim-v2 does
@@ -303,7 +310,18 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 	f.mu.Lock()
 	f.dumpSeen[id] = seen
 	err, hold := f.failDump[id], f.holdDump
+	var diffAsked chan struct{}
+	if f.dumpAwaitsDiff {
+		diffAsked = f.diffChan(id)
+	}
 	f.mu.Unlock()
+	if diffAsked != nil {
+		select {
+		case <-diffAsked:
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("fake: the diff of %s was not asked during its capture", id)
+		}
+	}
 	if hold != nil {
 		<-hold
 		// A real capture that ends after the caller resumed restores the
@@ -331,18 +349,50 @@ func (f *fakeRT) Checkpoint(ctx context.Context, id, imageDir, workDir string) e
 	} else if err := os.WriteFile(filepath.Join(imageDir, "pages-1.img"), pages, 0o600); err != nil {
 		return err
 	}
+	// CRIU's statistics: a fixed account, 4 pages written.
+	if err := capturetest.WriteDumpStats(workDir, &stats.DumpStatsEntry{FreezingTime: proto.Uint32(1), FrozenTime: proto.Uint32(3000),
+		MemdumpTime: proto.Uint32(1000), MemwriteTime: proto.Uint32(2000), PagesScanned: proto.Uint64(4), PagesSkippedParent: proto.Uint64(0),
+		PagesWritten: proto.Uint64(4), PagesLazy: proto.Uint64(0)}); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("dump ok"), 0o600)
+}
+
+// diffChan is the channel closed at container id's first diff; f.mu held.
+func (f *fakeRT) diffChan(id string) chan struct{} {
+	if f.diffAsked == nil {
+		f.diffAsked = map[string]chan struct{}{}
+	}
+	if f.diffAsked[id] == nil {
+		f.diffAsked[id] = make(chan struct{})
+	}
+	return f.diffAsked[id]
 }
 
 func (f *fakeRT) RWDiff(_ context.Context, id string, w io.Writer) error {
 	f.mu.Lock()
-	b := f.diff
+	b, failed := f.diff, f.failDiff
+	if ch := f.diffChan(id); !isClosed(ch) {
+		close(ch)
+	}
 	f.mu.Unlock()
+	if failed != nil {
+		return failed
+	}
 	if b == nil {
 		b = fakeLayer(id)
 	}
 	_, err := w.Write(b)
 	return err
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // fakeLayer is container id's writable layer: a gzip layer tar of one file
@@ -382,10 +432,14 @@ type fixture struct {
 	root  string
 	dir   string
 	table *podtable.Table // the node's sandboxes: sync after adding some
-	// capturing is what the service is told of captures still running in
-	// containerd (capture.Config.CaptureRunning); nil: none.
-	capturing atomic.Pointer[func(id string) bool]
 }
+
+// noCaptures is containerd's captures under the fake: no runc runs, so none
+// is ever seen running.
+type noCaptures struct{}
+
+func (noCaptures) Running([]string) []capture.RunningCapture          { return nil }
+func (noCaptures) Wait(context.Context, capture.RunningCapture) error { return nil }
 
 // newFixture: a sandbox "sb1" with running containers c1 (app) and c2
 // (sidecar), an exited init container, and a sandbox "sb2" with c3.
@@ -417,12 +471,7 @@ func newFixtureWith(t *testing.T, setup func(rt *fakeRT, cfg *Config) capture.Ta
 	cfg := Config{Root: root, StateDir: filepath.Join(base, "state"), Store: st, Sandboxes: table, ShimBinary: "/usr/bin/cri-shim", RestoreMarks: rt.marks,
 		CaptureTiming: capture.Timing{Dump: 10 * time.Minute, Resume: 10 * time.Second, RetryEvery: 10 * time.Millisecond,
 			MarginBase: 10 * time.Millisecond, MarginPer: 5 * time.Millisecond},
-		// No runc runs under the fake: no capture runs in containerd
-		// unless a test says so.
-		CaptureRunning: func(id string) bool {
-			f := fx.capturing.Load()
-			return f != nil && (*f)(id)
-		}}
+		Captures: noCaptures{}}
 	var tasks capture.Tasks = rt
 	if setup != nil {
 		tasks = setup(rt, &cfg)

@@ -84,11 +84,11 @@ type Config struct {
 	// cap on pulled checkpoints is the service's, which knows the pods
 	// using them). nil refuses image references.
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string, reserve func(total int64) (release func(), err error)) (string, error)
-	// StreamDuringCapture, CaptureTiming and CaptureRunning are
+	// StreamDuringCapture, CaptureTiming and Captures are
 	// internal/capture's Config fields of those names.
 	StreamDuringCapture bool
 	CaptureTiming       capture.Timing
-	CaptureRunning      func(id string) bool
+	Captures            capture.CaptureWatch
 	// PullMaxTotalBytes bounds the pulled checkpoints on the node together,
 	// those being pulled included (ReservePulled); 0: unbounded.
 	PullMaxTotalBytes int64
@@ -180,7 +180,7 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		warm:     make(map[string]*warmPod),
 	}
 	c, err := capture.New(capture.Config{Root: cfg.Root, StateDir: cfg.StateDir, StreamDuringCapture: cfg.StreamDuringCapture,
-		CRIUVersion: cfg.CRIUVersion, Retain: s.retain, Admit: s.admit, Timing: cfg.CaptureTiming, CaptureRunning: cfg.CaptureRunning}, rt, img, tasks, log)
+		CRIUVersion: cfg.CRIUVersion, Retain: s.retain, Admit: s.admit, Timing: cfg.CaptureTiming, Captures: cfg.Captures}, rt, img, tasks, log)
 	if err != nil {
 		return nil, err
 	}

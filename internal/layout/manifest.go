@@ -56,8 +56,24 @@ type Manifest struct {
 	// CgroupV2); empty in checkpoints of builds that did not record it.
 	CgroupMode    string  `json:"cgroupMode,omitempty"`
 	FrozenSeconds float64 `json:"frozenSeconds"`
-	TotalSeconds  float64 `json:"totalSeconds"`
-	SizeBytes     int64   `json:"sizeBytes"`
+	// Freeze is where FrozenSeconds went; nil in checkpoints of builds
+	// that did not record it. Informational: nothing acts on it.
+	Freeze       *FreezeTimes `json:"freeze,omitempty"`
+	TotalSeconds float64      `json:"totalSeconds"`
+	SizeBytes    int64        `json:"sizeBytes"`
+}
+
+// FreezeTimes divides the pod's freeze into its three spans, in seconds.
+type FreezeTimes struct {
+	// PauseSeconds runs from the first pause asked until every container
+	// is paused (containerd's pause of each, in parallel).
+	PauseSeconds float64 `json:"pauseSeconds"`
+	// CaptureSeconds runs from then until every container's capture has
+	// ended (ContainerEntry.Capture).
+	CaptureSeconds float64 `json:"captureSeconds"`
+	// ResumeSeconds runs from then until every container is resumed
+	// (containerd's resume of each, in parallel).
+	ResumeSeconds float64 `json:"resumeSeconds"`
 }
 
 // PodInfo identifies the pod the checkpoint was taken from.
@@ -83,6 +99,26 @@ type ContainerEntry struct {
 	Attempt      uint32  `json:"attempt"`
 	SizeBytes    int64   `json:"sizeBytes"`
 	DumpSeconds  float64 `json:"dumpSeconds"`
+	// Capture is where DumpSeconds went; nil in checkpoints of builds that
+	// did not record it. Informational: nothing acts on it.
+	Capture *CaptureTimes `json:"capture,omitempty"`
+}
+
+// CaptureTimes divides one container's capture (the pod paused), in seconds.
+type CaptureTimes struct {
+	// CheckpointSeconds is containerd's task checkpoint: the round trip
+	// through containerd and its runc shim, runc, and CRIU under it.
+	CheckpointSeconds float64 `json:"checkpointSeconds"`
+	// DiffSeconds is the writable layer's diff by containerd's diff service.
+	DiffSeconds float64 `json:"diffSeconds"`
+	// CRIU's own dump statistics (its stats-dump image; zero when it wrote
+	// none): how long it kept the tasks frozen, of which collecting the
+	// memory pages (memdump) and writing them to the images (memwrite),
+	// and the pages it wrote.
+	CRIUFrozenSeconds   float64 `json:"criuFrozenSeconds,omitempty"`
+	CRIUMemdumpSeconds  float64 `json:"criuMemdumpSeconds,omitempty"`
+	CRIUMemwriteSeconds float64 `json:"criuMemwriteSeconds,omitempty"`
+	CRIUPagesWritten    uint64  `json:"criuPagesWritten,omitempty"`
 }
 
 // ExitedEntry is a container of the pod that had exited when it was captured.

@@ -99,6 +99,7 @@ type ckptResult struct {
 	size                       int64
 	shimCP, baseCP             time.Duration
 	shimFrozen                 time.Duration
+	freeze                     string          // where the freeze went (freezeBreakdown)
 	shimRestores, baseRestores []time.Duration // restore to running, each run
 	shimCreates, baseCreates   []time.Duration // of which the restore calls before the starts
 	failures                   []string
@@ -146,6 +147,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		}
 		r.size = m.SizeBytes
 		r.shimFrozen = time.Duration(m.FrozenSeconds * float64(time.Second))
+		r.freeze = freezeBreakdown(m)
 		// Baseline: containerd's CheckpointContainer, one container after the other.
 		base := newCheckpointDir(b, name+"-base")
 		t0 = time.Now()
@@ -284,6 +286,10 @@ func BenchmarkCheckpoint(b *testing.B) {
 			r.shimCP.Seconds(), r.shimFrozen.Seconds(), r.baseCP.Seconds(), r.shimCP.Seconds()/r.baseCP.Seconds(), tp/1e6, 100*tp/disk, ctp/1e6, 100*ctp/disk,
 			medianRuns(r.shimRestores)+createPart(r.shimCreates), medianRuns(r.baseRestores)+createPart(r.baseCreates), len(r.failures))
 		failures = append(failures, r.failures...)
+	}
+	md.WriteString("\nWhere the freeze went (seconds; BenchmarkCheckpointFreeze repeats it):\n\n")
+	for _, r := range results {
+		fmt.Fprintf(&md, "- %d MiB: %s\n", r.mib, r.freeze)
 	}
 	md.WriteString("\nThrough the stack's registry (distribution, loopback, plain HTTP): `cri-shim checkpoint push` of the checkpoint and `pull` of it into a new directory (the CLI, process start included), against one blob of the same size of random bytes written and read straight through go-containerregistry in the same run.\n\n")
 	md.WriteString("| main | checkpoint size | push | raw blob write | push / raw | pull | raw blob read | pull / raw |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/layout"
 )
 
@@ -112,12 +115,81 @@ type killOutcome struct {
 	half      bool   // a checkpoint that looks complete but does not read back
 	complete  bool   // the checkpoint had been finished and is intact
 	recovered time.Duration
+	// atKill counts containerd's captures of the pod running just before
+	// the kill.
+	atKill int
+	// captured is how long containerd's capture ran on after the kill (0:
+	// none ran); frozen bounds how long the pod stayed frozen after both the
+	// capture had ended and the new shim answered: the end of the first of
+	// the samples that saw both containers running from then on.
+	captured, frozen time.Duration
 }
 
-// Issue 14, item 4: kill -9 of the shim at many moments of a large (2 x 160
-// MiB) two-container checkpoint, then a restart. Every time: 0 containers left
-// paused, and the output directory is either empty or a complete checkpoint
-// that reads back; never a half-written one presented as complete.
+// killSeedEnv sets the seed of the long tier's random kill points, to run
+// the same points again; unset, a new seed is taken and logged.
+const killSeedEnv = "CRI_SHIM_E2E_KILL_SEED"
+
+// killPoints are n moments within span: spread evenly in the fast tier, at
+// random (seeded, the seed logged) in the long one.
+func killPoints(t *testing.T, n int, span time.Duration) []time.Duration {
+	points := make([]time.Duration, n)
+	if !longTier() {
+		for i := range n {
+			points[i] = time.Duration(float64(span) * float64(i) / float64(n-1))
+		}
+		return points
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(killSeedEnv); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s=%q: %v", killSeedEnv, v, err)
+		}
+	}
+	t.Logf("kill points: %d at random within %s, seed %d (%s=%d runs them again)", n, span.Round(time.Millisecond), seed, killSeedEnv, seed)
+	r := rand.New(rand.NewPCG(seed, seed))
+	for i := range points {
+		points[i] = time.Duration(r.Int64N(int64(span)))
+	}
+	return points
+}
+
+// captureEnds watches containerd's captures of ids (runc checkpoint
+// processes, as the shim does: capture.HostCaptures) from now until stop is
+// called, which returns when the last one seen ended (the zero time: none
+// ran).
+func captureEnds(ids []string) (stop func() time.Time) {
+	w := capture.HostCaptures()
+	ctx, cancel := context.WithCancel(context.Background())
+	var last time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			caps := w.Running(ids)
+			for _, c := range caps {
+				if w.Wait(ctx, c) == nil {
+					last = time.Now()
+				}
+			}
+			if len(caps) == 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}
+	}()
+	return func() time.Time { cancel(); <-done; return last }
+}
+
+// Issue 14, item 4, and issue 45's acceptance: kill -9 of the shim at many
+// moments of a large (2 x 160 MiB) two-container checkpoint, then a restart.
+// Every time: 0 containers left paused, the output directory either empty or
+// a complete checkpoint that reads back (never a half-written one presented
+// as complete), and the pod running again within 1 s of the capture's end
+// (the runc checkpoint process exiting) or of the new shim's start, whichever
+// is later. 6 points in the fast tier, 50 at random in the long one.
 func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 	needNode(t)
 	pauseKubelet(t)
@@ -148,13 +220,12 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 	t.Logf("uninterrupted: %s, %d MiB, paused %.2fs", full.Round(time.Millisecond), m.SizeBytes>>20, m.FrozenSeconds)
 	os.RemoveAll(ref)
 
-	// Kill points: spread over the whole call, and beyond its end (6 in the
-	// fast tier, 16 in the long one).
-	var points []time.Duration
-	n := sized(6, 16)
-	for i := range n {
-		points = append(points, time.Duration(float64(full)*1.1*float64(i)/float64(n-1)))
-	}
+	// Kill points over the whole call and beyond its end; every third one
+	// instead within 300 ms of the start of containerd's capture.
+	points := killPoints(t, sized(6, 50), time.Duration(float64(full)*1.1))
+	// maxFrozen bounds how long the pod may stay frozen once the capture
+	// has ended and the new shim answers (issue 45).
+	const maxFrozen = time.Second
 	var outs []killOutcome
 	for i, at := range points {
 		dir := newCheckpointDir(t, fmt.Sprintf("e2e-kills-%d", i))
@@ -163,33 +234,82 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 			_, err := rt.CheckpointPod(ctxT(t, 5*time.Minute), req(dir))
 			errc <- err
 		}()
-		time.Sleep(at)
-		st := taskStates(t)
-		o := killOutcome{at: at, phase: st[ids["a"]] + "/" + st[ids["b"]]}
+		var o killOutcome
+		if i%3 == 2 {
+			// Every third point falls while containerd captures: the
+			// delay runs from the first runc checkpoint process seen
+			// (the task states, read through ctr, take too long to be
+			// read first).
+			t0 := time.Now()
+			for len(capture.HostCaptures().Running([]string{ids["a"], ids["b"]})) == 0 && time.Since(t0) < time.Minute {
+				time.Sleep(2 * time.Millisecond)
+			}
+			at = at % (300 * time.Millisecond)
+			time.Sleep(at)
+			o = killOutcome{at: at, phase: "capture+" + at.Round(time.Millisecond).String()}
+		} else {
+			time.Sleep(at)
+			st := taskStates(t)
+			o = killOutcome{at: at, phase: st[ids["a"]] + "/" + st[ids["b"]]}
+		}
+		o.atKill = len(capture.HostCaptures().Running([]string{ids["a"], ids["b"]}))
 		killPidFile(t, "cri-shim", 9)
+		killed := time.Now()
+		stopWatch := captureEnds([]string{ids["a"], ids["b"]})
 		if err := script("up.sh", "--start", "cri-shim"); err != nil {
+			stopWatch()
 			t.Fatal(err)
 		}
-		k := time.Now()
+		up := time.Now()
 		t.Logf("kill at %s (%s): call answered %v", at.Round(time.Millisecond), o.phase, status.Code(<-errc))
-		eventually(t, 2*time.Minute, "recovery after kill at "+at.String(), func() error {
+		// Sampled until both containers have run for maxFrozen in a row,
+		// the capture has ended and the output is settled: runningFrom is
+		// when the last sample that saw a container not running ended.
+		var runningFrom time.Time
+		var why error
+		for deadline := time.Now().Add(2 * time.Minute); ; {
 			st := taskStates(t)
+			now := time.Now()
+			why = nil
 			for _, c := range []string{"a", "b"} {
 				if st[ids[c]] != "RUNNING" {
-					return fmt.Errorf("%s is %s", c, st[ids[c]])
+					why = fmt.Errorf("%s is %s", c, st[ids[c]])
+					runningFrom = time.Time{}
 				}
 			}
-			if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+			if why == nil && runningFrom.IsZero() {
+				runningFrom = now
+			}
+			if ents, _ := os.ReadDir(dir); why == nil && len(ents) > 0 {
 				if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-					return fmt.Errorf("%d entries left in an unfinished checkpoint", len(ents))
+					why = fmt.Errorf("%d entries left in an unfinished checkpoint", len(ents))
 				}
 			}
-			return nil
-		})
-		o.recovered = time.Since(k)
-		// Stable for a moment: a capture still running must not re-freeze.
-		time.Sleep(time.Second)
-		st = taskStates(t)
+			if why == nil && now.Sub(runningFrom) >= maxFrozen && len(capture.HostCaptures().Running([]string{ids["a"], ids["b"]})) == 0 {
+				break
+			}
+			if now.After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		ended := stopWatch()
+		if !ended.IsZero() {
+			o.captured = ended.Sub(killed)
+		}
+		o.recovered = runningFrom.Sub(up)
+		from := up
+		if ended.After(up) {
+			from = ended
+		}
+		if runningFrom.After(from) {
+			o.frozen = runningFrom.Sub(from)
+		}
+		if why != nil {
+			o.paused = 1
+			t.Errorf("no recovery 2 min after the kill at %s: %v", at, why)
+		}
+		st := taskStates(t)
 		for _, c := range []string{"a", "b"} {
 			if st[ids[c]] != "RUNNING" {
 				o.paused++
@@ -211,7 +331,8 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 		outs = append(outs, o)
 		os.RemoveAll(dir)
 	}
-	var paused, half, complete int
+	var paused, half, complete, late, captured, atKill int
+	var worst time.Duration
 	var table []string
 	for _, o := range outs {
 		paused += o.paused
@@ -221,13 +342,25 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 		if o.complete {
 			complete++
 		}
-		table = append(table, fmt.Sprintf("%6.2fs %-16s paused=%d complete=%v half=%v recovered in %s",
-			o.at.Seconds(), o.phase, o.paused, o.complete, o.half, o.recovered.Round(time.Millisecond)))
+		if o.frozen > maxFrozen {
+			late++
+		}
+		if o.captured > 0 {
+			captured++
+		}
+		if o.atKill > 0 {
+			atKill++
+		}
+		worst = max(worst, o.frozen)
+		table = append(table, fmt.Sprintf("%6.2fs %-18s paused=%d complete=%v half=%v %d captures at the kill, ran on %s; both seen running %s after the shim's start, %s after the later of it and the capture's end",
+			o.at.Seconds(), o.phase, o.paused, o.complete, o.half, o.atKill, o.captured.Round(time.Millisecond), o.recovered.Round(time.Millisecond), o.frozen.Round(time.Millisecond)))
 	}
 	t.Logf("kill -9 at %d points of a %d MiB capture (%s uninterrupted):\n%s", len(outs), m.SizeBytes>>20, full.Round(time.Millisecond), strings.Join(table, "\n"))
-	t.Logf("totals: %d containers left paused, %d half-written checkpoints, %d complete, %d removed", paused, half, complete, len(outs)-complete-half)
-	if paused > 0 || half > 0 {
-		t.Fatalf("%d containers left paused and %d half-written checkpoints after kill -9", paused, half)
+	t.Logf("totals: %d containers left paused, %d half-written checkpoints, %d complete, %d removed; %d kills fell during containerd's capture, %d left it running; "+
+		"longest time to running after the later of the capture's end and the shim's start %s, %d over %s",
+		paused, half, complete, len(outs)-complete-half, atKill, captured, worst.Round(time.Millisecond), late, maxFrozen)
+	if paused > 0 || half > 0 || late > 0 {
+		t.Fatalf("%d containers left paused, %d half-written checkpoints and %d pods frozen over %s after kill -9", paused, half, late, maxFrozen)
 	}
 	// Pausing at a kill point must have been hit at least once, or the
 	// test did not test the window that matters.
@@ -237,6 +370,9 @@ func TestShimKilledAtManyPointsOfCheckpoint(t *testing.T) {
 	}
 	if !sawPaused {
 		t.Fatalf("no kill fell while the pod was paused; the kill points missed the window")
+	}
+	if atKill == 0 {
+		t.Fatalf("no kill fell while containerd captured; the kill points missed the window")
 	}
 	before := lastCounter(t, filepath.Join(logs, "a.log"))
 	time.Sleep(500 * time.Millisecond)

@@ -20,6 +20,7 @@ type Tasks struct {
 	noFreeze    map[string]int // this many pauses of the container fail as runc's freezer does
 	failResumes int            // this many Resume calls fail before they work
 	pauses      int
+	asked       int // Paused calls
 }
 
 // NewTasks is a task service with every container running.
@@ -59,9 +60,19 @@ func (t *Tasks) Resume(_ context.Context, id string) error {
 	return nil
 }
 
-// Paused reports whether container id is paused.
+// Paused reports whether container id is paused, counting the question.
 func (t *Tasks) Paused(_ context.Context, id string) (bool, error) {
+	t.mu.Lock()
+	t.asked++
+	t.mu.Unlock()
 	return t.IsPaused(id), nil
+}
+
+// PausedAsked counts the Paused calls.
+func (t *Tasks) PausedAsked() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.asked
 }
 
 // IsPaused reports whether container id is paused.
