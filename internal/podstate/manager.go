@@ -83,11 +83,6 @@ type Manager struct {
 	// without one, Run rescans every second.
 	eventsLive func() uint64
 
-	// exited holds the runtime's own encoded ContainerStatus answers for
-	// exited instances of tracked pods, container ID -> *exitedStatus (see
-	// exitedstatus.go). A sync.Map so a lookup that misses takes no lock.
-	exited sync.Map
-
 	// observer hears of restarts (observer.go); noObserver when none.
 	observer restartapi.Observer
 

@@ -9,7 +9,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/backoff"
 )
 
-// A liveness probe during a held restart (item 11 of issue 14; docs/backoff.md).
+// A liveness probe during a held restart (docs/backoff.md).
 //
 // While a restart waits out its backoff delay the kubelet sees the exited
 // instance as running. A probe that fails on the dead process (tcpSocket,

@@ -10,10 +10,12 @@ import (
 // Checkpoint hooks serve the call themselves: the runtime under the shim
 // does not implement the pod-level calls, so there is nothing to forward.
 
+// CheckpointPodServer serves CheckpointPod.
 type CheckpointPodServer interface {
 	CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error)
 }
 
+// RestorePodServer serves RestorePod.
 type RestorePodServer interface {
 	RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequest) (*runtimeapi.RestorePodResponse, error)
 }

@@ -10,16 +10,19 @@ import (
 // forwards a (possibly changed) request to the next feature on the method
 // or, for the last, to the runtime.
 
+// RunPodSandboxHook takes part in RunPodSandbox; an error refuses the pod.
 type RunPodSandboxHook interface {
 	RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest,
 		next UnaryNext[runtimeapi.RunPodSandboxRequest, runtimeapi.RunPodSandboxResponse]) (*runtimeapi.RunPodSandboxResponse, error)
 }
 
+// StopPodSandboxHook takes part in StopPodSandbox.
 type StopPodSandboxHook interface {
 	StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
 		next UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error)
 }
 
+// RemovePodSandboxHook takes part in RemovePodSandbox.
 type RemovePodSandboxHook interface {
 	RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest,
 		next UnaryNext[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error)

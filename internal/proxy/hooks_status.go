@@ -13,6 +13,7 @@ import (
 // what it changes. A bytes hook forwards to the runtime, so it must be the
 // last feature on its method (New refuses otherwise).
 
+// ContainerStatusHook takes part in ContainerStatus on decoded messages.
 type ContainerStatusHook interface {
 	ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest,
 		next UnaryNext[runtimeapi.ContainerStatusRequest, runtimeapi.ContainerStatusResponse]) (*runtimeapi.ContainerStatusResponse, error)

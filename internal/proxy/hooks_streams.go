@@ -43,6 +43,8 @@ func Relay[Resp any](cs grpc.ServerStreamingClient[Resp], send func(*Resp) error
 // StreamNext opens a server-streaming call on the runtime.
 type StreamNext[Req, Resp any] func(ctx context.Context, req *Req) (grpc.ServerStreamingClient[Resp], error)
 
+// StreamContainersHook takes part in StreamContainers: send relays a batch
+// to the kubelet, next opens the runtime's stream.
 type StreamContainersHook interface {
 	StreamContainers(ctx context.Context, req *runtimeapi.StreamContainersRequest,
 		send func(*runtimeapi.StreamContainersResponse) error,
