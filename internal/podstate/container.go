@@ -30,7 +30,9 @@ func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	if err := m.refuseReplacement(req); err != nil {
 		return nil, err
 	}
-	m.trace(req.PodSandboxId, traceKubeCreate, "name", req.GetConfig().GetMetadata().GetName())
+	if m.debug {
+		m.trace(req.PodSandboxId, traceKubeCreate, "name", req.GetConfig().GetMetadata().GetName())
+	}
 	if err := m.waitIdle(ctx, req.PodSandboxId); err != nil {
 		return nil, err
 	}
@@ -174,6 +176,8 @@ func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveCon
 			m.forget(p, req.ContainerId)
 		}
 	})
-	m.trace(sb, traceKubeRemove, "container", req.ContainerId)
+	if m.debug {
+		m.trace(sb, traceKubeRemove, "container", req.ContainerId)
+	}
 	return resp, err
 }

@@ -27,7 +27,9 @@ func (m *Manager) ObservePodSandboxStatus(req []byte) {
 		r := v.(*restartrecord.Reads)
 		r.At.Store(m.clock.Now().UnixNano())
 		n := r.N.Add(1)
-		m.trace(id, traceKubeRead, "reads", n)
+		if m.debug { // the arguments would be boxed on every read otherwise
+			m.trace(id, traceKubeRead, "reads", n)
+		}
 	}
 }
 
