@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +40,13 @@ type result struct {
 	Throughput  float64 `json:"throughput_per_s"`
 	P50us       float64 `json:"p50_us"`
 	P99us       float64 `json:"p99_us"`
+	// RoundRatios is, on the shim's row, its calls/s over the bare
+	// forwarder's in each round: the run's drift and noise, which the
+	// pooled ratio hides.
+	RoundRatios []float64 `json:"round_ratios,omitempty"`
+	// CPUus is the forwarder's CPU per call in this workload (bare and
+	// shim rows; each process is idle while the other sides run).
+	CPUus float64 `json:"cpu_us_per_call,omitempty"`
 }
 
 func main() {
@@ -58,6 +66,8 @@ func main() {
 	created := flag.Int("created", 900, "extra created (not started) containers, for the 1000-container list")
 	rounds := flag.Int("rounds", 6, "interleaved rounds per workload and concurrency")
 	roundDur := flag.Duration("round", 700*time.Millisecond, "duration of one side of one round")
+	largeRounds := flag.Int("large-rounds", 12, "interleaved rounds of the large list (a p99 needs more calls than its 75 calls/s give in the short rounds)")
+	largeRoundDur := flag.Duration("large-round", 2*time.Second, "duration of one side of one round of the large list")
 	pacedRate := flag.Int("paced-rate", 0, "instead of the comparison: ContainerStatus through the shim at this many calls/s (the kubelet's pace), printing the shim's CPU per call; nothing written")
 	pacedFor := flag.Duration("paced-for", 20*time.Second, "how long --paced-rate runs")
 	flag.Parse()
@@ -69,7 +79,7 @@ func main() {
 	if *pacedRate > 0 {
 		err = paced(*direct, *shim, *shimPID, *running, *pacedRate, *pacedFor)
 	} else {
-		err = run(*direct, *shim, *shimPID, *out, *running, *tracked, *created, *rounds, *roundDur)
+		err = run(*direct, *shim, *shimPID, *out, *running, *tracked, *created, *rounds, *roundDur, *largeRounds, *largeRoundDur)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
@@ -100,7 +110,7 @@ func dialBoth(directSock, shimSock string) (dc, sc runtimeapi.RuntimeServiceClie
 	return dc, sc, func() { dconn.Close(); sconn.Close() }, nil
 }
 
-func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTracked, nCreated, rounds int, roundDur time.Duration) error {
+func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTracked, nCreated, rounds int, roundDur time.Duration, largeRounds int, largeRoundDur time.Duration) error {
 	ctx := context.Background()
 	dc, sc, closeBoth, err := dialBoth(directSock, shimSock)
 	if err != nil {
@@ -131,11 +141,14 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTra
 	var results []result
 	calls := map[string]int64{}
 	cpu0 := map[string]float64{"shim": cpuSeconds(shimPID), "bare": cpuSeconds(barePID)}
-	measure := func(workload string, call func(c runtimeapi.RuntimeServiceClient, i int) error) error {
+	measureFor := func(workload string, rounds int, roundDur time.Duration, call func(c runtimeapi.RuntimeServiceClient, i int) error) error {
 		for _, conc := range []int{1, 16} {
 			lat := map[string][]time.Duration{}
 			busy := map[string]time.Duration{}
+			var ratios []float64
+			cpuBefore := map[string]float64{"shim": cpuSeconds(shimPID), "bare": cpuSeconds(barePID)}
 			for r := range rounds {
+				thr := map[string]float64{}
 				for k := range sides { // the order rotates every round
 					s := sides[(k+r)%len(sides)]
 					l, d, err := drive(s.c, conc, roundDur, call)
@@ -145,7 +158,9 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTra
 					lat[s.name] = append(lat[s.name], l...)
 					busy[s.name] += d
 					calls[s.name] += int64(len(l))
+					thr[s.name] = float64(len(l)) / d.Seconds()
 				}
+				ratios = append(ratios, thr["shim"]/thr["bare"])
 			}
 			for _, s := range sides {
 				l := lat[s.name]
@@ -156,11 +171,19 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTra
 					P50us: us(pct(l, 0.50)), P99us: us(pct(l, 0.99)),
 				})
 			}
+			results[len(results)-1].RoundRatios = ratios
+			for i, pid := range map[int]int{2: barePID, 1: shimPID} {
+				r := &results[len(results)-i]
+				r.CPUus = (cpuSeconds(pid) - cpuBefore[r.Side]) * 1e6 / float64(r.Calls)
+			}
 			d, b, s := results[len(results)-3], results[len(results)-2], results[len(results)-1]
 			fmt.Printf("  %-34s c=%-2d  p50 direct %6.0fµs bare %6.0fµs shim %6.0fµs | calls/s %7.0f %7.0f %7.0f | shim/bare thr %.3f\n",
 				workload, conc, d.P50us, b.P50us, s.P50us, d.Throughput, b.Throughput, s.Throughput, s.Throughput/b.Throughput)
 		}
 		return nil
+	}
+	measure := func(workload string, call func(c runtimeapi.RuntimeServiceClient, i int) error) error {
+		return measureFor(workload, rounds, roundDur, call)
 	}
 
 	if err := measure("Version", func(c runtimeapi.RuntimeServiceClient, _ int) error {
@@ -234,7 +257,7 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTra
 	}
 	fmt.Printf("  done in %v\n", time.Since(t0).Round(time.Second))
 	total := nRunning + nTracked + nCreated
-	if err := measure(fmt.Sprintf("ListContainers (%d containers)", total), listAll(total)); err != nil {
+	if err := measureFor(fmt.Sprintf("ListContainers (%d containers)", total), largeRounds, largeRoundDur, listAll(total)); err != nil {
 		return err
 	}
 	cpu := map[string]float64{"shim": cpuSeconds(shimPID) - cpu0["shim"], "bare": cpuSeconds(barePID) - cpu0["bare"]}
@@ -435,6 +458,15 @@ func write(dir string, rs []result, nRunning, total, rssRunning, rssEnd, hwm int
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.0f | %+.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.3f | %.3f | %.3f |\n",
 			d.Workload, d.Concurrency, d.P50us, br.P50us, s.P50us, s.P50us-br.P50us, d.P99us, br.P99us, s.P99us,
 			d.Throughput, br.Throughput, s.Throughput, s.Throughput/d.Throughput, br.Throughput/d.Throughput, s.Throughput/br.Throughput)
+	}
+	fmt.Fprintf(&b, "\nCalls per side, and the shim's calls/s over the bare forwarder's in each round (median, lowest, highest), and CPU per call of each forwarder in that workload:\n\n")
+	for i := 0; i+2 < len(rs); i += 3 {
+		s := rs[i+2]
+		r := slices.Sorted(slices.Values(s.RoundRatios))
+		if len(r) > 0 {
+			fmt.Fprintf(&b, "- %s, c=%d: %d calls; %.3f (%.3f to %.3f) over %d rounds; CPU per call %.0f µs, bare %.0f µs\n",
+				s.Workload, s.Concurrency, s.Calls, r[len(r)/2], r[0], r[len(r)-1], len(r), s.CPUus, rs[i+1].CPUus)
+		}
 	}
 	fmt.Fprintf(&b, "\nShim RSS: %.1f MB with %d pods running; %.1f MB at the end (%d containers), peak %.1f MB.\n",
 		float64(rssRunning)/1024, nRunning, float64(rssEnd)/1024, total, float64(hwm)/1024)

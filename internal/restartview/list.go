@@ -25,8 +25,8 @@ import (
 // without decoding the rest. A request with a filter, or a message the
 // peek cannot read, takes the decoded path.
 //
-// Every entry is read in place, without a copy or an allocation, and
-// only the ones the engine may decide about (Engine.MayDecide: the
+// Every entry's key (ID and sandbox) is read in place, without a copy or
+// an allocation, and only the ones the engine may decide about (Engine.MayDecide: the
 // instances of governed pods) are handed to Verdicts; the others, most of
 // a large node's list, would be shown as they are. A list with nothing to
 // edit is sent on as the runtime's own buffers (asIs).
@@ -49,8 +49,13 @@ func (v *View) ListContainersFrames(ctx context.Context, req []byte, next proxy.
 	}
 	sc.decide = slices.Grow(sc.decide[:0], len(sc.entries))[:len(sc.entries)]
 	v.e.MayDecide(sc.entries, sc.decide)
-	for i, c := range sc.entries {
+	for i := range sc.entries {
 		if sc.decide[i] {
+			c, err := wire.PeekContainerBytes(sc.raw[i])
+			if err != nil {
+				resp, err := v.viewDecoded(ctx, bytes.Join(frames, nil))
+				return resp, false, err
+			}
 			sc.theirs = append(sc.theirs, c)
 			sc.at = append(sc.at, i)
 		}
@@ -104,7 +109,8 @@ func joined(next proxy.FramesNext) proxy.BytesNext {
 // each time.
 type listScratch struct {
 	arena   []byte                // the entries that arrived across two frames
-	entries []wire.ContainerBytes // every listed container, in order
+	entries []wire.ContainerBytes // every listed container's key, in order
+	raw     [][]byte              // and its encoded entry
 	decide  []bool                // whether the engine may decide about each one
 	theirs  []wire.ContainerBytes // the ones it may decide about
 	at      []int                 // their index in entries
@@ -119,15 +125,18 @@ func (sc *listScratch) release() {
 		return
 	}
 	clear(sc.entries)
+	clear(sc.raw)
 	clear(sc.theirs)
-	sc.arena, sc.entries, sc.decide, sc.theirs, sc.at = sc.arena[:0], sc.entries[:0], sc.decide[:0], sc.theirs[:0], sc.at[:0]
+	sc.arena, sc.entries, sc.raw, sc.decide, sc.theirs, sc.at = sc.arena[:0], sc.entries[:0], sc.raw[:0], sc.decide[:0], sc.theirs[:0], sc.at[:0]
 	scratchPool.Put(sc)
 }
 
-// peek reads one listed entry.
+// peek reads one listed entry's key (the engine decides on it); the
+// entries it may decide about are read whole afterwards.
 func (sc *listScratch) peek(entry []byte) error {
-	c, err := wire.PeekContainerBytes(entry)
+	c, err := wire.PeekContainerKey(entry)
 	sc.entries = append(sc.entries, c)
+	sc.raw = append(sc.raw, entry)
 	return err
 }
 

@@ -89,6 +89,25 @@ type ContainerBytes struct {
 	State             runtimeapi.ContainerState
 }
 
+// PeekContainerKey reads the ID and sandbox ID of an encoded Container
+// from its first two fields, which is where containerd writes them:
+// google.golang.org/protobuf marshals the fields of a message once each,
+// in field-number order (internal/impl/codec_message.go sorts its coder
+// fields by number), and id and pod_sandbox_id are fields 1 and 2. An
+// entry that does not begin so is read whole (PeekContainerBytes). A
+// repeated occurrence later in the entry is not looked for: the key only
+// chooses which entries of a list are read whole, and one that chose
+// wrongly in an encoding containerd does not make is shown unedited.
+func PeekContainerKey(b []byte) (ContainerBytes, error) {
+	num, typ, id, _, n := field(b)
+	if n > 0 && num == fContainerID && typ == protowire.BytesType {
+		if num, typ, sb, _, m := field(b[n:]); m > 0 && num == fContainerSandbox && typ == protowire.BytesType {
+			return ContainerBytes{ID: id, Sandbox: sb}, nil
+		}
+	}
+	return PeekContainerBytes(b)
+}
+
 // PeekContainerBytes reads an encoded Container (one entry of a list)
 // without copying: the fields point into b. Occurrences of a field merge
 // as in proto decoding: the last one wins.

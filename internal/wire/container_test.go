@@ -1,9 +1,11 @@
 package wire
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -23,6 +25,16 @@ func checkPeeks(t *testing.T, b []byte) {
 		v, err := PeekContainer(b)
 		if err != nil || v != ContainerOf(&c) {
 			t.Fatalf("PeekContainer(%x) = %+v, %v; proto %+v", b, v, err, ContainerOf(&c))
+		}
+		// Re-encoded as containerd encodes, the key is read from the
+		// first two fields and is the decoded message's.
+		canon, err := proto.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := PeekContainerKey(canon)
+		if err != nil || string(k.ID) != c.Id || string(k.Sandbox) != c.PodSandboxId {
+			t.Fatalf("PeekContainerKey(%x) = %q %q, %v; proto %q %q", canon, k.ID, k.Sandbox, err, c.Id, c.PodSandboxId)
 		}
 	}
 	var s runtimeapi.ContainerStatusResponse
@@ -137,5 +149,33 @@ func TestEditListMatchesDecodedView(t *testing.T) {
 		if !proto.Equal(got.Containers[i], want[i]) {
 			t.Fatalf("entry %d: %v, want %v", i, got.Containers[i], want[i])
 		}
+	}
+}
+
+// PeekContainerKey takes the key from the leading fields when the entry is
+// in containerd's order, and reads any other entry whole.
+func TestPeekContainerKey(t *testing.T) {
+	bytesField := func(num protowire.Number, v string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, num, protowire.BytesType), v)
+	}
+	join := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	for _, tc := range []struct {
+		name        string
+		entry       []byte
+		id, sandbox string
+	}{
+		{"containerd's order", join(bytesField(1, "c1"), bytesField(2, "sb1"), bytesField(4, "img")), "c1", "sb1"},
+		{"sandbox first: read whole", join(bytesField(2, "sb1"), bytesField(1, "c1")), "c1", "sb1"},
+		{"metadata between: read whole, the last sandbox wins", join(bytesField(1, "c1"), bytesField(3, ""), bytesField(2, "sb1"), bytesField(2, "sb2")), "c1", "sb2"},
+		{"leading key, repeated later: the leading one", join(bytesField(1, "c1"), bytesField(2, "sb1"), bytesField(2, "sb2")), "c1", "sb1"},
+		{"no sandbox", bytesField(1, "c1"), "c1", ""},
+	} {
+		k, err := PeekContainerKey(tc.entry)
+		if err != nil || string(k.ID) != tc.id || string(k.Sandbox) != tc.sandbox {
+			t.Errorf("%s: %q %q, %v; want %q %q", tc.name, k.ID, k.Sandbox, err, tc.id, tc.sandbox)
+		}
+	}
+	if _, err := PeekContainerKey([]byte{0x0a, 0x05, 'c'}); err == nil {
+		t.Error("a truncated entry was read")
 	}
 }
