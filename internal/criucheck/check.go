@@ -35,6 +35,7 @@ type Refusal struct {
 	Reason string
 }
 
+// Error says which image and field were refused, and why.
 func (r *Refusal) Error() string {
 	if r.Field == "" {
 		return fmt.Sprintf("checkpoint refused: %s: %s", r.Image, r.Reason)

@@ -17,6 +17,7 @@ type PodRef struct {
 	Namespace, Name, UID string
 }
 
+// String is the pod's namespace/name, as kubectl names it.
 func (p PodRef) String() string { return p.Namespace + "/" + p.Name }
 
 // Condition is a pod condition the shim owns.

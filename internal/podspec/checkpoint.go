@@ -16,7 +16,7 @@ const (
 	// DefaultKeep is how many scheduled checkpoints a pod keeps without
 	// KeepKey; MaxKeep the most it may ask.
 	DefaultKeep = 2
-	MaxKeep     = 100
+	MaxKeep     = 100 // the most KeepKey may ask
 	// MaxInterval is the longest IntervalKey.
 	MaxInterval = 7 * 24 * time.Hour
 )
