@@ -21,7 +21,11 @@ package podstate
 // relist): on an idle node with a 4 s cap it was still two restarts behind
 // (the e2e backoff test). More than that is the kubelet falling behind.
 
-import "time"
+import (
+	"time"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
+)
 
 // maxBacklogWait (Manager.backlogWait) bounds the wait: a kubelet that keeps more exited
 // instances than configured, or removes none, slows restarts down to one a
@@ -43,13 +47,13 @@ func (m *Manager) KeepDead(n int) {
 // wait begins at the first look that finds a backlog; each removal queues
 // the sandbox's step again (forget), so the restart goes on at once.
 func (m *Manager) backlogDelay(sandboxID string) (wait time.Duration) {
-	m.with(sandboxID, func(p *Pod) { wait = m.backlogLeft(p) })
+	m.with(sandboxID, func(p *restartrecord.Pod) { wait = m.backlogLeft(p) })
 	return wait
 }
 
 // backlogLeft is backlogDelay of p, with m.mu held.
-func (m *Manager) backlogLeft(p *Pod) time.Duration {
-	if p == nil || p.Phase != PhaseTerminating || p.Backlog.Over {
+func (m *Manager) backlogLeft(p *restartrecord.Pod) time.Duration {
+	if p == nil || p.Phase != restartrecord.PhaseTerminating || p.Backlog.Over {
 		return 0
 	}
 	name, n := p.Backlogged(m.keepDead)

@@ -24,6 +24,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/restartview"
 )
 
@@ -375,12 +376,12 @@ func setupLogged(t *testing.T, dir string, log *slog.Logger) (kubelet, string, m
 
 // crashingMainPod runs a pod whose one container, main, has a Restart rule
 // for every failure, and starts main.
-func crashingMainPod(t *testing.T) (kubelet, string, *Pod) {
+func crashingMainPod(t *testing.T) (kubelet, string, *restartrecord.Pod) {
 	t.Helper()
 	k := newKubelet(t, t.TempDir())
 	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0})
 	k.start(sb, "main")
-	return k, sb, k.m.pods[sb]
+	return k, sb, k.m.pods.Get(sb)
 }
 
 // runSteps runs a sandbox's restart steps in this goroutine as the engine's

@@ -52,7 +52,7 @@ func TestObserverHearsAbandonedRestart(t *testing.T) {
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	k.m.mu.Lock()
-	err := k.m.abandon(k.m.pods[sb])
+	err := k.m.abandon(k.m.pods.Get(sb))
 	k.m.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
