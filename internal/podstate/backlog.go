@@ -13,7 +13,7 @@ package podstate
 // (bench/results/backoff-stress-20261124-184953-stopped.txt, docs/backoff.md).
 // So before a restart creates new instances it waits, at most
 // maxBacklogWait, while a container it restarts has more instances in the
-// runtime than the kubelet keeps (KeepDead, its
+// runtime than the kubelet keeps (Options.KeepDead, its
 // --maximum-dead-containers-per-container) plus backlogSlack: the one this
 // restart replaces, and those of the restarts before it that the kubelet has
 // not removed yet because it removes an instance only once it has seen a
@@ -31,15 +31,6 @@ import (
 // instances than configured, or removes none, slows restarts down to one a
 // minute per pod instead of stopping them.
 const maxBacklogWait = time.Minute
-
-// KeepDead sets how many exited instances of each container the kubelet
-// keeps (its --maximum-dead-containers-per-container; 1 by default). Call
-// before Run.
-func (m *Manager) KeepDead(n int) {
-	if n >= 1 {
-		m.keepDead = n
-	}
-}
 
 // backlogDelay is how long a restart in TerminatingForRestart still waits
 // for the kubelet's removals: 0 once no container it creates again has a

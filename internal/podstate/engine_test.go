@@ -52,7 +52,7 @@ func TestBackoffDelayWaitsInTheQueue(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			k := newKubelet(t, t.TempDir())
 			m, err := New(k.cri, t.TempDir(), backoff.NewTracker(backoff.Curve{Initial: time.Minute, Max: time.Minute}, nil),
-				slog.New(slog.NewTextHandler(io.Discard, nil)))
+				slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -75,13 +75,12 @@ func newTestManager(t *testing.T, rt runtimeService, dir string) *Manager {
 // newLoggedManager is newTestManager logging to log.
 func newLoggedManager(t *testing.T, rt runtimeService, dir string, log *slog.Logger) *Manager {
 	t.Helper()
-	m, err := New(rt, dir, backoff.NewTracker(testCurve, nil), log)
+	// This kubelet removes no container unless a test says so (k.remove):
+	// restarts do not wait for removals (backlog_test.go covers them).
+	m, err := New(rt, dir, backoff.NewTracker(testCurve, nil), log, Options{KeepDead: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// This kubelet removes no container unless a test says so (k.remove):
-	// restarts do not wait for removals (backlog_test.go covers them).
-	m.KeepDead(1 << 20)
 	return m
 }
 
@@ -232,9 +231,8 @@ func (k kubelet) view() *restartview.View {
 	if v, ok := views.Load(k.m); ok {
 		return v.(*restartview.View)
 	}
-	v := restartview.New(k.m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	m := k.m
-	v.EventsFrom(func() uint64 { return m.eventsLive() })
+	v := restartview.New(k.m, func() uint64 { return m.eventsLive() }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	got, _ := views.LoadOrStore(k.m, v)
 	return got.(*restartview.View)
 }

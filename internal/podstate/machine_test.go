@@ -48,7 +48,7 @@ func TestMachineAllowsOnlyTheRestartsSteps(t *testing.T) {
 
 func machineManager(t *testing.T) *Manager {
 	t.Helper()
-	m, err := New(nil, t.TempDir(), backoff.NewTracker(testCurve, nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := New(nil, t.TempDir(), backoff.NewTracker(testCurve, nil), slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestWaitForWakesOnTheStopEvent(t *testing.T) {
 	m := machineManager(t)
 	rt := &statusSource{state: runtimeapi.ContainerState_CONTAINER_RUNNING}
 	m.rt = rt
-	m.EventsFrom(func() uint64 { return 1 })
+	m.eventsLive = func() uint64 { return 1 }
 	m.pods.Add(&restartrecord.Pod{SandboxID: "sb", Phase: restartrecord.PhaseStartup, Instances: map[string]*restartrecord.Instance{"c1": {Name: "init"}}})
 	m.tracked.Store(1)
 	type result struct {

@@ -72,27 +72,18 @@ type Manager struct {
 	quitOnce sync.Once
 	metrics  *metrics
 
-	// trackAlso, when set, makes pods without restart rules tracked too when
-	// it reports true for their spec (pods that declare an orchestrator may
-	// be restarted on its command).
-	trackAlso func(podspec.Spec) bool
-
-	// eventsLive reports the event feed's subscription (events.Feed.Live);
-	// without one, Run rescans every second.
+	// trackAlso, eventsLive, observer and warm: Options' TrackAlso,
+	// EventsLive, Observer and Warm (eventsLive and observer never nil).
+	trackAlso  func(podspec.Spec) bool
 	eventsLive func() uint64
-
-	// observer hears of restarts (observer.go); noObserver when none.
-	observer restartapi.Observer
-
-	// warm restores replayed containers of pods that ask for it (warm.go); nil: none.
-	warm restartapi.WarmSource
+	observer   restartapi.Observer
+	warm       restartapi.WarmSource
 
 	// phaseChanged is closed and replaced at every phase change and every
 	// instance forgotten (under mu; machine.go), so a wait for a restart to
 	// end, or for the kubelet to remove instances, needs no polling.
 	phaseChanged chan struct{}
-	// keepDead is how many exited instances of a container the kubelet
-	// keeps (backlog.go).
+	// keepDead: Options.KeepDead (backlog.go).
 	keepDead    int
 	backlogWait time.Duration
 	// stateWaits are the replay's waits for a container's state to change,
@@ -106,17 +97,30 @@ type Manager struct {
 	traces sync.Map
 }
 
-// EventsFrom tells the manager which event feed delivers exits to OnEvent, so
-// its rescans can be rarer while the feed is subscribed. Call before Run.
-func (m *Manager) EventsFrom(live func() uint64) { m.eventsLive = live }
-
-// TrackAlso sets which pods without restart rules are tracked anyway. Call
-// before serving.
-func (m *Manager) TrackAlso(f func(podspec.Spec) bool) { m.trackAlso = f }
+// Options are what a Manager takes beside the runtime, the state directory
+// and the backoff curves; each one's zero value is the default.
+type Options struct {
+	// KeepDead is how many exited instances of each container the kubelet
+	// keeps (its --maximum-dead-containers-per-container; below 1: 1).
+	KeepDead int
+	// TrackAlso makes pods without restart rules tracked too when it
+	// reports true for their spec (pods that declare an orchestrator may
+	// be restarted on its command); nil: none.
+	TrackAlso func(podspec.Spec) bool
+	// EventsLive reports the subscription of the event feed that delivers
+	// exits to OnEvent (events.Feed.Live), so rescans can be rarer while
+	// it is subscribed; nil: no feed, Run rescans every second.
+	EventsLive func() uint64
+	// Observer hears of restarts (observer.go); nil: none.
+	Observer restartapi.Observer
+	// Warm restores replayed containers of pods that ask for it (warm.go);
+	// nil: none.
+	Warm restartapi.WarmSource
+}
 
 // New loads the persisted pods from stateDir and returns a manager. Restarts
 // that were in progress when the shim stopped resume when Run starts.
-func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logger) (*Manager, error) {
+func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logger, o Options) (*Manager, error) {
 	st, err := restartrecord.Open(stateDir)
 	if err != nil {
 		return nil, err
@@ -124,8 +128,14 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	m := &Manager{
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock, pods: restartrecord.NewRecords(st, log),
 		queue: newQueue(), quit: make(chan struct{}), metrics: newMetrics(),
-		eventsLive: func() uint64 { return 0 }, observer: noObserver{}, keepDead: 1, backlogWait: maxBacklogWait,
-		debug: debugEnabled(log),
+		trackAlso: o.TrackAlso, eventsLive: o.EventsLive, observer: o.Observer, warm: o.Warm,
+		keepDead: max(o.KeepDead, 1), backlogWait: maxBacklogWait, debug: debugEnabled(log),
+	}
+	if m.eventsLive == nil {
+		m.eventsLive = func() uint64 { return 0 }
+	}
+	if m.observer == nil {
+		m.observer = noObserver{}
 	}
 	pods, errs := st.Load()
 	for _, err := range errs {

@@ -6,9 +6,6 @@ import (
 	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
-// Observe sets the observer of restarts. Call before serving.
-func (m *Manager) Observe(o restartapi.Observer) { m.observer = o }
-
 func refOf(p *restartrecord.Pod) restartapi.PodRef {
 	return restartapi.PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 }

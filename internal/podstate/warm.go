@@ -3,7 +3,7 @@ package podstate
 // Warm restarts: a replayed container restored from the pod's latest
 // checkpoint instead of started fresh, when the pod asks for it
 // (docs/in-place-restart.md, "Warm restart"). The checkpoint side is
-// internal/criu's; the server wires it in with WarmFrom.
+// internal/criu's; the server gives it to New (Options.Warm).
 
 import (
 	"context"
@@ -14,9 +14,6 @@ import (
 	"github.com/cri-shim/cri-shim/internal/restartapi"
 	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
-
-// WarmFrom sets where warm restarts come from. Call before Run.
-func (m *Manager) WarmFrom(f restartapi.WarmSource) { m.warm = f }
 
 // warmRequest is the request a replay creates the container with: the
 // warm one if the pod asks for it and it can be had, else req. ws is nil
