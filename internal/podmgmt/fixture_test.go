@@ -133,10 +133,12 @@ func newFx(t *testing.T) *fx {
 		})
 	}
 	dir := t.TempDir()
-	m, err := New(f.rt.Client(), dir, openStore(t, dir), f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	st := openStore(t, dir)
+	m, err := New(f.rt.Client(), dir, st, f.r, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.Subscribe(m.SandboxGone) // as the server wires it
 	m.minBackoff, m.maxBackoff = 20*time.Millisecond, 100*time.Millisecond
 	m.checkAddr = func(netip.Addr) error { return nil } // the fake pods live on 127.0.0.1: allowed here
 	f.m = m
@@ -299,16 +301,16 @@ func runManager(t *testing.T, m *Manager, parent context.Context) context.Contex
 		cancel()
 		<-done
 	})
-	for m.runCtx() == nil {
+	for !m.isRunning() {
 		time.Sleep(time.Millisecond)
 	}
 	return ctx
 }
 
-func (m *Manager) runCtx() context.Context {
+func (m *Manager) isRunning() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.ctx
+	return m.serving
 }
 
 // openStore opens the state store of the shim whose state directory is dir.

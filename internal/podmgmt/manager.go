@@ -56,12 +56,11 @@ type Manager struct {
 	// backoff bounds between connection attempts.
 	minBackoff, maxBackoff time.Duration
 
-	ctx context.Context // Run's, for connectors started by routes
 	// connectors counts the running connectors; Run waits for them before
-	// it returns. stopped (m.mu) is set once Run's context has ended: no
-	// connector starts after that.
+	// it returns. serving (m.mu) is set while Run runs: connectors start
+	// only then, and Run's end cancels them.
 	connectors sync.WaitGroup
-	stopped    bool
+	serving    bool
 
 	mu   sync.Mutex
 	pods map[string]*pod // sandbox ID
@@ -101,8 +100,7 @@ type pod struct {
 }
 
 // New builds the manager. Its records are kept in st; the tokens under
-// stateDir/podmgmt. It subscribes to st's sandbox lifecycle: a sandbox
-// announced gone is dropped.
+// stateDir/podmgmt.
 func New(rt runtimeapi.RuntimeServiceClient, stateDir string, st *store.Store, restarter Restarter, log *slog.Logger) (*Manager, error) {
 	dir := filepath.Join(stateDir, "podmgmt")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -122,12 +120,16 @@ func New(rt runtimeapi.RuntimeServiceClient, stateDir string, st *store.Store, r
 	}
 	m.active.Store(int32(len(m.pods)))
 	m.overridden.Store(int32(len(m.exitCodes)))
-	st.Subscribe(func(id string) {
-		if err := m.drop(id); err != nil {
-			m.log.Warn("podmgmt: removing the record of a sandbox that is gone", "sandbox", id, "err", err)
-		}
-	})
 	return m, nil
+}
+
+// SandboxGone forgets a sandbox the pod table announced gone (the server
+// subscribes it to the store's lifecycle): its channel ends and its record
+// is removed.
+func (m *Manager) SandboxGone(id string) {
+	if err := m.drop(id); err != nil {
+		m.log.Warn("podmgmt: removing the record of a sandbox that is gone", "sandbox", id, "err", err)
+	}
 }
 
 func (p *pod) init() {
@@ -146,21 +148,24 @@ func (m *Manager) Collectors() []prometheus.Collector { return m.metrics.collect
 // every connector has ended: nothing of a channel (its state line, a command
 // it carries out) runs afterwards. Sandboxes that are gone are the pod
 // table's (internal/podtable): it announces them on the store's lifecycle,
-// and drop forgets them.
+// and SandboxGone forgets them.
 func (m *Manager) Run(ctx context.Context) {
-	defer m.connectors.Wait()
-	defer func() {
-		m.mu.Lock()
-		m.stopped = true
-		m.mu.Unlock()
-	}()
 	m.mu.Lock()
-	m.ctx = ctx
+	m.serving = true
 	for _, p := range m.pods {
 		m.connectLocked(p)
 	}
 	m.mu.Unlock()
 	<-ctx.Done()
+	m.mu.Lock()
+	m.serving = false
+	for _, p := range m.pods {
+		if p.cancel != nil {
+			p.cancel()
+		}
+	}
+	m.mu.Unlock()
+	m.connectors.Wait()
 }
 
 // drop forgets a removed sandbox: its connector, every map entry it owns,

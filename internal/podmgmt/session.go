@@ -18,12 +18,12 @@ import (
 )
 
 // connectLocked starts the pod's connector if it is not running and Run
-// runs (Run waits for it before returning); m.mu held.
+// runs (Run cancels it at its end, and waits for it); m.mu held.
 func (m *Manager) connectLocked(p *pod) {
-	if p.cancel != nil || m.ctx == nil || m.stopped || p.terminating.Load() {
+	if p.cancel != nil || !m.serving || p.terminating.Load() {
 		return
 	}
-	ctx, cancel := context.WithCancel(m.ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	m.connectors.Add(1)
 	go func() {

@@ -13,7 +13,7 @@ package podstate
 // (bench/results/backoff-stress-20261124-184953-stopped.txt, docs/backoff.md).
 // So before a restart creates new instances it waits, at most
 // maxBacklogWait, while a container it restarts has more instances in the
-// runtime than the kubelet keeps (KeepDead, its
+// runtime than the kubelet keeps (Options.KeepDead, its
 // --maximum-dead-containers-per-container) plus backlogSlack: the one this
 // restart replaces, and those of the restarts before it that the kubelet has
 // not removed yet because it removes an instance only once it has seen a
@@ -21,21 +21,16 @@ package podstate
 // relist): on an idle node with a 4 s cap it was still two restarts behind
 // (the e2e backoff test). More than that is the kubelet falling behind.
 
-import "time"
+import (
+	"time"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
+)
 
 // maxBacklogWait (Manager.backlogWait) bounds the wait: a kubelet that keeps more exited
 // instances than configured, or removes none, slows restarts down to one a
 // minute per pod instead of stopping them.
 const maxBacklogWait = time.Minute
-
-// KeepDead sets how many exited instances of each container the kubelet
-// keeps (its --maximum-dead-containers-per-container; 1 by default). Call
-// before Run.
-func (m *Manager) KeepDead(n int) {
-	if n >= 1 {
-		m.keepDead = n
-	}
-}
 
 // backlogDelay is how long a restart in TerminatingForRestart still waits
 // for the kubelet's removals: 0 once no container it creates again has a
@@ -43,13 +38,13 @@ func (m *Manager) KeepDead(n int) {
 // wait begins at the first look that finds a backlog; each removal queues
 // the sandbox's step again (forget), so the restart goes on at once.
 func (m *Manager) backlogDelay(sandboxID string) (wait time.Duration) {
-	m.with(sandboxID, func(p *Pod) { wait = m.backlogLeft(p) })
+	m.with(sandboxID, func(p *restartrecord.Pod) { wait = m.backlogLeft(p) })
 	return wait
 }
 
 // backlogLeft is backlogDelay of p, with m.mu held.
-func (m *Manager) backlogLeft(p *Pod) time.Duration {
-	if p == nil || p.Phase != PhaseTerminating || p.Backlog.Over {
+func (m *Manager) backlogLeft(p *restartrecord.Pod) time.Duration {
+	if p == nil || p.Phase != restartrecord.PhaseTerminating || p.Backlog.Over {
 		return 0
 	}
 	name, n := p.Backlogged(m.keepDead)

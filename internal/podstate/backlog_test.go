@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // crashOnce has the newest instance of main exit and be seen, and runs the
 // restart's steps in the background; done reports their end.
-func crashOnce(k kubelet, sb string, p *Pod) (done chan error) {
+func crashOnce(k kubelet, sb string, p *restartrecord.Pod) (done chan error) {
 	cur := p.Latest["main"]
 	k.exit(cur, 1)
 	k.status(cur)
@@ -22,9 +24,9 @@ func crashOnce(k kubelet, sb string, p *Pod) (done chan error) {
 // atTheBacklogLimit is a crashing pod whose kubelet keeps one exited
 // instance and has removed none: instances 1 to 5 of main exited, 6
 // running. first is instance 1.
-func atTheBacklogLimit(t *testing.T) (k kubelet, sb string, p *Pod, first string) {
+func atTheBacklogLimit(t *testing.T) (k kubelet, sb string, p *restartrecord.Pod, first string) {
 	k, sb, p = crashingMainPod(t)
-	k.m.KeepDead(1)
+	k.m.keepDead = 1
 	first = p.Latest["main"]
 	for range 5 {
 		if err := <-crashOnce(k, sb, p); err != nil {
@@ -62,7 +64,7 @@ func TestRestartWaitsForTheKubeletsRemovals(t *testing.T) {
 	if took := time.Since(removed); took > time.Second {
 		t.Fatalf("the restart went on %v after the removal", took)
 	}
-	if n := len(k.created()); n != created+1 || p.Phase != PhaseRunning {
+	if n := len(k.created()); n != created+1 || p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("created %d, phase %s", n-created, p.Phase)
 	}
 	if n := testutil.ToFloat64(k.m.metrics.backlog); n != 1 {
@@ -74,7 +76,7 @@ func TestRestartWaitsForTheKubeletsRemovals(t *testing.T) {
 // to none.
 func TestRestartBacklogWaitIsBounded(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
-	k.m.KeepDead(1)
+	k.m.keepDead = 1
 	k.m.backlogWait = 200 * time.Millisecond
 	for range 6 {
 		if err := <-crashOnce(k, sb, p); err != nil {
@@ -85,7 +87,7 @@ func TestRestartBacklogWaitIsBounded(t *testing.T) {
 	if err := <-crashOnce(k, sb, p); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took < 200*time.Millisecond || p.Phase != PhaseRunning || p.ContainerRestarts["main"] != 7 {
+	if took := time.Since(start); took < 200*time.Millisecond || p.Phase != restartrecord.PhaseRunning || p.ContainerRestarts["main"] != 7 {
 		t.Fatalf("restart took %v, phase %s, restarts %d; want about the 200 ms wait, then Running", took, p.Phase, p.ContainerRestarts["main"])
 	}
 }

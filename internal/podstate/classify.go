@@ -52,12 +52,12 @@ func (m *Manager) classifyExited(ctx context.Context, cs []wire.Container) error
 		if c.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 			continue
 		}
-		p := m.pods[c.Sandbox]
+		p := m.pods.Get(c.Sandbox)
 		if p == nil {
 			continue
 		}
 		p.MarkDead(c.ID)
-		if m.needsClassification(p, c.ID, c.Name) {
+		if p.NeedsClassification(c.ID, c.Name) {
 			need = append(need, c.ID)
 		}
 	}
@@ -75,38 +75,16 @@ func (m *Manager) classifyExited(ctx context.Context, cs []wire.Container) error
 	return errors.Join(errs...)
 }
 
-func (m *Manager) needsClassification(p *Pod, id, name string) bool {
-	in := p.Inst(id)
-	if in == nil || p.Phase != PhaseRunning || p.Stopped || (len(p.Rules[name]) == 0 && p.Forced[name] == "") || in.Settled ||
-		p.Held[name] { // terminated by the orchestrator (hold.go)
-		return false
-	}
-	return true
-}
-
 // forget drops a container instance that no longer exists from the pod's
-// record, unless a restart in progress still refers to it (its trigger, the
-// instances it stops or shows, the ones it created) or it is the newest
-// instance of its container. It reports whether it dropped it. m.mu held.
-func (m *Manager) forget(p *Pod, id string) bool {
-	in := p.Inst(id)
-	if in == nil {
+// record, if it may (Pod.Forgettable), and reports whether it did. m.mu
+// held.
+func (m *Manager) forget(p *restartrecord.Pod, id string) bool {
+	if !p.Forgettable(id) {
 		return false
 	}
-	restarting := p.Phase != PhaseRunning
-	if p.Latest[in.Name] == id || in.Shown || (restarting && p.Trigger != nil && p.Trigger.ContainerID == id) {
-		return false
-	}
-	if in.Part == PartNew {
-		return false
-	}
-	if in.Part == PartOld && restarting && !in.Dead {
-		return false // still to be stopped by the restart
-	}
-	delete(p.Instances, id)
-	delete(m.byID, id)
+	m.pods.RemoveInstance(p, id)
 	m.changed()
-	if p.Phase == PhaseTerminating && !p.Backlog.Until.IsZero() && !p.Backlog.Over {
+	if p.Phase == restartrecord.PhaseTerminating && !p.Backlog.Until.IsZero() && !p.Backlog.Over {
 		// Its restart waits for the kubelet's removals (backlog.go): it
 		// may go on now. A restart still in its backoff delay is queued
 		// for the delay's end already.
@@ -136,7 +114,7 @@ func (m *Manager) classifyVia(s *runtimeapi.ContainerStatus, via string) (restar
 	if s == nil || s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return false, nil
 	}
-	m.withContainer(s.Id, func(p *Pod, _ *Instance) {
+	m.withContainer(s.Id, func(p *restartrecord.Pod, _ *restartrecord.Instance) {
 		if p != nil {
 			restarts, err = m.classifyLockedVia(s, via)
 		}
@@ -151,17 +129,16 @@ func (m *Manager) classifyLocked(s *runtimeapi.ContainerStatus) (bool, error) {
 
 // classifyLockedVia is classifyVia with m.mu held.
 func (m *Manager) classifyLockedVia(s *runtimeapi.ContainerStatus, via string) (bool, error) {
-	sid := m.byID[s.Id]
-	p := m.pods[sid]
+	p := m.pods.Of(s.Id)
 	name := s.GetMetadata().GetName()
 	if p == nil {
 		return false, nil
 	}
 	p.MarkDead(s.Id)
-	if !m.needsClassification(p, s.Id, name) {
-		return p.Phase != PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id, nil
+	if !p.NeedsClassification(s.Id, name) {
+		return p.Phase != restartrecord.PhaseRunning && p.Trigger != nil && p.Trigger.ContainerID == s.Id, nil
 	}
-	snap := p.Snapshot()
+	c := m.pods.Begin(p)
 	action := p.Rules.Match(name, s.ExitCode)
 	if asked := p.Inst(s.Id).StopAsked; !asked.IsZero() && !time.Unix(0, s.FinishedAt).Before(asked) {
 		action = "" // the kubelet stopped it (container.go)
@@ -172,11 +149,7 @@ func (m *Manager) classifyLockedVia(s *runtimeapi.ContainerStatus, via string) (
 	}
 	if action != podspec.ActionRestartAllContainers && action != corev1.ContainerRestartRuleActionRestart {
 		p.Settle(s.Id)
-		if err := m.save(p); err != nil {
-			m.rollback(p, snap)
-			return false, err
-		}
-		return false, nil
+		return false, c.Commit(nil)
 	}
 	now := m.clock.Now()
 	finished := time.Unix(0, s.FinishedAt)
@@ -192,43 +165,10 @@ func (m *Manager) classifyLockedVia(s *runtimeapi.ContainerStatus, via string) (
 	m.traceBegin(p, finished, via)
 	prevBackoff, prevOwner, hadBackoff := m.bo.Get(key)
 	bst := m.bo.Exited(key, p.SandboxID, started, finished)
-	p.PhaseSince, p.Scope = now, scope
-	p.Trigger = &restartapi.Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished, Action: string(action), Delay: bst.LastDelay}
-	// Shown running until the swap: the trigger, and every instance that may
-	// still run. Instances of containers that ran to completion (regular init
-	// containers, by the recorded start order) or were seen exited are shown
-	// as they are: a terminated init container shown running again is a
-	// transition the kubelet refuses. execute() checks the rest against the
-	// runtime before it stops anything.
-	completed := map[string]bool{}
-	for _, e := range p.Seq {
-		if e.WaitExit {
-			completed[e.Name] = true
-		}
-	}
-	// The old instances: all of the pod's, or the one container's.
-	p.EndRestartParts()
-	shown := 0
-	for id, in := range p.Instances {
-		if scope != "" && in.Name != scope {
-			continue
-		}
-		in.Part, in.Settled = PartOld, true
-		if id == s.Id || (!in.Dead && !completed[in.Name]) {
-			in.Shown = true
-			shown++
-		}
-	}
-	p.Retried, p.Backlog = nil, restartrecord.Backlog{}
-	// Only instances other than the trigger need checking against the
-	// runtime (refineShown); with none, the set is final now and this one
-	// save covers it.
-	p.Refined = shown == 1
-	p.NotBefore = bst.NotBefore
-	p.LastError = ""
-	if err := m.save(p); err != nil {
+	p.Match(restartapi.Trigger{Container: name, ContainerID: s.Id, ExitCode: s.ExitCode, StartedAt: started, FinishedAt: finished,
+		Action: string(action), Delay: bst.LastDelay}, scope, now, bst.NotBefore)
+	if err := c.Commit(nil); err != nil {
 		// Not started: the curve does not move either.
-		m.rollback(p, snap)
 		if hadBackoff {
 			m.bo.Restore(key, prevOwner, prevBackoff)
 		} else {

@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // RestartContainer restarts one container of a tracked pod on command, through
@@ -27,14 +28,14 @@ func (m *Manager) RestartPod(ctx context.Context, sandboxID, reason string) erro
 }
 
 func (m *Manager) command(ctx context.Context, sandboxID, container, action, reason string) error {
-	var p *Pod
+	var p *restartrecord.Pod
 	err := errNotTracked
-	m.with(sandboxID, func(pod *Pod) {
+	m.with(sandboxID, func(pod *restartrecord.Pod) {
 		switch {
 		case pod == nil:
 		case pod.Stopped:
 			err = errors.New("the pod is terminating")
-		case pod.Phase != PhaseRunning:
+		case pod.Phase != restartrecord.PhaseRunning:
 			err = fmt.Errorf("a restart of the pod is already in progress (%s)", pod.Phase)
 		default:
 			p, err = pod, nil
@@ -68,11 +69,8 @@ func (m *Manager) command(ctx context.Context, sandboxID, container, action, rea
 		return errors.New("no container of the pod is running")
 	}
 	name := target.GetMetadata().GetName()
-	if err := m.update(sandboxID, func(p *Pod) error {
-		if p.Forced == nil {
-			p.Forced = map[string]string{}
-		}
-		p.Forced[name] = action
+	if err := m.update(sandboxID, func(p *restartrecord.Pod) error {
+		p.Force(name, action)
 		// The orchestrator restarting a container (or the pod) ends the
 		// hold of what it terminated (hold.go).
 		if action == string(podspec.ActionRestartAllContainers) {
@@ -88,7 +86,7 @@ func (m *Manager) command(ctx context.Context, sandboxID, container, action, rea
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	if _, err := m.rt.StopContainer(sctx, &runtimeapi.StopContainerRequest{ContainerId: target.GetId(), Timeout: 10}); err != nil {
-		if serr := ignoreUntracked(m.update(sandboxID, func(p *Pod) error {
+		if serr := ignoreUntracked(m.update(sandboxID, func(p *restartrecord.Pod) error {
 			delete(p.Forced, name)
 			return nil
 		})); serr != nil {

@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
@@ -65,8 +66,8 @@ func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 // which a restart must wait for. "" otherwise.
 func (m *Manager) completedBefore(ctx context.Context, req *runtimeapi.CreateContainerRequest) string {
 	name, prev, prevID := req.GetConfig().GetMetadata().GetName(), "", ""
-	m.with(req.PodSandboxId, func(p *Pod) {
-		if p == nil || len(p.Seq) == 0 || slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
+	m.with(req.PodSandboxId, func(p *restartrecord.Pod) {
+		if p == nil || len(p.Seq) == 0 || slices.ContainsFunc(p.Seq, func(e restartrecord.SeqEntry) bool { return e.Name == name }) {
 			return
 		}
 		prev = p.Seq[len(p.Seq)-1].Name
@@ -82,38 +83,17 @@ func (m *Manager) completedBefore(ctx context.Context, req *runtimeapi.CreateCon
 	return ""
 }
 
-// recordCreate remembers a kubelet-created container of a tracked pod. The
-// first creation of each name records the pod's start order, and completed
-// (completedBefore) marks the container before it as one to wait for. When
+// recordCreate remembers a kubelet-created container of a tracked pod
+// (Records.KubeletCreated), completed being completedBefore's answer. When
 // that cannot be recorded nothing changes.
 func (m *Manager) recordCreate(req *runtimeapi.CreateContainerRequest, id, completed string) error {
 	name := req.GetConfig().GetMetadata().GetName()
-	return ignoreUntracked(m.update(req.PodSandboxId, func(p *Pod) error {
-		if p.Phase != PhaseRunning {
+	return ignoreUntracked(m.update(req.PodSandboxId, func(p *restartrecord.Pod) error {
+		if p.Phase != restartrecord.PhaseRunning {
 			return errRestartBegan(p, name) // race.go
 		}
-		if b, err := proto.Marshal(req); err == nil {
-			p.Creates[name] = b
-		}
-		delete(p.CreateReq, name)
-		// The kubelet starts a container a handed-back restart left hidden:
-		// its older instances are shown again, as the new one's previous runs.
-		for _, in := range p.Instances {
-			if in.Name == name {
-				in.Hidden = false
-			}
-		}
-		p.AddInstance(id, name, PartNone)
-		m.byID[id] = p.SandboxID
-		if !slices.ContainsFunc(p.Seq, func(e SeqEntry) bool { return e.Name == name }) {
-			for i := range p.Seq {
-				if p.Seq[i].Name == completed {
-					p.Seq[i].WaitExit = true
-				}
-			}
-			p.Seq = append(p.Seq, SeqEntry{Name: name})
-		}
-		p.Latest[name] = id
+		b, _ := proto.Marshal(req) // nil on an error: the recorded request stays
+		m.pods.KubeletCreated(p, id, name, b, completed)
 		return nil
 	}))
 }
@@ -130,16 +110,16 @@ func (m *Manager) StopContainer(ctx context.Context, req *runtimeapi.StopContain
 	asked := m.clock.Now()
 	m.traceContainer(req.ContainerId, traceKubeStop)
 	sb, record, settle := "", false, false
-	m.withContainer(req.ContainerId, func(p *Pod, in *Instance) {
+	m.withContainer(req.ContainerId, func(p *restartrecord.Pod, in *restartrecord.Instance) {
 		if in != nil && !in.Settled {
 			// Recorded in every phase: an exit classified later (after a
 			// restart of another container, a hold) is told by it too.
 			sb, record = p.SandboxID, in.StopAsked.IsZero() // a retried stop keeps the first time
-			settle = m.needsClassification(p, req.ContainerId, in.Name)
+			settle = p.NeedsClassification(req.ContainerId, in.Name)
 		}
 	})
 	if record {
-		if err := ignoreUntracked(m.update(sb, func(p *Pod) error {
+		if err := ignoreUntracked(m.update(sb, func(p *restartrecord.Pod) error {
 			if in := p.Inst(req.ContainerId); in != nil {
 				in.StopAsked = asked
 			}
@@ -170,7 +150,7 @@ func (m *Manager) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveCon
 		return nil, err
 	}
 	sb := ""
-	m.withContainer(req.ContainerId, func(p *Pod, _ *Instance) {
+	m.withContainer(req.ContainerId, func(p *restartrecord.Pod, _ *restartrecord.Instance) {
 		if p != nil {
 			sb = p.SandboxID
 			m.forget(p, req.ContainerId)

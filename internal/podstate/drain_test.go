@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // The shim stopping (an in-place upgrade, a restart) while a restart's
@@ -55,7 +57,7 @@ func TestRunEndsAfterTheRuntimeCallInProgress(t *testing.T) {
 	}
 	k.m.mu.Lock()
 	defer k.m.mu.Unlock()
-	if p := k.m.pods[sb]; p.Phase != PhaseStartup {
+	if p := k.m.pods.Get(sb); p.Phase != restartrecord.PhaseStartup {
 		t.Fatalf("phase %s after the stop, want Startup (resumed by the next process)", p.Phase)
 	}
 }

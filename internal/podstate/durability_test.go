@@ -17,6 +17,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 )
 
@@ -81,7 +82,7 @@ func wantUnavailable(t *testing.T, what string, err error) {
 // is not ready. Once writes succeed the exit is classified as usual.
 func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	failing := true
 	failWrites(k.m, func([]byte) bool { return failing })
 	k.exit(ids["main"], 88)
@@ -92,7 +93,7 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 		ContainersStatuses: []*runtimeapi.ContainerStatus{k.container(ids["main"])}}) {
 		t.Fatal("the exit's event reached the kubelet")
 	}
-	if p.Phase != PhaseRunning || p.Trigger != nil || p.Inst(ids["main"]).Settled {
+	if p.Phase != restartrecord.PhaseRunning || p.Trigger != nil || p.Inst(ids["main"]).Settled {
 		t.Fatalf("unrecorded verdict in force: phase %s trigger %+v", p.Phase, p.Trigger)
 	}
 	if _, _, ok := k.m.bo.Get(backoff.Key{PodUID: p.UID}); ok {
@@ -110,13 +111,13 @@ func TestExitNotRecordedIsNotActedOn(t *testing.T) {
 	if err != nil || s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("after writes recovered: %v %v", s, err)
 	}
-	if p.Phase != PhaseTerminating || p.Trigger.Delay != testCurve.Delay(1) {
+	if p.Phase != restartrecord.PhaseTerminating || p.Trigger.Delay != testCurve.Delay(1) {
 		t.Fatalf("phase %s, delay %s: want the restart, first step of the curve", p.Phase, p.Trigger.Delay)
 	}
 	if err := statefile.Healthy(); err != nil {
 		t.Fatalf("still unhealthy after a successful write: %v", err)
 	}
-	if err := runSteps(k.m, context.Background(), sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 {
+	if err := runSteps(k.m, context.Background(), sb); err != nil || p.Phase != restartrecord.PhaseRunning || p.Restarts != 1 {
 		t.Fatalf("restart after recovery: phase %s restarts %d (%v)", p.Phase, p.Restarts, err)
 	}
 }
@@ -154,9 +155,9 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 		failWrites(k.m, always)
 		_, err := k.m.CreateContainer(ctx, k.createReq(sb, "main", 0), fwd(k.cri.CreateContainer))
 		wantUnavailable(t, "CreateContainer", err)
-		p := k.m.pods[sb]
+		p := k.m.pods.Get(sb)
 		removed := k.rt.Requests("RemoveContainer")
-		if _, left := k.rt.Counts(); len(removed) != 1 || left != 0 || len(p.Instances) != 0 || len(p.Seq) != 0 || len(k.m.byID) != 0 {
+		if _, left := k.rt.Counts(); len(removed) != 1 || left != 0 || len(p.Instances) != 0 || len(p.Seq) != 0 || k.m.pods.Indexed() != 0 {
 			t.Fatalf("removed %v, left %d, recorded %v %v", removed, left, p.Instances, p.Seq)
 		}
 	})
@@ -170,7 +171,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 				return &runtimeapi.StopContainerResponse{}, nil
 			})
 		wantUnavailable(t, "StopContainer", err)
-		if forwarded || k.m.pods[sb].Inst(ids["main"]).Settled {
+		if forwarded || k.m.pods.Get(sb).Inst(ids["main"]).Settled {
 			t.Fatal("the kubelet's stop was carried out without its record")
 		}
 	})
@@ -186,7 +187,7 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 				return &runtimeapi.StopPodSandboxResponse{}, nil
 			})
 		wantUnavailable(t, "StopPodSandbox", err)
-		if p := k.m.pods[sb]; forwarded || p.Stopped || p.Phase != PhaseTerminating {
+		if p := k.m.pods.Get(sb); forwarded || p.Stopped || p.Phase != restartrecord.PhaseTerminating {
 			t.Fatalf("forwarded %v, stopped %v, phase %s", forwarded, p.Stopped, p.Phase)
 		}
 	})
@@ -202,21 +203,21 @@ func TestStepsNotRecordedAreNotCarriedOut(t *testing.T) {
 	})
 	t.Run("swap", func(t *testing.T) {
 		k, sb, ids := setup(t, t.TempDir())
-		p := k.m.pods[sb]
+		p := k.m.pods.Get(sb)
 		k.exit(ids["main"], 88)
 		k.status(ids["main"])
 		failing := true
 		failWrites(k.m, func(b []byte) bool { return failing && strings.Contains(string(b), `"phase":"Running"`) })
-		if err := runSteps(k.m, ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != PhaseStartup || len(p.PartOf(PartNew)) != 3 {
-			t.Fatalf("swap not recorded: %v, phase %s, new %v", err, p.Phase, p.PartOf(PartNew))
+		if err := runSteps(k.m, ctx, sb); !errors.Is(err, statefile.ErrNotDurable) || p.Phase != restartrecord.PhaseStartup || len(p.PartOf(restartrecord.PartNew)) != 3 {
+			t.Fatalf("swap not recorded: %v, phase %s, new %v", err, p.Phase, p.PartOf(restartrecord.PartNew))
 		}
 		for id, st := range k.list() {
-			if p.Inst(id).Part == PartNew {
+			if p.Inst(id).Part == restartrecord.PartNew {
 				t.Fatalf("new instance %s shown (%v) before its swap was recorded", id, st)
 			}
 		}
 		failing = false
-		if err := runSteps(k.m, ctx, sb); err != nil || p.Phase != PhaseRunning || p.Restarts != 1 || len(k.created()) != 6 {
+		if err := runSteps(k.m, ctx, sb); err != nil || p.Phase != restartrecord.PhaseRunning || p.Restarts != 1 || len(k.created()) != 6 {
 			t.Fatalf("retried swap: %v, phase %s, restarts %d, created %v", err, p.Phase, p.Restarts, k.created())
 		}
 	})

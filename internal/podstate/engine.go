@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // A failed step is tried again after retryMin, doubling up to retryMax
@@ -51,8 +52,8 @@ func (m *Manager) Run(ctx context.Context) {
 	m.reconcile(ctx)
 	m.scan(ctx)
 	m.mu.Lock()
-	for id, p := range m.pods {
-		if p.Phase != PhaseRunning {
+	for id, p := range m.pods.All() {
+		if p.Phase != restartrecord.PhaseRunning {
 			m.kick(id)
 		}
 	}
@@ -139,7 +140,7 @@ func (m *Manager) process(ctx context.Context, sandboxID string) {
 // noteError records a step's error on its pod and reports whether it is a
 // new one (logged once, not at every retry).
 func (m *Manager) noteError(sandboxID string, err error) (isNew bool) {
-	m.with(sandboxID, func(p *Pod) {
+	m.with(sandboxID, func(p *restartrecord.Pod) {
 		if isNew = p != nil && p.LastError != err.Error(); isNew {
 			p.LastError = err.Error()
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // runEngine runs m's engine until the test ends.
@@ -51,7 +52,7 @@ func TestBackoffDelayWaitsInTheQueue(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			k := newKubelet(t, t.TempDir())
 			m, err := New(k.cri, t.TempDir(), backoff.NewTracker(backoff.Curve{Initial: time.Minute, Max: time.Minute}, nil),
-				slog.New(slog.NewTextHandler(io.Discard, nil)))
+				slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,12 +62,12 @@ func TestBackoffDelayWaitsInTheQueue(t *testing.T) {
 			runEngine(t, m)
 			k.exit(id, 1)
 			k.status(id)
-			p := m.pods[sb]
+			p := m.pods.Get(sb)
 			until(t, m, 5*time.Second, "the restart never reached its backoff delay", func() bool {
-				return p.Phase == PhaseTerminating && steps(m) == 0 && m.queue.NumRequeues(sb) == 0 && p.LastError == ""
+				return p.Phase == restartrecord.PhaseTerminating && steps(m) == 0 && m.queue.NumRequeues(sb) == 0 && p.LastError == ""
 			})
 			time.Sleep(100 * time.Millisecond)
-			if n := steps(m); n != 0 || p.Phase != PhaseTerminating {
+			if n := steps(m); n != 0 || p.Phase != restartrecord.PhaseTerminating {
 				t.Fatalf("%d steps running, phase %s, during the 1-minute delay", n, p.Phase)
 			}
 			ok := func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
@@ -76,12 +77,12 @@ func TestBackoffDelayWaitsInTheQueue(t *testing.T) {
 				if _, err := m.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb}, ok); err != nil {
 					t.Fatal(err)
 				}
-				if p.Phase != PhaseRunning || !p.Stopped {
+				if p.Phase != restartrecord.PhaseRunning || !p.Stopped {
 					t.Fatalf("after StopPodSandbox: phase %s, stopped %v", p.Phase, p.Stopped)
 				}
 			} else {
 				m.SandboxGone(sb) // the pod table's announcement of RemovePodSandbox
-				if m.pods[sb] != nil {
+				if m.pods.Get(sb) != nil {
 					t.Fatal("the pod is still tracked after its sandbox went")
 				}
 			}
@@ -110,6 +111,6 @@ func TestRemovalQueuesTheWaitingRestart(t *testing.T) {
 	}
 	k.remove(first)
 	until(t, k.m, time.Second, "the restart still waits a second after the kubelet removed an instance", func() bool {
-		return p.Phase == PhaseRunning && len(k.created()) == created+1
+		return p.Phase == restartrecord.PhaseRunning && len(k.created()) == created+1
 	})
 }

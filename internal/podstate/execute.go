@@ -21,27 +21,27 @@ import (
 // when it comes back.
 func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, error) {
 	var (
-		phase     Phase
+		phase     restartrecord.Phase
 		notBefore time.Time
 		term      podspec.Termination
 		// Only instances not yet seen exited need stopping: a CRI
 		// container never runs again once it has exited.
 		old = map[string]string{}
 	)
-	m.with(sandboxID, func(p *Pod) {
+	m.with(sandboxID, func(p *restartrecord.Pod) {
 		if p == nil {
 			return
 		}
 		phase, notBefore, term = p.Phase, p.NotBefore, p.Termination
 		for id, in := range p.Instances {
-			if in.Part == PartOld && !in.Dead {
+			if in.Part == restartrecord.PartOld && !in.Dead {
 				old[id] = in.Name
 			}
 		}
 	})
 	m.trace(sandboxID, traceStep, "phase", phase)
 	switch phase {
-	case PhaseTerminating:
+	case restartrecord.PhaseTerminating:
 		if m.startsInFlight(sandboxID) {
 			return startWait, nil // race.go
 		}
@@ -59,8 +59,8 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 			m.trace(sandboxID, traceWait, "for", "the kubelet's removals", "waitMs", wait.Milliseconds())
 			return wait, nil
 		}
-		m.with(sandboxID, func(p *Pod) {
-			if p != nil && p.Phase == PhaseTerminating {
+		m.with(sandboxID, func(p *restartrecord.Pod) {
+			if p != nil && p.Phase == restartrecord.PhaseTerminating {
 				// Not saved here: the first create's intent is saved with
 				// it before anything is created. A shim killed in between
 				// resumes in Terminating, whose steps are all done and
@@ -69,7 +69,7 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 			}
 		})
 		return 0, m.replay(ctx, sandboxID)
-	case PhaseStartup:
+	case restartrecord.PhaseStartup:
 		return 0, m.replay(ctx, sandboxID)
 	}
 	return 0, nil
@@ -81,7 +81,7 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 // stopped until that is recorded.
 func (m *Manager) refineShown(ctx context.Context, sandboxID string) error {
 	refine, check := false, []string(nil)
-	m.with(sandboxID, func(p *Pod) {
+	m.with(sandboxID, func(p *restartrecord.Pod) {
 		if p == nil || p.Trigger == nil || p.Refined {
 			return
 		}
@@ -102,7 +102,7 @@ func (m *Manager) refineShown(ctx context.Context, sandboxID string) error {
 			exited = append(exited, id)
 		}
 	}
-	err := m.update(sandboxID, func(p *Pod) error {
+	err := m.update(sandboxID, func(p *restartrecord.Pod) error {
 		for _, id := range exited {
 			if in := p.Inst(id); in != nil {
 				in.Shown = false

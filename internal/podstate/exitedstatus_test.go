@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // rawStatus makes a ContainerStatus call through the bytes route and returns
@@ -52,14 +54,14 @@ func (k kubelet) runtimeAnswer(id string) []byte {
 // exited previous instance (shown as exited, settled).
 func crashedOnce(t *testing.T, sub *uint64) (kubelet, string, string) {
 	k, sb, p := crashingMainPod(t)
-	k.m.EventsFrom(func() uint64 { return *sub })
+	k.m.eventsLive = func() uint64 { return *sub }
 	prev := p.Latest["main"]
 	k.exit(prev, 1)
 	k.status(prev)
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if p.Latest["main"] == prev || p.Phase != PhaseRunning {
+	if p.Latest["main"] == prev || p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("test setup: no restart (latest %s, phase %s)", p.Latest["main"], p.Phase)
 	}
 	return k, sb, prev
@@ -93,7 +95,7 @@ func TestExitedStatusAnsweredAgain(t *testing.T) {
 		t.Fatalf("verbose call: %d runtime calls, want 1", calls)
 	}
 	// The running instance is never kept.
-	cur := k.m.pods[sb].Latest["main"]
+	cur := k.m.pods.Get(sb).Latest["main"]
 	for range 2 {
 		if _, calls, _ := k.rawStatus(cur, false); calls != 1 {
 			t.Fatalf("running instance: %d runtime calls, want 1", calls)
@@ -157,7 +159,7 @@ func TestExitedStatusDropped(t *testing.T) {
 	t.Run("untracked pod", func(t *testing.T) {
 		sub := uint64(1)
 		k := newKubelet(t, t.TempDir())
-		k.m.EventsFrom(func() uint64 { return sub })
+		k.m.eventsLive = func() uint64 { return sub }
 		sb := k.runPod(nil)
 		id := k.start(sb, "main")
 		k.exit(id, 1)

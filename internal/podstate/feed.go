@@ -6,6 +6,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/events"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // OnEvent takes the runtime's container events (the shim's event feed) so an
@@ -23,7 +24,7 @@ func (m *Manager) OnEvent(e *events.Event) {
 		close(w.(chan struct{}))
 	}
 	known := false
-	m.withContainer(e.ContainerID, func(p *Pod, _ *Instance) { known = p != nil })
+	m.withContainer(e.ContainerID, func(p *restartrecord.Pod, _ *restartrecord.Instance) { known = p != nil })
 	if !known || e.Type != runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
 		return
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/restartview"
 )
 
@@ -74,13 +75,12 @@ func newTestManager(t *testing.T, rt runtimeService, dir string) *Manager {
 // newLoggedManager is newTestManager logging to log.
 func newLoggedManager(t *testing.T, rt runtimeService, dir string, log *slog.Logger) *Manager {
 	t.Helper()
-	m, err := New(rt, dir, backoff.NewTracker(testCurve, nil), log)
+	// This kubelet removes no container unless a test says so (k.remove):
+	// restarts do not wait for removals (backlog_test.go covers them).
+	m, err := New(rt, dir, backoff.NewTracker(testCurve, nil), log, Options{KeepDead: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// This kubelet removes no container unless a test says so (k.remove):
-	// restarts do not wait for removals (backlog_test.go covers them).
-	m.KeepDead(1 << 20)
 	return m
 }
 
@@ -231,9 +231,8 @@ func (k kubelet) view() *restartview.View {
 	if v, ok := views.Load(k.m); ok {
 		return v.(*restartview.View)
 	}
-	v := restartview.New(k.m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	m := k.m
-	v.EventsFrom(func() uint64 { return m.eventsLive() })
+	v := restartview.New(k.m, func() uint64 { return m.eventsLive() }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	got, _ := views.LoadOrStore(k.m, v)
 	return got.(*restartview.View)
 }
@@ -375,12 +374,12 @@ func setupLogged(t *testing.T, dir string, log *slog.Logger) (kubelet, string, m
 
 // crashingMainPod runs a pod whose one container, main, has a Restart rule
 // for every failure, and starts main.
-func crashingMainPod(t *testing.T) (kubelet, string, *Pod) {
+func crashingMainPod(t *testing.T) (kubelet, string, *restartrecord.Pod) {
 	t.Helper()
 	k := newKubelet(t, t.TempDir())
 	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0})
 	k.start(sb, "main")
-	return k, sb, k.m.pods[sb]
+	return k, sb, k.m.pods.Get(sb)
 }
 
 // runSteps runs a sandbox's restart steps in this goroutine as the engine's

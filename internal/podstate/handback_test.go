@@ -8,6 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // kubeletView is one container instance as the kubelet reads it: listed
@@ -142,8 +143,8 @@ func TestHandedBackInitIsRetriedByTheKubelet(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	p := k.m.pods[sb]
-	if p.Phase != PhaseRunning || fmt.Sprint(k.created()[3:]) != "[init]" {
+	p := k.m.pods.Get(sb)
+	if p.Phase != restartrecord.PhaseRunning || fmt.Sprint(k.created()[3:]) != "[init]" {
 		t.Fatalf("phase %s, replayed %v; want Running after replaying init only", p.Phase, k.created()[3:])
 	}
 	check := func(when, want string) {

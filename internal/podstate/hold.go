@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // A container the pod's orchestrator terminated (pod management's
@@ -18,7 +20,7 @@ import (
 // HoldContainer holds (hold true) a container of a tracked pod, or releases
 // it. It returns once the change is written; on an error nothing changed.
 func (m *Manager) HoldContainer(_ context.Context, sandboxID, container string, hold bool) error {
-	err := m.update(sandboxID, func(p *Pod) error {
+	err := m.update(sandboxID, func(p *restartrecord.Pod) error {
 		p.SetHeld(container, hold)
 		return nil
 	})
@@ -32,9 +34,9 @@ func (m *Manager) HoldContainer(_ context.Context, sandboxID, container string, 
 // place, as a Restart rule would (its backoff applies). handled is false when
 // the container is not held or its newest instance is not exited (the
 // caller's refusal stands).
-func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) (handled bool, err error) {
+func (m *Manager) restartHeld(ctx context.Context, p *restartrecord.Pod, name, reason string) (handled bool, err error) {
 	held, id := false, ""
-	m.with(p.SandboxID, func(p *Pod) {
+	m.with(p.SandboxID, func(p *restartrecord.Pod) {
 		if p != nil {
 			held, id = p.Held[name], p.Latest[name]
 		}
@@ -50,12 +52,12 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 	if s.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return false, nil
 	}
-	err = m.update(p.SandboxID, func(p *Pod) error {
+	err = m.update(p.SandboxID, func(p *restartrecord.Pod) error {
 		in := p.Inst(id)
 		switch {
 		case p.Stopped:
 			return errors.New("the pod is terminating")
-		case p.Phase != PhaseRunning:
+		case p.Phase != restartrecord.PhaseRunning:
 			return fmt.Errorf("a restart of the pod is already in progress (%s)", p.Phase)
 		case !p.Held[name] || p.Latest[name] != id || in == nil:
 			return errors.New("the container changed meanwhile; try again")
@@ -64,10 +66,7 @@ func (m *Manager) restartHeld(ctx context.Context, p *Pod, name, reason string) 
 		// and no longer held for this one step.
 		p.SetHeld(name, false)
 		in.Settled = false
-		if p.Forced == nil {
-			p.Forced = map[string]string{}
-		}
-		p.Forced[name] = string(corev1.ContainerRestartRuleActionRestart)
+		p.Force(name, string(corev1.ContainerRestartRuleActionRestart))
 		if ok, err := m.classifyLocked(s); err != nil || !ok {
 			if err == nil {
 				err = errors.New("the restart machinery did not take the container")

@@ -8,6 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 const restartNotIn0 = `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`
@@ -24,7 +25,7 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 	for _, n := range []string{"init", "sidecar", "main"} {
 		k.start(sb, n)
 	}
-	main := k.m.pods[sb].Latest["main"]
+	main := k.m.pods.Get(sb).Latest["main"]
 	// What pod management's TerminateContainer does: hold, then stop the
 	// container on the runtime directly (not through the kubelet's route).
 	if err := k.m.HoldContainer(ctx, sb, "main", true); err != nil {
@@ -39,7 +40,7 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 		if s := (kubelet{t: t, m: m, cri: k.cri}).status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED {
 			t.Fatalf("%s: the kubelet sees the terminated main as %v", when, s.State)
 		}
-		if p := m.pods[sb]; p.Phase != PhaseRunning || p.Trigger != nil || !p.Held["main"] {
+		if p := m.pods.Get(sb); p.Phase != restartrecord.PhaseRunning || p.Trigger != nil || !p.Held["main"] {
 			t.Fatalf("%s: phase %s, trigger %+v, held %v: the rule restarted a container the orchestrator terminated", when, p.Phase, p.Trigger, p.Held)
 		}
 	}
@@ -54,7 +55,7 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 	if err := k.m.RestartContainer(ctx, sb, "main", "orchestrator"); err != nil {
 		t.Fatal(err)
 	}
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	if p.Scope != "main" || len(p.Held) != 0 {
 		t.Fatalf("scope %q held %v, want a restart of main and no hold", p.Scope, p.Held)
 	}
@@ -71,7 +72,7 @@ func TestOrchestratorTerminatedContainerIsHeld(t *testing.T) {
 	// Released: the rule applies to its next exit again.
 	k.exit(now, 1)
 	k.m.scan(ctx)
-	if p.Phase == PhaseRunning || p.Scope != "main" {
+	if p.Phase == restartrecord.PhaseRunning || p.Scope != "main" {
 		t.Fatalf("phase %s scope %q: the rule no longer applies after the orchestrator's restart", p.Phase, p.Scope)
 	}
 }
@@ -93,7 +94,7 @@ func TestHoldNotWrittenIsNotHeld(t *testing.T) {
 	if err := k.m.HoldContainer(context.Background(), sb, "main", true); err == nil {
 		t.Fatal("a hold that could not be written was reported held")
 	}
-	if k.m.pods[sb].Held["main"] {
+	if k.m.pods.Get(sb).Held["main"] {
 		t.Fatal("an unwritten hold is in force in memory")
 	}
 	if err := k.m.HoldContainer(context.Background(), "nope", "main", true); err == nil {

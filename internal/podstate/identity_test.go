@@ -8,6 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // Removing the old sandbox of a pod leaves the backoff curve of the pod's
@@ -23,11 +24,11 @@ func TestRemovingOldSandboxKeepsLiveBackoff(t *testing.T) {
 			ann := map[string]string{podspec.RestartRulesPrefix + "main": tc.rules}
 			exit := func(sb string, want time.Duration) {
 				t.Helper()
-				p := k.m.pods[sb]
+				p := k.m.pods.Get(sb)
 				id := p.Latest["main"]
 				k.exit(id, 1)
 				k.status(id)
-				if p.Phase != PhaseTerminating || p.Trigger.Delay != want {
+				if p.Phase != restartrecord.PhaseTerminating || p.Trigger.Delay != want {
 					t.Fatalf("%s: phase %s, delay %s, want a restart after %s", sb, p.Phase, p.Trigger.Delay, want)
 				}
 			}

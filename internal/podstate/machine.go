@@ -1,21 +1,19 @@
 package podstate
 
 // Every phase change of a pod goes through enter, which steps it by
-// restartrecord's table and wakes the calls waiting for a pod's restart to
-// end.
+// restartrecord's table (Pod.Enter) and wakes the calls waiting for a pod's
+// restart to end.
 
 import "github.com/cri-shim/cri-shim/internal/restartrecord"
 
-// enter moves p by ev (setting its phase and when it began) and wakes the
-// callers waiting for a phase change (waitIdle). A step the machine does not
-// allow changes nothing and is an error. The caller holds m.mu, and saves p
-// (or puts its snapshot back) as each step requires.
-func (m *Manager) enter(p *Pod, ev restartrecord.Event) error {
-	to, err := restartrecord.Next(p.Phase, ev)
-	if err != nil {
+// enter moves p by ev (Pod.Enter) and wakes the callers waiting for a
+// phase change (waitIdle). A step the machine does not allow changes
+// nothing and is an error. The caller holds m.mu, and commits p's change
+// as each step requires.
+func (m *Manager) enter(p *restartrecord.Pod, ev restartrecord.Event) error {
+	if err := p.Enter(ev, m.clock.Now()); err != nil {
 		return err
 	}
-	p.Phase, p.PhaseSince = to, m.clock.Now()
 	m.changed()
 	return nil
 }

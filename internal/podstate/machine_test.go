@@ -23,17 +23,17 @@ import (
 // sandbox abandons a restart in any phase. Everything else is refused and
 // changes nothing.
 func TestMachineAllowsOnlyTheRestartsSteps(t *testing.T) {
-	phases := []Phase{PhaseRunning, PhaseTerminating, PhaseStartup}
+	phases := []restartrecord.Phase{restartrecord.PhaseRunning, restartrecord.PhaseTerminating, restartrecord.PhaseStartup}
 	evs := []restartrecord.Event{restartrecord.EventMatched, restartrecord.EventStopped, restartrecord.EventSwapped, restartrecord.EventAbandoned}
-	want := map[Phase]map[restartrecord.Event]Phase{
-		PhaseRunning:     {restartrecord.EventMatched: PhaseTerminating, restartrecord.EventAbandoned: PhaseRunning},
-		PhaseTerminating: {restartrecord.EventStopped: PhaseStartup, restartrecord.EventAbandoned: PhaseRunning},
-		PhaseStartup:     {restartrecord.EventSwapped: PhaseRunning, restartrecord.EventAbandoned: PhaseRunning},
+	want := map[restartrecord.Phase]map[restartrecord.Event]restartrecord.Phase{
+		restartrecord.PhaseRunning:     {restartrecord.EventMatched: restartrecord.PhaseTerminating, restartrecord.EventAbandoned: restartrecord.PhaseRunning},
+		restartrecord.PhaseTerminating: {restartrecord.EventStopped: restartrecord.PhaseStartup, restartrecord.EventAbandoned: restartrecord.PhaseRunning},
+		restartrecord.PhaseStartup:     {restartrecord.EventSwapped: restartrecord.PhaseRunning, restartrecord.EventAbandoned: restartrecord.PhaseRunning},
 	}
 	m := machineManager(t)
 	for _, from := range phases {
 		for _, ev := range evs {
-			p := &Pod{Phase: from}
+			p := &restartrecord.Pod{Phase: from}
 			err := m.enter(p, ev)
 			to, ok := want[from][ev]
 			switch {
@@ -48,7 +48,7 @@ func TestMachineAllowsOnlyTheRestartsSteps(t *testing.T) {
 
 func machineManager(t *testing.T) *Manager {
 	t.Helper()
-	m, err := New(nil, t.TempDir(), backoff.NewTracker(testCurve, nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := New(nil, t.TempDir(), backoff.NewTracker(testCurve, nil), slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +59,8 @@ func machineManager(t *testing.T) *Manager {
 // enters Running, and not before.
 func TestWaitIdleEndsAtThePhaseChange(t *testing.T) {
 	m := machineManager(t)
-	p := &Pod{SandboxID: "sb", Phase: PhaseStartup}
-	m.pods["sb"] = p
+	p := &restartrecord.Pod{SandboxID: "sb", Phase: restartrecord.PhaseStartup}
+	m.pods.Add(p)
 	done := make(chan error, 1)
 	go func() { done <- m.waitIdle(context.Background(), "sb") }()
 	select {
@@ -104,9 +104,8 @@ func TestWaitForWakesOnTheStopEvent(t *testing.T) {
 	m := machineManager(t)
 	rt := &statusSource{state: runtimeapi.ContainerState_CONTAINER_RUNNING}
 	m.rt = rt
-	m.EventsFrom(func() uint64 { return 1 })
-	m.pods["sb"] = &Pod{SandboxID: "sb", Phase: PhaseStartup, Instances: map[string]*Instance{"c1": {Name: "init"}}}
-	m.byID["c1"] = "sb"
+	m.eventsLive = func() uint64 { return 1 }
+	m.pods.Add(&restartrecord.Pod{SandboxID: "sb", Phase: restartrecord.PhaseStartup, Instances: map[string]*restartrecord.Instance{"c1": {Name: "init"}}})
 	m.tracked.Store(1)
 	type result struct {
 		s   *runtimeapi.ContainerStatus

@@ -3,13 +3,15 @@
 // with a matching restart rule exits, the pod's containers are stopped
 // gracefully and started again in the same sandbox, init containers first,
 // with the kubelet doing the starting. docs/in-place-restart.md explains the
-// mechanism and the kubelet code it relies on.
+// mechanism and the kubelet code it relies on. This package decides and
+// acts (the runtime's calls, the kubelet's); what it knows of each pod is
+// its record (internal/restartrecord), changed only through the record's
+// edits inside a restartrecord.Change, which saves each change before it
+// is acted on or puts it back.
 package podstate
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -56,13 +58,9 @@ type Manager struct {
 	reads sync.Map
 
 	mu sync.Mutex
-	// saves counts state writes that succeeded (under mu), so a step can
-	// tell whether a nested step already saved.
-	saves uint64
-	// saveFailing: the last save failed (under mu); its recovery is logged.
-	saveFailing bool
-	pods        map[string]*Pod   // by sandbox ID
-	byID        map[string]string // container ID -> sandbox ID
+	// pods are the tracked pods' records (under mu); every change of one
+	// is saved before it is acted on (restartrecord.Change).
+	pods *restartrecord.Records
 
 	// queue holds the sandboxes with a restart step to run (engine.go);
 	// running has the cancel of each step in progress, by sandbox ID.
@@ -74,27 +72,18 @@ type Manager struct {
 	quitOnce sync.Once
 	metrics  *metrics
 
-	// trackAlso, when set, makes pods without restart rules tracked too when
-	// it reports true for their spec (pods that declare an orchestrator may
-	// be restarted on its command).
-	trackAlso func(podspec.Spec) bool
-
-	// eventsLive reports the event feed's subscription (events.Feed.Live);
-	// without one, Run rescans every second.
+	// trackAlso, eventsLive, observer and warm: Options' TrackAlso,
+	// EventsLive, Observer and Warm (eventsLive and observer never nil).
+	trackAlso  func(podspec.Spec) bool
 	eventsLive func() uint64
-
-	// observer hears of restarts (observer.go); noObserver when none.
-	observer restartapi.Observer
-
-	// warm restores replayed containers of pods that ask for it (warm.go); nil: none.
-	warm restartapi.WarmSource
+	observer   restartapi.Observer
+	warm       restartapi.WarmSource
 
 	// phaseChanged is closed and replaced at every phase change and every
 	// instance forgotten (under mu; machine.go), so a wait for a restart to
 	// end, or for the kubelet to remove instances, needs no polling.
 	phaseChanged chan struct{}
-	// keepDead is how many exited instances of a container the kubelet
-	// keeps (backlog.go).
+	// keepDead: Options.KeepDead (backlog.go).
 	keepDead    int
 	backlogWait time.Duration
 	// stateWaits are the replay's waits for a container's state to change,
@@ -108,27 +97,45 @@ type Manager struct {
 	traces sync.Map
 }
 
-// EventsFrom tells the manager which event feed delivers exits to OnEvent, so
-// its rescans can be rarer while the feed is subscribed. Call before Run.
-func (m *Manager) EventsFrom(live func() uint64) { m.eventsLive = live }
-
-// TrackAlso sets which pods without restart rules are tracked anyway. Call
-// before serving.
-func (m *Manager) TrackAlso(f func(podspec.Spec) bool) { m.trackAlso = f }
+// Options are what a Manager takes beside the runtime, the state directory
+// and the backoff curves; each one's zero value is the default.
+type Options struct {
+	// KeepDead is how many exited instances of each container the kubelet
+	// keeps (its --maximum-dead-containers-per-container; below 1: 1).
+	KeepDead int
+	// TrackAlso makes pods without restart rules tracked too when it
+	// reports true for their spec (pods that declare an orchestrator may
+	// be restarted on its command); nil: none.
+	TrackAlso func(podspec.Spec) bool
+	// EventsLive reports the subscription of the event feed that delivers
+	// exits to OnEvent (events.Feed.Live), so rescans can be rarer while
+	// it is subscribed; nil: no feed, Run rescans every second.
+	EventsLive func() uint64
+	// Observer hears of restarts (observer.go); nil: none.
+	Observer restartapi.Observer
+	// Warm restores replayed containers of pods that ask for it (warm.go);
+	// nil: none.
+	Warm restartapi.WarmSource
+}
 
 // New loads the persisted pods from stateDir and returns a manager. Restarts
 // that were in progress when the shim stopped resume when Run starts.
-func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logger) (*Manager, error) {
+func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logger, o Options) (*Manager, error) {
 	st, err := restartrecord.Open(stateDir)
 	if err != nil {
 		return nil, err
 	}
 	m := &Manager{
-		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock,
-		pods: map[string]*Pod{}, byID: map[string]string{},
-		queue: newQueue(), quit: make(chan struct{}),
-		metrics: newMetrics(), eventsLive: func() uint64 { return 0 }, observer: noObserver{}, keepDead: 1, backlogWait: maxBacklogWait,
-		debug: debugEnabled(log),
+		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock, pods: restartrecord.NewRecords(st, log),
+		queue: newQueue(), quit: make(chan struct{}), metrics: newMetrics(),
+		trackAlso: o.TrackAlso, eventsLive: o.EventsLive, observer: o.Observer, warm: o.Warm,
+		keepDead: max(o.KeepDead, 1), backlogWait: maxBacklogWait, debug: debugEnabled(log),
+	}
+	if m.eventsLive == nil {
+		m.eventsLive = func() uint64 { return 0 }
+	}
+	if m.observer == nil {
+		m.observer = noObserver{}
 	}
 	pods, errs := st.Load()
 	for _, err := range errs {
@@ -136,7 +143,7 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	}
 	// Stopped sandboxes first: where a pod has an old sandbox and a live
 	// one, the live one's curve position is the one that stays.
-	slices.SortStableFunc(pods, func(a, b *Pod) int {
+	slices.SortStableFunc(pods, func(a, b *restartrecord.Pod) int {
 		if a.Stopped == b.Stopped {
 			return 0
 		}
@@ -158,59 +165,12 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	return m, nil
 }
 
-func (m *Manager) adopt(p *Pod) {
-	if p.Instances == nil {
-		p.Instances = map[string]*Instance{}
-	}
-	if p.Latest == nil {
-		p.Latest = map[string]string{}
-	}
-	if p.Creates == nil {
-		p.Creates = map[string][]byte{}
-	}
-	if p.Phase == "" {
-		p.Phase = PhaseRunning
-	}
-	m.pods[p.SandboxID] = p
-	if p.Reads == nil {
-		p.Reads = &restartrecord.Reads{}
-	}
+// adopt tracks p (new, or loaded from disk). m.mu held, or not yet shared.
+func (m *Manager) adopt(p *restartrecord.Pod) {
+	m.pods.Add(p)
 	m.reads.Store(p.SandboxID, p.Reads)
-	for id := range p.Instances {
-		m.byID[id] = p.SandboxID
-	}
-	m.tracked.Store(int32(len(m.pods)))
+	m.tracked.Store(int32(m.pods.Len()))
 }
 
 // Tracked is the number of pods with rules; zero means every call may be forwarded raw.
 func (m *Manager) Tracked() int { return int(m.tracked.Load()) }
-
-// errPodRemoved refuses a save of a pod whose sandbox was removed meanwhile.
-var errPodRemoved = errors.New("podstate: the pod's sandbox was removed")
-
-// save writes p's record durably. An error (wrapping statefile.ErrNotDurable)
-// means the change it records must not be acted on: the caller undoes it in
-// memory (update does: p.Snapshot, rollback) and fails, a CRI call with
-// Unavailable (unavailable), so the kubelet or the engine tries again. m.mu
-// held.
-func (m *Manager) save(p *Pod) error {
-	if m.pods[p.SandboxID] != p {
-		// Removed (or replaced) while a step held it: writing it would bring
-		// back the record of a sandbox that is gone, and the step must stop.
-		return errPodRemoved
-	}
-	if err := m.st.Save(p); err != nil {
-		if !m.saveFailing {
-			m.log.Error("podstate: state write failed; restart steps are not carried out until writes succeed again",
-				"pod", p.Namespace+"/"+p.Name, "err", err)
-		}
-		m.saveFailing = true
-		return fmt.Errorf("podstate: recording pod %s/%s: %w", p.Namespace, p.Name, err)
-	}
-	m.saves++
-	if m.saveFailing {
-		m.saveFailing = false
-		m.log.Info("podstate: state writes succeed again")
-	}
-	return nil
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // testCurve is the tests' backoff curve: the real shape (doubling to a
@@ -82,17 +83,17 @@ func TestExitSeenThroughEventFeed(t *testing.T) {
 	feed(ids["main"], runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	feed("unrelated", runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	k.m.mu.Lock()
-	ph := k.m.pods[sb].Phase
+	ph := k.m.pods.Get(sb).Phase
 	k.m.mu.Unlock()
-	if ph != PhaseRunning {
+	if ph != restartrecord.PhaseRunning {
 		t.Fatalf("phase %s after events that are not this pod's exit", ph)
 	}
 	feed(ids["main"], runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	k.m.mu.Lock()
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	ph, trig := p.Phase, p.Trigger
 	k.m.mu.Unlock()
-	if ph != PhaseTerminating || trig == nil || trig.ContainerID != ids["main"] || trig.ExitCode != 88 {
+	if ph != restartrecord.PhaseTerminating || trig == nil || trig.ContainerID != ids["main"] || trig.ExitCode != 88 {
 		t.Fatalf("after the exit event: phase %s trigger %+v", ph, trig)
 	}
 }
@@ -114,7 +115,7 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 	trigger := p.Latest["main"]
 	k.exit(trigger, 1)
 	k.status(trigger)
-	if p.Phase == PhaseRunning {
+	if p.Phase == restartrecord.PhaseRunning {
 		t.Fatal("test setup: the pod should be restarting")
 	}
 	for _, id := range append(gone, trigger) {
@@ -157,7 +158,7 @@ func TestRestartAbandonedWhenSandboxDies(t *testing.T) {
 	if !k.m.abandonIfSandboxGone(context.Background(), sb, err) {
 		t.Fatal("restart not abandoned although the sandbox is not ready")
 	}
-	if p.Phase != PhaseRunning || !p.Stopped {
+	if p.Phase != restartrecord.PhaseRunning || !p.Stopped {
 		t.Fatalf("phase %s stopped %v", p.Phase, p.Stopped)
 	}
 	// A later step does nothing, and nothing was removed: the failed

@@ -7,6 +7,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
@@ -49,7 +50,7 @@ func TestMayDecide(t *testing.T) {
 		return got
 	}
 	var mainID string
-	for id, in := range k.m.pods[sb].Instances {
+	for id, in := range k.m.pods.Get(sb).Instances {
 		if in.Name == "main" {
 			mainID = id
 		}
@@ -64,8 +65,8 @@ func TestMayDecide(t *testing.T) {
 
 	// A restart creating main: the stray container is hidden.
 	k.m.mu.Lock()
-	p := k.m.pods[sb]
-	p.Phase, p.Creating = PhaseStartup, "main/0"
+	p := k.m.pods.Get(sb)
+	p.Phase, p.Creating = restartrecord.PhaseStartup, "main/0"
 	k.m.mu.Unlock()
 	got = decide()
 	if !got[mainID] || !got[stray.ContainerId] {

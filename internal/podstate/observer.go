@@ -1,11 +1,12 @@
 package podstate
 
-import "github.com/cri-shim/cri-shim/internal/restartapi"
+import (
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 
-// Observe sets the observer of restarts. Call before serving.
-func (m *Manager) Observe(o restartapi.Observer) { m.observer = o }
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
+)
 
-func refOf(p *Pod) restartapi.PodRef {
+func refOf(p *restartrecord.Pod) restartapi.PodRef {
 	return restartapi.PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 }
 
@@ -19,13 +20,13 @@ func (noObserver) WarmRestart(restartapi.PodRef, restartapi.WarmResult)         
 func (m *Manager) Snapshot() []restartapi.PodState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]restartapi.PodState, 0, len(m.pods))
-	for _, p := range m.pods {
+	out := make([]restartapi.PodState, 0, m.pods.Len())
+	for _, p := range m.pods.All() {
 		if p.Stopped {
 			continue
 		}
 		s := restartapi.PodState{Pod: refOf(p), Since: p.PhaseSince, RestartedAll: p.Restarts > 0}
-		if p.Phase != PhaseRunning && p.Trigger != nil {
+		if p.Phase != restartrecord.PhaseRunning && p.Trigger != nil {
 			s.Restarting, s.Trigger = true, *p.Trigger
 		}
 		out = append(out, s)

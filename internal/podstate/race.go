@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // The kubelet's create and start of a container racing a rule match.
@@ -32,7 +33,7 @@ import (
 
 // errRestartBegan is recordCreate's refusal of a container whose create
 // was overtaken by a rule match: CreateContainer removes it again.
-func errRestartBegan(p *Pod, name string) error {
+func errRestartBegan(p *restartrecord.Pod, name string) error {
 	return fmt.Errorf("cri-shim: pod %s/%s began an in-place restart (%s) while container %q was being created; "+
 		"the kubelet creates it again after the restart: %w", p.Namespace, p.Name, p.Phase, name, errdefs.ErrUnavailable)
 }
@@ -44,10 +45,10 @@ func (m *Manager) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	next proxy.UnaryNext[runtimeapi.StartContainerRequest, runtimeapi.StartContainerResponse]) (*runtimeapi.StartContainerResponse, error) {
 	var err error
 	tracked := false
-	m.withContainer(req.ContainerId, func(p *Pod, in *Instance) {
+	m.withContainer(req.ContainerId, func(p *restartrecord.Pod, in *restartrecord.Instance) {
 		switch {
 		case p == nil || in == nil:
-		case p.Phase != PhaseRunning && !p.Stopped && in.Part == PartOld:
+		case p.Phase != restartrecord.PhaseRunning && !p.Stopped && in.Part == restartrecord.PartOld:
 			err = fmt.Errorf("cri-shim: container %q of pod %s/%s is being restarted in place (%s); "+
 				"its restart starts the next instance, this one is not started: %w",
 				in.Name, p.Namespace, p.Name, p.Phase, errdefs.ErrUnavailable)
@@ -63,12 +64,12 @@ func (m *Manager) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	resp, err := next(ctx, req)
 	if tracked {
 		kick := ""
-		m.withContainer(req.ContainerId, func(p *Pod, in *Instance) {
+		m.withContainer(req.ContainerId, func(p *restartrecord.Pod, in *restartrecord.Instance) {
 			if p == nil || in == nil {
 				return
 			}
 			in.Starting = false
-			if p.Phase != PhaseRunning {
+			if p.Phase != restartrecord.PhaseRunning {
 				kick = p.SandboxID // the restart's step waits for this start (startsInFlight)
 			}
 		})
@@ -84,19 +85,9 @@ func (m *Manager) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 const startWait = 50 * time.Millisecond
 
 // startsInFlight reports whether an old instance of the sandbox's restart
-// is being started by the kubelet: the restart stops nothing until it has
-// returned.
+// is being started by the kubelet (Pod.StartsInFlight).
 func (m *Manager) startsInFlight(sandboxID string) bool {
 	busy := false
-	m.with(sandboxID, func(p *Pod) {
-		if p == nil {
-			return
-		}
-		for _, in := range p.Instances {
-			if in.Part == PartOld && in.Starting {
-				busy = true
-			}
-		}
-	})
+	m.with(sandboxID, func(p *restartrecord.Pod) { busy = p != nil && p.StartsInFlight() })
 	return busy
 }

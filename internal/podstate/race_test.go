@@ -12,23 +12,24 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // sidecarPod runs a pod whose sidecar has a rule for exit 88 and starts
 // init (exits 0) and the sidecar, as the kubelet does before it creates main.
-func sidecarPod(t *testing.T) (kubelet, string, *Pod) {
+func sidecarPod(t *testing.T) (kubelet, string, *restartrecord.Pod) {
 	t.Helper()
 	k := newKubelet(t, t.TempDir())
 	k.rt.ExitOnStart("init", 0)
 	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "sidecar": rules88})
 	k.start(sb, "init")
 	k.start(sb, "sidecar")
-	return k, sb, k.m.pods[sb]
+	return k, sb, k.m.pods.Get(sb)
 }
 
 // sidecarPodWithMain is sidecarPod with main created by the kubelet, not
 // started.
-func sidecarPodWithMain(t *testing.T) (kubelet, string, *Pod, string) {
+func sidecarPodWithMain(t *testing.T) (kubelet, string, *restartrecord.Pod, string) {
 	t.Helper()
 	k, sb, p := sidecarPod(t)
 	resp, err := k.m.CreateContainer(context.Background(), k.createReq(sb, "main", 0), fwd(k.cri.CreateContainer))
@@ -59,7 +60,7 @@ func TestCreateOvertakenByRestartRefused(t *testing.T) {
 	if status.Code(proxy.Status(err)) != codes.Unavailable {
 		t.Fatalf("create of main overtaken by the sidecar's restart: %v, want Unavailable", err)
 	}
-	if p.Phase != PhaseTerminating {
+	if p.Phase != restartrecord.PhaseTerminating {
 		t.Fatalf("phase %s, want the restart under way", p.Phase)
 	}
 	if _, _, ok := k.rt.Container(created); ok {
@@ -71,7 +72,7 @@ func TestCreateOvertakenByRestartRefused(t *testing.T) {
 	if err := runSteps(k.m, ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	if p.Phase != PhaseRunning {
+	if p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("phase %s after the restart", p.Phase)
 	}
 	// The kubelet's retry after the swap goes through.
@@ -89,7 +90,7 @@ func TestStartOfReplacedInstanceRefused(t *testing.T) {
 	ctx, sidecar := context.Background(), p.Latest["sidecar"]
 	k.exit(sidecar, 88)
 	k.status(sidecar)
-	if p.Phase != PhaseTerminating {
+	if p.Phase != restartrecord.PhaseTerminating {
 		t.Fatalf("phase %s, want the restart under way", p.Phase)
 	}
 	start := func(id string) error {
@@ -142,7 +143,7 @@ func TestStartInFlightWhenRuleMatches(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the kubelet's start that began before the match: %v", err)
 	}
-	if p.Phase != PhaseTerminating || stepDuringStart <= 0 {
+	if p.Phase != restartrecord.PhaseTerminating || stepDuringStart <= 0 {
 		t.Fatalf("phase %s, step during the start waited %s: want the restart waiting for the start", p.Phase, stepDuringStart)
 	}
 	if slices.Contains(k.stopped(), oldMain) {
@@ -158,7 +159,7 @@ func TestStartInFlightWhenRuleMatches(t *testing.T) {
 		t.Fatal("the restart did not stop the main the kubelet started")
 	}
 	newMain := p.Latest["main"]
-	if newMain == oldMain || k.container(newMain).State != runtimeapi.ContainerState_CONTAINER_RUNNING || p.Phase != PhaseRunning {
+	if newMain == oldMain || k.container(newMain).State != runtimeapi.ContainerState_CONTAINER_RUNNING || p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("after the restart: main %s (%v), phase %s; want a new running instance", newMain, k.container(newMain).State, p.Phase)
 	}
 }

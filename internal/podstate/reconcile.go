@@ -16,19 +16,13 @@ import (
 // abandon ends the pod's restart in progress for good: the pod is shown as it
 // really is and no rule restarts anything in it any more. When that cannot be
 // recorded nothing changes. m.mu held.
-func (m *Manager) abandon(p *Pod) error {
-	restarting := p.Phase != PhaseRunning && p.Trigger != nil
-	if err := m.updateLocked(p, func(p *Pod) error {
+func (m *Manager) abandon(p *restartrecord.Pod) error {
+	restarting := p.Phase != restartrecord.PhaseRunning && p.Trigger != nil
+	if err := m.pods.Update(p, func(p *restartrecord.Pod) error {
 		if err := m.enter(p, restartrecord.EventAbandoned); err != nil {
 			return err
 		}
-		p.Scope = ""
-		p.EndRestartParts()
-		for _, in := range p.Instances {
-			in.Listed = false
-			in.EndHold()
-		}
-		p.Stopped = true
+		p.Abandon()
 		return nil
 	}); err != nil {
 		return err
@@ -54,7 +48,7 @@ func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, st
 		return false
 	}
 	gone := true
-	m.with(sandboxID, func(p *Pod) {
+	m.with(sandboxID, func(p *restartrecord.Pod) {
 		if p == nil || p.Stopped {
 			return
 		}
@@ -89,7 +83,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// In any phase: a crash-looping pod is almost never Running.
-	for _, p := range m.pods {
+	for _, p := range m.pods.All() {
 		pruned := false
 		for id := range p.Instances {
 			if !exists[id] && m.forget(p, id) {
@@ -99,7 +93,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 		if pruned {
 			// A record that still names removed instances is harmless; the
 			// next save carries the pruning (a failure is logged by save).
-			_ = m.save(p)
+			_ = m.pods.Save(p)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	statestore "github.com/cri-shim/cri-shim/internal/store"
 )
 
@@ -20,27 +21,27 @@ func TestRemovedPodIsNotSavedAgain(t *testing.T) {
 	k := newKubelet(t, dir)
 	ann := map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`}
 	k.runSandbox("sb-gone", ann)
-	p := k.m.pods["sb-gone"]
+	p := k.m.pods.Get("sb-gone")
 	k.removeSandbox("sb-gone")
 	k.m.mu.Lock()
-	err := k.m.save(p)
+	err := k.m.pods.Save(p)
 	k.m.mu.Unlock()
-	if !errors.Is(err, errPodRemoved) {
-		t.Fatalf("save of a removed pod: %v, want errPodRemoved", err)
+	if !errors.Is(err, restartrecord.ErrRemoved) {
+		t.Fatalf("save of a removed pod: %v, want restartrecord.ErrRemoved", err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(recordsDir(dir), "sb-gone*")); len(left) > 0 {
 		t.Fatalf("record of the removed sandbox written again: %v", left)
 	}
 
 	k.runSandbox("sb-live", ann)
-	live := k.m.pods["sb-live"]
+	live := k.m.pods.Get("sb-live")
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for range 200 {
 			k.m.mu.Lock()
-			_ = k.m.save(live)
+			_ = k.m.pods.Save(live)
 			k.m.mu.Unlock()
 		}
 	}()
@@ -76,8 +77,7 @@ func TestStoreGoneForgetsThePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.m.mu.Lock()
-	_, pod := k.m.pods[sb]
-	_, known := k.m.byID[id]
+	pod, known := k.m.pods.Get(sb) != nil, k.m.pods.Of(id) != nil || k.m.pods.Indexed() != 0
 	k.m.mu.Unlock()
 	if pod || known || k.m.Tracked() != 0 {
 		t.Fatalf("after Gone: pod %v, container %v, tracked %d", pod, known, k.m.Tracked())

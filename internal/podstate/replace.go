@@ -7,6 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // A liveness probe during a held restart (docs/backoff.md).
@@ -31,8 +32,8 @@ import (
 func (m *Manager) refuseReplacement(req *runtimeapi.CreateContainerRequest) error {
 	name := req.GetConfig().GetMetadata().GetName()
 	var err error
-	m.with(req.GetPodSandboxId(), func(p *Pod) {
-		if p != nil && p.Phase != PhaseRunning && !p.Stopped && p.Replaces(name) {
+	m.with(req.GetPodSandboxId(), func(p *restartrecord.Pod) {
+		if p != nil && p.Phase != restartrecord.PhaseRunning && !p.Stopped && p.Replaces(name) {
 			err = p.Refusal(name)
 		}
 	})
@@ -66,7 +67,7 @@ func (m *Manager) settleStopped(ctx context.Context, sandboxID, id string) error
 		}
 		return err
 	}
-	return ignoreUntracked(m.update(sandboxID, func(p *Pod) error {
+	return ignoreUntracked(m.update(sandboxID, func(p *restartrecord.Pod) error {
 		p.Settle(id)
 		return nil
 	}))

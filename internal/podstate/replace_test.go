@@ -8,6 +8,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -22,7 +23,7 @@ func TestCreateDuringHeldRestartRefused(t *testing.T) {
 	cur := p.Latest["main"]
 	k.exit(cur, 1)
 	k.status(cur)
-	if p.Phase != PhaseTerminating || p.Scope != "main" {
+	if p.Phase != restartrecord.PhaseTerminating || p.Scope != "main" {
 		t.Fatalf("test setup: phase %s scope %q", p.Phase, p.Scope)
 	}
 	create := func(name string) error {
@@ -73,7 +74,7 @@ func TestStopOfExitedInstanceKeepsItsRule(t *testing.T) {
 	}
 	next := p.Latest["main"]
 	stop(next) // running: the kubelet's decision
-	if s := k.status(next); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 137 || p.Phase != PhaseRunning {
+	if s := k.status(next); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 137 || p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("kubelet-stopped running instance: %v/%d, phase %s; want its real exit and no restart", s.State, s.ExitCode, p.Phase)
 	}
 }
@@ -125,7 +126,7 @@ func TestStopRacingTheRuntimesExitRetriedAfterAFailedWrite(t *testing.T) {
 			})
 		return err
 	}
-	if err := stop(true); status.Code(proxy.Status(err)) != codes.Unavailable || p.Phase != PhaseRunning {
+	if err := stop(true); status.Code(proxy.Status(err)) != codes.Unavailable || p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("stop with the verdict unwritten: %v, phase %s; want Unavailable and no restart", err, p.Phase)
 	}
 	failing = false
@@ -190,8 +191,8 @@ func TestStopAskedSurvivesAShimRestart(t *testing.T) {
 			}
 			k = k.restarted(dir)
 			k.status(cur) // the kubelet's next look
-			p := k.m.pods[sb]
-			if restarted := p.Phase == PhaseTerminating && p.Trigger != nil && p.Trigger.ContainerID == cur; restarted != own {
+			p := k.m.pods.Get(sb)
+			if restarted := p.Phase == restartrecord.PhaseTerminating && p.Trigger != nil && p.Trigger.ContainerID == cur; restarted != own {
 				t.Fatalf("after a restart of the shim: phase %s trigger %+v; want a restart %v", p.Phase, p.Trigger, own)
 			}
 		})
@@ -205,10 +206,10 @@ func TestStopDuringAnotherContainersRestartIsTheKubelets(t *testing.T) {
 	k := newKubelet(t, t.TempDir())
 	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": restartNotIn0, podspec.RestartRulesPrefix + "side": restartNotIn0})
 	main, side := k.start(sb, "main"), k.start(sb, "side")
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	k.exit(main, 1)
 	k.status(main)
-	if p.Phase != PhaseTerminating || p.Scope != "main" {
+	if p.Phase != restartrecord.PhaseTerminating || p.Scope != "main" {
 		t.Fatalf("test setup: phase %s scope %q", p.Phase, p.Scope)
 	}
 	if _, err := k.m.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: side, Timeout: 2}, fwd(k.cri.StopContainer)); err != nil {
@@ -217,16 +218,16 @@ func TestStopDuringAnotherContainersRestartIsTheKubelets(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || p.Phase != PhaseRunning || len(k.created()) != 3 {
+	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || p.Phase != restartrecord.PhaseRunning || len(k.created()) != 3 {
 		t.Fatalf("side after main's restart: %v, phase %s, created %v; want its real exit and only main restarted", s.State, p.Phase, k.created())
 	}
 }
 
 // wantHeld fails t unless p's restart, triggered by instance id's exit 1,
 // is in progress.
-func wantHeld(t *testing.T, p *Pod, id, after string) {
+func wantHeld(t *testing.T, p *restartrecord.Pod, id, after string) {
 	t.Helper()
-	if p.Phase != PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != id || p.Trigger.ExitCode != 1 {
+	if p.Phase != restartrecord.PhaseTerminating || p.Trigger == nil || p.Trigger.ContainerID != id || p.Trigger.ExitCode != 1 {
 		t.Fatalf("%s: phase %s trigger %+v, want its restart held", after, p.Phase, p.Trigger)
 	}
 }

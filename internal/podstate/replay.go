@@ -21,6 +21,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/restartapi"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // replay starts the pod's containers again as the kubelet first started them:
@@ -30,14 +31,14 @@ import (
 // new instances stay hidden until all are up, then swap() shows them at once.
 // Why the shim and not the kubelet does the starting: docs/in-place-restart.md.
 func (m *Manager) replay(ctx context.Context, sandboxID string) error {
-	startup, seq := false, []SeqEntry(nil)
-	m.with(sandboxID, func(p *Pod) {
-		if startup = p != nil && p.Phase == PhaseStartup; !startup {
+	startup, seq := false, []restartrecord.SeqEntry(nil)
+	m.with(sandboxID, func(p *restartrecord.Pod) {
+		if startup = p != nil && p.Phase == restartrecord.PhaseStartup; !startup {
 			return
 		}
 		seq = slices.Clone(p.Seq)
 		if p.Scope != "" {
-			seq = []SeqEntry{{Name: p.Scope}}
+			seq = []restartrecord.SeqEntry{{Name: p.Scope}}
 		}
 	})
 	if !startup {
@@ -91,14 +92,14 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		return "", err
 	}
 	var (
-		p                *Pod
+		p                *restartrecord.Pod
 		existing, logDir string
 		retried          bool
 		raw              []byte
 		req              *runtimeapi.CreateContainerRequest
 	)
-	m.with(sandboxID, func(pod *Pod) {
-		if pod == nil || pod.Phase != PhaseStartup {
+	m.with(sandboxID, func(pod *restartrecord.Pod) {
+		if pod == nil || pod.Phase != restartrecord.PhaseStartup {
 			return
 		}
 		p, existing, retried = pod, pod.NewOf(name), pod.Retried[name]
@@ -135,9 +136,8 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		// Nothing is created before the create's intent below is
 		// recorded; a retry after a failed write finds the removed
 		// instance NotFound (interrupted) and goes on from there.
-		if err := m.update(sandboxID, func(p *Pod) error {
-			delete(p.Instances, existing)
-			delete(m.byID, existing)
+		if err := m.update(sandboxID, func(p *restartrecord.Pod) error {
+			m.pods.RemoveInstance(p, existing)
 			if p.Retried == nil {
 				p.Retried = map[string]bool{}
 			}
@@ -171,13 +171,13 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 	cfg.Annotations[annotationRestartCount] = strconv.Itoa(n)
 	cfg.LogPath = filepath.Join(name, fmt.Sprintf("%d.log", n))
 	intent := fmt.Sprintf("%s/%d", name, n)
-	if err := m.update(sandboxID, func(p *Pod) error { p.Creating = intent; return nil }); err != nil {
+	if err := m.update(sandboxID, func(p *restartrecord.Pod) error { p.Creating = intent; return nil }); err != nil {
 		return "", err
 	}
 	// A create that fails, or a restore that could not be staged, leaves
 	// the next try to start again from the recorded request (req now
 	// carries this attempt), so no attempt is skipped.
-	dropReq := func(p *Pod) {
+	dropReq := func(p *restartrecord.Pod) {
 		if p != nil {
 			delete(p.CreateReq, name)
 		}
@@ -212,15 +212,14 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 		}
 	}
 	reason := string(podspec.ActionRestartAllContainers)
-	m.with(sandboxID, func(p *Pod) {
+	m.with(sandboxID, func(p *restartrecord.Pod) {
 		if p == nil {
 			return
 		}
 		if p.Scope != "" {
 			reason = string(corev1.ContainerRestartRuleActionRestart)
 		}
-		p.AddInstance(id, name, PartNew)
-		m.byID[id] = sandboxID
+		m.pods.AddInstance(p, id, name, restartrecord.PartNew)
 		if b, err := proto.Marshal(req); err == nil {
 			p.Creates[name] = b
 			if p.CreateReq == nil {
@@ -255,14 +254,13 @@ func (m *Manager) replayOne(ctx context.Context, sandboxID, name string) (string
 // failed at its start and creates it again cold. The failed instance never
 // ran and was never shown; once it is gone and forgotten, the replay goes on
 // as if it had not been made.
-func (m *Manager) coldAfterFailedRestore(ctx context.Context, p *Pod, sandboxID, name, id string, ws *restartapi.WarmStart, startErr error) (string, error) {
+func (m *Manager) coldAfterFailedRestore(ctx context.Context, p *restartrecord.Pod, sandboxID, name, id string, ws *restartapi.WarmStart, startErr error) (string, error) {
 	if _, err := m.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil && status.Code(err) != codes.NotFound {
 		return id, fmt.Errorf("restore of %s from checkpoint %s failed (%v); removing it: %w", name, ws.Checkpoint, startErr, err)
 	}
-	m.with(sandboxID, func(p *Pod) {
+	m.with(sandboxID, func(p *restartrecord.Pod) {
 		if p != nil {
-			delete(p.Instances, id)
-			delete(m.byID, id)
+			m.pods.RemoveInstance(p, id)
 		}
 	})
 	m.warmCold(p, name, "restoring from checkpoint "+ws.Checkpoint+" failed: "+startErr.Error())
@@ -289,7 +287,7 @@ func (m *Manager) sandboxReady(ctx context.Context, sandboxID string) (bool, err
 // it is found by name and attempt, not by a recomputed restart count.
 func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) error {
 	a, pending := "", false
-	m.with(sandboxID, func(p *Pod) {
+	m.with(sandboxID, func(p *restartrecord.Pod) {
 		if p != nil {
 			a, pending = strings.CutPrefix(p.Creating, name+"/")
 		}
@@ -307,13 +305,12 @@ func (m *Manager) adoptCreated(ctx context.Context, sandboxID, name string) erro
 			continue
 		}
 		// Not adopted until recorded: the saved intent still finds it.
-		return ignoreUntracked(m.update(sandboxID, func(p *Pod) error {
+		return ignoreUntracked(m.update(sandboxID, func(p *restartrecord.Pod) error {
 			if in := p.Inst(c.Id); in != nil {
-				in.Part = PartNew
+				in.Part = restartrecord.PartNew
 			} else {
-				p.AddInstance(c.Id, name, PartNew)
+				m.pods.AddInstance(p, c.Id, name, restartrecord.PartNew)
 			}
-			m.byID[c.Id] = sandboxID
 			p.Creating = ""
 			return nil
 		}))
@@ -336,8 +333,8 @@ func (m *Manager) waitFor(ctx context.Context, sandboxID, id string, exit bool) 
 		}
 		s := st.GetStatus()
 		startup, phase := false, (<-chan struct{})(nil)
-		m.with(sandboxID, func(p *Pod) {
-			startup, phase = p != nil && p.Phase == PhaseStartup, m.phaseWait()
+		m.with(sandboxID, func(p *restartrecord.Pod) {
+			startup, phase = p != nil && p.Phase == restartrecord.PhaseStartup, m.phaseWait()
 		})
 		switch {
 		case !startup:

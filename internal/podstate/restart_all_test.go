@@ -11,11 +11,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 func TestTriggerViewsAndReplay(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	if len(p.Seq) != 3 || !p.Seq[0].WaitExit || p.Seq[1].WaitExit || p.Seq[2].WaitExit {
 		t.Fatalf("start order %+v: want init (wait for exit), sidecar, main", p.Seq)
 	}
@@ -24,7 +26,7 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || s.ExitCode != 0 || s.FinishedAt != 0 {
 		t.Fatalf("triggering exit shown to the kubelet: %+v", s)
 	}
-	if p.Phase != PhaseTerminating {
+	if p.Phase != restartrecord.PhaseTerminating {
 		t.Fatalf("phase %s", p.Phase)
 	}
 	// The completed init container is shown as it is (a terminated init
@@ -35,7 +37,7 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if p.Phase != PhaseRunning || p.Restarts != 1 {
+	if p.Phase != restartrecord.PhaseRunning || p.Restarts != 1 {
 		t.Fatalf("after the restart: phase %s restarts %d (%s)", p.Phase, p.Restarts, p.LastError)
 	}
 	if got := fmt.Sprint(k.created()[3:]); got != "[init sidecar main]" {
@@ -81,7 +83,7 @@ func TestTriggerViewsAndReplay(t *testing.T) {
 	newMain := p.Latest["main"]
 	k.exit(newMain, 88)
 	k.status(newMain)
-	if p.Phase != PhaseTerminating {
+	if p.Phase != restartrecord.PhaseTerminating {
 		t.Fatalf("second trigger: phase %s", p.Phase)
 	}
 }
@@ -92,7 +94,7 @@ func TestNonMatchingExitIsShownAsIs(t *testing.T) {
 	if s := k.status(ids["main"]); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 1 {
 		t.Fatalf("non-matching exit changed: %+v", s)
 	}
-	if p := k.m.pods[sb]; p.Phase != PhaseRunning || p.Trigger != nil {
+	if p := k.m.pods.Get(sb); p.Phase != restartrecord.PhaseRunning || p.Trigger != nil {
 		t.Fatalf("non-matching exit started a restart: %+v", p)
 	}
 }
@@ -108,7 +110,7 @@ func TestInitFailingDuringReplayIsHandedBack(t *testing.T) {
 	if got := fmt.Sprint(k.created()[3:]); got != "[init]" {
 		t.Fatalf("replayed %s after init failed; want only init", got)
 	}
-	if p := k.m.pods[sb]; p.Phase != PhaseRunning {
+	if p := k.m.pods.Get(sb); p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("phase %s", p.Phase)
 	}
 	// The failed init instance is visible: the kubelet applies the pod's restartPolicy.
@@ -128,8 +130,8 @@ func TestResumeAfterCrash(t *testing.T) {
 	// "kill -9": a new manager over the same state directory and runtime.
 	k2 := k.restarted(dir)
 	m2 := k2.m
-	p := m2.pods[sb]
-	if p == nil || p.Phase != PhaseTerminating || p.Trigger.ContainerID != ids["main"] {
+	p := m2.pods.Get(sb)
+	if p == nil || p.Phase != restartrecord.PhaseTerminating || p.Trigger.ContainerID != ids["main"] {
 		t.Fatalf("state after restart of the shim: %+v", p)
 	}
 	if s, _ := m2.rt.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ids["main"]}); s.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED {
@@ -146,7 +148,7 @@ func TestResumeAfterCrash(t *testing.T) {
 		m2.mu.Lock()
 		ph := p.Phase
 		m2.mu.Unlock()
-		if ph == PhaseRunning {
+		if ph == restartrecord.PhaseRunning {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -173,11 +175,11 @@ func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
 			k, sb, ids := setup(t, dir)
 			k.exit(ids["main"], 88)
 			k.status(ids["main"])
-			p := k.m.pods[sb]
+			p := k.m.pods.Get(sb)
 			// Simulate: the executor recorded its intent for init/1, the runtime created it, then the shim died.
 			p.LogDirectory = t.TempDir()
-			p.Phase, p.Creating = PhaseStartup, "init/1"
-			k.m.save(p)
+			p.Phase, p.Creating = restartrecord.PhaseStartup, "init/1"
+			k.m.pods.Save(p)
 			orphan, err := k.cri.CreateContainer(context.Background(), k.createReq(sb, "init", 1))
 			if err != nil {
 				t.Fatal(err)
@@ -206,8 +208,8 @@ func TestInterruptedReplayCreateIsAdopted(t *testing.T) {
 			if inits != 2 {
 				t.Fatalf("init created %d times, want 2 (original + adopted orphan %s)", inits, orphan.ContainerId)
 			}
-			if got := m2.pods[sb].Latest["init"]; got != orphan.ContainerId || m2.pods[sb].Phase != PhaseRunning {
-				t.Fatalf("latest init %s, phase %s; want the adopted %s, Running", got, m2.pods[sb].Phase, orphan.ContainerId)
+			if got := m2.pods.Get(sb).Latest["init"]; got != orphan.ContainerId || m2.pods.Get(sb).Phase != restartrecord.PhaseRunning {
+				t.Fatalf("latest init %s, phase %s; want the adopted %s, Running", got, m2.pods.Get(sb).Phase, orphan.ContainerId)
 			}
 		})
 	}
@@ -221,15 +223,15 @@ func TestInterruptedReplayStartIsRetried(t *testing.T) {
 	k, sb, ids := setup(t, dir)
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
-	p := k.m.pods[sb]
-	p.Phase = PhaseStartup
+	p := k.m.pods.Get(sb)
+	p.Phase = restartrecord.PhaseStartup
 	resp, err := k.cri.CreateContainer(context.Background(), k.createReq(sb, "init", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	k.cancelledStart(resp.ContainerId)
-	p.AddInstance(resp.ContainerId, "init", PartNew)
-	k.m.save(p)
+	p.AddInstance(resp.ContainerId, "init", restartrecord.PartNew)
+	k.m.pods.Save(p)
 	m2 := k.restarted(dir).m
 	if err := runSteps(m2, context.Background(), sb); err != nil {
 		t.Fatal(err)

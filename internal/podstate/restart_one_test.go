@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // A Restart rule restarts only its container, on its own backoff curve; the
@@ -21,7 +22,7 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 	for _, n := range []string{"init", "sidecar", "main"} {
 		ids[n] = k.start(sb, n)
 	}
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	for i, wantDelay := range []time.Duration{testCurve.Delay(1), testCurve.Delay(2), testCurve.Delay(3)} {
 		cur := p.Latest["main"]
 		exited := time.Now()
@@ -39,7 +40,7 @@ func TestRestartRuleRestartsOneContainer(t *testing.T) {
 		if took := time.Since(exited); took < wantDelay {
 			t.Fatalf("restart %d: replayed %s after the exit, before its backoff delay %s", i+1, took, wantDelay)
 		}
-		if p.Phase != PhaseRunning || p.ContainerRestarts["main"] != i+1 || p.Restarts != 0 {
+		if p.Phase != restartrecord.PhaseRunning || p.ContainerRestarts["main"] != i+1 || p.Restarts != 0 {
 			t.Fatalf("restart %d: phase %s, container restarts %v, pod restarts %d", i+1, p.Phase, p.ContainerRestarts, p.Restarts)
 		}
 	}
@@ -69,9 +70,9 @@ func TestInstantCrashAfterSwapIsClassifiedAtOnce(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	newID := p.Latest["main"]
-	if newID == id || p.Phase != PhaseTerminating || p.Trigger.ContainerID != newID {
+	if newID == id || p.Phase != restartrecord.PhaseTerminating || p.Trigger.ContainerID != newID {
 		t.Fatalf("after the swap: phase %s, trigger %+v, latest %s", p.Phase, p.Trigger, newID)
 	}
 	if st := k.list()[newID]; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
@@ -147,7 +148,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	}
 	// The next list may still be served before the kubelet's next read,
 	// which may belong to a list from before the swap: still held.
-	nw := k.m.pods[sb].Latest["main"]
+	nw := k.m.pods.Get(sb).Latest["main"]
 	if got := listPod(); got[old] != runtimeapi.ContainerState_CONTAINER_RUNNING || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod list after the swap, before the next read: %v, want old held running and new %s running", got, nw)
 	}
@@ -157,7 +158,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	// That read was the last that can belong to a list from before the swap;
 	// once it is done (readWindow after it began), the hold ends.
 	k.m.mu.Lock()
-	k.m.pods[sb].Reads.At.Store(time.Now().Add(-readWindow).UnixNano())
+	k.m.pods.Get(sb).Reads.At.Store(time.Now().Add(-readWindow).UnixNano())
 	k.m.mu.Unlock()
 	if got := listPod(); got[old] != runtimeapi.ContainerState_CONTAINER_EXITED || got[nw] != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("pod list after the read: %v, want old exited and new %s running", got, nw)
@@ -176,7 +177,7 @@ func TestStatusAfterSwapHoldsTheListedPicture(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if p := k.m.pods[sb]; p.Phase != PhaseTerminating || p.Trigger.ContainerID == nw {
+	if p := k.m.pods.Get(sb); p.Phase != restartrecord.PhaseTerminating || p.Trigger.ContainerID == nw {
 		t.Fatalf("phase %s: the instantly crashed instance should be the next trigger", p.Phase)
 	}
 	if s := k.status(nw); s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
@@ -198,8 +199,8 @@ func TestKubeletStopsAreNotRestarted(t *testing.T) {
 		}); err != nil {
 		t.Fatal(err)
 	}
-	if s := k.status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 137 || k.m.pods[sb].Phase != PhaseRunning {
-		t.Fatalf("kubelet-stopped container: %v/%d, phase %s; want its real exit and no restart", s.State, s.ExitCode, k.m.pods[sb].Phase)
+	if s := k.status(main); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || s.ExitCode != 137 || k.m.pods.Get(sb).Phase != restartrecord.PhaseRunning {
+		t.Fatalf("kubelet-stopped container: %v/%d, phase %s; want its real exit and no restart", s.State, s.ExitCode, k.m.pods.Get(sb).Phase)
 	}
 	if _, err := k.m.StopPodSandbox(context.Background(), &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb},
 		func(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
@@ -208,8 +209,8 @@ func TestKubeletStopsAreNotRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.exit(side, 1)
-	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || k.m.pods[sb].Phase != PhaseRunning {
-		t.Fatalf("exit after StopPodSandbox: %v, phase %s; want its real exit and no restart", s.State, k.m.pods[sb].Phase)
+	if s := k.status(side); s.State != runtimeapi.ContainerState_CONTAINER_EXITED || k.m.pods.Get(sb).Phase != restartrecord.PhaseRunning {
+		t.Fatalf("exit after StopPodSandbox: %v, phase %s; want its real exit and no restart", s.State, k.m.pods.Get(sb).Phase)
 	}
 	if created := k.created(); len(created) != 2 {
 		t.Fatalf("created %v: nothing may be restarted", created)
@@ -229,12 +230,12 @@ func TestRestartOnCommand(t *testing.T) {
 	if err := k.m.RestartPod(ctx, sb, "x"); err == nil {
 		t.Fatal("an untracked pod was restarted")
 	}
-	k.m.TrackAlso(func(s podspec.Spec) bool { return s.Orchestrator != nil })
+	k.m.trackAlso = func(s podspec.Spec) bool { return s.Orchestrator != nil }
 	sb = k.runPod(orchestrated)
 	for _, n := range []string{"init", "sidecar", "main"} {
 		k.start(sb, n)
 	}
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	if err := k.m.RestartContainer(ctx, sb, "nope", "x"); err == nil {
 		t.Fatal("restart of an unknown container accepted")
 	}
@@ -265,7 +266,7 @@ func TestRestartOnCommand(t *testing.T) {
 	if err := runSteps(k.m, ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	if p.Restarts != 1 || p.Phase != PhaseRunning {
+	if p.Restarts != 1 || p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("pod restarts %d, phase %s", p.Restarts, p.Phase)
 	}
 }
@@ -294,10 +295,10 @@ func TestCrashLoopRecordStaysBounded(t *testing.T) {
 	if n := len(p.Instances); n > 2 {
 		t.Fatalf("after 30 restarts the record holds %d instances: %v", n, p.Instances)
 	}
-	if p.ContainerRestarts["main"] != 30 || p.Phase != PhaseRunning {
+	if p.ContainerRestarts["main"] != 30 || p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("restarts %d phase %s", p.ContainerRestarts["main"], p.Phase)
 	}
-	if len(k.m.byID) != len(p.Instances) {
-		t.Fatalf("byID %d entries, pod %d", len(k.m.byID), len(p.Instances))
+	if n := k.m.pods.Indexed(); n != len(p.Instances) {
+		t.Fatalf("%d instances indexed, pod %d", n, len(p.Instances))
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
@@ -27,8 +28,8 @@ func (m *Manager) Resume(ctx context.Context) {
 	type create struct{ sandbox, name string }
 	var pending []create
 	m.mu.Lock()
-	for id, p := range m.pods {
-		if name, _, ok := strings.Cut(p.Creating, "/"); ok && p.Phase == PhaseStartup {
+	for id, p := range m.pods.All() {
+		if name, _, ok := strings.Cut(p.Creating, "/"); ok && p.Phase == restartrecord.PhaseStartup {
 			pending = append(pending, create{id, name})
 		}
 	}

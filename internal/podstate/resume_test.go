@@ -6,6 +6,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // A shim that died between the runtime creating a replayed container and the
@@ -17,12 +19,12 @@ func TestResumeAdoptsAnUnrecordedCreateBeforeServing(t *testing.T) {
 	k, sb, ids := setup(t, dir)
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	if err := k.m.refineShown(context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	p.Phase, p.Creating = PhaseStartup, "main/1"
-	if err := k.m.save(p); err != nil {
+	p.Phase, p.Creating = restartrecord.PhaseStartup, "main/1"
+	if err := k.m.pods.Save(p); err != nil {
 		t.Fatal(err)
 	}
 	orphan, err := k.cri.CreateContainer(context.Background(), k.createReq(sb, "main", 1))
@@ -44,13 +46,13 @@ func TestResumeAdoptsAnUnrecordedCreateBeforeServing(t *testing.T) {
 	}
 	m2.Resume(context.Background())
 	m2.mu.Lock()
-	in := m2.pods[sb].Inst(orphan.ContainerId)
-	adopted := in != nil && in.Part == PartNew
+	in := m2.pods.Get(sb).Inst(orphan.ContainerId)
+	adopted := in != nil && in.Part == restartrecord.PartNew
 	n := ""
 	if in != nil {
 		n = in.Name
 	}
-	creating := m2.pods[sb].Creating
+	creating := m2.pods.Get(sb).Creating
 	m2.mu.Unlock()
 	if !adopted || n != "main" || creating != "" {
 		t.Fatalf("after Resume: New[%s]=%q (%v), Creating %q; want the instance adopted", orphan.ContainerId, n, adopted, creating)
@@ -70,9 +72,9 @@ func TestKeepShownSurvivesARestartOfTheShim(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.m.mu.Lock()
-	phase, until := k.m.pods[sb].Phase, k.m.pods[sb].Inst(ids["main"]).HeldUntil
+	phase, until := k.m.pods.Get(sb).Phase, k.m.pods.Get(sb).Inst(ids["main"]).HeldUntil
 	k.m.mu.Unlock()
-	if phase != PhaseRunning || until.IsZero() {
+	if phase != restartrecord.PhaseRunning || until.IsZero() {
 		t.Fatalf("after the swap: phase %s, main kept shown until %v; want Running and kept", phase, until)
 	}
 	k2 := k.restarted(dir)
@@ -101,9 +103,9 @@ func TestResumeKeepsThePreviousProcessesListedPicture(t *testing.T) {
 		t.Fatal(err)
 	}
 	m2.mu.Lock()
-	phase := m2.pods[sb].Phase
+	phase := m2.pods.Get(sb).Phase
 	m2.mu.Unlock()
-	if phase != PhaseRunning {
+	if phase != restartrecord.PhaseRunning {
 		t.Fatalf("phase %s after the restart, want Running (swapped)", phase)
 	}
 	if s := k2.readPod(sb, ids["main"])[ids["main"]]; s.State != runtimeapi.ContainerState_CONTAINER_RUNNING {

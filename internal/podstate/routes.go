@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 const svc = "/runtime.v1.RuntimeService/"
@@ -45,7 +46,9 @@ func unavailable(err error) error {
 func (m *Manager) waitIdle(ctx context.Context, sandboxID string) error {
 	for {
 		busy, changed := false, (<-chan struct{})(nil)
-		m.with(sandboxID, func(p *Pod) { busy, changed = p != nil && p.Phase != PhaseRunning, m.phaseWait() })
+		m.with(sandboxID, func(p *restartrecord.Pod) {
+			busy, changed = p != nil && p.Phase != restartrecord.PhaseRunning, m.phaseWait()
+		})
 		if !busy {
 			return nil
 		}

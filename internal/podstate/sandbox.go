@@ -12,6 +12,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 var _ podtable.Admitter = (*Manager)(nil)
@@ -42,24 +43,24 @@ func (m *Manager) Admit(_ context.Context, pod *podtable.Pod) (podtable.Admissio
 			m.log.Warn("podstate: "+pr, "pod", md.GetNamespace()+"/"+md.GetName())
 		}
 		if !tracked {
-			if err := m.st.SaveProblems(&Pod{SandboxID: id, UID: md.GetUid(), Name: md.GetName(),
-				Namespace: md.GetNamespace(), Problems: problems, Phase: PhaseRunning}); err != nil {
+			if err := m.st.SaveProblems(&restartrecord.Pod{SandboxID: id, UID: md.GetUid(), Name: md.GetName(),
+				Namespace: md.GetNamespace(), Problems: problems, Phase: restartrecord.PhaseRunning}); err != nil {
 				m.log.Error("podstate: recording annotation problems", "err", err)
 			}
 			return nil
 		}
-		p := &Pod{
+		p := &restartrecord.Pod{
 			SandboxID: id, UID: md.GetUid(), Name: md.GetName(), Namespace: md.GetNamespace(),
 			LogDirectory: cfg.GetLogDirectory(), Rules: spec.Rules, Problems: problems, Termination: spec.Termination,
-			Phase: PhaseRunning, PhaseSince: m.clock.Now(),
+			Phase: restartrecord.PhaseRunning, PhaseSince: m.clock.Now(),
 		}
 		var err error
-		m.with(id, func(*Pod) {
+		m.with(id, func(*restartrecord.Pod) {
 			m.adopt(p)
-			if err = m.save(p); err != nil {
-				delete(m.pods, p.SandboxID)
+			if err = m.pods.Save(p); err != nil {
+				m.pods.Drop(p.SandboxID)
 				m.reads.Delete(p.SandboxID)
-				m.tracked.Store(int32(len(m.pods)))
+				m.tracked.Store(int32(m.pods.Len()))
 			}
 		})
 		if err != nil {
@@ -77,12 +78,12 @@ func (m *Manager) Admit(_ context.Context, pod *podtable.Pod) (podtable.Admissio
 func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest,
 	next proxy.UnaryNext[runtimeapi.StopPodSandboxRequest, runtimeapi.StopPodSandboxResponse]) (*runtimeapi.StopPodSandboxResponse, error) {
 	var err error
-	m.with(req.PodSandboxId, func(p *Pod) {
+	m.with(req.PodSandboxId, func(p *restartrecord.Pod) {
 		if p == nil || p.Stopped {
 			return
 		}
 		phase := p.Phase
-		if err = m.abandon(p); err == nil && phase != PhaseRunning {
+		if err = m.abandon(p); err == nil && phase != restartrecord.PhaseRunning {
 			m.log.Info("podstate: pod is being stopped; restart abandoned", "pod", p.Namespace+"/"+p.Name, "phase", phase)
 		}
 	})
@@ -94,10 +95,11 @@ func (m *Manager) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 
 // SandboxGone forgets a sandbox the pod table announced gone (removed, or
 // no longer listed by the runtime): the server subscribes it to the store's
-// lifecycle, which removes the pod's records right after; save skips pods no
-// longer tracked, so none is written again.
+// lifecycle, which removes the pod's records right after; a save of a pod
+// no longer tracked is refused (restartrecord.ErrRemoved), so none is
+// written again.
 func (m *Manager) SandboxGone(id string) {
-	m.with(id, func(p *Pod) {
+	m.with(id, func(p *restartrecord.Pod) {
 		if p == nil {
 			return
 		}
@@ -113,19 +115,15 @@ func (m *Manager) SandboxGone(id string) {
 
 // dropLocked forgets a sandbox's pod, if tracked, and cancels its step in progress;
 // it returns the pod forgotten. The caller holds m.mu.
-func (m *Manager) dropLocked(id string) *Pod {
-	p := m.pods[id]
+func (m *Manager) dropLocked(id string) *restartrecord.Pod {
+	p := m.pods.Drop(id)
 	if p == nil {
 		return nil
 	}
-	for cid := range p.Instances {
-		delete(m.byID, cid)
-	}
-	delete(m.pods, id)
 	m.reads.Delete(id)
 	m.traces.Delete(id)
 	m.cancelStep(id)
-	m.tracked.Store(int32(len(m.pods)))
+	m.tracked.Store(int32(m.pods.Len()))
 	// Only the curve keys this sandbox owns: another (live) sandbox of the
 	// same pod keeps its position (backoff.Tracker).
 	m.bo.Forget(p.UID, id)

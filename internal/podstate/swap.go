@@ -28,13 +28,13 @@ import (
 // reset, not initialized, and retries the init container (restartPolicy
 // Always, OnFailure) or fails the pod (Never) itself.
 func (m *Manager) swap(sandboxID string, exited []*runtimeapi.ContainerStatus, handBack bool) (err error) {
-	m.with(sandboxID, func(p *Pod) { err = m.swapLocked(p, exited, handBack) })
+	m.with(sandboxID, func(p *restartrecord.Pod) { err = m.swapLocked(p, exited, handBack) })
 	return err
 }
 
 // swapLocked is swap of p (nil: no longer tracked) with m.mu held.
-func (m *Manager) swapLocked(p *Pod, exited []*runtimeapi.ContainerStatus, handBack bool) error {
-	if p == nil || p.Phase != PhaseStartup {
+func (m *Manager) swapLocked(p *restartrecord.Pod, exited []*runtimeapi.ContainerStatus, handBack bool) error {
+	if p == nil || p.Phase != restartrecord.PhaseStartup {
 		for _, s := range exited {
 			if _, err := m.classifyLocked(s); err != nil {
 				return err
@@ -42,70 +42,27 @@ func (m *Manager) swapLocked(p *Pod, exited []*runtimeapi.ContainerStatus, handB
 		}
 		return nil
 	}
-	snap, saves := p.Snapshot(), m.saves
-	replaced := map[string]string{} // container name: the instance this swap replaces
-	for id, name := range p.PartOf(PartNew) {
-		replaced[name] = p.Latest[name]
-		p.Latest[name] = id
-	}
-	// A container started again shows its older instances as they are; a
-	// whole-pod restart handed back hides those of the containers it did not
-	// start again until the kubelet creates them (recordCreate).
-	for _, in := range p.Instances {
-		if _, renewed := replaced[in.Name]; renewed {
-			in.Hidden = false
-		} else if handBack && p.Scope == "" {
-			in.Hidden = true
-		}
-	}
-	if p.Scope != "" {
-		if p.ContainerRestarts == nil {
-			p.ContainerRestarts = map[string]int{}
-		}
-		p.ContainerRestarts[p.Scope]++
-	} else {
-		p.Restarts++
-	}
-	p.Scope = ""
+	c := m.pods.Begin(p)
 	took, trigger := m.clock.Now().Sub(p.Trigger.FinishedAt), *p.Trigger
 	if err := m.enter(p, restartrecord.EventSwapped); err != nil {
-		m.rollback(p, snap)
-		return err
+		return c.Commit(err)
 	}
-	// Hold the instance this swap replaces if a list showed it running (see
-	// Instance.HeldUntil). Older instances of the container keep the hold
-	// their own swap gave them: renewing it at every swap would, in a crash
-	// loop (one kubelet read per swap), keep every replaced instance shown
-	// running, so the kubelet would never see one exit and never remove it.
-	for id, in := range p.Instances {
-		prev, ok := replaced[in.Name]
-		if !in.Listed || in.Part == PartNew || !ok {
-			continue
-		}
-		if id == prev {
-			in.HeldUntil, in.HeldAt = m.clock.Now().Add(maxHold), p.Reads.N.Load()
-		}
-		in.Listed = false
-	}
-	p.EndRestartParts()
-	p.LastError, p.Creating, p.WarmFailed = "", "", nil
+	p.Swap(handBack, m.clock.Now().Add(maxHold))
 	var err error
 	for _, s := range exited {
 		if _, err = m.classifyLocked(s); err != nil {
 			break
 		}
 	}
-	if err == nil && m.saves == saves {
-		err = m.save(p) // one save for the swap and what it classified
+	if !c.Saved() { // else a classification's save carried the swap
+		if err := c.Commit(err); err != nil {
+			return err
+		}
 	}
-	if err != nil && m.saves == saves {
-		m.rollback(p, snap)
-		return err
-	}
-	// Recorded (a classification's save carried the swap; an exit whose
-	// verdict could not be recorded is classified at the next look).
+	// Recorded (an exit whose verdict could not be recorded is classified
+	// at the next look).
 	m.metrics.latency.Observe(took.Seconds())
-	if p.Phase == PhaseRunning {
+	if p.Phase == restartrecord.PhaseRunning {
 		m.observer.RestartEnded(refOf(p), trigger, restartapi.Restarted)
 	} else {
 		m.observer.RestartEnded(refOf(p), trigger, restartapi.RestartedAgain)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/fakeruntime"
 	"github.com/cri-shim/cri-shim/internal/podspec"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // terminationPod runs the setup pod with the termination annotation value
@@ -42,7 +43,7 @@ func terminationPod(t *testing.T, dir, value string) (kubelet, string, map[strin
 	}
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
-	if p := k.m.pods[sb]; p.Phase != PhaseTerminating {
+	if p := k.m.pods.Get(sb); p.Phase != restartrecord.PhaseTerminating {
 		t.Fatalf("main's exit 88 did not start a restart: phase %s", p.Phase)
 	}
 	return k, sb, ids
@@ -88,7 +89,7 @@ func TestRestartStopsByTermination(t *testing.T) {
 			if err := runSteps(k.m, context.Background(), sb); err != nil {
 				t.Fatal(err)
 			}
-			if p := k.m.pods[sb]; p.Phase != PhaseRunning || p.Restarts != 1 {
+			if p := k.m.pods.Get(sb); p.Phase != restartrecord.PhaseRunning || p.Restarts != 1 {
 				t.Fatalf("after the restart: phase %s restarts %d (%s)", p.Phase, p.Restarts, p.LastError)
 			}
 			side := ids["sidecar"]
@@ -109,7 +110,7 @@ func TestTerminationSurvivesShimRestart(t *testing.T) {
 	dir := t.TempDir()
 	k, sb, ids := terminationPod(t, dir, "immediate")
 	m2 := k.restarted(dir).m
-	if p := m2.pods[sb]; p == nil || p.Termination != podspec.TerminationImmediate {
+	if p := m2.pods.Get(sb); p == nil || p.Termination != podspec.TerminationImmediate {
 		t.Fatalf("pod record after a shim restart: %v", p != nil && p.Termination == podspec.TerminationImmediate)
 	}
 	if err := runSteps(m2, context.Background(), sb); err != nil {
@@ -124,7 +125,7 @@ func TestTerminationSurvivesShimRestart(t *testing.T) {
 // (`cri-shim pods`) and in the problems counter; the rules still apply.
 func TestUnknownTerminationIsAProblem(t *testing.T) {
 	k, sb, _ := terminationPod(t, t.TempDir(), "kill -9")
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	if p.Termination != podspec.TerminationGraceful || len(p.Problems) != 1 ||
 		!strings.Contains(p.Problems[0], `annotation restart.cri-shim.io/termination: unknown value "kill -9"`) {
 		t.Fatalf("termination %q problems %q", p.Termination, p.Problems)

@@ -12,6 +12,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // traceTail is how long after its swap a restart's trace still logs the
@@ -63,7 +65,7 @@ func debugEnabled(log *slog.Logger) bool {
 
 // traceBegin starts the trace of a restart of p whose triggering exit
 // finished at finished, replacing any earlier one. m.mu held.
-func (m *Manager) traceBegin(p *Pod, finished time.Time, via string) {
+func (m *Manager) traceBegin(p *restartrecord.Pod, finished time.Time, via string) {
 	if !m.debug {
 		return
 	}
@@ -105,7 +107,7 @@ func (m *Manager) traceContainer(id, step string, args ...any) {
 		return
 	}
 	sb := ""
-	m.withContainer(id, func(p *Pod, _ *Instance) {
+	m.withContainer(id, func(p *restartrecord.Pod, _ *restartrecord.Instance) {
 		if p != nil {
 			sb = p.SandboxID
 		}

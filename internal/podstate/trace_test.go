@@ -11,6 +11,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // syncBuffer is a log destination safe for the manager's goroutines.
@@ -121,8 +123,8 @@ func TestRestartTraceOnlyAtDebug(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	if k.m.pods[sb].Restarts != 1 {
-		t.Fatalf("restarts %d, want 1", k.m.pods[sb].Restarts)
+	if k.m.pods.Get(sb).Restarts != 1 {
+		t.Fatalf("restarts %d, want 1", k.m.pods.Get(sb).Restarts)
 	}
 	if strings.Contains(buf.String(), "restart trace") {
 		t.Fatalf("trace logged at info level:\n%s", buf.String())
@@ -154,7 +156,7 @@ func TestRestartTraceTail(t *testing.T) {
 	k, sb, _ := setupLogged(t, t.TempDir(), logAt(&buf, slog.LevelDebug))
 	clock := &manualClock{now: time.Unix(1000, 0)}
 	k.m.clock = clock
-	k.m.with(sb, func(p *Pod) { k.m.traceBegin(p, clock.now.Add(-20*time.Millisecond), viaEvent) })
+	k.m.with(sb, func(p *restartrecord.Pod) { k.m.traceBegin(p, clock.now.Add(-20*time.Millisecond), viaEvent) })
 	clock.add(time.Second)
 	k.m.traceEnd(sb, traceSwapped)
 	clock.add(traceTail)
@@ -173,7 +175,7 @@ func TestRestartTraceTail(t *testing.T) {
 	if _, ok := k.m.traces.Load(sb); ok {
 		t.Fatal("trace kept after its tail")
 	}
-	k.m.with(sb, func(p *Pod) { k.m.traceBegin(p, clock.now, viaEvent) })
+	k.m.with(sb, func(p *restartrecord.Pod) { k.m.traceBegin(p, clock.now, viaEvent) })
 	k.m.SandboxGone(sb)
 	if _, ok := k.m.traces.Load(sb); ok {
 		t.Fatal("trace kept after the sandbox went")

@@ -47,6 +47,6 @@ func TestReplayKeepsFieldsThisBuildDoesNotKnow(t *testing.T) {
 		if !fakeruntime.HasUnknown(r, "kubelet") || !fakeruntime.HasUnknown(r.Config, "kubelet") || !fakeruntime.HasUnknown(r.Config.Metadata, "kubelet") {
 			t.Fatalf("restart %d: the replayed create lost the kubelet's unknown fields", restart)
 		}
-		id = k.m.pods[sb].Latest["main"]
+		id = k.m.pods.Get(sb).Latest["main"]
 	}
 }

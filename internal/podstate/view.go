@@ -9,6 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
@@ -35,7 +36,7 @@ func (m *Manager) Verdicts(ctx context.Context, cs []wire.Container, want *runti
 	out := make([]wire.Verdict, len(cs))
 	for i, c := range cs {
 		state := c.State
-		p := m.pods[c.Sandbox]
+		p := m.pods.Get(c.Sandbox)
 		if p != nil {
 			hide, fake := p.View(c.ID)
 			if hide || p.PendingCreate(c.ID, c.Name) {
@@ -80,7 +81,7 @@ func (m *Manager) StatusMayChange(c wire.Container) bool {
 func (m *Manager) Unchanged(c wire.Container) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.byID[c.ID] != "" && !m.statusMayChangeLocked(c)
+	return m.pods.Of(c.ID) != nil && !m.statusMayChangeLocked(c)
 }
 
 // statusMayChangeLocked is StatusMayChange with m.mu held.
@@ -88,7 +89,7 @@ func (m *Manager) statusMayChangeLocked(c wire.Container) bool {
 	if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return false
 	}
-	p := m.pods[m.byID[c.ID]]
+	p := m.pods.Of(c.ID)
 	if p == nil {
 		return false
 	}
@@ -97,7 +98,7 @@ func (m *Manager) statusMayChangeLocked(c wire.Container) bool {
 	if in == nil {
 		return false
 	}
-	if exited && (!in.Dead || m.needsClassification(p, c.ID, c.Name)) {
+	if exited && (!in.Dead || p.NeedsClassification(c.ID, c.Name)) {
 		return true
 	}
 	_, fake := p.View(c.ID)
@@ -126,7 +127,7 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 			return err
 		}
 	}
-	p := m.pods[m.byID[s.Id]]
+	p := m.pods.Of(s.Id)
 	if p == nil {
 		return nil
 	}
@@ -156,7 +157,7 @@ func (m *Manager) DropEvent(e *runtimeapi.ContainerEventResponse) bool {
 		}
 	}
 	hide, fake := false, false
-	m.withContainer(e.ContainerId, func(p *Pod, _ *Instance) {
+	m.withContainer(e.ContainerId, func(p *restartrecord.Pod, _ *restartrecord.Instance) {
 		if p != nil {
 			hide, fake = p.View(e.ContainerId)
 		}
@@ -185,7 +186,7 @@ func (m *Manager) MayDecide(cs []wire.ContainerBytes, out []bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, c := range cs {
-		p := m.pods[string(c.Sandbox)]
-		out[i] = p != nil && (p.Phase != PhaseRunning || p.Instances[string(c.ID)] != nil)
+		p := m.pods.GetBytes(c.Sandbox)
+		out[i] = p != nil && (p.Phase != restartrecord.PhaseRunning || p.Instances[string(c.ID)] != nil)
 	}
 }

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // During a restart the encoded paths show the kubelet exactly what the
@@ -37,8 +39,8 @@ func TestBytesPathsMatchDecodedPaths(t *testing.T) {
 	compare("running")
 	k.exit(ids["main"], 88)
 	compare("trigger exited")
-	if k.m.pods[sb].Phase != PhaseTerminating {
-		t.Fatalf("phase %s", k.m.pods[sb].Phase)
+	if k.m.pods.Get(sb).Phase != restartrecord.PhaseTerminating {
+		t.Fatalf("phase %s", k.m.pods.Get(sb).Phase)
 	}
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)

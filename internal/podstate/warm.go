@@ -3,7 +3,7 @@ package podstate
 // Warm restarts: a replayed container restored from the pod's latest
 // checkpoint instead of started fresh, when the pod asks for it
 // (docs/in-place-restart.md, "Warm restart"). The checkpoint side is
-// internal/criu's; the server wires it in with WarmFrom.
+// internal/criu's; the server gives it to New (Options.Warm).
 
 import (
 	"context"
@@ -12,18 +12,16 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/restartapi"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
-
-// WarmFrom sets where warm restarts come from. Call before Run.
-func (m *Manager) WarmFrom(f restartapi.WarmSource) { m.warm = f }
 
 // warmRequest is the request a replay creates the container with: the
 // warm one if the pod asks for it and it can be had, else req. ws is nil
 // for a cold create. A pod whose warm start of this container already failed
 // in this restart is started cold.
-func (m *Manager) warmRequest(ctx context.Context, p *Pod, name string, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerRequest, *restartapi.WarmStart) {
+func (m *Manager) warmRequest(ctx context.Context, p *restartrecord.Pod, name string, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerRequest, *restartapi.WarmStart) {
 	failed := false
-	m.with(p.SandboxID, func(p *Pod) { failed = p != nil && p.WarmFailed[name] })
+	m.with(p.SandboxID, func(p *restartrecord.Pod) { failed = p != nil && p.WarmFailed[name] })
 	if m.warm == nil || failed {
 		return req, nil
 	}
@@ -40,8 +38,8 @@ func (m *Manager) warmRequest(ctx context.Context, p *Pod, name string, req *run
 
 // warmCold records that a container of a pod asking for warm restarts
 // starts cold in this restart, and tells why.
-func (m *Manager) warmCold(p *Pod, name, why string) {
-	m.with(p.SandboxID, func(p *Pod) {
+func (m *Manager) warmCold(p *restartrecord.Pod, name, why string) {
+	m.with(p.SandboxID, func(p *restartrecord.Pod) {
 		if p == nil {
 			return
 		}
@@ -56,7 +54,7 @@ func (m *Manager) warmCold(p *Pod, name, why string) {
 }
 
 // warmStarted tells that a container was restored from its checkpoint.
-func (m *Manager) warmStarted(p *Pod, name string, ws *restartapi.WarmStart) {
+func (m *Manager) warmStarted(p *restartrecord.Pod, name string, ws *restartapi.WarmStart) {
 	age := m.clock.Now().Sub(ws.CheckpointedAt)
 	m.metrics.warm.WithLabelValues("restored").Inc()
 	m.log.Info("podstate: container restored from its pod's checkpoint", "pod", p.Namespace+"/"+p.Name, "container", name,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/podspec"
 	"github.com/cri-shim/cri-shim/internal/restartapi"
+	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
 // warmSource answers every replayed container with a restore from
@@ -68,8 +69,8 @@ func (o *recordingObserver) WarmRestart(p restartapi.PodRef, r restartapi.WarmRe
 func warmPod(t *testing.T, src *warmSource) (kubelet, string, *recordingObserver) {
 	k := newKubelet(t, t.TempDir())
 	o := &recordingObserver{}
-	k.m.Observe(o)
-	k.m.WarmFrom(src.source)
+	k.m.observer = o
+	k.m.warm = src.source
 	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	id := k.start(sb, "main")
 	k.exit(id, 1)
@@ -85,7 +86,7 @@ func TestWarmRestartCreatesFromTheCheckpoint(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	id := p.Latest["main"]
 	if from := k.container(id).GetAnnotations()["test.restored-from"]; from != "cp" {
 		t.Fatalf("the replayed instance was not created from the warm request (restored-from %q)", from)
@@ -100,7 +101,7 @@ func TestWarmRestartCreatesFromTheCheckpoint(t *testing.T) {
 	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "warm p main from cp") {
 		t.Fatalf("observer heard %q", got)
 	}
-	if p.Phase != PhaseRunning {
+	if p.Phase != restartrecord.PhaseRunning {
 		t.Fatalf("phase %s", p.Phase)
 	}
 }
@@ -115,7 +116,7 @@ func TestWarmRestartWithoutACheckpointStartsCold(t *testing.T) {
 	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: the pod has no checkpoint") {
 		t.Fatalf("observer heard %q", got)
 	}
-	if p := k.m.pods[sb]; p.Phase != PhaseRunning || len(k.created()) != 2 {
+	if p := k.m.pods.Get(sb); p.Phase != restartrecord.PhaseRunning || len(k.created()) != 2 {
 		t.Fatalf("phase %s, created %v", p.Phase, k.created())
 	}
 }
@@ -129,11 +130,11 @@ func TestWarmCreateRefusedStartsColdThenWarmAgain(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: creating the container from checkpoint cp failed") {
 		t.Fatalf("observer heard %q", got)
 	}
-	if p.Phase != PhaseRunning || src.released != 1 {
+	if p.Phase != restartrecord.PhaseRunning || src.released != 1 {
 		t.Fatalf("phase %s, released %d", p.Phase, src.released)
 	}
 	if from := k.container(p.Latest["main"]).GetAnnotations()["test.restored-from"]; from != "" {
@@ -161,11 +162,11 @@ func TestWarmStagingFailedStartsCold(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: staging the restore from checkpoint cp failed: archive: no CRIU images") {
 		t.Fatalf("observer heard %q", got)
 	}
-	if p.Phase != PhaseRunning || k.container(p.Latest["main"]).GetAnnotations()["test.restored-from"] != "" {
+	if p.Phase != restartrecord.PhaseRunning || k.container(p.Latest["main"]).GetAnnotations()["test.restored-from"] != "" {
 		t.Fatalf("phase %s; the running instance is the warm one", p.Phase)
 	}
 	if n := len(k.rt.Requests("RemoveContainer")); n != 1 {
@@ -181,14 +182,14 @@ func TestWarmStartWithoutRestoreStartsCold(t *testing.T) {
 	if err := runSteps(k.m, context.Background(), sb); err != nil {
 		t.Fatal(err)
 	}
-	p := k.m.pods[sb]
+	p := k.m.pods.Get(sb)
 	if len(src.staged) != 1 {
 		t.Fatalf("staged %v", src.staged)
 	}
 	if got := strings.Join(o.heard, "; "); !strings.Contains(got, "cold p main: restoring from checkpoint cp failed: rpc error: code = FailedPrecondition desc = started without its checkpoint") {
 		t.Fatalf("observer heard %q", got)
 	}
-	if p.Phase != PhaseRunning || k.container(p.Latest["main"]).GetAnnotations()["test.restored-from"] != "" {
+	if p.Phase != restartrecord.PhaseRunning || k.container(p.Latest["main"]).GetAnnotations()["test.restored-from"] != "" {
 		t.Fatalf("phase %s; the running instance is the warm one", p.Phase)
 	}
 }

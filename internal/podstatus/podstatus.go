@@ -68,9 +68,11 @@ type restartingCond struct {
 const maxWaiting = 1024
 
 // New reports through api's writer; it asks api's client whether the
-// kubelet owns AllContainersRestarting (Run).
-func New(api *kubeapi.API, log *slog.Logger) *Reporter {
-	r := &Reporter{w: api.Writer, owner: newOwnerCheck(api.Client, log), log: log, now: time.Now}
+// kubelet owns AllContainersRestarting (Run), and catches up from snapshot,
+// the restart state of the node's pods (the restart engine's Snapshot; nil:
+// none).
+func New(api *kubeapi.API, snapshot func() []restartapi.PodState, log *slog.Logger) *Reporter {
+	r := &Reporter{w: api.Writer, owner: newOwnerCheck(api.Client, log), log: log, now: time.Now, snapshot: snapshot}
 	r.owner.known = r.ownerKnown
 	return r
 }
@@ -105,10 +107,6 @@ func (r *Reporter) ownerKnown(owner int32) {
 	}
 	r.waiting = nil
 }
-
-// CatchUpFrom sets where Run reads the restart state of the node's pods
-// (the restart engine's Snapshot). Call before Run.
-func (r *Reporter) CatchUpFrom(snapshot func() []restartapi.PodState) { r.snapshot = snapshot }
 
 // Run writes the conditions of every pod podstate tracks once the client is
 // ready (writes queued by an earlier shim process are lost with it), then

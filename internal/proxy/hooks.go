@@ -90,6 +90,16 @@ func binders() []binder {
 	return out
 }
 
+// Takes reports whether feature implements a hook: New takes it.
+func Takes(feature any) bool {
+	for _, b := range binders() {
+		if _, ok := b.bind(feature, nil); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // routesOf binds the hooks of features, in the order given.
 func routesOf(features []any) ([]hookRoute, error) {
 	bs := binders()

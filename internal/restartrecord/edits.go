@@ -1,8 +1,8 @@
 package restartrecord
 
 // Edits and readings of one record that need nothing but the record. The
-// caller (podstate) holds its lock, and saves the record before acting on
-// an edit.
+// caller (podstate) holds its lock, and saves the record (Change) before
+// acting on an edit.
 
 import (
 	"fmt"
@@ -24,6 +24,56 @@ func (p *Pod) Settle(id string) {
 	if in := p.Inst(id); in != nil {
 		in.Settled = true
 	}
+}
+
+// NeedsClassification reports whether the exit of instance id (of
+// container name) is still to be classified against the rules: the pod is
+// Running, the container has a rule or a forced action, and the exit is
+// neither handled nor left alone for the orchestrator (Held).
+func (p *Pod) NeedsClassification(id, name string) bool {
+	in := p.Inst(id)
+	return in != nil && p.Phase == PhaseRunning && !p.Stopped && (len(p.Rules[name]) > 0 || p.Forced[name] != "") &&
+		!in.Settled && !p.Held[name]
+}
+
+// Forgettable reports whether instance id, gone from the runtime, may
+// leave the record: not while a restart in progress still refers to it
+// (its trigger, the instances it stops or shows, the ones it created), nor
+// while it is its container's newest.
+func (p *Pod) Forgettable(id string) bool {
+	in := p.Inst(id)
+	if in == nil {
+		return false
+	}
+	restarting := p.Phase != PhaseRunning
+	switch {
+	case p.Latest[in.Name] == id || in.Shown || in.Part == PartNew:
+		return false
+	case restarting && p.Trigger != nil && p.Trigger.ContainerID == id:
+		return false
+	}
+	return !(in.Part == PartOld && restarting && !in.Dead) // else still to be stopped by the restart
+}
+
+// Force has container name's next exit classified with action instead of
+// the rules (a command of the pod's orchestrator).
+func (p *Pod) Force(name, action string) {
+	if p.Forced == nil {
+		p.Forced = map[string]string{}
+	}
+	p.Forced[name] = action
+}
+
+// StartsInFlight reports whether the kubelet is starting an old instance
+// of the restart in progress: the restart stops nothing until it has
+// returned.
+func (p *Pod) StartsInFlight() bool {
+	for _, in := range p.Instances {
+		if in.Part == PartOld && in.Starting {
+			return true
+		}
+	}
+	return false
 }
 
 // SetHeld holds (hold true) or releases a container the orchestrator

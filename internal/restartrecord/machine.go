@@ -2,9 +2,12 @@ package restartrecord
 
 // The in-place restart's state machine (KEP-5532's, as seen from under the
 // kubelet) as one table: which event moves a pod from which phase to which.
-// Every phase change goes through Next (podstate's enter).
+// Every phase change goes through Enter.
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Event is what moves a pod's restart on.
 type Event string
@@ -48,4 +51,15 @@ func Next(from Phase, ev Event) (Phase, error) {
 		return from, fmt.Errorf("restartrecord: %q is not a step of a restart in phase %s", ev, from)
 	}
 	return to, nil
+}
+
+// Enter moves p by ev: its phase, and since when (now). A step the machine
+// does not allow changes nothing and is an error.
+func (p *Pod) Enter(ev Event, now time.Time) error {
+	to, err := Next(p.Phase, ev)
+	if err != nil {
+		return err
+	}
+	p.Phase, p.PhaseSince = to, now
+	return nil
 }

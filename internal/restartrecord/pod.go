@@ -1,9 +1,11 @@
 // Package restartrecord is the durable record of a pod's in-place restart
 // (KEP-5532, carried out under the kubelet by internal/podstate): the pod and
 // its container instances, the phases a restart passes through and the
-// events that move it on, the record's store on disk, and the edits of a
-// record that need nothing but the record. podstate drives restarts with it;
-// `cri-shim pods` reads it.
+// events that move it on (Pod.Enter), the edits each restart step makes,
+// the tracked pods' records in memory (Records) and on disk (Store), and
+// the one way a record changes: a Change, saved durably before anything
+// acts on it, or put back. podstate drives restarts with it; `cri-shim pods`
+// reads it.
 package restartrecord
 
 import (
@@ -36,8 +38,8 @@ const (
 )
 
 // Pod is the persisted state of one pod sandbox that carries restart rules.
-// Its fields are changed under podstate's lock, and saved (Store.Save)
-// before the change is acted on.
+// Its fields are changed under podstate's lock, inside a Change that saves
+// them before the change is acted on.
 type Pod struct {
 	SandboxID    string        `json:"sandboxId"`
 	UID          string        `json:"uid"`

@@ -26,8 +26,8 @@ const (
 // a kill -9 or a power loss during a save leaves the record before it
 // (statestore.Slots). Each save is durable before it returns and reported to
 // statefile's health: a step whose save failed is not carried out
-// (docs/operations.md, "Readiness on write failure"). Saves of one pod are
-// serialised by podstate's lock.
+// (docs/operations.md, "Readiness on write failure"). Saves go through
+// Records, under podstate's lock.
 type Store struct {
 	slots    *statestore.Slots
 	problems *statestore.Bucket

@@ -85,9 +85,8 @@ func TestKeptAnswerAndWhatDropsIt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &engine{tracked: map[string]bool{"c1": true}}
-			v := New(e, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			sub := uint64(1)
-			v.EventsFrom(func() uint64 { return sub })
+			v := New(e, func() uint64 { return sub }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			rt := &exitedRuntime{}
 			first := statusOf(t, v, rt, "c1")
 			if again := statusOf(t, v, rt, "c1"); rt.calls != 1 || !bytes.Equal(again, first) {

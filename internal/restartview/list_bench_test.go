@@ -53,7 +53,7 @@ func newRelistNode(b *testing.B) *relistNode {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rt := fakeruntime.Start(b)
 	cri := rt.Client()
-	m, err := podstate.New(cri, b.TempDir(), backoff.NewTracker(backoff.Curve{Initial: 10 * time.Second, Max: 300 * time.Second}, nil), log)
+	m, err := podstate.New(cri, b.TempDir(), backoff.NewTracker(backoff.Curve{Initial: 10 * time.Second, Max: 300 * time.Second}, nil), log, podstate.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func newRelistNode(b *testing.B) *relistNode {
 	if err != nil {
 		b.Fatal(err)
 	}
-	v := restartview.New(m, log)
+	v := restartview.New(m, nil, log)
 	return &relistNode{view: v, list: list}
 }
 

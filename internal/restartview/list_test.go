@@ -78,7 +78,7 @@ func TestListHandsVerdictsOnlyWhatTheEngineMayDecide(t *testing.T) {
 			for _, id := range tc.fake {
 				e.fake[id] = true
 			}
-			v := New(e, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			v := New(e, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			out, err := v.ListContainersBytes(context.Background(), nil, next)
 			if err != nil {
 				t.Fatal(err)

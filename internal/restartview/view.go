@@ -71,19 +71,20 @@ var (
 	_ proxy.Activity                 = (*View)(nil)
 )
 
-// New returns the view of e's pods.
-func New(e Engine, log *slog.Logger) *View {
+// New returns the view of e's pods. live reports the subscription of the
+// event feed that reports removals to OnEvent (events.Feed.Live): answers
+// are kept only while it is subscribed; nil: no feed.
+func New(e Engine, live func() uint64, log *slog.Logger) *View {
+	if live == nil {
+		live = func() uint64 { return 0 }
+	}
 	return &View{
-		e: e, log: log, live: func() uint64 { return 0 },
+		e: e, log: log, live: live,
 		reused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cri_shim_exited_status_reused_total", Help: "ContainerStatus calls for exited instances of governed containers answered with the runtime's kept answer, without a round trip.",
 		}),
 	}
 }
-
-// EventsFrom tells the view which event feed reports removals (OnEvent):
-// answers are kept only while it is subscribed. Call before serving.
-func (v *View) EventsFrom(live func() uint64) { v.live = live }
 
 // Collectors are the view's metrics.
 func (v *View) Collectors() []prometheus.Collector { return []prometheus.Collector{v.reused} }

@@ -28,7 +28,7 @@ type runnable struct {
 }
 
 // Add adds run, named for what it does, which uses the runnables named in
-// uses (added before it) while it runs.
+// uses (added before or after it) while it runs.
 func (g *runGroup) Add(name string, run func(context.Context), uses ...string) {
 	g.runs = append(g.runs, &runnable{name: name, run: run, uses: uses})
 }
@@ -37,22 +37,40 @@ func (g *runGroup) Add(name string, run func(context.Context), uses ...string) {
 // group's stop. The stop begins when ctx ends or stop is called, whichever
 // comes first: it cancels each runnable once every runnable that uses it has
 // returned, and stop waits for all of them; calling it again does nothing
-// more. A name used but not added (or added later: there are no cycles) is
-// an error, and nothing starts.
+// more. A name used but not added, or uses that form a cycle (each
+// runnable would wait for the other to stop), are an error, and nothing
+// starts.
 func (g *runGroup) Start(ctx context.Context) (stop func(), err error) {
 	byName := map[string]*runnable{}
 	for _, r := range g.runs {
 		if byName[r.name] != nil {
 			return nil, fmt.Errorf("runnable %q added twice", r.name)
 		}
+		byName[r.name] = r
+	}
+	for _, r := range g.runs {
 		for _, u := range r.uses {
 			dep := byName[u]
 			if dep == nil {
-				return nil, fmt.Errorf("runnable %q uses %q, which is not added before it", r.name, u)
+				return nil, fmt.Errorf("runnable %q uses %q, which is not added", r.name, u)
 			}
 			dep.users = append(dep.users, r)
 		}
-		byName[r.name] = r
+	}
+	// depth is how many runnables use one in a chain: fewer than all of
+	// them, unless the chain has a cycle (each pass lengthens it by one).
+	depth := map[*runnable]int{}
+	for range g.runs {
+		for _, r := range g.runs {
+			for _, u := range r.users {
+				depth[r] = max(depth[r], depth[u]+1)
+			}
+		}
+	}
+	for _, r := range g.runs {
+		if depth[r] >= len(g.runs) {
+			return nil, fmt.Errorf("the uses of runnable %q form a cycle", r.name)
+		}
 	}
 	base := context.WithoutCancel(ctx)
 	for _, r := range g.runs {

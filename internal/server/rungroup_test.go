@@ -10,8 +10,9 @@ import (
 )
 
 // A runnable is stopped only after every runnable that uses it has
-// returned, whether ctx ended or stop was called; a use of a name not added
-// before is refused before anything starts.
+// returned, whether ctx ended or stop was called, and whichever of the two
+// was added first; a use of a name not added, or a cycle of uses, is
+// refused before anything starts.
 func TestRunGroupStopsUsersFirst(t *testing.T) {
 	var mu sync.Mutex
 	var stopped []string
@@ -83,10 +84,32 @@ func TestRunGroupStopsUsersFirst(t *testing.T) {
 		t.Fatalf("stop order %v", stopped)
 	}
 
-	var bad runGroup
-	bad.Add("reporter", record("x", 0), "writer")
-	bad.Add("writer", record("y", 0))
-	if _, err := bad.Start(context.Background()); err == nil {
-		t.Fatal("a use of a runnable added later was accepted")
+	// A use of a runnable added later is the same.
+	stopped = nil
+	var later runGroup
+	later.Add("reporter", record("reporter", 20*time.Millisecond), "writer")
+	later.Add("writer", record("writer", 0))
+	if stop, err = later.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if !slices.Equal(stopped, []string{"reporter", "writer"}) {
+		t.Fatalf("stop order %v", stopped)
+	}
+
+	for name, add := range map[string]func(*runGroup){
+		"a use of a runnable not added": func(g *runGroup) { g.Add("reporter", record("x", 0), "writer") },
+		"a cycle of uses": func(g *runGroup) {
+			g.Add("a", record("a", 0), "c")
+			g.Add("b", record("b", 0), "a")
+			g.Add("c", record("c", 0), "b")
+			g.Add("d", record("d", 0))
+		},
+	} {
+		var bad runGroup
+		add(&bad)
+		if _, err := bad.Start(context.Background()); err == nil {
+			t.Fatalf("%s was accepted", name)
+		}
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/podstatus"
 	"github.com/cri-shim/cri-shim/internal/podtable"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restartapi"
 	"github.com/cri-shim/cri-shim/internal/restartview"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 	"github.com/cri-shim/cri-shim/internal/store"
@@ -72,7 +73,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	}
 	defer backend.Close()
 
+	rt := runtimeapi.NewRuntimeServiceClient(backend)
 	mc := metrics.New(proxy.CRIMethods())
+	mc.Registry.MustRegister(statefile.Collectors()...)
 	// The API server connection, nil when standalone. What the features
 	// write there is queued and written when it answers; nothing here
 	// waits for it.
@@ -80,30 +83,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	if err != nil {
 		return fmt.Errorf("kubernetes: %w", err)
 	}
-	mc.Registry.MustRegister(api.Collectors()...)
 	curve, err := cfg.BackoffCurve()
 	if err != nil {
 		return fmt.Errorf("backoff: %w", err)
 	}
-	pods, err := podstate.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, backoff.NewTracker(curve, nil), log)
-	if err != nil {
-		return fmt.Errorf("state_dir: %w", err)
-	}
-	pods.KeepDead(cfg.Backoff.KubeletDeadContainers)
-	mc.Registry.MustRegister(pods.Collectors()...)
-	// What the kubelet reads of the pods that restart in place.
-	view := restartview.New(pods, log)
-	mc.Registry.MustRegister(view.Collectors()...)
-	mc.Registry.MustRegister(statefile.Collectors()...)
 	// Every feature's per-sandbox records, and the lifecycle that tells
 	// them when a sandbox is gone.
 	st, err := store.Open(store.RootIn(cfg.StateDir))
 	if err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
-	st.Subscribe(pods.SandboxGone)
 	// The node's sandboxes, and the one announcement that one is gone.
-	table := podtable.New(runtimeapi.NewRuntimeServiceClient(backend), st, log)
+	table := podtable.New(rt, st, log)
+	// One subscription to the runtime's container events for every feature.
+	feed := events.NewFeed(backend, log)
 	tasks, err := capture.DialTasks(cfg.Runtime.Endpoint)
 	if err != nil {
 		return fmt.Errorf("runtime.endpoint: %w", err)
@@ -114,41 +107,75 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		return err
 	}
 	checkpoints := cp.service
-	mc.Registry.MustRegister(checkpoints.Collectors()...)
-	// In-place restarts of pods that ask for it start from their latest checkpoint.
-	pods.WarmFrom(checkpoints.WarmRestartRequest)
-	channels, err := podmgmt.New(runtimeapi.NewRuntimeServiceClient(backend), cfg.StateDir, st, pods, log)
+	// The pod status reporter observes the restart engine, and once the API
+	// server answers it catches up from the engine's snapshot: it reads
+	// pods, made just below, only when it runs.
+	var pods *podstate.Manager
+	var reporter *podstatus.Reporter
+	var observer restartapi.Observer // nil: none
+	if api != nil {
+		reporter = podstatus.New(api, func() []restartapi.PodState { return pods.Snapshot() }, log)
+		observer = reporter
+	}
+	pods, err = podstate.New(rt, cfg.StateDir, backoff.NewTracker(curve, nil), log, podstate.Options{
+		KeepDead: cfg.Backoff.KubeletDeadContainers,
+		// Pods that declare an orchestrator are tracked by the restart machinery
+		// even without restart rules: the orchestrator may restart them.
+		TrackAlso:  func(s podspec.Spec) bool { return s.Orchestrator != nil },
+		EventsLive: feed.Live,
+		Observer:   observer,
+		// In-place restarts of pods that ask for it start from their latest checkpoint.
+		Warm: checkpoints.WarmRestartRequest,
+	})
+	if err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	// What the kubelet reads of the pods that restart in place.
+	view := restartview.New(pods, feed.Live, log)
+	channels, err := podmgmt.New(rt, cfg.StateDir, st, pods, log)
 	if err != nil {
 		return fmt.Errorf("pod management: %w", err)
 	}
-	mc.Registry.MustRegister(channels.Collectors()...)
-	// Pods that declare an orchestrator are tracked by the restart machinery
-	// even without restart rules: the orchestrator may restart them.
-	pods.TrackAlso(func(s podspec.Spec) bool { return s.Orchestrator != nil })
-	// A new pod is admitted by each feature in this order (the pod table's
-	// RunPodSandbox): the checkpoint service first (it may refuse the pod:
-	// restore-from), then the restart state, the channel, and last the pod
-	// status reporter, which writes the readiness gate once every other
-	// feature recorded the sandbox.
-	table.Register(checkpoints, pods, channels)
-	var reporter *podstatus.Reporter
-	if api != nil {
-		reporter = podstatus.New(api, log)
-		pods.Observe(reporter)
-		reporter.CatchUpFrom(pods.Snapshot)
-		table.Register(reporter)
+	var podCheckpoints func(context.Context) // the PodCheckpoint controller, when configured
+	if api != nil && cfg.Kubernetes.PodCheckpoints {
+		podCheckpoints = func(ctx context.Context) {
+			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
+				nodeRuntime{table, rt}, cp.restores, cp.exporter, cp.sources, cp.events, log)
+		}
 	}
-	// The order in which the features see a call they share. The pod
-	// table is first, so it sees RemovePodSandbox answered after every
-	// feature and announces the sandbox gone to all of them (store.Gone);
-	// the channel adds its token mount before the restart state records the
-	// kubelet's CreateContainer (so replays carry it too) and overrides a
-	// status before the restart view reads it encoded (a bytes hook is
-	// last on its method); the restart state sees the kubelet's calls
-	// before warm start rewrites them.
-	shim := []any{table, channels, view, pods, checkpoints}
-	features := append(slices.Clone(o.Features), shim...)
-	p, err := proxy.New(backend, mc, features...)
+
+	// What runs, from the runtime outward. A new pod is admitted by the
+	// features in this order (the pod table's RunPodSandbox): the checkpoint
+	// service first (it may refuse the pod: restore-from), then the restart
+	// state, the channel, and last the pod status reporter, which writes the
+	// readiness gate once every other feature recorded the sandbox. A
+	// sandbox gone (after the checkpoint service's own subscription) and the
+	// runtime's container events reach them in this order too. A CRI call
+	// crosses them the other way, from the last to the first: the pod table
+	// sees RemovePodSandbox answered after every feature and announces the
+	// sandbox gone to all of them (store.Gone); the channel adds its token
+	// mount before the restart state records the kubelet's CreateContainer
+	// (so replays carry it too) and overrides a status before the restart
+	// view reads it encoded (a bytes hook is last on its method); the
+	// restart state sees the kubelet's calls before warm start rewrites
+	// them. Each entry runs beside the CRI server after what it uses, and
+	// stops before it.
+	bg := &runGroup{}
+	calls := wiring{table: table, store: st, feed: feed, registry: mc.Registry, group: bg}.wire([]feature{
+		{name: "runtime connection watch", run: func(ctx context.Context) { watchBackend(ctx, backend, log) }},
+		{name: "API server writer", value: api},
+		{name: "container event feed", value: feed},
+		{name: "checkpoint recovery and resume retries", value: checkpoints},
+		{name: "pulled checkpoint sweep", run: checkpoints.SweepPulled},
+		{name: "checkpoint schedules", run: checkpoints.RunSchedule, uses: []string{"checkpoint recovery and resume retries"}},
+		{name: "in-place restarts", value: pods, uses: []string{"container event feed", "pod status reporter"}},
+		{name: "kept exited statuses sweep", value: view, uses: []string{"container event feed"}},
+		{name: "pod orchestrator channels", value: channels, uses: []string{"container event feed", "in-place restarts"}},
+		{name: "pod status reporter", value: reporter, uses: []string{"API server writer"}},
+		{name: "PodCheckpoint objects", run: podCheckpoints, uses: []string{"API server writer", "checkpoint recovery and resume retries"}},
+		{name: "pod table relist", value: table},
+	})
+	p, err := proxy.New(backend, mc, append(slices.Clone(o.Features), calls...)...)
 	if err != nil {
 		return err
 	}
@@ -171,7 +198,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	probe := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err := runtimeapi.NewRuntimeServiceClient(backend).Version(ctx, &runtimeapi.VersionRequest{})
+		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
 		mc.SetRuntimeUp(err == nil)
 		return err
 	}
@@ -179,14 +206,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		log.Warn("runtime not answering at start; serving anyway, calls answer Unavailable until it is up",
 			"endpoint", cfg.Runtime.Endpoint, "err", err)
 	}
-
-	// One subscription to the runtime's container events for every feature.
-	feed := events.NewFeed(backend, log)
-	feed.Subscribe(pods.OnEvent)
-	feed.Subscribe(view.OnEvent)
-	feed.Subscribe(channels.OnEvent)
-	pods.EventsFrom(feed.Live)
-	view.EventsFrom(feed.Live)
 
 	// The records in step with the runtime before the first call is
 	// answered (an in-place upgrade's calls are already waiting): sandboxes
@@ -196,30 +215,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	}
 	pods.Resume(ctx)
 
-	// What runs beside the CRI server until it stops, each added after
-	// what it uses while it runs (it is stopped before those).
-	var bg runGroup
-	bg.Add("runtime connection watch", func(ctx context.Context) { watchBackend(ctx, backend, log) })
-	bg.Add("pod table relist", table.Run)
-	bg.Add("container event feed", feed.Run)
-	bg.Add("API server writer", api.Run)
-	restartUses := []string{"container event feed"}
-	if api != nil {
-		bg.Add("pod status reporter", reporter.Run, "API server writer")
-		restartUses = append(restartUses, "pod status reporter")
-	}
-	bg.Add("in-place restarts", pods.Run, restartUses...)
-	bg.Add("kept exited statuses sweep", view.Run, "container event feed")
-	bg.Add("pod orchestrator channels", channels.Run, "container event feed", "in-place restarts")
-	bg.Add("checkpoint recovery and resume retries", checkpoints.Run)
-	bg.Add("pulled checkpoint sweep", checkpoints.SweepPulled)
-	bg.Add("checkpoint schedules", checkpoints.RunSchedule, "checkpoint recovery and resume retries")
-	if api != nil && cfg.Kubernetes.PodCheckpoints {
-		bg.Add("PodCheckpoint objects", func(ctx context.Context) {
-			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
-				nodeRuntime{table, runtimeapi.NewRuntimeServiceClient(backend)}, cp.restores, cp.exporter, cp.sources, cp.events, log)
-		}, "API server writer", "checkpoint recovery and resume retries")
-	}
 	stopBackground, err := bg.Start(ctx)
 	if err != nil {
 		return err

@@ -156,8 +156,7 @@ func startShimNode(ctx context.Context, t testing.TB, cp *controlPlane, name, ro
 	}
 	n := &simNode{name: name, rt: &simRuntime{pods: map[string]*corev1.Pod{}}, api: api, reg: prometheus.NewRegistry()}
 	n.reg.MustRegister(api.Collectors()...)
-	n.reporter = podstatus.New(api, log)
-	n.reporter.CatchUpFrom(func() []restartapi.PodState { return nil })
+	n.reporter = podstatus.New(api, func() []restartapi.PodState { return nil }, log)
 	events := func(ref corev1.ObjectReference, eventType, reason, note string) {
 		api.Writes().Event(kubeapi.Event{Regarding: ref, Type: eventType, Reason: reason, Action: "Checkpoint", Note: note})
 	}

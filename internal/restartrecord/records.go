@@ -1,0 +1,173 @@
+package restartrecord
+
+// The tracked pods' records in memory, and each change of one made durable
+// or undone: a change is made in memory, saved before anything acts on it,
+// and put back when the save fails, so a restarted shim finds on disk what
+// this one acted on (docs/operations.md, "Readiness on write failure").
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"maps"
+)
+
+// ErrRemoved refuses a save of a pod dropped while a step held it: the
+// record of a sandbox that is gone is not brought back; the step stops.
+var ErrRemoved = errors.New("restartrecord: the pod's sandbox was removed")
+
+// Records are the tracked pods' records, by sandbox and by container
+// instance, guarded by the caller's lock (podstate's) with every Pod in
+// them, across each change and its save.
+type Records struct {
+	store   *Store
+	log     *slog.Logger
+	pods    map[string]*Pod   // by sandbox ID
+	byID    map[string]string // container ID -> sandbox ID
+	saves   uint64            // saves that succeeded (Change.Saved)
+	failing bool              // the last save failed: its recovery is logged
+}
+
+// NewRecords are empty records saved to st; Add takes in what st.Load read.
+func NewRecords(st *Store, log *slog.Logger) *Records {
+	return &Records{store: st, log: log, pods: map[string]*Pod{}, byID: map[string]string{}}
+}
+
+// Get is sandboxID's pod, nil when it is not tracked.
+func (r *Records) Get(sandboxID string) *Pod { return r.pods[sandboxID] }
+
+// GetBytes is Get without allocating.
+func (r *Records) GetBytes(sandboxID []byte) *Pod { return r.pods[string(sandboxID)] }
+
+// Of is the pod of container instance id, nil when it is not tracked.
+func (r *Records) Of(id string) *Pod { return r.pods[r.byID[id]] }
+
+// Indexed is how many instances Of finds (each tracked pod's, once).
+func (r *Records) Indexed() int { return len(r.byID) }
+
+// Len is the number of tracked pods.
+func (r *Records) Len() int { return len(r.pods) }
+
+// All are the tracked pods by sandbox ID, in no order.
+func (r *Records) All() iter.Seq2[string, *Pod] { return maps.All(r.pods) }
+
+// Add tracks p (new, or loaded from disk) and its instances.
+func (r *Records) Add(p *Pod) {
+	if p.Instances == nil {
+		p.Instances = map[string]*Instance{}
+	}
+	if p.Latest == nil {
+		p.Latest = map[string]string{}
+	}
+	if p.Creates == nil {
+		p.Creates = map[string][]byte{}
+	}
+	if p.Phase == "" {
+		p.Phase = PhaseRunning
+	}
+	if p.Reads == nil {
+		p.Reads = &Reads{}
+	}
+	r.pods[p.SandboxID] = p
+	for id := range p.Instances {
+		r.byID[id] = p.SandboxID
+	}
+}
+
+// Drop forgets sandboxID's pod (returned; nil when not tracked), which
+// can no longer be saved, and its instances.
+func (r *Records) Drop(sandboxID string) *Pod {
+	p := r.pods[sandboxID]
+	if p == nil {
+		return nil
+	}
+	for id := range p.Instances {
+		delete(r.byID, id)
+	}
+	delete(r.pods, sandboxID)
+	return p
+}
+
+// AddInstance is Pod.AddInstance, and Of finds the instance.
+func (r *Records) AddInstance(p *Pod, id, name string, part Part) {
+	p.AddInstance(id, name, part)
+	r.byID[id] = p.SandboxID
+}
+
+// RemoveInstance forgets instance id of p.
+func (r *Records) RemoveInstance(p *Pod, id string) {
+	delete(p.Instances, id)
+	delete(r.byID, id)
+}
+
+// Save writes p's record durably. On an error (statefile.ErrNotDurable)
+// the change must not be acted on: Change.Commit puts it back, and the
+// caller fails (a CRI call Unavailable) so that it is tried again.
+func (r *Records) Save(p *Pod) error {
+	if r.pods[p.SandboxID] != p {
+		return ErrRemoved
+	}
+	if err := r.store.Save(p); err != nil {
+		if !r.failing {
+			r.log.Error("restartrecord: state write failed; restart steps are not carried out until writes succeed again",
+				"pod", p.Namespace+"/"+p.Name, "err", err)
+		}
+		r.failing = true
+		return fmt.Errorf("restartrecord: recording pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	r.saves++
+	if r.failing {
+		r.failing = false
+		r.log.Info("restartrecord: state writes succeed again")
+	}
+	return nil
+}
+
+// Change is a change of a pod's record in progress (Begin, edits, Commit).
+type Change struct {
+	r     *Records
+	p     *Pod
+	snap  Pod
+	saves uint64
+}
+
+// Begin starts a change of p, which the caller then edits in place.
+func (r *Records) Begin(p *Pod) Change { return Change{r: r, p: p, snap: p.Snapshot(), saves: r.saves} }
+
+// Saved reports whether a nested change saved this one since Begin.
+func (c Change) Saved() bool { return c.r.saves != c.saves }
+
+// Commit saves the pod when err (the edits' own) is nil. When err is not
+// nil or the save fails, the pod and its instances are put back as they
+// were at Begin, on disk too if a nested change saved meanwhile (a failure
+// is logged by Save; the next save carries it), and the error returned.
+func (c Change) Commit(err error) error {
+	if err == nil {
+		err = c.r.Save(c.p)
+	}
+	if err == nil {
+		return nil
+	}
+	if c.r.pods[c.p.SandboxID] == c.p { // not dropped meanwhile
+		for id := range c.p.Instances {
+			if _, ok := c.snap.Instances[id]; !ok {
+				delete(c.r.byID, id)
+			}
+		}
+		for id := range c.snap.Instances {
+			c.r.byID[id] = c.p.SandboxID
+		}
+	}
+	*c.p = c.snap
+	if c.Saved() {
+		_ = c.r.Save(c.p)
+	}
+	return err
+}
+
+// Update makes change of p and commits it (Begin, Commit).
+func (r *Records) Update(p *Pod, change func(p *Pod) error) error {
+	c := r.Begin(p)
+	return c.Commit(change(p))
+}
