@@ -20,8 +20,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/capture"
+	"github.com/cri-shim/cri-shim/internal/ckptstore"
 	"github.com/cri-shim/cri-shim/internal/config"
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
@@ -219,7 +219,7 @@ Directories that are not readable checkpoints are reported as skipped.`,
 }
 
 func listCheckpoints(root string) checkpointList {
-	stored, problems := criu.List(root)
+	stored, problems := ckptstore.List(root)
 	list := checkpointList{Checkpoints: []checkpointItem{}, Skipped: append([]string{}, problems...)}
 	for _, c := range stored {
 		m := c.Manifest
@@ -247,7 +247,7 @@ func removeCheckpoint(root, name string) error {
 
 // newCompletedCmd is what a completed init container of a warm-started pod
 // runs instead of its own command (the shim mounts its binary into it as
-// criu.CompletedMountPath, with the arguments "completed <container>
+// warm.CompletedMountPath, with the arguments "completed <container>
 // <checkpoint>"). It takes its arguments as they come and always exits 0.
 func newCompletedCmd() *cobra.Command {
 	return &cobra.Command{

@@ -4,8 +4,9 @@
 // archives (internal/ckptarchive). It owns what a capture leaves behind:
 // the frozen records that make a killed shim resume every paused container
 // at its next start, and the directories an interrupted capture left
-// incomplete. What is done with checkpoints afterwards (retention, restores,
-// warm starts, schedules) is internal/criu's.
+// incomplete. What is done with checkpoints afterwards is others' job:
+// retention and schedules are the node's checkpoint store's
+// (internal/ckptstore), restores internal/restore's and internal/warm's.
 package capture
 
 import (
@@ -43,7 +44,7 @@ type Config struct {
 	Retain func(dir, namespace string) error
 	// Admit, when set, is asked once the call's containers are known and
 	// before anything is paused whether the node takes this checkpoint
-	// now (internal/criu's admission: the pod's last checkpoint, the
+	// now (internal/ckptstore's admission: the pod's last checkpoint, the
 	// checkpoint's estimated size against the retention bounds, the node's
 	// concurrent captures). It may wait, within ctx's deadline less
 	// Admission.Margin. An error fails the call with its class, nothing
@@ -94,7 +95,7 @@ type Timing struct {
 var DefaultTiming = Timing{Dump: 10 * time.Minute, Resume: 10 * time.Second, RetryEvery: 5 * time.Second,
 	MarginBase: 100 * time.Millisecond, MarginPer: 50 * time.Millisecond}
 
-// Service serves CheckpointPod.
+// Service serves CheckpointPod, as a proxy feature.
 type Service struct {
 	cfg   Config
 	rt    runtimeapi.RuntimeServiceClient
@@ -154,6 +155,8 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageSer
 		dumpTimeout: t.Dump, resumeTimeout: t.Resume, retryEvery: t.RetryEvery, marginBase: t.MarginBase, marginPer: t.MarginPer,
 		jobs: map[string]*job{}, jobsByOut: map[string]*job{}}, nil
 }
+
+var _ proxy.CheckpointPodServer = (*Service)(nil)
 
 // Recover resumes the pods an earlier shim left frozen and empties the
 // checkpoints it left incomplete, once at start before any call is served.

@@ -4,6 +4,6 @@
 // memory pages copied in the kernel, during the capture (Stream) or after it
 // (WriteComplete), then the rest (WriteRest); and read back, as untrusted
 // input, for a restore (Extract, CopyLog). What the archive means (which
-// container, its manifest entry, its checks) is internal/criu's and
+// container, its manifest entry, its checks) is internal/restore's and
 // internal/layout's.
 package ckptarchive

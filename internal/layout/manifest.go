@@ -1,8 +1,8 @@
 // Package layout is the on-disk layout of a pod checkpoint (docs/checkpoint.md,
 // "Layout"): the manifest, the names inside a checkpoint directory, the
 // confinement of paths to the checkpoint root, and the bounds on what is read
-// of an archive from outside. It is a leaf: the capture and restore
-// (internal/criu), the registry artifacts (internal/ociartifact), the
+// of an archive from outside. It is a leaf: the capture and restores
+// (internal/capture, internal/restore, internal/warm), the registry artifacts (internal/ociartifact), the
 // PodCheckpoint reconciler and the CLI all read checkpoints through it.
 package layout
 

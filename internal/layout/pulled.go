@@ -18,7 +18,7 @@ import (
 // Pulled checkpoints: the directories a restore from an image reference
 // pulls into (PulledDirPrefix), how one is read, and how one is removed.
 // The pull (internal/ociartifact) writes them and the node's checkpoint
-// cache (internal/criu) keeps and removes them; both follow these rules.
+// store (internal/ckptstore) keeps and removes them; both follow these rules.
 
 // PulledDir is the directory name of the image index with sha256 hex digest hex.
 func PulledDir(hex string) string { return PulledDirPrefix + hex }

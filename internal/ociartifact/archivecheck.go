@@ -15,7 +15,7 @@ import (
 )
 
 // checkArchive reads a container checkpoint archive to its end and checks
-// that it is one internal/criu writes (the layout of containerd's CRI
+// that it is one internal/capture writes (the layout of containerd's CRI
 // checkpoint archive): only regular files and directories, every name a
 // local path under a member criu writes, no name twice, and the members a
 // restore reads all present. containerd unpacks the archive on restore; this
@@ -93,7 +93,7 @@ func checkBaseImage(r io.Reader) error {
 	return nil
 }
 
-// Top-level members of a checkpoint archive (internal/criu archive.go):
+// Top-level members of a checkpoint archive (internal/capture archive.go):
 // files, and the directory of CRIU's images.
 var archiveFiles = map[string]bool{
 	crmetadata.ConfigDumpFile: true, crmetadata.SpecDumpFile: true, crmetadata.StatusDumpFile: true,

@@ -32,7 +32,7 @@ type member struct {
 	body []byte
 }
 
-// goodMembers is what internal/criu writes into a container archive, with
+// goodMembers is what internal/capture writes into a container archive, with
 // pages of the given size.
 func goodMembers(pages int) []member {
 	r := rand.New(rand.NewPCG(uint64(pages), 7))
@@ -75,7 +75,7 @@ func tarBytes(t testing.TB, ms []member) []byte {
 }
 
 // writeCheckpoint writes a complete pod checkpoint with the given container
-// archives into root/name, as internal/criu lays one out.
+// archives into root/name, as internal/capture lays one out.
 func writeCheckpoint(t testing.TB, root, name string, archives map[string][]byte, order ...string) string {
 	t.Helper()
 	dir := filepath.Join(root, name)

@@ -37,7 +37,7 @@ type RestorePullConfig struct {
 	// answered Unavailable (the pull goes on; the kubelet's retry finds it).
 	Wait time.Duration
 	// RestoreAllowed is the namespace binding: may pods of namespace to
-	// restore a checkpoint of namespace from (criu's restoreAllowed).
+	// restore a checkpoint of namespace from (internal/restore's Allowed).
 	RestoreAllowed func(from, to string) bool
 	// PodKeychain, if set, reads the pod's image pull secrets (PodKeychain
 	// with the node's API connection); nil: the node's credentials only.
@@ -131,8 +131,8 @@ func NewRestorePuller(cfg RestorePullConfig) *RestorePuller {
 // archive is fetched).
 //
 // reserve, if not nil, is asked for room for the pull's archive bytes
-// before they are fetched (the caller's cap on pulled checkpoints: criu's
-// ReservePulled); see PullOptions.Reserve.
+// before they are fetched (the caller's cap on pulled checkpoints: the
+// checkpoint store's ReservePulled); see PullOptions.Reserve.
 func (p *RestorePuller) Pull(ctx context.Context, ns, pod, uid, ref string, reserve func(total int64) (release func(), err error)) (string, error) {
 	d, allowed, err := ParseRestoreRef(ref, ns, p.cfg.Registries)
 	if err != nil {

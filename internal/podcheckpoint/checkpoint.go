@@ -88,7 +88,7 @@ func (r *Reconciler) checkpoint(ctx context.Context, pc *cpv1.PodCheckpoint, pod
 	}
 }
 
-// capture runs internal/criu's CheckpointPod into dir, made afresh.
+// capture runs internal/capture's CheckpointPod into dir, made afresh.
 func (r *Reconciler) capture(ctx context.Context, dir, sandbox string, ids []string, timeout time.Duration) (*layout.Manifest, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err

@@ -28,7 +28,7 @@ import (
 	cpv1 "github.com/cri-shim/cri-shim/pkg/apis/checkpoint/v1alpha1"
 )
 
-// Checkpointer takes a pod checkpoint: internal/criu's Service.
+// Checkpointer takes a pod checkpoint: internal/capture's Service.
 type Checkpointer interface {
 	CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error)
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // TemplateFile is the source pod's sanitised template (Template) in an
-// object's data directory, beside internal/criu's manifest.json. It is kept
+// object's data directory, beside internal/capture's manifest.json. It is kept
 // on the node that took the checkpoint and nowhere else: the status carries
 // only its spec's digest (status.podSpecDigest), since every node may read
 // every PodCheckpoint and the template holds the pod's whole spec, env

@@ -1,7 +1,7 @@
 // Package restartapi is what the in-place restart engine (internal/podstate)
 // exchanges with the packages around it: what it tells of restarts (an
 // Observer: internal/podstatus writes pod conditions and events) and the warm
-// starts it is given (a WarmSource: internal/criu restores a replayed
+// starts it is given (a WarmSource: internal/warm restores a replayed
 // container from its pod's checkpoint). A leaf: the packages on either side
 // import it and not each other, and the server wires them.
 package restartapi

@@ -25,8 +25,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/backoff"
+	"github.com/cri-shim/cri-shim/internal/ckptstore"
 	"github.com/cri-shim/cri-shim/internal/config"
-	"github.com/cri-shim/cri-shim/internal/criu"
 	"github.com/cri-shim/cri-shim/internal/kubeapi"
 	"github.com/cri-shim/cri-shim/internal/metrics"
 	"github.com/cri-shim/cri-shim/internal/ociartifact"
@@ -39,8 +39,10 @@ import (
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/restartapi"
 	"github.com/cri-shim/cri-shim/internal/restartview"
+	"github.com/cri-shim/cri-shim/internal/restore"
 	"github.com/cri-shim/cri-shim/internal/statefile"
 	"github.com/cri-shim/cri-shim/internal/store"
+	"github.com/cri-shim/cri-shim/internal/warm"
 )
 
 // Options are what Run needs beyond the config.
@@ -106,7 +108,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	if err != nil {
 		return err
 	}
-	checkpoints := cp.service
 	// The pod status reporter observes the restart engine, and once the API
 	// server answers it catches up from the engine's snapshot: it reads
 	// pods, made just below, only when it runs.
@@ -125,7 +126,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		EventsLive: feed.Live,
 		Observer:   observer,
 		// In-place restarts of pods that ask for it start from their latest checkpoint.
-		Warm: checkpoints.WarmRestartRequest,
+		Warm: cp.warm.WarmRestartRequest,
 	})
 	if err != nil {
 		return fmt.Errorf("state_dir: %w", err)
@@ -139,18 +140,19 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	var podCheckpoints func(context.Context) // the PodCheckpoint controller, when configured
 	if api != nil && cfg.Kubernetes.PodCheckpoints {
 		podCheckpoints = func(ctx context.Context) {
-			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, checkpoints,
+			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, cp.capture,
 				nodeRuntime{table, rt}, cp.restores, cp.exporter, cp.sources, cp.events, log)
 		}
 	}
 
 	// What runs, from the runtime outward. A new pod is admitted by the
-	// features in this order (the pod table's RunPodSandbox): the checkpoint
-	// service first (it may refuse the pod: restore-from), then the restart
-	// state, the channel, and last the pod status reporter, which writes the
+	// features in this order (the pod table's RunPodSandbox): warm start
+	// first (it may refuse the pod: restore-from), then the restart state,
+	// the channel, and last the pod status reporter, which writes the
 	// readiness gate once every other feature recorded the sandbox. A
-	// sandbox gone (after the checkpoint service's own subscription) and the
-	// runtime's container events reach them in this order too. A CRI call
+	// sandbox gone (after the subscriptions restore and warm start make
+	// themselves) and the runtime's container events reach them in this
+	// order too. A CRI call
 	// crosses them the other way, from the last to the first: the pod table
 	// sees RemovePodSandbox answered after every feature and announces the
 	// sandbox gone to all of them (store.Gone); the channel adds its token
@@ -158,16 +160,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// (so replays carry it too) and overrides a status before the restart
 	// view reads it encoded (a bytes hook is last on its method); the
 	// restart state sees the kubelet's calls before warm start rewrites
-	// them. Each entry runs beside the CRI server after what it uses, and
-	// stops before it.
+	// them; warm start's StartContainer sees the result of restore's, which
+	// ends a staged restore; capture serves CheckpointPod, restore
+	// RestorePod. Each entry runs beside the CRI server after what it uses,
+	// and stops before it.
 	bg := &runGroup{}
 	calls := wiring{table: table, store: st, feed: feed, registry: mc.Registry, group: bg}.wire([]feature{
 		{name: "runtime connection watch", run: func(ctx context.Context) { watchBackend(ctx, backend, log) }},
 		{name: "API server writer", value: api},
 		{name: "container event feed", value: feed},
-		{name: "checkpoint recovery and resume retries", value: checkpoints},
-		{name: "pulled checkpoint sweep", run: checkpoints.SweepPulled},
-		{name: "checkpoint schedules", run: checkpoints.RunSchedule, uses: []string{"checkpoint recovery and resume retries"}},
+		{name: "checkpoint recovery and resume retries", value: cp.capture, run: cp.run},
+		{value: cp.restore},
+		{value: cp.warm},
+		{name: "pulled checkpoint sweep", value: cp.store, run: cp.store.SweepPulled},
+		{name: "checkpoint schedules", run: func(ctx context.Context) { cp.store.RunSchedule(ctx, cp.capture) }, uses: []string{"checkpoint recovery and resume retries"}},
 		{name: "in-place restarts", value: pods, uses: []string{"container event feed", "pod status reporter"}},
 		{name: "kept exited statuses sweep", value: view, uses: []string{"container event feed"}},
 		{name: "pod orchestrator channels", value: channels, uses: []string{"container event feed", "in-place restarts"}},
@@ -261,17 +267,21 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	return err
 }
 
-// checkpointWiring is the checkpoint service and what the PodCheckpoint
-// controller shares with it.
+// checkpointWiring is the checkpoint features (the node's checkpoint store,
+// captures, restores, warm starts and restarts) and what the PodCheckpoint
+// controller shares with them.
 type checkpointWiring struct {
-	service  *criu.Service
+	store    *ckptstore.Store
+	capture  *capture.Service
+	restore  *restore.Service
+	warm     *warm.Service
 	restores *podcheckpoint.Restores // nil without an API connection
 	exporter podcheckpoint.Exporter
 	sources  podcheckpoint.SourceChecker
 	events   podcheckpoint.EventSink
 }
 
-// wireCheckpoints builds the checkpoint service: restores from checkpoint
+// wireCheckpoints builds the checkpoint features: restores from checkpoint
 // names, PodCheckpoint objects (with an API connection) and image
 // references (with [checkpoint] registries).
 func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table *podtable.Table, backend *grpc.ClientConn, tasks capture.Tasks, log *slog.Logger) (*checkpointWiring, error) {
@@ -337,22 +347,39 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 				Type: eventType, Reason: reason, Action: action, Note: note})
 		}
 	}
-	checkpoints, err := criu.New(criu.Config{
-		Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, Store: st, Sandboxes: table,
+	rt, img := runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend)
+	if w.store, err = ckptstore.New(ckptstore.Config{
+		Root: cfg.Checkpoint.Root, Sandboxes: table,
 		MaxPerPod: cfg.Checkpoint.MaxPerPod, MaxTotalBytes: cfg.Checkpoint.MaxTotalBytes,
 		MaxBytesPerNamespace: cfg.Checkpoint.MaxBytesPerNamespace, MinInterval: cfg.Checkpoint.MinInterval.Duration,
 		MaxConcurrentCaptures: cfg.Checkpoint.MaxConcurrentCaptures, PodMinGap: cfg.Checkpoint.PodMinGap.Duration,
-		ContainerMemory: dumpableMemory(tasks),
-		ShimBinary:      exe, CRIUVersion: criuVersion, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
-		ResolveRestore: resolve, PullRestore: pullRestore, PodEvent: podEvent,
-		PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
-		RootfsDiffMaxBytes: cfg.Checkpoint.PullMaxBytes,
-	}, runtimeapi.NewRuntimeServiceClient(backend), runtimeapi.NewImageServiceClient(backend), tasks, log)
-	if err != nil {
+		ContainerMemory: dumpableMemory(tasks), PullMaxTotalBytes: cfg.Checkpoint.PullMaxTotalBytes,
+	}, rt, log); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	w.service, w.restores, w.events = checkpoints, restores, checkpointEvents
+	if w.capture, err = capture.New(capture.Config{Root: cfg.Checkpoint.Root, StateDir: cfg.StateDir, StreamDuringCapture: cfg.Checkpoint.StreamArchives,
+		CRIUVersion: criuVersion, Retain: w.store.Retain, Admit: w.store.Admit}, rt, img, tasks, log); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	w.restore = restore.New(restore.Config{Root: cfg.Checkpoint.Root, Store: st, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
+		PodEvent: podEvent, RootfsDiffMaxBytes: cfg.Checkpoint.PullMaxBytes}, rt, img, tasks, log)
+	if w.warm, err = warm.New(warm.Config{Root: cfg.Checkpoint.Root, Store: st, Sandboxes: table, ShimBinary: exe,
+		ResolveRestore: resolve, PullRestore: pullRestore}, rt, w.restore, w.store, log); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	w.restores, w.events = restores, checkpointEvents
 	return w, nil
+}
+
+// run recovers from a crash of an earlier shim (the pods asking for warm
+// restarts found again, restores it had staged, pods it had frozen, its
+// unfinished checkpoints) and keeps retrying resumes that failed, until ctx
+// ends.
+func (w *checkpointWiring) run(ctx context.Context) {
+	w.warm.Adopt()
+	w.restore.Recover(ctx)
+	w.capture.Recover(ctx)
+	w.capture.RetryResumes(ctx)
 }
 
 // stopGracefully lets unary calls finish; long-lived streams (GetContainerEvents)

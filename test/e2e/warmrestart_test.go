@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-shim/cri-shim/internal/criu"
+	"github.com/cri-shim/cri-shim/internal/ckptstore"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podspec"
 )
@@ -224,7 +224,7 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 		return nil
 	})
 	scheduled := func() []string {
-		m, _ := filepath.Glob(filepath.Join(node.env["CHECKPOINTS"], criu.ScheduledPrefix+uid+"-*"))
+		m, _ := filepath.Glob(filepath.Join(node.env["CHECKPOINTS"], ckptstore.ScheduledPrefix+uid+"-*"))
 		var out []string
 		for _, d := range m {
 			if _, err := os.Stat(filepath.Join(d, "manifest.json")); err == nil {
@@ -275,7 +275,7 @@ func TestScheduledCheckpointsFeedWarmRestart(t *testing.T) {
 	execIn(t, p, "main", "touch /tmp/exit")
 	eventually(t, 60*time.Second, "main restored from a scheduled checkpoint", func() error {
 		b, _ := os.ReadFile(filepath.Join(node.env["NODE_RUN"], "cri-shim.log"))
-		if !regexp.MustCompile(`restored from its pod's checkpoint.*` + regexp.QuoteMeta(full) + `.*"checkpoint":"` + criu.ScheduledPrefix).Match(b) {
+		if !regexp.MustCompile(`restored from its pod's checkpoint.*` + regexp.QuoteMeta(full) + `.*"checkpoint":"` + ckptstore.ScheduledPrefix).Match(b) {
 			return fmt.Errorf("not in the shim's log yet")
 		}
 		return nil
