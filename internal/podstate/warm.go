@@ -3,7 +3,7 @@ package podstate
 // Warm restarts: a replayed container restored from the pod's latest
 // checkpoint instead of started fresh, when the pod asks for it
 // (docs/in-place-restart.md, "Warm restart"). The checkpoint side is
-// internal/criu's; the server gives it to New (Options.Warm).
+// internal/warm's; the server gives it to New (Options.Warm).
 
 import (
 	"context"
