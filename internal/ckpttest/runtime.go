@@ -125,8 +125,11 @@ func (f *Runtime) CreateReq(t *testing.T, sandbox, name string) *runtimeapi.Crea
 	return &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: cfg, SandboxConfig: f.SandboxConfig(t, sandbox)}
 }
 
+// Busybox is the image the fake's containers run.
 const Busybox = "docker.io/library/busybox:latest"
 
+// NewRuntime is a fake containerd (CRI and tasks) for t, with its clock
+// an hour in the past and its restore marks under t's temporary directory.
 func NewRuntime(t *testing.T) *Runtime {
 	f := &Runtime{Tasks: capturetest.NewTasks(), epoch: time.Now().Add(-time.Hour), FailDump: map[string]error{}, DumpSeen: map[string]map[string]bool{},
 		attempts: map[string]uint32{}, Restored: map[string]string{}, dumps: map[string]int{},
@@ -193,6 +196,7 @@ func (f *Runtime) AddSandbox(t *testing.T, id, name string) {
 		NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}}})
 }
 
+// AddSandboxWith runs sandbox id, named name, with the given Linux config.
 func (f *Runtime) AddSandboxWith(t *testing.T, id, name string, linux *runtimeapi.LinuxPodSandboxConfig) {
 	t.Helper()
 	f.RT.NextIDs(id)
@@ -244,7 +248,10 @@ func (f *Runtime) AddContainer(t *testing.T, sandbox, id, name string, state run
 	}
 }
 
-func (f *Runtime) SandboxCount() int   { n, _ := f.RT.Counts(); return n }
+// SandboxCount is how many sandboxes the fake holds.
+func (f *Runtime) SandboxCount() int { n, _ := f.RT.Counts(); return n }
+
+// ContainerCount is how many containers the fake holds.
 func (f *Runtime) ContainerCount() int { _, n := f.RT.Counts(); return n }
 
 // ContainersIn are the statuses of the containers of sandbox, and the
@@ -268,6 +275,7 @@ type Ctr struct {
 	Config *runtimeapi.ContainerConfig
 }
 
+// ContainerOf is container id's status and the configuration it was created with.
 func (f *Runtime) ContainerOf(t *testing.T, id string) *Ctr {
 	t.Helper()
 	st, _, ok := f.RT.Container(id)
@@ -284,6 +292,7 @@ func (f *Runtime) ContainerOf(t *testing.T, id string) *Ctr {
 	return c
 }
 
+// SandboxOf is container id's sandbox ("" when there is no such container).
 func (f *Runtime) SandboxOf(id string) string {
 	_, sb, _ := f.RT.Container(id)
 	return sb
@@ -291,12 +300,17 @@ func (f *Runtime) SandboxOf(id string) string {
 
 // The capture half of Tasks: Checkpoint records which containers were paused
 // when it ran, waits if told to, and writes images like CRIU does.
-func (f *Runtime) Pause(ctx context.Context, id string) error  { return f.Tasks.Pause(ctx, id) }
+func (f *Runtime) Pause(ctx context.Context, id string) error { return f.Tasks.Pause(ctx, id) }
+
+// Resume and Paused are the fake task service's.
 func (f *Runtime) Resume(ctx context.Context, id string) error { return f.Tasks.Resume(ctx, id) }
+
+// Paused is the fake task service's answer.
 func (f *Runtime) Paused(ctx context.Context, id string) (bool, error) {
 	return f.Tasks.Paused(ctx, id)
 }
 
+// Checkpoint writes images as CRIU would, failing as FailDump says.
 func (f *Runtime) Checkpoint(ctx context.Context, id, imageDir, workDir string) error {
 	list, err := f.RT.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
@@ -368,6 +382,7 @@ func (f *Runtime) diffChan(id string) chan struct{} {
 	return f.diffAsked[id]
 }
 
+// RWDiff writes container id's rootfs diff as containerd would.
 func (f *Runtime) RWDiff(_ context.Context, id string, w io.Writer) error {
 	f.Mu.Lock()
 	b, failed := f.Diff, f.FailDiff
@@ -429,15 +444,20 @@ func (f *Runtime) Info(_ context.Context, id string) (capture.ContainerInfo, err
 // is ever seen running.
 type NoCaptures struct{}
 
-func (NoCaptures) Running([]string) []capture.RunningCapture          { return nil }
+// Running finds none, and Wait has nothing to wait for.
+func (NoCaptures) Running([]string) []capture.RunningCapture { return nil }
+
+// Wait returns at once.
 func (NoCaptures) Wait(context.Context, capture.RunningCapture) error { return nil }
 
+// CtxT is a context that ends after d or with t.
 func CtxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
+// Entries are the names in dir.
 func Entries(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -451,4 +471,5 @@ func Entries(t *testing.T, dir string) []string {
 	return out
 }
 
+// AcceptImages stands in for the image check of archives without CRIU images.
 func AcceptImages(string, *specs.Spec) error { return nil }

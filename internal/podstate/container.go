@@ -20,6 +20,8 @@ import (
 	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
+// CreateContainer records the kubelet's create of a tracked pod's container
+// (its request, for replays) before passing it on.
 func (m *Manager) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest,
 	next proxy.UnaryNext[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
 	// While a pod restarts, the kubelet still sees its old containers running
