@@ -77,7 +77,6 @@ var (
 func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageServiceClient, tasks capture.Tasks, log *slog.Logger) *Service {
 	s := &Service{cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: time.Now, startedAt: time.Now(),
 		metrics: newMetrics(), staged: map[string]staged{}}
-	cfg.Store.Subscribe(s.unstageSandbox)
 	return s
 }
 

@@ -196,9 +196,9 @@ func errNotRestored(id string) error {
 		short(id), runtimeShimName)
 }
 
-// unstageSandbox drops the staged restores of a removed sandbox's
-// containers: the service's subscriber to the state store's lifecycle.
-func (s *Service) unstageSandbox(sandbox string) {
+// SandboxGone drops the staged restores of a removed sandbox's containers
+// (the state store's lifecycle: the server's feature list subscribes it).
+func (s *Service) SandboxGone(sandbox string) {
 	s.mu.Lock()
 	var ids []string
 	for id, st := range s.staged {

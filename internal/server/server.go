@@ -150,10 +150,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// first (it may refuse the pod: restore-from), then the restart state,
 	// the channel, and last the pod status reporter, which writes the
 	// readiness gate once every other feature recorded the sandbox. A
-	// sandbox gone (after the subscriptions restore and warm start make
-	// themselves) and the runtime's container events reach them in this
-	// order too. A CRI call
-	// crosses them the other way, from the last to the first: the pod table
+	// sandbox gone and the runtime's container events reach them in this
+	// order too. A CRI call crosses them the other way, from the last to the first: the pod table
 	// sees RemovePodSandbox answered after every feature and announces the
 	// sandbox gone to all of them (store.Gone); the channel adds its token
 	// mount before the restart state records the kubelet's CreateContainer

@@ -74,6 +74,8 @@ func newFixture(t *testing.T) *fixture {
 	if fx.svc, err = New(Config{Root: n.Root, Store: n.Store, Sandboxes: n.Table, ShimBinary: "/usr/bin/cri-shim"}, n.RT, fx.restore, fx.ckpts, n.Log); err != nil {
 		t.Fatal(err)
 	}
+	n.Store.Subscribe(fx.restore.SandboxGone)
+	n.Store.Subscribe(fx.svc.SandboxGone)
 	return fx
 }
 

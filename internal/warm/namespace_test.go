@@ -174,6 +174,7 @@ func TestWarmStartNamespaceBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.cfg.Store.Subscribe(svc2.SandboxGone)
 	if svc2.warm[sb.PodSandboxId] != nil {
 		t.Fatal("a restarted shim kept the warm start of a pair no longer allowed")
 	}

@@ -108,11 +108,11 @@ func TestWarmStartFromImageReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.svc.forgetWarm(sb.PodSandboxId)
+	fx.svc.SandboxGone(sb.PodSandboxId)
 	if _, err := os.Stat(pulled); err != nil {
 		t.Fatalf("pulled checkpoint removed while a pod uses it: %v", err)
 	}
-	fx.svc.forgetWarm(sb2.PodSandboxId)
+	fx.svc.SandboxGone(sb2.PodSandboxId)
 	if _, err := os.Stat(pulled); !os.IsNotExist(err) {
 		t.Fatalf("pulled checkpoint kept after its last pod: %v", err)
 	}
@@ -190,10 +190,11 @@ func TestRefusedPulledCheckpointIsRemovedAndStaysRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.cfg.Store.Subscribe(svc2.SandboxGone)
 	if _, err := tryCreateIn(t, svc2, fx.rt, sb, "app"); status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "was refused for this pod") {
 		t.Fatalf("retry through a restarted shim: %v, want the recorded refusal", err)
 	}
-	svc2.forgetWarm(sb)
+	svc2.SandboxGone(sb)
 	if warmRecords(svc2) != 0 {
 		t.Fatal("the refused warm start's record outlived its sandbox")
 	}

@@ -60,9 +60,9 @@ func (s *Service) loadWarm() error {
 	return nil
 }
 
-// forgetWarm drops the warm-start record of a sandbox, if it has one: the
-// service's subscriber to the state store's lifecycle.
-func (s *Service) forgetWarm(id string) {
+// SandboxGone drops the warm-start record of a sandbox, if it has one (the
+// state store's lifecycle: the server's feature list subscribes it).
+func (s *Service) SandboxGone(id string) {
 	s.mu.Lock()
 	w, ok := s.warm[id]
 	delete(s.warm, id)

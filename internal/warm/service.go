@@ -118,7 +118,6 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, restore Restorer, ckpts
 	if err := s.loadWarm(); err != nil {
 		return nil, err
 	}
-	cfg.Store.Subscribe(s.forgetWarm)
 	return s, nil
 }
 

@@ -65,7 +65,7 @@ var (
 // way or a pod asking for warm restarts runs; StartContainer only while a
 // container created from a checkpoint for the kubelet awaits its start. A
 // removed sandbox's warm start and warm restarts are forgotten when the state
-// store announces it gone (forgetWarm).
+// store announces it gone (SandboxGone).
 func (s *Service) HookActive(method proxy.Method) bool {
 	switch method {
 	case proxy.CreateContainer:
@@ -151,7 +151,7 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 		return nil
 	}
 	adm.Undo = func(id string) {
-		s.forgetWarm(id)
+		s.SandboxGone(id)
 		s.removeWarmRecord(id)
 	}
 	return adm, nil

@@ -92,7 +92,7 @@ func TestKubeletRestartIsWarm(t *testing.T) {
 	if _, img := kubeletCreate(t, fx, "sw", 3); img != archive {
 		t.Fatal("the next restart after the cold one was not warm")
 	}
-	fx.svc.forgetWarm("sw")
+	fx.svc.SandboxGone("sw")
 	if fx.svc.HookActive(proxy.CreateContainer) || fx.svc.HookActive(proxy.StartContainer) || len(fx.ckpts.inUse()) != 0 {
 		t.Fatal("a removed sandbox's warm restarts are still kept")
 	}

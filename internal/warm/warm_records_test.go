@@ -67,6 +67,7 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc.cfg.Store.Subscribe(svc.SandboxGone)
 	ann := map[string]string{podspec.RestoreFromKey: filepath.Base(fx.dir)}
 	const n = 60
 	var ids []string
@@ -119,6 +120,7 @@ func TestWarmRecordsReturnToZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.cfg.Store.Subscribe(svc2.SandboxGone)
 	if got := warmRecords(svc2); got != n-30 {
 		t.Fatalf("restarted shim loaded %d records, want %d", got, n-30)
 	}

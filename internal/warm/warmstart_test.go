@@ -73,6 +73,7 @@ func TestWarmStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc2.cfg.Store.Subscribe(svc2.SandboxGone)
 	init := createIn(t, svc2, fx.rt, sb.PodSandboxId, "init")
 	if init.Config.Command[0] != CompletedMountPath || !slices.ContainsFunc(init.Config.Mounts, func(m *runtimeapi.Mount) bool {
 		return m.ContainerPath == CompletedMountPath && m.HostPath == "/usr/bin/cri-shim" && m.Readonly
