@@ -175,18 +175,30 @@ func (m *Manager) DropEvent(e *runtimeapi.ContainerEventResponse) bool {
 
 // MayDecide says, for each container of an unfiltered list, whether
 // Verdicts could give it a verdict or record anything of it: an instance
-// the pod's record holds (hidden, shown running, held, listed, an exit to
-// classify), or any container of a pod whose restart is in progress (a
+// a tracked pod's record holds (hidden, shown running, held, listed, an exit
+// to classify), or any container of a pod whose restart is in progress (a
 // create pending under its name hides it). Any other container, every
 // container of an untracked pod among them, is shown as the runtime lists
 // it, so the view leaves it out of Verdicts (restartview's
-// ListContainersBytes). One lock for the whole list; the lookups by a
-// []byte key allocate nothing.
+// ListContainersBytes). One lock for the whole list; per container one
+// integer lookup (Records.MayHold, which may rarely hand on a container
+// Verdicts then shows as it is), and a look at the sandbox only while a
+// pod restarts. Nothing is allocated unless more than four pods restart.
 func (m *Manager) MayDecide(cs []wire.ContainerBytes, out []bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var buf [4]string
+	restarting := buf[:0]
+	for sb, p := range m.pods.All() {
+		if p.Phase != restartrecord.PhaseRunning {
+			restarting = append(restarting, sb)
+		}
+	}
 	for i, c := range cs {
-		p := m.pods.GetBytes(c.Sandbox)
-		out[i] = p != nil && (p.Phase != restartrecord.PhaseRunning || p.Instances[string(c.ID)] != nil)
+		held := m.pods.MayHold(c.ID)
+		for _, sb := range restarting {
+			held = held || string(c.Sandbox) == sb
+		}
+		out[i] = held
 	}
 }

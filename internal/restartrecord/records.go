@@ -21,17 +21,18 @@ var ErrRemoved = errors.New("restartrecord: the pod's sandbox was removed")
 // instance, guarded by the caller's lock (podstate's) with every Pod in
 // them, across each change and its save.
 type Records struct {
-	store   *Store
-	log     *slog.Logger
-	pods    map[string]*Pod   // by sandbox ID
-	byID    map[string]string // container ID -> sandbox ID
-	saves   uint64            // saves that succeeded (Change.Saved)
-	failing bool              // the last save failed: its recovery is logged
+	store    *Store
+	log      *slog.Logger
+	pods     map[string]*Pod   // by sandbox ID
+	byID     map[string]string // container ID -> sandbox ID
+	prefixes map[uint64]int    // byID's IDs by their first 8 bytes (MayHold)
+	saves    uint64            // saves that succeeded (Change.Saved)
+	failing  bool              // the last save failed: its recovery is logged
 }
 
 // NewRecords are empty records saved to st; Add takes in what st.Load read.
 func NewRecords(st *Store, log *slog.Logger) *Records {
-	return &Records{store: st, log: log, pods: map[string]*Pod{}, byID: map[string]string{}}
+	return &Records{store: st, log: log, pods: map[string]*Pod{}, byID: map[string]string{}, prefixes: map[uint64]int{}}
 }
 
 // Get is sandboxID's pod, nil when it is not tracked.
@@ -71,7 +72,7 @@ func (r *Records) Add(p *Pod) {
 	}
 	r.pods[p.SandboxID] = p
 	for id := range p.Instances {
-		r.byID[id] = p.SandboxID
+		r.index(id, p.SandboxID)
 	}
 }
 
@@ -83,7 +84,7 @@ func (r *Records) Drop(sandboxID string) *Pod {
 		return nil
 	}
 	for id := range p.Instances {
-		delete(r.byID, id)
+		r.unindex(id)
 	}
 	delete(r.pods, sandboxID)
 	return p
@@ -92,13 +93,13 @@ func (r *Records) Drop(sandboxID string) *Pod {
 // AddInstance is Pod.AddInstance, and Of finds the instance.
 func (r *Records) AddInstance(p *Pod, id, name string, part Part) {
 	p.AddInstance(id, name, part)
-	r.byID[id] = p.SandboxID
+	r.index(id, p.SandboxID)
 }
 
 // RemoveInstance forgets instance id of p.
 func (r *Records) RemoveInstance(p *Pod, id string) {
 	delete(p.Instances, id)
-	delete(r.byID, id)
+	r.unindex(id)
 }
 
 // Save writes p's record durably. On an error (statefile.ErrNotDurable)
@@ -152,11 +153,11 @@ func (c Change) Commit(err error) error {
 	if c.r.pods[c.p.SandboxID] == c.p { // not dropped meanwhile
 		for id := range c.p.Instances {
 			if _, ok := c.snap.Instances[id]; !ok {
-				delete(c.r.byID, id)
+				c.r.unindex(id)
 			}
 		}
 		for id := range c.snap.Instances {
-			c.r.byID[id] = c.p.SandboxID
+			c.r.index(id, c.p.SandboxID)
 		}
 	}
 	*c.p = c.snap
