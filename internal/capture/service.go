@@ -4,9 +4,8 @@
 // archives (internal/ckptarchive). It owns what a capture leaves behind:
 // the frozen records that make a killed shim resume every paused container
 // at its next start, and the directories an interrupted capture left
-// incomplete. What is done with checkpoints afterwards is others' job:
-// retention and schedules are the node's checkpoint store's
-// (internal/ckptstore), restores internal/restore's and internal/warm's.
+// incomplete. What is done with checkpoints afterwards is internal/ckptstore's
+// (retention, schedules), internal/restore's and internal/warm's (restores).
 package capture
 
 import (

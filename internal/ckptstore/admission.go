@@ -80,18 +80,18 @@ func newAdmission(maxConcurrent int) *admission {
 func (s *Store) Admit(ctx context.Context, a capture.Admission) (func(), error) {
 	pod := a.Namespace + "/" + a.Pod
 	if err := s.checkGap(a.UID, pod); err != nil {
-		s.metrics.admissionRefused.WithLabelValues("pod_min_gap").Inc()
+		s.admissionRefused.WithLabelValues("pod_min_gap").Inc()
 		return nil, err
 	}
 	var est int64
 	if s.cfg.MaxBytesPerNamespace > 0 || s.cfg.MaxTotalBytes > 0 {
 		var err error
 		if est, err = s.estimate(ctx, a.Containers); err != nil {
-			s.metrics.admissionRefused.WithLabelValues("estimate").Inc()
+			s.admissionRefused.WithLabelValues("estimate").Inc()
 			return nil, err
 		}
 		if why, err := s.reserve(a.Namespace, est); err != nil {
-			s.metrics.admissionRefused.WithLabelValues(why).Inc()
+			s.admissionRefused.WithLabelValues(why).Inc()
 			return nil, err
 		}
 	}
@@ -107,7 +107,7 @@ func (s *Store) Admit(ctx context.Context, a capture.Admission) (func(), error) 
 	release, err := s.takeSlot(ctx, a.Margin)
 	if err != nil {
 		unreserve()
-		s.metrics.admissionRefused.WithLabelValues("max_concurrent_captures").Inc()
+		s.admissionRefused.WithLabelValues("max_concurrent_captures").Inc()
 		return nil, err
 	}
 	if s.cfg.PodMinGap > 0 && a.UID != "" {
@@ -187,12 +187,10 @@ func (s *Store) reserve(ns string, est int64) (string, error) {
 	s.adm.mu.Lock()
 	defer s.adm.mu.Unlock()
 	all, _ := List(s.cfg.Root)
-	s.mu.Lock()
-	inUse := s.inUseLocked()
-	s.mu.Unlock()
+	inUse := s.inUseNow()
 	var fixedNS, fixedTotal int64 // what retention cannot remove
 	for _, c := range all {
-		if strings.HasPrefix(c.Name, layout.PulledDirPrefix) || c.Manifest.Managed && !inUse[c.Dir] {
+		if strings.HasPrefix(c.Name, layout.PulledDirPrefix) || c.Manifest.Managed && inUse[c.Dir] == 0 {
 			continue
 		}
 		fixedTotal += c.Manifest.SizeBytes
@@ -234,8 +232,8 @@ func (s *Store) takeSlot(ctx context.Context, margin time.Duration) (release fun
 	start := s.now()
 	wctx, cancel := context.WithDeadline(ctx, deadline.Add(-margin))
 	defer cancel()
-	s.metrics.admissionWaiting.Inc()
-	defer s.metrics.admissionWaiting.Dec()
+	s.admissionWaiting.Inc()
+	defer s.admissionWaiting.Dec()
 	select {
 	case s.adm.slots <- struct{}{}:
 		return release, nil

@@ -2,6 +2,7 @@ package ckptstore
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,9 +117,9 @@ func (s *Store) sweepPulled() {
 	}
 	var del []string
 	s.mu.Lock()
-	inUse := s.inUseLocked()
+	inUse := maps.Clone(s.inUse)
 	for name := range s.pinnedPulled {
-		inUse[filepath.Join(root, name)] = true
+		inUse[filepath.Join(root, name)]++
 	}
 	for _, e := range ents {
 		dir := filepath.Join(root, e.Name())
@@ -127,13 +128,13 @@ func (s *Store) sweepPulled() {
 		switch {
 		case strings.HasPrefix(e.Name(), layout.PulledRemovingPrefix):
 			if e.IsDir() && !s.removing[dir] {
-				s.markRemovingLocked(dir)
+				s.removing[dir] = true
 				del = append(del, dir)
 			}
 			continue
 		case strings.HasPrefix(e.Name(), pulledTempPrefix):
 			age, why = pulledTempFor, "left by a pull that did not finish"
-		case !strings.HasPrefix(e.Name(), layout.PulledDirPrefix) || inUse[dir]:
+		case !strings.HasPrefix(e.Name(), layout.PulledDirPrefix) || inUse[dir] > 0:
 			continue
 		}
 		// Stat again under s.mu: a pull may have answered it to a pod
@@ -162,16 +163,9 @@ func (s *Store) retirePulledLocked(dir, why string) string {
 	if tmp == "" {
 		return ""
 	}
-	s.markRemovingLocked(tmp)
+	s.removing[tmp] = true
 	s.log.Info("checkpoint: removed a pulled checkpoint", "path", dir, "why", why)
 	return tmp
-}
-
-func (s *Store) markRemovingLocked(tmp string) {
-	if s.removing == nil {
-		s.removing = map[string]bool{}
-	}
-	s.removing[tmp] = true
 }
 
 // deleteRetired deletes directories retirePulledLocked renamed, without s.mu

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/cri-shim/cri-shim/internal/layout"
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // The node-wide cap on pulled checkpoints ([checkpoint]
@@ -125,7 +126,7 @@ func (s *Store) ReservePulled(n int64) (release func(), err error) {
 	)
 	if max > 0 {
 		if root, sized, err = s.listPulled(); err != nil {
-			return nil, errorf(errdefs.ErrUnavailable, "pulled checkpoints: reading the checkpoint root: %v", err)
+			return nil, proxy.Errorf(errdefs.ErrUnavailable, "pulled checkpoints: reading the checkpoint root: %v", err)
 		}
 	}
 	var retired []string
@@ -135,7 +136,7 @@ func (s *Store) ReservePulled(n int64) (release func(), err error) {
 	if max > 0 {
 		ents, err := s.pulledNames(root)
 		if err != nil {
-			return nil, errorf(errdefs.ErrUnavailable, "pulled checkpoints: reading the checkpoint root: %v", err)
+			return nil, proxy.Errorf(errdefs.ErrUnavailable, "pulled checkpoints: reading the checkpoint root: %v", err)
 		}
 		bytes := map[string]int64{}
 		for _, e := range sized {
@@ -154,14 +155,14 @@ func (s *Store) ReservePulled(n int64) (release func(), err error) {
 			held, retired = s.evictPulledLocked(ents, held, max-s.pullReserved-n)
 		}
 		if held+s.pullReserved+n > max {
-			s.metrics.pulledRefused.Inc()
-			return nil, errorf(errdefs.ErrResourceExhausted,
+			s.pulledRefused.Inc()
+			return nil, proxy.Errorf(errdefs.ErrResourceExhausted,
 				"this pull needs %d bytes, and pulled checkpoints hold %d bytes on this node with %d more being pulled: over [checkpoint] pull_max_total_bytes %d even with every pulled checkpoint no pod uses removed",
 				n, held, s.pullReserved, max)
 		}
 	}
 	s.pullReserved += n
-	s.metrics.pulledReserved.Set(float64(s.pullReserved))
+	s.pulledReserved.Set(float64(s.pullReserved))
 	done := false
 	return func() {
 		s.mu.Lock()
@@ -169,7 +170,7 @@ func (s *Store) ReservePulled(n int64) (release func(), err error) {
 		if !done {
 			done = true
 			s.pullReserved -= n
-			s.metrics.pulledReserved.Set(float64(s.pullReserved))
+			s.pulledReserved.Set(float64(s.pullReserved))
 		}
 	}, nil
 }
@@ -180,7 +181,7 @@ func (s *Store) ReservePulled(n int64) (release func(), err error) {
 // held.
 func (s *Store) evictPulledLocked(ents []pulledEntry, held, target int64) (int64, []string) {
 	inUse := map[string]bool{}
-	for dir := range s.inUseLocked() {
+	for dir := range s.inUse {
 		inUse[filepath.Base(dir)] = true
 	}
 	for name := range s.pinnedPulled {
@@ -198,7 +199,7 @@ func (s *Store) evictPulledLocked(ents []pulledEntry, held, target int64) (int64
 		if tmp := s.retirePulledLocked(e.dir, "[checkpoint] pull_max_total_bytes: room for a new pull"); tmp != "" {
 			held -= e.bytes
 			retired = append(retired, tmp)
-			s.metrics.pulledEvicted.Inc()
+			s.pulledEvicted.Inc()
 		}
 	}
 	return held, retired
@@ -210,9 +211,6 @@ func (s *Store) evictPulledLocked(ents []pulledEntry, held, target int64) (int64
 func (s *Store) PinPulled(name string) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pinnedPulled == nil {
-		s.pinnedPulled = map[string]int{}
-	}
 	s.pinnedPulled[name]++
 	return func() {
 		s.mu.Lock()

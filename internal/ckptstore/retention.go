@@ -59,9 +59,7 @@ func List(root string) (out []Stored, problems []string) {
 // the error says so (ResourceExhausted); the caller removes keep.
 func (s *Store) Retain(keep, ns string) error {
 	all, _ := List(s.cfg.Root)
-	s.mu.Lock()
-	inUse := s.inUseLocked()
-	s.mu.Unlock()
+	inUse := s.inUseNow()
 	var counted []Stored
 	used := map[string]int64{} // bytes by namespace
 	var total int64
@@ -75,7 +73,7 @@ func (s *Store) Retain(keep, ns string) error {
 	}
 	removed := map[string]bool{}
 	removable := func(c Stored) bool {
-		return c.Manifest.Managed && c.Dir != keep && !inUse[c.Dir] && !removed[c.Dir]
+		return c.Manifest.Managed && c.Dir != keep && inUse[c.Dir] == 0 && !removed[c.Dir]
 	}
 	remove := func(c Stored, why string) {
 		if !removable(c) {
@@ -88,7 +86,7 @@ func (s *Store) Retain(keep, ns string) error {
 		removed[c.Dir] = true
 		used[c.Manifest.Pod.Namespace] -= c.Manifest.SizeBytes
 		total -= c.Manifest.SizeBytes
-		s.metrics.retentionRemove.Inc()
+		s.retentionRemove.Inc()
 		s.log.Info("checkpoint: retention removed a checkpoint", "path", c.Dir, "pod", c.Manifest.Pod.Namespace+"/"+c.Manifest.Pod.Name,
 			"age", time.Since(c.Manifest.CheckpointedAt).Round(time.Second).String(), "why", why)
 	}

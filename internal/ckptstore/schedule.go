@@ -34,17 +34,12 @@ const (
 	scheduleTimeout = 5 * time.Minute
 )
 
-// Checkpointer takes a pod checkpoint: internal/capture's Service.
-type Checkpointer interface {
-	CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error)
-}
-
 // RunSchedule checkpoints the pods that ask for it with ckpt until ctx ends. It
 // wakes when the next pod is due, and at least every scheduleTick to find
 // new pods and annotations: a fixed tick alone made each interval the
 // configured one plus up to a tick (a checkpoint taken just after a tick is
 // not yet an interval old at the tick an interval later).
-func (s *Store) RunSchedule(ctx context.Context, ckpt Checkpointer) {
+func (s *Store) RunSchedule(ctx context.Context, ckpt *capture.Service) {
 	t := time.NewTimer(scheduleTick)
 	defer t.Stop()
 	bad := map[string]string{} // sandbox -> the annotation error logged for it
@@ -76,7 +71,7 @@ func untilNext(now, next time.Time) time.Duration {
 // scheduleOnce checkpoints, one at a time, every ready sandbox whose
 // schedule is due, and returns when the next one is due (zero: no pod is
 // known to be due before the next tick).
-func (s *Store) scheduleOnce(ctx context.Context, ckpt Checkpointer, bad map[string]string) time.Time {
+func (s *Store) scheduleOnce(ctx context.Context, ckpt *capture.Service, bad map[string]string) time.Time {
 	var stored []Stored
 	var next time.Time
 	due := func(t time.Time) { // a time past is the next tick's
@@ -106,11 +101,11 @@ func (s *Store) scheduleOnce(ctx context.Context, ckpt Checkpointer, bad map[str
 			continue
 		}
 		if err := s.checkpointScheduled(ctx, ckpt, &sb, sched); err != nil {
-			s.metrics.scheduled.WithLabelValues("failed").Inc()
+			s.scheduled.WithLabelValues("failed").Inc()
 			s.log.Warn("checkpoint: scheduled checkpoint failed; tried again at the next tick", "pod", podName(sb), "err", err)
 			continue
 		}
-		s.metrics.scheduled.WithLabelValues("success").Inc()
+		s.scheduled.WithLabelValues("success").Inc()
 		stored, _ = List(s.cfg.Root)
 		if newest := newestOf(stored, sb.Metadata); !newest.IsZero() {
 			due(newest.Add(sched.Interval))
@@ -140,7 +135,7 @@ func newestOf(stored []Stored, md *runtimeapi.PodSandboxMetadata) time.Time {
 // node's retention), then keeps only the pod's newest sched.Keep scheduled
 // checkpoints. A pod with a container not running (a restart in progress)
 // is left for the next tick: its checkpoint would not be the pod's state.
-func (s *Store) checkpointScheduled(ctx context.Context, ckpt Checkpointer, sb *podtable.Sandbox, sched *podspec.Schedule) error {
+func (s *Store) checkpointScheduled(ctx context.Context, ckpt *capture.Service, sb *podtable.Sandbox, sched *podspec.Schedule) error {
 	ctx, cancel := context.WithTimeout(ctx, scheduleTimeout)
 	defer cancel()
 	cs, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb.ID}})
@@ -199,18 +194,16 @@ func (s *Store) keepScheduled(prefix string, keep int) {
 			mine = append(mine, c)
 		}
 	}
-	s.mu.Lock()
-	inUse := s.inUseLocked()
-	s.mu.Unlock()
+	inUse := s.inUseNow()
 	for i := 0; i < len(mine)-keep; i++ { // oldest first
-		if inUse[mine[i].Dir] {
+		if inUse[mine[i].Dir] > 0 {
 			continue
 		}
 		if err := os.RemoveAll(mine[i].Dir); err != nil {
 			s.log.Warn("checkpoint: could not remove an old scheduled checkpoint", "path", mine[i].Dir, "err", err)
 			continue
 		}
-		s.metrics.retentionRemove.Inc()
+		s.retentionRemove.Inc()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -12,7 +13,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/podtable"
-	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // Config is what the store needs from the shim's configuration.
@@ -21,9 +21,7 @@ type Config struct {
 	Root string
 	// Sandboxes are the node's sandboxes (the pod table), read by the
 	// checkpoint schedule.
-	Sandboxes interface {
-		List(keep func(*podtable.Sandbox) bool) []podtable.Sandbox
-	}
+	Sandboxes *podtable.Table
 	// MaxPerPod and MaxTotalBytes are the retention of managed checkpoints (0: unbounded).
 	MaxPerPod     int
 	MaxTotalBytes int64
@@ -52,7 +50,10 @@ type Store struct {
 	log *slog.Logger
 	now func() time.Time
 
-	metrics *metrics
+	// The store's metrics (their Help, in New, says what each counts).
+	scheduled, admissionRefused                   *prometheus.CounterVec
+	retentionRemove, pulledEvicted, pulledRefused prometheus.Counter
+	pulledReserved, admissionWaiting              prometheus.Gauge
 	// adm is the admission of checkpoints before their pause, overhead
 	// what its estimate adds per container (admission.go).
 	adm      *admission
@@ -79,18 +80,48 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, log *slog.Logger) (*Sto
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("checkpoint root: %w", err)
 	}
-	s := &Store{cfg: cfg, rt: rt, log: log, now: time.Now, metrics: newMetrics(),
-		adm: newAdmission(cfg.MaxConcurrentCaptures), overhead: estimateOverhead, inUse: map[string]int{}}
+	s := &Store{cfg: cfg, rt: rt, log: log, now: time.Now, adm: newAdmission(cfg.MaxConcurrentCaptures), overhead: estimateOverhead,
+		inUse: map[string]int{}, pinnedPulled: map[string]int{}, removing: map[string]bool{},
+		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_pod_scheduled_checkpoints_total",
+			Help: "Checkpoints taken for pods' checkpoint.cri-shim.io/interval schedules, by result.",
+		}, []string{"result"}),
+		retentionRemove: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pod_checkpoints_removed_total",
+			Help: "Managed checkpoints removed by retention (max_per_pod, max_bytes_per_namespace, max_total_bytes, a pod's checkpoint.cri-shim.io/keep).",
+		}),
+		pulledReserved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cri_shim_pulled_checkpoint_reserved_bytes",
+			Help: "Archive bytes reserved by checkpoint pulls in progress under [checkpoint] pull_max_total_bytes.",
+		}),
+		pulledEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pulled_checkpoints_evicted_total",
+			Help: "Pulled checkpoints no pod used, removed to make room for a new pull under [checkpoint] pull_max_total_bytes.",
+		}),
+		pulledRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cri_shim_pulled_checkpoint_pulls_refused_total",
+			Help: "Checkpoint pulls refused (ResourceExhausted) because [checkpoint] pull_max_total_bytes left no room.",
+		}),
+		admissionRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_checkpoint_admission_refused_total",
+			Help: "CheckpointPod calls refused before anything was paused, by reason: pod_min_gap, max_bytes_per_namespace, max_total_bytes (the estimated size would not fit after retention), max_concurrent_captures (no capture slot within the deadline), estimate (the runtime gave no stats).",
+		}, []string{"reason"}),
+		admissionWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cri_shim_checkpoint_admission_waiting",
+			Help: "CheckpointPod calls waiting for one of [checkpoint] max_concurrent_captures capture slots.",
+		}),
+	}
 	s.retireLeftoverPulls()
 	return s, nil
 }
 
 // Collectors are the store's metrics.
 func (s *Store) Collectors() []prometheus.Collector {
-	return append(s.metrics.collectors(), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "cri_shim_pulled_checkpoint_bytes",
-		Help: "Bytes of the checkpoints pulled from registries for restores (oci- directories) on this node.",
-	}, func() float64 { return float64(s.PulledBytes()) }))
+	return []prometheus.Collector{s.scheduled, s.retentionRemove, s.pulledReserved, s.pulledEvicted, s.pulledRefused, s.admissionRefused, s.admissionWaiting,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cri_shim_pulled_checkpoint_bytes",
+			Help: "Bytes of the checkpoints pulled from registries for restores (oci- directories) on this node.",
+		}, func() float64 { return float64(s.PulledBytes()) })}
 }
 
 // Use records that a restore reads the checkpoint directory dir, until
@@ -112,17 +143,12 @@ func (s *Store) Use(dir string) (release func()) {
 	}
 }
 
-// inUseLocked are the checkpoint directories a restore reads. s.mu held.
-func (s *Store) inUseLocked() map[string]bool {
-	inUse := make(map[string]bool, len(s.inUse))
-	for dir := range s.inUse {
-		inUse[dir] = true
-	}
-	return inUse
+// inUseNow are the checkpoint directories restores read, by their readers.
+func (s *Store) inUseNow() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.inUse)
 }
-
-// The helpers of proxy's error classification.
-var errorf = proxy.Errorf
 
 // short is an ID's first 13 characters, for logs and messages.
 func short(id string) string { return id[:min(len(id), 13)] }

@@ -22,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-shim/cri-shim/internal/criucheck"
+	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
@@ -47,7 +48,7 @@ func (s *Service) checkStaged(ctx context.Context, sb *runtimeapi.PodSandboxConf
 	}
 	var r *criucheck.Refusal
 	if errors.As(err, &r) {
-		s.metrics.refusals.WithLabelValues(criucheck.RefusalKind(r.Image)).Inc()
+		s.refusals.WithLabelValues(criucheck.RefusalKind(r.Image)).Inc()
 		s.log.Warn("checkpoint: restore refused", "container", id, "image", r.Image, "field", r.Field, "reason", r.Reason)
 		s.PodEvent(sb, "Warning", "CheckpointRefused", "Restore", r.Error())
 	}
@@ -65,7 +66,7 @@ func (s *Service) rootfsDiffMax() int64 {
 // the pod.
 func (s *Service) RefusedArchive(sb *runtimeapi.PodSandboxConfig, ref string, err error) {
 	md := sb.GetMetadata()
-	s.metrics.refusals.WithLabelValues("archive").Inc()
+	s.refusals.WithLabelValues("archive").Inc()
 	s.log.Warn("checkpoint: pulled checkpoint refused", "pod", md.GetNamespace()+"/"+md.GetName(), "ref", ref, "err", err)
-	s.PodEvent(sb, "Warning", "CheckpointRefused", "Restore", message(err))
+	s.PodEvent(sb, "Warning", "CheckpointRefused", "Restore", proxy.Message(err))
 }

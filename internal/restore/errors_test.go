@@ -22,14 +22,14 @@ func TestErrorfKeepsMessageAndClass(t *testing.T) {
 		code codes.Code
 		msg  string
 	}{
-		{"errdefs kind", errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not ready", "sb1", "NOTREADY"),
+		{"errdefs kind", proxy.Errorf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not ready", "sb1", "NOTREADY"),
 			codes.FailedPrecondition, "sandbox sb1 is NOTREADY, not ready"},
-		{"deadline", errorf(context.DeadlineExceeded, "%s", "deadline reached"), codes.DeadlineExceeded, "deadline reached"},
-		{"runtime code kept", errorf(runtimeErr, "RestorePod: creating the sandbox: %s", message(runtimeErr)),
+		{"deadline", proxy.Errorf(context.DeadlineExceeded, "%s", "deadline reached"), codes.DeadlineExceeded, "deadline reached"},
+		{"runtime code kept", proxy.Errorf(runtimeErr, "RestorePod: creating the sandbox: %s", proxy.Message(runtimeErr)),
 			codes.ResourceExhausted, "RestorePod: creating the sandbox: no space for the sandbox"},
-		{"runtime error without a code", errorf(proxy.RuntimeKind(status.Error(codes.Unknown, "criu failed")), "capturing: %s", "criu failed"),
+		{"runtime error without a code", proxy.Errorf(proxy.RuntimeKind(status.Error(codes.Unknown, "criu failed")), "capturing: %s", "criu failed"),
 			codes.Internal, "capturing: criu failed"},
-		{"runtime code through runtimeKind", errorf(proxy.RuntimeKind(runtimeErr), "capturing: %s", message(runtimeErr)),
+		{"runtime code through runtimeKind", proxy.Errorf(proxy.RuntimeKind(runtimeErr), "capturing: %s", proxy.Message(runtimeErr)),
 			codes.ResourceExhausted, "capturing: no space for the sandbox"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,12 +40,12 @@ func TestErrorfKeepsMessageAndClass(t *testing.T) {
 			if st.Code() != tc.code || st.Message() != tc.msg {
 				t.Errorf("the caller sees %s %q, want %s %q", st.Code(), st.Message(), tc.code, tc.msg)
 			}
-			if code(tc.err) != tc.code {
-				t.Errorf("metric label %s, want %s", code(tc.err), tc.code)
+			if proxy.Code(tc.err) != tc.code {
+				t.Errorf("metric label %s, want %s", proxy.Code(tc.err), tc.code)
 			}
 		})
 	}
-	if !errors.Is(errorf(errdefs.ErrNotFound, "gone"), errdefs.ErrNotFound) {
+	if !errors.Is(proxy.Errorf(errdefs.ErrNotFound, "gone"), errdefs.ErrNotFound) {
 		t.Error("errorf's error is not of its kind for errors.Is")
 	}
 }

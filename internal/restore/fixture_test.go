@@ -32,7 +32,7 @@ func newFixture(t *testing.T) *fixture {
 	// The fake's archives hold no CRIU images (pages-1.img is a line of
 	// text): the images check is criucheck's, tested there and on the real
 	// stack; these tests take every checkpoint.
-	svc := New(Config{Root: n.Root, Store: n.Store, RestoreMarks: n.RT.Marks, ImageCheck: ckpttest.AcceptImages}, n.RT, n.RT, n.RT, n.Log)
+	svc := New(Config{Root: n.Root, RestoreMarks: n.RT.Marks, ImageCheck: ckpttest.AcceptImages}, n.RT, n.RT, n.RT, n.Log)
 	n.Store.Subscribe(svc.SandboxGone)
 	return &fixture{rt: n.RT, svc: svc, cap: c, root: n.Root, dir: n.Dir, stateDir: n.StateDir, log: n.Log}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/layout"
+	"github.com/cri-shim/cri-shim/internal/proxy"
 )
 
 // RestorePod serves the CRI call (KEP-5823): a new sandbox from req.Config and
@@ -27,13 +28,13 @@ func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	start := s.now()
 	resp, err := s.restorePod(ctx, req)
 	if err != nil {
-		s.metrics.restores.WithLabelValues(code(err).String()).Inc()
+		s.restores.WithLabelValues(proxy.Code(err).String()).Inc()
 		s.log.Warn("checkpoint: RestorePod failed", "path", req.GetCheckpointPath(), "err", err)
 		return nil, err
 	}
 	d := s.now().Sub(start)
-	s.metrics.restores.WithLabelValues("success").Inc()
-	s.metrics.restoreTime.Observe(d.Seconds())
+	s.restores.WithLabelValues("success").Inc()
+	s.restoreTime.Observe(d.Seconds())
 	md := req.GetConfig().GetMetadata()
 	s.log.Info("checkpoint: pod restored (containers created)", "pod", md.GetNamespace()+"/"+md.GetName(),
 		"sandbox", resp.PodSandboxId, "containers", len(resp.RestoredContainers), "seconds", d.Seconds())
@@ -52,7 +53,7 @@ func (s *Service) Open(p, ns string) (string, *layout.Manifest, error) {
 		if errors.Is(err, os.ErrNotExist) && !errors.Is(err, layout.ErrOutsideRoot) {
 			return "", nil, s.NoCheckpoint(p, ns, err)
 		}
-		return "", nil, errorf(errdefs.ErrInvalidArgument, "checkpoint path: %v", err)
+		return "", nil, proxy.Errorf(errdefs.ErrInvalidArgument, "checkpoint path: %v", err)
 	}
 	m, err := layout.ReadManifestUnvalidated(dir)
 	if err != nil {
@@ -63,15 +64,15 @@ func (s *Service) Open(p, ns string) (string, *layout.Manifest, error) {
 			m.Pod.Namespace, m.Pod.Name, ns, m.Pod.Namespace))
 	}
 	if err := m.Validate(); err != nil {
-		return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: manifest: %v", dir, err)
+		return "", nil, proxy.Errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: manifest: %v", dir, err)
 	}
 	if node := nodeCgroupMode(); m.CgroupMode != "" && m.CgroupMode != node {
-		return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s was taken on a cgroup %s node and this node runs cgroup %s: "+
+		return "", nil, proxy.Errorf(errdefs.ErrFailedPrecondition, "checkpoint %s was taken on a cgroup %s node and this node runs cgroup %s: "+
 			"CRIU's cgroup images of one mode do not describe a container of the other", dir, m.CgroupMode, node)
 	}
 	for _, c := range m.Containers {
 		if _, err := layout.ArchivePath(dir, c); err != nil {
-			return "", nil, errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: container %q: %v", dir, c.Name, err)
+			return "", nil, proxy.Errorf(errdefs.ErrFailedPrecondition, "checkpoint %s: container %q: %v", dir, c.Name, err)
 		}
 	}
 	return dir, m, nil
@@ -92,7 +93,7 @@ func (s *Service) Allowed(from, to string) bool {
 // names the rule and nothing of the checkpoint; why is logged for the operator.
 func (s *Service) NoCheckpoint(path, ns string, why error) error {
 	s.log.Warn("checkpoint: restore refused", "path", path, "podNamespace", ns, "reason", why)
-	return errorf(errdefs.ErrNotFound, "no checkpoint that a pod of namespace %q may restore: "+
+	return proxy.Errorf(errdefs.ErrNotFound, "no checkpoint that a pod of namespace %q may restore: "+
 		"it does not exist, is incomplete, or was taken of a pod in another namespace "+
 		"(a pod restores only from a checkpoint of a pod in its own namespace unless the node's [checkpoint] restore_namespace_allow lists the pair)", ns)
 }
@@ -100,7 +101,7 @@ func (s *Service) NoCheckpoint(path, ns string, why error) error {
 // CheckHandler refuses a runtime handler other than the checkpoint's.
 func CheckHandler(m *layout.Manifest, handler string) error {
 	if handler != m.Pod.RuntimeHandler {
-		return errorf(errdefs.ErrFailedPrecondition, "runtime handler %q cannot restore a checkpoint taken under handler %q", handler, m.Pod.RuntimeHandler)
+		return proxy.Errorf(errdefs.ErrFailedPrecondition, "runtime handler %q cannot restore a checkpoint taken under handler %q", handler, m.Pod.RuntimeHandler)
 	}
 	return nil
 }
@@ -149,14 +150,14 @@ func (s *Service) createRestored(ctx context.Context, sandbox string, sb *runtim
 	c := RestoredConfig(cfg, e)
 	cr, err := s.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandbox, Config: c, SandboxConfig: sb})
 	if err != nil {
-		return "", errorf(err, "%s", message(err))
+		return "", proxy.Errorf(err, "%s", proxy.Message(err))
 	}
 	id := cr.GetContainerId()
 	if err := s.Stage(ctx, sb, sandbox, id, archive, ContainerLogPath(sb, c), nil); err != nil {
-		if _, rerr := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); rerr != nil && !isNotFound(rerr) {
+		if _, rerr := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); rerr != nil && !proxy.NotFound(rerr) {
 			s.log.Error("checkpoint: removing a container whose restore could not be staged", "container", id, "err", rerr)
 		}
-		return "", errorf(errdefs.ErrFailedPrecondition, "%v", err)
+		return "", proxy.Errorf(errdefs.ErrFailedPrecondition, "%v", err)
 	}
 	return id, nil
 }
@@ -167,13 +168,13 @@ const Timeout = 4 * time.Minute
 
 func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequest) (*runtimeapi.RestorePodResponse, error) {
 	if _, ok := ctx.Deadline(); !ok {
-		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: the call has no deadline; the CRI contract requires one")
+		return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: the call has no deadline; the CRI contract requires one")
 	}
 	if opts := req.GetOptions(); len(opts) > 0 { // RestorePod has no runtime options yet
-		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: unknown restore option %q (this runtime has no restore options)", slices.Min(slices.Collect(maps.Keys(opts))))
+		return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: unknown restore option %q (this runtime has no restore options)", slices.Min(slices.Collect(maps.Keys(opts))))
 	}
 	if req.GetConfig() == nil {
-		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: config (the new sandbox's configuration) is missing")
+		return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: config (the new sandbox's configuration) is missing")
 	}
 	dir, m, err := s.Open(req.GetCheckpointPath(), req.GetConfig().GetMetadata().GetNamespace())
 	if err != nil {
@@ -181,16 +182,16 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	}
 	cfgs := req.GetContainerConfigs()
 	if len(cfgs) == 0 {
-		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container_configs is empty")
+		return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: container_configs is empty")
 	}
 	byName := make(map[string]*runtimeapi.ContainerConfig, len(cfgs))
 	for i, c := range cfgs {
 		n := c.GetMetadata().GetName()
 		if n == "" {
-			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container_configs[%d] has no metadata name", i)
+			return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: container_configs[%d] has no metadata name", i)
 		}
 		if byName[n] != nil {
-			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q is configured twice", n)
+			return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q is configured twice", n)
 		}
 		byName[n] = c
 	}
@@ -207,15 +208,15 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	}
 	if len(missing)+len(extra) > 0 {
 		slices.Sort(extra)
-		return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container names must be exactly the checkpoint's %v: missing %v, not in the checkpoint %v",
+		return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: container names must be exactly the checkpoint's %v: missing %v, not in the checkpoint %v",
 			names(m), missing, extra)
 	}
 	for _, e := range m.Containers {
 		if byName[e.Name].GetImage().GetImage() == "" {
-			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q: the config names no image; the container is created from the pod's own image, the checkpointed one (%s)", e.Name, e.Image)
+			return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q: the config names no image; the container is created from the pod's own image, the checkpointed one (%s)", e.Name, e.Image)
 		}
 		if img := byName[e.Name].GetImage(); !s.ImageMatches(ctx, img, e) {
-			return nil, errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q: image %q is not the checkpointed image %q (%s)", e.Name, img.GetImage(), e.Image, e.ImageRef)
+			return nil, proxy.Errorf(errdefs.ErrInvalidArgument, "RestorePod: container %q: image %q is not the checkpointed image %q (%s)", e.Name, img.GetImage(), e.Image, e.ImageRef)
 		}
 	}
 	if err := CheckHandler(m, req.GetRuntimeHandler()); err != nil {
@@ -231,45 +232,45 @@ func (s *Service) restorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	defer cancel()
 	sb, err := s.rt.RunPodSandbox(rctx, &runtimeapi.RunPodSandboxRequest{Config: req.GetConfig(), RuntimeHandler: req.GetRuntimeHandler()})
 	if err != nil {
-		return nil, errorf(err, "RestorePod: creating the sandbox: %s", message(err))
+		return nil, proxy.Errorf(err, "RestorePod: creating the sandbox: %s", proxy.Message(err))
 	}
 	resp := &runtimeapi.RestorePodResponse{PodSandboxId: sb.GetPodSandboxId()}
 	undo := func(cause error) error {
 		var errs []error
 		for _, rc := range resp.RestoredContainers {
 			s.unstage(rc.ContainerId)
-			if _, err := s.rt.RemoveContainer(rctx, &runtimeapi.RemoveContainerRequest{ContainerId: rc.ContainerId}); err != nil && !isNotFound(err) {
+			if _, err := s.rt.RemoveContainer(rctx, &runtimeapi.RemoveContainerRequest{ContainerId: rc.ContainerId}); err != nil && !proxy.NotFound(err) {
 				errs = append(errs, err)
 			}
 		}
-		if _, err := s.rt.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: resp.PodSandboxId}); err != nil && !isNotFound(err) {
+		if _, err := s.rt.StopPodSandbox(rctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: resp.PodSandboxId}); err != nil && !proxy.NotFound(err) {
 			errs = append(errs, err)
 		}
-		if _, err := s.rt.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: resp.PodSandboxId}); err != nil && !isNotFound(err) {
+		if _, err := s.rt.RemovePodSandbox(rctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: resp.PodSandboxId}); err != nil && !proxy.NotFound(err) {
 			errs = append(errs, err)
 		}
 		if err := errors.Join(errs...); err != nil {
 			s.log.Error("checkpoint: removing what a failed RestorePod created", "sandbox", resp.PodSandboxId, "err", err)
-			return errorf(cause, "%s; removing what it created failed too: %v", message(cause), err)
+			return proxy.Errorf(cause, "%s; removing what it created failed too: %v", proxy.Message(cause), err)
 		}
 		return cause
 	}
 	for _, e := range m.Containers {
 		if err := ctx.Err(); err != nil {
-			return nil, undo(errorf(context.DeadlineExceeded, "RestorePod: deadline expired before container %q was created; everything the call created was removed", e.Name))
+			return nil, undo(proxy.Errorf(context.DeadlineExceeded, "RestorePod: deadline expired before container %q was created; everything the call created was removed", e.Name))
 		}
 		archive, err := layout.ArchivePath(dir, e)
 		if err != nil {
-			return nil, undo(errorf(errdefs.ErrFailedPrecondition, "RestorePod: container %q: %v; everything the call created was removed", e.Name, err))
+			return nil, undo(proxy.Errorf(errdefs.ErrFailedPrecondition, "RestorePod: container %q: %v; everything the call created was removed", e.Name, err))
 		}
 		id, err := s.createRestored(rctx, resp.PodSandboxId, req.GetConfig(), byName[e.Name], e, archive)
 		if err != nil {
-			return nil, undo(errorf(err, "RestorePod: restoring container %q: %s; everything the call created was removed", e.Name, message(err)))
+			return nil, undo(proxy.Errorf(err, "RestorePod: restoring container %q: %s; everything the call created was removed", e.Name, proxy.Message(err)))
 		}
 		resp.RestoredContainers = append(resp.RestoredContainers, &runtimeapi.RestoredContainer{Name: e.Name, ContainerId: id})
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, undo(errorf(context.DeadlineExceeded, "RestorePod: deadline expired; everything the call created was removed"))
+		return nil, undo(proxy.Errorf(context.DeadlineExceeded, "RestorePod: deadline expired; everything the call created was removed"))
 	}
 	// One entry per request entry, in the request's order.
 	order := make(map[string]int, len(cfgs))

@@ -17,6 +17,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/ckpttest"
 	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
 func startC(svc *Service, rt *ckpttest.Runtime, id string) error {
@@ -74,7 +75,7 @@ func TestStartWithoutTheRuntimeShimFails(t *testing.T) {
 	}
 	id := resp.RestoredContainers[0].ContainerId
 	err = startC(fx.svc, fx.rt, id)
-	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), runtimeShimName) {
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), restoremark.RuntimeShimName) {
 		t.Fatalf("start without the runtime shim: %v", err)
 	}
 	if st := fx.rt.ContainerOf(t, id).Status.State; st != runtimeapi.ContainerState_CONTAINER_EXITED {
@@ -95,7 +96,7 @@ func TestRecoverStaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc2 := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.log)
-	svc2.recoverStaged(context.Background())
+	svc2.Recover(context.Background())
 	if ckpttest.StagedPages(t, fx.rt.Marks, gone) != "" {
 		t.Fatal("the restore of a removed container was kept")
 	}
@@ -142,7 +143,7 @@ func TestRestorePodRefusedWithoutTheRuntimeShim(t *testing.T) {
 	})
 	before := len(fx.rt.RT.Requests("RunPodSandbox"))
 	_, err := fx.svc.RestorePod(ckpttest.CtxT(t, 5*time.Second), ckpttest.RestoreReq(fx.dir, "app", "sidecar"))
-	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), runtimeShimName) {
+	if status.Code(proxy.Status(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), restoremark.RuntimeShimName) {
 		t.Fatalf("RestorePod without the runtime shim: %v", err)
 	}
 	if n := len(fx.rt.RT.Requests("RunPodSandbox")); n != before {
@@ -151,7 +152,7 @@ func TestRestorePodRefusedWithoutTheRuntimeShim(t *testing.T) {
 	// With the runtime shim as the handler's runtime it goes on.
 	fx.rt.RT.Rewrite("Status", func(resp proto.Message) {
 		r := resp.(*runtimeapi.StatusResponse)
-		r.Info = map[string]string{"config": `{"containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{"runtimeType":"io.containerd.runc.v2","runtimePath":"/usr/local/bin/` + runtimeShimName + `"}}}}`}
+		r.Info = map[string]string{"config": `{"containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{"runtimeType":"io.containerd.runc.v2","runtimePath":"/usr/local/bin/` + restoremark.RuntimeShimName + `"}}}}`}
 	})
 	if _, err := fx.svc.RestorePod(ckpttest.CtxT(t, 5*time.Second), ckpttest.RestoreReq(fx.dir, "app", "sidecar")); err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestRecoverRemovesUnmarkedRestoredContainers(t *testing.T) {
 	}
 	time.Sleep(2 * time.Millisecond)
 	svc2 := New(fx.svc.cfg, fx.rt, fx.rt, fx.rt, fx.log)
-	svc2.recoverStaged(context.Background())
+	svc2.Recover(context.Background())
 	if _, _, ok := fx.rt.RT.Container(unmarked); ok {
 		t.Fatal("the unmarked restored container was left to start afresh")
 	}

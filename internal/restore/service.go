@@ -14,16 +14,12 @@ import (
 	"github.com/cri-shim/cri-shim/internal/capture"
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
-	"github.com/cri-shim/cri-shim/internal/store"
 )
 
 // Config is what the service needs from the shim's configuration.
 type Config struct {
 	// Root confines every checkpoint path.
 	Root string
-	// Store tells the service when a sandbox is gone (its staged restores
-	// are dropped).
-	Store *store.Store
 	// RestoreAcrossNamespaces widens the namespace binding of restores (see
 	// Allowed): it reports whether pods of namespace to may restore
 	// checkpoints of pods of namespace from. nil allows none.
@@ -45,6 +41,9 @@ type Config struct {
 }
 
 // Service serves RestorePod and stages and ends the restores of containers.
+// Its errors are plain Go errors of a class the proxy maps to a gRPC code
+// once, at its edge (proxy.Status): an errdefs kind, a context error, or the
+// runtime's own gRPC status, passed on; the caller is shown the message.
 type Service struct {
 	cfg   Config
 	rt    runtimeapi.RuntimeServiceClient
@@ -53,7 +52,10 @@ type Service struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	metrics *metrics
+	// The metrics are named after KEP-5823's kubelet metrics, with the
+	// shim's prefix.
+	restores, restoreStarts, refusals *prometheus.CounterVec
+	restoreTime                       prometheus.Histogram
 
 	mu sync.Mutex
 	// staged holds the restores staged for containers not started yet,
@@ -75,13 +77,34 @@ var (
 // New builds the service. rt and img are the runtime's CRI clients
 // (containerd), tasks its task service (the containers' specs).
 func New(cfg Config, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageServiceClient, tasks capture.Tasks, log *slog.Logger) *Service {
-	s := &Service{cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: time.Now, startedAt: time.Now(),
-		metrics: newMetrics(), staged: map[string]staged{}}
-	return s
+	if cfg.RestoreMarks.Path == "" {
+		cfg.RestoreMarks = restoremark.Default()
+	}
+	return &Service{cfg: cfg, rt: rt, img: img, tasks: tasks, log: log, now: time.Now, startedAt: time.Now(), staged: map[string]staged{},
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_pod_restore_operations_total",
+			Help: "RestorePod calls and warm starts served, by result.",
+		}, []string{"result"}),
+		restoreTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cri_shim_pod_restore_duration_seconds",
+			Help:    "Duration of successful RestorePod calls (sandbox and containers created, not started).",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+		}),
+		restoreStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_restored_container_starts_total",
+			Help: "Starts of containers staged for a restore, by result: restored; failed (the start failed); not_restored (started without the checkpoint: the pod's runtime is not cri-shim's runtime shim; stopped).",
+		}, []string{"result"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_checkpoint_restores_refused_total",
+			Help: "Restores refused because the checkpoint's CRIU images would give the container more than its spec allows, by the image kind of the first offending field (core: credentials, seccomp, namespaces; mounts; files; seccomp; ...), or because the checkpoint's rootfs changes are (rootfs_diff), or because a pulled checkpoint's archive or manifest is refused (archive).",
+		}, []string{"image"}),
+	}
 }
 
 // Collectors are the service's metrics.
-func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collectors() }
+func (s *Service) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.restores, s.restoreTime, s.restoreStarts, s.refusals}
+}
 
 // HookActive: StartContainer only while a container staged for a restore
 // awaits its start.
@@ -101,10 +124,6 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	}
 	return resp, nil
 }
-
-// Recover takes up the restores a killed shim staged (recoverStaged), once
-// at start before any call is served.
-func (s *Service) Recover(ctx context.Context) { s.recoverStaged(ctx) }
 
 // short is an ID's first 13 characters, for logs and messages.
 func short(id string) string { return id[:min(len(id), 13)] }

@@ -30,12 +30,13 @@ import (
 	"github.com/cri-shim/cri-shim/internal/ckptarchive"
 	"github.com/cri-shim/cri-shim/internal/criucheck"
 	"github.com/cri-shim/cri-shim/internal/layout"
+	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/restoremark"
 )
 
 // RestoringAnnotation marks a container created for a restore: one that a
 // shim killed before its restore was staged leaves CREATED without a mark,
-// and the next shim removes it (recoverStaged) rather than let a start run
+// and the next shim removes it (Recover) rather than let a start run
 // its image afresh.
 const RestoringAnnotation = "checkpoint.cri-shim.io/restoring"
 
@@ -43,10 +44,6 @@ const RestoringAnnotation = "checkpoint.cri-shim.io/restoring"
 // same file system as the archives, so the copy is in the kernel); a
 // leading dot keeps it out of the checkpoint listing.
 const stagingDirName = ".restore-staging"
-
-// runtimeShimName is the binary the pods' runtime handler must run for a
-// restore (its runtime_path), named in refusals and by the doctor.
-const runtimeShimName = restoremark.RuntimeShimName
 
 func (s *Service) stagingRoot() string { return filepath.Join(s.cfg.Root, stagingDirName) }
 
@@ -62,15 +59,15 @@ type staged struct {
 	refused func(*criucheck.Refusal)
 }
 
-// Stage prepares the restore of container id of sandbox, just
-// created by the runtime, from its archive: the CRIU images and rootfs changes are copied
-// into id's staging directory, the log into the container's log file
+// Stage prepares the restore of container id of sandbox, just created by
+// the runtime, from its archive: the CRIU images and rootfs changes are
+// copied into id's staging directory, the log into the container's log file
 // (logPath, "" for none), the images and the rootfs changes checked against
-// the container's spec (check.go; sb is the sandbox's config), and
-// the mark left for the runtime shim, with the bound the rootfs changes were
-// held to. refused, when set, is told if the runtime shim refuses the
-// restore at the container's start. On error nothing is left behind; the
-// caller removes the container.
+// the container's spec (check.go; sb is the sandbox's config), and the mark
+// left for the runtime shim, with the bound the rootfs changes were held to.
+// refused, when set, is told if the runtime shim refuses the restore at the
+// container's start. On error nothing is left behind; the caller removes the
+// container.
 func (s *Service) Stage(ctx context.Context, sb *runtimeapi.PodSandboxConfig, sandbox, id, archive, logPath string, refused func(*criucheck.Refusal)) (err error) {
 	root := s.stagingRoot()
 	if err := os.Mkdir(root, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
@@ -106,19 +103,11 @@ func (s *Service) Stage(ctx context.Context, sb *runtimeapi.PodSandboxConfig, sa
 	if files.Diff != "" {
 		mark.RootfsDiffMaxBytes = s.rootfsDiffMax()
 	}
-	if err := s.marks().Write(id, mark); err != nil {
+	if err := s.cfg.RestoreMarks.Write(id, mark); err != nil {
 		s.unstage(id)
 		return fmt.Errorf("staging the restore: %w", err)
 	}
 	return nil
-}
-
-// marks is the mark directory shared with the runtime shim.
-func (s *Service) marks() restoremark.Dir {
-	if s.cfg.RestoreMarks.Path != "" {
-		return s.cfg.RestoreMarks
-	}
-	return restoremark.Default()
 }
 
 // unstage forgets container id's staged restore and removes its files and
@@ -133,13 +122,13 @@ func (s *Service) unstage(id string) (wasStaged, claimed bool) {
 		return false, false
 	}
 	dir := st.dir
-	claimed = s.marks().Claimed(id)
+	claimed = s.cfg.RestoreMarks.Claimed(id)
 	if claimed {
-		if r := s.marks().Refused(id); r != nil {
+		if r := s.cfg.RestoreMarks.Refused(id); r != nil {
 			s.runtimeRefused(st, id, r)
 		}
 	}
-	if err := s.marks().Remove(id); err != nil {
+	if err := s.cfg.RestoreMarks.Remove(id); err != nil {
 		s.log.Warn("checkpoint: removing a restore mark", "container", id, "err", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -153,7 +142,7 @@ func (s *Service) unstage(id string) (wasStaged, claimed bool) {
 // (st.refused), as of one of this shim's own refusals.
 func (s *Service) runtimeRefused(st staged, id string, r *restoremark.Refusal) {
 	ref := &criucheck.Refusal{Image: r.Image, Field: r.Field, Reason: r.Reason}
-	s.metrics.refusals.WithLabelValues(criucheck.RefusalKind(ref.Image)).Inc()
+	s.refusals.WithLabelValues(criucheck.RefusalKind(ref.Image)).Inc()
 	s.log.Warn("checkpoint: restore refused by the runtime shim", "container", id, "image", ref.Image, "field", ref.Field, "reason", ref.Reason)
 	if st.sb != nil {
 		s.PodEvent(st.sb, "Warning", "CheckpointRefused", "Restore", ref.Error())
@@ -174,26 +163,26 @@ func (s *Service) Finish(id string, startErr error) error {
 	case !wasStaged:
 		return startErr
 	case startErr != nil:
-		s.metrics.restoreStarts.WithLabelValues("failed").Inc()
+		s.restoreStarts.WithLabelValues("failed").Inc()
 		return startErr
 	case claimed:
-		s.metrics.restoreStarts.WithLabelValues("restored").Inc()
+		s.restoreStarts.WithLabelValues("restored").Inc()
 		return nil
 	}
-	s.metrics.restoreStarts.WithLabelValues("not_restored").Inc()
+	s.restoreStarts.WithLabelValues("not_restored").Inc()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := s.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 0}); err != nil && !isNotFound(err) {
+	if _, err := s.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 0}); err != nil && !proxy.NotFound(err) {
 		s.log.Error("checkpoint: stopping a container that started without its checkpoint", "container", id, "err", err)
 	}
 	return errNotRestored(id)
 }
 
 func errNotRestored(id string) error {
-	return errorf(errdefs.ErrFailedPrecondition,
+	return proxy.Errorf(errdefs.ErrFailedPrecondition,
 		"cri-shim: container %s started without its checkpoint and was stopped: the runtime of its pod's handler is not cri-shim's runtime shim (%s), "+
 			"so containerd created its task fresh; set it as the handler's runtime_path (deploy/install.sh does, `cri-shim doctor` checks) and restart the pod's sandbox",
-		short(id), runtimeShimName)
+		short(id), restoremark.RuntimeShimName)
 }
 
 // SandboxGone drops the staged restores of a removed sandbox's containers
@@ -225,20 +214,20 @@ func (s *Service) CheckRoute(ctx context.Context, handler string) error {
 	if err != nil || r.Restores {
 		return nil
 	}
-	return errorf(errdefs.ErrFailedPrecondition, "handler %q runs containerd's own runc shim, which cannot restore a checkpoint: "+
-		"cri-shim's runtime shim (%s) must be its runtime_path (deploy/install.sh --with-containerd; `cri-shim doctor` checks)", r.Handler, runtimeShimName)
+	return proxy.Errorf(errdefs.ErrFailedPrecondition, "handler %q runs containerd's own runc shim, which cannot restore a checkpoint: "+
+		"cri-shim's runtime shim (%s) must be its runtime_path (deploy/install.sh --with-containerd; `cri-shim doctor` checks)", r.Handler, restoremark.RuntimeShimName)
 }
 
-// recoverStaged takes up the restores a killed shim staged: a mark whose
-// container still waits for its start is kept (its start restores it); any
-// other mark and staging directory of this shim is removed, and so is a
-// container created for a restore before this service started that waits
-// for its start without a mark (the shim was killed between the create and
-// the mark).
-func (s *Service) recoverStaged(ctx context.Context) {
+// Recover takes up, once at start before any call is served, the restores
+// a killed shim staged: a mark whose container still waits for its start is
+// kept (its start restores it); any other mark and staging directory of
+// this shim is removed, and so is a container created for a restore before
+// this service started that waits for its start without a mark (the shim
+// was killed between the create and the mark).
+func (s *Service) Recover(ctx context.Context) {
 	defer s.removeUnmarked(ctx)
 	root := s.stagingRoot()
-	ents, _ := s.marks().List()
+	ents, _ := s.cfg.RestoreMarks.List()
 	kept := map[string]bool{}
 	for _, e := range ents {
 		if e.Mark == nil || !layout.Within(root, e.Mark.Images) {
@@ -253,7 +242,7 @@ func (s *Service) recoverStaged(ctx context.Context) {
 			kept[e.ID] = true
 			continue
 		}
-		_ = s.marks().Remove(e.ID)
+		_ = s.cfg.RestoreMarks.Remove(e.ID)
 	}
 	dirs, _ := os.ReadDir(root)
 	for _, d := range dirs {
@@ -286,7 +275,7 @@ func (s *Service) removeUnmarked(ctx context.Context) {
 		if c.GetAnnotations()[RestoringAnnotation] != "true" || staged[c.GetId()] || c.GetCreatedAt() >= s.startedAt.UnixNano() {
 			continue
 		}
-		if _, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.GetId()}); err != nil && !isNotFound(err) {
+		if _, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.GetId()}); err != nil && !proxy.NotFound(err) {
 			s.log.Warn("checkpoint: removing a container whose restore was never staged", "container", c.GetId(), "err", err)
 			continue
 		}

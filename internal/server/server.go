@@ -359,7 +359,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 		CRIUVersion: criuVersion, Retain: w.store.Retain, Admit: w.store.Admit}, rt, img, tasks, log); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	w.restore = restore.New(restore.Config{Root: cfg.Checkpoint.Root, Store: st, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
+	w.restore = restore.New(restore.Config{Root: cfg.Checkpoint.Root, RestoreAcrossNamespaces: cfg.Checkpoint.RestoreAllowed,
 		PodEvent: podEvent, RootfsDiffMaxBytes: cfg.Checkpoint.PullMaxBytes}, rt, img, tasks, log)
 	if w.warm, err = warm.New(warm.Config{Root: cfg.Checkpoint.Root, Store: st, Sandboxes: table, ShimBinary: exe,
 		ResolveRestore: resolve, PullRestore: pullRestore}, rt, w.restore, w.store, log); err != nil {

@@ -57,7 +57,7 @@ func newFixture(t *testing.T) *fixture {
 		Retain: st.Retain, Admit: st.Admit}, n.RT, n.RT, n.RT, n.Log); err != nil {
 		t.Fatal(err)
 	}
-	fx.restore = restore.New(restore.Config{Root: n.Root, Store: n.Store, RestoreMarks: n.RT.Marks,
+	fx.restore = restore.New(restore.Config{Root: n.Root, RestoreMarks: n.RT.Marks,
 		ImageCheck: func(dir string, spec *specs.Spec) error {
 			if fx.imageCheck == nil {
 				return criucheck.Check(dir, spec, criucheck.Options{})

@@ -37,9 +37,6 @@ func (s *Service) noteWarmRestartPod(sandboxID string, ann map[string]string) {
 	if on, _, _ := podspec.ParseWarmRestart(ann); !on || sandboxID == "" {
 		return
 	}
-	if s.warmRestartPods == nil {
-		s.warmRestartPods = map[string]bool{}
-	}
 	s.warmRestartPods[sandboxID] = true
 	s.countHooked()
 }
@@ -94,9 +91,6 @@ func (s *Service) kubeletWarmRestart(ctx context.Context, req *runtimeapi.Create
 		}
 	}
 	s.mu.Lock()
-	if s.pendingWarm == nil {
-		s.pendingWarm = map[string]pendingWarm{}
-	}
 	s.pendingWarm[resp.GetContainerId()] = pendingWarm{sandbox: sb, name: name, w: w}
 	s.countHooked()
 	s.mu.Unlock()
@@ -121,16 +115,13 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	sbCfg := p.w.Request.GetSandboxConfig()
 	if err != nil {
 		s.mu.Lock()
-		if s.coldNext == nil {
-			s.coldNext = map[string]bool{}
-		}
 		s.coldNext[p.sandbox+"/"+p.name] = true
 		s.mu.Unlock()
-		s.kubeletWarmCold(p.w.Request, "restoring from checkpoint "+p.w.Checkpoint+" failed: "+message(err)+"; its next start is cold")
+		s.kubeletWarmCold(p.w.Request, "restoring from checkpoint "+p.w.Checkpoint+" failed: "+proxy.Message(err)+"; its next start is cold")
 		return resp, err
 	}
 	age := s.now().Sub(p.w.CheckpointedAt).Round(time.Second)
-	s.metrics.kubeletWarm.WithLabelValues("restored").Inc()
+	s.kubeletWarm.WithLabelValues("restored").Inc()
 	s.log.Info("checkpoint: container the kubelet restarted was restored from its pod's checkpoint",
 		"pod", sbCfg.GetMetadata().GetNamespace()+"/"+sbCfg.GetMetadata().GetName(), "container", p.name, "checkpoint", p.w.Checkpoint, "age", age)
 	s.restore.PodEvent(sbCfg, "Normal", "WarmRestarted", "Restore ("+p.name+")", "container "+p.name+" restored from checkpoint "+p.w.Checkpoint+", taken "+age.String()+" before")
@@ -139,7 +130,7 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 
 func (s *Service) kubeletWarmCold(req *runtimeapi.CreateContainerRequest, why string) {
 	sb, name := req.GetSandboxConfig(), req.GetConfig().GetMetadata().GetName()
-	s.metrics.kubeletWarm.WithLabelValues("cold").Inc()
+	s.kubeletWarm.WithLabelValues("cold").Inc()
 	s.log.Warn("checkpoint: warm restart not possible; the kubelet's restart of the container starts cold",
 		"pod", sb.GetMetadata().GetNamespace()+"/"+sb.GetMetadata().GetName(), "container", name,
 		"attempt", strconv.Itoa(int(req.GetConfig().GetMetadata().GetAttempt())), "why", why)

@@ -92,7 +92,7 @@ func TestWarmStartFromImageReference(t *testing.T) {
 		{fmt.Errorf("%w: pulling: 3 of 9 bytes", errdefs.ErrUnavailable), codes.Unavailable, "3 of 9 bytes"},
 		{fmt.Errorf("%w: registry not allowed", errdefs.ErrPermissionDenied), codes.PermissionDenied, "registry not allowed"},
 		{fmt.Errorf("connection reset"), codes.Unavailable, "connection reset"},
-		{fmt.Errorf("pulling x: %w", errorf(errdefs.ErrResourceExhausted, "over [checkpoint] pull_max_total_bytes 9")), codes.ResourceExhausted, "pull_max_total_bytes 9"},
+		{fmt.Errorf("pulling x: %w", proxy.Errorf(errdefs.ErrResourceExhausted, "over [checkpoint] pull_max_total_bytes 9")), codes.ResourceExhausted, "pull_max_total_bytes 9"},
 	} {
 		fx.svc.cfg.PullRestore = func(context.Context, string, string, string, string, func(int64) (func(), error)) (string, error) {
 			return "", tc.err

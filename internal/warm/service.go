@@ -3,7 +3,6 @@ package warm
 import (
 	"context"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,10 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-shim/cri-shim/internal/criucheck"
-	"github.com/cri-shim/cri-shim/internal/layout"
 	"github.com/cri-shim/cri-shim/internal/podtable"
-	"github.com/cri-shim/cri-shim/internal/proxy"
+	"github.com/cri-shim/cri-shim/internal/restore"
 	"github.com/cri-shim/cri-shim/internal/store"
 )
 
@@ -27,9 +24,7 @@ type Config struct {
 	Store *store.Store
 	// Sandboxes are the node's sandboxes (the pod table), read to find the
 	// pods asking for warm restarts.
-	Sandboxes interface {
-		List(keep func(*podtable.Sandbox) bool) []podtable.Sandbox
-	}
+	Sandboxes *podtable.Table
 	// ShimBinary is the shim's own executable, mounted into a warm-started
 	// init container that had completed, so that it completes again at once
 	// without running its image's code (see warm.go). Empty disables that.
@@ -56,20 +51,6 @@ type Config struct {
 	PullRestore func(ctx context.Context, namespace, pod, uid, ref string, reserve func(total int64) (release func(), err error)) (string, error)
 }
 
-// Restorer is what warm starts and warm restarts use of internal/restore's
-// Service: the checks of a checkpoint and the staging of its restores.
-type Restorer interface {
-	Open(p, ns string) (string, *layout.Manifest, error)
-	Allowed(from, to string) bool
-	NoCheckpoint(path, ns string, why error) error
-	CheckRoute(ctx context.Context, handler string) error
-	ImageMatches(ctx context.Context, spec *runtimeapi.ImageSpec, e layout.ContainerEntry) bool
-	Stage(ctx context.Context, sb *runtimeapi.PodSandboxConfig, sandbox, id, archive, logPath string, refused func(*criucheck.Refusal)) error
-	Finish(id string, startErr error) error
-	RefusedArchive(sb *runtimeapi.PodSandboxConfig, ref string, err error)
-	PodEvent(sb *runtimeapi.PodSandboxConfig, eventType, reason, action, note string)
-}
-
 // Checkpoints is what warm starts and warm restarts use of the node's
 // checkpoint store (internal/ckptstore): its ledger of the checkpoints in
 // use and the cap on pulled ones.
@@ -84,12 +65,13 @@ type Checkpoints interface {
 type Service struct {
 	cfg     Config
 	rt      runtimeapi.RuntimeServiceClient
-	restore Restorer
+	restore *restore.Service
 	ckpts   Checkpoints
 	log     *slog.Logger
 	now     func() time.Time
 
-	metrics *metrics
+	// warmStarts and kubeletWarm are the service's metrics.
+	warmStarts, kubeletWarm *prometheus.CounterVec
 
 	// warmRecs holds the records of warm (records.go).
 	warmRecs *store.Bucket
@@ -111,10 +93,19 @@ type Service struct {
 }
 
 // New builds the service, with the warm starts an earlier shim left in
-// progress. rt is the runtime's CRI client (containerd).
-func New(cfg Config, rt runtimeapi.RuntimeServiceClient, restore Restorer, ckpts Checkpoints, log *slog.Logger) (*Service, error) {
-	s := &Service{cfg: cfg, rt: rt, restore: restore, ckpts: ckpts, log: log, now: time.Now, metrics: newMetrics(),
-		warm: make(map[string]*warmPod)}
+// progress. rt is the runtime's CRI client (containerd), rs the restores.
+func New(cfg Config, rt runtimeapi.RuntimeServiceClient, rs *restore.Service, ckpts Checkpoints, log *slog.Logger) (*Service, error) {
+	s := &Service{cfg: cfg, rt: rt, restore: rs, ckpts: ckpts, log: log, now: time.Now, warm: make(map[string]*warmPod),
+		warmRestartPods: map[string]bool{}, pendingWarm: map[string]pendingWarm{}, coldNext: map[string]bool{},
+		warmStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_pod_warm_starts_total",
+			Help: "Sandboxes the kubelet asked for with the restore-from annotation, by result.",
+		}, []string{"result"}),
+		kubeletWarm: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cri_shim_kubelet_warm_restarts_total",
+			Help: "Containers the kubelet restarted in pods asking for warm restarts, by result: restored from the pod's checkpoint, or cold.",
+		}, []string{"result"}),
+	}
 	if err := s.loadWarm(); err != nil {
 		return nil, err
 	}
@@ -122,17 +113,9 @@ func New(cfg Config, rt runtimeapi.RuntimeServiceClient, restore Restorer, ckpts
 }
 
 // Collectors are the service's metrics.
-func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collectors() }
-
-// The helpers of proxy's error classification.
-var (
-	errorf  = proxy.Errorf
-	message = proxy.Message
-	code    = proxy.Code
-)
-
-// isNotFound reports whether a runtime call's error says the object is gone.
-func isNotFound(err error) bool { return proxy.NotFound(err) || os.IsNotExist(err) }
+func (s *Service) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.warmStarts, s.kubeletWarm}
+}
 
 // short is an ID's first 13 characters, for logs and messages.
 func short(id string) string { return id[:min(len(id), 13)] }

@@ -34,7 +34,7 @@ type warmPod struct {
 	Checkpoint string `json:"checkpoint"`
 	Dir        string `json:"dir"`
 	// Namespace is the warm-started pod's: the checkpoint was checked
-	// against it (Restorer.Allowed) and is again at every use.
+	// against it (restore.Service.Allowed) and is again at every use.
 	Namespace string `json:"namespace"`
 	// Done are the container names already answered from the checkpoint;
 	// later instances (restarts) start fresh.
@@ -105,8 +105,8 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 		}}, nil
 	}
 	fail := func(kind error, format string, a ...any) error {
-		err := errorf(kind, "cri-shim: %s %q: %s", podspec.RestoreFromKey, name, fmt.Sprintf(format, a...))
-		s.metrics.warmStarts.WithLabelValues(code(err).String()).Inc()
+		err := proxy.Errorf(kind, "cri-shim: %s %q: %s", podspec.RestoreFromKey, name, fmt.Sprintf(format, a...))
+		s.warmStarts.WithLabelValues(proxy.Code(err).String()).Inc()
 		return err
 	}
 	md := req.GetConfig().GetMetadata()
@@ -116,7 +116,7 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 		if errors.Is(err, layout.ErrCheckpointRefused) {
 			s.restore.RefusedArchive(req.GetConfig(), name, err)
 		}
-		return podtable.Admission{}, fail(err, "%s", message(err))
+		return podtable.Admission{}, fail(err, "%s", proxy.Message(err))
 	}
 	var adm podtable.Admission
 	if strings.HasPrefix(dirName, layout.PulledDirPrefix) {
@@ -132,7 +132,7 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 		return adm, fail(errdefs.ErrFailedPrecondition, "%v", err)
 	}
 	if err := s.restore.CheckRoute(ctx, req.GetRuntimeHandler()); err != nil {
-		return adm, fail(err, "%s; the pod stays pending and the kubelet retries", message(err))
+		return adm, fail(err, "%s; the pod stays pending and the kubelet retries", proxy.Message(err))
 	}
 	adm.Commit = func(_ context.Context, id string) error {
 		w := &warmPod{SandboxID: id, Checkpoint: dirName, Dir: dir, Namespace: ns, Done: map[string]bool{}, m: m}
@@ -145,7 +145,7 @@ func (s *Service) Admit(ctx context.Context, p *podtable.Pod) (podtable.Admissio
 		s.noteWarmRestartPod(w.SandboxID, ann)
 		s.countHooked()
 		s.mu.Unlock()
-		s.metrics.warmStarts.WithLabelValues("success").Inc()
+		s.warmStarts.WithLabelValues("success").Inc()
 		s.log.Info("checkpoint: warm-starting a pod from a checkpoint", "pod", md.GetNamespace()+"/"+md.GetName(),
 			"sandbox", w.SandboxID, "checkpoint", name, "dir", dirName, "containers", len(m.Containers))
 		return nil
@@ -167,17 +167,17 @@ func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetad
 		return s.pullRestore(ctx, md, name)
 	}
 	if err := layout.CheckName(name); err != nil {
-		return "", errorf(errdefs.ErrInvalidArgument, "%v", err)
+		return "", proxy.Errorf(errdefs.ErrInvalidArgument, "%v", err)
 	}
 	switch layout.ReservedPrefix(name) {
 	case layout.ObjectDirPrefix:
 		// A PodCheckpoint's data: restored only by the object's name, so
 		// its Ready and PodSpecMismatch checks cannot be stepped around.
-		return "", errorf(errdefs.ErrInvalidArgument, "names beginning %q are PodCheckpoint data; name the PodCheckpoint object instead", layout.ObjectDirPrefix)
+		return "", proxy.Errorf(errdefs.ErrInvalidArgument, "names beginning %q are PodCheckpoint data; name the PodCheckpoint object instead", layout.ObjectDirPrefix)
 	case layout.PulledDirPrefix:
 		// Pulled for an image reference: restored only through it, so the
 		// registry allow-list judges every restore.
-		return "", errorf(errdefs.ErrInvalidArgument, "names beginning %q are checkpoints pulled from a registry; name the image reference instead", layout.PulledDirPrefix)
+		return "", proxy.Errorf(errdefs.ErrInvalidArgument, "names beginning %q are checkpoints pulled from a registry; name the image reference instead", layout.PulledDirPrefix)
 	}
 	if s.cfg.ResolveRestore == nil || isDir(filepath.Join(s.cfg.Root, name)) {
 		return name, nil
@@ -188,13 +188,13 @@ func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetad
 		if errdefs.IsUnavailable(err) {
 			kind = errdefs.ErrUnavailable
 		}
-		return "", errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
+		return "", proxy.Errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
 	}
 	if layout.IsImageRef(d) {
 		return s.pullRestore(ctx, md, d)
 	}
 	if err := layout.CheckName(d); err != nil || !strings.HasPrefix(d, layout.ObjectDirPrefix) {
-		return "", errorf(errdefs.ErrFailedPrecondition, "PodCheckpoint location %q: not a PodCheckpoint's data directory (%v)", d, err)
+		return "", proxy.Errorf(errdefs.ErrFailedPrecondition, "PodCheckpoint location %q: not a PodCheckpoint's data directory (%v)", d, err)
 	}
 	return d, nil
 }
@@ -203,22 +203,22 @@ func (s *Service) restoreDir(ctx context.Context, md *runtimeapi.PodSandboxMetad
 func (s *Service) pullRestore(ctx context.Context, md *runtimeapi.PodSandboxMetadata, ref string) (string, error) {
 	ns := md.GetNamespace()
 	if s.cfg.PullRestore == nil {
-		return "", errorf(errdefs.ErrInvalidArgument, "image reference %q: this shim restores no image references (it has no [checkpoint] registries)", ref)
+		return "", proxy.Errorf(errdefs.ErrInvalidArgument, "image reference %q: this shim restores no image references (it has no [checkpoint] registries)", ref)
 	}
 	d, err := s.cfg.PullRestore(ctx, ns, md.GetName(), md.GetUid(), ref, s.ckpts.ReservePulled)
 	switch {
 	case errors.Is(err, layout.ErrForeignCheckpoint):
-		return "", errorf(errdefs.ErrNotFound, "image %s: %s; the pod stays pending and the kubelet retries", ref, message(s.restore.NoCheckpoint(ref, ns, err)))
+		return "", proxy.Errorf(errdefs.ErrNotFound, "image %s: %s; the pod stays pending and the kubelet retries", ref, proxy.Message(s.restore.NoCheckpoint(ref, ns, err)))
 	case err != nil:
 		kind := err
 		if !errdefs.IsInvalidArgument(err) && !errdefs.IsPermissionDenied(err) && !errdefs.IsUnavailable(err) &&
 			!errdefs.IsFailedPrecondition(err) && !errdefs.IsResourceExhausted(err) {
 			kind = errdefs.ErrUnavailable
 		}
-		return "", errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
+		return "", proxy.Errorf(kind, "%v; the pod stays pending and the kubelet retries", err)
 	}
 	if layout.CheckName(d) != nil || !strings.HasPrefix(d, layout.PulledDirPrefix) {
-		return "", errorf(errdefs.ErrInternal, "image %s: pulled into %q, not a pulled checkpoint's directory", ref, d)
+		return "", proxy.Errorf(errdefs.ErrInternal, "image %s: pulled into %q, not a pulled checkpoint's directory", ref, d)
 	}
 	return d, nil
 }
@@ -234,7 +234,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	if w != nil && w.Refused != "" {
 		refused := w.Refused
 		s.mu.Unlock()
-		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q was refused for this pod (%s): the pod creates no more containers; delete it, or restore another checkpoint", name, w.Checkpoint, refused)
+		return nil, proxy.Errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q was refused for this pod (%s): the pod creates no more containers; delete it, or restore another checkpoint", name, w.Checkpoint, refused)
 	}
 	if w == nil || w.Done[name] {
 		restart := s.warmRestartPods[req.GetPodSandboxId()] && req.GetConfig().GetMetadata().GetAttempt() > 0
@@ -255,11 +255,11 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	}
 	if !s.restore.Allowed(w.m.Pod.Namespace, ns) {
 		err := s.restore.NoCheckpoint(w.Dir, ns, fmt.Errorf("warm start of sandbox %s: checkpoint of namespace %q", short(w.SandboxID), w.m.Pod.Namespace))
-		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %s %q: %v", name, podspec.RestoreFromKey, w.Checkpoint, err)
+		return nil, proxy.Errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %s %q: %v", name, podspec.RestoreFromKey, w.Checkpoint, err)
 	}
 	cfg, archive, how, err := s.warmConfig(ctx, req.GetConfig(), name, w.Checkpoint, w.Dir, w.m)
 	if err != nil {
-		return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %v", name, err)
+		return nil, proxy.Errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: %v", name, err)
 	}
 	if cfg == nil {
 		return next(ctx, req)
@@ -282,7 +282,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 			if errors.As(err, &ref) {
 				s.refuseWarm(w.SandboxID, name, ref)
 			}
-			return nil, errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q: %v; the container was removed", name, w.Checkpoint, err)
+			return nil, proxy.Errorf(errdefs.ErrFailedPrecondition, "cri-shim: container %q: checkpoint %q: %v; the container was removed", name, w.Checkpoint, err)
 		}
 	}
 	s.mu.Lock()
@@ -300,7 +300,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 			_, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.GetContainerId()})
 			return err
 		})
-		return nil, errorf(errdefs.ErrUnavailable, "cri-shim: container %q: recording the warm start: %v; the container was removed and the kubelet retries", name, err)
+		return nil, proxy.Errorf(errdefs.ErrUnavailable, "cri-shim: container %q: recording the warm start: %v; the container was removed and the kubelet retries", name, err)
 	}
 	s.log.Info("checkpoint: warm start container", "sandbox", w.SandboxID, "container", name, "id", resp.GetContainerId(), "how", how)
 	return resp, nil
@@ -348,7 +348,7 @@ func (s *Service) warmConfig(ctx context.Context, cfg *runtimeapi.ContainerConfi
 func (s *Service) undoUnrecorded(what, id string, undo func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := undo(ctx); err != nil && !isNotFound(err) {
+	if err := undo(ctx); err != nil && !proxy.NotFound(err) {
 		s.log.Error("checkpoint: removing a warm-start "+what+" whose record could not be written", what, id, "err", err)
 	}
 }
