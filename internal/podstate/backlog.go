@@ -47,7 +47,7 @@ func (m *Manager) backlogLeft(p *restartrecord.Pod) time.Duration {
 	if p == nil || p.Phase != restartrecord.PhaseTerminating || p.Backlog.Over {
 		return 0
 	}
-	name, n := p.Backlogged(m.keepDead)
+	name, n := p.Backlogged(m.opts.KeepDead)
 	if name == "" {
 		return 0
 	}

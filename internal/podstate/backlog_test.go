@@ -26,7 +26,7 @@ func crashOnce(k kubelet, sb string, p *restartrecord.Pod) (done chan error) {
 // running. first is instance 1.
 func atTheBacklogLimit(t *testing.T) (k kubelet, sb string, p *restartrecord.Pod, first string) {
 	k, sb, p = crashingMainPod(t)
-	k.m.keepDead = 1
+	k.m.opts.KeepDead = 1
 	first = p.Latest["main"]
 	for range 5 {
 		if err := <-crashOnce(k, sb, p); err != nil {
@@ -76,7 +76,7 @@ func TestRestartWaitsForTheKubeletsRemovals(t *testing.T) {
 // to none.
 func TestRestartBacklogWaitIsBounded(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
-	k.m.keepDead = 1
+	k.m.opts.KeepDead = 1
 	k.m.backlogWait = 200 * time.Millisecond
 	for range 6 {
 		if err := <-crashOnce(k, sb, p); err != nil {

@@ -181,7 +181,7 @@ func (m *Manager) classifyLockedVia(s *runtimeapi.ContainerStatus, via string) (
 	}
 	m.metrics.delay.Observe(bst.LastDelay.Seconds())
 	m.trace(p.SandboxID, traceMatched, "delay", bst.LastDelay)
-	m.observer.RestartStarted(refOf(p), *p.Trigger)
+	m.opts.Observer.RestartStarted(refOf(p), *p.Trigger)
 	m.log.Info("podstate: restart rule matched", "action", action, "trigger", s.Id,
 		"pod", p.Namespace+"/"+p.Name, "container", name, "exitCode", s.ExitCode, "delay", bst.LastDelay)
 	m.kick(p.SandboxID)

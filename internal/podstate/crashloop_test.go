@@ -66,7 +66,7 @@ func (k *plegKubelet) relist() (died []string) {
 // (docs/backoff.md, "What the wait costs").
 func TestCrashLoopLetsTheKubeletRemoveReplacedInstances(t *testing.T) {
 	k, sb, p := crashingMainPod(t)
-	k.m.keepDead = 1
+	k.m.opts.KeepDead = 1
 	k.m.backlogWait = time.Millisecond // observe the pile, do not wait on it
 	pk := &plegKubelet{kubelet: k, sb: sb}
 	pk.relist()

@@ -75,7 +75,7 @@ func (m *Manager) Run(ctx context.Context) {
 			// OnEvent (and the kubelet's status calls): the scan is a
 			// safety net every 10 s. Without a subscription, or after a new
 			// one (events in between are lost), it runs at once.
-			if live := m.eventsLive(); live == 0 || live != lastLive || ticks%10 == 0 {
+			if live := m.opts.EventsLive(); live == 0 || live != lastLive || ticks%10 == 0 {
 				m.scan(ctx)
 				lastLive = live
 			}

@@ -24,6 +24,7 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 		phase     restartrecord.Phase
 		notBefore time.Time
 		term      podspec.Termination
+		starting  bool // the kubelet is starting an old instance (race.go)
 		// Only instances not yet seen exited need stopping: a CRI
 		// container never runs again once it has exited.
 		old = map[string]string{}
@@ -34,6 +35,7 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 		}
 		phase, notBefore, term = p.Phase, p.NotBefore, p.Termination
 		for id, in := range p.Instances {
+			starting = starting || in.Part == restartrecord.PartOld && in.Starting
 			if in.Part == restartrecord.PartOld && !in.Dead {
 				old[id] = in.Name
 			}
@@ -42,8 +44,8 @@ func (m *Manager) step(ctx context.Context, sandboxID string) (time.Duration, er
 	m.trace(sandboxID, traceStep, "phase", phase)
 	switch phase {
 	case restartrecord.PhaseTerminating:
-		if m.startsInFlight(sandboxID) {
-			return startWait, nil // race.go
+		if starting {
+			return startWait, nil // nothing is stopped until the start has returned
 		}
 		if err := m.refineShown(ctx, sandboxID); err != nil {
 			return 0, err

@@ -54,7 +54,7 @@ func (k kubelet) runtimeAnswer(id string) []byte {
 // exited previous instance (shown as exited, settled).
 func crashedOnce(t *testing.T, sub *uint64) (kubelet, string, string) {
 	k, sb, p := crashingMainPod(t)
-	k.m.eventsLive = func() uint64 { return *sub }
+	k.m.opts.EventsLive = func() uint64 { return *sub }
 	prev := p.Latest["main"]
 	k.exit(prev, 1)
 	k.status(prev)
@@ -159,7 +159,7 @@ func TestExitedStatusDropped(t *testing.T) {
 	t.Run("untracked pod", func(t *testing.T) {
 		sub := uint64(1)
 		k := newKubelet(t, t.TempDir())
-		k.m.eventsLive = func() uint64 { return sub }
+		k.m.opts.EventsLive = func() uint64 { return sub }
 		sb := k.runPod(nil)
 		id := k.start(sb, "main")
 		k.exit(id, 1)

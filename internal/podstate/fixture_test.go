@@ -232,7 +232,7 @@ func (k kubelet) view() *restartview.View {
 		return v.(*restartview.View)
 	}
 	m := k.m
-	v := restartview.New(k.m, func() uint64 { return m.eventsLive() }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	v := restartview.New(k.m, func() uint64 { return m.opts.EventsLive() }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	got, _ := views.LoadOrStore(k.m, v)
 	return got.(*restartview.View)
 }

@@ -104,7 +104,7 @@ func TestWaitForWakesOnTheStopEvent(t *testing.T) {
 	m := machineManager(t)
 	rt := &statusSource{state: runtimeapi.ContainerState_CONTAINER_RUNNING}
 	m.rt = rt
-	m.eventsLive = func() uint64 { return 1 }
+	m.opts.EventsLive = func() uint64 { return 1 }
 	m.pods.Add(&restartrecord.Pod{SandboxID: "sb", Phase: restartrecord.PhaseStartup, Instances: map[string]*restartrecord.Instance{"c1": {Name: "init"}}})
 	m.tracked.Store(1)
 	type result struct {

@@ -4,10 +4,8 @@
 // gracefully and started again in the same sandbox, init containers first,
 // with the kubelet doing the starting. docs/in-place-restart.md explains the
 // mechanism and the kubelet code it relies on. This package decides and
-// acts (the runtime's calls, the kubelet's); what it knows of each pod is
-// its record (internal/restartrecord), changed only through the record's
-// edits inside a restartrecord.Change, which saves each change before it
-// is acted on or puts it back.
+// acts; what it knows of each pod is its record (internal/restartrecord),
+// changed only inside a restartrecord.Change.
 package podstate
 
 import (
@@ -57,10 +55,8 @@ type Manager struct {
 	// for ObservePodSandboxStatus, which takes no lock.
 	reads sync.Map
 
-	mu sync.Mutex
-	// pods are the tracked pods' records (under mu); every change of one
-	// is saved before it is acted on (restartrecord.Change).
-	pods *restartrecord.Records
+	mu   sync.Mutex
+	pods *restartrecord.Records // the tracked pods' records (under mu)
 
 	// queue holds the sandboxes with a restart step to run (engine.go);
 	// running has the cancel of each step in progress, by sandbox ID.
@@ -72,20 +68,15 @@ type Manager struct {
 	quitOnce sync.Once
 	metrics  *metrics
 
-	// trackAlso, eventsLive, observer and warm: Options' TrackAlso,
-	// EventsLive, Observer and Warm (eventsLive and observer never nil).
-	trackAlso  func(podspec.Spec) bool
-	eventsLive func() uint64
-	observer   restartapi.Observer
-	warm       restartapi.WarmSource
+	// opts are New's, with EventsLive and Observer never nil and KeepDead
+	// at least 1.
+	opts Options
 
 	// phaseChanged is closed and replaced at every phase change and every
-	// instance forgotten (under mu; machine.go), so a wait for a restart to
+	// instance forgotten (under mu; update.go), so a wait for a restart to
 	// end, or for the kubelet to remove instances, needs no polling.
 	phaseChanged chan struct{}
-	// keepDead: Options.KeepDead (backlog.go).
-	keepDead    int
-	backlogWait time.Duration
+	backlogWait  time.Duration
 	// stateWaits are the replay's waits for a container's state to change,
 	// by container ID (chan struct{}), closed by the event feed's start and
 	// stop events (waitFor).
@@ -128,14 +119,14 @@ func New(rt runtimeService, stateDir string, bo *backoff.Tracker, log *slog.Logg
 	m := &Manager{
 		rt: rt, st: st, bo: bo, log: log, clock: backoff.RealClock, pods: restartrecord.NewRecords(st, log),
 		queue: newQueue(), quit: make(chan struct{}), metrics: newMetrics(),
-		trackAlso: o.TrackAlso, eventsLive: o.EventsLive, observer: o.Observer, warm: o.Warm,
-		keepDead: max(o.KeepDead, 1), backlogWait: maxBacklogWait, debug: debugEnabled(log),
+		opts: o, backlogWait: maxBacklogWait, debug: debugEnabled(log),
 	}
-	if m.eventsLive == nil {
-		m.eventsLive = func() uint64 { return 0 }
+	m.opts.KeepDead = max(o.KeepDead, 1)
+	if m.opts.EventsLive == nil {
+		m.opts.EventsLive = func() uint64 { return 0 }
 	}
-	if m.observer == nil {
-		m.observer = noObserver{}
+	if m.opts.Observer == nil {
+		m.opts.Observer = noObserver{}
 	}
 	pods, errs := st.Load()
 	for _, err := range errs {

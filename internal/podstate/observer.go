@@ -2,7 +2,6 @@ package podstate
 
 import (
 	"github.com/cri-shim/cri-shim/internal/restartapi"
-
 	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 

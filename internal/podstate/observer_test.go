@@ -24,7 +24,7 @@ func (o *recordingObserver) RestartEnded(p restartapi.PodRef, t restartapi.Trigg
 func TestObserverHearsRestartStartAndEnd(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
 	o := &recordingObserver{}
-	k.m.observer = o
+	k.m.opts.Observer = o
 	k.exit(ids["main"], 88)
 	k.status(ids["main"])
 	if got := fmt.Sprint(o.heard); got != "[started p main 88 RestartAllContainers]" {
@@ -43,7 +43,7 @@ func TestObserverHearsRestartStartAndEnd(t *testing.T) {
 func TestObserverHearsAbandonedRestart(t *testing.T) {
 	k, sb, ids := setup(t, t.TempDir())
 	o := &recordingObserver{}
-	k.m.observer = o
+	k.m.opts.Observer = o
 	k.exit(ids["sidecar"], 1) // no rule
 	k.status(ids["sidecar"])
 	if len(o.heard) != 0 {

@@ -29,7 +29,7 @@ import (
 //   - A start already in the runtime when the rule matches is waited for:
 //     the instance is shown running like every other old instance that ran,
 //     and the restart stops it only after the start has returned
-//     (startsInFlight), so the stop cannot come before the process does.
+//     (step), so the stop cannot come before the process does.
 
 // errRestartBegan is recordCreate's refusal of a container whose create
 // was overtaken by a rule match: CreateContainer removes it again.
@@ -70,7 +70,7 @@ func (m *Manager) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 			}
 			in.Starting = false
 			if p.Phase != restartrecord.PhaseRunning {
-				kick = p.SandboxID // the restart's step waits for this start (startsInFlight)
+				kick = p.SandboxID // the restart's step waits for this start
 			}
 		})
 		if kick != "" {
@@ -83,11 +83,3 @@ func (m *Manager) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 // startWait is how soon a restart step that found a kubelet start in
 // flight looks again (the start's return also queues it: StartContainer).
 const startWait = 50 * time.Millisecond
-
-// startsInFlight reports whether an old instance of the sandbox's restart
-// is being started by the kubelet (Pod.StartsInFlight).
-func (m *Manager) startsInFlight(sandboxID string) bool {
-	busy := false
-	m.with(sandboxID, func(p *restartrecord.Pod) { busy = p != nil && p.StartsInFlight() })
-	return busy
-}

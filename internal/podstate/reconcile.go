@@ -13,9 +13,8 @@ import (
 	"github.com/cri-shim/cri-shim/internal/restartrecord"
 )
 
-// abandon ends the pod's restart in progress for good: the pod is shown as it
-// really is and no rule restarts anything in it any more. When that cannot be
-// recorded nothing changes. m.mu held.
+// abandon records Pod.Abandon and ends the step in progress; when that
+// cannot be recorded nothing changes. m.mu held.
 func (m *Manager) abandon(p *restartrecord.Pod) error {
 	restarting := p.Phase != restartrecord.PhaseRunning && p.Trigger != nil
 	if err := m.pods.Update(p, func(p *restartrecord.Pod) error {
@@ -30,7 +29,7 @@ func (m *Manager) abandon(p *restartrecord.Pod) error {
 	m.cancelStep(p.SandboxID)
 	if restarting {
 		m.traceEnd(p.SandboxID, "abandoned")
-		m.observer.RestartEnded(refOf(p), *p.Trigger, restartapi.Abandoned)
+		m.opts.Observer.RestartEnded(refOf(p), *p.Trigger, restartapi.Abandoned)
 	}
 	return nil
 }

@@ -347,7 +347,7 @@ func (m *Manager) waitFor(ctx context.Context, sandboxID, id string, exit bool) 
 			return s, nil // up or not, the kubelet will judge it once it is shown
 		}
 		recheck := stateRecheck
-		if m.eventsLive() == 0 {
+		if m.opts.EventsLive() == 0 {
 			recheck = stateRecheckNoEvents
 		}
 		t := time.NewTimer(recheck)

@@ -230,7 +230,7 @@ func TestRestartOnCommand(t *testing.T) {
 	if err := k.m.RestartPod(ctx, sb, "x"); err == nil {
 		t.Fatal("an untracked pod was restarted")
 	}
-	k.m.trackAlso = func(s podspec.Spec) bool { return s.Orchestrator != nil }
+	k.m.opts.TrackAlso = func(s podspec.Spec) bool { return s.Orchestrator != nil }
 	sb = k.runPod(orchestrated)
 	for _, n := range []string{"init", "sidecar", "main"} {
 		k.start(sb, n)

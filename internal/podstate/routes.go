@@ -42,7 +42,7 @@ func unavailable(err error) error {
 }
 
 // waitIdle returns once the sandbox has no restart in progress, woken by
-// each phase change (machine.go).
+// each phase change (update.go).
 func (m *Manager) waitIdle(ctx context.Context, sandboxID string) error {
 	for {
 		busy, changed := false, (<-chan struct{})(nil)

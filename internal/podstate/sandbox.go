@@ -33,7 +33,7 @@ func (m *Manager) Admit(_ context.Context, pod *podtable.Pod) (podtable.Admissio
 			problems = append(problems, p.Message)
 		}
 	}
-	tracked := len(spec.Rules) > 0 || (m.trackAlso != nil && m.trackAlso(spec))
+	tracked := len(spec.Rules) > 0 || (m.opts.TrackAlso != nil && m.opts.TrackAlso(spec))
 	if !tracked && len(problems) == 0 {
 		return podtable.Admission{}, nil
 	}
@@ -58,9 +58,7 @@ func (m *Manager) Admit(_ context.Context, pod *podtable.Pod) (podtable.Admissio
 		m.with(id, func(*restartrecord.Pod) {
 			m.adopt(p)
 			if err = m.pods.Save(p); err != nil {
-				m.pods.Drop(p.SandboxID)
-				m.reads.Delete(p.SandboxID)
-				m.tracked.Store(int32(m.pods.Len()))
+				m.dropLocked(p.SandboxID) // it has no step, trace or curve yet
 			}
 		})
 		if err != nil {

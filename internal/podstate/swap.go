@@ -63,9 +63,9 @@ func (m *Manager) swapLocked(p *restartrecord.Pod, exited []*runtimeapi.Containe
 	// at the next look).
 	m.metrics.latency.Observe(took.Seconds())
 	if p.Phase == restartrecord.PhaseRunning {
-		m.observer.RestartEnded(refOf(p), trigger, restartapi.Restarted)
+		m.opts.Observer.RestartEnded(refOf(p), trigger, restartapi.Restarted)
 	} else {
-		m.observer.RestartEnded(refOf(p), trigger, restartapi.RestartedAgain)
+		m.opts.Observer.RestartEnded(refOf(p), trigger, restartapi.RestartedAgain)
 	}
 	m.traceEnd(p.SandboxID, traceSwapped, "restarts", p.Restarts)
 	m.log.Info("podstate: pod restarted in place", "pod", p.Namespace+"/"+p.Name, "restarts", p.Restarts, "sinceExit", took.Round(time.Millisecond))

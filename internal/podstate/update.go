@@ -6,6 +6,8 @@ package podstate
 // Update: one place takes the lock, and the records' Change saves a change
 // or puts the pod back when it could not be recorded. The kubelet's view
 // (list, status, events) takes the lock itself: its paths are the hot ones.
+// Every phase change goes through enter, which wakes the calls waiting for
+// a pod's restart to end.
 
 import (
 	"errors"
@@ -59,4 +61,31 @@ func ignoreUntracked(err error) error {
 		return nil
 	}
 	return err
+}
+
+// enter is Pod.Enter, waking the callers waiting for a phase change
+// (waitIdle). The caller holds m.mu, and commits p's change.
+func (m *Manager) enter(p *restartrecord.Pod, ev restartrecord.Event) error {
+	if err := p.Enter(ev, m.clock.Now()); err != nil {
+		return err
+	}
+	m.changed()
+	return nil
+}
+
+// changed wakes the waits on phaseWait. The caller holds m.mu.
+func (m *Manager) changed() {
+	if m.phaseChanged != nil {
+		close(m.phaseChanged)
+	}
+	m.phaseChanged = make(chan struct{})
+}
+
+// phaseWait is a channel closed at the next phase change of any pod, or
+// instance forgotten. The caller holds m.mu.
+func (m *Manager) phaseWait() <-chan struct{} {
+	if m.phaseChanged == nil {
+		m.phaseChanged = make(chan struct{})
+	}
+	return m.phaseChanged
 }

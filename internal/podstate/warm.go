@@ -22,10 +22,10 @@ import (
 func (m *Manager) warmRequest(ctx context.Context, p *restartrecord.Pod, name string, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerRequest, *restartapi.WarmStart) {
 	failed := false
 	m.with(p.SandboxID, func(p *restartrecord.Pod) { failed = p != nil && p.WarmFailed[name] })
-	if m.warm == nil || failed {
+	if m.opts.Warm == nil || failed {
 		return req, nil
 	}
-	ws, err := m.warm(ctx, req)
+	ws, err := m.opts.Warm(ctx, req)
 	if err != nil {
 		m.warmCold(p, name, err.Error())
 		return req, nil
@@ -50,7 +50,7 @@ func (m *Manager) warmCold(p *restartrecord.Pod, name, why string) {
 	})
 	m.metrics.warm.WithLabelValues("cold").Inc()
 	m.log.Warn("podstate: warm restart not possible; starting the container cold", "pod", p.Namespace+"/"+p.Name, "container", name, "why", why)
-	m.observer.WarmRestart(refOf(p), restartapi.WarmResult{Container: name, Cold: why})
+	m.opts.Observer.WarmRestart(refOf(p), restartapi.WarmResult{Container: name, Cold: why})
 }
 
 // warmStarted tells that a container was restored from its checkpoint.
@@ -59,5 +59,5 @@ func (m *Manager) warmStarted(p *restartrecord.Pod, name string, ws *restartapi.
 	m.metrics.warm.WithLabelValues("restored").Inc()
 	m.log.Info("podstate: container restored from its pod's checkpoint", "pod", p.Namespace+"/"+p.Name, "container", name,
 		"checkpoint", ws.Checkpoint, "age", age.Round(time.Second))
-	m.observer.WarmRestart(refOf(p), restartapi.WarmResult{Container: name, Checkpoint: ws.Checkpoint, Age: age})
+	m.opts.Observer.WarmRestart(refOf(p), restartapi.WarmResult{Container: name, Checkpoint: ws.Checkpoint, Age: age})
 }

@@ -69,8 +69,8 @@ func (o *recordingObserver) WarmRestart(p restartapi.PodRef, r restartapi.WarmRe
 func warmPod(t *testing.T, src *warmSource) (kubelet, string, *recordingObserver) {
 	k := newKubelet(t, t.TempDir())
 	o := &recordingObserver{}
-	k.m.observer = o
-	k.m.warm = src.source
+	k.m.opts.Observer = o
+	k.m.opts.Warm = src.source
 	sb := k.runPod(map[string]string{podspec.RestartRulesPrefix + "main": `[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]`})
 	id := k.start(sb, "main")
 	k.exit(id, 1)

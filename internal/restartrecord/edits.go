@@ -64,18 +64,6 @@ func (p *Pod) Force(name, action string) {
 	p.Forced[name] = action
 }
 
-// StartsInFlight reports whether the kubelet is starting an old instance
-// of the restart in progress: the restart stops nothing until it has
-// returned.
-func (p *Pod) StartsInFlight() bool {
-	for _, in := range p.Instances {
-		if in.Part == PartOld && in.Starting {
-			return true
-		}
-	}
-	return false
-}
-
 // SetHeld holds (hold true) or releases a container the orchestrator
 // terminated: its exits are left alone until it restarts the container.
 func (p *Pod) SetHeld(container string, hold bool) {

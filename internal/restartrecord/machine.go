@@ -43,22 +43,12 @@ var machine = map[Phase]map[Event]Phase{
 	},
 }
 
-// Next is the phase ev moves a pod in phase from to, or an error when the
-// machine does not allow ev there.
-func Next(from Phase, ev Event) (Phase, error) {
-	to, ok := machine[from][ev]
-	if !ok {
-		return from, fmt.Errorf("restartrecord: %q is not a step of a restart in phase %s", ev, from)
-	}
-	return to, nil
-}
-
-// Enter moves p by ev: its phase, and since when (now). A step the machine
-// does not allow changes nothing and is an error.
+// Enter moves p by ev: its phase (by the machine), and since when (now).
+// A step the machine does not allow changes nothing and is an error.
 func (p *Pod) Enter(ev Event, now time.Time) error {
-	to, err := Next(p.Phase, ev)
-	if err != nil {
-		return err
+	to, ok := machine[p.Phase][ev]
+	if !ok {
+		return fmt.Errorf("restartrecord: %q is not a step of a restart in phase %s", ev, p.Phase)
 	}
 	p.Phase, p.PhaseSince = to, now
 	return nil

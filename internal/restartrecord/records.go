@@ -1,9 +1,8 @@
 package restartrecord
 
-// The tracked pods' records in memory, and each change of one made durable
-// or undone: a change is made in memory, saved before anything acts on it,
-// and put back when the save fails, so a restarted shim finds on disk what
-// this one acted on (docs/operations.md, "Readiness on write failure").
+// The tracked pods' records in memory, and each change of one saved before
+// anything acts on it or put back: a restarted shim finds on disk what this
+// one acted on (docs/operations.md, "Readiness on write failure").
 
 import (
 	"errors"
@@ -150,17 +149,14 @@ func (c Change) Commit(err error) error {
 	if err == nil {
 		return nil
 	}
-	if c.r.pods[c.p.SandboxID] == c.p { // not dropped meanwhile
-		for id := range c.p.Instances {
-			if _, ok := c.snap.Instances[id]; !ok {
-				c.r.unindex(id)
-			}
-		}
-		for id := range c.snap.Instances {
-			c.r.index(id, c.p.SandboxID)
-		}
+	tracked := c.r.pods[c.p.SandboxID] == c.p // not dropped meanwhile
+	if tracked {
+		c.r.Drop(c.p.SandboxID) // its instances now, tracked again as at Begin
 	}
 	*c.p = c.snap
+	if tracked {
+		c.r.Add(c.p)
+	}
 	if c.Saved() {
 		_ = c.r.Save(c.p)
 	}

@@ -1,9 +1,8 @@
 package restartrecord
 
-// The edits of a restart's steps: the match that starts it, the swap that
-// ends it, its abandon; and the kubelet's creates that the next one
-// replays. podstate makes each inside a Change. The phase is the caller's
-// (Enter).
+// The edits of a restart's steps (Match starts it, Swap ends it, Abandon
+// gives it up) and of the kubelet's creates that the next one replays; the
+// phase is the caller's (Enter).
 
 import (
 	"slices"

@@ -1,8 +1,5 @@
 package server
 
-// The shim's features as Run declares them: one ordered list, whose entries
-// take part in whatever their values implement.
-
 import (
 	"context"
 	"reflect"
@@ -31,20 +28,11 @@ type feature struct {
 	uses  []string
 }
 
-// wiring is where wire takes the features in.
-type wiring struct {
-	table    *podtable.Table
-	store    *store.Store
-	feed     *events.Feed
-	registry *prometheus.Registry
-	group    *runGroup
-}
-
 // wire takes fs in, in their order: a new pod is admitted by them, and a
 // sandbox gone and a container event reach them, in this order. It returns
 // the values that take CRI calls in the order a call crosses them: the
 // list's last first.
-func (w wiring) wire(fs []feature) []any {
+func wire(table *podtable.Table, st *store.Store, feed *events.Feed, reg *prometheus.Registry, g *runGroup, fs []feature) []any {
 	var calls []any
 	for _, f := range fs {
 		v := f.value
@@ -55,16 +43,16 @@ func (w wiring) wire(fs []feature) []any {
 			calls = append([]any{v}, calls...)
 		}
 		if a, ok := v.(podtable.Admitter); ok {
-			w.table.Register(a)
+			table.Register(a)
 		}
 		if s, ok := v.(interface{ SandboxGone(id string) }); ok {
-			w.store.Subscribe(s.SandboxGone)
+			st.Subscribe(s.SandboxGone)
 		}
 		if e, ok := v.(interface{ OnEvent(*events.Event) }); ok {
-			w.feed.Subscribe(e.OnEvent)
+			feed.Subscribe(e.OnEvent)
 		}
 		if c, ok := v.(interface{ Collectors() []prometheus.Collector }); ok {
-			w.registry.MustRegister(c.Collectors()...)
+			reg.MustRegister(c.Collectors()...)
 		}
 		if r, ok := v.(interface{ Run(context.Context) }); ok && f.run == nil {
 			f.run = r.Run
@@ -72,7 +60,7 @@ func (w wiring) wire(fs []feature) []any {
 			f.run = func(context.Context) {}
 		}
 		if f.name != "" {
-			w.group.Add(f.name, f.run, f.uses...)
+			g.Add(f.name, f.run, f.uses...)
 		}
 	}
 	return calls

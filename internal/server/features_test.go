@@ -70,7 +70,7 @@ func TestFeaturesAreWiredInListOrder(t *testing.T) {
 	table := podtable.New(nil, st, log)
 	reg := prometheus.NewRegistry()
 	var g runGroup
-	calls := wiring{table: table, store: st, feed: events.NewFeed(nil, log), registry: reg, group: &g}.wire([]feature{
+	calls := wire(table, st, events.NewFeed(nil, log), reg, &g, []feature{
 		{name: "a", value: a},
 		{name: "absent", value: absent, uses: []string{"a"}},
 		{name: "b", value: b, uses: []string{"absent", "c"}},

@@ -63,13 +63,10 @@ func (g *runGroup) Start(ctx context.Context) (stop func(), err error) {
 	for range g.runs {
 		for _, r := range g.runs {
 			for _, u := range r.users {
-				depth[r] = max(depth[r], depth[u]+1)
+				if depth[r] = max(depth[r], depth[u]+1); depth[r] >= len(g.runs) {
+					return nil, fmt.Errorf("the uses of runnable %q form a cycle", r.name)
+				}
 			}
-		}
-	}
-	for _, r := range g.runs {
-		if depth[r] >= len(g.runs) {
-			return nil, fmt.Errorf("the uses of runnable %q form a cycle", r.name)
 		}
 	}
 	base := context.WithoutCancel(ctx)

@@ -112,11 +112,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// server answers it catches up from the engine's snapshot: it reads
 	// pods, made just below, only when it runs.
 	var pods *podstate.Manager
-	var reporter *podstatus.Reporter
-	var observer restartapi.Observer // nil: none
+	var reporter restartapi.Observer // nil: none
 	if api != nil {
 		reporter = podstatus.New(api, func() []restartapi.PodState { return pods.Snapshot() }, log)
-		observer = reporter
 	}
 	pods, err = podstate.New(rt, cfg.StateDir, backoff.NewTracker(curve, nil), log, podstate.Options{
 		KeepDead: cfg.Backoff.KubeletDeadContainers,
@@ -124,7 +122,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		// even without restart rules: the orchestrator may restart them.
 		TrackAlso:  func(s podspec.Spec) bool { return s.Orchestrator != nil },
 		EventsLive: feed.Live,
-		Observer:   observer,
+		Observer:   reporter,
 		// In-place restarts of pods that ask for it start from their latest checkpoint.
 		Warm: cp.warm.WarmRestartRequest,
 	})
@@ -136,13 +134,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	channels, err := podmgmt.New(rt, cfg.StateDir, st, pods, log)
 	if err != nil {
 		return fmt.Errorf("pod management: %w", err)
-	}
-	var podCheckpoints func(context.Context) // the PodCheckpoint controller, when configured
-	if api != nil && cfg.Kubernetes.PodCheckpoints {
-		podCheckpoints = func(ctx context.Context) {
-			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, cp.capture,
-				nodeRuntime{table, rt}, cp.restores, cp.exporter, cp.sources, cp.events, log)
-		}
 	}
 
 	// What runs, from the runtime outward. A new pod is admitted by the
@@ -163,7 +154,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// RestorePod. Each entry runs beside the CRI server after what it uses,
 	// and stops before it.
 	bg := &runGroup{}
-	calls := wiring{table: table, store: st, feed: feed, registry: mc.Registry, group: bg}.wire([]feature{
+	calls := wire(table, st, feed, mc.Registry, bg, []feature{
 		{name: "runtime connection watch", run: func(ctx context.Context) { watchBackend(ctx, backend, log) }},
 		{name: "API server writer", value: api},
 		{name: "container event feed", value: feed},
@@ -176,7 +167,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		{name: "kept exited statuses sweep", value: view, uses: []string{"container event feed"}},
 		{name: "pod orchestrator channels", value: channels, uses: []string{"container event feed", "in-place restarts"}},
 		{name: "pod status reporter", value: reporter, uses: []string{"API server writer"}},
-		{name: "PodCheckpoint objects", run: podCheckpoints, uses: []string{"API server writer", "checkpoint recovery and resume retries"}},
+		{name: "PodCheckpoint objects", run: cp.podCheckpoints, uses: []string{"API server writer", "checkpoint recovery and resume retries"}},
 		{name: "pod table relist", value: table},
 	})
 	p, err := proxy.New(backend, mc, append(slices.Clone(o.Features), calls...)...)
@@ -265,18 +256,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	return err
 }
 
-// checkpointWiring is the checkpoint features (the node's checkpoint store,
-// captures, restores, warm starts and restarts) and what the PodCheckpoint
-// controller shares with them.
+// checkpointWiring is the checkpoint features: the node's checkpoint store,
+// captures, restores, warm starts and restarts, and the PodCheckpoint
+// controller, which shares them (nil when not configured).
 type checkpointWiring struct {
-	store    *ckptstore.Store
-	capture  *capture.Service
-	restore  *restore.Service
-	warm     *warm.Service
-	restores *podcheckpoint.Restores // nil without an API connection
-	exporter podcheckpoint.Exporter
-	sources  podcheckpoint.SourceChecker
-	events   podcheckpoint.EventSink
+	store          *ckptstore.Store
+	capture        *capture.Service
+	restore        *restore.Service
+	warm           *warm.Service
+	podCheckpoints func(context.Context)
 }
 
 // wireCheckpoints builds the checkpoint features: restores from checkpoint
@@ -307,6 +295,8 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 		resolve = restores.Resolve
 	}
 	w := &checkpointWiring{}
+	var exporter podcheckpoint.Exporter
+	var sources podcheckpoint.SourceChecker
 	// Restores from image references: pulled from the allow-listed
 	// registries only, with the pod's image pull secrets read as the node.
 	var pullRestore func(ctx context.Context, ns, pod, uid, ref string, reserve func(int64) (func(), error)) (string, error)
@@ -323,7 +313,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 			pc.PodKeychain = func(ctx context.Context, ns, pod, uid string) (authn.Keychain, error) {
 				return ociartifact.PodKeychain(ctx, api.Client.Resources(), secrets, api.Client.Node, ns, pod, uid, log)
 			}
-			w.exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
+			exporter = &ociartifact.Exporter{Registries: pc.Registries, Resources: api.Client.Resources,
 				Node: api.Client.Node, Timeout: cfg.Checkpoint.PullTimeout.Duration}
 		}
 		if cfg.Checkpoint.RestoreProvenance == config.ProvenanceCluster {
@@ -335,7 +325,7 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 			}
 		}
 		puller := ociartifact.NewRestorePuller(pc)
-		pullRestore, w.sources = puller.Pull, puller
+		pullRestore, sources = puller.Pull, puller
 	}
 	// Events on pods (warm restarts the kubelet drives), with an API connection.
 	var podEvent func(ns, pod, uid, eventType, reason, action, note string)
@@ -365,7 +355,12 @@ func wireCheckpoints(cfg config.Config, api *kubeapi.API, st *store.Store, table
 		ResolveRestore: resolve, PullRestore: pullRestore}, rt, w.restore, w.store, log); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	w.restores, w.events = restores, checkpointEvents
+	if api != nil && cfg.Kubernetes.PodCheckpoints {
+		w.podCheckpoints = func(ctx context.Context) {
+			podcheckpoint.Run(ctx, api.Client, api.Client.Node, cfg.Checkpoint.Root, w.capture,
+				nodeRuntime{table, rt}, restores, exporter, sources, checkpointEvents, log)
+		}
+	}
 	return w, nil
 }
 
