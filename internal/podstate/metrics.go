@@ -2,9 +2,7 @@ package podstate
 
 // The restart machinery's metrics.
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	latency    prometheus.Histogram

@@ -1,8 +1,6 @@
 package podstate
 
-import (
-	"time"
-)
+import "time"
 
 // Annotations the kubelet puts on every container it creates
 // (pkg/kubelet/kuberuntime/labels.go, kubelet v1.36.3).

@@ -230,7 +230,7 @@ func TestInterruptedReplayStartIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.cancelledStart(resp.ContainerId)
-	p.AddInstance(resp.ContainerId, "init", restartrecord.PartNew)
+	k.m.pods.AddInstance(p, resp.ContainerId, "init", restartrecord.PartNew)
 	k.m.pods.Save(p)
 	m2 := k.restarted(dir).m
 	if err := runSteps(m2, context.Background(), sb); err != nil {

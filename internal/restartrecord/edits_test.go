@@ -7,10 +7,10 @@ import "testing"
 // instance stays hidden in any phase; outside a restart everything is as it is.
 func TestView(t *testing.T) {
 	p := &Pod{Phase: PhaseStartup}
-	p.AddInstance("old", "main", PartOld)
+	addInstance(p, "old", "main", PartOld)
 	p.Inst("old").Shown = true
-	p.AddInstance("new", "main", PartNew)
-	p.AddInstance("gone", "init", PartNone)
+	addInstance(p, "new", "main", PartNew)
+	addInstance(p, "gone", "init", PartNone)
 	p.Inst("gone").Hidden = true
 	cases := []struct {
 		phase      Phase
@@ -38,8 +38,8 @@ func TestView(t *testing.T) {
 // only in Startup and only for its own container.
 func TestReplacesAndPendingCreate(t *testing.T) {
 	p := &Pod{Phase: PhaseStartup, Creating: "main/3"}
-	p.AddInstance("a", "main", PartOld)
-	p.AddInstance("b", "side", PartNone)
+	addInstance(p, "a", "main", PartOld)
+	addInstance(p, "b", "side", PartNone)
 	if !p.Replaces("main") || p.Replaces("side") {
 		t.Fatal("a pod restart replaces exactly the containers with an old instance")
 	}
@@ -61,7 +61,7 @@ func TestReplacesAndPendingCreate(t *testing.T) {
 func TestBacklogged(t *testing.T) {
 	p := &Pod{}
 	for i := range 1 + BacklogSlack + 1 {
-		p.AddInstance(string(rune('a'+i)), "main", PartNone)
+		addInstance(p, string(rune('a'+i)), "main", PartNone)
 	}
 	if name, n := p.Backlogged(1); name != "main" || n != 6 {
 		t.Fatalf("got %q %d, want main 6", name, n)

@@ -4,9 +4,7 @@ package restartrecord
 // instance, in one place, so a restart step changes one record instead of
 // keeping several sets in step.
 
-import (
-	"time"
-)
+import "time"
 
 // Part is an instance's part in the pod's restart in progress.
 type Part string
@@ -90,14 +88,6 @@ func (p *Pod) Inst(id string) *Instance { return p.Instances[id] }
 
 // Ours reports whether id is an instance of the pod.
 func (p *Pod) Ours(id string) bool { return p.Instances[id] != nil }
-
-// AddInstance records a new instance of container name with its part.
-func (p *Pod) AddInstance(id, name string, part Part) {
-	if p.Instances == nil {
-		p.Instances = map[string]*Instance{}
-	}
-	p.Instances[id] = &Instance{Name: name, Part: part}
-}
 
 // PartOf returns the IDs of the instances with part, by ID -> name.
 func (p *Pod) PartOf(part Part) map[string]string {

@@ -89,9 +89,10 @@ func (r *Records) Drop(sandboxID string) *Pod {
 	return p
 }
 
-// AddInstance is Pod.AddInstance, and Of finds the instance.
+// AddInstance records a new instance id of p's container name with its
+// part, which Of and MayHold find.
 func (r *Records) AddInstance(p *Pod, id, name string, part Part) {
-	p.AddInstance(id, name, part)
+	p.Instances[id] = &Instance{Name: name, Part: part}
 	r.index(id, p.SandboxID)
 }
 

@@ -33,7 +33,7 @@ func benchPod() *Pod {
 	for _, n := range []string{"init", "sidecar", "main"} {
 		p.Creates[n] = []byte(strings.Repeat("r", 900))
 		id := strings.Repeat(n[:1], 64)
-		p.AddInstance(id, n, PartNone)
+		addInstance(p, id, n, PartNone)
 		p.Latest[n] = id
 		p.Seq = append(p.Seq, SeqEntry{Name: n})
 	}

@@ -117,14 +117,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 		reporter = podstatus.New(api, func() []restartapi.PodState { return pods.Snapshot() }, log)
 	}
 	pods, err = podstate.New(rt, cfg.StateDir, backoff.NewTracker(curve, nil), log, podstate.Options{
-		KeepDead: cfg.Backoff.KubeletDeadContainers,
-		// Pods that declare an orchestrator are tracked by the restart machinery
-		// even without restart rules: the orchestrator may restart them.
+		KeepDead:   cfg.Backoff.KubeletDeadContainers,
 		TrackAlso:  func(s podspec.Spec) bool { return s.Orchestrator != nil },
 		EventsLive: feed.Live,
 		Observer:   reporter,
-		// In-place restarts of pods that ask for it start from their latest checkpoint.
-		Warm: cp.warm.WarmRestartRequest,
+		Warm:       cp.warm.WarmRestartRequest,
 	})
 	if err != nil {
 		return fmt.Errorf("state_dir: %w", err)
@@ -142,17 +139,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) er
 	// the channel, and last the pod status reporter, which writes the
 	// readiness gate once every other feature recorded the sandbox. A
 	// sandbox gone and the runtime's container events reach them in this
-	// order too. A CRI call crosses them the other way, from the last to the first: the pod table
-	// sees RemovePodSandbox answered after every feature and announces the
-	// sandbox gone to all of them (store.Gone); the channel adds its token
-	// mount before the restart state records the kubelet's CreateContainer
-	// (so replays carry it too) and overrides a status before the restart
-	// view reads it encoded (a bytes hook is last on its method); the
-	// restart state sees the kubelet's calls before warm start rewrites
-	// them; warm start's StartContainer sees the result of restore's, which
-	// ends a staged restore; capture serves CheckpointPod, restore
-	// RestorePod. Each entry runs beside the CRI server after what it uses,
-	// and stops before it.
+	// order too. A CRI call crosses them the other way, from the last to
+	// the first: the pod table sees RemovePodSandbox answered after every
+	// feature and announces the sandbox gone to all of them (store.Gone);
+	// the channel adds its token mount before the restart state records the
+	// kubelet's CreateContainer (so replays carry it too) and overrides a
+	// status before the restart view reads it encoded (a bytes hook is last
+	// on its method); the restart state sees the kubelet's calls before warm
+	// start rewrites them; warm start's StartContainer sees the result of
+	// restore's, which ends a staged restore; capture serves CheckpointPod,
+	// restore RestorePod.
 	bg := &runGroup{}
 	calls := wire(table, st, feed, mc.Registry, bg, []feature{
 		{name: "runtime connection watch", run: func(ctx context.Context) { watchBackend(ctx, backend, log) }},
