@@ -37,9 +37,6 @@ func NewRecords(st *Store, log *slog.Logger) *Records {
 // Get is sandboxID's pod, nil when it is not tracked.
 func (r *Records) Get(sandboxID string) *Pod { return r.pods[sandboxID] }
 
-// GetBytes is Get without allocating.
-func (r *Records) GetBytes(sandboxID []byte) *Pod { return r.pods[string(sandboxID)] }
-
 // Of is the pod of container instance id, nil when it is not tracked.
 func (r *Records) Of(id string) *Pod { return r.pods[r.byID[id]] }
 
