@@ -149,7 +149,7 @@ func TestStartInFlightWhenRuleMatches(t *testing.T) {
 	if slices.Contains(k.stopped(), oldMain) {
 		t.Fatal("main was stopped while its start was in the runtime")
 	}
-	if hide, fake := p.View(oldMain); hide || !p.Inst(oldMain).Shown {
+	if hide, fake := p.View(p.Inst(oldMain)); hide || !p.Inst(oldMain).Shown {
 		t.Fatalf("main during the restart: hidden %v, shown %v (fake %v); want shown running", hide, p.Inst(oldMain).Shown, fake)
 	}
 	if err := runSteps(k.m, ctx, sb); err != nil {

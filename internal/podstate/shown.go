@@ -49,8 +49,7 @@ const readWindow = 5 * time.Second
 // passed. Lists show the instance running for as long as the hold lasts, so
 // the list after it shows it exited: that change makes the kubelet read the
 // pod again and record the instance's real end. m.mu held.
-func (m *Manager) heldLocked(p *restartrecord.Pod, id string) bool {
-	in := p.Inst(id)
+func (m *Manager) heldLocked(p *restartrecord.Pod, in *restartrecord.Instance) bool {
 	if in == nil || !in.Held() {
 		return false
 	}

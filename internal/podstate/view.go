@@ -37,13 +37,15 @@ func (m *Manager) Verdicts(ctx context.Context, cs []wire.Container, want *runti
 	for i, c := range cs {
 		state := c.State
 		p := m.pods.Get(c.Sandbox)
+		var in *restartrecord.Instance
 		if p != nil {
-			hide, fake := p.View(c.ID)
+			in = p.Inst(c.ID)
+			hide, fake := p.View(in)
 			if hide || p.PendingCreate(c.ID, c.Name) {
 				out[i].Hide = true
 				continue
 			}
-			if !fake && want == nil && m.heldLocked(p, c.ID) {
+			if !fake && want == nil && m.heldLocked(p, in) {
 				fake = true
 			}
 			if fake && state != runtimeapi.ContainerState_CONTAINER_RUNNING {
@@ -55,10 +57,8 @@ func (m *Manager) Verdicts(ctx context.Context, cs []wire.Container, want *runti
 			out[i].Hide = true
 			continue
 		}
-		if p != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			if in := p.Inst(c.ID); in != nil {
-				in.Listed = true
-			}
+		if in != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			in.Listed = true
 		}
 	}
 	return out, nil
@@ -101,7 +101,7 @@ func (m *Manager) statusMayChangeLocked(c wire.Container) bool {
 	if exited && (!in.Dead || p.NeedsClassification(c.ID, c.Name)) {
 		return true
 	}
-	_, fake := p.View(c.ID)
+	_, fake := p.View(in)
 	return fake || in.Held()
 }
 
@@ -131,8 +131,9 @@ func (m *Manager) fixStatus(s *runtimeapi.ContainerStatus) error {
 	if p == nil {
 		return nil
 	}
-	_, fake := p.View(s.Id)
-	if !fake && m.heldLocked(p, s.Id) {
+	in := p.Inst(s.Id)
+	_, fake := p.View(in)
+	if !fake && m.heldLocked(p, in) {
 		fake = true // listed running before a swap: keep to that list's picture
 	}
 	if fake {
@@ -157,9 +158,9 @@ func (m *Manager) DropEvent(e *runtimeapi.ContainerEventResponse) bool {
 		}
 	}
 	hide, fake := false, false
-	m.withContainer(e.ContainerId, func(p *restartrecord.Pod, _ *restartrecord.Instance) {
+	m.withContainer(e.ContainerId, func(p *restartrecord.Pod, in *restartrecord.Instance) {
 		if p != nil {
-			hide, fake = p.View(e.ContainerId)
+			hide, fake = p.View(in)
 		}
 	})
 	if hide || fake {
@@ -195,7 +196,11 @@ func (m *Manager) MayDecide(cs []wire.ContainerBytes, out []bool) {
 		}
 	}
 	for i, c := range cs {
-		held := m.pods.MayHold(c.ID)
+		h := c.Head
+		if h == 0 {
+			h = wire.IDHead(c.ID)
+		}
+		held := m.pods.MayHold(h)
 		for _, sb := range restarting {
 			held = held || string(c.Sandbox) == sb
 		}

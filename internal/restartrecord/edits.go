@@ -105,9 +105,8 @@ func (p *Pod) Backlogged(keep int) (string, int) {
 // trigger) still run, and the new instances do not exist yet. A hold
 // (podstate's heldLocked) may show a replaced instance running after the
 // swap too, and an instance a handed-back restart left behind stays hidden
-// (Instance.Hidden).
-func (p *Pod) View(id string) (hide, fakeRunning bool) {
-	in := p.Inst(id)
+// (Instance.Hidden). in is the instance (Inst), nil when not the pod's.
+func (p *Pod) View(in *Instance) (hide, fakeRunning bool) {
 	if in != nil && in.Hidden {
 		return true, false
 	}

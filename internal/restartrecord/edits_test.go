@@ -27,7 +27,7 @@ func TestView(t *testing.T) {
 	}
 	for _, c := range cases {
 		p.Phase = c.phase
-		if hide, fake := p.View(c.id); hide != c.hide || fake != c.fake {
+		if hide, fake := p.View(p.Inst(c.id)); hide != c.hide || fake != c.fake {
 			t.Errorf("%s in %s: hide %v fake %v, want %v %v", c.id, c.phase, hide, fake, c.hide, c.fake)
 		}
 	}

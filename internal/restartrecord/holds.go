@@ -2,33 +2,27 @@ package restartrecord
 
 // The relist's question, asked of every container of a large node's list
 // once a second per kubelet: could this ID be one of a tracked pod's
-// instances? It is answered from the ID's first 8 bytes as one integer,
-// without hashing or comparing the whole ID and without touching a pod.
+// instances? It is answered from the ID's first 8 bytes as one integer
+// (wire.IDHead), without hashing or comparing the whole ID and without
+// touching a pod.
 
-import "encoding/binary"
+import "github.com/cri-shim/cri-shim/internal/wire"
 
-// prefix is id's first 8 bytes as an integer, zero-padded when shorter.
-// containerd's IDs are 64 random hex digits, so two share one rarely.
-func prefix(id []byte) uint64 {
-	if len(id) >= 8 {
-		return binary.LittleEndian.Uint64(id)
-	}
-	var b [8]byte
-	copy(b[:], id)
-	return binary.LittleEndian.Uint64(b[:])
-}
+// prefix is wire.IDHead of a string ID.
+func prefix(id string) uint64 { return wire.IDHead([]byte(id)) }
 
-// MayHold reports whether a tracked pod may hold instance id: false means
-// none does; true means one does, or (rarely) another ID of the records
-// begins with the same 8 bytes. A caller that needs certainty asks Of.
-func (r *Records) MayHold(id []byte) bool {
-	return r.prefixes[prefix(id)] > 0
+// MayHold reports whether a tracked pod may hold an instance whose ID's
+// head (wire.IDHead) is head: false means none does; true means one does,
+// or (rarely) another ID of the records begins with the same 8 bytes. A
+// caller that needs certainty asks Of.
+func (r *Records) MayHold(head uint64) bool {
+	return r.prefixes[head] > 0
 }
 
 // index makes instance id of sandboxID's pod found by Of and MayHold.
 func (r *Records) index(id, sandboxID string) {
 	if _, ok := r.byID[id]; !ok {
-		r.prefixes[prefix([]byte(id))]++
+		r.prefixes[prefix(id)]++
 	}
 	r.byID[id] = sandboxID
 }
@@ -39,7 +33,7 @@ func (r *Records) unindex(id string) {
 		return
 	}
 	delete(r.byID, id)
-	k := prefix([]byte(id))
+	k := prefix(id)
 	if r.prefixes[k]--; r.prefixes[k] == 0 {
 		delete(r.prefixes, k)
 	}

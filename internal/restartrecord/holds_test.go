@@ -2,6 +2,8 @@ package restartrecord
 
 import (
 	"strings"
+
+	"github.com/cri-shim/cri-shim/internal/wire"
 	"testing"
 )
 
@@ -21,7 +23,7 @@ func TestMayHoldFollowsTheIndex(t *testing.T) {
 			for _, w := range want {
 				held = held || w == x || w[:min(8, len(w))] == x[:min(8, len(x))]
 			}
-			if got := r.MayHold([]byte(x)); got != held {
+			if got := r.MayHold(wire.IDHead([]byte(x))); got != held {
 				t.Errorf("%s: MayHold(%.10s…) = %v, want %v (Of finds it: %v)", step, x, got, held, r.Of(x) != nil)
 			}
 		}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -87,6 +88,21 @@ func metaNameBytes(b, name []byte) ([]byte, error) {
 type ContainerBytes struct {
 	ID, Sandbox, Name []byte
 	State             runtimeapi.ContainerState
+	// Head is IDHead(ID), set by PeekContainerKey while the entry is in
+	// the cache; 0 when not set.
+	Head uint64
+}
+
+// IDHead is id's first 8 bytes as an integer, zero-padded when shorter:
+// a lookup key that needs no hashing of the ID. containerd's IDs are 64
+// random hex digits, so two rarely share one.
+func IDHead(id []byte) uint64 {
+	if len(id) >= 8 {
+		return binary.LittleEndian.Uint64(id)
+	}
+	var b [8]byte
+	copy(b[:], id)
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 // PeekContainerKey reads the ID and sandbox ID of an encoded Container
@@ -102,10 +118,12 @@ func PeekContainerKey(b []byte) (ContainerBytes, error) {
 	num, typ, id, _, n := field(b)
 	if n > 0 && num == fContainerID && typ == protowire.BytesType {
 		if num, typ, sb, _, m := field(b[n:]); m > 0 && num == fContainerSandbox && typ == protowire.BytesType {
-			return ContainerBytes{ID: id, Sandbox: sb}, nil
+			return ContainerBytes{ID: id, Sandbox: sb, Head: IDHead(id)}, nil
 		}
 	}
-	return PeekContainerBytes(b)
+	v, err := PeekContainerBytes(b)
+	v.Head = IDHead(v.ID)
+	return v, err
 }
 
 // PeekContainerBytes reads an encoded Container (one entry of a list)

@@ -33,8 +33,8 @@ func checkPeeks(t *testing.T, b []byte) {
 			t.Fatal(err)
 		}
 		k, err := PeekContainerKey(canon)
-		if err != nil || string(k.ID) != c.Id || string(k.Sandbox) != c.PodSandboxId {
-			t.Fatalf("PeekContainerKey(%x) = %q %q, %v; proto %q %q", canon, k.ID, k.Sandbox, err, c.Id, c.PodSandboxId)
+		if err != nil || string(k.ID) != c.Id || string(k.Sandbox) != c.PodSandboxId || k.Head != IDHead([]byte(c.Id)) {
+			t.Fatalf("PeekContainerKey(%x) = %q %q (head %x), %v; proto %q %q", canon, k.ID, k.Sandbox, k.Head, err, c.Id, c.PodSandboxId)
 		}
 	}
 	var s runtimeapi.ContainerStatusResponse
@@ -171,9 +171,15 @@ func TestPeekContainerKey(t *testing.T) {
 		{"no sandbox", bytesField(1, "c1"), "c1", ""},
 	} {
 		k, err := PeekContainerKey(tc.entry)
-		if err != nil || string(k.ID) != tc.id || string(k.Sandbox) != tc.sandbox {
-			t.Errorf("%s: %q %q, %v; want %q %q", tc.name, k.ID, k.Sandbox, err, tc.id, tc.sandbox)
+		if err != nil || string(k.ID) != tc.id || string(k.Sandbox) != tc.sandbox || k.Head != IDHead([]byte(tc.id)) {
+			t.Errorf("%s: %q %q (head %x), %v; want %q %q", tc.name, k.ID, k.Sandbox, k.Head, err, tc.id, tc.sandbox)
 		}
+	}
+	// The head is the ID's first 8 bytes, zero-padded: "c1" and "c1\x00"
+	// share one, which only hands a container on to the engine's verdicts.
+	if IDHead([]byte("c1")) != IDHead([]byte("c1\x00")) || IDHead([]byte("0123456789")) != IDHead([]byte("01234567xx")) ||
+		IDHead([]byte("01234567")) == IDHead([]byte("01234568")) {
+		t.Error("IDHead is not the ID's first 8 bytes")
 	}
 	if _, err := PeekContainerKey([]byte{0x0a, 0x05, 'c'}); err == nil {
 		t.Error("a truncated entry was read")
