@@ -68,11 +68,28 @@ type Store struct {
 func RootIn(stateDir string) string { return filepath.Join(stateDir, "store") }
 
 // Open returns the store rooted at root, creating it (0700) if missing.
+//
+// Open removes the temporary files a crash left in the buckets: the daemon
+// opens its store at start, before anything writes. Nothing later removes
+// them, since a temporary file may be a write in flight.
 func Open(root string) (*Store, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("state store %s: %w", root, err)
 	}
-	return &Store{root: root}, nil
+	s := &Store{root: root}
+	buckets, err := s.buckets()
+	if err != nil {
+		return nil, fmt.Errorf("state store %s: %w", root, err)
+	}
+	for _, b := range buckets {
+		ents, _ := os.ReadDir(b.dir)
+		for _, e := range ents {
+			if isTemp(e.Name()) {
+				_ = os.Remove(filepath.Join(b.dir, e.Name()))
+			}
+		}
+	}
+	return s, nil
 }
 
 // Root is the store's directory.
@@ -159,16 +176,14 @@ func (b *Bucket) GetJSON(key string, v any) error {
 	return nil
 }
 
-// List returns the bucket's keys, sorted. Temporary files a crash left
-// behind are removed; other names that are not keys are skipped. A missing
-// bucket lists empty.
+// List returns the bucket's keys, sorted; names that are not keys
+// (temporary files among them) are skipped. A missing bucket lists empty.
 func (b *Bucket) List() ([]string, error) {
 	return keysIn(b.dir)
 }
 
 // keysIn lists the keys that have a record in dir, of either kind (a file
-// named by the key, or a slot <key>.0 or <key>.1), sorted, removing the
-// temporary files a crash left.
+// named by the key, or a slot <key>.0 or <key>.1), sorted.
 func keysIn(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -181,11 +196,7 @@ func keysIn(dir string) ([]string, error) {
 	seen := map[string]bool{}
 	for _, e := range ents {
 		name := e.Name()
-		if isTemp(name) {
-			_ = os.Remove(filepath.Join(dir, name))
-			continue
-		}
-		if !e.Type().IsRegular() {
+		if isTemp(name) || !e.Type().IsRegular() {
 			continue
 		}
 		key := name
@@ -204,8 +215,8 @@ func keysIn(dir string) ([]string, error) {
 	return keys, nil
 }
 
-// isTemp reports whether name is a temporary file of statefile's rule,
-// which only a crash leaves behind (".<target>.<random>.tmp").
+// isTemp reports whether name is a temporary file of statefile's rule
+// (".<target>.<random>.tmp"): a write in flight, or one a crash left.
 func isTemp(name string) bool {
 	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, statefile.TempSuffix)
 }
