@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -186,10 +187,19 @@ func setSlack(pid int, d time.Duration) error {
 		return err
 	}
 	for _, t := range tasks {
-		p := fmt.Sprintf("/proc/%d/task/%s/timerslack_ns", pid, t.Name())
+		// /proc/<tid> reaches a thread by its id; /proc/<pid>/task/<tid>
+		// has no timerslack_ns (proc(5)).
+		p := fmt.Sprintf("/proc/%s/timerslack_ns", t.Name())
 		if err := os.WriteFile(p, []byte(strconv.FormatInt(d.Nanoseconds(), 10)), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("timer slack of the bare forwarder: %w", err)
 		}
+	}
+	got, err := os.ReadFile(fmt.Sprintf("/proc/%d/timerslack_ns", pid))
+	if err != nil {
+		return err
+	}
+	if want := strconv.FormatInt(d.Nanoseconds(), 10); strings.TrimSpace(string(got)) != want {
+		return fmt.Errorf("timer slack of the bare forwarder is %s ns, not %s", strings.TrimSpace(string(got)), want)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/cri-shim/cri-shim/internal/proxy"
 	"github.com/cri-shim/cri-shim/internal/restartrecord"
 	"github.com/cri-shim/cri-shim/internal/restartview"
+	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 // kubelet plays the kubelet's part through the manager's route functions.
@@ -277,7 +278,27 @@ func (k kubelet) callBytes(fn func(context.Context, []byte, proxy.BytesNext) ([]
 // list lists containers through the manager's view, as the kubelet's global
 // relist does (no filter).
 func (k kubelet) list() map[string]runtimeapi.ContainerState {
+	k.checkQuiet()
 	return k.listWith(&runtimeapi.ListContainersRequest{})
+}
+
+// checkQuiet fails the test if the set of quiet instances the next list
+// would use (Records.Quiet, made when something changed) holds one that is
+// not quiet by now: an edit took it out without the set being made again.
+func (k kubelet) checkQuiet() {
+	k.t.Helper()
+	k.m.mu.Lock()
+	defer k.m.mu.Unlock()
+	inUse := k.m.pods.Quiet()
+	k.m.pods.Recheck()
+	now := k.m.pods.Quiet()
+	for _, p := range k.m.pods.All() {
+		for id := range p.Instances {
+			if h := wire.IDHead([]byte(id)); inUse.Has(h) && !now.Has(h) {
+				k.t.Errorf("instance %s of pod %s (phase %s) is in the quiet set a list would use, and no longer quiet: %+v", id, p.Name, p.Phase, *p.Instances[id])
+			}
+		}
+	}
 }
 
 // listWith lists containers with req through the manager's view.

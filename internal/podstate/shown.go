@@ -58,6 +58,7 @@ func (m *Manager) heldLocked(p *restartrecord.Pod, in *restartrecord.Instance) b
 	if p.Stopped || !now.Before(in.HeldUntil) || reads >= at+2 ||
 		(reads == at+1 && now.Sub(time.Unix(0, p.Reads.At.Load())) >= readWindow) {
 		in.EndHold()
+		m.pods.Recheck() // it may now be quiet (Records.Quiet)
 		return false
 	}
 	return true

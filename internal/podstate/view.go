@@ -57,8 +57,9 @@ func (m *Manager) Verdicts(ctx context.Context, cs []wire.Container, want *runti
 			out[i].Hide = true
 			continue
 		}
-		if in != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if in != nil && state == runtimeapi.ContainerState_CONTAINER_RUNNING && !in.Listed {
 			in.Listed = true
+			m.pods.Recheck() // it may now be quiet (Records.Quiet)
 		}
 	}
 	return out, nil
@@ -174,36 +175,22 @@ func (m *Manager) DropEvent(e *runtimeapi.ContainerEventResponse) bool {
 	return false
 }
 
-// MayDecide says, for each container of an unfiltered list, whether
-// Verdicts could give it a verdict or record anything of it: an instance
-// a tracked pod's record holds (hidden, shown running, held, listed, an exit
-// to classify), or any container of a pod whose restart is in progress (a
-// create pending under its name hides it). Any other container, every
-// container of an untracked pod among them, is shown as the runtime lists
-// it, so the view leaves it out of Verdicts (restartview's
-// ListContainersBytes). One lock for the whole list; per container one
-// integer lookup (Records.MayHold, which may rarely hand on a container
-// Verdicts then shows as it is), and a look at the sandbox only while a
-// pod restarts. Nothing is allocated unless more than four pods restart.
-func (m *Manager) MayDecide(cs []wire.ContainerBytes, out []bool) {
+// Interest is what Verdicts could give a verdict about or record anything
+// of in an unfiltered list: an instance a tracked pod's record holds
+// (hidden, shown running, held, listed, an exit to classify), whose ID's
+// head is in heads, or any container of a pod whose restart is in
+// progress (a create pending under its name hides it), whose sandbox ID
+// restarting lists (appended to the caller's slice). Any other container,
+// every container of an untracked pod among them, is shown as the runtime
+// lists it, so the view leaves it out of Verdicts (restartview's
+// ListContainersFrames). Of the instances, those in quiet are shown as
+// they are and nothing is recorded of them when they are listed running
+// (Records.Quiet): the view reads their state and leaves them out too.
+// heads may hold a few IDs Verdicts then shows as they are
+// (Records.Heads). One lock per list; the sets are read after it is let go
+// (they do not change), so the walk of a large list takes no lock.
+func (m *Manager) Interest(restarting []string) (heads, quiet *wire.HeadSet, _ []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var buf [4]string
-	restarting := buf[:0]
-	for sb, p := range m.pods.All() {
-		if p.Phase != restartrecord.PhaseRunning {
-			restarting = append(restarting, sb)
-		}
-	}
-	for i, c := range cs {
-		h := c.Head
-		if h == 0 {
-			h = wire.IDHead(c.ID)
-		}
-		held := m.pods.MayHold(h)
-		for _, sb := range restarting {
-			held = held || string(c.Sandbox) == sb
-		}
-		out[i] = held
-	}
+	return m.pods.Heads(), m.pods.Quiet(), append(restarting, m.pods.Restarting()...)
 }

@@ -10,6 +10,8 @@ import (
 	"iter"
 	"log/slog"
 	"maps"
+
+	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 // ErrRemoved refuses a save of a pod dropped while a step held it: the
@@ -20,13 +22,17 @@ var ErrRemoved = errors.New("restartrecord: the pod's sandbox was removed")
 // instance, guarded by the caller's lock (podstate's) with every Pod in
 // them, across each change and its save.
 type Records struct {
-	store    *Store
-	log      *slog.Logger
-	pods     map[string]*Pod   // by sandbox ID
-	byID     map[string]string // container ID -> sandbox ID
-	prefixes map[uint64]int    // byID's IDs by their first 8 bytes (MayHold)
-	saves    uint64            // saves that succeeded (Change.Saved)
-	failing  bool              // the last save failed: its recovery is logged
+	store      *Store
+	log        *slog.Logger
+	pods       map[string]*Pod   // by sandbox ID
+	byID       map[string]string // container ID -> sandbox ID
+	prefixes   map[uint64]int    // byID's IDs by their first 8 bytes
+	heads      *wire.HeadSet     // prefixes' keys (Heads); nil: to be made again
+	quiet      *wire.HeadSet     // Quiet and
+	restarting []string          // Restarting,
+	surveyed   bool              // unless false: to be made again
+	saves      uint64            // saves that succeeded (Change.Saved)
+	failing    bool              // the last save failed: its recovery is logged
 }
 
 // NewRecords are empty records saved to st; Add takes in what st.Load read.
@@ -67,6 +73,7 @@ func (r *Records) Add(p *Pod) {
 		p.Reads = &Reads{}
 	}
 	r.pods[p.SandboxID] = p
+	r.surveyed = false
 	for id := range p.Instances {
 		r.index(id, p.SandboxID)
 	}
@@ -83,11 +90,12 @@ func (r *Records) Drop(sandboxID string) *Pod {
 		r.unindex(id)
 	}
 	delete(r.pods, sandboxID)
+	r.surveyed = false
 	return p
 }
 
 // AddInstance records a new instance id of p's container name with its
-// part, which Of and MayHold find.
+// part, which Of and Heads find.
 func (r *Records) AddInstance(p *Pod, id, name string, part Part) {
 	p.Instances[id] = &Instance{Name: name, Part: part}
 	r.index(id, p.SandboxID)
@@ -106,6 +114,7 @@ func (r *Records) Save(p *Pod) error {
 	if r.pods[p.SandboxID] != p {
 		return ErrRemoved
 	}
+	r.surveyed = false // the change may have taken an instance out of it
 	if err := r.store.Save(p); err != nil {
 		if !r.failing {
 			r.log.Error("restartrecord: state write failed; restart steps are not carried out until writes succeed again",

@@ -19,10 +19,12 @@ import (
 type engine struct{ tracked map[string]bool }
 
 func (e *engine) Tracked() int { return len(e.tracked) }
-func (e *engine) MayDecide(cs []wire.ContainerBytes, out []bool) {
-	for i := range cs {
-		out[i] = true
+func (e *engine) Interest(restarting []string) (_, _ *wire.HeadSet, _ []string) {
+	var heads []uint64
+	for id := range e.tracked {
+		heads = append(heads, wire.IDHead([]byte(id)))
 	}
+	return wire.NewHeadSet(heads), nil, restarting
 }
 func (e *engine) Verdicts(_ context.Context, cs []wire.Container, _ *runtimeapi.ContainerStateValue) ([]wire.Verdict, error) {
 	return make([]wire.Verdict, len(cs)), nil

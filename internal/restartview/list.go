@@ -26,10 +26,12 @@ import (
 // peek cannot read, takes the decoded path.
 //
 // Every entry's key (ID and sandbox) is read in place, without a copy or
-// an allocation, and only the ones the engine may decide about (Engine.MayDecide: the
-// instances of governed pods) are handed to Verdicts; the others, most of
-// a large node's list, would be shown as they are. A list with nothing to
-// edit is sent on as the runtime's own buffers (asIs).
+// an allocation, and checked against what the engine may decide about
+// (Engine.Interest: the instances of governed pods, but for the quiet ones
+// listed running) as the walk reads it; only those entries are kept and
+// handed to Verdicts. The others, all of a settled node's list, would be
+// shown as they are, and nothing of them is stored. A list with nothing
+// to edit is sent on as the runtime's own buffers (asIs).
 func (v *View) ListContainersFrames(ctx context.Context, req []byte, next proxy.FramesNext) (resp []byte, asIs bool, err error) {
 	filtered, err := wire.PeekListFilter(req)
 	if err != nil || filtered {
@@ -42,23 +44,19 @@ func (v *View) ListContainersFrames(ctx context.Context, req []byte, next proxy.
 	}
 	sc := scratchPool.Get().(*listScratch)
 	defer sc.release()
+	sc.heads, sc.quiet, sc.restarting = v.e.Interest(sc.restarting)
 	sc.arena, err = wire.EachInFrames(frames, wire.FieldListContainers, sc.arena[:0], sc.peek)
 	if err != nil {
 		resp, err := v.viewDecoded(ctx, bytes.Join(frames, nil))
 		return resp, false, err
 	}
-	sc.decide = slices.Grow(sc.decide[:0], len(sc.entries))[:len(sc.entries)]
-	v.e.MayDecide(sc.entries, sc.decide)
-	for i := range sc.entries {
-		if sc.decide[i] {
-			c, err := wire.PeekContainerBytes(sc.raw[i])
-			if err != nil {
-				resp, err := v.viewDecoded(ctx, bytes.Join(frames, nil))
-				return resp, false, err
-			}
-			sc.theirs = append(sc.theirs, c)
-			sc.at = append(sc.at, i)
+	for _, entry := range sc.raw {
+		c, err := wire.PeekContainerBytes(entry)
+		if err != nil {
+			resp, err := v.viewDecoded(ctx, bytes.Join(frames, nil))
+			return resp, false, err
 		}
+		sc.theirs = append(sc.theirs, c)
 	}
 	if len(sc.theirs) == 0 {
 		return nil, true, nil
@@ -70,7 +68,7 @@ func (v *View) ListContainersFrames(ctx context.Context, req []byte, next proxy.
 	if !slices.ContainsFunc(verdicts, func(vd wire.Verdict) bool { return vd.Hide || vd.Fake }) {
 		return nil, true, nil
 	}
-	all := make([]wire.Verdict, len(sc.entries))
+	all := make([]wire.Verdict, sc.n)
 	for k, i := range sc.at {
 		all[i] = verdicts[k]
 	}
@@ -104,16 +102,18 @@ func joined(next proxy.FramesNext) proxy.BytesNext {
 }
 
 // listScratch is ListContainersFrames' working memory, reused across
-// calls (scratchPool): the kubelet relists every second, and on a node of
-// a thousand containers these slices would otherwise be allocated anew
-// each time.
+// calls (scratchPool): the kubelet relists every second, and these slices
+// would otherwise be allocated anew each time. Only the entries the engine
+// may decide about are kept: on a large node, a few in a thousand.
 type listScratch struct {
-	arena   []byte                // the entries that arrived across two frames
-	entries []wire.ContainerBytes // every listed container's key, in order
-	raw     [][]byte              // and its encoded entry
-	decide  []bool                // whether the engine may decide about each one
-	theirs  []wire.ContainerBytes // the ones it may decide about
-	at      []int                 // their index in entries
+	arena      []byte                // the entries that arrived across two frames
+	heads      *wire.HeadSet         // the instances the engine holds (Interest)
+	quiet      *wire.HeadSet         // those it shows as they are when running
+	restarting []string              // the sandboxes whose restart is in progress
+	n          int                   // entries read
+	raw        [][]byte              // the entries the engine may decide about
+	at         []int                 // and their index in the list
+	theirs     []wire.ContainerBytes // read whole
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(listScratch) }}
@@ -121,27 +121,48 @@ var scratchPool = sync.Pool{New: func() any { return new(listScratch) }}
 // release empties sc, so that it keeps no reference into a response, and
 // returns it to the pool. Slices grown by an unusually large list are let go.
 func (sc *listScratch) release() {
-	if cap(sc.entries) > maxScratch || cap(sc.arena) > maxArena {
+	if cap(sc.raw) > maxScratch || cap(sc.arena) > maxArena {
 		return
 	}
-	clear(sc.entries)
 	clear(sc.raw)
 	clear(sc.theirs)
-	sc.arena, sc.entries, sc.raw, sc.decide, sc.theirs, sc.at = sc.arena[:0], sc.entries[:0], sc.raw[:0], sc.decide[:0], sc.theirs[:0], sc.at[:0]
+	clear(sc.restarting)
+	sc.heads, sc.quiet, sc.n = nil, nil, 0
+	sc.arena, sc.restarting, sc.raw, sc.at, sc.theirs = sc.arena[:0], sc.restarting[:0], sc.raw[:0], sc.at[:0], sc.theirs[:0]
 	scratchPool.Put(sc)
 }
 
-// peek reads one listed entry's key (the engine decides on it); the
-// entries it may decide about are read whole afterwards.
+// peek reads one listed entry's key and keeps the entry when the engine
+// may decide about it; those are read whole afterwards.
 func (sc *listScratch) peek(entry []byte) error {
 	c, err := wire.PeekContainerKey(entry)
-	sc.entries = append(sc.entries, c)
-	sc.raw = append(sc.raw, entry)
-	return err
+	if err != nil {
+		return err
+	}
+	mine := false
+	for _, sb := range sc.restarting {
+		mine = mine || string(c.Sandbox) == sb
+	}
+	if !mine && sc.heads.Has(c.Head) {
+		mine = true
+		if sc.quiet.Has(c.Head) {
+			st, err := wire.PeekContainerState(entry)
+			if err != nil {
+				return err
+			}
+			mine = st != runtimeapi.ContainerState_CONTAINER_RUNNING
+		}
+	}
+	if mine {
+		sc.raw = append(sc.raw, entry)
+		sc.at = append(sc.at, sc.n)
+	}
+	sc.n++
+	return nil
 }
 
-// maxScratch is the most entries a pooled listScratch keeps room for
-// (about 350 KiB), maxArena the most bytes of entries across frames.
+// maxScratch is the most kept entries a pooled listScratch keeps room
+// for, maxArena the most bytes of entries across frames.
 const (
 	maxScratch = 4096
 	maxArena   = 256 << 10

@@ -28,11 +28,13 @@ type Engine interface {
 	// Tracked is how many pods the engine governs; with none, every call
 	// is forwarded raw.
 	Tracked() int
-	// MayDecide says, for each container of an unfiltered list, whether
-	// Verdicts could give it a verdict or record anything of it (out[i]
-	// for cs[i]); the others are not handed to Verdicts. It must not keep
-	// cs, which points into a response.
-	MayDecide(cs []wire.ContainerBytes, out []bool)
+	// Interest is what Verdicts may decide about or record anything of in
+	// an unfiltered list: the containers whose ID's head is in heads, but
+	// for those in quiet when they are listed running, and every
+	// container of the sandboxes it appends to restarting. The others are
+	// not handed to Verdicts. The sets do not change once returned: the
+	// walk reads them without the engine's lock.
+	Interest(restarting []string) (heads, quiet *wire.HeadSet, _ []string)
 	// Verdicts classifies the exits in a list no one has seen yet, then
 	// says of each container whether it is hidden or shown running; want
 	// is the caller's state filter, applied after the view.

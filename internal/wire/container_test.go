@@ -26,6 +26,11 @@ func checkPeeks(t *testing.T, b []byte) {
 		if err != nil || v != ContainerOf(&c) {
 			t.Fatalf("PeekContainer(%x) = %+v, %v; proto %+v", b, v, err, ContainerOf(&c))
 		}
+		// The state as the walk reads a quiet instance's: the last
+		// occurrence, as proto decodes it.
+		if st, err := PeekContainerState(b); err != nil || st != c.State {
+			t.Fatalf("PeekContainerState(%x) = %v, %v; proto %v", b, st, err, c.State)
+		}
 		// Re-encoded as containerd encodes, the key is read from the
 		// first two fields and is the decoded message's.
 		canon, err := proto.Marshal(&c)
@@ -120,6 +125,7 @@ func FuzzPeeks(f *testing.F) {
 	q, _ := proto.Marshal(&runtimeapi.ContainerStatusRequest{ContainerId: "c1", Verbose: true})
 	f.Add(q)
 	f.Add([]byte{0x0a, 0x02, 'c', '1', 0x10, 0x80, 0x01}) // verbose as a two-byte varint
+	f.Add([]byte{0x30, 0x01, 0x0a, 0x01, 'c', 0x30, 0x02}) // the state twice: the last wins
 	f.Fuzz(checkPeeks)
 }
 

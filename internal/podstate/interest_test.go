@@ -3,6 +3,7 @@ package podstate
 import (
 	"context"
 	"maps"
+	"slices"
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -11,11 +12,11 @@ import (
 	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
-// MayDecide leaves out of Verdicts only containers it would show as they
+// Interest leaves out of Verdicts only containers it would show as they
 // are: those of untracked pods, and containers a running tracked pod's
 // record does not hold. During a restart every container of the pod is
 // handed on (a create pending under its name hides it).
-func TestMayDecide(t *testing.T) {
+func TestInterest(t *testing.T) {
 	k, sb, _ := crashingMainPod(t)
 	ctx := context.Background()
 	// A container of the tracked pod created behind the shim, named as the
@@ -37,15 +38,10 @@ func TestMayDecide(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs := make([]wire.ContainerBytes, len(list.Containers))
-		for i, c := range list.Containers {
-			cs[i] = wire.ContainerBytes{ID: []byte(c.Id), Sandbox: []byte(c.PodSandboxId)}
-		}
-		out := make([]bool, len(cs))
-		k.m.MayDecide(cs, out)
+		heads, _, restarting := k.m.Interest(nil)
 		got := map[string]bool{}
-		for i, c := range list.Containers {
-			got[c.Id] = out[i]
+		for _, c := range list.Containers {
+			got[c.Id] = heads.Has(wire.IDHead([]byte(c.Id))) || slices.Contains(restarting, c.PodSandboxId)
 		}
 		return got
 	}
@@ -57,7 +53,7 @@ func TestMayDecide(t *testing.T) {
 	}
 	got := decide()
 	if !got[mainID] || got[stray.ContainerId] || len(got) != 3 {
-		t.Fatalf("running pod: MayDecide %v; want only the instance %s", got, mainID)
+		t.Fatalf("running pod: Interest %v; want only the instance %s", got, mainID)
 	}
 	if enc, dec := k.list(), decodedList(t, k); !maps.Equal(enc, dec) {
 		t.Fatalf("running pod: encoded list %v, decoded %v", enc, dec)
@@ -70,7 +66,7 @@ func TestMayDecide(t *testing.T) {
 	k.m.mu.Unlock()
 	got = decide()
 	if !got[mainID] || !got[stray.ContainerId] {
-		t.Fatalf("restarting pod: MayDecide %v; want both of its containers", got)
+		t.Fatalf("restarting pod: Interest %v; want both of its containers", got)
 	}
 	enc, dec := k.list(), decodedList(t, k)
 	if _, shown := dec[stray.ContainerId]; shown {
