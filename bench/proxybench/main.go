@@ -1,9 +1,11 @@
 // Command proxybench measures cri-shim against containerd directly and against
 // a bare grpc-go frame forwarder (bare.go), on the real node, interleaved in
-// one run: the same calls, the same containers, the three sides in rotating
-// rounds, so drift of the machine hits all alike. It reports p50/p99 latency,
-// throughput and the ratios, the RSS of the shim and the CPU per call of the
-// shim and the bare forwarder, and writes them under --out.
+// one run: the same calls, the same containers, the sides in rotating
+// rounds, so drift of the machine hits all alike. A second bare forwarder
+// (--control, on by default) is the null control: what two identical
+// forwarders measure apart. It reports p50/p99 latency, throughput and the
+// ratios, the RSS of the shim and the CPU per call of the shim and the bare
+// forwarder, and writes them under --out.
 //
 //	proxybench --direct /run/.../containerd.sock --shim /run/.../cri-shim.sock --shim-pid N --out bench/results
 package main
@@ -47,6 +49,18 @@ type result struct {
 	// CPUus is the forwarder's CPU per call in this workload (bare and
 	// shim rows; each process is idle while the other sides run).
 	CPUus float64 `json:"cpu_us_per_call,omitempty"`
+	// Control is, on the shim's row, what a second bare forwarder (the
+	// same program and settings as the first) measured in the same rounds:
+	// its calls/s over the first's, pooled and per round, and its p99. Two
+	// identical forwarders differ by this much on this machine: a shim/bare
+	// ratio within it is not a difference the run can show.
+	Control *control `json:"control,omitempty"`
+}
+
+type control struct {
+	Ratio       float64   `json:"throughput_ratio"`
+	RoundRatios []float64 `json:"round_ratios"`
+	P99us       float64   `json:"p99_us"`
 }
 
 func main() {
@@ -68,6 +82,7 @@ func main() {
 	roundDur := flag.Duration("round", 700*time.Millisecond, "duration of one side of one round")
 	largeRounds := flag.Int("large-rounds", 12, "interleaved rounds of the large list (a p99 needs more calls than its 75 calls/s give in the short rounds)")
 	largeRoundDur := flag.Duration("large-round", 2*time.Second, "duration of one side of one round of the large list")
+	withControl := flag.Bool("control", true, "also measure a second bare forwarder in every round (the null control: how far apart two identical forwarders measure)")
 	pacedRate := flag.Int("paced-rate", 0, "instead of the comparison: ContainerStatus through the shim at this many calls/s (the kubelet's pace), printing the shim's CPU per call; nothing written")
 	pacedFor := flag.Duration("paced-for", 20*time.Second, "how long --paced-rate runs")
 	flag.Parse()
@@ -79,7 +94,7 @@ func main() {
 	if *pacedRate > 0 {
 		err = paced(*direct, *shim, *shimPID, *running, *pacedRate, *pacedFor)
 	} else {
-		err = run(*direct, *shim, *shimPID, *out, *running, *tracked, *created, *rounds, *roundDur, *largeRounds, *largeRoundDur)
+		err = run(*direct, *shim, *shimPID, *out, *running, *tracked, *created, *rounds, *roundDur, *largeRounds, *largeRoundDur, *withControl)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
@@ -110,7 +125,7 @@ func dialBoth(directSock, shimSock string) (dc, sc runtimeapi.RuntimeServiceClie
 	return dc, sc, func() { dconn.Close(); sconn.Close() }, nil
 }
 
-func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTracked, nCreated, rounds int, roundDur time.Duration, largeRounds int, largeRoundDur time.Duration) error {
+func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTracked, nCreated, rounds int, roundDur time.Duration, largeRounds int, largeRoundDur time.Duration, withControl bool) error {
 	ctx := context.Background()
 	dc, sc, closeBoth, err := dialBoth(directSock, shimSock)
 	if err != nil {
@@ -122,21 +137,38 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTra
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	barePID, stopBare, err := startBare(filepath.Join(tmp, "bare.sock"), directSock)
+	type side struct {
+		name string
+		c    runtimeapi.RuntimeServiceClient
+	}
+	// forwarder starts a bare forwarder named name and returns its side.
+	forwarder := func(name string) (side, int, func(), error) {
+		sock := filepath.Join(tmp, name+".sock")
+		pid, stop, err := startBare(sock, directSock)
+		if err != nil {
+			return side{}, 0, nil, err
+		}
+		c, conn, err := dial(sock)
+		if err != nil {
+			stop()
+			return side{}, 0, nil, err
+		}
+		return side{name, c}, pid, func() { conn.Close(); stop() }, nil
+	}
+	bare, barePID, stopBare, err := forwarder("bare")
 	if err != nil {
 		return err
 	}
 	defer stopBare()
-	bc, bconn, err := dial(filepath.Join(tmp, "bare.sock"))
-	if err != nil {
-		return err
+	sides := []side{{"direct", dc}, bare, {"shim", sc}}
+	if withControl {
+		ctl, _, stopControl, err := forwarder("control")
+		if err != nil {
+			return err
+		}
+		defer stopControl()
+		sides = append(sides, ctl)
 	}
-	defer bconn.Close()
-
-	sides := []struct {
-		name string
-		c    runtimeapi.RuntimeServiceClient
-	}{{"direct", dc}, {"bare", bc}, {"shim", sc}}
 
 	var results []result
 	calls := map[string]int64{}
@@ -145,7 +177,7 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTra
 		for _, conc := range []int{1, 16} {
 			lat := map[string][]time.Duration{}
 			busy := map[string]time.Duration{}
-			var ratios []float64
+			var ratios, controlRatios []float64
 			cpuBefore := map[string]float64{"shim": cpuSeconds(shimPID), "bare": cpuSeconds(barePID)}
 			for r := range rounds {
 				thr := map[string]float64{}
@@ -161,8 +193,11 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTra
 					thr[s.name] = float64(len(l)) / d.Seconds()
 				}
 				ratios = append(ratios, thr["shim"]/thr["bare"])
+				if withControl {
+					controlRatios = append(controlRatios, thr["control"]/thr["bare"])
+				}
 			}
-			for _, s := range sides {
+			for _, s := range sides[:3] {
 				l := lat[s.name]
 				sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
 				results = append(results, result{
@@ -172,6 +207,14 @@ func run(directSock, shimSock string, shimPID int, outDir string, nRunning, nTra
 				})
 			}
 			results[len(results)-1].RoundRatios = ratios
+			if withControl {
+				l := lat["control"]
+				sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+				results[len(results)-1].Control = &control{
+					Ratio:       float64(len(l)) / busy["control"].Seconds() / results[len(results)-2].Throughput,
+					RoundRatios: controlRatios, P99us: us(pct(l, 0.99)),
+				}
+			}
 			for i, pid := range map[int]int{2: barePID, 1: shimPID} {
 				r := &results[len(results)-i]
 				r.CPUus = (cpuSeconds(pid) - cpuBefore[r.Side]) * 1e6 / float64(r.Calls)
@@ -466,6 +509,20 @@ func write(dir string, rs []result, nRunning, total, rssRunning, rssEnd, hwm int
 		if len(r) > 0 {
 			fmt.Fprintf(&b, "- %s, c=%d: %d calls; %.3f (%.3f to %.3f) over %d rounds; CPU per call %.0f µs, bare %.0f µs\n",
 				s.Workload, s.Concurrency, s.Calls, r[len(r)/2], r[0], r[len(r)-1], len(r), s.CPUus, rs[i+1].CPUus)
+		}
+	}
+	if rs[len(rs)-1].Control != nil {
+		fmt.Fprintf(&b, "\nNull control: a second bare forwarder, the same program and settings as the first, measured in the same rounds. "+
+			"Its calls/s over the first's (pooled; per round median, lowest, highest) and its p99 over the first's are how far apart two identical forwarders measure here: "+
+			"a shim/bare ratio inside that spread is not a difference this run can show.\n\n")
+		fmt.Fprintf(&b, "| workload | conc | shim/bare calls/s | control/bare calls/s | control/bare per round | shim p99 / bare p99 | control p99 / bare p99 |\n|---|---:|---:|---:|---|---:|---:|\n")
+		for i := 0; i+2 < len(rs); i += 3 {
+			br, s := rs[i+1], rs[i+2]
+			if c := s.Control; c != nil {
+				r := slices.Sorted(slices.Values(c.RoundRatios))
+				fmt.Fprintf(&b, "| %s | %d | %.3f | %.3f | %.3f (%.3f to %.3f) | %.3f | %.3f |\n", s.Workload, s.Concurrency,
+					s.Throughput/br.Throughput, c.Ratio, r[len(r)/2], r[0], r[len(r)-1], s.P99us/br.P99us, c.P99us/br.P99us)
+			}
 		}
 	}
 	fmt.Fprintf(&b, "\nShim RSS: %.1f MB with %d pods running; %.1f MB at the end (%d containers), peak %.1f MB.\n",

@@ -118,6 +118,8 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 	if p.Phase == restartrecord.PhaseRunning {
 		t.Fatal("test setup: the pod should be restarting")
 	}
+	// The oldest exited instance stays in the runtime: reconcile keeps it.
+	kept, gone := gone[0], gone[1:]
 	for _, id := range append(gone, trigger) {
 		_, _ = k.cri.RemoveContainer(context.Background(), &runtimeapi.RemoveContainerRequest{ContainerId: id})
 	}
@@ -126,6 +128,9 @@ func TestReconcilePrunesDuringRestart(t *testing.T) {
 		if p.Ours(id) {
 			t.Fatalf("removed instance %s still recorded", id)
 		}
+	}
+	if !p.Ours(kept) {
+		t.Fatalf("instance %s, which the runtime still lists, was pruned", kept)
 	}
 	if !p.Ours(trigger) {
 		t.Fatal("the trigger of the restart in progress was pruned")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cri-shim/cri-shim/internal/restartapi"
 	"github.com/cri-shim/cri-shim/internal/restartrecord"
+	"github.com/cri-shim/cri-shim/internal/wire"
 )
 
 // abandon records Pod.Abandon and ends the step in progress; when that
@@ -71,7 +72,9 @@ func (m *Manager) abandonIfSandboxGone(ctx context.Context, sandboxID string, st
 func (m *Manager) reconcile(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cs, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	// Only the IDs are read: a whole decode of a large node's list is
+	// milliseconds and tens of thousands of allocations, every 10 s.
+	cs, err := m.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{}, wire.ListKeysOnly())
 	if err != nil {
 		return // runtime down: keep everything, try again later
 	}
