@@ -146,11 +146,11 @@ func (sc *listScratch) peek(entry []byte) error {
 	if !mine && sc.heads.Has(c.Head) {
 		mine = true
 		if sc.quiet.Has(c.Head) {
-			st, err := wire.PeekContainerState(entry)
+			whole, err := wire.PeekContainerBytes(entry)
 			if err != nil {
 				return err
 			}
-			mine = st != runtimeapi.ContainerState_CONTAINER_RUNNING
+			mine = whole.State != runtimeapi.ContainerState_CONTAINER_RUNNING
 		}
 	}
 	if mine {

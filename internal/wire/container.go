@@ -126,24 +126,6 @@ func PeekContainerKey(b []byte) (ContainerBytes, error) {
 	return v, err
 }
 
-// PeekContainerState reads the state of an encoded Container (one entry
-// of a list), as proto decoding would: the last occurrence wins, and an
-// entry without one is CONTAINER_CREATED (proto3's zero value).
-func PeekContainerState(b []byte) (runtimeapi.ContainerState, error) {
-	var st runtimeapi.ContainerState
-	for len(b) > 0 {
-		num, typ, _, x, n := field(b)
-		if n < 0 {
-			return st, fieldError(b)
-		}
-		b = b[n:]
-		if num == fContainerState && typ == protowire.VarintType {
-			st = runtimeapi.ContainerState(int32(x))
-		}
-	}
-	return st, nil
-}
-
 // PeekContainerBytes reads an encoded Container (one entry of a list)
 // without copying: the fields point into b. Occurrences of a field merge
 // as in proto decoding: the last one wins.

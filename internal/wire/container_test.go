@@ -28,8 +28,8 @@ func checkPeeks(t *testing.T, b []byte) {
 		}
 		// The state as the walk reads a quiet instance's: the last
 		// occurrence, as proto decodes it.
-		if st, err := PeekContainerState(b); err != nil || st != c.State {
-			t.Fatalf("PeekContainerState(%x) = %v, %v; proto %v", b, st, err, c.State)
+		if w, err := PeekContainerBytes(b); err != nil || w.State != c.State {
+			t.Fatalf("PeekContainerBytes(%x).State = %v, %v; proto %v", b, w.State, err, c.State)
 		}
 		// Re-encoded as containerd encodes, the key is read from the
 		// first two fields and is the decoded message's.
